@@ -1,0 +1,8 @@
+// Package snapshot holds spanwatch's data model: the Snapshot a collector
+// produces every interval and every rule and policy reads, and the Overrun
+// record a slow span produces.
+//
+// It is a leaf: it imports nothing from spanwatch and nothing that needs BPF,
+// root or Linux, so rule tooling (spanwatch check, spanwatch test) builds and
+// runs anywhere. The JSON form is stable and documented by schema.json.
+package snapshot

@@ -1,0 +1,186 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Version is the version of the JSON form. It changes only when a field
+// changes meaning or is removed; new fields keep the version.
+const Version = 1
+
+// A Snapshot is what the collector saw over one window: one Series per span
+// name and cgroup, the overruns (spans slower than their budget) that arrived
+// during the window, and the collector's own counters.
+type Snapshot struct {
+	Version int `json:"version"`
+	// Time is the end of the window.
+	Time time.Time `json:"time"`
+	// WindowNs is the length of the window in nanoseconds.
+	WindowNs int64 `json:"window_ns"`
+	// Host is the node the agent runs on.
+	Host     string    `json:"host,omitempty"`
+	Series   []Series  `json:"series"`
+	Overruns []Overrun `json:"overruns,omitempty"`
+	Stats    Stats     `json:"stats"`
+}
+
+// Window returns the window length.
+func (s *Snapshot) Window() time.Duration { return time.Duration(s.WindowNs) }
+
+// A Series is one span name in one cgroup over the window. Counts are deltas
+// over the window; quantiles come from the window's histogram and are 0 (never
+// NaN) when the window is empty.
+type Series struct {
+	Span     string `json:"span"`
+	NameID   uint64 `json:"name_id,omitempty"`
+	CgroupID uint64 `json:"cgroup_id"`
+	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
+	Cgroup string `json:"cgroup,omitempty"`
+	// Container, Pod and Unit are resolved from the cgroup path where the
+	// path names them (docker, containerd, CRI-O; Kubernetes; systemd).
+	Container string `json:"container,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Unit      string `json:"unit,omitempty"`
+	// Process is the command name of the last process seen emitting this
+	// series, when known.
+	Process string `json:"process,omitempty"`
+
+	Count      uint64  `json:"count"`
+	Rate       float64 `json:"rate"` // spans per second over the window
+	Errors     uint64  `json:"errors"`
+	ErrorRatio float64 `json:"error_ratio"`
+	SumNs      uint64  `json:"sum_ns"`
+	P50Ns      uint64  `json:"p50_ns"`
+	P90Ns      uint64  `json:"p90_ns"`
+	P99Ns      uint64  `json:"p99_ns"`
+	// MaxNs is the largest duration seen since the series began, since the
+	// kernel keeps a running maximum, not one per window; WindowMaxNs is the
+	// histogram's estimate for this window alone.
+	MaxNs       uint64 `json:"max_ns"`
+	WindowMaxNs uint64 `json:"window_max_ns"`
+	OverBudget  uint64 `json:"over_budget"`
+	BudgetNs    uint64 `json:"budget_ns,omitempty"`
+	// Histogram holds the window's non-empty latency buckets.
+	Histogram []Bucket `json:"histogram,omitempty"`
+}
+
+// A Bucket counts the spans whose duration fell in [LowNs, HighNs).
+type Bucket struct {
+	LowNs  uint64 `json:"low_ns"`
+	HighNs uint64 `json:"high_ns"`
+	Count  uint64 `json:"count"`
+}
+
+// Labels returns the series' identifying labels, as rules and alerts see them.
+func (s *Series) Labels() map[string]string {
+	l := map[string]string{"span": s.Span}
+	if s.CgroupID != 0 {
+		l["cgroup_id"] = fmt.Sprint(s.CgroupID)
+	}
+	for k, v := range map[string]string{"cgroup": s.Cgroup, "container": s.Container, "pod": s.Pod, "unit": s.Unit, "process": s.Process} {
+		if v != "" {
+			l[k] = v
+		}
+	}
+	return l
+}
+
+// An Overrun is one span that took longer than its budget, captured by the
+// BPF program at the moment the span ended (or, with StillRunning, while it
+// was still running).
+type Overrun struct {
+	Time       time.Time `json:"time"`
+	Span       string    `json:"span"`
+	NameID     uint64    `json:"name_id,omitempty"`
+	PID        uint32    `json:"pid"`
+	TID        uint32    `json:"tid"`
+	Comm       string    `json:"comm"`
+	CgroupID   uint64    `json:"cgroup_id"`
+	Cgroup     string    `json:"cgroup,omitempty"`
+	Container  string    `json:"container,omitempty"`
+	Pod        string    `json:"pod,omitempty"`
+	Unit       string    `json:"unit,omitempty"`
+	DurationNs uint64    `json:"duration_ns"`
+	BudgetNs   uint64    `json:"budget_ns"`
+	Error      bool      `json:"error,omitempty"`
+	// TraceID and SpanID are lower-case hex, empty when the span had none.
+	TraceID      string `json:"trace_id,omitempty"`
+	SpanID       string `json:"span_id,omitempty"`
+	StillRunning bool   `json:"still_running,omitempty"`
+	// Source names the span source: "user_events", "marker" or "usdt".
+	Source      string  `json:"source,omitempty"`
+	UserStack   []Frame `json:"user_stack,omitempty"`
+	KernelStack []Frame `json:"kernel_stack,omitempty"`
+	// StackError says why the stack is missing or short, when it is.
+	StackError string `json:"stack_error,omitempty"`
+}
+
+// A Frame is one stack frame. Function is empty when the address could not
+// be symbolized; Module and Offset still say where it points.
+type Frame struct {
+	Addr     uint64 `json:"addr"`
+	Function string `json:"function,omitempty"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Module   string `json:"module,omitempty"`
+	Offset   uint64 `json:"offset,omitempty"`
+}
+
+// String renders the frame the way stack traces are usually read:
+// "function (file:line)", or "module+0xoffset" when unsymbolized.
+func (f Frame) String() string {
+	switch {
+	case f.Function != "" && f.File != "":
+		return fmt.Sprintf("%s (%s:%d)", f.Function, f.File, f.Line)
+	case f.Function != "":
+		return f.Function
+	case f.Module != "":
+		return fmt.Sprintf("%s+0x%x", f.Module, f.Offset)
+	default:
+		return fmt.Sprintf("0x%x", f.Addr)
+	}
+}
+
+// Stats are the collector's own counters over the window. Nothing the
+// collector loses is silent: every drop is counted here.
+type Stats struct {
+	// Events is the number of span events the BPF programs aggregated.
+	Events uint64 `json:"events"`
+	// RingbufDrops counts overrun records lost because the ring buffer was
+	// full.
+	RingbufDrops uint64 `json:"ringbuf_drops"`
+	// StatsFull counts span events not aggregated because the stats map had
+	// no room for a new series.
+	StatsFull uint64 `json:"stats_full"`
+	// ShortEvents counts payloads shorter than struct span_event.
+	ShortEvents uint64 `json:"short_events"`
+	// OverrunsDropped counts overrun records the collector read but had no
+	// room to keep for this snapshot.
+	OverrunsDropped uint64 `json:"overruns_dropped"`
+	// ReadNs is how long reading the maps took.
+	ReadNs int64 `json:"read_ns"`
+}
+
+// Encode writes s as indented JSON.
+func (s *Snapshot) Encode(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// Decode reads one JSON snapshot and checks its version.
+func Decode(r io.Reader) (*Snapshot, error) {
+	var s Snapshot
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	if s.Version != Version {
+		return nil, fmt.Errorf("decode snapshot: version %d, want %d", s.Version, Version)
+	}
+	return &s, nil
+}
