@@ -1,0 +1,12 @@
+// Package bpf holds spanwatch's eBPF programs and their generated loaders.
+//
+// spanwatch.bpf.c holds the span sources for applications using the span
+// SDK (user_events through fentry or a kprobe on perf_tp_event, and the
+// SDK's marker uprobe); aggregate.h holds the aggregation core every source
+// calls: per-CPU stats per span name and cgroup with a log-linear latency
+// histogram, budgets, names, and the overrun ring buffer. span_event.h is the
+// payload layout that emit/ mirrors in Go.
+//
+// The programs need kernel 5.8+ (ring buffer), BTF for fentry (5.5+, the
+// kprobe is the fallback), and CAP_BPF with CAP_PERFMON, or root.
+package bpf
