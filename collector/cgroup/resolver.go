@@ -1,0 +1,190 @@
+//go:build linux
+
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultMinRefresh is how often, at most, a Resolver walks the cgroup tree
+// again because it met an unknown id.
+const DefaultMinRefresh = time.Second
+
+// Config configures a Resolver.
+type Config struct {
+	// Root is the cgroup2 mount. Empty means FindRoot's answer.
+	Root string
+	// MinRefresh is the least time between two walks triggered by unknown
+	// ids; 0 means DefaultMinRefresh. Ids that appear between walks resolve
+	// to an Info with an empty Path until the next walk.
+	MinRefresh time.Duration
+	// Logger receives walk errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// A Resolver maps cgroup v2 ids to paths and what the paths name. It is
+// safe for concurrent use.
+type Resolver struct {
+	root       string
+	minRefresh time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+
+	mu       sync.RWMutex
+	byID     map[uint64]Info
+	lastWalk time.Time
+	walks    int
+}
+
+// NewResolver returns a Resolver for cfg.Root and walks it once, so the
+// cgroups that exist now resolve without another walk.
+func NewResolver(cfg Config) (*Resolver, error) {
+	root := cfg.Root
+	if root == "" {
+		var err error
+		if root, err = FindRoot(); err != nil {
+			return nil, err
+		}
+	}
+	if fi, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("cgroup root: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("cgroup root %s: not a directory", root)
+	}
+	r := &Resolver{
+		root:       filepath.Clean(root),
+		minRefresh: cfg.MinRefresh,
+		log:        cfg.Logger,
+		now:        time.Now,
+		byID:       map[uint64]Info{},
+	}
+	if r.minRefresh <= 0 {
+		r.minRefresh = DefaultMinRefresh
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	if err := r.Refresh(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Root returns the cgroup2 mount the Resolver walks.
+func (r *Resolver) Root() string { return r.root }
+
+// Resolve returns what is known about cgroup id. An id not seen in the last
+// walk triggers a new walk, unless one ran less than MinRefresh ago; an id
+// still unknown after that gets an Info with an empty Path.
+func (r *Resolver) Resolve(id uint64) Info {
+	r.mu.RLock()
+	info, ok := r.byID[id]
+	r.mu.RUnlock()
+	if ok {
+		return info
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if info, ok := r.byID[id]; ok {
+		return info // another goroutine's walk found it
+	}
+	if r.now().Sub(r.lastWalk) < r.minRefresh {
+		return Info{}
+	}
+	if err := r.walkLocked(); err != nil {
+		r.log.Warn("cgroup_walk_failed", "root", r.root, "error", err)
+	}
+	return r.byID[id]
+}
+
+// Refresh walks the cgroup tree now, regardless of MinRefresh.
+func (r *Resolver) Refresh() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.walkLocked()
+}
+
+// Walks returns how many times the Resolver has walked the tree.
+func (r *Resolver) Walks() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.walks
+}
+
+// walkLocked rebuilds the id map from the tree. Cgroups that vanished are
+// dropped, so the map holds what exists, not everything ever seen.
+func (r *Resolver) walkLocked() error {
+	r.lastWalk = r.now()
+	r.walks++
+	byID := make(map[uint64]Info, len(r.byID))
+	err := filepath.WalkDir(r.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			// A cgroup removed mid-walk is not an error.
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipDir
+			}
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("stat %s: no inode", p)
+		}
+		rel, err := filepath.Rel(r.root, p)
+		if err != nil {
+			return err
+		}
+		byID[st.Ino] = ParsePath(filepath.Clean("/" + rel))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("walk cgroups under %s: %w", r.root, err)
+	}
+	r.byID = byID
+	return nil
+}
+
+// ID returns the cgroup v2 id of the cgroup directory at path: the number
+// bpf_get_current_cgroup_id returns for its processes (kernel 5.5+, where
+// kernfs inode numbers are the 64-bit cgroup ids).
+func ID(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("cgroup id of %s: %w", path, err)
+	}
+	return st.Ino, nil
+}
+
+// FindRoot returns the cgroup2 mount: /sys/fs/cgroup on a unified host,
+// /sys/fs/cgroup/unified on a hybrid one.
+func FindRoot() (string, error) {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			continue
+		}
+		if st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p, nil
+		}
+	}
+	return "", errors.New("find cgroup2 mount: neither /sys/fs/cgroup nor /sys/fs/cgroup/unified is cgroup2; mount it with \"mount -t cgroup2 none /sys/fs/cgroup\" or set the cgroup root")
+}

@@ -1,0 +1,37 @@
+//go:build !linux
+
+package cgroup
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// DefaultMinRefresh is how often, at most, a Resolver walks the cgroup tree
+// again because it met an unknown id.
+const DefaultMinRefresh = time.Second
+
+// Config configures a Resolver.
+type Config struct {
+	Root       string
+	MinRefresh time.Duration
+	Logger     *slog.Logger
+}
+
+// A Resolver maps cgroup v2 ids to paths; cgroups exist only on Linux.
+type Resolver struct{}
+
+var errNotLinux = errors.New("cgroup resolver: cgroups exist only on Linux")
+
+// NewResolver fails: cgroups exist only on Linux.
+func NewResolver(Config) (*Resolver, error) { return nil, errNotLinux }
+
+// Resolve returns an empty Info.
+func (r *Resolver) Resolve(uint64) Info { return Info{} }
+
+// Refresh fails: cgroups exist only on Linux.
+func (r *Resolver) Refresh() error { return errNotLinux }
+
+// FindRoot fails: cgroups exist only on Linux.
+func FindRoot() (string, error) { return "", errNotLinux }
