@@ -127,6 +127,10 @@ type Frame struct {
 	Line     int    `json:"line,omitempty"`
 	Module   string `json:"module,omitempty"`
 	Offset   uint64 `json:"offset,omitempty"`
+	// BuildID identifies Module's exact build: the GNU build id in hex, or
+	// a Go binary's build id, so the frame can be symbolized again offline
+	// (pprof, addr2line with a debuginfod server).
+	BuildID string `json:"build_id,omitempty"`
 }
 
 // String renders the frame the way stack traces are usually read:
