@@ -1,0 +1,373 @@
+package usdt
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Limits against malformed or hostile files. A real binary has at most a
+// few thousand probes (a big database server has a few hundred); the caps
+// leave room for that and stop a crafted file from making spanwatch read or
+// allocate without bound.
+const (
+	maxNoteSectionSize = 16 << 20 // bytes of .note.stapsdt read
+	maxNotes           = 65536    // notes in one file
+	maxNoteNameSize    = 256      // the note owner ("stapsdt")
+	maxNoteDescSize    = 8192     // one note's descriptor
+	maxStringLen       = 2048     // provider, name, or argument string
+)
+
+// noteTypeSDT is the note type of a systemtap SDT probe (version 3, the one
+// every sys/sdt.h since 2010 emits).
+const noteTypeSDT = 3
+
+// ErrNoProbes means the file has no .note.stapsdt section.
+var ErrNoProbes = errors.New("no USDT probes (no .note.stapsdt section)")
+
+// A Probe is one USDT call site. A probe name (provider:name) may have
+// several call sites, for example when the function holding it is inlined:
+// each has its own address and its own argument locations.
+type Probe struct {
+	Provider string
+	Name     string
+	// Address is the call site's virtual address in the file, after the
+	// .stapsdt.base adjustment (for prelinked files).
+	Address uint64
+	// Offset is the call site's file offset: what a uprobe attaches at.
+	Offset uint64
+	// Semaphore is the virtual address of the probe's semaphore, 0 when the
+	// probe has none.
+	Semaphore uint64
+	// SemaphoreOffset is the semaphore's file offset (the uprobe's
+	// reference counter offset), 0 when the probe has none.
+	SemaphoreOffset uint64
+	// ArgString is the argument description as the compiler wrote it.
+	ArgString string
+	// Args are the parsed arguments; nil when ArgErr is set.
+	Args []Arg
+	// ArgErr says why ArgString could not be parsed. The probe can still be
+	// attached by a source that reads none of its arguments.
+	ArgErr error
+}
+
+// FullName returns "provider:name".
+func (p *Probe) FullName() string { return p.Provider + ":" + p.Name }
+
+// A File is the USDT probes of one ELF file.
+type File struct {
+	Path    string
+	Arch    Arch
+	Machine elf.Machine
+	// Type is elf.ET_EXEC (non-PIE executable) or elf.ET_DYN (PIE
+	// executable or shared library).
+	Type   elf.Type
+	Probes []Probe
+}
+
+// Lookup returns every call site of provider:name.
+func (f *File) Lookup(provider, name string) []Probe {
+	var out []Probe
+	for _, p := range f.Probes {
+		if p.Provider == provider && p.Name == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Open reads the USDT probes of the ELF file at path. A file without probes
+// gives ErrNoProbes.
+func Open(path string) (*File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer fh.Close()
+	f, err := Parse(fh)
+	if err != nil {
+		return nil, fmt.Errorf("read probes of %s: %w", path, err)
+	}
+	f.Path = path
+	return f, nil
+}
+
+// Parse reads the USDT probes of an ELF file. It never panics on malformed
+// input: debug/elf's own panics are turned into errors.
+func Parse(r io.ReaderAt) (f *File, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("malformed ELF file: %v", p)
+		}
+	}()
+	ef, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse ELF: %w", err)
+	}
+	defer ef.Close()
+	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
+		return nil, fmt.Errorf("ELF type %s: not an executable or shared library", ef.Type)
+	}
+	sec := ef.Section(".note.stapsdt")
+	if sec == nil {
+		return nil, ErrNoProbes
+	}
+	if sec.Type != elf.SHT_NOTE {
+		return nil, fmt.Errorf(".note.stapsdt has type %s, want SHT_NOTE", sec.Type)
+	}
+	if sec.Size > maxNoteSectionSize {
+		return nil, fmt.Errorf(".note.stapsdt is %d bytes, more than the %d this reader accepts", sec.Size, maxNoteSectionSize)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, fmt.Errorf("read .note.stapsdt: %w", err)
+	}
+	addrSize := 8
+	if ef.Class == elf.ELFCLASS32 {
+		addrSize = 4
+	}
+	notes, err := ParseNotes(data, ef.ByteOrder, addrSize)
+	if err != nil {
+		return nil, err
+	}
+
+	f = &File{Machine: ef.Machine, Type: ef.Type}
+	arch, archErr := archOf(ef.Machine)
+	f.Arch = arch
+
+	var base uint64
+	haveBase := false
+	if b := ef.Section(".stapsdt.base"); b != nil {
+		base, haveBase = b.Addr, true
+	}
+	syms := &symbolTable{f: ef}
+
+	for _, n := range notes {
+		p := Probe{
+			Provider:  n.Provider,
+			Name:      n.Name,
+			Address:   n.PC,
+			Semaphore: n.Semaphore,
+			ArgString: n.Args,
+		}
+		// Prelink moves a library's sections but not its (unallocated)
+		// notes: the difference between .stapsdt.base's address now and
+		// the one the note recorded moves the call site and semaphore too.
+		if haveBase && n.Base != 0 {
+			p.Address += base - n.Base
+			if p.Semaphore != 0 {
+				p.Semaphore += base - n.Base
+			}
+		}
+		off, err := fileOffset(ef, p.Address, true)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s: call site: %w", p.FullName(), err)
+		}
+		p.Offset = off
+		if p.Semaphore != 0 {
+			off, err := fileOffset(ef, p.Semaphore, false)
+			if err != nil {
+				return nil, fmt.Errorf("probe %s: semaphore: %w", p.FullName(), err)
+			}
+			p.SemaphoreOffset = off
+		}
+		if archErr != nil {
+			p.ArgErr = archErr
+		} else {
+			p.Args, p.ArgErr = parseProbeArgs(arch, &p, syms)
+		}
+		f.Probes = append(f.Probes, p)
+	}
+	return f, nil
+}
+
+func parseProbeArgs(arch Arch, p *Probe, syms *symbolTable) ([]Arg, error) {
+	args, err := parseArgs(arch, p.ArgString, p.Address, syms.lookup)
+	if err != nil {
+		return nil, fmt.Errorf("probe %s at %#x: %w", p.FullName(), p.Address, err)
+	}
+	return args, nil
+}
+
+// A Note is one raw stapsdt note.
+type Note struct {
+	PC        uint64 // call site's link-time address
+	Base      uint64 // .stapsdt.base's link-time address
+	Semaphore uint64 // semaphore's link-time address, 0 for none
+	Provider  string
+	Name      string
+	Args      string
+}
+
+// ParseNotes decodes the stapsdt notes in the contents of a .note.stapsdt
+// section. Notes of other owners or types are skipped. addrSize is 8 for
+// ELFCLASS64 and 4 for ELFCLASS32.
+func ParseNotes(data []byte, order binary.ByteOrder, addrSize int) ([]Note, error) {
+	if addrSize != 4 && addrSize != 8 {
+		return nil, fmt.Errorf("address size %d: want 4 or 8", addrSize)
+	}
+	if len(data) > maxNoteSectionSize {
+		return nil, fmt.Errorf("note section of %d bytes: more than the %d this reader accepts", len(data), maxNoteSectionSize)
+	}
+	var notes []Note
+	for off := 0; off < len(data); {
+		if len(notes) >= maxNotes {
+			return nil, fmt.Errorf("more than %d notes", maxNotes)
+		}
+		if len(data)-off < 12 {
+			return nil, fmt.Errorf("note at %#x: truncated header", off)
+		}
+		nameSz := order.Uint32(data[off:])
+		descSz := order.Uint32(data[off+4:])
+		typ := order.Uint32(data[off+8:])
+		if nameSz > maxNoteNameSize {
+			return nil, fmt.Errorf("note at %#x: owner name of %d bytes", off, nameSz)
+		}
+		if descSz > maxNoteDescSize {
+			return nil, fmt.Errorf("note at %#x: descriptor of %d bytes", off, descSz)
+		}
+		nameStart := off + 12
+		descStart := nameStart + align4(int(nameSz))
+		next := descStart + align4(int(descSz))
+		if descStart+int(descSz) > len(data) || nameStart+int(nameSz) > len(data) {
+			return nil, fmt.Errorf("note at %#x: runs past the end of the section", off)
+		}
+		owner := string(bytes.TrimRight(data[nameStart:nameStart+int(nameSz)], "\x00"))
+		desc := data[descStart : descStart+int(descSz)]
+		at := off
+		off = next
+		if owner != "stapsdt" || typ != noteTypeSDT {
+			continue
+		}
+		n, err := parseSDTDesc(desc, order, addrSize)
+		if err != nil {
+			return nil, fmt.Errorf("note at %#x: %w", at, err)
+		}
+		notes = append(notes, n)
+	}
+	return notes, nil
+}
+
+func align4(n int) int { return (n + 3) &^ 3 }
+
+func parseSDTDesc(desc []byte, order binary.ByteOrder, addrSize int) (Note, error) {
+	var n Note
+	if len(desc) < 3*addrSize {
+		return n, fmt.Errorf("descriptor of %d bytes: too short for three addresses", len(desc))
+	}
+	addr := func(i int) uint64 {
+		if addrSize == 4 {
+			return uint64(order.Uint32(desc[i*4:]))
+		}
+		return order.Uint64(desc[i*8:])
+	}
+	n.PC, n.Base, n.Semaphore = addr(0), addr(1), addr(2)
+	rest := desc[3*addrSize:]
+	var strs [3]string
+	for i := range strs {
+		end := bytes.IndexByte(rest, 0)
+		if end < 0 {
+			if i == 2 && len(rest) == 0 {
+				break // no argument string at all: a probe without arguments
+			}
+			return n, fmt.Errorf("string %d is not NUL-terminated", i+1)
+		}
+		if end > maxStringLen {
+			return n, fmt.Errorf("string %d is %d bytes, more than %d", i+1, end, maxStringLen)
+		}
+		strs[i] = string(rest[:end])
+		rest = rest[end+1:]
+	}
+	n.Provider, n.Name, n.Args = strs[0], strs[1], strings.TrimSpace(strs[2])
+	if n.Provider == "" || n.Name == "" {
+		return n, errors.New("empty provider or probe name")
+	}
+	if !printable(n.Provider) || !printable(n.Name) || !printable(n.Args) {
+		return n, errors.New("provider, name or arguments hold non-printable bytes")
+	}
+	return n, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// fileOffset translates a virtual address into a file offset through the
+// loadable segment that holds it (an executable one for code), falling back
+// to the section headers for files without program headers.
+func fileOffset(ef *elf.File, vaddr uint64, exec bool) (uint64, error) {
+	for _, p := range ef.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		if exec && p.Flags&elf.PF_X == 0 {
+			continue
+		}
+		if vaddr >= p.Vaddr && vaddr-p.Vaddr < p.Filesz {
+			return vaddr - p.Vaddr + p.Off, nil
+		}
+	}
+	if len(ef.Progs) == 0 {
+		for _, s := range ef.Sections {
+			if s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOBITS {
+				continue
+			}
+			if vaddr >= s.Addr && vaddr-s.Addr < s.Size {
+				return vaddr - s.Addr + s.Offset, nil
+			}
+		}
+	}
+	kind := "loadable"
+	if exec {
+		kind = "executable"
+	}
+	return 0, fmt.Errorf("address %#x is in no %s segment of the file", vaddr, kind)
+}
+
+// symbolTable resolves symbols for RIP-relative arguments ("4@counter(%rip)"),
+// loading the ELF symbol tables only when an argument needs one.
+type symbolTable struct {
+	f      *elf.File
+	loaded bool
+	syms   map[string]uint64
+}
+
+func (t *symbolTable) lookup(name string) (uint64, bool) {
+	if !t.loaded {
+		t.loaded = true
+		t.syms = map[string]uint64{}
+		for _, get := range []func() ([]elf.Symbol, error){t.f.Symbols, t.f.DynamicSymbols} {
+			syms, err := get()
+			if err != nil {
+				continue
+			}
+			for _, s := range syms {
+				if s.Section == elf.SHN_UNDEF || s.Name == "" {
+					continue
+				}
+				// Static symbols of different files may share a name: an
+				// argument naming one of those cannot be resolved.
+				if v, dup := t.syms[s.Name]; dup && v != s.Value {
+					t.syms[s.Name] = ambiguous
+					continue
+				}
+				t.syms[s.Name] = s.Value
+			}
+		}
+	}
+	v, ok := t.syms[name]
+	return v, ok && v != ambiguous
+}
+
+// ambiguous marks a symbol name defined more than once with different values.
+const ambiguous = ^uint64(0)
