@@ -1,0 +1,242 @@
+package notify
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"gopkg.in/yaml.v3"
+)
+
+// A ConfigError is a mistake in the configuration file, located at the
+// node that caused it. Its message reads "file:line:col: message".
+type ConfigError struct {
+	File      string
+	Line, Col int
+	Msg       string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Line == 0 {
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+}
+
+// position is where a YAML node starts.
+type position struct{ Line, Col int }
+
+// meta records where a YAML mapping and each of its keys were found, so
+// Validate can point at the offending line, and which keys were set, so
+// defaults apply only to keys that were left out.
+type meta struct {
+	pos    position
+	fields map[string]position
+}
+
+func (m *meta) setMeta(p position, fields map[string]position) { m.pos, m.fields = p, fields }
+
+func (m *meta) isSet(key string) bool { _, ok := m.fields[key]; return ok }
+
+// at returns the position of key, or of the mapping when key was not set.
+func (m *meta) at(key string) position {
+	if p, ok := m.fields[key]; ok {
+		return p
+	}
+	return m.pos
+}
+
+type metaSetter interface {
+	setMeta(position, map[string]position)
+}
+
+// A Duration is a time.Duration written the way Prometheus and Alertmanager
+// write them: "500ms", "10s", "5m", "4h", "1d", "1w", or combinations such
+// as "1h30m".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+func parseDuration(s string) (Duration, error) {
+	if v, err := time.ParseDuration(s); err == nil {
+		if v < 0 {
+			return 0, fmt.Errorf("negative duration %q", s)
+		}
+		return Duration(v), nil
+	}
+	v, err := model.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: use a number with a unit, e.g. 500ms, 10s, 5m, 4h, 1d", s)
+	}
+	return Duration(v), nil
+}
+
+var (
+	durationType = reflect.TypeFor[Duration]()
+	metaType     = reflect.TypeFor[metaSetter]()
+)
+
+// decoder decodes YAML nodes into Go values strictly: unknown keys,
+// duplicate keys and values of the wrong type are errors that point at the
+// node. yaml.v3's Node.Decode cannot reject unknown keys, and its type errors
+// lack columns and the file name.
+type decoder struct{ file string }
+
+func (d *decoder) errorf(n *yaml.Node, format string, a ...any) error {
+	return &ConfigError{File: d.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)}
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.Tag {
+		case "!!null":
+			return "null"
+		case "!!str":
+			return fmt.Sprintf("string %q", n.Value)
+		}
+		return fmt.Sprintf("%s %s", strings.TrimPrefix(n.Tag, "!!"), n.Value)
+	}
+	return "an unsupported node"
+}
+
+func (d *decoder) decode(n *yaml.Node, v reflect.Value) error {
+	for n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // leave the zero value: the key might as well be absent
+	}
+	if v.Type() == durationType {
+		if n.Kind != yaml.ScalarNode {
+			return d.errorf(n, "expected a duration such as 10s, got %s", kindName(n))
+		}
+		dur, err := parseDuration(n.Value)
+		if err != nil {
+			return d.errorf(n, "%v", err)
+		}
+		v.SetInt(int64(dur))
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		return d.decode(n, v.Elem())
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			return d.errorf(n, "expected a string, got %s", kindName(n))
+		}
+		v.SetString(n.Value)
+	case reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+			return d.errorf(n, "expected true or false, got %s", kindName(n))
+		}
+		b, err := strconv.ParseBool(n.Value)
+		if err != nil {
+			return d.errorf(n, "expected true or false, got %q", n.Value)
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+			return d.errorf(n, "expected an integer, got %s", kindName(n))
+		}
+		i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+		if err != nil {
+			return d.errorf(n, "expected an integer, got %q", n.Value)
+		}
+		v.SetInt(i)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return d.errorf(n, "expected a list, got %s", kindName(n))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, c := range n.Content {
+			if err := d.decode(c, s.Index(i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			return d.errorf(n, "expected a mapping, got %s", kindName(n))
+		}
+		m := reflect.MakeMap(v.Type())
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, val := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode {
+				return d.errorf(k, "expected a string key, got %s", kindName(k))
+			}
+			if m.MapIndex(reflect.ValueOf(k.Value)).IsValid() {
+				return d.errorf(k, "key %q set twice", k.Value)
+			}
+			e := reflect.New(v.Type().Elem()).Elem()
+			if err := d.decode(val, e); err != nil {
+				return err
+			}
+			m.SetMapIndex(reflect.ValueOf(k.Value), e)
+		}
+		v.Set(m)
+	case reflect.Struct:
+		return d.decodeStruct(n, v)
+	default:
+		return d.errorf(n, "internal error: cannot decode into %s", v.Type())
+	}
+	return nil
+}
+
+func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value) error {
+	if n.Kind != yaml.MappingNode {
+		return d.errorf(n, "expected a mapping, got %s", kindName(n))
+	}
+	t := v.Type()
+	byKey := map[string]int{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag != "" && tag != "-" && f.IsExported() {
+			byKey[tag] = i
+		}
+	}
+	fields := map[string]position{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return d.errorf(k, "expected a key, got %s", kindName(k))
+		}
+		idx, ok := byKey[k.Value]
+		if !ok {
+			known := make([]string, 0, len(byKey))
+			for key := range byKey {
+				known = append(known, key)
+			}
+			sort.Strings(known)
+			return d.errorf(k, "unknown key %q (known keys: %s)", k.Value, strings.Join(known, ", "))
+		}
+		if _, dup := fields[k.Value]; dup {
+			return d.errorf(k, "key %q set twice", k.Value)
+		}
+		fields[k.Value] = position{k.Line, k.Column}
+		if err := d.decode(val, v.Field(idx)); err != nil {
+			return err
+		}
+	}
+	if v.CanAddr() && v.Addr().Type().Implements(metaType) {
+		v.Addr().Interface().(metaSetter).setMeta(position{n.Line, n.Column}, fields)
+	}
+	return nil
+}

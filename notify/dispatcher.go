@@ -1,0 +1,837 @@
+package notify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/template"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Errors returned by Notify.
+var (
+	// ErrOutboxFull means the outbox holds max_entries already; the alerts
+	// named in the error were refused and counted as overflow.
+	ErrOutboxFull = errors.New("outbox full")
+	// ErrClosed means the Dispatcher was closed.
+	ErrClosed = errors.New("dispatcher closed")
+)
+
+// Options are the parts of a Dispatcher that do not come from the
+// configuration file.
+type Options struct {
+	// Logger receives delivery failures and outbox recovery; nil discards.
+	Logger *slog.Logger
+}
+
+// A Dispatcher groups alerts and delivers them to every configured webhook,
+// through a durable outbox. It implements alert.Notifier. Create it with
+// New and Close it when done.
+type Dispatcher struct {
+	cfg    *Config
+	logger *slog.Logger
+	db     *bolt.DB
+
+	maxEntries int
+	entries    atomic.Int64 // stored alerts + queued notifications
+	overflow   atomic.Uint64
+	corrupt    string // where a damaged outbox was moved, if one was
+	corruptErr string
+
+	mu     sync.Mutex // guards hooks' groups, closed and all outbox writes of alerts/nflog
+	hooks  []*hook
+	closed bool
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ alert.Notifier = (*Dispatcher)(nil)
+
+// hook is one webhook's state: its aggregation groups and its delivery
+// worker.
+type hook struct {
+	d      *Dispatcher
+	w      *Webhook
+	s      *sender
+	tmpl   *template.Template
+	groups map[string]*group
+	wake   chan struct{}
+
+	attempts  atomic.Uint64
+	delivered atomic.Uint64
+	failures  map[string]*atomic.Uint64 // fixed set of reasons
+	queued    atomic.Int64
+	lastErr   atomic.Pointer[string]
+}
+
+var reasons = []string{ReasonTimeout, ReasonConnection, ReasonHTTP5xx, ReasonHTTP429, ReasonHTTP4xx, ReasonCredentials, ReasonRender, ReasonExpired}
+
+// group is an aggregation group: the alerts of one webhook that share the
+// values of its group_by labels.
+type group struct {
+	key       string
+	labels    map[string]string
+	alerts    map[string]*storedAlert // by fingerprint
+	timer     *time.Timer
+	flushed   bool        // the first notification (after group_wait) happened
+	last      *nflogEntry // the last notification, nil before the first
+	createdAt time.Time
+}
+
+type storedAlert struct {
+	Alert *alert.Alert `json:"alert"`
+	// Accepted is when Notify first saw this alert in this state.
+	Accepted time.Time `json:"accepted"`
+}
+
+// nflogEntry records what the last notification of a group said, which
+// decides whether the next tick needs one (Alertmanager's notification log).
+type nflogEntry struct {
+	Firing   []string  `json:"firing"`
+	Resolved []string  `json:"resolved"`
+	At       time.Time `json:"at"`
+}
+
+// queued is a rendered notification waiting for delivery.
+type queued struct {
+	ID      string    `json:"id"` // the idempotency key
+	Group   string    `json:"group"`
+	Created time.Time `json:"created"`
+	Oldest  time.Time `json:"oldest"` // when its oldest alert was accepted
+	Alerts  int       `json:"alerts"`
+	Body    []byte    `json:"body"`
+}
+
+type deadLetter struct {
+	queued
+	Reason string    `json:"reason"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
+}
+
+// New opens the outbox named in cfg, restores the groups and queued
+// notifications a previous run left there, and starts delivering. A damaged
+// outbox is moved aside and reported (logged, and in Stats), and a fresh one
+// is used: alert delivery keeps working.
+func New(cfg *Config, opts Options) (*Dispatcher, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Dispatcher{cfg: cfg, logger: logger, maxEntries: cfg.Routing.Outbox.MaxEntries}
+	if d.maxEntries <= 0 {
+		d.maxEntries = DefaultOutboxMaxEntries
+	}
+	for i := range cfg.Webhooks {
+		w := &cfg.Webhooks[i]
+		s, err := newSender(w)
+		if err != nil {
+			return nil, err
+		}
+		h := &hook{d: d, w: w, s: s, groups: map[string]*group{}, wake: make(chan struct{}, 1), failures: map[string]*atomic.Uint64{}}
+		for _, r := range reasons {
+			h.failures[r] = new(atomic.Uint64)
+		}
+		if w.Format == FormatTemplate {
+			if h.tmpl, err = parseTemplate(w.Name, w.Template); err != nil {
+				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+			}
+		}
+		d.hooks = append(d.hooks, h)
+	}
+	db, movedTo, cause, err := openOutbox(cfg.Routing.Outbox.Path)
+	if err != nil {
+		return nil, err
+	}
+	d.db = db
+	if movedTo != "" {
+		d.corrupt, d.corruptErr = movedTo, cause.Error()
+		logger.Error("outbox damaged: moved aside, started a fresh one; alerts in the old file were not delivered",
+			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
+	}
+	if err := d.restore(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	for _, h := range d.hooks {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			h.deliver(d.ctx)
+		}()
+	}
+	return d, nil
+}
+
+// restore loads the alerts, notification log and queue depth left in the
+// outbox, and schedules each group.
+func (d *Dispatcher) restore() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := time.Now()
+	var total int64
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		for _, h := range d.hooks {
+			ab, err := sub(tx, bucketAlerts, h.w.Name)
+			if err != nil {
+				return err
+			}
+			if _, err := sub(tx, bucketNflog, h.w.Name); err != nil {
+				return err
+			}
+			qb, err := sub(tx, bucketQueue, h.w.Name)
+			if err != nil {
+				return err
+			}
+			if _, err := sub(tx, bucketDead, h.w.Name); err != nil {
+				return err
+			}
+			err = ab.ForEach(func(k, v []byte) error {
+				total++
+				gk, _, _ := strings.Cut(string(k), "\x00")
+				var sa storedAlert
+				if err := json.Unmarshal(v, &sa); err != nil || sa.Alert == nil {
+					d.logger.Error("outbox record unreadable: kept, not delivered", "webhook", h.w.Name, "key", string(k), "err", err)
+					return nil
+				}
+				g := h.groups[gk]
+				if g == nil {
+					_, labels := h.groupKey(sa.Alert)
+					g = &group{key: gk, labels: labels, alerts: map[string]*storedAlert{}, createdAt: now}
+					h.groups[gk] = g
+				}
+				g.alerts[fingerprint(sa.Alert)] = &sa
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			nb := subRO(tx, bucketNflog, h.w.Name)
+			for gk, g := range h.groups {
+				if v := nb.Get([]byte(gk)); v != nil {
+					var e nflogEntry
+					if json.Unmarshal(v, &e) == nil {
+						g.last, g.flushed = &e, true
+					}
+				}
+			}
+			n := qb.Stats().KeyN
+			h.queued.Store(int64(n))
+			total += int64(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("restore outbox: %w", err)
+	}
+	d.entries.Store(total)
+	for _, h := range d.hooks {
+		for _, g := range h.groups {
+			var wait time.Duration
+			if g.flushed {
+				wait = max(0, g.last.At.Add(h.w.GroupInterval.D()).Sub(now))
+			} else {
+				wait = h.initialWait(g, now)
+			}
+			h.schedule(g, wait)
+		}
+		if h.queued.Load() > 0 {
+			h.signal()
+		}
+	}
+	return nil
+}
+
+// Notify accepts alerts for delivery: it returns once they are written to
+// the outbox. retry is true when the caller should offer the same alerts
+// again later (the outbox is full or could not be written).
+func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false, ErrClosed
+	}
+	now := time.Now()
+	type op struct {
+		h      *hook
+		gk     string
+		labels map[string]string
+		fp     string
+		sa     *storedAlert
+	}
+	var ops []op
+	var added int64
+	refused := 0
+	err = d.db.Update(func(tx *bolt.Tx) error {
+		ops, added, refused = ops[:0], 0, 0
+		for _, a := range alerts {
+			if a == nil {
+				continue
+			}
+			ac := *a
+			ac.Fingerprint = fingerprint(a)
+			for _, h := range d.hooks {
+				if !h.matches(&ac) {
+					continue
+				}
+				gk, labels := h.groupKey(&ac)
+				b := subRO(tx, bucketAlerts, h.w.Name)
+				key := []byte(gk + "\x00" + ac.Fingerprint)
+				sa := &storedAlert{Alert: &ac, Accepted: now}
+				if old := b.Get(key); old != nil {
+					var prev storedAlert
+					if json.Unmarshal(old, &prev) == nil && prev.Alert != nil &&
+						identity(prev.Alert) == identity(&ac) && prev.Alert.State == ac.State {
+						sa.Accepted = prev.Accepted
+					}
+				} else {
+					if d.entries.Load()+added >= int64(d.maxEntries) {
+						refused++
+						continue
+					}
+					added++
+				}
+				v, err := json.Marshal(sa)
+				if err != nil {
+					return fmt.Errorf("encode alert %s: %w", ac.Fingerprint, err)
+				}
+				if err := b.Put(key, v); err != nil {
+					return err
+				}
+				ops = append(ops, op{h, gk, labels, ac.Fingerprint, sa})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return true, fmt.Errorf("write outbox: %w", err)
+	}
+	d.entries.Add(added)
+	for _, o := range ops {
+		h := o.h
+		g := h.groups[o.gk]
+		if g == nil {
+			g = &group{key: o.gk, labels: o.labels, alerts: map[string]*storedAlert{}, createdAt: now}
+			h.groups[o.gk] = g
+			g.alerts[o.fp] = o.sa
+			h.schedule(g, h.initialWait(g, now))
+			continue
+		}
+		g.alerts[o.fp] = o.sa
+		// Like Alertmanager: before the group's first notification, an
+		// alert whose group_wait is already over (it started long ago)
+		// makes the group flush at once.
+		if !g.flushed && !o.sa.Alert.StartsAt.IsZero() && o.sa.Alert.StartsAt.Add(h.w.GroupWait.D()).Before(now) {
+			h.schedule(g, 0)
+		}
+	}
+	if refused > 0 {
+		d.overflow.Add(uint64(refused))
+		err := fmt.Errorf("%w: %d entries (max_entries): %d alert deliveries refused; raise routing.outbox.max_entries or fix the webhooks that do not accept alerts", ErrOutboxFull, d.maxEntries, refused)
+		d.logger.Error("outbox full: alerts refused", "refused", refused, "max_entries", d.maxEntries)
+		return true, err
+	}
+	return false, nil
+}
+
+// Flush makes every group send the notification it is due now, without
+// waiting for group_wait or group_interval, and waits until every queue is
+// empty or ctx ends.
+func (d *Dispatcher) Flush(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	for _, h := range d.hooks {
+		for _, g := range h.groups {
+			h.flushLocked(g, time.Now())
+		}
+	}
+	d.mu.Unlock()
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := int64(0)
+		for _, h := range d.hooks {
+			pending += h.queued.Load()
+		}
+		if pending == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("flush: %d notifications still queued: %w", pending, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the timers and delivery workers and closes the outbox. Alerts
+// and notifications not yet delivered stay in the outbox for the next run.
+// Close is idempotent.
+func (d *Dispatcher) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closed = true
+		for _, h := range d.hooks {
+			for _, g := range h.groups {
+				if g.timer != nil {
+					g.timer.Stop()
+				}
+			}
+		}
+		d.mu.Unlock()
+		d.cancel()
+		d.wg.Wait()
+		d.closeErr = d.db.Close()
+	})
+	return d.closeErr
+}
+
+func (h *hook) matches(a *alert.Alert) bool {
+	for k, v := range h.w.Match {
+		if a.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// groupKey returns the key of the group a belongs to and its group labels.
+func (h *hook) groupKey(a *alert.Alert) (string, map[string]string) {
+	labels := map[string]string{}
+	if len(h.w.GroupBy) == 1 && h.w.GroupBy[0] == "..." {
+		maps.Copy(labels, a.Labels)
+	} else {
+		for _, l := range h.w.GroupBy {
+			if v, ok := a.Labels[l]; ok {
+				labels[l] = v
+			}
+		}
+	}
+	keys := slices.Sorted(maps.Keys(labels))
+	var b strings.Builder
+	b.WriteString(h.w.Name)
+	b.WriteString(":{")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(labels[k]))
+	}
+	b.WriteByte('}')
+	return b.String(), labels
+}
+
+// initialWait is how long a group that has not notified yet waits: its
+// group_wait, or nothing when one of its alerts started more than
+// group_wait ago.
+func (h *hook) initialWait(g *group, now time.Time) time.Duration {
+	gw := h.w.GroupWait.D()
+	for _, sa := range g.alerts {
+		if s := sa.Alert.StartsAt; !s.IsZero() && s.Add(gw).Before(now) {
+			return 0
+		}
+	}
+	return gw
+}
+
+// schedule (re)arms g's timer. Called with d.mu held.
+func (h *hook) schedule(g *group, wait time.Duration) {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.timer = time.AfterFunc(wait, func() { h.tick(g) })
+}
+
+func (h *hook) tick(g *group) {
+	d := h.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || h.groups[g.key] != g {
+		return
+	}
+	h.flushLocked(g, time.Now())
+	if h.groups[g.key] == g {
+		h.schedule(g, h.w.GroupInterval.D())
+	}
+}
+
+func identity(a *alert.Alert) string {
+	return fingerprint(a) + "@" + strconv.FormatInt(a.StartsAt.UnixNano(), 10)
+}
+
+// needsUpdate decides whether a group must notify, with Alertmanager's
+// rules: on new firing alerts; when all alerts resolved after some fired;
+// on new resolved alerts if resolved ones are sent; otherwise once
+// repeat_interval has passed.
+func needsUpdate(last *nflogEntry, firing, resolved []string, sendResolved bool, repeat time.Duration, now time.Time) bool {
+	if last == nil {
+		return len(firing) > 0
+	}
+	if !subset(firing, last.Firing) {
+		return true
+	}
+	if len(firing) == 0 {
+		return len(last.Firing) > 0
+	}
+	if sendResolved && !subset(resolved, last.Resolved) {
+		return true
+	}
+	return !last.At.After(now.Add(-repeat))
+}
+
+// subset reports whether every element of a is in b (b sorted).
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// flushLocked sends g's notification if one is due. Called with d.mu held.
+func (h *hook) flushLocked(g *group, now time.Time) {
+	d, w := h.d, h.w
+	g.flushed = true
+	all := make([]*storedAlert, 0, len(g.alerts))
+	for _, sa := range g.alerts {
+		all = append(all, sa)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i].Alert, all[j].Alert
+		if !a.StartsAt.Equal(b.StartsAt) {
+			return a.StartsAt.Before(b.StartsAt)
+		}
+		return a.Fingerprint < b.Fingerprint
+	})
+	var firing, resolved []string
+	for _, sa := range all {
+		if sa.Alert.Resolved() {
+			resolved = append(resolved, identity(sa.Alert))
+		} else {
+			firing = append(firing, identity(sa.Alert))
+		}
+	}
+	sort.Strings(firing)
+	sort.Strings(resolved)
+	sendResolved := w.SendResolved || w.Format == FormatAlertmanagerAPI
+	if !needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now) {
+		return
+	}
+	var send []*alert.Alert
+	oldest := time.Time{}
+	for _, sa := range all {
+		if sa.Alert.Resolved() && !sendResolved {
+			continue
+		}
+		send = append(send, sa.Alert)
+		if oldest.IsZero() || sa.Accepted.Before(oldest) {
+			oldest = sa.Accepted
+		}
+	}
+	var q *queued
+	if len(send) > 0 {
+		msg := buildMessage(w, d.cfg.Routing.ExternalURL, g.key, g.labels, send)
+		body, err := render(w, h.tmpl, msg, send, now)
+		if err != nil {
+			h.failures[ReasonRender].Add(1)
+			h.setLastErr(err)
+			d.logger.Error("notification not rendered: dropped", "webhook", w.Name, "group", g.key, "err", err)
+		} else {
+			q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
+		}
+	}
+	var drop []string // fingerprints of resolved alerts this notification covers
+	for fp, sa := range g.alerts {
+		if sa.Alert.Resolved() {
+			drop = append(drop, fp)
+		}
+	}
+	empty := len(drop) == len(g.alerts)
+	entry := &nflogEntry{Firing: firing, Resolved: resolved, At: now}
+	net := -int64(len(drop))
+	if q != nil {
+		net++
+	}
+	if net > 0 && d.entries.Load()+net > int64(d.maxEntries) {
+		d.overflow.Add(1)
+		err := fmt.Errorf("%w: notification for group %s postponed to the next group_interval", ErrOutboxFull, g.key)
+		h.setLastErr(err)
+		d.logger.Error("outbox full: notification postponed", "webhook", w.Name, "group", g.key, "max_entries", d.maxEntries)
+		return
+	}
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		if q != nil {
+			qb := subRO(tx, bucketQueue, w.Name)
+			seq, err := qb.NextSequence()
+			if err != nil {
+				return err
+			}
+			v, err := json.Marshal(q)
+			if err != nil {
+				return err
+			}
+			if err := qb.Put(seqKey(seq), v); err != nil {
+				return err
+			}
+		}
+		ab := subRO(tx, bucketAlerts, w.Name)
+		for _, fp := range drop {
+			if err := ab.Delete([]byte(g.key + "\x00" + fp)); err != nil {
+				return err
+			}
+		}
+		nb := subRO(tx, bucketNflog, w.Name)
+		if empty {
+			return nb.Delete([]byte(g.key))
+		}
+		v, err := json.Marshal(entry)
+		if err != nil {
+			return err
+		}
+		return nb.Put([]byte(g.key), v)
+	})
+	if err != nil {
+		h.setLastErr(err)
+		d.logger.Error("outbox write failed: notification postponed", "webhook", w.Name, "group", g.key, "err", err)
+		return
+	}
+	d.entries.Add(net)
+	for _, fp := range drop {
+		delete(g.alerts, fp)
+	}
+	g.last = entry
+	if empty {
+		if g.timer != nil {
+			g.timer.Stop()
+		}
+		delete(h.groups, g.key)
+	}
+	if q != nil {
+		h.queued.Add(1)
+		h.signal()
+	}
+}
+
+// idempotencyKey identifies one notification: the same across its
+// retries (and restarts), different for any other notification. It hashes
+// the webhook, the group, each alert's fingerprint, startsAt and status,
+// and when the notification was made.
+func idempotencyKey(webhook, groupKey string, alerts []*alert.Alert, now time.Time) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", webhook, groupKey, now.UnixNano())
+	for _, a := range alerts {
+		fmt.Fprintf(h, "%s:%s\x00", identity(a), status(a))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+func (h *hook) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hook) setLastErr(err error) {
+	s := err.Error()
+	h.lastErr.Store(&s)
+}
+
+// head returns the first queued notification of h.
+func (h *hook) head() (key []byte, q *queued, err error) {
+	err = h.d.db.View(func(tx *bolt.Tx) error {
+		b := subRO(tx, bucketQueue, h.w.Name)
+		k, v := b.Cursor().First()
+		if k == nil {
+			return nil
+		}
+		key = slices.Clone(k)
+		q = new(queued)
+		if err := json.Unmarshal(v, q); err != nil {
+			return fmt.Errorf("queued notification %x unreadable: %w", k, err)
+		}
+		return nil
+	})
+	return key, q, err
+}
+
+// remove deletes a queued notification; a dead one is kept in the dead
+// letter bucket with why it failed.
+func (h *hook) remove(key []byte, dead *deadLetter) error {
+	err := h.d.db.Update(func(tx *bolt.Tx) error {
+		if err := subRO(tx, bucketQueue, h.w.Name).Delete(key); err != nil {
+			return err
+		}
+		if dead == nil {
+			return nil
+		}
+		db := subRO(tx, bucketDead, h.w.Name)
+		seq, err := db.NextSequence()
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(dead)
+		if err != nil {
+			return err
+		}
+		if err := db.Put(seqKey(seq), v); err != nil {
+			return err
+		}
+		for db.Stats().KeyN > maxDeadLetters {
+			k, _ := db.Cursor().First()
+			if err := db.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	h.queued.Add(-1)
+	h.d.entries.Add(-1)
+	return nil
+}
+
+// deliver sends h's queued notifications one at a time, in order, until
+// ctx ends.
+func (h *hook) deliver(ctx context.Context) {
+	d, w := h.d, h.w
+	attempt := 0
+	var lastLogged string
+	sleep := func(t time.Duration) bool {
+		tm := time.NewTimer(t)
+		defer tm.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tm.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		key, q, err := h.head()
+		if err != nil {
+			h.setLastErr(err)
+			d.logger.Error("outbox read failed", "webhook", w.Name, "err", err)
+			if !sleep(time.Second) {
+				return
+			}
+			continue
+		}
+		if q == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-h.wake:
+			}
+			continue
+		}
+		now := time.Now()
+		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && attempt >= w.MaxAttempts) {
+			h.failures[ReasonExpired].Add(1)
+			msg := fmt.Sprintf("given up after %d attempts over %s", attempt, now.Sub(q.Created).Round(time.Millisecond))
+			if p := h.lastErr.Load(); p != nil {
+				msg += ": last error: " + *p
+			}
+			d.logger.Error("notification expired: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+			}
+			attempt = 0
+			continue
+		}
+		attempt++
+		h.attempts.Add(1)
+		r := h.s.send(ctx, q.Body, q.ID, now)
+		if ctx.Err() != nil {
+			return // shutting down: the notification stays queued
+		}
+		if r.Err == nil {
+			if err := h.remove(key, nil); err != nil {
+				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+				continue
+			}
+			h.delivered.Add(1)
+			if lastLogged != "" {
+				d.logger.Info("webhook delivering again", "webhook", w.Name, "attempts", attempt)
+				lastLogged = ""
+			}
+			attempt = 0
+			continue
+		}
+		h.failures[r.Reason].Add(1)
+		h.setLastErr(r.Err)
+		if !r.Retry {
+			d.logger.Error("notification rejected: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+			}
+			attempt = 0
+			continue
+		}
+		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), attempt)
+		if r.RetryAfter > 0 {
+			wait = min(r.RetryAfter, maxRetryAfter)
+		}
+		// Warn when the error changes, not at every attempt.
+		if s := r.Reason + r.Err.Error(); s != lastLogged {
+			d.logger.Warn("delivery failed: retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
+			lastLogged = s
+		}
+		if !sleep(wait) {
+			return
+		}
+	}
+}
+
+// maxRetryAfter caps a receiver's Retry-After.
+const maxRetryAfter = time.Hour
+
+// backoff returns the wait before attempt n+1: minB doubled n-1 times,
+// capped at maxB, with "equal jitter" (a random half), so many spanwatch
+// agents behind one outage do not retry in step.
+func backoff(minB, maxB time.Duration, n int) time.Duration {
+	d := minB
+	for i := 1; i < n && d < maxB; i++ {
+		d *= 2
+	}
+	d = min(d, maxB)
+	half := d / 2
+	return half + rand.N(half+1)
+}

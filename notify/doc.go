@@ -1,0 +1,33 @@
+// Package notify delivers alerts to webhooks without losing them.
+//
+// A Dispatcher implements alert.Notifier. Notify writes the alerts to a
+// durable outbox (a bbolt file) and returns; background work groups them the
+// way Alertmanager's dispatcher does (group_by, group_wait, group_interval,
+// repeat_interval, send_resolved), renders each group's notification, writes
+// it to the outbox, and one worker per webhook delivers the queued
+// notifications in order. A notification leaves the outbox only after the
+// receiver answered 2xx or failed permanently (another 4xx, which is
+// counted and logged with the response body). 5xx, 429, timeouts and
+// connection errors are retried with exponential backoff and jitter,
+// honouring Retry-After. A restart, even after SIGKILL, resumes where the
+// outbox left off, so delivery is at least once; each request carries an
+// idempotency key (X-Spanwatch-Idempotency-Key) that stays the same across
+// retries of the same notification, so a receiver can drop duplicates.
+//
+// Three body formats are supported: Alertmanager's webhook payload
+// (version "4"), so every receiver written for Alertmanager works; a direct
+// push to a real Alertmanager (POST /api/v2/alerts with postable alerts);
+// and a Go text/template over the same data as the webhook payload.
+//
+// Requests are signed when the webhook has an hmac_secret_file: the header
+// X-Spanwatch-Timestamp holds the Unix time of the attempt in seconds, and
+// X-Spanwatch-Signature holds "sha256=" followed by the lower-case hex
+// HMAC-SHA256, keyed with the secret file's content (trailing newlines
+// removed), of the timestamp, a '.', and the exact request body. Receivers
+// should recompute it, compare in constant time, and reject a timestamp
+// more than a few minutes away from their clock, so a captured request
+// cannot be replayed later. See Verify and examples/webhook-receiver.
+//
+// Secrets (credentials, signing keys, URL user info and query strings) never
+// appear in errors or logs: every URL is redacted first.
+package notify

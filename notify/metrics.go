@@ -1,0 +1,60 @@
+package notify
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector exports a Dispatcher's Stats as Prometheus metrics. Register it
+// with prometheus.Registerer.Register(notify.NewCollector(d)).
+type Collector struct {
+	d *Dispatcher
+
+	attempts, delivered, failures, queue, pending, oldest *prometheus.Desc
+	entries, maxEntries, overflow, damaged                *prometheus.Desc
+}
+
+// NewCollector returns a prometheus.Collector over d's Stats.
+func NewCollector(d *Dispatcher) *Collector {
+	wl := []string{"webhook"}
+	return &Collector{
+		d:          d,
+		attempts:   prometheus.NewDesc("spanwatch_notify_attempts_total", "Delivery attempts, by webhook.", wl, nil),
+		delivered:  prometheus.NewDesc("spanwatch_notify_delivered_total", "Notifications a webhook accepted (2xx).", wl, nil),
+		failures:   prometheus.NewDesc("spanwatch_notify_failures_total", "Failed attempts and abandoned notifications, by webhook and reason.", []string{"webhook", "reason"}, nil),
+		queue:      prometheus.NewDesc("spanwatch_notify_queue_depth", "Notifications waiting in the outbox for delivery.", wl, nil),
+		pending:    prometheus.NewDesc("spanwatch_notify_pending_alerts", "Alerts held in aggregation groups.", wl, nil),
+		oldest:     prometheus.NewDesc("spanwatch_notify_oldest_undelivered_seconds", "Age of the oldest accepted alert not yet delivered.", wl, nil),
+		entries:    prometheus.NewDesc("spanwatch_notify_outbox_entries", "Alerts and notifications stored in the outbox.", nil, nil),
+		maxEntries: prometheus.NewDesc("spanwatch_notify_outbox_max_entries", "The outbox's bound (routing.outbox.max_entries).", nil, nil),
+		overflow:   prometheus.NewDesc("spanwatch_notify_outbox_overflow_total", "Alerts refused and notifications postponed because the outbox was full.", nil, nil),
+		damaged:    prometheus.NewDesc("spanwatch_notify_outbox_damaged", "1 when a damaged outbox was moved aside at start.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.attempts, c.delivered, c.failures, c.queue, c.pending, c.oldest, c.entries, c.maxEntries, c.overflow, c.damaged} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.d.Stats()
+	for _, w := range s.Webhooks {
+		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.CounterValue, float64(w.Attempts), w.Name)
+		ch <- prometheus.MustNewConstMetric(c.delivered, prometheus.CounterValue, float64(w.Delivered), w.Name)
+		for _, r := range reasons {
+			ch <- prometheus.MustNewConstMetric(c.failures, prometheus.CounterValue, float64(w.Failures[r]), w.Name, r)
+		}
+		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, float64(w.QueueDepth), w.Name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(w.PendingAlerts), w.Name)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, w.OldestUndelivered.Seconds(), w.Name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(s.Outbox.Entries))
+	ch <- prometheus.MustNewConstMetric(c.maxEntries, prometheus.GaugeValue, float64(s.Outbox.MaxEntries))
+	ch <- prometheus.MustNewConstMetric(c.overflow, prometheus.CounterValue, float64(s.Outbox.Overflow))
+	damaged := 0.0
+	if s.Outbox.MovedAside != "" {
+		damaged = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.damaged, prometheus.GaugeValue, damaged)
+}

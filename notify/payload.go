@@ -1,0 +1,263 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+)
+
+// PayloadVersion is the version of Alertmanager's webhook payload that
+// Message follows.
+const PayloadVersion = "4"
+
+// MaxStackFrames is how many of an overrun's innermost user stack frames go
+// into its "stack" annotation.
+const MaxStackFrames = 16
+
+// Message is Alertmanager's webhook payload, version "4": the body posted by
+// format: alertmanager, and the data a format: template executes over.
+type Message struct {
+	Version           string            `json:"version"`
+	GroupKey          string            `json:"groupKey"`
+	TruncatedAlerts   uint64            `json:"truncatedAlerts"`
+	Receiver          string            `json:"receiver"`
+	Status            string            `json:"status"`
+	Alerts            []PayloadAlert    `json:"alerts"`
+	GroupLabels       map[string]string `json:"groupLabels"`
+	CommonLabels      map[string]string `json:"commonLabels"`
+	CommonAnnotations map[string]string `json:"commonAnnotations"`
+	ExternalURL       string            `json:"externalURL"`
+}
+
+// PayloadAlert is one alert in a Message.
+type PayloadAlert struct {
+	Status       string            `json:"status"`
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	StartsAt     time.Time         `json:"startsAt"`
+	EndsAt       time.Time         `json:"endsAt"`
+	GeneratorURL string            `json:"generatorURL"`
+	Fingerprint  string            `json:"fingerprint"`
+}
+
+// Firing returns the firing alerts of m, for templates: {{ range .Firing }}.
+func (m *Message) Firing() []PayloadAlert { return m.byStatus("firing") }
+
+// Resolved returns the resolved alerts of m.
+func (m *Message) Resolved() []PayloadAlert { return m.byStatus("resolved") }
+
+func (m *Message) byStatus(s string) []PayloadAlert {
+	var out []PayloadAlert
+	for _, a := range m.Alerts {
+		if a.Status == s {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// PostableAlert is the element of the list that Alertmanager's
+// POST /api/v2/alerts accepts.
+type PostableAlert struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
+	StartsAt     time.Time         `json:"startsAt,omitzero"`
+	EndsAt       time.Time         `json:"endsAt,omitzero"`
+	GeneratorURL string            `json:"generatorURL,omitempty"`
+}
+
+// Annotations returns a's annotations plus, for an overrun alert, what the
+// receiver needs to act on it: "stack" (the innermost user frames, one a
+// line), "trace_id", "span_id", "pid", "comm", "duration" and "budget".
+// Annotations the alert already has are kept as they are.
+func Annotations(a *alert.Alert) map[string]string {
+	out := make(map[string]string, len(a.Annotations)+8)
+	maps.Copy(out, a.Annotations)
+	o := a.Overrun
+	if o == nil {
+		return out
+	}
+	set := func(k, v string) {
+		if _, ok := out[k]; !ok && v != "" {
+			out[k] = v
+		}
+	}
+	if len(o.UserStack) > 0 {
+		var b strings.Builder
+		for i, f := range o.UserStack {
+			if i == MaxStackFrames {
+				fmt.Fprintf(&b, "... %d more frames\n", len(o.UserStack)-i)
+				break
+			}
+			b.WriteString(f.String())
+			b.WriteByte('\n')
+		}
+		set("stack", strings.TrimSuffix(b.String(), "\n"))
+	}
+	set("stack_error", o.StackError)
+	set("trace_id", o.TraceID)
+	set("span_id", o.SpanID)
+	if o.PID != 0 {
+		set("pid", strconv.FormatUint(uint64(o.PID), 10))
+	}
+	set("comm", o.Comm)
+	if o.DurationNs != 0 {
+		set("duration", time.Duration(o.DurationNs).String())
+	}
+	if o.BudgetNs != 0 {
+		set("budget", time.Duration(o.BudgetNs).String())
+	}
+	return out
+}
+
+func status(a *alert.Alert) string {
+	if a.Resolved() {
+		return "resolved"
+	}
+	return "firing"
+}
+
+func fingerprint(a *alert.Alert) string {
+	if a.Fingerprint != "" {
+		return a.Fingerprint
+	}
+	return alert.Fingerprint(a.Labels)
+}
+
+// buildMessage builds the webhook payload for alerts, which are in the
+// order they should appear.
+func buildMessage(w *Webhook, externalURL, groupKey string, groupLabels map[string]string, alerts []*alert.Alert) *Message {
+	m := &Message{
+		Version:           PayloadVersion,
+		GroupKey:          groupKey,
+		Receiver:          w.Name,
+		Status:            "resolved",
+		GroupLabels:       groupLabels,
+		CommonLabels:      map[string]string{},
+		CommonAnnotations: map[string]string{},
+		ExternalURL:       externalURL,
+		Alerts:            make([]PayloadAlert, 0, len(alerts)),
+	}
+	if w.MaxAlerts > 0 && len(alerts) > w.MaxAlerts {
+		m.TruncatedAlerts = uint64(len(alerts) - w.MaxAlerts)
+	}
+	for i, a := range alerts {
+		st := status(a)
+		if st == "firing" {
+			m.Status = "firing"
+		}
+		ann := Annotations(a)
+		if i == 0 {
+			maps.Copy(m.CommonLabels, a.Labels)
+			maps.Copy(m.CommonAnnotations, ann)
+		} else {
+			keepCommon(m.CommonLabels, a.Labels)
+			keepCommon(m.CommonAnnotations, ann)
+		}
+		if m.TruncatedAlerts > 0 && i >= w.MaxAlerts {
+			continue
+		}
+		m.Alerts = append(m.Alerts, PayloadAlert{
+			Status:       st,
+			Labels:       a.Labels,
+			Annotations:  ann,
+			StartsAt:     a.StartsAt,
+			EndsAt:       a.EndsAt,
+			GeneratorURL: a.GeneratorURL,
+			Fingerprint:  fingerprint(a),
+		})
+	}
+	return m
+}
+
+func keepCommon(common, m map[string]string) {
+	for k, v := range common {
+		if m[k] != v {
+			delete(common, k)
+		}
+	}
+}
+
+// render builds the request body of a notification in w's format.
+func render(w *Webhook, tmpl *template.Template, m *Message, alerts []*alert.Alert, now time.Time) ([]byte, error) {
+	switch w.Format {
+	case FormatAlertmanagerAPI:
+		out := make([]PostableAlert, 0, len(alerts))
+		for _, a := range alerts {
+			p := PostableAlert{
+				Labels:       a.Labels,
+				Annotations:  Annotations(a),
+				StartsAt:     a.StartsAt,
+				EndsAt:       a.EndsAt,
+				GeneratorURL: a.GeneratorURL,
+			}
+			if a.Resolved() && p.EndsAt.IsZero() {
+				p.EndsAt = now
+			}
+			if !a.Resolved() {
+				p.EndsAt = time.Time{} // Alertmanager applies its resolve_timeout
+			}
+			out = append(out, p)
+		}
+		return json.Marshal(out)
+	case FormatTemplate:
+		var b bytes.Buffer
+		if err := tmpl.Execute(&b, m); err != nil {
+			return nil, fmt.Errorf("execute template: %w", err)
+		}
+		return b.Bytes(), nil
+	default:
+		return json.Marshal(m)
+	}
+}
+
+// templateFuncs are the functions a webhook template can call besides Go's
+// built-ins. json renders a value as JSON, which is how text goes safely into
+// a JSON body: {"text": {{ json .CommonAnnotations.summary }}}.
+var templateFuncs = template.FuncMap{
+	"json": func(v any) (string, error) {
+		b, err := json.Marshal(v)
+		return string(b), err
+	},
+	"join":  strings.Join,
+	"upper": strings.ToUpper,
+	"lower": strings.ToLower,
+	"truncate": func(n int, s string) string {
+		if len(s) <= n {
+			return s
+		}
+		return s[:n] + "..."
+	},
+	"sortedKeys": func(m map[string]string) []string {
+		ks := make([]string, 0, len(m))
+		for k := range m {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		return ks
+	},
+}
+
+// parseTemplate parses a webhook template and executes it once over a
+// sample message, so that a misspelt field is found when the configuration
+// is checked rather than when an alert fires.
+func parseTemplate(name, text string) (*template.Template, error) {
+	t, err := template.New(name).Option("missingkey=zero").Funcs(templateFuncs).Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("parse template: %w", err)
+	}
+	a := SampleAlert(time.Unix(0, 0).UTC())
+	w := &Webhook{Name: name}
+	if err := t.Execute(&bytes.Buffer{}, buildMessage(w, "", "sample", map[string]string{}, []*alert.Alert{a})); err != nil {
+		return nil, fmt.Errorf("execute template over a sample alert: %w", err)
+	}
+	return t, nil
+}
