@@ -72,9 +72,9 @@ type Exporter struct {
 	descSpans, descErrors, descOverBudget, descDuration, descBudget, descMax *prometheus.Desc
 
 	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, snapshots prometheus.Counter
-	seriesGauge, lastSnapshot                                                         prometheus.Gauge
-	readDuration, evalDuration                                                        prometheus.Histogram
-	ruleErrors                                                                        *prometheus.CounterVec
+	seriesGauge, lastSnapshot                                                          prometheus.Gauge
+	readDuration, evalDuration                                                         prometheus.Histogram
+	ruleErrors                                                                         *prometheus.CounterVec
 }
 
 type seriesKey struct {
