@@ -1,0 +1,444 @@
+package detector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// Config configures a Detector.
+type Config struct {
+	Logger *slog.Logger
+	// Notifier receives firing and resolved alerts (pending ones are not
+	// sent, as in Prometheus). It may be nil: Evaluate still returns the
+	// changes.
+	Notifier alert.Notifier
+	// PolicyTimeout bounds each Rego policy's evaluation (default 1s). A
+	// policy that exceeds it is reported and its alerts keep their state.
+	PolicyTimeout time.Duration
+	// ResendInterval re-sends firing alerts to the notifier this often
+	// (0: only on state changes).
+	ResendInterval time.Duration
+	// OverrunInterval is how long an overrun alert for one span and
+	// process suppresses the next (default 1m); it is also how long the
+	// alert lasts (its EndsAt).
+	OverrunInterval time.Duration
+	// OverrunBurst caps overrun alerts over all spans per OverrunInterval
+	// (default 100).
+	OverrunBurst int
+	// BaselineTTL drops the baseline of a series not seen for this long
+	// (default 1h).
+	BaselineTTL time.Duration
+	// Now is the clock for overruns without a time (default time.Now).
+	// Evaluate uses the snapshot's time, so replays are deterministic.
+	Now func() time.Time
+}
+
+// A Detector evaluates rules over snapshots. Its methods are safe for
+// concurrent use: Overrun may run while Evaluate does.
+type Detector struct {
+	cfg   Config
+	log   *slog.Logger
+	rules atomic.Pointer[policy.Config]
+
+	evalMu    sync.Mutex // serializes Evaluate; guards baselines
+	baselines map[string]*baselineEntry
+
+	mu     sync.Mutex // guards groups
+	groups map[string]*group
+
+	ovMu      sync.Mutex
+	ovSeen    map[string]*overrunEntry
+	ovWindow  time.Time
+	ovInWin   int
+	ovWinDrop uint64
+
+	stats counters
+}
+
+type baselineEntry struct {
+	b    policy.Baseline
+	seen time.Time
+}
+
+// A group is the alerts of one rule or policy, by fingerprint.
+type group struct {
+	kind   string // "rule" or "policy"
+	name   string
+	active map[string]*active
+}
+
+type active struct {
+	a        *alert.Alert
+	activeAt time.Time
+	lastTrue time.Time
+	lastSent time.Time
+}
+
+// New returns a Detector with no rules; call SetRules.
+func New(cfg Config) *Detector {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PolicyTimeout <= 0 {
+		cfg.PolicyTimeout = time.Second
+	}
+	if cfg.OverrunInterval <= 0 {
+		cfg.OverrunInterval = time.Minute
+	}
+	if cfg.OverrunBurst <= 0 {
+		cfg.OverrunBurst = 100
+	}
+	if cfg.BaselineTTL <= 0 {
+		cfg.BaselineTTL = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Detector{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		baselines: map[string]*baselineEntry{},
+		groups:    map[string]*group{},
+		ovSeen:    map[string]*overrunEntry{},
+	}
+}
+
+// SetRules swaps the rule set atomically. Alerts and baselines of rules and
+// policies that keep their names carry over; those of removed ones are
+// resolved by the next Evaluate.
+func (d *Detector) SetRules(cfg *policy.Config) {
+	d.rules.Store(cfg)
+}
+
+// Rules returns the current rule set (nil before SetRules).
+func (d *Detector) Rules() *policy.Config { return d.rules.Load() }
+
+func groupKey(kind, name string) string { return kind + "/" + name }
+
+// result is one alert a rule or policy produced in this evaluation.
+type result struct {
+	labels      map[string]string
+	annotations map[string]string
+	value       string
+}
+
+type ruleOutput struct {
+	key           string
+	kind, name    string
+	forDur        time.Duration
+	keepFiringFor time.Duration
+	results       map[string]result // by fingerprint
+	failed        bool              // keep the previous state: no resolving
+}
+
+// Evaluate runs every rule and policy over the snapshot, advances the alert
+// lifecycle to the snapshot's time, sends firing and resolved alerts to the
+// notifier, and returns every alert whose state changed (including pending
+// ones and pending ones that went back to inactive). Rule and policy errors
+// are counted and logged, not returned: one bad policy does not stop the
+// others. The error is the notifier's, if it failed.
+func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*alert.Alert, error) {
+	d.evalMu.Lock()
+	defer d.evalMu.Unlock()
+	start := time.Now()
+	d.stats.evaluations.Add(1)
+	now := snap.Time
+	if now.IsZero() {
+		now = d.cfg.Now()
+	}
+	cfg := d.rules.Load()
+	var outs []*ruleOutput
+	if cfg != nil {
+		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
+		for _, r := range cfg.Rules {
+			outs = append(outs, d.evalRule(r, snap, now))
+		}
+		if len(cfg.Policies) > 0 {
+			input := policy.Input(snap)
+			for _, p := range cfg.Policies {
+				outs = append(outs, d.evalPolicy(ctx, p, input))
+			}
+		}
+		d.gcBaselines(cfg, now)
+	}
+	changed, send := d.advance(outs, now)
+	d.stats.lastEvalNs.Store(int64(time.Since(start)))
+	err := d.notify(ctx, send)
+	return changed, err
+}
+
+func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, now time.Time) *ruleOutput {
+	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
+	d.stats.ruleEvaluations.Add(1)
+	var firstErr error
+	for i := range snap.Series {
+		s := &snap.Series[i]
+		if !r.Match.Match(s) {
+			continue
+		}
+		var data policy.TemplateData
+		switch r.Kind {
+		case policy.KindThreshold:
+			v, ok := r.When.Holds(s)
+			if !ok {
+				continue
+			}
+			m := r.When.Terms[0].Metric
+			data = policy.TemplateData{Value: m.Format(v), RawValue: v, Threshold: m.Format(r.When.Terms[0].Threshold), Metric: string(m)}
+		case policy.KindAnomaly:
+			a := r.Anomaly
+			if s.Count < a.MinCount {
+				continue
+			}
+			labels := s.Labels()
+			key := r.Name + "\x00" + string(a.Metric) + "\x00" + alert.Fingerprint(labels)
+			be := d.baselines[key]
+			if be == nil {
+				be = &baselineEntry{}
+				d.baselines[key] = be
+			}
+			be.seen = now
+			v := a.Metric.Value(s)
+			mean := be.b.Mean
+			_, fire := a.Observe(&be.b, v)
+			if !fire {
+				continue
+			}
+			data = policy.TemplateData{Value: a.Metric.Format(v), RawValue: v, Threshold: a.Metric.Format(mean), Metric: string(a.Metric)}
+		default:
+			continue
+		}
+		data.Labels = s.Labels()
+		data.Series = s
+		labels, annotations, err := r.Expand(&data)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			out.failed = true
+			continue
+		}
+		out.results[alert.Fingerprint(labels)] = result{labels: labels, annotations: annotations, value: data.Value}
+	}
+	if firstErr != nil {
+		d.stats.ruleErrors.Add(1)
+		d.log.Warn("rule_error", "rule", r.Name, "err", firstErr)
+	}
+	return out
+}
+
+func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value) *ruleOutput {
+	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
+	d.stats.policyEvaluations.Add(1)
+	ectx, cancel := context.WithTimeout(ctx, d.cfg.PolicyTimeout)
+	alerts, err := p.Eval(ectx, input)
+	cancel()
+	if err != nil {
+		d.stats.policyErrors.Add(1)
+		if errors.Is(err, policy.ErrTimeout) {
+			d.stats.policyTimeouts.Add(1)
+			d.log.Warn("policy_timeout", "policy", p.Name, "timeout", d.cfg.PolicyTimeout)
+		} else {
+			d.log.Warn("policy_error", "policy", p.Name, "err", err)
+		}
+		out.failed = true
+		return out
+	}
+	for _, a := range alerts {
+		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}
+	}
+	return out
+}
+
+// gcBaselines drops baselines of removed rules and of series unseen for
+// BaselineTTL.
+func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
+	names := make(map[string]policy.Metric, len(cfg.Rules))
+	for _, r := range cfg.Rules {
+		if r.Kind == policy.KindAnomaly {
+			names[r.Name] = r.Anomaly.Metric
+		}
+	}
+	for k, be := range d.baselines {
+		name, rest, _ := cut0(k)
+		metric, _, _ := cut0(rest)
+		if m, ok := names[name]; !ok || string(m) != metric || now.Sub(be.seen) > d.cfg.BaselineTTL {
+			delete(d.baselines, k)
+		}
+	}
+}
+
+func cut0(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// advance moves every alert to its state at now and returns the changes
+// and the alerts to send.
+func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*alert.Alert) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	live := make(map[string]bool, len(outs))
+	for _, o := range outs {
+		live[o.key] = true
+		g := d.groups[o.key]
+		if g == nil {
+			g = &group{kind: o.kind, name: o.name, active: map[string]*active{}}
+			d.groups[o.key] = g
+		}
+		fps := make([]string, 0, len(o.results))
+		for fp := range o.results {
+			fps = append(fps, fp)
+		}
+		sort.Strings(fps)
+		for _, fp := range fps {
+			res := o.results[fp]
+			ac := g.active[fp]
+			if ac == nil {
+				ac = &active{activeAt: now, a: &alert.Alert{Labels: res.labels, Fingerprint: fp, StartsAt: now, State: alert.StatePending}}
+				g.active[fp] = ac
+				if o.forDur <= 0 {
+					ac.a.State = alert.StateFiring
+				}
+				ac.a.Annotations, ac.a.Value, ac.lastTrue = res.annotations, res.value, now
+				changed = append(changed, clone(ac.a))
+				if ac.a.State == alert.StateFiring {
+					ac.lastSent = now
+					send = append(send, clone(ac.a))
+				}
+				continue
+			}
+			ac.a.Annotations, ac.a.Value, ac.lastTrue = res.annotations, res.value, now
+			switch {
+			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
+				ac.a.State = alert.StateFiring
+				changed = append(changed, clone(ac.a))
+				ac.lastSent = now
+				send = append(send, clone(ac.a))
+			case ac.a.State == alert.StateFiring && d.cfg.ResendInterval > 0 && now.Sub(ac.lastSent) >= d.cfg.ResendInterval:
+				ac.lastSent = now
+				send = append(send, clone(ac.a))
+			}
+		}
+		if o.failed {
+			continue // an error is not evidence that the alerts ended
+		}
+		for _, fp := range sortedKeys(g.active) {
+			if _, ok := o.results[fp]; ok {
+				continue
+			}
+			ac := g.active[fp]
+			if ac.a.State == alert.StateFiring && o.keepFiringFor > 0 && now.Sub(ac.lastTrue) < o.keepFiringFor {
+				continue
+			}
+			c, s := end(ac, now)
+			changed = append(changed, c)
+			if s != nil {
+				send = append(send, s)
+			}
+			delete(g.active, fp)
+		}
+	}
+	// Rules and policies removed by a reload: resolve what they left.
+	for _, key := range sortedKeys(d.groups) {
+		if live[key] {
+			continue
+		}
+		g := d.groups[key]
+		for _, fp := range sortedKeys(g.active) {
+			c, s := end(g.active[fp], now)
+			changed = append(changed, c)
+			if s != nil {
+				send = append(send, s)
+			}
+		}
+		delete(d.groups, key)
+	}
+	for _, a := range changed {
+		d.stats.stateChanges.Add(1)
+		if a.State == alert.StateFiring {
+			d.stats.fired.Add(1)
+		}
+	}
+	return changed, send
+}
+
+// end resolves a firing alert or drops a pending one.
+func end(ac *active, now time.Time) (changed, send *alert.Alert) {
+	if ac.a.State == alert.StatePending {
+		ac.a.State = alert.StateInactive
+		return clone(ac.a), nil
+	}
+	ac.a.State = alert.StateResolved
+	ac.a.EndsAt = now
+	c := clone(ac.a)
+	return c, clone(ac.a)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// clone copies an alert so callers and notifiers never share the
+// detector's maps.
+func clone(a *alert.Alert) *alert.Alert {
+	c := *a
+	c.Labels = maps.Clone(a.Labels)
+	c.Annotations = maps.Clone(a.Annotations)
+	return &c
+}
+
+func (d *Detector) notify(ctx context.Context, alerts []*alert.Alert) error {
+	if len(alerts) == 0 || d.cfg.Notifier == nil {
+		return nil
+	}
+	d.stats.notified.Add(uint64(len(alerts)))
+	retry, err := d.cfg.Notifier.Notify(ctx, alerts...)
+	if err != nil {
+		d.stats.notifyErrors.Add(1)
+		d.log.Warn("notify_error", "alerts", len(alerts), "retry", retry, "err", err)
+		return fmt.Errorf("notify %d alerts: %w", len(alerts), err)
+	}
+	return nil
+}
+
+// Alerts returns the alerts that are pending or firing now, sorted by
+// alert name and fingerprint.
+func (d *Detector) Alerts() []*alert.Alert {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*alert.Alert
+	for _, g := range d.groups {
+		for _, ac := range g.active {
+			out = append(out, clone(ac.a))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name() != out[j].Name() {
+			return out[i].Name() < out[j].Name()
+		}
+		return out[i].Fingerprint < out[j].Fingerprint
+	})
+	return out
+}

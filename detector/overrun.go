@@ -1,0 +1,158 @@
+package detector
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// OverrunAlertName is the alertname of overrun alerts unless the budget
+// entry's labels set another.
+const OverrunAlertName = "SpanOverBudget"
+
+// stackFrames is how many of the innermost user stack frames an overrun
+// alert's "stack" annotation carries.
+const stackFrames = 8
+
+type overrunEntry struct {
+	last       time.Time
+	suppressed uint64
+}
+
+// Overrun fires an alert for one span slower than its budget, at once,
+// without waiting for the next snapshot. Its labels are alertname
+// (SpanOverBudget unless the budget entry says otherwise), span, process,
+// and container, pod, unit and cgroup where known; its annotations carry
+// the duration, the budget, the trace and span ids and the top of the
+// captured stack; Alert.Overrun holds the whole record.
+//
+// Alerts are deduplicated per label set: after one is sent, further
+// overruns with the same labels within OverrunInterval are counted (and
+// reported in the next alert's "suppressed" annotation) but not sent, and
+// at most OverrunBurst overrun alerts go out per OverrunInterval in total.
+// Overrun returns the alert it sent, or nil when it sent none.
+func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Alert, error) {
+	cfg := d.rules.Load()
+	entry := cfg.BudgetEntry(o.Span)
+	if entry != nil && !entry.Alert {
+		d.stats.overrunsIgnored.Add(1)
+		return nil, nil
+	}
+	t := o.Time
+	if t.IsZero() {
+		t = d.cfg.Now()
+	}
+	labels := map[string]string{"alertname": OverrunAlertName, "span": o.Span}
+	for k, v := range map[string]string{"process": o.Comm, "container": o.Container, "pod": o.Pod, "unit": o.Unit, "cgroup": o.Cgroup} {
+		if v != "" {
+			labels[k] = v
+		}
+	}
+	dur := policy.MetricP99.Format(float64(o.DurationNs))
+	budget := policy.MetricP99.Format(float64(o.BudgetNs))
+	verb := "took"
+	if o.StillRunning {
+		verb = "has been running for"
+	}
+	annotations := map[string]string{
+		"summary":  fmt.Sprintf("span %s %s %s, over its %s budget", o.Span, verb, dur, budget),
+		"duration": dur,
+		"budget":   budget,
+		"pid":      strconv.FormatUint(uint64(o.PID), 10),
+		"tid":      strconv.FormatUint(uint64(o.TID), 10),
+	}
+	if o.TraceID != "" {
+		annotations["trace_id"] = o.TraceID
+	}
+	if o.SpanID != "" {
+		annotations["span_id"] = o.SpanID
+	}
+	if st := stackText(o.UserStack); st != "" {
+		annotations["stack"] = st
+	} else if o.StackError != "" {
+		annotations["stack"] = "(no stack: " + o.StackError + ")"
+	}
+	data := &policy.TemplateData{Value: dur, RawValue: float64(o.DurationNs), Threshold: budget, Metric: "duration", Overrun: &o}
+	if err := entry.Expand(data, labels, annotations); err != nil {
+		d.stats.ruleErrors.Add(1)
+		d.log.Warn("overrun_template_error", "span", o.Span, "err", err)
+	}
+	fp := alert.Fingerprint(labels)
+
+	d.ovMu.Lock()
+	e := d.ovSeen[fp]
+	if e != nil && t.Sub(e.last) < d.cfg.OverrunInterval && !t.Before(e.last) {
+		e.suppressed++
+		d.ovMu.Unlock()
+		d.stats.overrunsDeduped.Add(1)
+		return nil, nil
+	}
+	if t.Sub(d.ovWindow) >= d.cfg.OverrunInterval || t.Before(d.ovWindow) {
+		if d.ovWinDrop > 0 {
+			d.log.Warn("overrun_alerts_limited", "dropped", d.ovWinDrop, "burst", d.cfg.OverrunBurst, "interval", d.cfg.OverrunInterval)
+		}
+		d.ovWindow, d.ovInWin, d.ovWinDrop = t, 0, 0
+		d.gcOverruns(t)
+	}
+	if d.ovInWin >= d.cfg.OverrunBurst {
+		d.ovWinDrop++
+		d.ovMu.Unlock()
+		d.stats.overrunsLimited.Add(1)
+		return nil, nil
+	}
+	d.ovInWin++
+	if e == nil {
+		e = &overrunEntry{}
+		d.ovSeen[fp] = e
+	}
+	if e.suppressed > 0 {
+		annotations["suppressed"] = strconv.FormatUint(e.suppressed, 10)
+	}
+	e.last, e.suppressed = t, 0
+	d.ovMu.Unlock()
+
+	oc := o
+	a := &alert.Alert{
+		Labels:      labels,
+		Annotations: annotations,
+		State:       alert.StateFiring,
+		StartsAt:    t,
+		EndsAt:      t.Add(d.cfg.OverrunInterval),
+		Fingerprint: fp,
+		Value:       dur,
+		Overrun:     &oc,
+	}
+	d.stats.overrunAlerts.Add(1)
+	return a, d.notify(ctx, []*alert.Alert{a})
+}
+
+// gcOverruns forgets dedupe entries older than the interval. Called with
+// ovMu held, once per window.
+func (d *Detector) gcOverruns(now time.Time) {
+	for k, e := range d.ovSeen {
+		if now.Sub(e.last) >= d.cfg.OverrunInterval {
+			delete(d.ovSeen, k)
+		}
+	}
+}
+
+func stackText(frames []snapshot.Frame) string {
+	if len(frames) == 0 {
+		return ""
+	}
+	n := min(len(frames), stackFrames)
+	lines := make([]string, 0, n+1)
+	for _, f := range frames[:n] {
+		lines = append(lines, f.String())
+	}
+	if len(frames) > n {
+		lines = append(lines, fmt.Sprintf("... %d more frames", len(frames)-n))
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,615 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// A Config is one decoded and compiled rule file. It is immutable once
+// returned, so the detector can share it between goroutines and swap it
+// atomically on reload.
+type Config struct {
+	// Name is the file name given to Parse (the path for LoadFile).
+	Name string
+	// Budgets in file order.
+	Budgets  []*Budget
+	Rules    []*Rule
+	Policies []*Policy
+
+	// The sections other packages decode, as written: Webhooks and Routing
+	// (package notify), Sources and Collector (package collector). A
+	// section that is absent has Kind 0.
+	Webhooks  yaml.Node
+	Routing   yaml.Node
+	Sources   yaml.Node
+	Collector yaml.Node
+
+	// Files lists every file read: the rule file first (when it came from
+	// a file), then each policy's Rego and data files. A reloader watches
+	// them all.
+	Files []string
+
+	exactBudgets map[string]*Budget
+	globBudgets  []*Budget
+}
+
+// A Position is where something was defined.
+type Position struct {
+	File      string
+	Line, Col int
+}
+
+func (p Position) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
+
+// A Budget is how long a span may take. The collector pushes budgets into
+// BPF; a span slower than its budget captures a stack and raises an
+// overrun alert.
+type Budget struct {
+	// Span is an exact name or a glob.
+	Span   *Glob
+	Budget time.Duration
+	// CaptureStack asks BPF to capture the user stack of a slow span
+	// (default true).
+	CaptureStack bool
+	// Alert raises an alert for each slow span, rate-limited per span
+	// (default true).
+	Alert bool
+	// Labels and Annotations are added to overrun alerts; a label
+	// "alertname" replaces the default SpanOverBudget.
+	Labels      map[string]*Template
+	Annotations map[string]*Template
+	Pos         Position
+}
+
+// BudgetFor returns the budget of a span name: an exact entry wins over
+// globs, and among globs the first in the file wins.
+func (c *Config) BudgetFor(span string) (time.Duration, bool) {
+	if b := c.BudgetEntry(span); b != nil {
+		return b.Budget, true
+	}
+	return 0, false
+}
+
+// BudgetEntry returns the budget entry for a span name, or nil.
+func (c *Config) BudgetEntry(span string) *Budget {
+	if c == nil {
+		return nil
+	}
+	if b, ok := c.exactBudgets[span]; ok {
+		return b
+	}
+	for _, b := range c.globBudgets {
+		if b.Span.Match(span) {
+			return b
+		}
+	}
+	return nil
+}
+
+// RuleKind says how a rule decides.
+type RuleKind string
+
+const (
+	KindThreshold RuleKind = "threshold" // when: METRIC OP VALUE
+	KindAnomaly   RuleKind = "anomaly"   // anomaly: {metric, sensitivity}
+)
+
+// A Rule is one YAML rule.
+type Rule struct {
+	Name    string
+	Kind    RuleKind
+	Match   Matcher
+	When    *Condition // KindThreshold
+	Anomaly *Anomaly   // KindAnomaly
+	// For is how long the rule must hold before the alert fires (pending
+	// until then); KeepFiringFor keeps a firing alert firing that long
+	// after the rule stops holding.
+	For           time.Duration
+	KeepFiringFor time.Duration
+	Labels        map[string]*Template
+	Annotations   map[string]*Template
+	Pos           Position
+}
+
+// Options change how Parse reads referenced files.
+type Options struct {
+	// Dir is the directory policy and data paths are relative to. It
+	// defaults to the directory of the rule file's name.
+	Dir string
+	// FS, when set, is where referenced files are read from (an embed.FS
+	// for a built-in config, say); paths are then slash-separated.
+	FS fs.FS
+}
+
+// LoadFile reads and parses a rule file; policy and data paths are relative
+// to the file's directory.
+func LoadFile(name string) (*Config, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("load rule file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("load rule file: %w", err)
+	}
+	return Parse(name, data, Options{})
+}
+
+var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector"}
+
+// Parse decodes and compiles a rule file. name is used in error messages
+// and, unless opts.Dir is set, to resolve relative paths. Every problem
+// found is returned at once as an ErrorList.
+func Parse(name string, data []byte, opts Options) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, ErrorList{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileBytes)}}
+	}
+	d := &decoder{file: name}
+	cfg := &Config{Name: name, exactBudgets: map[string]*Budget{}}
+	if opts.FS == nil {
+		cfg.Files = append(cfg.Files, name)
+	}
+	dir := opts.Dir
+	if dir == "" {
+		if opts.FS != nil {
+			dir = path.Dir(name)
+		} else {
+			dir = filepath.Dir(name)
+		}
+	}
+
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return nil, ErrorList{yamlError(name, err)}
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, ErrorList{{File: name, Line: extra.Line, Col: extra.Column, Msg: "more than one YAML document: a rule file is one document"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, ErrorList{yamlError(name, err)}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return cfg, nil // an empty file is a valid, empty rule file
+	}
+	if err := checkTree(name, &doc); err != nil {
+		return nil, ErrorList{err.(*Error)}
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return cfg, nil
+	}
+
+	var policyNodes []*yaml.Node
+	d.fields(root, "rule file", topKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "budgets":
+			for _, n := range d.seq(v, "budgets") {
+				if b := d.budget(n); b != nil {
+					cfg.Budgets = append(cfg.Budgets, b)
+				}
+			}
+		case "rules":
+			names := map[string]*Rule{}
+			for _, n := range d.seq(v, "rules") {
+				r := d.rule(n)
+				if r == nil {
+					continue
+				}
+				if first, dup := names[r.Name]; dup {
+					d.errorf(n, "duplicate rule name %q (first defined at line %d)", r.Name, first.Pos.Line)
+					continue
+				}
+				names[r.Name] = r
+				cfg.Rules = append(cfg.Rules, r)
+			}
+		case "policies":
+			policyNodes = d.seq(v, "policies")
+		case "webhooks":
+			cfg.Webhooks = *v
+		case "routing":
+			cfg.Routing = *v
+		case "sources":
+			cfg.Sources = *v
+		case "collector":
+			cfg.Collector = *v
+		}
+	})
+	for _, b := range cfg.Budgets {
+		if s, ok := b.Span.Exact(); ok {
+			if first, dup := cfg.exactBudgets[s]; dup {
+				d.errorf(&yaml.Node{Line: b.Pos.Line, Column: b.Pos.Col}, "duplicate budget for span %q (first at line %d)", s, first.Pos.Line)
+				continue
+			}
+			cfg.exactBudgets[s] = b
+		} else {
+			cfg.globBudgets = append(cfg.globBudgets, b)
+		}
+	}
+
+	names := map[string]*Policy{}
+	rd := &fileReader{dir: dir, fsys: opts.FS}
+	for _, n := range policyNodes {
+		p := d.policy(n, rd)
+		if p == nil {
+			continue
+		}
+		if first, dup := names[p.Name]; dup {
+			d.errorf(n, "duplicate policy name %q (first defined at line %d): set name: to tell them apart", p.Name, first.Pos.Line)
+			continue
+		}
+		names[p.Name] = p
+		cfg.Policies = append(cfg.Policies, p)
+		for _, f := range p.files {
+			if !contains(cfg.Files, f) {
+				cfg.Files = append(cfg.Files, f)
+			}
+		}
+	}
+	if len(d.errs) > 0 {
+		return nil, d.errs
+	}
+	return cfg, nil
+}
+
+// yamlError turns a yaml.v3 syntax error ("yaml: line 3: ...") into an
+// Error with the line number.
+func yamlError(file string, err error) *Error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	e := &Error{File: file}
+	var line int
+	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
+		e.Line = line
+		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
+	}
+	e.Msg = "bad YAML: " + msg
+	return e
+}
+
+func (d *decoder) pos(n *yaml.Node) Position {
+	return Position{File: d.file, Line: n.Line, Col: n.Column}
+}
+
+var budgetKeys = []string{"span", "budget", "capture_stack", "alert", "labels", "annotations"}
+
+func (d *decoder) budget(n *yaml.Node) *Budget {
+	b := &Budget{CaptureStack: true, Alert: true, Pos: d.pos(resolve(n))}
+	ok := d.fields(n, "budget", budgetKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "span":
+			b.Span = d.glob(v, "budget span")
+		case "budget":
+			if dur, ok := d.duration(v, "budget"); ok {
+				if dur <= 0 {
+					d.errorf(v, "budget must be more than 0")
+				}
+				b.Budget = dur
+			}
+		case "capture_stack":
+			b.CaptureStack, _ = d.boolean(v, "capture_stack")
+		case "alert":
+			b.Alert, _ = d.boolean(v, "alert")
+		case "labels":
+			b.Labels = d.templates(v, "labels", true)
+		case "annotations":
+			b.Annotations = d.templates(v, "annotations", false)
+		}
+	})
+	if !ok {
+		return nil
+	}
+	rn := resolve(n)
+	if b.Span == nil && !hasKey(rn, "span") {
+		d.errorf(rn, "budget: missing span (an exact span name or a glob)")
+		return nil
+	}
+	if b.Budget == 0 && !hasKey(rn, "budget") {
+		d.errorf(rn, "budget: missing budget (a duration like 250ms)")
+		return nil
+	}
+	if b.Span == nil {
+		return nil
+	}
+	return b
+}
+
+func hasKey(n *yaml.Node, key string) bool {
+	n = resolve(n)
+	if n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if resolve(n.Content[i]).Value == key {
+			return true
+		}
+	}
+	return false
+}
+
+var ruleKeys = []string{"name", "span", "cgroup", "container", "pod", "unit", "process", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
+
+func (d *decoder) rule(n *yaml.Node) *Rule {
+	rn := resolve(n)
+	r := &Rule{Pos: d.pos(rn)}
+	nerr := len(d.errs)
+	ok := d.fields(n, "rule", ruleKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "name":
+			if s, ok := d.name(v, "rule name"); ok {
+				r.Name = s
+			}
+		case "span":
+			r.Match.Span = d.glob(v, "span")
+		case "cgroup":
+			r.Match.Cgroup = d.glob(v, "cgroup")
+		case "container":
+			r.Match.Container = d.glob(v, "container")
+		case "pod":
+			r.Match.Pod = d.glob(v, "pod")
+		case "unit":
+			r.Match.Unit = d.glob(v, "unit")
+		case "process":
+			r.Match.Process = d.glob(v, "process")
+		case "when":
+			if s, ok := d.name(v, "when"); ok {
+				c, err := ParseCondition(s)
+				if err != nil {
+					d.errorf(v, "when: %v", err)
+					return
+				}
+				r.When = c
+				r.Kind = KindThreshold
+			}
+		case "anomaly":
+			r.Anomaly = d.anomaly(v)
+		case "for":
+			r.For, _ = d.duration(v, "for")
+		case "keep_firing_for":
+			r.KeepFiringFor, _ = d.duration(v, "keep_firing_for")
+		case "labels":
+			r.Labels = d.templates(v, "labels", true, "alertname")
+		case "annotations":
+			r.Annotations = d.templates(v, "annotations", false)
+		}
+	})
+	if !ok {
+		return nil
+	}
+	if r.Name == "" {
+		if !hasKey(rn, "name") {
+			d.errorf(rn, "rule: missing name")
+		}
+		return nil
+	}
+	hasWhen, hasAnomaly := hasKey(rn, "when"), hasKey(rn, "anomaly")
+	switch {
+	case hasWhen && hasAnomaly:
+		d.errorf(rn, "rule %q: has both when and anomaly: a rule is one or the other", r.Name)
+	case !hasWhen && !hasAnomaly:
+		d.errorf(rn, "rule %q: needs when (e.g. p99 > 200ms) or anomaly (e.g. {metric: p99, sensitivity: 3})", r.Name)
+	case hasAnomaly && r.Anomaly != nil:
+		r.Kind = KindAnomaly
+	}
+	if len(d.errs) > nerr {
+		return nil
+	}
+	return r
+}
+
+var anomalyKeys = []string{"metric", "sensitivity", "warmup", "alpha", "direction", "min_count"}
+
+func (d *decoder) anomaly(n *yaml.Node) *Anomaly {
+	a := &Anomaly{Sensitivity: 3, Warmup: DefaultWarmup, Alpha: DefaultAlpha, Direction: DirectionUp}
+	nerr := len(d.errs)
+	minCountSet := false
+	ok := d.fields(n, "anomaly", anomalyKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "metric":
+			if s, ok := d.name(v, "anomaly metric"); ok {
+				if !Metric(s).valid() {
+					d.errorf(v, "anomaly: unknown metric %q: want one of %s", s, metricList())
+					return
+				}
+				a.Metric = Metric(s)
+			}
+		case "sensitivity":
+			if f, ok := d.number(v, "sensitivity"); ok {
+				if f <= 0 {
+					d.errorf(v, "sensitivity must be more than 0 (deviations from the baseline; 3 is a good start)")
+					return
+				}
+				a.Sensitivity = f
+			}
+		case "warmup":
+			if i, ok := d.integer(v, "warmup"); ok {
+				if i < 1 || i > 100000 {
+					d.errorf(v, "warmup must be between 1 and 100000 windows")
+					return
+				}
+				a.Warmup = int(i)
+			}
+		case "alpha":
+			if f, ok := d.number(v, "alpha"); ok {
+				if f <= 0 || f > 1 {
+					d.errorf(v, "alpha must be in (0, 1]: the weight of the newest window in the baseline")
+					return
+				}
+				a.Alpha = f
+			}
+		case "direction":
+			if s, ok := d.name(v, "direction"); ok {
+				switch Direction(s) {
+				case DirectionUp, DirectionDown, DirectionBoth:
+					a.Direction = Direction(s)
+				default:
+					d.errorf(v, "direction must be up, down or both, not %q", s)
+				}
+			}
+		case "min_count":
+			if i, ok := d.integer(v, "min_count"); ok {
+				if i < 0 {
+					d.errorf(v, "min_count must not be negative")
+					return
+				}
+				a.MinCount = uint64(i)
+				minCountSet = true
+			}
+		}
+	})
+	if !ok || len(d.errs) > nerr {
+		return nil
+	}
+	if a.Metric == "" {
+		d.errorf(resolve(n), "anomaly: missing metric (one of %s)", metricList())
+		return nil
+	}
+	if !minCountSet && a.Metric.IsLatency() {
+		// A latency quantile over an empty window is 0, not a fact about
+		// the service: skip such windows.
+		a.MinCount = 1
+	}
+	return a
+}
+
+var policyKeys = []string{"file", "data", "name", "for", "keep_firing_for"}
+
+func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
+	rn := resolve(n)
+	spec := policySpec{pos: d.pos(rn)}
+	nerr := len(d.errs)
+	if rn.Kind == yaml.ScalarNode {
+		spec.file, _ = d.name(rn, "policy file")
+	} else {
+		d.fields(n, "policy", policyKeys, func(key string, k, v *yaml.Node) {
+			switch key {
+			case "file":
+				spec.file, _ = d.name(v, "policy file")
+				spec.fileNode = v
+			case "data":
+				spec.data = d.strList(v, "policy data")
+			case "name":
+				spec.name, _ = d.name(v, "policy name")
+			case "for":
+				spec.forDur, _ = d.duration(v, "for")
+			case "keep_firing_for":
+				spec.keepFiringFor, _ = d.duration(v, "keep_firing_for")
+			}
+		})
+		if spec.file == "" && !hasKey(rn, "file") {
+			d.errorf(rn, "policy: missing file (a .rego file, relative to the rule file)")
+		}
+	}
+	if len(d.errs) > nerr || spec.file == "" {
+		return nil
+	}
+	p, errs := compilePolicy(context.Background(), spec, rd)
+	if len(errs) > 0 {
+		d.errs = append(d.errs, errs...)
+		return nil
+	}
+	return p
+}
+
+// fileReader reads the files a rule file refers to, from disk or from an
+// fs.FS.
+type fileReader struct {
+	dir  string
+	fsys fs.FS
+}
+
+func (r *fileReader) path(name string) string {
+	if r.fsys != nil {
+		if path.IsAbs(name) {
+			return path.Clean(name[1:])
+		}
+		return path.Join(r.dir, name)
+	}
+	if filepath.IsAbs(name) {
+		return name
+	}
+	return filepath.Join(r.dir, name)
+}
+
+func (r *fileReader) read(p string) ([]byte, error) {
+	var f io.ReadCloser
+	var err error
+	if r.fsys != nil {
+		f, err = r.fsys.Open(p)
+	} else {
+		f, err = os.Open(p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	}
+	return data, nil
+}
+
+// Expand renders a rule's labels and annotations for one series. The
+// labels are the series' labels, alertname (the rule's name) and the rule's
+// labels; annotation templates see those final labels.
+func (r *Rule) Expand(data *TemplateData) (labels, annotations map[string]string, err error) {
+	labels = data.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["alertname"] = r.Name
+	data.Labels = labels
+	data.Rule = r.Name
+	if len(r.Labels) > 0 {
+		extra := make(map[string]string, len(r.Labels))
+		if err := expandAll(r.Labels, data, extra); err != nil {
+			return nil, nil, fmt.Errorf("rule %s: label %w", r.Name, err)
+		}
+		for k, v := range extra {
+			labels[k] = v
+		}
+	}
+	annotations = make(map[string]string, len(r.Annotations))
+	if err := expandAll(r.Annotations, data, annotations); err != nil {
+		return nil, nil, fmt.Errorf("rule %s: annotation %w", r.Name, err)
+	}
+	return labels, annotations, nil
+}
+
+// ExpandBudget renders an overrun alert's extra labels and annotations
+// from its budget entry into labels and annotations.
+func (b *Budget) Expand(data *TemplateData, labels, annotations map[string]string) error {
+	if b == nil {
+		return nil
+	}
+	if len(b.Labels) > 0 {
+		extra := make(map[string]string, len(b.Labels))
+		if err := expandAll(b.Labels, data, extra); err != nil {
+			return fmt.Errorf("budget %s: label %w", b.Span, err)
+		}
+		for k, v := range extra {
+			labels[k] = v
+		}
+	}
+	data.Labels = labels
+	if err := expandAll(b.Annotations, data, annotations); err != nil {
+		return fmt.Errorf("budget %s: annotation %w", b.Span, err)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package policy
+
+import (
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// Input converts a snapshot into the value every policy sees as input. The
+// detector converts each snapshot once and passes the same value to every
+// policy (rego.EvalParsedInput), instead of letting OPA convert it again per
+// policy.
+//
+// The shape (histograms are left out):
+//
+//	{
+//	  "time": "2026-01-02T15:04:05Z", "time_ns": 1767366245000000000,
+//	  "window_ns": 10000000000, "window_seconds": 10, "host": "node1",
+//	  "series": [{"span": "checkout", "cgroup_id": 1234, "cgroup": "...",
+//	              "container": "...", "pod": "...", "unit": "...", "process": "...",
+//	              "count": 100, "rate": 10, "errors": 2, "error_ratio": 0.02,
+//	              "sum_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
+//	              "max_ns": ..., "window_max_ns": ..., "over_budget": 1,
+//	              "budget_ns": 250000000, "labels": {"span": "checkout", ...}}],
+//	  "overruns": [{"span": ..., "pid": ..., "comm": ..., "duration_ns": ...,
+//	                "budget_ns": ..., "trace_id": ..., "container": ..., ...}],
+//	  "stats": {"events": ..., "ringbuf_drops": ..., ...}
+//	}
+func Input(s *snapshot.Snapshot) ast.Value {
+	series := make([]*ast.Term, len(s.Series))
+	for i := range s.Series {
+		series[i] = ast.NewTerm(seriesObject(&s.Series[i]))
+	}
+	overruns := make([]*ast.Term, len(s.Overruns))
+	for i := range s.Overruns {
+		overruns[i] = ast.NewTerm(overrunObject(&s.Overruns[i]))
+	}
+	st := s.Stats
+	return ast.NewObject(
+		item(kTime, ast.StringTerm(s.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
+		item(kTimeNs, ast.IntNumberTerm(int(s.Time.UnixNano()))),
+		item(kWindowNs, ast.IntNumberTerm(int(s.WindowNs))),
+		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
+		item(kHost, ast.StringTerm(s.Host)),
+		item(kSeries, ast.ArrayTerm(series...)),
+		item(kOverruns, ast.ArrayTerm(overruns...)),
+		item(kStats, ast.ObjectTerm(
+			item(ast.StringTerm("events"), ast.UIntNumberTerm(st.Events)),
+			item(ast.StringTerm("ringbuf_drops"), ast.UIntNumberTerm(st.RingbufDrops)),
+			item(ast.StringTerm("stats_full"), ast.UIntNumberTerm(st.StatsFull)),
+			item(ast.StringTerm("short_events"), ast.UIntNumberTerm(st.ShortEvents)),
+			item(ast.StringTerm("overruns_dropped"), ast.UIntNumberTerm(st.OverrunsDropped)),
+		)),
+	)
+}
+
+func item(k, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{k, v} }
+
+// Keys are shared between series: a term used as a key is never mutated.
+var (
+	kTime          = ast.StringTerm("time")
+	kTimeNs        = ast.StringTerm("time_ns")
+	kWindowNs      = ast.StringTerm("window_ns")
+	kWindowSeconds = ast.StringTerm("window_seconds")
+	kHost          = ast.StringTerm("host")
+	kSeries        = ast.StringTerm("series")
+	kOverruns      = ast.StringTerm("overruns")
+	kStats         = ast.StringTerm("stats")
+
+	kSpan        = ast.StringTerm("span")
+	kCgroupID    = ast.StringTerm("cgroup_id")
+	kCgroup      = ast.StringTerm("cgroup")
+	kContainer   = ast.StringTerm("container")
+	kPod         = ast.StringTerm("pod")
+	kUnit        = ast.StringTerm("unit")
+	kProcess     = ast.StringTerm("process")
+	kCount       = ast.StringTerm("count")
+	kRate        = ast.StringTerm("rate")
+	kErrors      = ast.StringTerm("errors")
+	kErrorRatio  = ast.StringTerm("error_ratio")
+	kSumNs       = ast.StringTerm("sum_ns")
+	kP50         = ast.StringTerm("p50_ns")
+	kP90         = ast.StringTerm("p90_ns")
+	kP99         = ast.StringTerm("p99_ns")
+	kMax         = ast.StringTerm("max_ns")
+	kWindowMax   = ast.StringTerm("window_max_ns")
+	kOverBudget  = ast.StringTerm("over_budget")
+	kBudgetNs    = ast.StringTerm("budget_ns")
+	kLabels      = ast.StringTerm("labels")
+	kPID         = ast.StringTerm("pid")
+	kTID         = ast.StringTerm("tid")
+	kComm        = ast.StringTerm("comm")
+	kDurationNs  = ast.StringTerm("duration_ns")
+	kTraceID     = ast.StringTerm("trace_id")
+	kSpanID      = ast.StringTerm("span_id")
+	kError       = ast.StringTerm("error")
+	kStillRun    = ast.StringTerm("still_running")
+	kSource      = ast.StringTerm("source")
+	kFrames      = ast.StringTerm("user_stack")
+	kOverrunTime = ast.StringTerm("time")
+)
+
+func seriesObject(s *snapshot.Series) ast.Object {
+	labels := make([][2]*ast.Term, 0, 6)
+	labels = append(labels, item(kSpan, ast.StringTerm(s.Span)))
+	for _, kv := range [...]struct {
+		k *ast.Term
+		v string
+	}{{kCgroup, s.Cgroup}, {kContainer, s.Container}, {kPod, s.Pod}, {kUnit, s.Unit}, {kProcess, s.Process}} {
+		if kv.v != "" {
+			labels = append(labels, item(kv.k, ast.StringTerm(kv.v)))
+		}
+	}
+	return ast.NewObject(
+		item(kSpan, ast.StringTerm(s.Span)),
+		item(kCgroupID, ast.UIntNumberTerm(s.CgroupID)),
+		item(kCgroup, ast.StringTerm(s.Cgroup)),
+		item(kContainer, ast.StringTerm(s.Container)),
+		item(kPod, ast.StringTerm(s.Pod)),
+		item(kUnit, ast.StringTerm(s.Unit)),
+		item(kProcess, ast.StringTerm(s.Process)),
+		item(kCount, ast.UIntNumberTerm(s.Count)),
+		item(kRate, ast.FloatNumberTerm(finite(s.Rate))),
+		item(kErrors, ast.UIntNumberTerm(s.Errors)),
+		item(kErrorRatio, ast.FloatNumberTerm(MetricErrorRatio.Value(s))),
+		item(kSumNs, ast.UIntNumberTerm(s.SumNs)),
+		item(kP50, ast.UIntNumberTerm(s.P50Ns)),
+		item(kP90, ast.UIntNumberTerm(s.P90Ns)),
+		item(kP99, ast.UIntNumberTerm(s.P99Ns)),
+		item(kMax, ast.UIntNumberTerm(s.MaxNs)),
+		item(kWindowMax, ast.UIntNumberTerm(s.WindowMaxNs)),
+		item(kOverBudget, ast.UIntNumberTerm(s.OverBudget)),
+		item(kBudgetNs, ast.UIntNumberTerm(s.BudgetNs)),
+		item(kLabels, ast.ObjectTerm(labels...)),
+	)
+}
+
+func overrunObject(o *snapshot.Overrun) ast.Object {
+	frames := make([]*ast.Term, len(o.UserStack))
+	for i, f := range o.UserStack {
+		frames[i] = ast.StringTerm(f.String())
+	}
+	return ast.NewObject(
+		item(kOverrunTime, ast.StringTerm(o.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
+		item(kSpan, ast.StringTerm(o.Span)),
+		item(kPID, ast.UIntNumberTerm(uint64(o.PID))),
+		item(kTID, ast.UIntNumberTerm(uint64(o.TID))),
+		item(kComm, ast.StringTerm(o.Comm)),
+		item(kCgroupID, ast.UIntNumberTerm(o.CgroupID)),
+		item(kCgroup, ast.StringTerm(o.Cgroup)),
+		item(kContainer, ast.StringTerm(o.Container)),
+		item(kPod, ast.StringTerm(o.Pod)),
+		item(kUnit, ast.StringTerm(o.Unit)),
+		item(kDurationNs, ast.UIntNumberTerm(o.DurationNs)),
+		item(kBudgetNs, ast.UIntNumberTerm(o.BudgetNs)),
+		item(kError, ast.BooleanTerm(o.Error)),
+		item(kTraceID, ast.StringTerm(o.TraceID)),
+		item(kSpanID, ast.StringTerm(o.SpanID)),
+		item(kStillRun, ast.BooleanTerm(o.StillRunning)),
+		item(kSource, ast.StringTerm(o.Source)),
+		item(kFrames, ast.ArrayTerm(frames...)),
+	)
+}

@@ -1,0 +1,355 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"gopkg.in/yaml.v3"
+)
+
+// Query is what spanwatch evaluates in every policy: a set of alert
+// objects, {"labels": {...}, "annotations": {...}}. Each object's labels
+// must include alertname; the alert is firing for as long as the policy
+// returns it.
+const Query = "data.spanwatch.alerts"
+
+// ErrTimeout is returned (wrapped) by Policy.Eval when a policy runs longer
+// than its time limit.
+var ErrTimeout = errors.New("policy evaluation timed out")
+
+// A Policy is one Rego module with its data, compiled and prepared once.
+type Policy struct {
+	// Name defaults to the file's base name without ".rego".
+	Name string
+	// File is the Rego file's path as resolved; DataFiles likewise.
+	File      string
+	DataFiles []string
+	// For and KeepFiringFor work as on YAML rules.
+	For           time.Duration
+	KeepFiringFor time.Duration
+	Pos           Position
+
+	files []string
+	query rego.PreparedEvalQuery
+}
+
+type policySpec struct {
+	pos           Position
+	file          string
+	fileNode      *yaml.Node
+	data          []string
+	name          string
+	forDur        time.Duration
+	keepFiringFor time.Duration
+}
+
+// deniedBuiltin says why a builtin is refused in a policy, or "" when it is
+// allowed.
+func deniedBuiltin(name string) string {
+	switch {
+	case name == "http.send":
+		return "it makes HTTP requests"
+	case strings.HasPrefix(name, "net."):
+		return "it reaches the network (DNS lookups) or is one of the net.* builtins spanwatch refuses"
+	case name == "opa.runtime":
+		return "it exposes the agent's environment and configuration"
+	}
+	return ""
+}
+
+// sandboxCapabilities are this OPA's builtins minus the denied ones, with no
+// network access allowed: compiling a module that calls a denied builtin
+// fails even if the pre-compile scan missed it.
+func sandboxCapabilities() *ast.Capabilities {
+	c := ast.CapabilitiesForThisVersion()
+	kept := c.Builtins[:0]
+	for _, b := range c.Builtins {
+		if deniedBuiltin(b.Name) == "" {
+			kept = append(kept, b)
+		}
+	}
+	c.Builtins = kept
+	c.AllowNet = []string{}
+	return c
+}
+
+var sandboxCaps = sandboxCapabilities()
+
+const sandboxWhy = "policies run inside the agent on every snapshot and must not reach outside it; compute from input and data instead"
+
+func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Policy, ErrorList) {
+	p := &Policy{Pos: spec.pos, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
+	p.File = rd.path(spec.file)
+	p.Name = spec.name
+	if p.Name == "" {
+		p.Name = strings.TrimSuffix(filepath.Base(spec.file), ".rego")
+	}
+	at := func(msg string, a ...any) ErrorList {
+		return ErrorList{{File: spec.pos.File, Line: spec.pos.Line, Col: spec.pos.Col, Msg: fmt.Sprintf(msg, a...)}}
+	}
+	src, err := rd.read(p.File)
+	if err != nil {
+		return nil, at("policy %s: %v", spec.file, unwrapPathError(err))
+	}
+	p.files = append(p.files, p.File)
+
+	mod, err := ast.ParseModuleWithOpts(p.File, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		return nil, astErrors(p.File, err)
+	}
+	if mod == nil {
+		return nil, ErrorList{{File: p.File, Msg: "empty policy: want a package spanwatch with an alerts rule"}}
+	}
+	if errs := scanDenied(p.File, mod); len(errs) > 0 {
+		return nil, errs
+	}
+	if got := mod.Package.Path.String(); got != "data.spanwatch" {
+		loc := mod.Package.Location
+		return nil, ErrorList{{File: p.File, Line: loc.Row, Col: loc.Col, Msg: fmt.Sprintf("package is %s: a spanwatch policy is package spanwatch and defines alerts (a set of {labels, annotations} objects)", strings.TrimPrefix(got, "data."))}}
+	}
+	hasAlerts := false
+	for _, r := range mod.Rules {
+		if r.Head.Name == "alerts" || (len(r.Head.Reference) > 0 && r.Head.Reference[0].Value.Compare(ast.Var("alerts")) == 0) {
+			hasAlerts = true
+		}
+	}
+	if !hasAlerts {
+		return nil, ErrorList{{File: p.File, Line: mod.Package.Location.Row, Col: mod.Package.Location.Col, Msg: "policy defines no alerts rule: want e.g. alerts contains {\"labels\": {\"alertname\": \"X\"}} if { ... }"}}
+	}
+
+	data := map[string]any{}
+	for _, df := range spec.data {
+		full := rd.path(df)
+		p.DataFiles = append(p.DataFiles, full)
+		p.files = append(p.files, full)
+		raw, err := rd.read(full)
+		if err != nil {
+			return nil, at("policy %s: data %s: %v", spec.file, df, unwrapPathError(err))
+		}
+		obj, err := decodeData(full, raw)
+		if err != nil {
+			return nil, ErrorList{{File: full, Msg: err.Error()}}
+		}
+		for k, v := range obj {
+			if _, dup := data[k]; dup {
+				return nil, ErrorList{{File: full, Msg: fmt.Sprintf("data key %q is also set by an earlier data file of policy %s", k, p.Name)}}
+			}
+			data[k] = v
+		}
+	}
+
+	r := rego.New(
+		rego.Query(Query),
+		rego.ParsedModule(mod),
+		rego.Store(inmem.NewFromObject(data)),
+		rego.Capabilities(sandboxCaps),
+		rego.SetRegoVersion(ast.RegoV1),
+	)
+	pq, err := r.PrepareForEval(ctx)
+	if err != nil {
+		return nil, astErrors(p.File, err)
+	}
+	p.query = pq
+	return p, nil
+}
+
+func unwrapPathError(err error) error {
+	var pe interface{ Unwrap() error }
+	if errors.As(err, &pe) && strings.Contains(err.Error(), "no such file") {
+		return errors.New("no such file")
+	}
+	return err
+}
+
+// scanDenied finds calls to denied builtins before compiling, so the error
+// says why instead of "undefined function".
+func scanDenied(file string, mod *ast.Module) ErrorList {
+	var errs ErrorList
+	report := func(ref ast.Ref, loc *ast.Location) {
+		name := ref.String()
+		why := deniedBuiltin(name)
+		if why == "" {
+			return
+		}
+		e := &Error{File: file, Msg: fmt.Sprintf("%s is not allowed in a spanwatch policy: %s; %s", name, why, sandboxWhy)}
+		if loc != nil {
+			e.Line, e.Col = loc.Row, loc.Col
+		}
+		errs = append(errs, e)
+	}
+	ast.WalkExprs(mod, func(e *ast.Expr) bool {
+		if e.IsCall() {
+			report(e.Operator(), e.Location)
+		}
+		return false
+	})
+	ast.WalkTerms(mod, func(t *ast.Term) bool {
+		if c, ok := t.Value.(ast.Call); ok && len(c) > 0 {
+			if ref, ok := c[0].Value.(ast.Ref); ok {
+				report(ref, t.Location)
+			}
+		}
+		return false
+	})
+	sort.SliceStable(errs, func(i, j int) bool {
+		if errs[i].Line != errs[j].Line {
+			return errs[i].Line < errs[j].Line
+		}
+		return errs[i].Col < errs[j].Col
+	})
+	return errs
+}
+
+// astErrors turns OPA parse and compile errors into positioned Errors.
+func astErrors(file string, err error) ErrorList {
+	var aes ast.Errors
+	if errors.As(err, &aes) && len(aes) > 0 {
+		var out ErrorList
+		for _, ae := range aes {
+			e := &Error{File: file, Msg: ae.Message}
+			if ae.Location != nil {
+				if ae.Location.File != "" {
+					e.File = ae.Location.File
+				}
+				e.Line, e.Col = ae.Location.Row, ae.Location.Col
+			}
+			if strings.HasPrefix(ae.Message, "undefined function ") {
+				if why := deniedBuiltin(strings.TrimPrefix(ae.Message, "undefined function ")); why != "" {
+					e.Msg += " (refused by spanwatch's sandbox: " + why + ")"
+				}
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	return ErrorList{{File: file, Msg: err.Error()}}
+}
+
+// decodeData reads a JSON or YAML data file; its top level must be an
+// object, merged into the policy's data.
+func decodeData(name string, raw []byte) (map[string]any, error) {
+	var v any
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".json":
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("bad JSON: %v", err)
+		}
+	case ".yaml", ".yml":
+		var n yaml.Node
+		if err := yaml.Unmarshal(raw, &n); err != nil {
+			return nil, fmt.Errorf("bad YAML: %v", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		if n.Kind != 0 {
+			if err := checkTree(name, &n); err != nil {
+				return nil, errors.New(err.(*Error).Msg)
+			}
+		}
+		if err := n.Decode(&v); err != nil {
+			return nil, fmt.Errorf("bad YAML: %v", strings.TrimPrefix(err.Error(), "yaml: "))
+		}
+		// Through JSON, so the store sees only JSON types.
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("data is not JSON-compatible: %v", err)
+		}
+		v = nil
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("data file must be .json, .yaml or .yml")
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("data file's top level must be an object")
+	}
+	return obj, nil
+}
+
+// A PolicyAlert is one element of a policy's alerts set.
+type PolicyAlert struct {
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Eval evaluates the policy over an input made by Input, under the
+// context's deadline. A policy that exceeds the deadline returns an error
+// wrapping ErrTimeout.
+func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, error) {
+	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		if ctx.Err() != nil || topdown.IsCancel(err) {
+			return nil, fmt.Errorf("policy %s: %w", p.Name, ErrTimeout)
+		}
+		return nil, fmt.Errorf("policy %s: %w", p.Name, err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil // undefined: no alerts
+	}
+	items, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("policy %s: alerts must be a set of objects, got %T", p.Name, rs[0].Expressions[0].Value)
+	}
+	out := make([]PolicyAlert, 0, len(items))
+	for i, it := range items {
+		obj, ok := it.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("policy %s: alert %d is %T, want an object with labels and annotations", p.Name, i, it)
+		}
+		var a PolicyAlert
+		for k, v := range obj {
+			switch k {
+			case "labels":
+				a.Labels, err = stringMap(v)
+			case "annotations":
+				a.Annotations, err = stringMap(v)
+			default:
+				err = fmt.Errorf("unknown key %q (want labels, annotations)", k)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: alert %d: %s: %w", p.Name, i, k, err)
+			}
+		}
+		if a.Labels["alertname"] == "" {
+			return nil, fmt.Errorf("policy %s: alert %d has no alertname label", p.Name, i)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func stringMap(v any) (map[string]string, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("want an object, got %T", v)
+	}
+	out := make(map[string]string, len(m))
+	for k, x := range m {
+		switch s := x.(type) {
+		case string:
+			out[k] = s
+		case json.Number:
+			out[k] = s.String()
+		case bool:
+			out[k] = fmt.Sprint(s)
+		default:
+			return nil, fmt.Errorf("%s: values must be strings, got %T", k, x)
+		}
+	}
+	return out, nil
+}
