@@ -1,0 +1,44 @@
+// Package symbolize turns the raw stack addresses in an overrun record into
+// frames: function, file, line, module, offset and build id.
+//
+// The collector keeps one Symbolizer and calls Capture as soon as a record
+// for a process arrives, before the process may exit:
+//
+//	s := symbolize.New(symbolize.Config{Logger: log})
+//	defer s.Close()
+//	_ = s.Capture(rec.PID) // maps and mapped files, cached per exec
+//	o.UserStack, err = s.User(rec.PID, rec.UserStack)
+//	if err != nil {
+//		o.StackError = err.Error()
+//	} else {
+//		o.StackError = symbolize.Hint(o.UserStack)
+//	}
+//	o.KernelStack, err = s.Kernel(rec.KernelStack) // /proc/kallsyms
+//
+// Capture reads /proc/PID/maps and opens every executable mapped file
+// through /proc/PID/map_files (so files inside containers and deleted files
+// resolve), falling back to /proc/PID/root. Files are shared between
+// processes by device and inode and stay open while a process that mapped
+// them is cached, so a process that has exited by the time its record is
+// read still symbolizes. A process is captured again when it exec'd (its
+// code and stack addresses in /proc/PID/stat change), and its maps are read
+// again when an address misses (a library dlopen'd or code generated after
+// the capture).
+//
+// Names come from, in order: a Go binary's pclntab (found by section, or by
+// its header when the section headers are stripped, so "go build -ldflags=-s
+// -w" binaries symbolize with file and line); the ELF .symtab and .dynsym,
+// with DWARF line tables for file and line when present; a JIT's perf map
+// (/tmp/perf-PID.map, looked up in the process's own root and PID
+// namespace). An address nothing names keeps its module and offset, or just
+// its address: frames are never dropped. ELF tables are parsed on a file's
+// first lookup and cached, so a cached lookup is a few binary searches and
+// allocates only the returned slice.
+//
+// Kernel stacks symbolize from /proc/kallsyms. When kernel.kptr_restrict
+// hides its addresses (the reader lacks CAP_SYSLOG), Kernel returns an error
+// wrapping ErrKernelHidden that says so.
+//
+// Capture needs read access to other processes' /proc entries, and
+// map_files needs CAP_SYS_ADMIN; the collector runs as root.
+package symbolize

@@ -1,0 +1,425 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"debug/gosym"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// Each record the test program writes: pid_tgid, the byte count
+// bpf_get_stack returned, then the stack.
+const (
+	stackBytes = MaxStackDepth * 8
+	recordSize = 16 + stackBytes
+)
+
+// stackProbe is a uprobe program that writes the user stack of the thread
+// that hit it into a ring buffer, the way the collector's BPF core does.
+type stackProbe struct {
+	events *ebpf.Map
+	prog   *ebpf.Program
+	rd     *ringbuf.Reader
+}
+
+func newStackProbe(t *testing.T) *stackProbe {
+	t.Helper()
+	events, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 1 << 16})
+	if err != nil {
+		t.Skipf("skipping: cannot create a BPF ring buffer (needs root, CAP_BPF and kernel 5.8+): %v", err)
+	}
+	t.Cleanup(func() { events.Close() })
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMapPtr(asm.R1, events.FD()),
+		asm.Mov.Imm(asm.R2, recordSize),
+		asm.Mov.Imm(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, "exit"),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.FnGetCurrentPidTgid.Call(),
+		asm.StoreMem(asm.R7, 0, asm.R0, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Reg(asm.R2, asm.R7),
+		asm.Add.Imm(asm.R2, 16),
+		asm.Mov.Imm(asm.R3, stackBytes),
+		asm.Mov.Imm(asm.R4, 1<<8), // BPF_F_USER_STACK
+		asm.FnGetStack.Call(),
+		asm.StoreMem(asm.R7, 8, asm.R0, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R7),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.FnRingbufSubmit.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("exit"),
+		asm.Return(),
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, Instructions: insns, License: "GPL"})
+	if err != nil {
+		t.Skipf("skipping: cannot load a uprobe program with bpf_get_stack: %v", err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	rd, err := ringbuf.NewReader(events)
+	if err != nil {
+		t.Fatalf("ring buffer reader: %v", err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	return &stackProbe{events: events, prog: prog, rd: rd}
+}
+
+// attach puts the probe on fn in bin, just after fn's frame-pointer
+// prologue: at the function's first instruction the caller's return
+// address is not yet linked into the frame chain, and the frame-pointer
+// walk would skip the caller.
+func (p *stackProbe) attach(t *testing.T, bin string, entryOff uint64) {
+	t.Helper()
+	off := afterPrologue(t, bin, entryOff)
+	ex, err := link.OpenExecutable(bin)
+	if err != nil {
+		t.Fatalf("open executable: %v", err)
+	}
+	l, err := ex.Uprobe("", p.prog, &link.UprobeOptions{Address: off})
+	if err != nil {
+		t.Skipf("skipping: cannot attach a uprobe (needs root and CONFIG_UPROBE_EVENTS): %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+}
+
+// read waits for one record from pid.
+func (p *stackProbe) read(t *testing.T, pid int) []uint64 {
+	t.Helper()
+	p.rd.SetDeadline(time.Now().Add(30 * time.Second))
+	for {
+		rec, err := p.rd.Read()
+		if err != nil {
+			t.Fatalf("read stack record: %v", err)
+		}
+		s := rec.RawSample
+		if int(binary.NativeEndian.Uint64(s)>>32) != pid {
+			continue
+		}
+		n := int64(binary.NativeEndian.Uint64(s[8:]))
+		if n < 0 {
+			t.Fatalf("bpf_get_stack: error %d", n)
+		}
+		addrs := make([]uint64, n/8)
+		for i := range addrs {
+			addrs[i] = binary.NativeEndian.Uint64(s[16+8*i:])
+		}
+		return addrs
+	}
+}
+
+// afterPrologue returns the file offset of the instruction after the
+// function's "mov %rsp,%rbp" (48 89 e5), searched in its first 64 bytes.
+func afterPrologue(t *testing.T, bin string, entryOff uint64) uint64 {
+	t.Helper()
+	f, err := os.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	code := make([]byte, 64)
+	if _, err := f.ReadAt(code, int64(entryOff)); err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(code, []byte{0x48, 0x89, 0xe5})
+	if i < 0 {
+		t.Fatalf("%s: no frame-pointer prologue at file offset %#x: % x", bin, entryOff, code)
+	}
+	return entryOff + uint64(i) + 3
+}
+
+// funcFileOffset finds fn's entry in bin with the standard library alone
+// (symbol table, else Go's pclntab section), independent of the code under
+// test, and returns its file offset.
+func funcFileOffset(t *testing.T, bin, fn string) uint64 {
+	t.Helper()
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	var addr uint64
+	if syms, err := ef.Symbols(); err == nil {
+		for _, s := range syms {
+			if s.Name == fn && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+				addr = s.Value
+			}
+		}
+	}
+	if addr == 0 {
+		pcln := ef.Section(".gopclntab")
+		if pcln == nil {
+			t.Fatalf("%s: no symbol %s and no .gopclntab", bin, fn)
+		}
+		data, err := pcln.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, ef.Section(".text").Addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := tab.LookupFunc(fn)
+		if f == nil {
+			t.Fatalf("%s: no function %s in pclntab", bin, fn)
+		}
+		addr = f.Entry
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && addr >= p.Vaddr && addr < p.Vaddr+p.Filesz {
+			return addr - p.Vaddr + p.Off
+		}
+	}
+	t.Fatalf("%s: %s at %#x is in no load segment", bin, fn, addr)
+	return 0
+}
+
+// markerLines maps the "call:NAME" and "line:NAME" comments of a source
+// file to their line numbers, so expected lines are read from the source.
+func markerLines(t *testing.T, src string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for i, line := range strings.Split(string(b), "\n") {
+		for _, kind := range []string{"call:", "line:"} {
+			if j := strings.Index(line, kind); j >= 0 {
+				name := strings.TrimRight(strings.Fields(line[j:])[0], "*/")
+				m[name] = i + 1
+			}
+		}
+	}
+	return m
+}
+
+// startBlocked starts bin, which blocks in slow until its stdin closes,
+// and waits for its "ready" line.
+func startBlocked(t *testing.T, bin string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("%s: read ready line: %q, %v", bin, line, err)
+	}
+	return cmd, stdin
+}
+
+// TestUserStacks captures real stacks of test programs with a known call
+// chain through a uprobe and bpf_get_stack, lets each program exit, and
+// only then symbolizes the stack from what Capture kept.
+func TestUserStacks(t *testing.T) {
+	dir := t.TempDir()
+	goSrc := filepath.Join("testdata", "goprog", "main.go")
+	cSrc := filepath.Join("testdata", "cprog.c")
+	goLines, cLines := markerLines(t, goSrc), markerLines(t, cSrc)
+
+	type variant struct {
+		name  string
+		build func(t *testing.T) (bin string, entry uint64)
+		slow  string   // the probed function's name in the binary
+		want  []string // functions, innermost first
+		file  string   // base name of the source file, "" when not expected
+		lines map[string]int
+		named bool // frames are expected to carry names
+	}
+	goWant := []string{"main.slow", "main.c", "main.b", "main.a", "main.main"}
+	cWant := []string{"slow", "c", "b", "a", "main"}
+	goBuild := func(name string, args ...string) func(t *testing.T) (string, uint64) {
+		return func(t *testing.T) (string, uint64) {
+			bin := filepath.Join(dir, name)
+			buildGo(t, bin, goSrc, args...)
+			return bin, funcFileOffset(t, bin, "main.slow")
+		}
+	}
+	variants := []variant{
+		{name: "go", build: goBuild("goprog"), want: goWant, file: "main.go", lines: goLines, named: true},
+		{name: "go-stripped", build: goBuild("goprog-stripped", "-ldflags=-s -w"), want: goWant, file: "main.go", lines: goLines, named: true},
+		{name: "go-stripped-pie", build: goBuild("goprog-stripped-pie", "-ldflags=-s -w", "-buildmode=pie"), want: goWant, file: "main.go", lines: goLines, named: true},
+		{name: "go-no-section-headers", build: func(t *testing.T) (string, uint64) {
+			src := filepath.Join(dir, "goprog-stripped-2")
+			buildGo(t, src, goSrc, "-ldflags=-s -w")
+			entry := funcFileOffset(t, src, "main.slow")
+			bin := filepath.Join(dir, "goprog-noshdr")
+			dropSectionHeaders(t, src, bin)
+			return bin, entry
+		}, want: goWant, file: "main.go", lines: goLines, named: true},
+		{name: "c", build: func(t *testing.T) (string, uint64) {
+			bin := filepath.Join(dir, "cprog")
+			buildC(t, bin, cSrc)
+			return bin, funcFileOffset(t, bin, "slow")
+		}, want: cWant, file: "cprog.c", lines: cLines, named: true},
+		{name: "c-stripped", build: func(t *testing.T) (string, uint64) {
+			src := filepath.Join(dir, "cprog-2")
+			buildC(t, src, cSrc)
+			entry := funcFileOffset(t, src, "slow")
+			bin := filepath.Join(dir, "cprog-stripped")
+			run(t, "strip", "--strip-all", "-o", bin, src)
+			return bin, entry
+		}, want: cWant},
+	}
+	probe := newStackProbe(t)
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			bin, entry := v.build(t)
+			probe.attach(t, bin, entry)
+			cmd, stdin := startBlocked(t, bin)
+			pid := cmd.Process.Pid
+			addrs := probe.read(t, pid)
+
+			s := New(Config{})
+			defer s.Close()
+			if err := s.Capture(uint32(pid)); err != nil {
+				t.Fatalf("capture: %v", err)
+			}
+			stdin.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("wait: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+				t.Fatalf("process %d still exists", pid)
+			}
+			frames, err := s.User(uint32(pid), addrs)
+			if err != nil {
+				t.Fatalf("symbolize: %v", err)
+			}
+			for i, f := range frames {
+				t.Logf("#%d %#x %s [%s+%#x %s]", i, f.Addr, f, f.Module, f.Offset, f.BuildID)
+			}
+			if len(frames) != len(addrs) || len(frames) < len(v.want) {
+				t.Fatalf("got %d frames for %d addresses, want at least %d", len(frames), len(addrs), len(v.want))
+			}
+			for i, want := range v.want {
+				f := frames[i]
+				if f.Module != filepath.Base(bin) {
+					t.Errorf("frame %d module %q, want %q", i, f.Module, filepath.Base(bin))
+				}
+				if !v.named {
+					if f.Function != "" || f.Offset == 0 {
+						t.Errorf("frame %d of a stripped binary: got %q offset %#x, want module+offset", i, f.Function, f.Offset)
+					}
+					continue
+				}
+				if f.Function != want {
+					t.Errorf("frame %d function %q, want %q", i, f.Function, want)
+				}
+				if filepath.Base(f.File) != v.file {
+					t.Errorf("frame %d file %q, want %s", i, f.File, v.file)
+				}
+				short := want[strings.LastIndexByte(want, '.')+1:]
+				if i == 0 {
+					// The probe sits in slow's prologue, which the line
+					// tables give the function's own line or its first.
+					if f.Line <= 0 || f.Line > v.lines["line:slow"] {
+						t.Errorf("frame 0 line %d, want in slow before line %d", f.Line, v.lines["line:slow"])
+					}
+					continue
+				}
+				if wantLine := v.lines["call:"+short]; f.Line != wantLine {
+					t.Errorf("frame %d (%s) line %d, want %d (the call)", i, want, f.Line, wantLine)
+				}
+			}
+			if v.named && frames[0].BuildID == "" {
+				t.Errorf("no build id on frame 0")
+			}
+			if strings.HasPrefix(v.name, "go") {
+				if h := Hint(frames); h != "" {
+					t.Errorf("Hint on a complete Go stack: %q", h)
+				}
+			}
+		})
+	}
+}
+
+// dropSectionHeaders copies an ELF executable without its section header
+// table, as sstrip and some packers leave binaries: the kernel runs it,
+// and only program headers remain to find the Go pclntab.
+func dropSectionHeaders(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte(elf.ELFMAG)) || b[elf.EI_CLASS] != byte(elf.ELFCLASS64) {
+		t.Fatalf("%s: not a 64-bit ELF file", src)
+	}
+	binary.LittleEndian.PutUint64(b[0x28:], 0) // e_shoff
+	binary.LittleEndian.PutUint16(b[0x3c:], 0) // e_shnum
+	binary.LittleEndian.PutUint16(b[0x3e:], 0) // e_shstrndx
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	if len(ef.Sections) != 0 {
+		t.Fatalf("%s still has %d sections", dst, len(ef.Sections))
+	}
+}
+
+func buildGo(t *testing.T, bin, src string, args ...string) {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("skipping: go tool not found: %v", err)
+	}
+	cmdArgs := append([]string{"build", "-o", bin}, args...)
+	run(t, gobin, append(cmdArgs, src)...)
+}
+
+func buildC(t *testing.T, bin, src string) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skipf("skipping: no C compiler: %v", err)
+	}
+	run(t, cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, src)
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			t.Skipf("skipping: %s: %v", name, err)
+		}
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
