@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+/*
+ * Spans from USDT probes. Each configured span source (collector/usdt
+ * SpanSource) is a slot in usdt_sources; each call site of its probes is a
+ * spec in usdt_specs (see usdt.h) whose source field points at that slot.
+ *
+ *  - usdt_start / usdt_end: a start probe and an end probe, paired in the
+ *    kernel by thread or by an argument (a request id) through
+ *    usdt_inflight. The end hands the span to span_aggregate().
+ *  - usdt_single: one probe that carries the span's duration in an argument.
+ *  - usdt_test_args: test only. Fetches every argument of the site into a
+ *    ring buffer record, so tests can compare them with what the traced
+ *    program passed.
+ *
+ * This object includes aggregate.h and is loaded with MapReplacements for
+ * the core's maps, so USDT spans feed the same aggregates as every source.
+ * Needs kernel 5.8+ (ring buffer), 5.15+ for BPF cookies (else the IP map),
+ * 4.20+ for semaphores (reference counters).
+ */
+
+#include "aggregate.h"
+#include "usdt.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define USDT_NO_ARG 0xff
+#define USDT_MAX_SOURCES 1024
+#define USDT_MAX_INFLIGHT 65536
+
+/* One span source: mirrored in collector/usdt/spec.go. */
+struct usdt_source {
+	char name[SPAN_NAME_LEN]; /* the span name, unless name_arg is set */
+	__u8 name_arg;	   /* argument holding a pointer to the name string */
+	__u8 key_arg;	   /* pair start and end by this argument, not the thread */
+	__u8 status_arg;   /* nonzero = error */
+	__u8 duration_arg; /* usdt_single: the duration in ns */
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, USDT_MAX_SOURCES);
+	__type(key, __u32);
+	__type(value, struct usdt_source);
+} usdt_sources SEC(".maps");
+
+struct usdt_inflight_key {
+	__u32 source;
+	__u32 tgid;
+	__u64 key; /* thread id, or the key argument */
+};
+
+struct usdt_inflight {
+	__u64 start_ns;
+	char name[SPAN_NAME_LEN]; /* read at the start when name_arg is set */
+};
+
+/*
+ * Spans started and not yet ended. LRU, so starts whose end never comes (a
+ * thread killed mid-request) cannot fill it.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, USDT_MAX_INFLIGHT);
+	__type(key, struct usdt_inflight_key);
+	__type(value, struct usdt_inflight);
+} usdt_inflight SEC(".maps");
+
+static __always_inline int inflight_key(struct pt_regs *ctx, const struct usdt_spec *spec,
+					const struct usdt_source *src, struct usdt_inflight_key *k)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	k->source = spec->source;
+	k->tgid = pid_tgid >> 32;
+	if (src->key_arg == USDT_NO_ARG) {
+		k->key = (__u32)pid_tgid;
+		return 0;
+	}
+	if (usdt_arg(ctx, spec, src->key_arg, &k->key)) {
+		count(COUNTER_READ_ERRORS);
+		return -1;
+	}
+	return 0;
+}
+
+static __always_inline int read_name(struct pt_regs *ctx, const struct usdt_spec *spec, __u8 n, char *dst)
+{
+	__u64 ptr;
+
+	if (usdt_arg(ctx, spec, n, &ptr) ||
+	    bpf_probe_read_user_str(dst, SPAN_NAME_LEN, (void *)ptr) < 0) {
+		count(COUNTER_READ_ERRORS);
+		return -1;
+	}
+	return 0;
+}
+
+static __always_inline __u32 read_status(struct pt_regs *ctx, const struct usdt_spec *spec,
+					 const struct usdt_source *src)
+{
+	__u64 v;
+
+	if (src->status_arg == USDT_NO_ARG)
+		return SPAN_STATUS_OK;
+	if (usdt_arg(ctx, spec, src->status_arg, &v)) {
+		count(COUNTER_READ_ERRORS);
+		return SPAN_STATUS_OK;
+	}
+	return v ? SPAN_STATUS_ERROR : SPAN_STATUS_OK;
+}
+
+SEC("uprobe")
+int usdt_start(struct pt_regs *ctx)
+{
+	struct usdt_inflight_key k;
+	struct usdt_inflight in;
+	struct usdt_source *src;
+	struct usdt_spec *spec;
+
+	spec = usdt_spec(ctx);
+	if (!spec)
+		return 0;
+	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
+	if (!src || inflight_key(ctx, spec, src, &k))
+		return 0;
+	if (src->name_arg != USDT_NO_ARG) {
+		if (read_name(ctx, spec, src->name_arg, in.name))
+			return 0;
+	} else {
+		in.name[0] = 0;
+	}
+	in.start_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&usdt_inflight, &k, &in, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe")
+int usdt_end(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct usdt_inflight_key k;
+	struct usdt_inflight *in;
+	struct usdt_source *src;
+	struct usdt_spec *spec;
+	struct span_event ev = {};
+
+	spec = usdt_spec(ctx);
+	if (!spec)
+		return 0;
+	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
+	if (!src || inflight_key(ctx, spec, src, &k))
+		return 0;
+	in = bpf_map_lookup_elem(&usdt_inflight, &k);
+	if (!in)
+		return 0;
+	ev.duration_ns = now - in->start_ns;
+	if (src->name_arg != USDT_NO_ARG)
+		__builtin_memcpy(ev.name, in->name, sizeof(ev.name));
+	else
+		__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
+	bpf_map_delete_elem(&usdt_inflight, &k);
+	ev.status = read_status(ctx, spec, src);
+	span_aggregate(ctx, &ev, SOURCE_USDT);
+	return 0;
+}
+
+SEC("uprobe")
+int usdt_single(struct pt_regs *ctx)
+{
+	struct usdt_source *src;
+	struct usdt_spec *spec;
+	struct span_event ev = {};
+
+	spec = usdt_spec(ctx);
+	if (!spec)
+		return 0;
+	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
+	if (!src)
+		return 0;
+	if (usdt_arg(ctx, spec, src->duration_arg, &ev.duration_ns)) {
+		count(COUNTER_READ_ERRORS);
+		return 0;
+	}
+	if (src->name_arg != USDT_NO_ARG) {
+		if (read_name(ctx, spec, src->name_arg, ev.name))
+			return 0;
+	} else {
+		__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
+	}
+	ev.status = read_status(ctx, spec, src);
+	span_aggregate(ctx, &ev, SOURCE_USDT);
+	return 0;
+}
+
+/* Test only: every argument of the site that fired. */
+struct usdt_test_record {
+	__u32 spec_id;
+	__u32 arg_cnt;
+	__u32 err_mask; /* bit n: argument n could not be read */
+	__u32 tid;
+	__u64 args[USDT_MAX_ARGS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 << 10);
+} usdt_test_events SEC(".maps");
+
+SEC("uprobe")
+int usdt_test_args(struct pt_regs *ctx)
+{
+	struct usdt_test_record *r;
+	struct usdt_spec *spec;
+	__u32 id;
+
+	if (usdt_spec_id(ctx, &id))
+		return 0;
+	spec = bpf_map_lookup_elem(&usdt_specs, &id);
+	if (!spec)
+		return 0;
+	r = bpf_ringbuf_reserve(&usdt_test_events, sizeof(*r), 0);
+	if (!r)
+		return 0;
+	r->spec_id = id;
+	r->arg_cnt = spec->arg_cnt;
+	r->err_mask = 0;
+	r->tid = (__u32)bpf_get_current_pid_tgid();
+	for (__u32 i = 0; i < USDT_MAX_ARGS; i++) {
+		r->args[i] = 0;
+		if (i < spec->arg_cnt && usdt_arg(ctx, spec, i, &r->args[i]))
+			r->err_mask |= 1 << i;
+	}
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
+/* Keep these types in BTF so bpf2go generates their Go mirrors. */
+const struct usdt_spec *unused_usdt_spec __attribute__((unused));
+const struct usdt_source *unused_usdt_source __attribute__((unused));
+const struct usdt_test_record *unused_usdt_test_record __attribute__((unused));
+const struct usdt_ip_key *unused_usdt_ip_key __attribute__((unused));
