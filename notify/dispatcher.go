@@ -761,7 +761,6 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		now := time.Now()
 		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && attempt >= w.MaxAttempts) {
-			h.failures[ReasonExpired].Add(1)
 			msg := fmt.Sprintf("given up after %d attempts over %s", attempt, now.Sub(q.Created).Round(time.Millisecond))
 			if p := h.lastErr.Load(); p != nil {
 				msg += ": last error: " + *p
@@ -770,7 +769,9 @@ func (h *hook) deliver(ctx context.Context) {
 			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
+				continue
 			}
+			h.failures[ReasonExpired].Add(1)
 			attempt = 0
 			continue
 		}
