@@ -161,6 +161,9 @@ type Stats struct {
 	StatsFull uint64 `json:"stats_full"`
 	// ShortEvents counts payloads shorter than struct span_event.
 	ShortEvents uint64 `json:"short_events"`
+	// ReadErrors counts payloads the BPF program could not read (for
+	// example a marker argument pointing at unmapped memory).
+	ReadErrors uint64 `json:"read_errors"`
 	// OverrunsDropped counts overrun records the collector read but had no
 	// room to keep for this snapshot.
 	OverrunsDropped uint64 `json:"overruns_dropped"`

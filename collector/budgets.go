@@ -1,0 +1,98 @@
+//go:build linux
+
+package collector
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// A BudgetRule gives the spans whose name matches Span (an exact name or a
+// path.Match glob) a budget: a span slower than it is counted as over budget
+// and sends an overrun record with the thread's stack.
+type BudgetRule struct {
+	Span   string
+	Budget time.Duration
+	// KernelStack captures the kernel stack too.
+	KernelStack bool
+}
+
+// BudgetFunc is kept for callers that decide budgets themselves.
+type BudgetFunc func(span string) (budget time.Duration, kernelStack bool, ok bool)
+
+// RulesFunc turns budget rules into a BudgetFunc: the first matching rule
+// wins.
+func RulesFunc(rules []BudgetRule) BudgetFunc {
+	return func(span string) (time.Duration, bool, bool) {
+		for _, r := range rules {
+			if r.Span == span {
+				return r.Budget, r.KernelStack, true
+			}
+			if ok, _ := path.Match(r.Span, span); ok {
+				return r.Budget, r.KernelStack, true
+			}
+		}
+		return 0, false, false
+	}
+}
+
+// SetBudgets replaces the budgets. Exact names are written to the kernel at
+// once; glob rules apply to every span name seen so far and to each new one
+// at the next snapshot. Aggregated state is kept.
+func (c *Collector) SetBudgets(rules []BudgetRule) error {
+	for _, r := range rules {
+		if _, err := path.Match(r.Span, ""); err != nil {
+			return fmt.Errorf("budget for %q: bad pattern: %w", r.Span, err)
+		}
+		if r.Budget <= 0 {
+			return fmt.Errorf("budget for %q: must be positive, not %s", r.Span, r.Budget)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.budgets = RulesFunc(rules)
+	for _, r := range rules {
+		if !strings.ContainsAny(r.Span, "*?[\\") {
+			c.reader.names[snapshot.NameID(r.Span)] = r.Span
+		}
+	}
+	return c.applyBudgets(true)
+}
+
+// applyBudgets writes the budget of every known name; with all unset, only
+// those of names not decided yet. c.mu is held.
+func (c *Collector) applyBudgets(all bool) error {
+	r := c.reader
+	for id, name := range r.names {
+		if _, done := r.budgetDone[id]; done && !all {
+			continue
+		}
+		r.budgetDone[id] = struct{}{}
+		d, kernel, ok := c.budgets(name)
+		if !ok {
+			if _, had := r.budgets[id]; had {
+				if err := c.objs.Budgets.Delete(id); err != nil {
+					return fmt.Errorf("delete budget of %q: %w", name, err)
+				}
+				delete(r.budgets, id)
+			}
+			continue
+		}
+		b := bpf.SpanwatchBudget{BudgetNs: uint64(d)}
+		if kernel {
+			b.Flags = budgetCaptureKernel
+		}
+		if err := c.objs.Budgets.Put(id, b); err != nil {
+			return fmt.Errorf("set budget of %q: %w", name, err)
+		}
+		r.budgets[id] = uint64(d)
+	}
+	return nil
+}
+
+const budgetCaptureKernel = 1 // BUDGET_CAPTURE_KERNEL in bpf/aggregate.h

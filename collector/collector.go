@@ -1,0 +1,367 @@
+//go:build linux
+
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// Sources selects which span sources a collector attaches.
+type Sources struct {
+	// UserEvents attaches to the spanwatch_span user_event. Where the kernel
+	// has no user_events the collector logs it and goes on without.
+	UserEvents bool
+	// Marker uprobes the span SDK's marker in binaries that contain it.
+	Marker bool
+}
+
+// Config configures a Collector. The zero value is usable: both sources,
+// default sizes.
+type Config struct {
+	Logger *slog.Logger
+	// Sources; the zero value means both.
+	Sources Sources
+	// ForceKprobe attaches the user_events source with a kprobe instead of
+	// fentry, as on kernels without BTF or trampolines.
+	ForceKprobe bool
+	// MaxSeries bounds the stats map (default 16384 span/cgroup pairs).
+	MaxSeries uint32
+	// RingbufBytes sizes the overrun ring buffer (default 4 MiB; a power
+	// of two, multiple of the page size).
+	RingbufBytes uint32
+	// MarkerBinaries are binaries to uprobe the marker in, besides those
+	// found by scanning /proc.
+	MarkerBinaries []string
+	// ScanInterval is how often /proc is scanned for new binaries with the
+	// marker (default 2s; negative disables scanning).
+	ScanInterval time.Duration
+	// ProcRoot is /proc by default.
+	ProcRoot string
+	// MaxOverrunsPerSnapshot bounds the overruns a snapshot keeps (default
+	// 1000); more are counted in Stats.OverrunsDropped.
+	MaxOverrunsPerSnapshot int
+	// OnOverrun, when set, is called (from the ring buffer reader) for each
+	// overrun as it arrives, before it is added to the next snapshot.
+	OnOverrun func(snapshot.Overrun)
+	// Symbolizer turns raw stack addresses into frames; nil means a
+	// symbolize.Symbolizer over ProcRoot.
+	Symbolizer Symbolizer
+	// Resolver resolves cgroup ids to paths, containers, pods and units;
+	// nil leaves only the id.
+	Resolver CgroupResolver
+	// IdleEvict removes series idle this long from the kernel map (default
+	// 10m), so series of exited containers do not fill it.
+	IdleEvict time.Duration
+}
+
+// A Symbolizer turns stack addresses into frames. Capture is called as soon
+// as an overrun arrives, while the process is most likely alive.
+// *symbolize.Symbolizer is the default.
+type Symbolizer interface {
+	Capture(pid uint32) error
+	User(pid uint32, addrs []uint64) ([]snapshot.Frame, error)
+	Kernel(addrs []uint64) ([]snapshot.Frame, error)
+}
+
+// CgroupInfo is what a CgroupResolver knows of a cgroup.
+type CgroupInfo struct {
+	Path, Container, Pod, Unit string
+}
+
+// A CgroupResolver resolves cgroup ids.
+type CgroupResolver interface {
+	Resolve(id uint64) CgroupInfo
+}
+
+// A Collector owns the loaded BPF objects and their attachments. Close
+// releases all of them.
+type Collector struct {
+	cfg  Config
+	log  *slog.Logger
+	objs objects
+
+	ue     *userEventsSource
+	marker *markerSource
+	rb     *overrunReader
+
+	mu      sync.Mutex // guards the read state below
+	reader  *statsReader
+	budgets BudgetFunc
+	lastAt  time.Time
+
+	closers []func() error
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// New loads the BPF programs and attaches the configured sources. The
+// collector runs until Close.
+func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if !cfg.Sources.UserEvents && !cfg.Sources.Marker {
+		cfg.Sources = Sources{UserEvents: true, Marker: true}
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	var closers []func() error
+	if cfg.ScanInterval == 0 {
+		cfg.ScanInterval = 2 * time.Second
+	}
+	if cfg.MaxOverrunsPerSnapshot == 0 {
+		cfg.MaxOverrunsPerSnapshot = 1000
+	}
+	if cfg.IdleEvict == 0 {
+		cfg.IdleEvict = 10 * time.Minute
+	}
+	if cfg.Symbolizer == nil {
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot})
+		cfg.Symbolizer = sym
+		closers = append(closers, sym.Close)
+	}
+	if os.Geteuid() != 0 {
+		cfg.Logger.Debug("not_root", "hint", "spanwatch needs CAP_BPF and CAP_PERFMON (or root)")
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+	}
+
+	spec, err := bpf.LoadSpanwatch()
+	if err != nil {
+		return nil, fmt.Errorf("load bpf spec: %w", err)
+	}
+	if cfg.MaxSeries != 0 {
+		spec.Maps[mapSpanStats].MaxEntries = cfg.MaxSeries
+		spec.Maps[mapNames].MaxEntries = cfg.MaxSeries
+	}
+	if cfg.RingbufBytes != 0 {
+		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
+	}
+	c := &Collector{cfg: cfg, log: cfg.Logger, closers: closers}
+	// Only the program of one attach method is loaded: where fentry is
+	// unavailable (no BTF, no trampolines, or a kernel that refuses
+	// tracing programs) it would not load at all, and the kprobe takes its
+	// place.
+	c.objs.method = "kprobe"
+	if !cfg.ForceKprobe && haveBTF() {
+		var fo fentryObjects
+		if err = spec.LoadAndAssign(&fo, nil); err == nil {
+			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
+		} else {
+			c.log.Info("fentry_unavailable", "error", err, "fallback", "kprobe")
+		}
+	}
+	if c.objs.method == "kprobe" {
+		var ko kprobeObjects
+		if err = spec.LoadAndAssign(&ko, nil); err == nil {
+			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
+		}
+	}
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load bpf programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("load bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+
+	c.reader, err = newStatsReader(c.objs.SpanStats, c.objs.Names, c.objs.Counters)
+	if err != nil {
+		return nil, err
+	}
+	c.lastAt = time.Now()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+
+	c.rb, err = newOverrunReader(c.objs.Overruns, cfg, c.reader)
+	if err != nil {
+		return nil, err
+	}
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.rb.run() }()
+
+	if cfg.Sources.UserEvents {
+		c.ue, err = attachUserEvents(&c.objs, cfg)
+		if err != nil {
+			if !cfg.Sources.Marker {
+				return nil, err
+			}
+			c.log.Warn("user_events_unavailable", "error", err, "fallback", "marker")
+			c.ue = nil
+		}
+	}
+	if cfg.Sources.Marker {
+		c.marker = newMarkerSource(c.objs.UprobeMarker, cfg)
+		for _, b := range cfg.MarkerBinaries {
+			if err := c.marker.attachPath(b); err != nil {
+				return nil, fmt.Errorf("marker source: %w", err)
+			}
+		}
+		if cfg.ScanInterval > 0 {
+			c.marker.scan()
+			c.wg.Add(1)
+			go func() { defer c.wg.Done(); c.marker.loop(runCtx) }()
+		}
+	}
+	_ = ctx
+	return c, nil
+}
+
+// objects are the loaded maps and the programs of one attach method.
+type objects struct {
+	bpf.SpanwatchMaps
+	UprobeMarker *ebpf.Program
+	tp           *ebpf.Program // on perf_tp_event
+	method       string        // "fentry" or "kprobe"
+}
+
+func (o *objects) close() {
+	o.SpanwatchMaps.Close()
+	for _, p := range []*ebpf.Program{o.UprobeMarker, o.tp} {
+		if p != nil {
+			p.Close()
+		}
+	}
+}
+
+type fentryObjects struct {
+	bpf.SpanwatchMaps
+	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
+	Tp           *ebpf.Program `ebpf:"fentry_perf_tp_event"`
+}
+
+type kprobeObjects struct {
+	bpf.SpanwatchMaps
+	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
+	Tp           *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
+}
+
+// Map and program names in the BPF object.
+const (
+	mapSpanStats = "span_stats"
+	mapNames     = "names"
+	mapOverruns  = "overruns"
+)
+
+func haveBTF() bool {
+	_, err := os.Stat("/sys/kernel/btf/vmlinux")
+	return err == nil
+}
+
+// UserEventsAttached reports whether the user_events source is attached, and
+// how ("fentry" or "kprobe").
+func (c *Collector) UserEventsAttached() (bool, string) {
+	if c.ue == nil {
+		return false, ""
+	}
+	return true, c.ue.method
+}
+
+// MarkerBinaries returns the binaries whose marker is uprobed.
+func (c *Collector) MarkerBinaries() []string {
+	if c.marker == nil {
+		return nil
+	}
+	return c.marker.attached()
+}
+
+// ScanMarkers scans /proc for new binaries with the marker now, instead of
+// waiting for the next scan.
+func (c *Collector) ScanMarkers() {
+	if c.marker != nil {
+		c.marker.scan()
+	}
+}
+
+// Maps exposes the aggregation core's maps, for sources loaded from other
+// BPF objects (USDT) that must feed the same aggregates: load them with
+// ebpf.CollectionOptions{MapReplacements: c.Maps()}.
+func (c *Collector) Maps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		"span_stats": c.objs.SpanStats,
+		"zero_stats": c.objs.ZeroStats,
+		"budgets":    c.objs.Budgets,
+		"names":      c.objs.Names,
+		"overruns":   c.objs.Overruns,
+		"counters":   c.objs.Counters,
+	}
+}
+
+// Snapshot returns what happened since the previous call (or since New).
+func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	s, err := c.reader.read(now, now.Sub(c.lastAt), c.cfg.IdleEvict)
+	if err != nil {
+		return nil, err
+	}
+	c.lastAt = now
+	host, _ := os.Hostname()
+	s.Host = host
+	if c.budgets != nil {
+		if err := c.applyBudgets(false); err != nil {
+			c.log.Warn("budgets_update_failed", "error", err)
+		}
+	}
+	for i := range s.Series {
+		sr := &s.Series[i]
+		sr.BudgetNs = c.reader.budgetOf(sr.NameID)
+		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
+			info := c.cfg.Resolver.Resolve(sr.CgroupID)
+			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
+		}
+	}
+	ovs, dropped := c.rb.take()
+	s.Overruns = ovs
+	s.Stats.OverrunsDropped = dropped
+	return s, nil
+}
+
+// Close detaches every source and releases the BPF objects. It is safe to
+// call more than once.
+func (c *Collector) Close() error {
+	c.once.Do(func() {
+		if c.cancel != nil {
+			c.cancel()
+		}
+		if c.marker != nil {
+			c.marker.close()
+		}
+		if c.ue != nil {
+			c.ue.close()
+		}
+		if c.rb != nil {
+			c.rb.close()
+		}
+		c.wg.Wait()
+		c.objs.close()
+		for _, f := range c.closers {
+			f()
+		}
+	})
+	return nil
+}

@@ -1,0 +1,21 @@
+// Package collector loads spanwatch's BPF programs, attaches them to the span
+// sources, and turns the kernel's aggregates into snapshots.
+//
+// Sources:
+//
+//   - user_events: the collector registers the span event itself (so the
+//     tracepoint exists before any application starts), attaches fentry on
+//     perf_tp_event (a kprobe where fentry is unavailable) filtered by the
+//     event's id, and opens a counting perf event on the tracepoint on every
+//     CPU, without which perf_tp_event is never reached on that CPU.
+//   - marker: for kernels without user_events, the span SDK calls a marker
+//     function; the collector finds binaries that contain it by scanning
+//     /proc and uprobes the marker in each.
+//
+// Snapshot reads the per-CPU stats map with batch lookups into reused
+// buffers, sums the CPUs and returns the deltas since the previous call.
+// Overrun records are read from the ring buffer continuously.
+//
+// Needs Linux 5.8+ with BTF (fentry) or kprobes, and CAP_BPF + CAP_PERFMON
+// (or root); CAP_SYS_PTRACE to read other users' /proc/PID/exe.
+package collector

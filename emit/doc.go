@@ -1,0 +1,20 @@
+// Package emit is the span SDK applications import: it records finished
+// spans (name, duration, status, trace and span ids) for spanwatch.
+//
+//	sp := emit.Start("checkout")
+//	defer func() { sp.End(err) }()
+//
+// A span is handed to the kernel in one of two ways, chosen once per process:
+//
+//   - user_events (Linux 6.4+ with CONFIG_USER_EVENTS): one writev of the
+//     payload to the spanwatch_span event. No trap, no context switch.
+//   - the marker: a call to an assembly function whose first instruction is
+//     a nop, which spanwatch uprobes. Used where user_events is missing.
+//
+// While no spanwatch collector listens, recording a span costs one load and
+// a branch: the kernel sets the enable word when a collector attaches (the
+// user_events enable bit, or the uprobe's reference counter).
+//
+// Set SPANWATCH_EMIT=marker or SPANWATCH_EMIT=user_events to force a mode,
+// or SPANWATCH_EMIT=off to disable emission.
+package emit
