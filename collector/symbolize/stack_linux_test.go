@@ -3,15 +3,11 @@
 package symbolize
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"debug/gosym"
 	"encoding/binary"
-	"errors"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -191,54 +187,6 @@ func funcFileOffset(t *testing.T, bin, fn string) uint64 {
 	return 0
 }
 
-// markerLines maps the "call:NAME" and "line:NAME" comments of a source
-// file to their line numbers, so expected lines are read from the source.
-func markerLines(t *testing.T, src string) map[string]int {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]int{}
-	for i, line := range strings.Split(string(b), "\n") {
-		for _, kind := range []string{"call:", "line:"} {
-			if j := strings.Index(line, kind); j >= 0 {
-				name := strings.TrimRight(strings.Fields(line[j:])[0], "*/")
-				m[name] = i + 1
-			}
-		}
-	}
-	return m
-}
-
-// startBlocked starts bin, which blocks in slow until its stdin closes,
-// and waits for its "ready" line.
-func startBlocked(t *testing.T, bin string) (*exec.Cmd, io.WriteCloser) {
-	t.Helper()
-	cmd := exec.Command(bin)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("%s: read ready line: %q, %v", bin, line, err)
-	}
-	return cmd, stdin
-}
-
 // TestUserStacks captures real stacks of test programs with a known call
 // chain through a uprobe and bpf_get_stack, lets each program exit, and
 // only then symbolizes the stack from what Capture kept.
@@ -390,36 +338,5 @@ func dropSectionHeaders(t *testing.T, src, dst string) {
 	defer ef.Close()
 	if len(ef.Sections) != 0 {
 		t.Fatalf("%s still has %d sections", dst, len(ef.Sections))
-	}
-}
-
-func buildGo(t *testing.T, bin, src string, args ...string) {
-	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("skipping: go tool not found: %v", err)
-	}
-	cmdArgs := append([]string{"build", "-o", bin}, args...)
-	run(t, gobin, append(cmdArgs, src)...)
-}
-
-func buildC(t *testing.T, bin, src string) {
-	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skipf("skipping: no C compiler: %v", err)
-	}
-	run(t, cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, src)
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		var ee *exec.Error
-		if errors.As(err, &ee) {
-			t.Skipf("skipping: %s: %v", name, err)
-		}
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 }

@@ -1,0 +1,242 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+func TestKernel(t *testing.T) {
+	b, err := os.ReadFile("/proc/kallsyms")
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	var addr uint64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[2] == "vfs_read" {
+			fmt.Sscanf(f[0], "%x", &addr)
+		}
+	}
+	s := New(Config{})
+	defer s.Close()
+	frames, err := s.Kernel([]uint64{addr + 5, 0})
+	if addr == 0 {
+		if !errors.Is(err, ErrKernelHidden) {
+			t.Fatalf("kallsyms hides addresses but Kernel returned %v", err)
+		}
+		t.Skipf("skipping: kallsyms hides addresses here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := snapshot.Frame{Addr: addr + 5, Function: "vfs_read", Module: "kernel", Offset: 5}
+	if frames[0] != want {
+		t.Errorf("frame = %+v, want %+v", frames[0], want)
+	}
+	if frames[1] != (snapshot.Frame{}) {
+		t.Errorf("address 0 = %+v, want an empty frame", frames[1])
+	}
+}
+
+// loadBase returns the address bin's first mapping starts at in process
+// pid, and the file offset it maps.
+func loadBase(t testing.TB, pid int, bin string) (start, offset uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 6 && f[5] == bin && f[1][2] == 'x' {
+			var end uint64
+			fmt.Sscanf(f[0], "%x-%x", &start, &end)
+			fmt.Sscanf(f[2], "%x", &offset)
+			return start, offset
+		}
+	}
+	t.Fatalf("%s not mapped executable in process %d", bin, pid)
+	return 0, 0
+}
+
+// runtimeAddrs returns the run-time addresses of the named functions of a
+// running bin (plus off bytes), from its symbol table and load address.
+func runtimeAddrs(t testing.TB, pid int, bin string, off uint64, names ...string) []uint64 {
+	t.Helper()
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, mapOff := loadBase(t, pid, bin)
+	var out []uint64
+	for _, n := range names {
+		for _, s := range syms {
+			if s.Name != n || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+				continue
+			}
+			for _, p := range ef.Progs {
+				if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+					out = append(out, s.Value-p.Vaddr+p.Off-mapOff+start+off)
+				}
+			}
+		}
+	}
+	if len(out) != len(names) {
+		t.Fatalf("found %d of %v in %s", len(out), names, bin)
+	}
+	return out
+}
+
+// TestExitedProcess symbolizes addresses of a C program after it exited
+// and after its binary was deleted: Capture kept the open file. It needs
+// no BPF, only a C compiler.
+func TestExitedProcess(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+	cmd, stdin := startBlocked(t, bin)
+	pid := cmd.Process.Pid
+	// Return addresses point after a call; give each +1 so that the
+	// lookup of (addr-1) for frames past the first stays in the function.
+	addrs := runtimeAddrs(t, pid, bin, 1, "slow", "c", "b", "a", "main")
+
+	s := New(Config{})
+	defer s.Close()
+	if err := s.Capture(uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(bin); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := s.User(uint32(pid), addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"slow", "c", "b", "a", "main"} {
+		if frames[i].Function != want || filepath.Base(frames[i].File) != "cprog.c" || frames[i].Line == 0 || frames[i].Module != "cprog" {
+			t.Errorf("frame %d = %+v, want %s in cprog.c", i, frames[i], want)
+		}
+	}
+
+	// A process never captured and gone: frames keep their addresses.
+	frames, err = s.User(uint32(pid)+1<<20, addrs[:1])
+	if err == nil || frames[0].Addr != addrs[0] {
+		t.Errorf("unknown process: frames %+v, error %v; want the address and an error", frames, err)
+	}
+}
+
+// TestPerfMap symbolizes fake JIT frames of a running process from the
+// perf map it would have written, then again after the process exited.
+func TestPerfMap(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+	cmd, stdin := startBlocked(t, bin)
+	pid := cmd.Process.Pid
+	path := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	// Ranges in unmapped memory, as a JIT's code would be in memory the
+	// test did not map; the second line for 0x10000100 replaces the first,
+	// as when a JIT reuses a range.
+	content := "10000000 100 jit_alpha\n" +
+		"0x10000100 0x80 LazyCompile:*old foo.js:1\n" +
+		"0x10000100 0x80 LazyCompile:*beta foo.js:12\n" +
+		"garbage line\n"
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Skipf("skipping: cannot write %s: %v", path, err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+
+	s := New(Config{})
+	defer s.Close()
+	if err := s.Capture(uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path)
+	frames, err := s.User(uint32(pid), []uint64{0x10000010, 0x10000150, 0x10000300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []snapshot.Frame{
+		{Addr: 0x10000010, Function: "jit_alpha", Module: filepath.Base(path), Offset: 0x10},
+		{Addr: 0x10000150, Function: "LazyCompile:*beta foo.js:12", Module: filepath.Base(path), Offset: 0x50},
+		{Addr: 0x10000300},
+	}
+	for i := range want {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+}
+
+// TestExec captures a shell, lets it exec the C program, and captures
+// again: the new image must replace the old mappings.
+func TestExec(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+	cmd := exec.Command("/bin/sh", "-c", "read x; exec "+bin)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	s := New(Config{})
+	defer s.Close()
+	// The shell may not have reached "read" yet; any capture of it will do.
+	if err := s.Capture(uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	before := s.procs[uint32(pid)].key
+	io.WriteString(stdin, "go\n")
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("read ready: %q, %v", line, err)
+	}
+	if err := s.Capture(uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	p := s.procs[uint32(pid)]
+	if p.key == before {
+		t.Errorf("process key unchanged across exec: %+v", p.key)
+	}
+	found := false
+	for _, m := range p.mappings {
+		found = found || m.name == "cprog"
+	}
+	if !found {
+		t.Errorf("after exec the mappings do not include cprog: %+v", p.mappings)
+	}
+	frames, err := s.User(uint32(pid), runtimeAddrs(t, pid, bin, 0, "slow"))
+	if err != nil || frames[0].Function != "slow" {
+		t.Errorf("after exec: %+v, %v; want slow", frames, err)
+	}
+}
