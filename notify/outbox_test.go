@@ -1,0 +1,295 @@
+package notify
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+)
+
+const childEnv = "SPANWATCH_NOTIFY_TEST_CHILD"
+
+// childConfig is the config file the SIGKILL test's child and its restart
+// share.
+func childConfig(url, outbox, groupWait string) string {
+	return fmt.Sprintf(`
+webhooks:
+  - name: test
+    url: %s
+    timeout: 200ms
+    group_wait: %s
+    group_interval: 50ms
+    min_backoff: 10ms
+    max_backoff: 50ms
+routing:
+  outbox:
+    path: %q
+`, url, groupWait, outbox)
+}
+
+// childAlerts returns ten alerts per group; started long ago (so they
+// skip group_wait) or just now.
+func childAlerts(groups []string, old bool) []*alert.Alert {
+	start := time.Now()
+	if old {
+		start = time.Unix(1700000000, 0)
+	}
+	var out []*alert.Alert
+	for _, g := range groups {
+		for i := range 10 {
+			out = append(out, mkAlert(g, i, alert.StateFiring, start))
+		}
+	}
+	return out
+}
+
+var (
+	queuedGroups  = []string{"q0", "q1", "q2", "q3", "q4"}
+	waitingGroups = []string{"w0", "w1", "w2", "w3", "w4"}
+)
+
+// TestOutboxChild is the process TestSIGKILLResumesDelivery kills: it
+// accepts alerts while the receiver is down and then waits to be killed.
+func TestOutboxChild(t *testing.T) {
+	file := os.Getenv(childEnv)
+	if file == "" {
+		t.Skip("helper process of TestSIGKILLResumesDelivery, run only by it")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := LoadConfigFile(file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// These alerts started long ago, so their groups flush at once into
+	// the delivery queue, where they are retried against the dead
+	// receiver...
+	notifyOK(t, d, childAlerts(queuedGroups, true)...)
+	waitFor(t, 10*time.Second, "queued notifications", func() bool { return d.Stats().Webhooks[0].QueueDepth == len(queuedGroups) })
+	// ...these have just started: they wait in their groups (group_wait
+	// is 1h here) when the kill comes.
+	notifyOK(t, d, childAlerts(waitingGroups, false)...)
+	if s := d.Stats().Webhooks[0]; s.QueueDepth != len(queuedGroups) || s.PendingAlerts != 10*len(queuedGroups)+10*len(waitingGroups) {
+		t.Fatalf("before the kill: queue %d, pending %d", s.QueueDepth, s.PendingAlerts)
+	}
+	fmt.Println("ready")
+	time.Sleep(time.Hour)
+}
+
+// TestSIGKILLResumesDelivery kills -9 a process holding undelivered alerts
+// and checks that a restart on the same outbox delivers every one of them.
+func TestSIGKILLResumesDelivery(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("in the child")
+	}
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // the receiver is down while the child runs
+	cfgFile := filepath.Join(dir, "spanwatch.yaml")
+	outbox := filepath.Join(dir, "outbox.db")
+	if err := os.WriteFile(cfgFile, []byte(childConfig("http://"+addr+"/hook", outbox, "1h")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOutboxChild$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+cfgFile)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	var childOut bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			childOut.WriteString(sc.Text() + "\n")
+			if sc.Text() == "ready" {
+				ready <- true
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("child exited before it was ready:\n%s", childOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child not ready after 30s:\n%s", childOut.String())
+	}
+	if err := cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.String() != "signal: killed" {
+		t.Fatalf("child ended with %v, want signal: killed", err)
+	}
+
+	// The receiver comes up on the address the child could not reach.
+	rc := newReceiver(t, nil)
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s again: %v", addr, err)
+	}
+	rc.srv.Listener.Close()
+	rc.srv.Listener = l
+	rc.start()
+
+	// The restart uses a short group_wait, so the waiting groups flush.
+	c := parseYAML(t, childConfig("http://"+addr+"/hook", outbox, "20ms"))
+	d := mustNew(t, c)
+	want := expected(append(childAlerts(queuedGroups, true), childAlerts(waitingGroups, false)...))
+	waitFor(t, 20*time.Second, "every alert the killed process accepted", func() bool { return len(delivered(rc.messages())) >= len(want) })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffSets(delivered(rc.messages()), want); diff != "" {
+		t.Errorf("after restart: %s", diff)
+	}
+	checkOrder(t, rc.messages())
+}
+
+// TestCorruptOutbox damages the outbox file in several ways and checks that
+// the dispatcher still starts, reports the damage, keeps the damaged file
+// aside, and delivers new alerts.
+func TestCorruptOutbox(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, path string)
+	}{
+		{"meta pages overwritten", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteAt(bytes.Repeat([]byte("garbage!"), 8192/8), 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"not a bbolt file", func(t *testing.T, path string) {
+			if err := os.WriteFile(path, []byte("this is not a database\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 100); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			down := "http://127.0.0.1:1/hook" // nothing listens on port 1
+			c := webhookConfig(t, down, dir, "")
+			d := mustNew(t, c)
+			notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+			d.Close()
+			path := c.Routing.Outbox.Path
+			tt.damage(t, path)
+			damaged, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			rc := newReceiver(t, nil).start()
+			c = webhookConfig(t, rc.srv.URL, dir, "")
+			var logs syncBuffer
+			d, err = New(c, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatalf("New on a damaged outbox: %v", err)
+			}
+			defer d.Close()
+			s := d.Stats().Outbox
+			if s.MovedAside == "" || s.Damage == "" {
+				t.Fatalf("stats do not report the damage: %+v", s)
+			}
+			if !strings.Contains(logs.String(), "outbox damaged") || !strings.Contains(logs.String(), s.MovedAside) {
+				t.Errorf("log does not report the damage and the copy:\n%s", logs.String())
+			}
+			kept, err := os.ReadFile(s.MovedAside)
+			if err != nil {
+				t.Fatalf("damaged copy: %v", err)
+			}
+			if !bytes.Equal(kept, damaged) {
+				t.Errorf("the copy at %s differs from the damaged file", s.MovedAside)
+			}
+			notifyOK(t, d, mkAlert("b", 1, alert.StateFiring, time.Now()))
+			waitFor(t, 5*time.Second, "delivery through the fresh outbox", func() bool { return len(rc.messages()) == 1 })
+		})
+	}
+}
+
+// TestOutboxInUse checks that an outbox held by another process is an
+// error, not damage: the file must not be moved aside.
+func TestOutboxInUse(t *testing.T) {
+	c := webhookConfig(t, "http://127.0.0.1:1/", t.TempDir(), "")
+	mustNew(t, c)
+	_, err := New(c, Options{})
+	if !errors.Is(err, ErrOutboxInUse) {
+		t.Fatalf("second New on the same outbox: %v, want ErrOutboxInUse", err)
+	}
+	matches, _ := filepath.Glob(c.Routing.Outbox.Path + ".corrupt-*")
+	if len(matches) != 0 {
+		t.Errorf("an outbox in use was moved aside: %v", matches)
+	}
+}
+
+// TestOutboxOverflow fills a small outbox and checks that further alerts
+// are refused loudly: an error asking for a retry, and a counter.
+func TestOutboxOverflow(t *testing.T) {
+	dir := t.TempDir()
+	c := webhookConfig(t, "http://127.0.0.1:1/", dir, "group_wait: 1h\ngroup_by: ['...']")
+	c.Routing.Outbox.MaxEntries = 5
+	d := mustNew(t, c)
+	now := time.Now()
+	var alerts []*alert.Alert
+	for i := range 7 {
+		alerts = append(alerts, mkAlert("a", i, alert.StateFiring, now))
+	}
+	retry, err := d.Notify(context.Background(), alerts...)
+	if !errors.Is(err, ErrOutboxFull) || !retry {
+		t.Fatalf("Notify into a full outbox: retry=%v err=%v, want retry and ErrOutboxFull", retry, err)
+	}
+	if !strings.Contains(err.Error(), "2 alert deliveries refused") {
+		t.Errorf("error %q does not say how many were refused", err)
+	}
+	// An update of an alert already stored takes no room: accepted.
+	notifyOK(t, d, mkAlert("a", 0, alert.StateResolved, now))
+	s := d.Stats()
+	if s.Outbox.Overflow != 2 || s.Outbox.Entries != 5 || s.Webhooks[0].PendingAlerts != 5 {
+		t.Errorf("overflow %d entries %d pending %d, want 2, 5, 5", s.Outbox.Overflow, s.Outbox.Entries, s.Webhooks[0].PendingAlerts)
+	}
+}
