@@ -88,6 +88,26 @@ type Event struct {
 // ErrNotSupported) and write access to <tracefs>/user_events_data; it mounts
 // tracefs when needed and allowed (see TracefsDir).
 func Register(format string) (*Event, error) {
+	return register(format, nil, 0)
+}
+
+// RegisterWord is Register with the enable bit in a word the caller owns,
+// for callers that fold the enable check into a word of their own (the span
+// SDK keeps it beside its uprobe reference counter so that one load tells
+// whether anybody listens). word must never move and must stay mapped while
+// the event is registered: a package variable or an mmap'd page, never the
+// Go heap. bit is 0 to 31; a process cannot register the same word and bit
+// twice (EADDRINUSE).
+func RegisterWord(format string, word *uint32, bit uint8) (*Event, error) {
+	if word == nil || bit > 31 {
+		return nil, fmt.Errorf("register user_event %s: enable word %p bit %d: want a word and a bit from 0 to 31", eventName(format), word, bit)
+	}
+	return register(format, word, bit)
+}
+
+// register registers format with its enable bit at word and bit, or at the
+// next unused bit of the process's enable pages when word is nil.
+func register(format string, word *uint32, bit uint8) (*Event, error) {
 	format = strings.TrimSpace(format)
 	name := eventName(format)
 	if err := checkName(name); err != nil {
@@ -102,10 +122,13 @@ func Register(format string) (*Event, error) {
 		}
 		process.fd = fd
 	}
-	word, bit, err := nextBit()
-	if err != nil {
-		process.closeIfUnused()
-		return nil, fmt.Errorf("register user_event %s: %w", name, err)
+	own := word == nil
+	if own {
+		var err error
+		if word, bit, err = nextBit(); err != nil {
+			process.closeIfUnused()
+			return nil, fmt.Errorf("register user_event %s: %w", name, err)
+		}
 	}
 	args := append([]byte(format), 0)
 	reg := userReg{
@@ -121,7 +144,9 @@ func Register(format string) (*Event, error) {
 		process.closeIfUnused()
 		return nil, registerError(format, errno)
 	}
-	process.next++ // the bit is used only once it is registered
+	if own {
+		process.next++ // the bit is used only once it is registered
+	}
 	process.refs++
 	return &Event{
 		name:  name,

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -449,5 +450,49 @@ func BenchmarkWrite(b *testing.B) {
 		if err := e.Write(payload); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRegisterWord(t *testing.T) {
+	if _, err := RegisterWord("ev u32 x", nil, 0); err == nil || !strings.Contains(err.Error(), "want a word") {
+		t.Errorf("nil word: %v", err)
+	}
+	var w uint32
+	if _, err := RegisterWord("ev u32 x", &w, 32); err == nil || !strings.Contains(err.Error(), "bit 32") {
+		t.Errorf("bit 32: %v", err)
+	}
+	requireUserEvents(t)
+	// The caller's word must not move: take it from a page of our own.
+	mem, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	word := (*uint32)(unsafe.Pointer(&mem[8]))
+	*word = 1 << 2 // bits the caller uses for other things stay as they are
+	name := uniqueName(t)
+	e, err := RegisterWord(name+" u32 x", word, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if _, err := RegisterWord(name+" u32 x", word, 5); !errors.Is(err, unix.EADDRINUSE) {
+		t.Errorf("same word and bit twice: %v, want EADDRINUSE", err)
+	}
+	cs := openCounters(t, name)
+	waitEnabled(t, e, true)
+	if got := atomic.LoadUint32(word); got != 1<<2|1<<5 {
+		t.Errorf("word = %#b with a tracer, want %#b", got, 1<<2|1<<5)
+	}
+	if err := e.Write([]byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cs.sum(t); got != 1 {
+		t.Errorf("counted %d writes, want 1", got)
+	}
+	cs.close()
+	waitEnabled(t, e, false)
+	if got := atomic.LoadUint32(word); got != 1<<2 {
+		t.Errorf("word = %#b without a tracer, want %#b", got, 1<<2)
 	}
 }

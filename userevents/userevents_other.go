@@ -38,3 +38,8 @@ func EventID(name string) (uint32, error) {
 
 // TracefsDir fails with ErrNotSupported.
 func TracefsDir() (string, error) { return "", fmt.Errorf("tracefs: %w", ErrNotSupported) }
+
+// RegisterWord fails with ErrNotSupported: user_events exist only on Linux.
+func RegisterWord(format string, word *uint32, bit uint8) (*Event, error) {
+	return Register(format)
+}
