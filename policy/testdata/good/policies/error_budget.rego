@@ -15,7 +15,7 @@ alerts contains a if {
 	a := {
 		"labels": object.union(s.labels, {"alertname": "ErrorBudgetBurn", "severity": "page"}),
 		"annotations": {
-			"summary": sprintf("%s error ratio %.1f%% is over its %.1f%% budget", [s.span, s.error_ratio * 100, budget(s.span) * 100]),
+			"summary": sprintf("%s error ratio %v%% is over its %v%% budget", [s.span, s.error_ratio * 100, budget(s.span) * 100]),
 		},
 	}
 }

@@ -1,0 +1,5 @@
+package spanwatch
+
+alerts contains {"labels": {"alertname": "X"}} if {
+	count(input.series) > data.limit
+}

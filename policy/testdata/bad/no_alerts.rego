@@ -1,0 +1,5 @@
+package spanwatch
+
+deny contains "x" if {
+	count(input.series) > 0
+}
