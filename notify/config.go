@@ -279,7 +279,7 @@ func (c *Config) Validate() error {
 			}
 		case FormatTemplate:
 			if w.Template == "" {
-				ef("template", "webhook %q: format: template needs a template:", w.Name)
+				ef("format", "webhook %q: format: template needs a template:", w.Name)
 			} else if _, err := parseTemplate(w.Name, w.Template); err != nil {
 				ef("template", "webhook %q: %v", w.Name, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -39,7 +40,10 @@ func openOutbox(path string) (db *bolt.DB, movedTo string, cause error, err erro
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, "", nil, fmt.Errorf("open outbox %s: %w", path, ErrOutboxInUse)
 	}
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, os.ErrNotExist) {
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, "", nil, fmt.Errorf("open outbox %s: %w (create the directory %s, or set routing.outbox.path)", path, err, filepath.Dir(path))
+	}
+	if errors.Is(err, os.ErrPermission) {
 		return nil, "", nil, fmt.Errorf("open outbox %s: %w", path, err)
 	}
 	cause = err
