@@ -1,0 +1,148 @@
+package profile
+
+import (
+	"fmt"
+	"time"
+
+	pprof "github.com/google/pprof/profile"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// kernelMapping names the kernel's mapping the way perf and pprof do.
+const kernelMapping = "[kernel.kallsyms]"
+
+// Pprof builds a pprof profile of aggregated stacks: one sample per stack,
+// with two values, the number of overruns and their total duration
+// (the default). Samples carry "span" and "comm" labels, so one profile
+// holds several spans and "pprof -tagfocus span=NAME" picks one. Frames
+// nothing could name become functions called "module+0xoffset", so every
+// location has a name and pprof never tries to symbolize the profile
+// again. Kernel frames sit above user frames, as they ran.
+func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
+	p := &pprof.Profile{
+		SampleType: []*pprof.ValueType{
+			{Type: "overruns", Unit: "count"},
+			{Type: "duration", Unit: "nanoseconds"},
+		},
+		DefaultSampleType: "duration",
+		Comments:          []string{"spanwatch: stacks of spans slower than their budget"},
+	}
+	if !start.IsZero() {
+		p.TimeNanos = start.UnixNano()
+		p.DurationNanos = max(0, end.Sub(start).Nanoseconds())
+	}
+	b := builder{
+		p:         p,
+		mappings:  map[mappingKey]*pprof.Mapping{},
+		locations: map[locationKey]*pprof.Location{},
+		functions: map[functionKey]*pprof.Function{},
+	}
+	for _, s := range stacks {
+		sample := &pprof.Sample{
+			Value: []int64{int64(s.Count), int64(s.TotalNs)},
+			Label: map[string][]string{"span": {s.Span}},
+		}
+		if s.Comm != "" {
+			sample.Label["comm"] = []string{s.Comm}
+		}
+		if s.StillRunning > 0 {
+			sample.NumLabel = map[string][]int64{"still_running": {int64(s.StillRunning)}}
+		}
+		for _, f := range s.KernelStack {
+			sample.Location = append(sample.Location, b.location(f, true))
+		}
+		for _, f := range s.UserStack {
+			sample.Location = append(sample.Location, b.location(f, false))
+		}
+		if len(sample.Location) == 0 {
+			sample.Location = append(sample.Location, b.location(snapshot.Frame{Function: "[no stack]"}, false))
+		}
+		p.Sample = append(p.Sample, sample)
+	}
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("build pprof profile: %w", err)
+	}
+	return p, nil
+}
+
+type mappingKey struct{ file, buildID string }
+
+type locationKey struct {
+	mapping *pprof.Mapping
+	addr    uint64
+	fn      string
+	file    string
+	line    int
+}
+
+type functionKey struct{ name, file string }
+
+type builder struct {
+	p         *pprof.Profile
+	mappings  map[mappingKey]*pprof.Mapping
+	locations map[locationKey]*pprof.Location
+	functions map[functionKey]*pprof.Function
+}
+
+func (b *builder) location(f snapshot.Frame, kernel bool) *pprof.Location {
+	module := f.Module
+	if kernel {
+		module = kernelMapping
+	}
+	var m *pprof.Mapping
+	addr := f.Addr
+	if module != "" {
+		mk := mappingKey{module, f.BuildID}
+		if m = b.mappings[mk]; m == nil {
+			m = &pprof.Mapping{
+				ID: uint64(len(b.p.Mapping) + 1), File: module, BuildID: f.BuildID,
+				HasFunctions: true, HasFilenames: true, HasLineNumbers: true,
+			}
+			b.mappings[mk] = m
+			b.p.Mapping = append(b.p.Mapping, m)
+		}
+		if !kernel {
+			// The offset is where the frame points in the module, the
+			// same in every process that maps it.
+			addr = f.Offset
+		}
+	}
+	name := f.Function
+	if name == "" {
+		name = f.String()
+	}
+	lk := locationKey{m, addr, name, f.File, f.Line}
+	if l := b.locations[lk]; l != nil {
+		return l
+	}
+	fk := functionKey{name, f.File}
+	fn := b.functions[fk]
+	if fn == nil {
+		fn = &pprof.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: f.File}
+		b.functions[fk] = fn
+		b.p.Function = append(b.p.Function, fn)
+	}
+	l := &pprof.Location{
+		ID:      uint64(len(b.p.Location) + 1),
+		Mapping: m,
+		Address: addr,
+		Line:    []pprof.Line{{Function: fn, Line: int64(f.Line)}},
+	}
+	b.locations[lk] = l
+	b.p.Location = append(b.p.Location, l)
+	return l
+}
+
+// TimeRange returns the earliest and latest overrun times.
+func TimeRange(overruns []snapshot.Overrun) (start, end time.Time) {
+	for _, o := range overruns {
+		if start.IsZero() || o.Time.Before(start) {
+			start = o.Time
+		}
+		if o.Time.After(end) {
+			end = o.Time
+		}
+	}
+	return start, end
+}
