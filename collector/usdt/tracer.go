@@ -1,0 +1,414 @@
+//go:build linux && amd64
+
+package usdt
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/spanwatch/spanwatch/bpf"
+)
+
+// CoreMaps are the aggregation core's maps (bpf/aggregate.h) that the USDT
+// object must share with the core: span_stats, zero_stats, budgets, names,
+// overruns and counters.
+var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "names", "overruns", "counters"}
+
+// TracerConfig configures a Tracer.
+type TracerConfig struct {
+	Logger *slog.Logger
+	// Maps are the core's maps by name (see CoreMaps), passed as
+	// MapReplacements so USDT spans feed the same aggregates. Missing ones
+	// are created privately (tests, or a tracer used on its own).
+	Maps map[string]*ebpf.Map
+	// NoCookies uses the instruction-pointer map instead of BPF cookies
+	// even where the kernel has them (5.15+); it is chosen automatically
+	// where it does not.
+	NoCookies bool
+	// MaxSpecs bounds the call sites (default 4096).
+	MaxSpecs uint32
+	// ProcRoot is /proc by default.
+	ProcRoot string
+
+	// testArgs loads the test-only argument recorder instead of the span
+	// programs.
+	testArgs bool
+}
+
+// A Tracer owns the loaded USDT object and its attachments. Close releases
+// them.
+type Tracer struct {
+	cfg        TracerConfig
+	log        *slog.Logger
+	coll       *ebpf.Collection
+	specs      *ebpf.Map
+	ipMap      *ebpf.Map
+	srcMap     *ebpf.Map
+	progs      map[string]*ebpf.Program
+	haveCookie bool
+
+	mu         sync.Mutex
+	nextSpec   uint32
+	nextSource uint32
+	links      []link.Link
+	sites      []Site
+	closed     bool
+}
+
+// A Site is one attached call site.
+type Site struct {
+	SpecID uint32
+	Path   string // the file as spanwatch opened it
+	PID    int    // 0: every process
+	Probe  Probe
+	Role   string // "start", "end", "single" or "test"
+}
+
+// Program names in usdt.bpf.c.
+const (
+	progStart  = "usdt_start"
+	progEnd    = "usdt_end"
+	progSingle = "usdt_single"
+	progTest   = "usdt_test_args"
+)
+
+// NewTracer loads the USDT BPF object. Needs CAP_BPF and CAP_PERFMON (or
+// root) and kernel 5.8+.
+func NewTracer(cfg TracerConfig) (*Tracer, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.MaxSpecs == 0 {
+		cfg.MaxSpecs = 4096
+	}
+	spec, err := bpf.LoadUsdt()
+	if err != nil {
+		return nil, fmt.Errorf("load usdt bpf spec: %w", err)
+	}
+	spec.Maps["usdt_specs"].MaxEntries = cfg.MaxSpecs
+	spec.Maps["usdt_ip_to_spec"].MaxEntries = cfg.MaxSpecs
+
+	haveCookie := !cfg.NoCookies
+	if haveCookie {
+		if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie); err != nil {
+			cfg.Logger.Info("usdt_no_bpf_cookie", "fallback", "ip_map", "reason", err)
+			haveCookie = false
+		}
+	}
+	if err := spec.Variables["usdt_have_cookie"].Set(boolU32(haveCookie)); err != nil {
+		return nil, fmt.Errorf("set usdt_have_cookie: %w", err)
+	}
+
+	keep := map[string]bool{progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs, progTest: cfg.testArgs}
+	for name := range spec.Programs {
+		if !keep[name] {
+			delete(spec.Programs, name)
+		}
+	}
+	if !cfg.testArgs {
+		delete(spec.Maps, "usdt_test_events")
+	}
+	repl := map[string]*ebpf.Map{}
+	for name, m := range cfg.Maps {
+		if _, ok := spec.Maps[name]; ok && m != nil {
+			repl[name] = m
+		}
+	}
+	if cfg.testArgs {
+		// The recorder touches none of the core's maps: leave them out.
+		for _, name := range CoreMaps {
+			delete(spec.Maps, name)
+		}
+		delete(spec.Maps, "usdt_inflight")
+		delete(spec.Maps, "usdt_sources")
+		repl = nil
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load usdt bpf programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("load usdt bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+	}
+	t := &Tracer{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		coll:       coll,
+		specs:      coll.Maps["usdt_specs"],
+		ipMap:      coll.Maps["usdt_ip_to_spec"],
+		srcMap:     coll.Maps["usdt_sources"],
+		progs:      coll.Programs,
+		haveCookie: haveCookie,
+	}
+	return t, nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// HaveCookie reports whether sites are told apart by BPF cookies (true) or
+// by the instruction-pointer map.
+func (t *Tracer) HaveCookie() bool { return t.haveCookie }
+
+// Sites returns the call sites attached so far.
+func (t *Tracer) Sites() []Site {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Site(nil), t.sites...)
+}
+
+// Map returns one of the object's maps by name, nil if it has none.
+func (t *Tracer) Map(name string) *ebpf.Map { return t.coll.Maps[name] }
+
+// Add attaches a span source: every call site of its probes, in the files
+// its Binary or PID select.
+func (t *Tracer) Add(ctx context.Context, s SpanSource) error {
+	if t.cfg.testArgs {
+		return errors.New("a test tracer records arguments only")
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return errors.New("tracer closed")
+	}
+	srcID := t.nextSource
+	if srcID >= t.srcMap.MaxEntries() {
+		t.mu.Unlock()
+		return fmt.Errorf("%s: more than %d usdt sources", s.Describe(), t.srcMap.MaxEntries())
+	}
+	t.nextSource++
+	t.mu.Unlock()
+
+	var src bpf.UsdtUsdtSource
+	for i := 0; i < len(s.Span) && i < len(src.Name)-1; i++ {
+		src.Name[i] = int8(s.Span[i])
+	}
+	src.NameArg, src.KeyArg, src.StatusArg, src.DurationArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(s.StatusArg), argIdx(s.DurationArg)
+	if err := t.srcMap.Put(srcID, &src); err != nil {
+		return fmt.Errorf("%s: write source: %w", s.Describe(), err)
+	}
+
+	type want struct {
+		ref  ProbeRef
+		prog string
+		args []int // argument indexes the program reads at this probe
+	}
+	var wants []want
+	if s.Paired() {
+		startArgs := []int{s.KeyArg, s.NameArg}
+		endArgs := []int{s.KeyArg, s.StatusArg}
+		wants = []want{{s.Start, progStart, startArgs}, {s.End, progEnd, endArgs}}
+	} else {
+		wants = []want{{s.Probe, progSingle, []int{s.DurationArg, s.NameArg, s.StatusArg}}}
+	}
+	files, err := t.candidateFiles(s)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Describe(), err)
+	}
+	for _, w := range wants {
+		n := 0
+		for _, f := range files {
+			for _, p := range f.Lookup(w.ref.Provider, w.ref.Name) {
+				if err := checkArgs(p, w.args); err != nil {
+					return fmt.Errorf("%s: %w", s.Describe(), err)
+				}
+				if _, err := t.attachSite(ctx, t.progs[w.prog], f, p, s.PID, srcID, roleOf(w.prog)); err != nil {
+					return fmt.Errorf("%s: %w", s.Describe(), err)
+				}
+				n++
+			}
+		}
+		if n == 0 {
+			return fmt.Errorf("%s: probe %s not found in %s", s.Describe(), w.ref, fileList(files))
+		}
+	}
+	return nil
+}
+
+func roleOf(prog string) string {
+	switch prog {
+	case progStart:
+		return "start"
+	case progEnd:
+		return "end"
+	case progSingle:
+		return "single"
+	}
+	return "test"
+}
+
+func fileList(files []*File) string {
+	if len(files) == 1 {
+		return files[0].Path
+	}
+	return fmt.Sprintf("%d files", len(files))
+}
+
+func argIdx(i int) uint8 {
+	if i < 0 {
+		return noArg
+	}
+	return uint8(i)
+}
+
+// checkArgs makes sure a call site has the arguments a source reads.
+func checkArgs(p Probe, idx []int) error {
+	for _, i := range idx {
+		if i < 0 {
+			continue
+		}
+		if p.ArgErr != nil {
+			return p.ArgErr
+		}
+		if i >= len(p.Args) {
+			return fmt.Errorf("probe %s at %#x has %d arguments: no argument %d", p.FullName(), p.Address, len(p.Args), i)
+		}
+	}
+	return nil
+}
+
+// candidateFiles opens the files whose probes a source uses.
+func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
+	var paths []string
+	switch {
+	case s.PID != 0 && s.Binary != "":
+		paths = []string{filepath.Join(t.cfg.ProcRoot, strconv.Itoa(s.PID), "root", s.Binary)}
+	case s.PID != 0:
+		exe := filepath.Join(t.cfg.ProcRoot, strconv.Itoa(s.PID), "exe")
+		libs, err := ProcessFiles(t.cfg.ProcRoot, s.PID)
+		if err != nil {
+			return nil, err
+		}
+		paths = append([]string{exe}, libs...)
+	default:
+		paths = []string{s.Binary}
+	}
+	var files []*File
+	for i, p := range paths {
+		f, err := Open(p)
+		if err != nil {
+			if s.PID != 0 && s.Binary == "" && i > 0 {
+				continue // a mapped file without probes, or not ELF
+			}
+			if errors.Is(err, ErrNoProbes) {
+				return nil, fmt.Errorf("%s has no USDT probes (spanwatch probes %s lists them)", p, p)
+			}
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// AttachSite attaches prog at one call site of file f (for every process
+// running it when pid is 0), with a new spec for the site's arguments.
+// It returns the spec id.
+func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, role string) (uint32, error) {
+	if prog == nil {
+		return 0, fmt.Errorf("program for %s not loaded", role)
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return 0, errors.New("tracer closed")
+	}
+	id := t.nextSpec
+	if id >= t.specs.MaxEntries() {
+		t.mu.Unlock()
+		return 0, fmt.Errorf("more than %d usdt call sites", t.specs.MaxEntries())
+	}
+	t.nextSpec++
+	t.mu.Unlock()
+
+	args := p.Args
+	if p.ArgErr != nil {
+		args = nil // a source that reads no argument can still use the site
+	}
+	spec, err := bpfSpec(args, source)
+	if err != nil {
+		return 0, fmt.Errorf("probe %s at %#x: %w", p.FullName(), p.Address, err)
+	}
+	if err := t.specs.Put(id, &spec); err != nil {
+		return 0, fmt.Errorf("probe %s: write spec: %w", p.FullName(), err)
+	}
+	opts := &link.UprobeOptions{Address: p.Offset, PID: pid, RefCtrOffset: p.SemaphoreOffset}
+	if t.haveCookie {
+		opts.Cookie = uint64(id)
+	} else {
+		key := bpf.UsdtUsdtIpKey{Ip: p.Address}
+		switch {
+		case f.Type == elf.ET_EXEC:
+			// Loaded at its link-time address in every process.
+			key.Tgid = uint32(pid)
+		case pid != 0:
+			addr, err := runtimeAddress(t.cfg.ProcRoot, pid, f.Path, p.Offset)
+			if err != nil {
+				return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
+			}
+			key.Tgid, key.Ip = uint32(pid), addr
+		default:
+			return 0, fmt.Errorf("probe %s in %s: this kernel has no BPF cookies (5.15+), so a PIE executable or shared library can only be traced in one process: give pid:", p.FullName(), f.Path)
+		}
+		if err := t.ipMap.Put(&key, id); err != nil {
+			return 0, fmt.Errorf("probe %s: write ip map: %w", p.FullName(), err)
+		}
+	}
+	ex, err := link.OpenExecutable(f.Path)
+	if err != nil {
+		return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
+	}
+	l, err := ex.Uprobe("", prog, opts)
+	if err != nil {
+		return 0, fmt.Errorf("attach usdt %s:%s at %#x: %w", f.Path, p.FullName(), p.Offset, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		l.Close()
+		return 0, errors.New("tracer closed")
+	}
+	t.links = append(t.links, l)
+	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role})
+	t.log.Debug("usdt_attached", "probe", p.FullName(), "path", f.Path, "offset", p.Offset, "pid", pid, "spec", id, "role", role)
+	return id, nil
+}
+
+// Close detaches every probe and unloads the object. It is idempotent.
+func (t *Tracer) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	links := t.links
+	t.links = nil
+	t.mu.Unlock()
+	var errs []error
+	for _, l := range links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t.coll.Close()
+	return errors.Join(errs...)
+}
