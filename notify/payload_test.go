@@ -1,0 +1,105 @@
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+func TestOverrunAnnotations(t *testing.T) {
+	a := SampleAlert(time.Unix(1700000000, 0))
+	a.Annotations["trace_id"] = "set-by-rule" // an alert's own annotation wins
+	got := Annotations(a)
+	want := map[string]string{
+		"summary":     a.Annotations["summary"],
+		"description": a.Annotations["description"],
+		"trace_id":    "set-by-rule",
+		"span_id":     "00f067aa0ba902b7",
+		"pid":         "4242",
+		"comm":        "shop",
+		"duration":    "412ms",
+		"budget":      "250ms",
+		"stack": "database/sql.(*DB).QueryContext (/usr/lib/go/src/database/sql/sql.go:1776)\n" +
+			"main.loadCart (/src/shop/cart.go:88)\n" +
+			"main.checkout (/src/shop/checkout.go:41)",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("annotations\n got %q\nwant %q", got, want)
+	}
+	if a.Annotations["stack"] != "" {
+		t.Errorf("Annotations modified the alert")
+	}
+
+	deep := &alert.Alert{Labels: map[string]string{"alertname": "x"}, Overrun: &snapshot.Overrun{TraceID: "abc"}}
+	for i := range MaxStackFrames + 5 {
+		deep.Overrun.UserStack = append(deep.Overrun.UserStack, snapshot.Frame{Function: fmt.Sprintf("f%d", i)})
+	}
+	stack := Annotations(deep)["stack"]
+	lines := strings.Split(stack, "\n")
+	if len(lines) != MaxStackFrames+1 || lines[0] != "f0" || lines[MaxStackFrames] != "... 5 more frames" {
+		t.Errorf("deep stack annotation:\n%s", stack)
+	}
+}
+
+// TestTemplateFormat delivers through a user template and checks the body.
+func TestTemplateFormat(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	var ctype string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		ctype = r.Header.Get("Content-Type")
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	tmpl := `{"text": {{ json (printf "[%s] %s" (upper .Status) .CommonAnnotations.summary) }}, "firing": {{ len .Firing }}, "stack": {{ json (index .Alerts 0).Annotations.stack }}, "trace": "{{ (index .Alerts 0).Annotations.trace_id }}"}`
+	c := webhookConfig(t, srv.URL, t.TempDir(), "format: template\ncontent_type: text/plain\ntemplate: '"+tmpl+"'")
+	d := mustNew(t, c)
+	notifyOK(t, d, SampleAlert(time.Now()))
+	waitFor(t, 5*time.Second, "delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
+	var got struct {
+		Text   string
+		Firing int
+		Stack  string
+		Trace  string
+	}
+	if err := json.Unmarshal([]byte(bodies[0]), &got); err != nil {
+		t.Fatalf("template output is not JSON: %v\n%s", err, bodies[0])
+	}
+	if got.Text != "[FIRING] test alert from spanwatch notify test" || got.Firing != 1 ||
+		!strings.HasPrefix(got.Stack, "database/sql.(*DB).QueryContext") || got.Trace != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("template output %+v", got)
+	}
+	if ctype != "text/plain" {
+		t.Errorf("content type %q", ctype)
+	}
+}
+
+func TestAPIBody(t *testing.T) {
+	now := time.Unix(1700000100, 0).UTC()
+	firing := mkAlert("a", 1, alert.StateFiring, now.Add(-time.Minute))
+	firing.EndsAt = now.Add(time.Hour) // not sent: Alertmanager's resolve_timeout applies
+	resolved := mkAlert("a", 2, alert.StateResolved, now.Add(-time.Minute))
+	resolved.EndsAt = time.Time{} // filled with the flush time
+	w := &Webhook{Name: "am", Format: FormatAlertmanagerAPI}
+	b, err := render(w, nil, nil, []*alert.Alert{firing, resolved}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"labels":{"alertname":"Slowa","instance":"1","span":"a"},"annotations":{"summary":"a 1"},"startsAt":"2023-11-14T22:14:00Z"},` +
+		`{"labels":{"alertname":"Slowa","instance":"2","span":"a"},"annotations":{"summary":"a 2"},"startsAt":"2023-11-14T22:14:00Z","endsAt":"2023-11-14T22:15:00Z"}]`
+	if string(b) != want {
+		t.Errorf("body\n got %s\nwant %s", b, want)
+	}
+}
