@@ -57,7 +57,7 @@ type Probe struct {
 }
 
 // FullName returns "provider:name".
-func (p *Probe) FullName() string { return p.Provider + ":" + p.Name }
+func (p Probe) FullName() string { return p.Provider + ":" + p.Name }
 
 // A File is the USDT probes of one ELF file.
 type File struct {
