@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// renderTable writes a snapshot's series as a table, busiest first, the
+// way top shows processes.
+func renderTable(w io.Writer, s *snapshot.Snapshot, limit int) {
+	series := make([]snapshot.Series, 0, len(s.Series))
+	for _, sr := range s.Series {
+		if sr.Count > 0 {
+			series = append(series, sr)
+		}
+	}
+	sort.Slice(series, func(i, j int) bool {
+		if series[i].Rate != series[j].Rate {
+			return series[i].Rate > series[j].Rate
+		}
+		return series[i].Span < series[j].Span
+	})
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "SPAN\tWHERE\tRATE/s\tERR%%\tP50\tP90\tP99\tMAX\tOVER\tBUDGET\t\n")
+	for i, sr := range series {
+		if limit > 0 && i == limit {
+			fmt.Fprintf(tw, "… %d more\t\t\t\t\t\t\t\t\t\t\n", len(series)-limit)
+			break
+		}
+		budget := "-"
+		if sr.BudgetNs > 0 {
+			budget = fmtDur(sr.BudgetNs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
+			trunc(sr.Span, 32), trunc(where(&sr), 28), sr.Rate, 100*sr.ErrorRatio,
+			fmtDur(sr.P50Ns), fmtDur(sr.P90Ns), fmtDur(sr.P99Ns), fmtDur(sr.WindowMaxNs), sr.OverBudget, budget)
+	}
+	tw.Flush()
+	st := s.Stats
+	fmt.Fprintf(w, "%d series, %d events in %s; drops: ringbuf %d, stats-full %d, short %d, read-errors %d\n",
+		len(series), st.Events, s.Window().Round(time.Millisecond), st.RingbufDrops, st.StatsFull, st.ShortEvents, st.ReadErrors)
+}
+
+func where(s *snapshot.Series) string {
+	switch {
+	case s.Container != "":
+		return "ctr:" + s.Container[:min(12, len(s.Container))]
+	case s.Unit != "":
+		return s.Unit
+	case s.Cgroup != "":
+		return s.Cgroup
+	}
+	return fmt.Sprintf("cgroup:%d", s.CgroupID)
+}
+
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func fmtDur(ns uint64) string {
+	d := time.Duration(ns)
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Microsecond:
+		return fmt.Sprintf("%dns", ns)
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.1fµs", float64(ns)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.1fms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// renderAlert writes one alert as a short block.
+func renderAlert(w io.Writer, name, state string, labels, annotations map[string]string, stack []snapshot.Frame) {
+	var ls []string
+	for k, v := range labels {
+		if k != "alertname" {
+			ls = append(ls, k+"="+v)
+		}
+	}
+	sort.Strings(ls)
+	fmt.Fprintf(w, "ALERT %s [%s] %s\n", name, state, strings.Join(ls, " "))
+	if s := annotations["summary"]; s != "" {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+	for i, f := range stack {
+		if i == 8 {
+			fmt.Fprintf(w, "    … %d more frames\n", len(stack)-i)
+			break
+		}
+		fmt.Fprintf(w, "    %s\n", f)
+	}
+}
