@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what building and testing spanwatch needs on a Debian machine:
+# clang and libbpf headers (go generate ./bpf/...), the USDT header and
+# bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
+# (the user_events VM tests), Alertmanager (delivery tests), and util-linux
+# and libcap tools (capability tests). Idempotent: installs only what is
+# missing, and runs apt-get update at most once.
+set -euo pipefail
+
+pkgs=(
+	clang llvm libbpf-dev bpftool bpftrace systemtap-sdt-dev
+	qemu-system-x86 busybox-static cpio
+	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
+	prometheus-alertmanager libcap2-bin util-linux systemd
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "install-deps: missing packages ${missing[*]}; run as root to install them" >&2
+		exit 1
+	fi
+	echo "install-deps: installing ${missing[*]}"
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if ! command -v go >/dev/null; then
+	echo "install-deps: Go is not on PATH (expected /usr/local/go/bin/go)" >&2
+	exit 1
+fi

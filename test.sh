@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# spanwatch's test suite: what CI runs (.ci/run) and what the README tells
+# you to run. As root it runs everything: the real BPF tests on this kernel,
+# and the user_events tests inside a VM with a user_events kernel (built on
+# first use and cached, see test/vm/README.md). As another user the tests
+# that need root skip and say why.
+#
+#   ./test.sh            everything
+#   ./test.sh --no-vm    skip the VM (for a quick run)
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH=$PATH:/usr/local/go/bin
+
+vm=1
+for a in "$@"; do
+	case $a in
+	--no-vm) vm=0 ;;
+	*) echo "usage: ./test.sh [--no-vm]" >&2; exit 2 ;;
+	esac
+done
+
+step() { printf '\n=== %s\n' "$*"; }
+
+if [[ $(id -u) -eq 0 ]]; then
+	step "install dependencies"
+	.ci/install-deps.sh
+fi
+
+step "go vet"
+go vet ./...
+
+step "generated BPF objects are up to date (go generate ./bpf/...)"
+if command -v clang >/dev/null; then
+	go generate ./bpf/...
+	if ! git diff --quiet -- bpf/; then
+		git --no-pager diff --stat -- bpf/
+		echo "go generate changed bpf/: commit the regenerated files" >&2
+		exit 1
+	fi
+else
+	echo "skipped: clang is not installed"
+fi
+
+step "go test ./... (real BPF on this kernel as root)"
+go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/spanwatch-gotest.log
+status=${PIPESTATUS[0]}
+if [[ $status -ne 0 ]]; then
+	echo "go test failed" >&2
+	exit "$status"
+fi
+
+step "spanwatch demo (built-in config and workload)"
+if [[ $(id -u) -eq 0 ]]; then
+	go run ./cmd/spanwatch demo --duration 3s > /tmp/spanwatch-demo.log 2>&1 || { cat /tmp/spanwatch-demo.log; exit 1; }
+	tail -n 2 /tmp/spanwatch-demo.log
+else
+	echo "skipped: the demo loads BPF and needs root"
+fi
+
+if [[ $vm -eq 1 ]]; then
+	step "user_events tests in a VM (test/vm/run-all.sh)"
+	if [[ $(id -u) -eq 0 ]]; then
+		test/vm/run-all.sh
+	else
+		echo "skipped: building the VM kernel and image needs root (apt-get)"
+	fi
+fi
+
+echo
+echo "all test steps passed"
