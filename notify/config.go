@@ -142,12 +142,13 @@ type TLSConfig struct {
 func ParseConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
 	c := &Config{File: filename}
 	d := &decoder{file: filename}
-	if webhooks != nil {
+	// A zero Node (Kind 0) is a section the file does not have.
+	if webhooks != nil && webhooks.Kind != 0 {
 		if err := d.decode(webhooks, reflect.ValueOf(&c.Webhooks).Elem()); err != nil {
 			return nil, err
 		}
 	}
-	if routing != nil {
+	if routing != nil && routing.Kind != 0 {
 		if err := d.decode(routing, reflect.ValueOf(&c.Routing).Elem()); err != nil {
 			return nil, err
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gopkg.in/yaml.v3"
 )
 
 func TestParseConfigFull(t *testing.T) {
@@ -176,5 +178,18 @@ func TestSchemaCoversConfig(t *testing.T) {
 		if got, want := keys(def), yamlKeys(v); !reflect.DeepEqual(got, want) {
 			t.Errorf("schema $defs.%s has keys %v, the decoder accepts %v", def, got, want)
 		}
+	}
+}
+
+// TestParseConfigAbsentSections checks that zero yaml.Nodes, as the policy
+// package leaves for sections a file does not have, mean defaults.
+func TestParseConfigAbsentSections(t *testing.T) {
+	var webhooks, routing yaml.Node
+	c, err := ParseConfig("rules.yaml", &webhooks, &routing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Webhooks) != 0 || c.Routing.Outbox.Path != DefaultOutboxPath || c.Routing.Outbox.MaxEntries != DefaultOutboxMaxEntries {
+		t.Errorf("config from absent sections: %+v", c)
 	}
 }

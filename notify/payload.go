@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // PayloadVersion is the version of Alertmanager's webhook payload that
@@ -90,18 +91,7 @@ func Annotations(a *alert.Alert) map[string]string {
 			out[k] = v
 		}
 	}
-	if len(o.UserStack) > 0 {
-		var b strings.Builder
-		for i, f := range o.UserStack {
-			if i == MaxStackFrames {
-				fmt.Fprintf(&b, "... %d more frames\n", len(o.UserStack)-i)
-				break
-			}
-			b.WriteString(f.String())
-			b.WriteByte('\n')
-		}
-		set("stack", strings.TrimSuffix(b.String(), "\n"))
-	}
+	set("stack", snapshot.TopFrames(o.UserStack, MaxStackFrames))
 	set("stack_error", o.StackError)
 	set("trace_id", o.TraceID)
 	set("span_id", o.SpanID)

@@ -45,7 +45,7 @@ func TestOverrunAnnotations(t *testing.T) {
 	}
 	stack := Annotations(deep)["stack"]
 	lines := strings.Split(stack, "\n")
-	if len(lines) != MaxStackFrames+1 || lines[0] != "f0" || lines[MaxStackFrames] != "... 5 more frames" {
+	if len(lines) != MaxStackFrames+1 || lines[0] != "f0" || lines[MaxStackFrames] != "... 5 more" {
 		t.Errorf("deep stack annotation:\n%s", stack)
 	}
 }
