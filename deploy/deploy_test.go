@@ -1,0 +1,457 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/policy"
+)
+
+const manifestPath = "kubernetes/spanwatch.yaml"
+const unitPath = "systemd/spanwatch.service"
+
+// wantCaps is the least-privilege set both deployments grant, and nothing
+// else: CAP_SYS_ADMIN in particular is not needed (see README.md).
+var wantCaps = []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"}
+
+type manifest struct {
+	namespace *corev1.Namespace
+	sa        *corev1.ServiceAccount
+	cm        *corev1.ConfigMap
+	ds        *appsv1.DaemonSet
+}
+
+// loadManifest splits the manifest into documents and decodes each one
+// strictly (unknown or misspelt fields are errors) into its API type.
+func loadManifest(t *testing.T) manifest {
+	t.Helper()
+	f, err := os.Open(manifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var m manifest
+	r := k8syaml.NewYAMLReader(bufio.NewReader(f))
+	for i := 0; ; i++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+		}
+		var meta struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+		}
+		gv, err := schema.ParseGroupVersion(meta.APIVersion)
+		if err != nil {
+			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+		}
+		var obj any
+		switch gvk := gv.WithKind(meta.Kind); gvk {
+		case corev1.SchemeGroupVersion.WithKind("Namespace"):
+			m.namespace = &corev1.Namespace{}
+			obj = m.namespace
+		case corev1.SchemeGroupVersion.WithKind("ServiceAccount"):
+			m.sa = &corev1.ServiceAccount{}
+			obj = m.sa
+		case corev1.SchemeGroupVersion.WithKind("ConfigMap"):
+			m.cm = &corev1.ConfigMap{}
+			obj = m.cm
+		case appsv1.SchemeGroupVersion.WithKind("DaemonSet"):
+			m.ds = &appsv1.DaemonSet{}
+			obj = m.ds
+		default:
+			t.Fatalf("%s: document %d: unexpected %v", manifestPath, i, gvk)
+		}
+		if err := decodeStrict(doc, obj); err != nil {
+			t.Fatalf("%s: document %d (%s): %v", manifestPath, i, meta.Kind, err)
+		}
+	}
+	if m.namespace == nil || m.sa == nil || m.cm == nil || m.ds == nil {
+		t.Fatalf("%s: want a Namespace, ServiceAccount, ConfigMap and DaemonSet", manifestPath)
+	}
+	return m
+}
+
+// decodeStrict decodes a YAML document the way the API server's strict
+// field validation does: field names are case-sensitive, and unknown or
+// duplicate fields are errors.
+func decodeStrict(doc []byte, obj any) error {
+	j, err := yaml.YAMLToJSONStrict(doc)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+func TestManifestDecodesStrictly(t *testing.T) {
+	// What strict decoding catches: the check that guards the manifest
+	// can fail.
+	for _, bad := range []string{
+		"spec:\n  template:\n    spec:\n      hostPid: true\n",    // wrong case
+		"spec:\n  template:\n    spec:\n      hostPIDs: true\n",   // unknown
+		"spec:\n  minReadySeconds: 1\n  minReadySeconds: 2\n",     // duplicate
+		"spec:\n  template:\n    spec:\n      hostPID: \"yes\"\n", // wrong type
+	} {
+		if err := decodeStrict([]byte("apiVersion: apps/v1\nkind: DaemonSet\n"+bad), &appsv1.DaemonSet{}); err == nil {
+			t.Errorf("strict decoding accepted %q", bad)
+		}
+	}
+	loadManifest(t)
+}
+
+// TestManifestPrivileges checks the fields that decide what the agent may
+// do: the host's PID namespace, exactly the three capabilities, nothing
+// privileged, and the host mounts the collector reads.
+func TestManifestPrivileges(t *testing.T) {
+	m := loadManifest(t)
+	ds := m.ds
+	ns := m.namespace.Name
+	for _, o := range []struct{ kind, ns string }{{"ServiceAccount", m.sa.Namespace}, {"ConfigMap", m.cm.Namespace}, {"DaemonSet", ds.Namespace}} {
+		if o.ns != ns {
+			t.Errorf("%s in namespace %q, want %q", o.kind, o.ns, ns)
+		}
+	}
+	spec := ds.Spec.Template.Spec
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("selector %s=%s does not match the pod template's labels %v", k, v, ds.Spec.Template.Labels)
+		}
+	}
+	if !spec.HostPID {
+		t.Error("hostPID is false: the agent must see every process on the node")
+	}
+	if spec.HostNetwork || spec.HostIPC {
+		t.Error("hostNetwork or hostIPC set: not needed")
+	}
+	if spec.ServiceAccountName != m.sa.Name {
+		t.Errorf("serviceAccountName %q, want %q", spec.ServiceAccountName, m.sa.Name)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the service account token is mounted: the agent does not use the API server")
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Operator == corev1.TolerationOpExists && tl.Key == "" && tl.Effect == ""
+	}) {
+		t.Errorf("tolerations %v: want one that tolerates every taint (operator: Exists), so every node runs the agent", spec.Tolerations)
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		t.Fatalf("want one container and no init containers, got %d and %d", len(spec.Containers), len(spec.InitContainers))
+	}
+	c := spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatal("container has no securityContext.capabilities")
+	}
+	if sc.Privileged == nil || *sc.Privileged {
+		t.Error("privileged is not explicitly false")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	var added []string
+	for _, c := range sc.Capabilities.Add {
+		added = append(added, "CAP_"+string(c))
+	}
+	sort.Strings(added)
+	if !slices.Equal(added, wantCaps) {
+		t.Errorf("capabilities.add = %v, want %v", added, wantCaps)
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %v, want RuntimeDefault", sc.SeccompProfile)
+	}
+	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if _, ok := c.Resources.Limits[res]; !ok {
+			t.Errorf("no %s limit", res)
+		}
+		if _, ok := c.Resources.Requests[res]; !ok {
+			t.Errorf("no %s request", res)
+		}
+	}
+
+	// Host mounts: what the container sees at each path, and from where.
+	vols := map[string]corev1.Volume{}
+	for _, v := range spec.Volumes {
+		vols[v.Name] = v
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, vm := range c.VolumeMounts {
+		if _, ok := vols[vm.Name]; !ok {
+			t.Errorf("volumeMount %s names no volume", vm.Name)
+		}
+		mounts[vm.MountPath] = vm
+	}
+	for _, want := range []struct {
+		mountPath, hostPath string
+		readOnly            bool
+	}{
+		{"/sys/kernel/tracing", "/sys/kernel/tracing", false},
+		{"/host/sys/fs/cgroup", "/sys/fs/cgroup", true},
+		{"/var/lib/spanwatch", "/var/lib/spanwatch", false},
+	} {
+		vm, ok := mounts[want.mountPath]
+		if !ok {
+			t.Errorf("nothing mounted at %s", want.mountPath)
+			continue
+		}
+		hp := vols[vm.Name].HostPath
+		if hp == nil || hp.Path != want.hostPath {
+			t.Errorf("%s: volume %s is not hostPath %s", want.mountPath, vm.Name, want.hostPath)
+		}
+		if vm.ReadOnly != want.readOnly {
+			t.Errorf("%s: readOnly = %v, want %v", want.mountPath, vm.ReadOnly, want.readOnly)
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil && (v.HostPath.Path == "/" || v.HostPath.Path == "/proc" || v.HostPath.Path == "/sys") {
+			t.Errorf("volume %s mounts the host's %s: too broad", v.Name, v.HostPath.Path)
+		}
+	}
+
+	// The rules come from the ConfigMap, at the path --rules names.
+	args := flagArgs(c.Args[1:])
+	rules := args["rules"]
+	vm, ok := mounts[filepath.Dir(rules)]
+	if !ok || vols[vm.Name].ConfigMap == nil || vols[vm.Name].ConfigMap.Name != m.cm.Name {
+		t.Fatalf("--rules=%s is not in a mount of ConfigMap %s", rules, m.cm.Name)
+	}
+	if _, ok := m.cm.Data[filepath.Base(rules)]; !ok {
+		t.Errorf("ConfigMap %s has no key %s", m.cm.Name, filepath.Base(rules))
+	}
+	// The metrics port is the one the agent listens on.
+	_, port, err := net.SplitHostPort(args["metrics-addr"])
+	if err != nil {
+		t.Fatalf("--metrics-addr: %v", err)
+	}
+	if len(c.Ports) != 1 || fmt.Sprint(c.Ports[0].ContainerPort) != port {
+		t.Errorf("container ports %v, want one on %s (--metrics-addr)", c.Ports, port)
+	}
+	if ann := ds.Spec.Template.Annotations["prometheus.io/port"]; ann != port {
+		t.Errorf("prometheus.io/port annotation %q, want %s", ann, port)
+	}
+	if c.Args[0] != "run" {
+		t.Errorf("args start with %q, want run", c.Args[0])
+	}
+	if cg := args["cgroup-root"]; mounts[cg].Name == "" {
+		t.Errorf("--cgroup-root=%s is not a mount", cg)
+	}
+}
+
+// flagArgs turns ["--a=b", "--c=d"] into {a: b, c: d}.
+func flagArgs(args []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		m[k] = v
+	}
+	return m
+}
+
+// TestManifestRules parses the ConfigMap's rule file with spanwatch's own
+// rule and webhook parsers, and checks that alerts go to every replica of
+// an in-cluster Alertmanager through its API.
+func TestManifestRules(t *testing.T) {
+	m := loadManifest(t)
+	data := m.cm.Data["rules.yaml"]
+	cfg, err := policy.Parse("rules.yaml", []byte(data), policy.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("ConfigMap rules.yaml: %v", err)
+	}
+	if len(cfg.Budgets) == 0 || len(cfg.Rules) == 0 {
+		t.Errorf("rules.yaml has %d budgets and %d rules, want some of each", len(cfg.Budgets), len(cfg.Rules))
+	}
+	nc, err := notify.ParseConfig("rules.yaml", &cfg.Webhooks, &cfg.Routing)
+	if err != nil {
+		t.Fatalf("ConfigMap rules.yaml webhooks: %v", err)
+	}
+	if len(nc.Webhooks) < 2 {
+		t.Errorf("%d webhooks: want one per Alertmanager replica", len(nc.Webhooks))
+	}
+	hosts := map[string]bool{}
+	for _, w := range nc.Webhooks {
+		if w.Format != notify.FormatAlertmanagerAPI {
+			t.Errorf("webhook %s: format %q, want %q", w.Name, w.Format, notify.FormatAlertmanagerAPI)
+		}
+		u, err := url.Parse(w.URL)
+		if err != nil {
+			t.Fatalf("webhook %s: %v", w.Name, err)
+		}
+		if !strings.HasSuffix(u.Hostname(), ".svc") || u.Path != "/api/v2/alerts" {
+			t.Errorf("webhook %s: %s is not an in-cluster Alertmanager's /api/v2/alerts", w.Name, w.URL)
+		}
+		hosts[u.Host] = true
+	}
+	if len(hosts) != len(nc.Webhooks) {
+		t.Errorf("webhooks share hosts: %v", hosts)
+	}
+	if got := nc.Routing.Outbox.Path; filepath.Dir(got) != "/var/lib/spanwatch" {
+		t.Errorf("outbox %s is not on the persistent /var/lib/spanwatch mount", got)
+	}
+}
+
+// unit is a parsed systemd unit: section -> key -> values in order.
+type unit map[string]map[string][]string
+
+func loadUnit(t *testing.T) unit {
+	t.Helper()
+	data, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := unit{}
+	sec := ""
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || line[0] == '#' || line[0] == ';':
+		case line[0] == '[' && line[len(line)-1] == ']':
+			sec = line[1 : len(line)-1]
+			u[sec] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || sec == "" {
+				t.Fatalf("%s:%d: not a key=value line in a section: %q", unitPath, i+1, line)
+			}
+			u[sec][k] = append(u[sec][k], v)
+		}
+	}
+	return u
+}
+
+func (u unit) get(sec, key string) string { return strings.Join(u[sec][key], " ") }
+
+// TestUnitPrivileges checks that the unit grants the manifest's three
+// capabilities and nothing else, and keeps the hardening that BPF allows.
+func TestUnitPrivileges(t *testing.T) {
+	u := loadUnit(t)
+	for _, key := range []string{"CapabilityBoundingSet", "AmbientCapabilities"} {
+		got := strings.Fields(u.get("Service", key))
+		sort.Strings(got)
+		if !slices.Equal(got, wantCaps) {
+			t.Errorf("%s = %v, want %v", key, got, wantCaps)
+		}
+	}
+	for key, want := range map[string]string{
+		"NoNewPrivileges":      "yes",
+		"ProtectSystem":        "strict",
+		"StateDirectory":       "spanwatch",
+		"PrivateTmp":           "yes",
+		"ProtectKernelModules": "yes",
+		"ProtectControlGroups": "yes",
+		"LimitMEMLOCK":         "infinity",
+	} {
+		if got := u.get("Service", key); got != want {
+			t.Errorf("%s = %q, want %q", key, got, want)
+		}
+	}
+	if u.get("Service", "User") != "" || u.get("Service", "DynamicUser") != "" {
+		t.Error("the unit changes user: tracefs (mode 0700) needs root's uid")
+	}
+	// The syscall filter must not take away what BPF tracing uses.
+	filter := u.get("Service", "SystemCallFilter")
+	for _, set := range []string{"@debug", "@privileged", "@system-service"} {
+		if strings.HasPrefix(filter, "~") && strings.Contains(filter, set) {
+			t.Errorf("SystemCallFilter denies %s, which holds bpf or perf_event_open", set)
+		}
+	}
+	args := flagArgs(strings.Fields(u.get("Service", "ExecStart"))[2:])
+	host, _, err := net.SplitHostPort(args["metrics-addr"])
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Errorf("--metrics-addr=%s: the unit should serve metrics on loopback", args["metrics-addr"])
+	}
+}
+
+// TestUnitVerify runs systemd-analyze verify on the unit, with ExecStart
+// pointing at a freshly built spanwatch (verify checks that it exists).
+func TestUnitVerify(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd)")
+	}
+	bin := spanwatchBinary(t)
+	data, err := os.ReadFile(unitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.ReplaceAll(data, []byte("/usr/local/bin/spanwatch"), []byte(bin))
+	dir := t.TempDir()
+	p := filepath.Join(dir, "spanwatch.service")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(sa, "verify", p).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+var buildOnce struct {
+	sync.Once
+	bin string
+	err error
+	dir string
+}
+
+// spanwatchBinary builds cmd/spanwatch once per test run.
+func spanwatchBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildOnce.dir, buildOnce.err = os.MkdirTemp("", "spanwatch-deploy-test")
+		if buildOnce.err != nil {
+			return
+		}
+		buildOnce.bin = filepath.Join(buildOnce.dir, "spanwatch")
+		out, err := exec.Command("go", "build", "-o", buildOnce.bin, "github.com/spanwatch/spanwatch/cmd/spanwatch").CombinedOutput()
+		if err != nil {
+			buildOnce.err = fmt.Errorf("go build cmd/spanwatch: %v\n%s", err, out)
+		}
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildOnce.dir != "" {
+		os.RemoveAll(buildOnce.dir)
+	}
+	os.Exit(code)
+}
