@@ -239,4 +239,3 @@ func notifyOK(t testing.TB, d *Dispatcher, alerts ...*alert.Alert) {
 		t.Fatalf("Notify: retry=%v err=%v", retry, err)
 	}
 }
-

@@ -35,4 +35,7 @@ func testLogger(t testing.TB) *slog.Logger {
 
 type tWriter struct{ t testing.TB }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimSpace(p))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimSpace(p)))
+	return len(p), nil
+}

@@ -24,7 +24,7 @@ const DefaultBinary = "/usr/bin/prometheus-alertmanager"
 // Alertmanager is a running Alertmanager process.
 type Alertmanager struct {
 	// URL is its base URL, e.g. http://127.0.0.1:40123.
-	URL string
+	URL     string
 	cmd     *exec.Cmd
 	out     *syncBuffer
 	done    chan struct{} // closed when the process has exited
