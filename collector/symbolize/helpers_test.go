@@ -32,7 +32,7 @@ func markerLines(t *testing.T, src string) map[string]int {
 
 // startBlocked starts bin, which blocks in slow until its stdin closes,
 // and waits for its "ready" line.
-func startBlocked(t *testing.T, bin string) (*exec.Cmd, io.WriteCloser) {
+func startBlocked(t testing.TB, bin string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
 	cmd := exec.Command(bin)
 	stdin, err := cmd.StdinPipe()
@@ -58,7 +58,7 @@ func startBlocked(t *testing.T, bin string) (*exec.Cmd, io.WriteCloser) {
 	return cmd, stdin
 }
 
-func buildGo(t *testing.T, bin, src string, args ...string) {
+func buildGo(t testing.TB, bin, src string, args ...string) {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -68,7 +68,7 @@ func buildGo(t *testing.T, bin, src string, args ...string) {
 	run(t, gobin, append(cmdArgs, src)...)
 }
 
-func buildC(t *testing.T, bin, src string) {
+func buildC(t testing.TB, bin, src string) {
 	t.Helper()
 	cc, err := exec.LookPath("cc")
 	if err != nil {
@@ -77,7 +77,7 @@ func buildC(t *testing.T, bin, src string) {
 	run(t, cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, src)
 }
 
-func run(t *testing.T, name string, args ...string) {
+func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {

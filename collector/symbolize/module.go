@@ -40,7 +40,18 @@ type module struct {
 	lines   *lineTable   // DWARF line table, when present and not Go
 
 	demangled map[int32]string
+	// cache holds recent lookups: overruns of one span repeat the same
+	// stacks, and a Go pclntab lookup decodes a table each time.
+	cache map[uint64]result
 }
+
+type result struct {
+	fn, file string
+	line     int
+}
+
+// maxCache bounds a module's lookup cache; it is emptied when full.
+const maxCache = 1 << 16
 
 type symbol struct {
 	addr, size uint64
@@ -101,6 +112,18 @@ func (m *module) fileOffsetToAddr(off uint64) (uint64, bool) {
 
 // lookup symbolizes one address of the module (an ELF virtual address).
 func (m *module) lookup(addr uint64) (fn, file string, line int) {
+	if r, ok := m.cache[addr]; ok {
+		return r.fn, r.file, r.line
+	}
+	fn, file, line = m.resolve(addr)
+	if m.cache == nil || len(m.cache) >= maxCache {
+		m.cache = make(map[uint64]result)
+	}
+	m.cache[addr] = result{fn, file, line}
+	return fn, file, line
+}
+
+func (m *module) resolve(addr uint64) (fn, file string, line int) {
 	if m.gotab != nil {
 		if file, line, f := m.gotab.PCToLine(addr); f != nil {
 			return f.Name, file, line
