@@ -50,7 +50,11 @@ func Hint(frames []snapshot.Frame) string {
 	if last.Module != "" && last.Function != "" {
 		where += " in " + last.Module
 	}
-	return fmt.Sprintf("user stack stops after %d frames at %s without reaching a thread entry point: "+
+	n := fmt.Sprintf("%d frames", len(frames))
+	if len(frames) == 1 {
+		n = "1 frame"
+	}
+	return fmt.Sprintf("user stack stops after %s at %s without reaching a thread entry point: "+
 		"code on this stack was likely built without frame pointers (build with -fno-omit-frame-pointer; see docs/stacks.md)",
-		len(frames), where)
+		n, where)
 }
