@@ -138,7 +138,10 @@ func register(format string, word *uint32, bit uint8) (*Event, error) {
 		enableAddr: uint64(uintptr(unsafe.Pointer(word))),
 		nameArgs:   uint64(uintptr(unsafe.Pointer(&args[0]))),
 	}
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(process.fd), diagIOCSREG, uintptr(unsafe.Pointer(&reg)))
+	var errno unix.Errno
+	onIoctlThread(func() {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, uintptr(process.fd), diagIOCSREG, uintptr(unsafe.Pointer(&reg)))
+	})
 	runtime.KeepAlive(args)
 	if errno != 0 {
 		process.closeIfUnused()
@@ -231,8 +234,10 @@ func (e *Event) WriteIndex() uint32 { return e.index }
 // Write emits one event whose payload is the concatenation of payload, in
 // one writev(2): the write index, then each slice. The kernel rejects a
 // payload shorter than the format's fixed fields (EINVAL). A write while no
-// tracer is attached succeeds and is dropped by the kernel; check Enabled
-// first to save building the payload.
+// tracer has the event enabled is dropped: the kernel answers EBADF, which
+// Write reports as success, since a tracer may detach between a caller's
+// Enabled check and its write. Check Enabled first to save building the
+// payload.
 func (e *Event) Write(payload ...[]byte) error {
 	// Up to 7 payload slices fit an iovec array on the stack; more are
 	// joined first (rare, and it allocates).
@@ -256,7 +261,7 @@ func (e *Event) Write(payload ...[]byte) error {
 	_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(e.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
 	e.mu.RUnlock()
 	runtime.KeepAlive(payload)
-	if errno != 0 {
+	if errno != 0 && errno != unix.EBADF {
 		return e.writeError(payload, errno)
 	}
 	return nil
@@ -293,7 +298,10 @@ func (e *Event) Close() error {
 		disableBit:  e.bit,
 		disableAddr: uint64(uintptr(unsafe.Pointer(e.word))),
 	}
-	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(e.fd), diagIOCSUNREG, uintptr(unsafe.Pointer(&unreg)))
+	var errno unix.Errno
+	onIoctlThread(func() {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, uintptr(e.fd), diagIOCSUNREG, uintptr(unsafe.Pointer(&unreg)))
+	})
 	process.Lock()
 	process.refs--
 	process.closeIfUnused()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,7 +145,8 @@ func TestRegisterEnableWrite(t *testing.T) {
 	if e.Enabled() {
 		t.Fatal("Enabled() before any tracer attached")
 	}
-	// Nobody listens: the kernel accepts and drops the write.
+	// Nobody listens: the kernel drops the write (with EBADF, which Write
+	// hides: a tracer can detach between Enabled and Write).
 	if err := e.Write(make([]byte, 12)); err != nil {
 		t.Fatalf("write while disabled: %v", err)
 	}
@@ -290,7 +292,7 @@ func TestRegisterBadFormat(t *testing.T) {
 		uniqueName(t) + " u64",          // no field name
 		uniqueName(t) + " u128 x",       // no such type
 		uniqueName(t) + " char[2000] x", // array too long
-		uniqueName(t) + ":flag u64 x",   // text flags
+		uniqueName(t) + " u64 x 8",      // a size on a non-struct field
 	} {
 		_, err := Register(format)
 		if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), strconv.Quote(format)) {
@@ -494,5 +496,44 @@ func TestRegisterWord(t *testing.T) {
 	waitEnabled(t, e, false)
 	if got := atomic.LoadUint32(word); got != 1<<2 {
 		t.Errorf("word = %#b without a tracer, want %#b", got, 1<<2)
+	}
+}
+
+// TestRegisterFromExitingThread registers from a thread that exits right
+// after (a goroutine that ends locked to its thread), then enables, writes
+// and unregisters from other threads. The kernel ties enablers to the
+// registering thread; the package must not let that thread's exit or a
+// different unregistering thread matter.
+func TestRegisterFromExitingThread(t *testing.T) {
+	requireUserEvents(t)
+	name := uniqueName(t)
+	type result struct {
+		e   *Event
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
+		e, err := Register(name + " u32 x")
+		done <- result{e, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	e := r.e
+	time.Sleep(50 * time.Millisecond) // let the runtime end that thread
+	cs := openCounters(t, name)
+	waitEnabled(t, e, true)
+	if err := e.Write([]byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cs.sum(t); got != 1 {
+		t.Errorf("counted %d writes, want 1", got)
+	}
+	cs.close()
+	waitEnabled(t, e, false)
+	if err := e.Close(); err != nil {
+		t.Fatalf("close from another thread: %v", err)
 	}
 }

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# run.sh runs Go test packages inside a qemu VM whose kernel has user_events
+# (test/vm/kernel.sh builds it) and reports every test by name.
+#
+#   test/vm/run.sh [-kernel BZIMAGE] PACKAGE... [-- TEST-BINARY-FLAGS...]
+#   test/vm/run.sh ./userevents ./test/vm/e2e -- -test.run 'TestEnable'
+#
+# Each package is built as a static test binary (CGO_ENABLED=0 go test -c),
+# packed with busybox-static into an initramfs, and run as root in the VM with
+# -test.v and SPANWATCH_IN_VM=1 (tests that need user_events fail there
+# instead of skipping). The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
+# TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
+# console (kept in a log), ttyS1 brings the tests' output and exit status
+# back. The VM powers itself off when the tests are done; a host-side timeout
+# ($SPANWATCH_VM_TIMEOUT seconds, default 1800) kills qemu otherwise.
+#
+# The last line of output is "N passed, N failed". The exit status is non-zero
+# when a test failed, a test binary crashed, or the VM did not report.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../.." && pwd)
+timeout_s=${SPANWATCH_VM_TIMEOUT:-1800}
+smp=${SPANWATCH_VM_SMP:-2}
+
+log() { printf 'run.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+kernel=""
+pkgs=()
+targs=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	-kernel) kernel=$2; shift 2 ;;
+	--) shift; targs=("$@"); break ;;
+	-*) die "unknown flag $1" ;;
+	*) pkgs+=("$1"); shift ;;
+	esac
+done
+[ ${#pkgs[@]} -gt 0 ] || die "usage: run.sh [-kernel BZIMAGE] PACKAGE... [-- TEST-BINARY-FLAGS...]"
+for tool in qemu-system-x86_64 cpio gzip go; do
+	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install qemu-system-x86 cpio gzip; Go from go.dev)"
+done
+busybox=/bin/busybox
+file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
+	die "$busybox is not a static busybox (Debian: apt-get install busybox-static)"
+
+if [ -z "$kernel" ]; then
+	kernel=$("$here/kernel.sh")
+fi
+[ -s "$kernel" ] || die "kernel image $kernel not found"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/spanwatch-vm.XXXXXX")
+keep=${SPANWATCH_VM_KEEP:-}
+cleanup() { [ -n "$keep" ] || rm -rf "$work"; }
+trap cleanup EXIT
+root=$work/root
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,tests}
+cp "$busybox" "$root/bin/busybox"
+
+# Build each package's test binary; run them in the VM from a directory
+# holding the package's testdata, as go test would.
+start=$(date +%s)
+names=()
+for pkg in "${pkgs[@]}"; do
+	dir=$(cd "$top" && go list -f '{{.Dir}}' "$pkg")
+	import=$(cd "$top" && go list -f '{{.ImportPath}}' "$pkg")
+	name=${import#github.com/spanwatch/spanwatch/}
+	name=${name//\//_}
+	mkdir -p "$root/tests/$name"
+	(cd "$top" && CGO_ENABLED=0 go test -c -o "$root/tests/$name/$name.test" "$pkg") ||
+		die "build test binary for $pkg failed"
+	if [ ! -f "$root/tests/$name/$name.test" ]; then
+		log "$pkg has no tests; skipped"
+		rm -rf "${root:?}/tests/$name"
+		continue
+	fi
+	[ -d "$dir/testdata" ] && cp -r "$dir/testdata" "$root/tests/$name/"
+	names+=("$name")
+done
+[ ${#names[@]} -gt 0 ] || die "no test binaries to run"
+log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
+
+# The test binaries' flags, quoted for the init script.
+flags=""
+for a in "${targs[@]}"; do
+	flags+=" '${a//\'/\'\\\'\'}'"
+done
+
+cat >"$root/init" <<EOF
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1
+mount -t devtmpfs dev /dev
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs tmp /tmp
+mount -t tracefs nodev /sys/kernel/tracing
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+out=/dev/ttyS1
+stty -F \$out raw -echo 2>/dev/null
+echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
+for name in ${names[*]}; do
+	echo "SPANWATCH-VM: BEGIN \$name" >\$out
+	cd /tests/\$name
+	./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
+	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
+done
+echo "SPANWATCH-VM: DONE" >\$out
+sync
+echo o >/proc/sysrq-trigger
+sleep 10
+EOF
+chmod +x "$root/init"
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.gz"
+
+console=$work/console.log
+results=$work/results.log
+: >"$results"
+log "booting $kernel with $smp vCPUs (TCG), timeout ${timeout_s}s"
+# panic=-1 with -no-reboot ends qemu if init dies before powering off.
+timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
+	-accel tcg -cpu max -smp "$smp" -m 1G \
+	-nodefaults -no-user-config -display none -no-reboot \
+	-kernel "$kernel" -initrd "$work/initramfs.gz" \
+	-append "console=ttyS0 panic=-1 loglevel=4" \
+	-serial "file:$console" -serial "file:$results" &
+qpid=$!
+# Show the tests' output as it comes, unless asked to be quiet.
+if [ -z "${SPANWATCH_VM_QUIET:-}" ]; then
+	tail -n +1 -f --pid="$qpid" "$results" | sed -u 's/\r$//' >&2 &
+fi
+set +e
+wait "$qpid"
+qemu_rc=$?
+set -e
+wait # for tail, which ends once qemu has
+elapsed=$(($(date +%s) - start))
+if [ $qemu_rc -eq 124 ] || [ $qemu_rc -eq 137 ]; then
+	log "qemu timed out after ${timeout_s}s and was killed"
+fi
+
+# Summarize: one line per top-level test, "PASS pkg Test (1.2s)".
+set +e
+tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
+	/^SPANWATCH-VM: BOOTED/ { booted = 1; print "vm: " substr($0, 15) }
+	/^SPANWATCH-VM: BEGIN / { pkg = $3; delete running; ended = 0; next }
+	/^SPANWATCH-VM: END / {
+		rc = substr($4, 4) + 0
+		ended = 1
+		failed_here = 0
+		for (t in running) {
+			print "FAIL  " pkg " " t " (no result: the test binary crashed or timed out)"
+			printf "%s", out
+			failed++; failed_here++
+		}
+		if (rc != 0 && pkg_failed[pkg] + failed_here == 0) {
+			print "FAIL  " pkg " (test binary exited with status " rc ")"
+			failed++
+		}
+		delete running
+		pkg = ""
+		next
+	}
+	/^SPANWATCH-VM: DONE/ { done = 1; next }
+	pkg != "" && /^=== RUN   [^\/]+$/ { running[$3] = 1; out = ""; next }
+	pkg != "" && /^--- (PASS|FAIL|SKIP): [^\/]+ / {
+		res = substr($2, 1, 4); t = $3
+		delete running[t]
+		dur = $4
+		if (res == "PASS") { passed++; print "PASS  " pkg " " t " " dur }
+		if (res == "FAIL") { failed++; pkg_failed[pkg]++; print "FAIL  " pkg " " t " " dur; printf "%s", out }
+		if (res == "SKIP") { skipped++; print "SKIP  " pkg " " t " " dur }
+		out = ""
+		next
+	}
+	pkg != "" { out = out "      " $0 "\n" }
+	END {
+		if (pkg != "") {
+			for (t in running) { print "FAIL  " pkg " " t " (no result: the VM stopped during it)"; failed++ }
+			print "FAIL  " pkg " (the VM stopped before the test binary ended)"; failed++
+		}
+		if (!booted) { print "FAIL  the VM did not boot or did not report (see the console log)"; failed++ }
+		else if (!done) { print "FAIL  the VM did not finish the run (qemu exit status " qemu_rc ")"; failed++ }
+		if (passed + failed + skipped == 0) { print "FAIL  no test reported a result"; failed++ }
+		printf "%d skipped\n", skipped
+		printf "%d passed, %d failed\n", passed, failed
+		exit failed > 0 ? 1 : 0
+	}' >"$work/summary"
+summary_rc=${PIPESTATUS[1]}
+set -e
+if [ $summary_rc -ne 0 ] || [ -n "$keep" ]; then
+	log "kernel console (last 30 lines of $console):"
+	tail -n 30 "$console" | tr -d '\r' >&2
+	[ -n "$keep" ] && log "kept $work"
+fi
+log "VM run took ${elapsed}s"
+cat "$work/summary"
+exit $summary_rc
