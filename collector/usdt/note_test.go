@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -293,5 +294,25 @@ func TestParseNotes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The FuzzParse seed is a real library: it must parse to its one probe.
+func TestFuzzSeedLibrary(t *testing.T) {
+	raw, err := os.ReadFile("testdata/fuzz/FuzzParse/seed-libsdtlib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitN(string(raw), "\n", 3)
+	s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "[]byte("), ")"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Probes) != 1 || f.Probes[0].FullName() != "swlib:fire" || len(f.Probes[0].Args) != 3 {
+		t.Fatalf("probes %+v, want swlib:fire with 3 args", f.Probes)
 	}
 }
