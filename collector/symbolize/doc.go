@@ -28,7 +28,10 @@
 // Names come from, in order: a Go binary's pclntab (found by section, or by
 // its header when the section headers are stripped, so "go build -ldflags=-s
 // -w" binaries symbolize with file and line); the ELF .symtab and .dynsym,
-// with DWARF line tables for file and line when present; a JIT's perf map
+// with DWARF line tables for file and line when present, or from a separate
+// debug file found by GNU build id under /usr/lib/debug/.build-id (in the
+// process's root, then the host's) when the binary is stripped; the vDSO's
+// own symbols, its image read from /proc/PID/mem; a JIT's perf map
 // (/tmp/perf-PID.map, looked up in the process's own root and PID
 // namespace). An address nothing names keeps its module and offset, or just
 // its address: frames are never dropped. ELF tables are parsed on a file's

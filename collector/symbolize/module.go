@@ -26,9 +26,13 @@ import (
 type module struct {
 	name string // base name, for Frame.Module
 	path string // as the process saw it
-	f    *os.File
+	r    io.ReaderAt
+	c    io.Closer // nil for a module read into memory (the vDSO)
 	key  fileKey
 	refs int
+	// debugDirs are where to look for a separate debug file by build id
+	// (…/.build-id/ab/cdef….debug): the process's root, then the host's.
+	debugDirs []string
 
 	once    sync.Once
 	loadErr error
@@ -59,11 +63,14 @@ type symbol struct {
 }
 
 func newModule(f *os.File, path string) *module {
-	return &module{name: filepath.Base(strings.TrimSuffix(path, " (deleted)")), path: path, f: f}
+	return &module{name: filepath.Base(strings.TrimSuffix(path, " (deleted)")), path: path, r: f, c: f}
 }
 
 func (m *module) close() error {
-	return m.f.Close()
+	if m.c == nil {
+		return nil
+	}
+	return m.c.Close()
 }
 
 // load parses the ELF file: build id, load segments, symbols, and either
@@ -74,7 +81,7 @@ func (m *module) load() error {
 }
 
 func (m *module) parse() error {
-	ef, err := elf.NewFile(m.f)
+	ef, err := elf.NewFile(m.r)
 	if err != nil {
 		return fmt.Errorf("read elf %s: %w", m.path, err)
 	}
@@ -94,9 +101,50 @@ func (m *module) parse() error {
 		// DWARF is optional: a binary without it still has symbols.
 		if d, err := ef.DWARF(); err == nil {
 			m.lines = newLineTable(d)
+		} else if ef.Section(".symtab") == nil {
+			m.readDebugFile(ef)
 		}
 	}
 	return nil
+}
+
+// readDebugFile adds the symbols and lines of a stripped binary's separate
+// debug file (Debian's *-dbgsym packages, Fedora's debuginfo), found by GNU
+// build id under /usr/lib/debug/.build-id in the process's root or the
+// host's. Its addresses are the binary's own.
+func (m *module) readDebugFile(ef *elf.File) {
+	if _, err := hex.DecodeString(m.buildID); err != nil || len(m.buildID) < 4 {
+		return // no GNU build id
+	}
+	rel := filepath.Join(".build-id", m.buildID[:2], m.buildID[2:]+".debug")
+	for _, dir := range m.debugDirs {
+		df, err := elf.Open(filepath.Join(dir, rel))
+		if err != nil {
+			continue
+		}
+		m.readSymbols(df)
+		if d, err := df.DWARF(); err == nil {
+			m.lines = newLineTable(d)
+			// The line table is built lazily from df, which stays open
+			// until then; the module keeps it to close.
+			m.c = multiCloser{m.c, df}
+		} else {
+			df.Close()
+		}
+		return
+	}
+}
+
+type multiCloser []io.Closer
+
+func (mc multiCloser) Close() error {
+	var errs []error
+	for _, c := range mc {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // fileOffsetToAddr turns a file offset into the address the ELF file's own

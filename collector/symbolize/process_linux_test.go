@@ -240,3 +240,107 @@ func TestExec(t *testing.T) {
 		t.Errorf("after exec: %+v, %v; want slow", frames, err)
 	}
 }
+
+// TestVDSO names a frame in the vDSO, which is no file: the symbolizer
+// reads its image from the process's memory.
+func TestVDSO(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	var start, end uint64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasSuffix(line, "[vdso]") {
+			fmt.Sscanf(line, "%x-%x", &start, &end)
+		}
+	}
+	if start == 0 {
+		t.Skip("skipping: no vDSO mapped")
+	}
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	ef, err := elf.NewFile(io.NewSectionReader(mem, int64(start), int64(end-start)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn elf.Symbol
+	for _, s := range syms {
+		if s.Name == "__vdso_clock_gettime" || s.Name == "clock_gettime" && fn.Name == "" {
+			fn = s
+		}
+	}
+	if fn.Value == 0 {
+		t.Skip("skipping: vDSO has no clock_gettime")
+	}
+	addr := start + fn.Value + 2 // the vDSO's first segment maps at 0
+	s := New(Config{})
+	defer s.Close()
+	frames, err := s.User(uint32(os.Getpid()), []uint64{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := frames[0]; f.Module != "[vdso]" || (f.Function != "__vdso_clock_gettime" && f.Function != "clock_gettime") || f.Offset != fn.Value+2 {
+		t.Errorf("frame %+v, want clock_gettime in [vdso] at offset %#x", f, fn.Value+2)
+	}
+}
+
+// TestDebugFile symbolizes a stripped C binary from its separate debug
+// file, found by build id, as Debian's -dbgsym packages install them.
+func TestDebugFile(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "cprog-full")
+	buildC(t, full, filepath.Join("testdata", "cprog.c"))
+	bin := filepath.Join(dir, "cprog")
+	run(t, "strip", "--strip-all", "-o", bin, full)
+
+	ef, err := elf.Open(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := readBuildID(ef)
+	var slow uint64
+	syms, _ := ef.Symbols()
+	for _, s := range syms {
+		if s.Name == "slow" {
+			slow = s.Value
+		}
+	}
+	ef.Close()
+	debugDir := filepath.Join(dir, "debug")
+	debugFile := filepath.Join(debugDir, ".build-id", id[:2], id[2:]+".debug")
+	if err := os.MkdirAll(filepath.Dir(debugFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "objcopy", "--only-keep-debug", full, debugFile)
+
+	for _, tc := range []struct {
+		dirs     []string
+		wantFn   string
+		wantFile string
+	}{
+		{nil, "", ""},
+		{[]string{filepath.Join(dir, "nothing"), debugDir}, "slow", "cprog.c"},
+	} {
+		f, err := os.Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newModule(f, bin)
+		m.debugDirs = tc.dirs
+		if err := m.load(); err != nil {
+			t.Fatal(err)
+		}
+		fn, file, line := m.lookup(slow + 4)
+		if fn != tc.wantFn || filepath.Base(file) != tc.wantFile && tc.wantFile != "" || (tc.wantFile != "") != (line > 0) {
+			t.Errorf("debug dirs %v: %q %q:%d, want %q in %q", tc.dirs, fn, file, line, tc.wantFn, tc.wantFile)
+		}
+		m.close()
+	}
+}

@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -151,6 +152,8 @@ func (s *Symbolizer) capture(pid uint32, key procKey) (*process, error) {
 		if r.inode != 0 && strings.HasPrefix(r.path, "/") {
 			m.name = filepath.Base(strings.TrimSuffix(r.path, " (deleted)"))
 			m.mod = s.openModule(dir, r)
+		} else if r.path == "[vdso]" {
+			m.mod = s.vdsoModule(dir, r)
 		} else if r.path == "" {
 			m.name = "[anon]"
 		}
@@ -212,7 +215,35 @@ func (s *Symbolizer) openModule(dir string, r mapRegion) *module {
 	}
 	m := newModule(f, r.path)
 	m.key, m.refs = k, 1
+	m.debugDirs = []string{filepath.Join(dir, "root", "usr", "lib", "debug"), "/usr/lib/debug"}
 	s.modules[k] = m
+	return m
+}
+
+// vdsoKey stands for the vDSO, which the kernel maps into every process:
+// one image per kernel, read once.
+var vdsoKey = fileKey{dev: ^uint64(0)}
+
+// vdsoModule reads the vDSO's ELF image from the process's memory (it is
+// no file), so frames in clock_gettime and friends get names. s.mu is held.
+func (s *Symbolizer) vdsoModule(dir string, r mapRegion) *module {
+	if m := s.modules[vdsoKey]; m != nil {
+		m.refs++
+		return m
+	}
+	f, err := os.Open(filepath.Join(dir, "mem"))
+	if err != nil {
+		s.log.Debug("vdso_unreadable", "error", err)
+		return nil
+	}
+	defer f.Close()
+	buf := make([]byte, r.end-r.start)
+	if _, err := f.ReadAt(buf, int64(r.start)); err != nil {
+		s.log.Debug("vdso_unreadable", "error", err)
+		return nil
+	}
+	m := &module{name: "[vdso]", path: "[vdso]", r: bytes.NewReader(buf), key: vdsoKey, refs: 1}
+	s.modules[vdsoKey] = m
 	return m
 }
 
