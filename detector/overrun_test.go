@@ -1,0 +1,187 @@
+package detector
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+func overrun(at time.Duration, span, comm string) snapshot.Overrun {
+	return snapshot.Overrun{
+		Time: t0.Add(at), Span: span, PID: 1234, TID: 1240, Comm: comm, CgroupID: 42,
+		Container: "web-1", DurationNs: 312e6, BudgetNs: 250e6,
+		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
+		UserStack: []snapshot.Frame{
+			{Function: "main.slowQuery", File: "/src/db.go", Line: 88},
+			{Function: "main.checkout", File: "/src/api.go", Line: 31},
+			{Module: "/usr/lib/libc.so.6", Offset: 0x29d90},
+		},
+	}
+}
+
+func TestOverrunAlert(t *testing.T) {
+	rec := &recorder{}
+	d := New(Config{Notifier: rec})
+	d.SetRules(mustParse(t, "budgets:\n  - {span: checkout, budget: 250ms, labels: {severity: page}, annotations: {runbook: \"https://rb/{{ .Labels.span }}?took={{ .Value }}\"}}\n"))
+	a, err := d.Overrun(context.Background(), overrun(0, "checkout", "api"))
+	if err != nil || a == nil {
+		t.Fatalf("Overrun = %v, %v", a, err)
+	}
+	wantLabels := map[string]string{"alertname": "SpanOverBudget", "span": "checkout", "process": "api", "container": "web-1", "severity": "page"}
+	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
+		t.Errorf("labels = %v, want %v", a.Labels, wantLabels)
+	}
+	wantAnn := map[string]string{
+		"summary":  "span checkout took 312ms, over its 250ms budget",
+		"duration": "312ms",
+		"budget":   "250ms",
+		"pid":      "1234",
+		"tid":      "1240",
+		"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"span_id":  "00f067aa0ba902b7",
+		"stack":    "main.slowQuery (/src/db.go:88)\nmain.checkout (/src/api.go:31)\n/usr/lib/libc.so.6+0x29d90",
+		"runbook":  "https://rb/checkout?took=312ms",
+	}
+	if fmt.Sprint(a.Annotations) != fmt.Sprint(wantAnn) {
+		t.Errorf("annotations = %v\nwant %v", a.Annotations, wantAnn)
+	}
+	if a.State != alert.StateFiring || !a.StartsAt.Equal(t0) || !a.EndsAt.Equal(t0.Add(time.Minute)) || a.Overrun == nil || a.Overrun.TraceID == "" {
+		t.Errorf("alert = %+v", a)
+	}
+	if sent := rec.take(); len(sent) != 1 || sent[0].Fingerprint != a.Fingerprint {
+		t.Errorf("sent %v", sent)
+	}
+}
+
+func TestOverrunDedupe(t *testing.T) {
+	rec := &recorder{}
+	d := New(Config{Notifier: rec, OverrunInterval: 30 * time.Second})
+	ctx := context.Background()
+	// 1000 overruns of one span and process in 20s: one alert.
+	for i := 0; i < 1000; i++ {
+		d.Overrun(ctx, overrun(time.Duration(i)*20*time.Millisecond, "checkout", "api"))
+	}
+	// Another process is another alert.
+	d.Overrun(ctx, overrun(time.Second, "checkout", "worker"))
+	if sent := rec.take(); len(sent) != 2 {
+		t.Fatalf("sent %d alerts, want 2", len(sent))
+	}
+	// After the interval the next one goes out and reports the suppressed.
+	a, _ := d.Overrun(ctx, overrun(40*time.Second, "checkout", "api"))
+	if a == nil || a.Annotations["suppressed"] != "999" {
+		t.Fatalf("alert after interval = %+v", a)
+	}
+	st := d.Stats()
+	if st.OverrunAlerts != 3 || st.OverrunsDeduped != 999 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestOverrunBurst(t *testing.T) {
+	rec := &recorder{}
+	d := New(Config{Notifier: rec, OverrunInterval: time.Minute, OverrunBurst: 5})
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		d.Overrun(ctx, overrun(time.Duration(i)*time.Second, fmt.Sprintf("span%d", i), "api"))
+	}
+	if n := len(rec.take()); n != 5 {
+		t.Errorf("sent %d in one interval, want the burst of 5", n)
+	}
+	// The next interval has a new allowance.
+	d.Overrun(ctx, overrun(2*time.Minute, "later", "api"))
+	if n := len(rec.take()); n != 1 {
+		t.Errorf("sent %d in the next interval, want 1", n)
+	}
+	if st := d.Stats(); st.OverrunsLimited != 15 {
+		t.Errorf("limited = %d, want 15", st.OverrunsLimited)
+	}
+}
+
+func TestOverrunBudgetOptions(t *testing.T) {
+	rec := &recorder{}
+	d := New(Config{Notifier: rec})
+	d.SetRules(mustParse(t, `
+budgets:
+  - {span: healthz, budget: 1s, alert: false}
+  - {span: "db.*", budget: 50ms, labels: {alertname: SlowQuery}}
+`))
+	ctx := context.Background()
+	if a, _ := d.Overrun(ctx, overrun(0, "healthz", "api")); a != nil {
+		t.Errorf("alert: false still alerted: %v", a.Labels)
+	}
+	o := overrun(0, "db.query", "api")
+	o.UserStack = nil
+	o.StackError = "stack not captured: capture_stack is false"
+	o.StillRunning = true
+	a, _ := d.Overrun(ctx, o)
+	if a == nil || a.Name() != "SlowQuery" {
+		t.Fatalf("alert = %+v", a)
+	}
+	if !strings.HasPrefix(a.Annotations["summary"], "span db.query has been running for 312ms") || a.Annotations["stack"] != "(no stack: stack not captured: capture_stack is false)" {
+		t.Errorf("annotations = %v", a.Annotations)
+	}
+	if st := d.Stats(); st.OverrunsIgnored != 1 || st.OverrunAlerts != 1 {
+		t.Errorf("stats = %+v", st)
+	}
+}
+
+func TestOverrunStackTruncated(t *testing.T) {
+	d := New(Config{})
+	o := overrun(0, "checkout", "api")
+	o.UserStack = nil
+	for i := 0; i < 20; i++ {
+		o.UserStack = append(o.UserStack, snapshot.Frame{Function: fmt.Sprintf("f%d", i)})
+	}
+	a, _ := d.Overrun(context.Background(), o)
+	lines := strings.Split(a.Annotations["stack"], "\n")
+	if len(lines) != stackFrames+1 || lines[0] != "f0" || lines[stackFrames] != "... 12 more frames" {
+		t.Errorf("stack = %q", a.Annotations["stack"])
+	}
+}
+
+// TestConcurrent runs overruns, evaluations, reloads and readers at once;
+// run with -race.
+func TestConcurrent(t *testing.T) {
+	rec := &recorder{}
+	d := New(Config{Notifier: rec, OverrunInterval: time.Millisecond})
+	cfg := mustParse(t, "budgets:\n  - {span: checkout, budget: 1ms}\nrules:\n  - {name: Slow, when: p99 > 1ms}\n  - {name: Anom, anomaly: {metric: p99, warmup: 2}}\n")
+	d.SetRules(cfg)
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			d.Evaluate(ctx, snap(i, checkout(time.Duration(i%3)*time.Millisecond)))
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 2000; i++ {
+			d.Overrun(ctx, overrun(time.Duration(i)*time.Millisecond, "checkout", "api"))
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			d.SetRules(cfg)
+			d.Alerts()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			d.Stats()
+		}
+	}()
+	wg.Wait()
+	if st := d.Stats(); st.Evaluations != 200 || st.OverrunAlerts == 0 {
+		t.Errorf("stats = %+v", st)
+	}
+}
