@@ -58,6 +58,7 @@ type Tracer struct {
 	progs      map[string]*ebpf.Program
 	haveCookie bool
 
+	addMu      sync.Mutex // serializes Add, so a failed one can undo its sites
 	mu         sync.Mutex
 	nextSpec   uint32
 	nextSource uint32
@@ -124,9 +125,15 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	}
 	repl := map[string]*ebpf.Map{}
 	for name, m := range cfg.Maps {
-		if _, ok := spec.Maps[name]; ok && m != nil {
-			repl[name] = m
+		ms, ok := spec.Maps[name]
+		if !ok || m == nil {
+			continue
 		}
+		// The core may size its maps at load time (max_entries follows
+		// the CPU count): a replacement must match the spec exactly.
+		ms.MaxEntries = m.MaxEntries()
+		ms.Flags = m.Flags()
+		repl[name] = m
 	}
 	if cfg.testArgs {
 		// The recorder touches none of the core's maps: leave them out.
@@ -180,11 +187,32 @@ func (t *Tracer) Sites() []Site {
 func (t *Tracer) Map(name string) *ebpf.Map { return t.coll.Maps[name] }
 
 // Add attaches a span source: every call site of its probes, in the files
-// its Binary or PID select.
-func (t *Tracer) Add(ctx context.Context, s SpanSource) error {
+// its Binary or PID select. When it fails, nothing of the source stays
+// attached.
+func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	if t.cfg.testArgs {
 		return errors.New("a test tracer records arguments only")
 	}
+	t.addMu.Lock()
+	defer t.addMu.Unlock()
+	t.mu.Lock()
+	firstLink := len(t.links)
+	t.mu.Unlock()
+	defer func() {
+		if err == nil {
+			return
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.closed || len(t.links) < firstLink {
+			return
+		}
+		for _, l := range t.links[firstLink:] {
+			l.Close()
+		}
+		t.links = t.links[:firstLink]
+		t.sites = t.sites[:firstLink]
+	}()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()

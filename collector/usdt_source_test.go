@@ -1,0 +1,212 @@
+//go:build linux && amd64
+
+package collector
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// buildSDTSpan builds collector/usdt/testdata/sdtspan.c with frame pointers,
+// or skips when cc or sys/sdt.h is missing.
+func buildSDTSpan(t *testing.T) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) on PATH: install build-essential")
+	}
+	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
+		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
+			t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
+		}
+	}
+	out := filepath.Join(t.TempDir(), "sdtspan")
+	if b, err := exec.Command(cc, "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "usdt/testdata/sdtspan.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, b)
+	}
+	return out
+}
+
+// quantileOf is snapshot.Quantile's rank rule over exact values.
+func quantileOf(sorted []uint64, q float64) uint64 {
+	rank := uint64(q*float64(len(sorted)) + 0.5)
+	if rank < 1 {
+		rank = 1
+	}
+	if rank > uint64(len(sorted)) {
+		rank = uint64(len(sorted))
+	}
+	return sorted[rank-1]
+}
+
+// TestUSDTSpans runs start/done pairs (by thread and by a key argument) and
+// single probes with durations the test program controls, and expects the
+// collector's snapshot to hold each span name with the right count, errors
+// and quantiles (within the histogram's 6.25%, plus 1% for the time between
+// the program's clock reads and the probes), and over-budget spans to send
+// overrun records with user stacks.
+func TestUSDTSpans(t *testing.T) {
+	prog := buildSDTSpan(t)
+	requireBPF(t)
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const iter, baseUs = 40, 2000
+	cmd := exec.Command(prog, strconv.Itoa(iter), strconv.Itoa(baseUs))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		t.Fatalf("program said %q, want ready", out.Text())
+	}
+
+	sources := []usdt.SpanSource{
+		{
+			Binary: prog, Span: "tspan", NameArg: -1, KeyArg: -1, StatusArg: 0, DurationArg: -1,
+			Start: usdt.ProbeRef{Provider: "sw", Name: "t_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "t_done"},
+		},
+		{
+			PID: cmd.Process.Pid, NameArg: 1, KeyArg: 0, StatusArg: 1, DurationArg: -1,
+			Start: usdt.ProbeRef{Provider: "sw", Name: "k_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "k_done"},
+		},
+		{
+			Binary: prog, NameArg: 0, KeyArg: -1, StatusArg: 2, DurationArg: 1,
+			Probe: usdt.ProbeRef{Provider: "sw", Name: "single"},
+		},
+	}
+	tr, err := c.AttachUSDT(context.Background(), sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	budget := time.Duration(baseUs*7/2) * time.Microsecond
+	if err := c.SetBudgets([]BudgetRule{{Span: "tspan", Budget: budget}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Snapshot(); err != nil { // start a fresh window
+		t.Fatal(err)
+	}
+
+	io.WriteString(stdin, "go\n")
+	measured := map[string][]uint64{}
+	for out.Scan() && out.Text() != "done" {
+		f := strings.Fields(out.Text())
+		v, _ := strconv.ParseUint(f[1], 10, 64)
+		measured[f[0]] = append(measured[f[0]], v)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < iter; i++ {
+		measured["s"] = append(measured["s"], uint64(1000*(i+1)))
+	}
+
+	// Overrun records arrive through the ring buffer: gather them over a
+	// few snapshots, and the series from the first.
+	overBudget := 0
+	for _, d := range measured["t"] {
+		if d > uint64(budget) {
+			overBudget++
+		}
+	}
+	var series map[string]snapshot.Series
+	var overruns []snapshot.Overrun
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		s, err := c.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if series == nil {
+			series = seriesByName(s)
+		}
+		overruns = append(overruns, s.Overruns...)
+		if len(overruns) >= overBudget {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for _, tc := range []struct {
+		span, key string
+		errors    uint64
+		slack     float64 // besides the histogram's 6.25%
+	}{
+		{"tspan", "t", iter / 5, 0.01},
+		{"keyed", "k", 0, 0.01},
+		{"single", "s", iter / 2, 0},
+	} {
+		sr, ok := series[tc.span]
+		if !ok {
+			t.Errorf("no series %q in the snapshot (have %v)", tc.span, keys(series))
+			continue
+		}
+		want := measured[tc.key]
+		sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+		if sr.Count != uint64(len(want)) || sr.Count != iter {
+			t.Errorf("%s: count %d, want %d", tc.span, sr.Count, len(want))
+		}
+		if sr.Errors != tc.errors {
+			t.Errorf("%s: errors %d, want %d", tc.span, sr.Errors, tc.errors)
+		}
+		for _, q := range []struct {
+			name string
+			q    float64
+			got  uint64
+		}{{"p50", 0.5, sr.P50Ns}, {"p90", 0.9, sr.P90Ns}, {"p99", 0.99, sr.P99Ns}} {
+			w := quantileOf(want, q.q)
+			if diff := float64(q.got) - float64(w); diff > (0.0625+tc.slack)*float64(w) || -diff > (0.0625+tc.slack)*float64(w) {
+				t.Errorf("%s %s = %d ns, measured %d ns: off by more than %.2f%%", tc.span, q.name, q.got, w, (0.0625+tc.slack)*100)
+			}
+		}
+	}
+
+	if got := int(series["tspan"].OverBudget); got != overBudget {
+		t.Errorf("tspan over budget %d, want %d (of %d spans over %s)", got, overBudget, len(measured["t"]), budget)
+	}
+	n := 0
+	for _, o := range overruns {
+		if o.Span != "tspan" {
+			t.Errorf("overrun for %q: only tspan has a budget", o.Span)
+			continue
+		}
+		n++
+		if o.Source != "usdt" || o.DurationNs <= uint64(budget) || o.BudgetNs != uint64(budget) || o.PID != uint32(cmd.Process.Pid) {
+			t.Errorf("overrun %+v: want source usdt, pid %d, over the %s budget", o, cmd.Process.Pid, budget)
+		}
+		if len(o.UserStack) < 2 {
+			t.Errorf("overrun with %d user frames (%s), want the stack through thread_spans and main", len(o.UserStack), o.StackError)
+		}
+	}
+	if n != overBudget {
+		t.Errorf("%d overrun records, want %d", n, overBudget)
+	}
+}
+
+func keys(m map[string]snapshot.Series) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
