@@ -264,7 +264,8 @@ func (d *Dispatcher) restore() error {
 }
 
 // Notify accepts alerts for delivery: it returns once they are written to
-// the outbox. retry is true when the caller should offer the same alerts
+// the outbox. Firing and resolved alerts are delivered; pending and inactive
+// ones are ignored. retry is true when the caller should offer the same alerts
 // again later (the outbox is full or could not be written).
 func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry bool, err error) {
 	if err := ctx.Err(); err != nil {
@@ -289,7 +290,9 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		ops, added, refused = ops[:0], 0, 0
 		for _, a := range alerts {
-			if a == nil {
+			// Pending and inactive alerts are not news for a receiver; an
+			// alert without a state counts as firing.
+			if a == nil || a.State == alert.StatePending || a.State == alert.StateInactive {
 				continue
 			}
 			ac := *a

@@ -131,6 +131,12 @@ func TestGroupingOptions(t *testing.T) {
 			want:  []string{"[a 1/firing a 2/firing] truncated 1"},
 		},
 		{
+			name:  "pending and inactive ignored",
+			extra: "",
+			send:  [][]*alert.Alert{{mkAlert("a", 1, alert.StatePending, time.Now()), mkAlert("a", 2, alert.StateInactive, time.Now()), mkAlert("a", 3, alert.StateFiring, time.Now())}},
+			want:  []string{"[a 3/firing]"},
+		},
+		{
 			name:  "old alert skips group_wait",
 			extra: "group_wait: 1h",
 			send:  [][]*alert.Alert{{mkAlert("a", 1, alert.StateFiring, time.Now().Add(-2*time.Hour))}},
