@@ -174,17 +174,31 @@ func ID(path string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// FindRoot returns the cgroup2 mount: /sys/fs/cgroup on a unified host,
-// /sys/fs/cgroup/unified on a hybrid one.
+// RootEnv names the environment variable that overrides FindRoot: the
+// cgroup2 mount to walk. A container sees only its own cgroup namespace at
+// /sys/fs/cgroup, so an agent in a pod mounts the host's tree elsewhere
+// (deploy/kubernetes mounts it at /host/sys/fs/cgroup) and names it here.
+const RootEnv = "SPANWATCH_CGROUP_ROOT"
+
+// FindRoot returns the cgroup2 mount: $SPANWATCH_CGROUP_ROOT when set, else
+// /sys/fs/cgroup on a unified host or /sys/fs/cgroup/unified on a hybrid
+// one.
 func FindRoot() (string, error) {
-	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil {
-			continue
+	if p := os.Getenv(RootEnv); p != "" {
+		if !isCgroup2(p) {
+			return "", fmt.Errorf("find cgroup2 mount: %s=%s is not a cgroup2 mount", RootEnv, p)
 		}
-		if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return p, nil
+	}
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if isCgroup2(p) {
 			return p, nil
 		}
 	}
-	return "", errors.New("find cgroup2 mount: neither /sys/fs/cgroup nor /sys/fs/cgroup/unified is cgroup2; mount it with \"mount -t cgroup2 none /sys/fs/cgroup\" or set the cgroup root")
+	return "", fmt.Errorf("find cgroup2 mount: neither /sys/fs/cgroup nor /sys/fs/cgroup/unified is cgroup2; mount it with \"mount -t cgroup2 none /sys/fs/cgroup\" or set %s", RootEnv)
+}
+
+func isCgroup2(p string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }

@@ -12,6 +12,9 @@ import (
 // again because it met an unknown id.
 const DefaultMinRefresh = time.Second
 
+// RootEnv names the environment variable that overrides FindRoot.
+const RootEnv = "SPANWATCH_CGROUP_ROOT"
+
 // Config configures a Resolver.
 type Config struct {
 	Root       string

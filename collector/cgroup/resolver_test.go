@@ -182,3 +182,18 @@ func TestResolverRealCgroup(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the exit reaches the cgroup asynchronously
 	}
 }
+
+func TestFindRootEnv(t *testing.T) {
+	root, err := FindRoot()
+	if err != nil {
+		t.Skipf("no cgroup2 mount: %v", err)
+	}
+	t.Setenv(RootEnv, root)
+	if got, err := FindRoot(); err != nil || got != root {
+		t.Fatalf("FindRoot with %s=%s: %q, %v", RootEnv, root, got, err)
+	}
+	t.Setenv(RootEnv, t.TempDir())
+	if got, err := FindRoot(); err == nil {
+		t.Fatalf("FindRoot with %s naming a plain directory: %q, want an error", RootEnv, got)
+	}
+}
