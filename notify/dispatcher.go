@@ -53,6 +53,7 @@ type Dispatcher struct {
 	overflow   atomic.Uint64
 	corrupt    string // where a damaged outbox was moved, if one was
 	corruptErr string
+	orphans    int // entries kept for webhooks no longer configured
 
 	mu     sync.Mutex // guards hooks' groups, closed and all outbox writes of alerts/nflog
 	hooks  []*hook
@@ -240,6 +241,7 @@ func (d *Dispatcher) restore() error {
 			h.queued.Store(int64(n))
 			total += int64(n)
 		}
+		d.reportOrphans(tx)
 		return nil
 	})
 	if err != nil {
@@ -261,6 +263,27 @@ func (d *Dispatcher) restore() error {
 		}
 	}
 	return nil
+}
+
+// reportOrphans logs what the outbox holds for webhooks that are no longer
+// configured: kept (nothing is deleted), not delivered.
+func (d *Dispatcher) reportOrphans(tx *bolt.Tx) {
+	known := map[string]bool{}
+	for _, h := range d.hooks {
+		known[h.w.Name] = true
+	}
+	for _, top := range [][]byte{bucketAlerts, bucketQueue} {
+		tx.Bucket(top).ForEachBucket(func(name []byte) error {
+			if !known[string(name)] {
+				if n := tx.Bucket(top).Bucket(name).Stats().KeyN; n > 0 {
+					d.orphans += n
+					d.logger.Warn("outbox holds entries for a webhook no longer configured: kept, not delivered",
+						"webhook", string(name), "kind", string(top), "entries", n)
+				}
+			}
+			return nil
+		})
+	}
 }
 
 // Notify accepts alerts for delivery: it returns once they are written to

@@ -8,7 +8,7 @@ type Collector struct {
 	d *Dispatcher
 
 	attempts, delivered, failures, queue, pending, oldest *prometheus.Desc
-	entries, maxEntries, overflow, damaged                *prometheus.Desc
+	entries, maxEntries, overflow, damaged, orphaned      *prometheus.Desc
 }
 
 // NewCollector returns a prometheus.Collector over d's Stats.
@@ -26,12 +26,13 @@ func NewCollector(d *Dispatcher) *Collector {
 		maxEntries: prometheus.NewDesc("spanwatch_notify_outbox_max_entries", "The outbox's bound (routing.outbox.max_entries).", nil, nil),
 		overflow:   prometheus.NewDesc("spanwatch_notify_outbox_overflow_total", "Alerts refused and notifications postponed because the outbox was full.", nil, nil),
 		damaged:    prometheus.NewDesc("spanwatch_notify_outbox_damaged", "1 when a damaged outbox was moved aside at start.", nil, nil),
+		orphaned:   prometheus.NewDesc("spanwatch_notify_outbox_orphaned_entries", "Entries kept for webhooks no longer configured.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.attempts, c.delivered, c.failures, c.queue, c.pending, c.oldest, c.entries, c.maxEntries, c.overflow, c.damaged} {
+	for _, d := range []*prometheus.Desc{c.attempts, c.delivered, c.failures, c.queue, c.pending, c.oldest, c.entries, c.maxEntries, c.overflow, c.damaged, c.orphaned} {
 		ch <- d
 	}
 }
@@ -57,4 +58,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		damaged = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.damaged, prometheus.GaugeValue, damaged)
+	ch <- prometheus.MustNewConstMetric(c.orphaned, prometheus.GaugeValue, float64(s.Outbox.Orphaned))
 }

@@ -58,6 +58,7 @@ func TestCollector(t *testing.T) {
 		"spanwatch_notify_outbox_max_entries":         DefaultOutboxMaxEntries,
 		"spanwatch_notify_outbox_overflow_total":      0,
 		"spanwatch_notify_outbox_damaged":             0,
+		"spanwatch_notify_outbox_orphaned_entries":    0,
 	}
 	for k, v := range want {
 		if got[k] != v {

@@ -293,3 +293,34 @@ func TestOutboxOverflow(t *testing.T) {
 		t.Errorf("overflow %d entries %d pending %d, want 2, 5, 5", s.Outbox.Overflow, s.Outbox.Entries, s.Webhooks[0].PendingAlerts)
 	}
 }
+
+// TestOrphanedWebhook removes a webhook from the configuration while it has
+// undelivered notifications: they are kept and reported, and delivered when
+// the webhook comes back.
+func TestOrphanedWebhook(t *testing.T) {
+	dir := t.TempDir()
+	d := mustNew(t, webhookConfig(t, "http://127.0.0.1:1/", dir, ""))
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "queued notification", func() bool { return d.Stats().Webhooks[0].QueueDepth == 1 })
+	d.Close()
+
+	c := webhookConfig(t, "http://127.0.0.1:1/", dir, "")
+	c.Webhooks[0].Name = "other"
+	var logs syncBuffer
+	d2, err := New(c, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := d2.Stats().Outbox; s.Orphaned != 2 { // the alert and its notification
+		t.Errorf("orphaned %d, want 2", s.Orphaned)
+	}
+	if !strings.Contains(logs.String(), "webhook=test") {
+		t.Errorf("orphans not logged:\n%s", logs.String())
+	}
+	d2.Close()
+
+	rc := newReceiver(t, nil).start()
+	d3 := mustNew(t, webhookConfig(t, rc.srv.URL, dir, ""))
+	waitFor(t, 5*time.Second, "delivery once the webhook is back", func() bool { return len(rc.messages()) == 1 })
+	_ = d3
+}

@@ -28,6 +28,9 @@ type OutboxStats struct {
 	// sound.
 	MovedAside string
 	Damage     string
+	// Orphaned counts entries kept in the outbox for webhooks that are no
+	// longer configured; they are delivered if the webhook comes back.
+	Orphaned int
 }
 
 // WebhookStats describes delivery to one webhook.
@@ -59,6 +62,7 @@ func (d *Dispatcher) Stats() Stats {
 		Overflow:   d.overflow.Load(),
 		MovedAside: d.corrupt,
 		Damage:     d.corruptErr,
+		Orphaned:   d.orphans,
 	}}
 	d.mu.Lock()
 	defer d.mu.Unlock()
