@@ -22,22 +22,9 @@ deps=($srcpkg build-essential flex bison bc libelf-dev libssl-dev cpio dwarves x
 log() { printf 'kernel.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-missing=()
-for p in "${deps[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-		missing+=("$p")
-	fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	if [ "$(id -u)" -ne 0 ]; then
-		die "missing packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}"
-	fi
-	log "installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
-		{ apt-get update >&2 && apt-get install -y --no-install-recommends "${missing[@]}" >&2; } ||
-		die "apt-get install ${missing[*]} failed"
-fi
+# shellcheck source=deps.sh
+. "$here/deps.sh"
+ensure_packages "${deps[@]}" || exit 1
 
 [ -f "$fragment" ] || die "config fragment $fragment not found"
 version=$(dpkg-query -W -f='${Version}' "$srcpkg")
@@ -78,9 +65,11 @@ build=$dir/build
 rm -rf "$build"
 mkdir -p "$build"
 log "configuring in $build (tinyconfig + $fragment)"
-make -s -C "$src" O="$build" tinyconfig >&2
-(cd "$build" && "$src/scripts/kconfig/merge_config.sh" -m -O "$build" .config "$fragment" >&2)
-make -s -C "$src" O="$build" olddefconfig >&2
+{
+	make -s -C "$src" O="$build" tinyconfig &&
+		(cd "$build" && "$src/scripts/kconfig/merge_config.sh" -m -O "$build" .config "$fragment") &&
+		make -s -C "$src" O="$build" olddefconfig
+} >"$dir/config.log" 2>&1 || { cat "$dir/config.log" >&2; die "configuring the kernel failed"; }
 
 # merge_config.sh only warns when a value does not survive; fail instead.
 bad=0

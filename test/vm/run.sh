@@ -38,12 +38,15 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ ${#pkgs[@]} -gt 0 ] || die "usage: run.sh [-kernel BZIMAGE] PACKAGE... [-- TEST-BINARY-FLAGS...]"
-for tool in qemu-system-x86_64 cpio gzip go; do
-	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install qemu-system-x86 cpio gzip; Go from go.dev)"
-done
+# shellcheck source=deps.sh
+. "$here/deps.sh"
+ensure_packages qemu-system-x86 busybox-static cpio gzip || exit 1
+command -v go >/dev/null || die "go not found in PATH"
+# busybox-static installs a static /bin/busybox (the busybox package a
+# dynamic one, which cannot run in the initramfs).
 busybox=/bin/busybox
-file -L "$busybox" 2>/dev/null | grep -q 'statically linked' ||
-	die "$busybox is not a static busybox (Debian: apt-get install busybox-static)"
+dpkg-query -S "$busybox" 2>/dev/null | grep -q '^busybox-static:' ||
+	die "$busybox does not come from busybox-static (apt-get install busybox-static)"
 
 if [ -z "$kernel" ]; then
 	kernel=$("$here/kernel.sh")
@@ -62,9 +65,12 @@ cp "$busybox" "$root/bin/busybox"
 # holding the package's testdata, as go test would.
 start=$(date +%s)
 names=()
-for pkg in "${pkgs[@]}"; do
-	dir=$(cd "$top" && go list -f '{{.Dir}}' "$pkg")
-	import=$(cd "$top" && go list -f '{{.ImportPath}}' "$pkg")
+mapfile -t listed < <(cd "$top" && go list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
+[ ${#listed[@]} -gt 0 ] || die "no packages match ${pkgs[*]}"
+for line in "${listed[@]}"; do
+	import=${line%% *}
+	dir=${line#* }
+	pkg=$import
 	name=${import#github.com/spanwatch/spanwatch/}
 	name=${name//\//_}
 	mkdir -p "$root/tests/$name"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# run-all.sh runs spanwatch's user_events tests in a VM: what ./test.sh (and
+# so CI) runs. It builds the VM kernel or reuses the cached one
+# (kernel.sh), then runs the packages below with run.sh, which reports each
+# test by name and ends with "N passed, N failed". Exits non-zero if a test
+# failed or the VM did not report.
+#
+#   test/vm/run-all.sh                         the default packages
+#   test/vm/run-all.sh -- -test.run TestKprobe  flags for the test binaries
+#
+# Needs root (apt-get for missing packages, the kernel cache under
+# /var/cache/spanwatch-vm; set SPANWATCH_VM_CACHE to put it elsewhere).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$here/../.."
+
+# The packages whose tests need user_events: the ABI package itself and the
+# end-to-end tests of the span SDK and the collector.
+pkgs=(./userevents ./test/vm/e2e)
+
+start=$(date +%s)
+kernel=$(test/vm/kernel.sh)
+echo "run-all.sh: kernel ready after $(($(date +%s) - start))s: $kernel" >&2
+status=0
+test/vm/run.sh -kernel "$kernel" "${pkgs[@]}" "$@" || status=$?
+echo "run-all.sh: VM tests took $(($(date +%s) - start))s in all" >&2
+exit $status
