@@ -1,0 +1,10 @@
+package bpf
+
+// The in-flight sampler (inflight.bpf.c) is generated separately: the
+// collector loads it beside the core, with MapReplacements for the core's
+// overruns and counters maps, only when USDT start/end spans are watched.
+// Regenerate with Debian's clang:
+//
+//	go generate ./bpf/...
+//
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target amd64 -type inflight_target Inflight inflight.bpf.c

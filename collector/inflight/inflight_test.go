@@ -1,0 +1,245 @@
+//go:build linux
+
+package inflight
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// maps are the core's and the USDT object's maps the watcher works on,
+// created from the real specs.
+type maps struct {
+	inflight, sources, budgets, overruns, counters *ebpf.Map
+}
+
+func newMaps(t *testing.T) maps {
+	t.Helper()
+	usdt, err := bpf.LoadUsdt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := bpf.LoadSpanwatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m maps
+	for _, x := range []struct {
+		dst  **ebpf.Map
+		spec *ebpf.MapSpec
+	}{
+		{&m.inflight, usdt.Maps["usdt_inflight"]},
+		{&m.sources, usdt.Maps["usdt_sources"]},
+		{&m.budgets, core.Maps["budgets"]},
+		{&m.overruns, core.Maps["overruns"]},
+		{&m.counters, core.Maps["counters"]},
+	} {
+		mp, err := ebpf.NewMap(x.spec)
+		if err != nil {
+			t.Skipf("skipping: cannot create BPF map %s (needs root and CAP_BPF): %v", x.spec.Name, err)
+		}
+		t.Cleanup(func() { mp.Close() })
+		*x.dst = mp
+	}
+	return m
+}
+
+func nameBytes(s string) (b [snapshot.NameLen]int8) {
+	for i := 0; i < len(s) && i < len(b); i++ {
+		b[i] = int8(s[i])
+	}
+	return b
+}
+
+// startBusy builds and starts testdata/busy.c in mode ("spin" or "nap"):
+// its span runs in slow until stdin closes.
+func startBusy(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skipf("skipping: no C compiler: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "busy")
+	if out, err := exec.Command(cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, filepath.Join("testdata", "busy.c")).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, mode)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("read ready: %q, %v", line, err)
+	}
+	return cmd, stdin
+}
+
+func functions(frames []snapshot.Frame) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		out[i] = f.Function
+	}
+	return out
+}
+
+// TestStuckSpan puts a span of a running test program in usdt_inflight,
+// two seconds old against a 100ms budget, as usdt_start would, and checks
+// that the watcher samples that thread: on the CPU while it spins, off the
+// CPU while it sleeps in poll, each time with the program's call chain,
+// and only as many times as asked.
+func TestStuckSpan(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		cfg  Config
+		// The innermost user frames expected; a thread in a system call
+		// is seen from libc's frameless poll wrapper, which hides slow.
+		want   []string
+		kernel string // a kernel frame expected, "" for none
+	}{
+		{"spin", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
+		{"nap", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			m := newMaps(t)
+			cmd, stdin := startBusy(t, tc.mode)
+			pid := uint32(cmd.Process.Pid)
+
+			const span, budget = "stuck", 100 * time.Millisecond
+			src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, StatusArg: noArg, DurationArg: noArg}
+			if err := m.sources.Put(uint32(7), &src); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
+				t.Fatal(err)
+			}
+			now, _ := monotonicNs()
+			start := now - uint64(2*time.Second)
+			key := bpf.UsdtUsdtInflightKey{Source: 7, Tgid: pid, Key: uint64(pid)}
+			if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: start}); err != nil {
+				t.Fatal(err)
+			}
+
+			cfg := tc.cfg
+			cfg.Inflight, cfg.Sources, cfg.Budgets, cfg.Overruns, cfg.Counters = m.inflight, m.sources, m.budgets, m.overruns, m.counters
+			cfg.Samples = 2
+			w, err := New(cfg)
+			if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EPERM) {
+				t.Skipf("skipping: cannot load the inflight programs: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			rd, err := ringbuf.NewReader(m.overruns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+
+			if err := w.Scan(); err != nil {
+				t.Fatal(err)
+			}
+			if w.Watching() != 1 || !w.Active() {
+				t.Fatalf("after the scan: watching %d, active %v; want 1, true", w.Watching(), w.Active())
+			}
+			sym := symbolize.New(symbolize.Config{})
+			defer sym.Close()
+			if err := sym.Capture(pid); err != nil {
+				t.Fatal(err)
+			}
+			rd.SetDeadline(time.Now().Add(15 * time.Second))
+			for i := 0; i < cfg.Samples; i++ {
+				rec, err := rd.Read()
+				if err != nil {
+					t.Fatalf("sample %d: %v", i, err)
+				}
+				r := *(*bpf.SpanwatchOverrun)(unsafe.Pointer(&rec.RawSample[0]))
+				if r.Pid != pid || r.Tid != pid || r.Status != StatusStillRunning || r.Source != sourceUSDT || r.NameId != snapshot.NameID(span) || r.BudgetNs != uint64(budget) {
+					t.Errorf("sample %d: pid %d tid %d status %#x source %d name id %#x budget %d", i, r.Pid, r.Tid, r.Status, r.Source, r.NameId, r.BudgetNs)
+				}
+				if got := snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&r.Name[0])), len(r.Name))); got != span {
+					t.Errorf("sample %d: name %q", i, got)
+				}
+				if r.DurationNs < uint64(2*time.Second) || r.TsNs-r.DurationNs != start {
+					t.Errorf("sample %d: duration %v, want the time since the start", i, time.Duration(r.DurationNs))
+				}
+				if r.UstackLen <= 0 {
+					t.Fatalf("sample %d: user stack error %d", i, r.UstackLen)
+				}
+				ustack, err := sym.User(pid, r.Ustack[:r.UstackLen/8])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := functions(ustack)
+				t.Logf("sample %d user: %v", i, got)
+				if i := index(got, tc.want[0]); i < 0 || i > 1 || strings.Join(got[i:i+len(tc.want)], ",") != strings.Join(tc.want, ",") {
+					t.Errorf("sample %d: user stack %v, want %v", i, got, tc.want)
+				}
+				if tc.kernel != "" {
+					kstack, err := sym.Kernel(r.Kstack[:max(0, r.KstackLen)/8])
+					if errors.Is(err, symbolize.ErrKernelHidden) {
+						continue
+					}
+					kf := functions(kstack)
+					t.Logf("sample %d kernel: %v", i, kf)
+					if !strings.Contains(strings.Join(kf, ","), tc.kernel) {
+						t.Errorf("sample %d: kernel stack %v has no %q", i, kf, tc.kernel)
+					}
+				}
+			}
+
+			// Sampled as often as asked: the next scan retires the thread
+			// and detaches; later scans do not sample the span again.
+			time.Sleep(50 * time.Millisecond)
+			for range 2 {
+				if err := w.Scan(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if w.Watching() != 0 || w.Active() {
+				t.Errorf("after the samples: watching %d, active %v; want 0, false", w.Watching(), w.Active())
+			}
+			rd.SetDeadline(time.Now().Add(300 * time.Millisecond))
+			if rec, err := rd.Read(); err == nil {
+				t.Errorf("an extra sample after %d: %d bytes", cfg.Samples, len(rec.RawSample))
+			}
+
+			// When the span ends (usdt_end deletes it), the thread is
+			// forgotten; a new span of the same thread would be sampled.
+			m.inflight.Delete(&key)
+			if err := w.Scan(); err != nil {
+				t.Fatal(err)
+			}
+			if len(w.reported) != 0 {
+				t.Errorf("reported spans after the end: %v", w.reported)
+			}
+			stdin.Close()
+		})
+	}
+}
+
+func index(s []string, x string) int {
+	for i, v := range s {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
