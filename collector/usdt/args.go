@@ -100,17 +100,47 @@ func (a Arg) String() string {
 	t += strconv.Itoa(a.Size * 8)
 	switch a.Kind {
 	case ArgConst:
-		return fmt.Sprintf("%s %d", t, a.Offset)
+		v := a.Extend(uint64(a.Offset))
+		if a.Signed {
+			return fmt.Sprintf("%s %d", t, int64(v))
+		}
+		return fmt.Sprintf("%s %d", t, v)
 	case ArgReg:
 		return fmt.Sprintf("%s %%%s", t, a.Reg)
 	case ArgDeref:
-		s := fmt.Sprintf("%s [%%%s%+d", t, a.Reg, a.Offset)
+		s := fmt.Sprintf("%s [%%%s", t, a.Reg)
+		if a.Offset != 0 {
+			s += fmt.Sprintf("%+d", a.Offset)
+		}
 		if a.Index != "" {
 			s += fmt.Sprintf(" + %%%s*%d", a.Index, a.Scale)
 		}
 		return s + "]"
 	}
 	return t + " ?"
+}
+
+// Extend truncates v to the argument's size and sign- or zero-extends it
+// to 64 bits, as the BPF helper does.
+func (a Arg) Extend(v uint64) uint64 {
+	switch a.Size {
+	case 1:
+		if a.Signed {
+			return uint64(int64(int8(v)))
+		}
+		return uint64(uint8(v))
+	case 2:
+		if a.Signed {
+			return uint64(int64(int16(v)))
+		}
+		return uint64(uint16(v))
+	case 4:
+		if a.Signed {
+			return uint64(int64(int32(v)))
+		}
+		return uint64(uint32(v))
+	}
+	return v
 }
 
 // ParseArgs parses a call site's argument string for arch. Arguments that
