@@ -1,0 +1,32 @@
+// Package ruletest runs rule unit tests, the way "promtool test rules"
+// does for Prometheus: a YAML test file names a rule file, feeds a sequence
+// of snapshots (written inline or recorded by "spanwatch run --output") to
+// a real Detector at given evaluation times, and compares the alerts after
+// chosen steps with the expected ones.
+//
+// The test file format (documented by schema.json, see Schema):
+//
+//	rule_file: rules.yaml          # relative to the test file
+//	interval: 10s                  # time between steps (default 10s)
+//	tests:
+//	  - name: checkout p99 pages after 30s
+//	    start: 2026-01-01T00:00:00Z   # time of step 0 (default 2026-01-01T00:00:00Z)
+//	    steps:
+//	      - series:                  # one snapshot, inline
+//	          - {span: checkout, container: web-1, count: 100, p99: 250ms}
+//	        repeat: 4                # the same snapshot 4 times
+//	      - file: recorded.json      # JSON snapshots, one step each
+//	      - series: []               # an empty window
+//	        overruns:                # slow spans, fed to Detector.Overrun
+//	          - {span: checkout, comm: api, duration: 300ms, budget: 250ms}
+//	    expect:
+//	      - at: 30s                  # or step: 3 (0-based)
+//	        alerts:                  # exactly these, after that step
+//	          - labels: {alertname: CheckoutSlow, span: checkout, container: web-1}
+//	            annotations: {summary: "p99 is 250ms"}   # optional
+//	            state: firing        # pending, firing or resolved
+//
+// After a step, the alerts compared are those pending or firing, those
+// resolved by that step, and the overrun alerts it sent. Labels must match
+// exactly; annotations are compared only when the expectation lists them.
+package ruletest

@@ -1,0 +1,83 @@
+package ruletest
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRunFilePasses(t *testing.T) {
+	for _, f := range []string{"../../policy/testdata/good/full.test.yaml", "../../examples/rego/spanwatch.test.yaml"} {
+		results, err := RunFile(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(results) < 2 {
+			t.Errorf("%s: %d test cases", f, len(results))
+		}
+		for _, r := range results {
+			if !r.Passed() {
+				t.Errorf("%s: %s failed:\n%s", f, r.Name, strings.Join(r.Failures, "\n"))
+			}
+		}
+	}
+}
+
+func TestRunFileReportsDiffs(t *testing.T) {
+	results, err := RunFile(context.Background(), "testdata/failing.test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 || results[0].Passed() || !results[1].Passed() {
+		t.Fatalf("results = %+v", results)
+	}
+	want := []string{
+		`at 0s (step 0): alert {alertname="Slow", span="checkout"}: state pending, want firing`,
+		`at 10s (step 1): unexpected pending alert {alertname="Slow", span="checkout"}`,
+		`at 20s (step 2): alert {alertname="Slow", span="checkout"}: annotation runbook missing, want "x"`,
+		"at 20s (step 2): alert {alertname=\"Slow\", span=\"checkout\"}: annotation summary:\n      got  \"p99 300ms\"\n      want \"p99 250ms\"",
+		`at 20s (step 2): missing firing alert {alertname="Other"}`,
+	}
+	got := results[0].Failures
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("failures:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestRunFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte("rules: []\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad_rules.yaml"), []byte("rules:\n  - name: X\n    when: p99 >\n"), 0o644)
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"unknown key", "rule_file: rules.yaml\ntests:\n  - name: x\n    stepz: []\n", "field stepz not found"},
+		{"no rule file", "tests: []\n", "rule_file is missing"},
+		{"bad rule file", "rule_file: bad_rules.yaml\ntests:\n  - steps: [{series: []}]\n", "bad_rules.yaml:3:11: when: comparison"},
+		{"no steps", "rule_file: rules.yaml\ntests:\n  - name: x\n", "no steps"},
+		{"at between steps", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{at: 5s, alerts: []}]\n", "no step is evaluated then"},
+		{"step out of range", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{step: 3, alerts: []}]\n", "steps 0 to 0"},
+		{"bad duration", "rule_file: rules.yaml\ntests:\n  - steps: [{series: [{span: a, p99: fast}]}]\n", `p99 "fast"`},
+		{"missing file", "rule_file: rules.yaml\ntests:\n  - steps: [{file: nope.json}]\n", "nope.json"},
+	} {
+		p := filepath.Join(dir, "t.yaml")
+		os.WriteFile(p, []byte(tc.src), 0o644)
+		_, err := RunFile(context.Background(), p)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestSchemaIsJSON(t *testing.T) {
+	var v map[string]any
+	if err := json.Unmarshal(Schema(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v["title"] != "spanwatch rule test file" {
+		t.Errorf("title = %v", v["title"])
+	}
+}
