@@ -28,7 +28,7 @@ type maps struct {
 	inflight, sources, budgets, overruns, counters *ebpf.Map
 }
 
-func newMaps(t *testing.T) maps {
+func newMaps(t testing.TB) maps {
 	t.Helper()
 	usdt, err := bpf.LoadUsdt()
 	if err != nil {

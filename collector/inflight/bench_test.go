@@ -1,0 +1,89 @@
+//go:build linux
+
+package inflight
+
+import (
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/bpf"
+)
+
+// pingPong passes a byte back and forth n times between two OS threads
+// over pipes: every hop blocks one thread and wakes the other, so each
+// round trip is at least two context switches.
+func pingPong(b *testing.B, n int) time.Duration {
+	ar, aw, _ := os.Pipe()
+	br, bw, _ := os.Pipe()
+	defer ar.Close()
+	defer aw.Close()
+	defer br.Close()
+	defer bw.Close()
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		buf := make([]byte, 1)
+		for i := 0; i < n; i++ {
+			ar.Read(buf)
+			bw.Write(buf)
+		}
+		close(done)
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	buf := []byte{1}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		aw.Write(buf)
+		br.Read(buf)
+	}
+	<-done
+	return time.Since(start)
+}
+
+// BenchmarkOffCPUSampler measures what the sched_switch sampler costs every
+// context switch on the host while some thread is watched (it is detached
+// otherwise): its own run time per call from the kernel's BPF stats (a
+// hash lookup that misses for every other thread), and a pipe ping-pong's
+// round trip with the sampler detached and attached.
+func BenchmarkOffCPUSampler(b *testing.B) {
+	m := newMaps(b)
+	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, NoOnCPU: true})
+	if err != nil {
+		b.Skipf("skipping: %v", err)
+	}
+	defer w.Close()
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Skipf("skipping: enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	// A watched thread that never runs: every call is the common case.
+	if err := w.objs.InflightWatch.Put(uint32(1<<30), &bpf.InflightInflightTarget{Pid: 1 << 30, Samples: 1}); err != nil {
+		b.Fatal(err)
+	}
+	n := max(b.N, 20000)
+	detached := pingPong(b, n)
+	w.mu.Lock()
+	err = w.setActive(true)
+	w.mu.Unlock()
+	if err != nil {
+		b.Fatal(err)
+	}
+	before, _ := w.objs.InflightOffCpu.Stats()
+	attached := pingPong(b, n)
+	after, _ := w.objs.InflightOffCpu.Stats()
+	runs := after.RunCount - before.RunCount
+	if runs == 0 {
+		b.Fatal("the sampler never ran")
+	}
+	b.ReportMetric(float64((after.Runtime-before.Runtime).Nanoseconds())/float64(runs), "prog-ns/switch")
+	b.ReportMetric(float64(detached.Nanoseconds())/float64(n), "ns/roundtrip-detached")
+	b.ReportMetric(float64(attached.Nanoseconds())/float64(n), "ns/roundtrip-attached")
+	b.ReportMetric(float64(attached)/float64(detached), "attached/detached")
+}
