@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/spanwatch/spanwatch/collector/cgroup"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
 )
@@ -246,10 +248,10 @@ func TestManifestPrivileges(t *testing.T) {
 
 	// The rules come from the ConfigMap, at the path --rules names.
 	args := flagArgs(c.Args[1:])
-	rules := args["rules"]
+	rules := args["config"]
 	vm, ok := mounts[filepath.Dir(rules)]
 	if !ok || vols[vm.Name].ConfigMap == nil || vols[vm.Name].ConfigMap.Name != m.cm.Name {
-		t.Fatalf("--rules=%s is not in a mount of ConfigMap %s", rules, m.cm.Name)
+		t.Fatalf("--config=%s is not in a mount of ConfigMap %s", rules, m.cm.Name)
 	}
 	if _, ok := m.cm.Data[filepath.Base(rules)]; !ok {
 		t.Errorf("ConfigMap %s has no key %s", m.cm.Name, filepath.Base(rules))
@@ -268,8 +270,14 @@ func TestManifestPrivileges(t *testing.T) {
 	if c.Args[0] != "run" {
 		t.Errorf("args start with %q, want run", c.Args[0])
 	}
-	if cg := args["cgroup-root"]; mounts[cg].Name == "" {
-		t.Errorf("--cgroup-root=%s is not a mount", cg)
+	var cgroupRoot string
+	for _, e := range c.Env {
+		if e.Name == cgroup.RootEnv {
+			cgroupRoot = e.Value
+		}
+	}
+	if vm := mounts[cgroupRoot]; vm.Name == "" || vols[vm.Name].HostPath == nil || vols[vm.Name].HostPath.Path != "/sys/fs/cgroup" {
+		t.Errorf("%s=%q is not the mount of the host's /sys/fs/cgroup", cgroup.RootEnv, cgroupRoot)
 	}
 }
 
@@ -454,4 +462,32 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(buildOnce.dir)
 	}
 	os.Exit(code)
+}
+
+// TestFlagsExist checks that every flag the manifest and the unit pass to
+// spanwatch run is one the built binary knows.
+func TestFlagsExist(t *testing.T) {
+	bin := spanwatchBinary(t)
+	out, err := exec.Command(bin, "help", "run").CombinedOutput()
+	if err != nil {
+		t.Fatalf("spanwatch help run: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Usage: spanwatch run") {
+		t.Skipf("this build has no run command:\n%s", out)
+	}
+	m := loadManifest(t)
+	unitArgs := strings.Fields(loadUnit(t).get("Service", "ExecStart"))
+	for where, args := range map[string][]string{
+		"manifest": m.ds.Spec.Template.Spec.Containers[0].Args,
+		"unit":     unitArgs[1:],
+	} {
+		if args[0] != "run" {
+			t.Errorf("%s: command %q, want run", where, args[0])
+		}
+		for flag := range flagArgs(args[1:]) {
+			if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(flag) + `[ \t\n]`).Match(out) {
+				t.Errorf("%s: spanwatch run has no flag --%s", where, flag)
+			}
+		}
+	}
 }
