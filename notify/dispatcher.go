@@ -570,12 +570,13 @@ func (h *hook) flushLocked(g *group, now time.Time) {
 	sort.Strings(firing)
 	sort.Strings(resolved)
 	sendResolved := w.SendResolved || w.Format == FormatAlertmanagerAPI
-	if !needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now) {
-		return
-	}
+	update := needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now)
 	var send []*alert.Alert
 	oldest := time.Time{}
 	for _, sa := range all {
+		if !update {
+			break
+		}
 		if sa.Alert.Resolved() && !sendResolved {
 			continue
 		}
@@ -596,11 +597,17 @@ func (h *hook) flushLocked(g *group, now time.Time) {
 			q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
 		}
 	}
-	var drop []string // fingerprints of resolved alerts this notification covers
+	// Resolved alerts leave the group now: this notification covers them,
+	// or (like Alertmanager) no receiver needs to hear of them: resolved
+	// ones are not sent, or they resolved before anyone heard they fired.
+	var drop []string
 	for fp, sa := range g.alerts {
 		if sa.Alert.Resolved() {
 			drop = append(drop, fp)
 		}
+	}
+	if !update && len(drop) == 0 {
+		return
 	}
 	empty := len(drop) == len(g.alerts)
 	entry := &nflogEntry{Firing: firing, Resolved: resolved, At: now}
@@ -640,6 +647,9 @@ func (h *hook) flushLocked(g *group, now time.Time) {
 		if empty {
 			return nb.Delete([]byte(g.key))
 		}
+		if !update {
+			return nil
+		}
 		v, err := json.Marshal(entry)
 		if err != nil {
 			return err
@@ -655,7 +665,9 @@ func (h *hook) flushLocked(g *group, now time.Time) {
 	for _, fp := range drop {
 		delete(g.alerts, fp)
 	}
-	g.last = entry
+	if update {
+		g.last = entry
+	}
 	if empty {
 		if g.timer != nil {
 			g.timer.Stop()

@@ -96,6 +96,10 @@ send_resolved: true`)
 // TestGroupingOptions checks group_by, send_resolved: false, max_alerts
 // and the immediate flush of alerts that started long ago.
 func TestGroupingOptions(t *testing.T) {
+	// Start times in the table are relative to tableNow; each subtest
+	// shifts them to when it sends, since an alert that started more than
+	// group_wait ago skips group_wait.
+	tableNow := time.Now()
 	tests := []struct {
 		name  string
 		extra string
@@ -137,6 +141,15 @@ func TestGroupingOptions(t *testing.T) {
 			want:  []string{"[a 3/firing]"},
 		},
 		{
+			name:  "resolved before anyone heard",
+			extra: "group_wait: 400ms",
+			send: [][]*alert.Alert{
+				{mkAlert("a", 1, alert.StateFiring, time.Now())},
+				{mkAlert("a", 1, alert.StateResolved, time.Now()), mkAlert("b", 1, alert.StateResolved, time.Now())},
+			},
+			want: nil,
+		},
+		{
 			name:  "old alert skips group_wait",
 			extra: "group_wait: 1h",
 			send:  [][]*alert.Alert{{mkAlert("a", 1, alert.StateFiring, time.Now().Add(-2*time.Hour))}},
@@ -151,7 +164,13 @@ func TestGroupingOptions(t *testing.T) {
 				if i > 0 {
 					time.Sleep(150 * time.Millisecond)
 				}
-				notifyOK(t, d, batch...)
+				var shifted []*alert.Alert
+				for _, a := range batch {
+					c := *a
+					c.StartsAt = time.Now().Add(a.StartsAt.Sub(tableNow))
+					shifted = append(shifted, &c)
+				}
+				notifyOK(t, d, shifted...)
 			}
 			waitFor(t, 3*time.Second, "notifications", func() bool { return len(rc.messages()) >= len(tt.want) })
 			time.Sleep(300 * time.Millisecond) // would anything else arrive?
@@ -167,8 +186,11 @@ func TestGroupingOptions(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
 				t.Errorf("notifications %q, want %q", got, tt.want)
 			}
-			if p := d.Stats().Webhooks[0].PendingAlerts; tt.name == "send_resolved false" && p != 0 {
-				t.Errorf("%d alerts still pending after all resolved", p)
+			if tt.name == "send_resolved false" || tt.name == "resolved before anyone heard" {
+				waitFor(t, 2*time.Second, "resolved alerts to leave their groups", func() bool { return d.Stats().Webhooks[0].PendingAlerts == 0 })
+				if n := len(rc.messages()); n != len(tt.want) {
+					t.Errorf("%d notifications once the groups flushed, want %d", n, len(tt.want))
+				}
 			}
 		})
 	}
