@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+	"gopkg.in/yaml.v3"
 )
 
 func TestRunFilePasses(t *testing.T) {
@@ -72,12 +75,39 @@ func TestRunFileErrors(t *testing.T) {
 	}
 }
 
-func TestSchemaIsJSON(t *testing.T) {
-	var v map[string]any
-	if err := json.Unmarshal(Schema(), &v); err != nil {
+// TestSchema validates test files against the schema with OPA's
+// json.match_schema (a draft-07 validator already in the build).
+func TestSchema(t *testing.T) {
+	var sch any
+	if err := json.Unmarshal(Schema(), &sch); err != nil {
 		t.Fatal(err)
 	}
-	if v["title"] != "spanwatch rule test file" {
-		t.Errorf("title = %v", v["title"])
+	for _, tc := range []struct {
+		file  string
+		valid bool
+	}{
+		{"../../policy/testdata/good/full.test.yaml", true},
+		{"../../examples/rego/spanwatch.test.yaml", true},
+		{"testdata/failing.test.yaml", true},
+		{"testdata/invalid.test.yaml", false},
+	} {
+		raw, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := yaml.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rego.New(
+			rego.Query("[ok, errs] := json.match_schema(input.doc, input.schema)"),
+			rego.Input(map[string]any{"doc": doc, "schema": sch}),
+		).Eval(context.Background())
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		if ok := rs[0].Bindings["ok"].(bool); ok != tc.valid {
+			t.Errorf("%s: valid=%v, want %v (errors %v)", tc.file, ok, tc.valid, rs[0].Bindings["errs"])
+		}
 	}
 }
