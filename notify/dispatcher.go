@@ -718,12 +718,21 @@ func (h *hook) head() (key []byte, q *queued, err error) {
 		key = slices.Clone(k)
 		q = new(queued)
 		if err := json.Unmarshal(v, q); err != nil {
-			return fmt.Errorf("queued notification %x unreadable: %w", k, err)
+			// Keep the raw record as a dead letter rather than block the
+			// queue behind it forever.
+			q = &queued{Body: slices.Clone(v)}
+			return &unreadableError{err}
 		}
 		return nil
 	})
 	return key, q, err
 }
+
+// unreadableError is a queued record that does not decode.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string { return "queued notification unreadable: " + e.err.Error() }
+func (e *unreadableError) Unwrap() error { return e.err }
 
 // remove deletes a queued notification; a dead one is kept in the dead
 // letter bucket with why it failed.
@@ -781,6 +790,16 @@ func (h *hook) deliver(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		key, q, err := h.head()
+		var ue *unreadableError
+		if errors.As(err, &ue) {
+			h.setLastErr(err)
+			d.logger.Error("queued notification unreadable: moved to dead letters", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+			}
+			continue
+		}
 		if err != nil {
 			h.setLastErr(err)
 			d.logger.Error("outbox read failed", "webhook", w.Name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	bolt "go.etcd.io/bbolt"
 )
 
 const childEnv = "SPANWATCH_NOTIFY_TEST_CHILD"
@@ -323,4 +325,39 @@ func TestOrphanedWebhook(t *testing.T) {
 	d3 := mustNew(t, webhookConfig(t, rc.srv.URL, dir, ""))
 	waitFor(t, 5*time.Second, "delivery once the webhook is back", func() bool { return len(rc.messages()) == 1 })
 	_ = d3
+}
+
+// TestUnreadableQueueRecord plants a record that does not decode at the
+// head of a webhook's queue: it goes to the dead letters, and the
+// notifications behind it are delivered.
+func TestUnreadableQueueRecord(t *testing.T) {
+	dir := t.TempDir()
+	d := mustNew(t, webhookConfig(t, "http://127.0.0.1:1/", dir, ""))
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "queued notification", func() bool { return d.Stats().Webhooks[0].QueueDepth == 1 })
+	d.Close()
+
+	db, err := bolt.Open(filepath.Join(dir, "outbox.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketQueue).Bucket([]byte("test")).Put(seqKey(0), []byte("{not json"))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rc := newReceiver(t, nil).start()
+	d = mustNew(t, webhookConfig(t, rc.srv.URL, dir, ""))
+	waitFor(t, 5*time.Second, "the notification behind the bad record", func() bool { return len(rc.messages()) == 1 })
+	var dead deadLetter
+	d.db.View(func(tx *bolt.Tx) error {
+		_, v := tx.Bucket(bucketDead).Bucket([]byte("test")).Cursor().First()
+		return json.Unmarshal(v, &dead)
+	})
+	if string(dead.Body) != "{not json" || !strings.Contains(dead.Error, "unreadable") {
+		t.Errorf("dead letter %+v, want the raw record kept", dead)
+	}
 }
