@@ -30,4 +30,23 @@
 //
 // Secrets (credentials, signing keys, URL user info and query strings) never
 // appear in errors or logs: every URL is redacted first.
+//
+// Configuration lives in two sections of spanwatch's one configuration
+// file, decoded strictly by ParseConfig (schema.json documents them):
+// webhooks:, a list of receivers, and routing:, whose outbox: key sets the
+// outbox file (default /var/lib/spanwatch/outbox.db) and its bound
+// (max_entries, default 10000). The bound counts stored alerts plus queued
+// notifications; alerts beyond it are refused with ErrOutboxFull and counted,
+// never dropped silently.
+//
+// The outbox is a bbolt file with one bucket per webhook for the alerts of
+// its groups, the last notification of each group (Alertmanager's
+// notification log), the delivery queue, and dead letters: notifications
+// refused permanently or given up after max_age or max_attempts, kept (the
+// last 256) for inspection. A file bbolt cannot open, or whose consistency
+// check fails, is renamed aside (path.corrupt-TIMESTAMP), reported in the
+// log and in Stats, and a fresh outbox is started.
+//
+// Stats returns the dispatcher's counters; NewCollector exports them to
+// Prometheus.
 package notify
