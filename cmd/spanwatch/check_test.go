@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestCheckFiles(t *testing.T) {
+	var out bytes.Buffer
+	err := checkFiles(&out, []string{"../../policy/testdata/good/full.yaml", "../../examples/rego/spanwatch.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "../../policy/testdata/good/full.yaml: OK (4 rules, 2 policies, 3 budgets)\n" +
+		"../../examples/rego/spanwatch.yaml: OK (1 rules, 1 policies, 2 budgets)\n"
+	if out.String() != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
+	}
+
+	out.Reset()
+	err = checkFiles(&out, []string{"../../policy/testdata/bad/duplicate_rule.yaml", "../../policy/testdata/good/full.yaml", "../../policy/testdata/bad/rego_http_send.yaml"})
+	if err == nil || err.Error() != "2 of 3 files failed" {
+		t.Errorf("err = %v", err)
+	}
+	for _, want := range []string{
+		"../../policy/testdata/bad/duplicate_rule.yaml: FAILED\n  ../../policy/testdata/bad/duplicate_rule.yaml:6:5: duplicate rule name \"CheckoutSlow\" (first defined at line 2)\n",
+		"full.yaml: OK",
+		"../../policy/testdata/bad/http_send.rego:4:10: http.send is not allowed",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestTestFiles(t *testing.T) {
+	var out bytes.Buffer
+	err := testFiles(context.Background(), &out, []string{"../../examples/rego/spanwatch.test.yaml"})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "  PASS  an overrun storm in one container\n") || !strings.HasSuffix(out.String(), "3 passed, 0 failed\n") {
+		t.Errorf("output:\n%s", out.String())
+	}
+
+	out.Reset()
+	err = testFiles(context.Background(), &out, []string{"../../detector/ruletest/testdata/failing.test.yaml", "missing.test.yaml"})
+	if err == nil {
+		t.Fatal("failing tests passed")
+	}
+	for _, want := range []string{
+		"  FAIL  wrong expectations\n        at 0s (step 0): alert {alertname=\"Slow\", span=\"checkout\"}: state pending, want firing\n",
+		"  PASS  right expectations\n",
+		"missing.test.yaml: ERROR\n",
+		"1 passed, 1 failed, 1 files could not run\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
