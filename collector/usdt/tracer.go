@@ -440,3 +440,7 @@ func (t *Tracer) Close() error {
 	t.coll.Close()
 	return errors.Join(errs...)
 }
+
+// Program returns one of the loaded programs ("usdt_start", "usdt_end",
+// "usdt_single"), nil if it is not loaded: for its run statistics.
+func (t *Tracer) Program(name string) *ebpf.Program { return t.progs[name] }
