@@ -12,11 +12,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/ianlancetaylor/demangle"
+	"golang.org/x/sys/unix"
 )
 
 // A module is one ELF file mapped by one or more processes, opened once and
@@ -47,6 +49,8 @@ type module struct {
 	// cache holds recent lookups: overruns of one span repeat the same
 	// stacks, and a Go pclntab lookup decodes a table each time.
 	cache map[uint64]result
+	// mapped are the file's regions mapped by read, unmapped by close.
+	mapped [][]byte
 }
 
 type result struct {
@@ -67,17 +71,54 @@ func newModule(f *os.File, path string) *module {
 }
 
 func (m *module) close() error {
+	for _, b := range m.mapped {
+		unix.Munmap(b)
+	}
+	m.mapped = nil
 	if m.c == nil {
 		return nil
 	}
 	return m.c.Close()
 }
 
+// read returns size bytes of the file from off. For a file it maps them
+// read-only instead of copying: a Go binary's pclntab is megabytes, and
+// mapped it shares the page cache with the processes running the binary.
+func (m *module) read(off, size uint64) ([]byte, error) {
+	if f, ok := m.r.(*os.File); ok {
+		page := uint64(os.Getpagesize())
+		start := off &^ (page - 1)
+		b, err := unix.Mmap(int(f.Fd()), int64(start), int(off-start+size), unix.PROT_READ, unix.MAP_SHARED)
+		if err == nil {
+			m.mapped = append(m.mapped, b)
+			return b[off-start:], nil
+		}
+	}
+	b := make([]byte, size)
+	if _, err := m.r.ReadAt(b, int64(off)); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // load parses the ELF file: build id, load segments, symbols, and either
 // the Go pclntab or the DWARF line table.
 func (m *module) load() error {
-	m.once.Do(func() { m.loadErr = m.parse() })
+	m.once.Do(func() { m.loadErr = guard(m.parse) })
 	return m.loadErr
+}
+
+// guard runs fn, turning a fault on mapped memory into an error: a mapped
+// file truncated or rewritten on disk (after the process that ran it
+// exited) faults instead of reading stale bytes.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("read mapped file: %v", r)
+		}
+	}()
+	return fn()
 }
 
 func (m *module) parse() error {
@@ -92,7 +133,7 @@ func (m *module) parse() error {
 	}
 	m.buildID = readBuildID(ef)
 	m.readSymbols(ef)
-	if tab, err := readGoTable(ef); err == nil {
+	if tab, err := readGoTable(ef, m.read); err == nil {
 		m.gotab = tab
 	} else if !errors.Is(err, errNoPclntab) {
 		return fmt.Errorf("read go pclntab %s: %w", m.path, err)
@@ -163,7 +204,9 @@ func (m *module) lookup(addr uint64) (fn, file string, line int) {
 	if r, ok := m.cache[addr]; ok {
 		return r.fn, r.file, r.line
 	}
-	fn, file, line = m.resolve(addr)
+	if err := guard(func() error { fn, file, line = m.resolve(addr); return nil }); err != nil {
+		fn, file, line = "", "", 0
+	}
 	if m.cache == nil || len(m.cache) >= maxCache {
 		m.cache = make(map[uint64]result)
 	}
@@ -174,6 +217,10 @@ func (m *module) lookup(addr uint64) (fn, file string, line int) {
 func (m *module) resolve(addr uint64) (fn, file string, line int) {
 	if m.gotab != nil {
 		if file, line, f := m.gotab.PCToLine(addr); f != nil {
+			if line <= 0 || file == "" {
+				// gosym recovers from an unreadable table with -1 and "".
+				file, line = "", 0
+			}
 			return f.Name, file, line
 		}
 	}
@@ -310,9 +357,9 @@ var errNoPclntab = errors.New("no go pclntab")
 // when the section headers are stripped, by finding the table's header in
 // the read-only segments. The table survives "go build -ldflags=-s -w",
 // which drops only .symtab and DWARF.
-func readGoTable(ef *elf.File) (*gosym.Table, error) {
-	if s := ef.Section(".gopclntab"); s != nil {
-		data, err := s.Data()
+func readGoTable(ef *elf.File, read func(off, size uint64) ([]byte, error)) (*gosym.Table, error) {
+	if s := ef.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
+		data, err := read(s.Offset, s.Size)
 		if err != nil {
 			return nil, err
 		}
@@ -329,7 +376,7 @@ func readGoTable(ef *elf.File) (*gosym.Table, error) {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X != 0 || p.Filesz == 0 {
 			continue
 		}
-		data, err := io.ReadAll(p.Open())
+		data, err := read(p.Off, p.Filesz)
 		if err != nil {
 			return nil, err
 		}

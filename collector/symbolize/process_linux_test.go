@@ -5,6 +5,7 @@ package symbolize
 import (
 	"bufio"
 	"debug/elf"
+	"debug/gosym"
 	"errors"
 	"fmt"
 	"io"
@@ -342,5 +343,50 @@ func TestDebugFile(t *testing.T) {
 			t.Errorf("debug dirs %v: %q %q:%d, want %q in %q", tc.dirs, fn, file, line, tc.wantFn, tc.wantFile)
 		}
 		m.close()
+	}
+}
+
+// TestTruncatedBinary truncates a Go binary on disk after its process
+// exited, with its pclntab mapped: lookups fault, and the symbolizer must
+// turn the fault into unnamed frames instead of crashing.
+func TestTruncatedBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "goprog")
+	buildGo(t, bin, filepath.Join("testdata", "goprog", "main.go"))
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := ef.Section(".gopclntab").Data()
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, ef.Section(".text").Addr))
+	ef.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := tab.LookupFunc("main.a").Entry, tab.LookupFunc("main.b").Entry // not PIE: run-time addresses
+
+	cmd, stdin := startBlocked(t, bin)
+	pid := uint32(cmd.Process.Pid)
+	s := New(Config{})
+	defer s.Close()
+	if err := s.Capture(pid); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := s.User(pid, []uint64{a + 1})
+	if err != nil || frames[0].Function != "main.a" {
+		t.Fatalf("before truncation: %+v, %v", frames, err)
+	}
+	stdin.Close()
+	cmd.Wait()
+	if err := os.Truncate(bin, 4096); err != nil {
+		t.Fatal(err)
+	}
+	frames, err = s.User(pid, []uint64{b + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The function names were parsed before; the line tables, read from
+	// the mapping on demand, are gone.
+	if f := frames[0]; f.File != "" || f.Line != 0 || f.Module != "goprog" || f.Offset != b+1 {
+		t.Errorf("after truncation: %#v, want goprog+%#x without file and line", f, b+1)
 	}
 }
