@@ -4,6 +4,7 @@ package symbolize
 
 import (
 	"bufio"
+	"bytes"
 	"debug/elf"
 	"debug/gosym"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -389,4 +391,136 @@ func TestTruncatedBinary(t *testing.T) {
 	if f := frames[0]; f.File != "" || f.Line != 0 || f.Module != "goprog" || f.Offset != b+1 {
 		t.Errorf("after truncation: %#v, want goprog+%#x without file and line", f, b+1)
 	}
+}
+
+// TestContainer runs the C program as PID 1 of new mount and PID
+// namespaces, from a tmpfs mounted on /mnt and with a tmpfs /tmp, both
+// private to the namespace: its path (/mnt/spanwatch-cprog) and its /tmp
+// exist only inside, as in a container. The binary is reached through
+// /proc/PID/map_files, or /proc/PID/root without them, and the JIT perf
+// map in its own /tmp under its own PID (1). The process has exited by the
+// time its stack is symbolized.
+func TestContainer(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	const mapped = "/mnt/spanwatch-cprog"
+	if _, err := os.Stat("/mnt"); err != nil {
+		t.Skipf("skipping: no /mnt to mount over: %v", err)
+	}
+	if _, err := os.Stat(mapped); err == nil {
+		t.Skipf("skipping: %s exists on the host", mapped)
+	}
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+
+	for _, tc := range []struct {
+		name       string
+		noMapFiles bool
+	}{{"map_files", false}, {"root", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := fmt.Sprintf("mount -t tmpfs none /mnt && cp %s %s && mount -t tmpfs none /tmp && exec %s", bin, mapped, mapped)
+			cmd := exec.Command(unshare, "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "/bin/sh", "-c", script)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+			if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+				t.Skipf("skipping: the program did not start in new namespaces: %q, %v", line, err)
+			}
+			pid := childOf(t, cmd.Process.Pid)
+			if status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); !strings.Contains(string(status), fmt.Sprintf("NSpid:\t%d\t1\n", pid)) {
+				t.Fatalf("process %d is not PID 1 of a new namespace:\n%s", pid, status)
+			}
+			addrs := runtimeAddrsIn(t, pid, bin, mapped, 1, "slow", "c", "b", "a", "main")
+			// The container's /tmp, written as its JIT would.
+			perf := fmt.Sprintf("/proc/%d/root/tmp/perf-1.map", pid)
+			if err := os.WriteFile(perf, []byte("10000000 100 jit_in_container\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat("/tmp/perf-1.map"); err == nil {
+				t.Fatal("the container's /tmp is the host's")
+			}
+
+			s := New(Config{})
+			s.noMapFiles = tc.noMapFiles
+			defer s.Close()
+			if err := s.Capture(uint32(pid)); err != nil {
+				t.Fatal(err)
+			}
+			stdin.Close()
+			cmd.Wait()
+			frames, err := s.User(uint32(pid), append(addrs, 0x10000010))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []string{"slow", "c", "b", "a", "main", "jit_in_container"} {
+				if frames[i].Function != want {
+					t.Errorf("frame %d = %+v, want %s", i, frames[i], want)
+				}
+			}
+			if frames[0].Module != filepath.Base(mapped) || filepath.Base(frames[0].File) != "cprog.c" {
+				t.Errorf("frame 0 = %+v, want cprog.c in %s", frames[0], filepath.Base(mapped))
+			}
+		})
+	}
+}
+
+// childOf returns the PID of ppid's child.
+func childOf(t *testing.T, ppid int) int {
+	t.Helper()
+	for range 100 {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(f) > 1 && f[1] == fmt.Sprint(ppid) {
+				var pid int
+				fmt.Sscan(e.Name(), &pid)
+				return pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no child of %d", ppid)
+	return 0
+}
+
+// runtimeAddrsIn is runtimeAddrs for a binary the process maps under
+// another path (its path inside the container).
+func runtimeAddrsIn(t testing.TB, pid int, bin, mapped string, off uint64, names ...string) []uint64 {
+	t.Helper()
+	ef, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, mapOff := loadBase(t, pid, mapped)
+	var out []uint64
+	for _, n := range names {
+		for _, s := range syms {
+			if s.Name != n || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+				continue
+			}
+			for _, p := range ef.Progs {
+				if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+					out = append(out, s.Value-p.Vaddr+p.Off-mapOff+start+off)
+				}
+			}
+		}
+	}
+	if len(out) != len(names) {
+		t.Fatalf("found %d of %v in %s", len(out), names, bin)
+	}
+	return out
 }
