@@ -71,12 +71,15 @@ var _ alert.Notifier = (*Dispatcher)(nil)
 // hook is one webhook's state: its aggregation groups and its delivery
 // worker.
 type hook struct {
-	d      *Dispatcher
-	w      *Webhook
-	s      *sender
-	tmpl   *template.Template
-	groups map[string]*group
-	wake   chan struct{}
+	d       *Dispatcher
+	w       *Webhook
+	s       *sender
+	tmpl    *template.Template
+	groups  map[string]*group
+	wake    chan struct{}   // a notification was queued
+	due     map[*group]bool // groups whose timer fired; guarded by d.mu
+	kick    chan struct{}   // wakes the flusher
+	nextSeq uint64          // numbers groups in order of creation; guarded by d.mu
 
 	attempts  atomic.Uint64
 	delivered atomic.Uint64
@@ -90,13 +93,13 @@ var reasons = []string{ReasonTimeout, ReasonConnection, ReasonHTTP5xx, ReasonHTT
 // group is an aggregation group: the alerts of one webhook that share the
 // values of its group_by labels.
 type group struct {
-	key       string
-	labels    map[string]string
-	alerts    map[string]*storedAlert // by fingerprint
-	timer     *time.Timer
-	flushed   bool        // the first notification (after group_wait) happened
-	last      *nflogEntry // the last notification, nil before the first
-	createdAt time.Time
+	key     string
+	labels  map[string]string
+	alerts  map[string]*storedAlert // by fingerprint
+	timer   *time.Timer
+	flushed bool        // the first notification (after group_wait) happened
+	last    *nflogEntry // the last notification, nil before the first
+	seq     uint64      // order of creation within the webhook
 }
 
 type storedAlert struct {
@@ -149,7 +152,8 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 		if err != nil {
 			return nil, err
 		}
-		h := &hook{d: d, w: w, s: s, groups: map[string]*group{}, wake: make(chan struct{}, 1), failures: map[string]*atomic.Uint64{}}
+		h := &hook{d: d, w: w, s: s, groups: map[string]*group{}, wake: make(chan struct{}, 1),
+			due: map[*group]bool{}, kick: make(chan struct{}, 1), failures: map[string]*atomic.Uint64{}}
 		for _, r := range reasons {
 			h.failures[r] = new(atomic.Uint64)
 		}
@@ -176,10 +180,14 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 	}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, h := range d.hooks {
-		d.wg.Add(1)
+		d.wg.Add(2)
 		go func() {
 			defer d.wg.Done()
 			h.deliver(d.ctx)
+		}()
+		go func() {
+			defer d.wg.Done()
+			h.flusher(d.ctx)
 		}()
 	}
 	return d, nil
@@ -219,8 +227,7 @@ func (d *Dispatcher) restore() error {
 				g := h.groups[gk]
 				if g == nil {
 					_, labels := h.groupKey(sa.Alert)
-					g = &group{key: gk, labels: labels, alerts: map[string]*storedAlert{}, createdAt: now}
-					h.groups[gk] = g
+					g = h.newGroup(gk, labels)
 				}
 				g.alerts[fingerprint(sa.Alert)] = &sa
 				return nil
@@ -318,7 +325,9 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 			if a == nil || a.State == alert.StatePending || a.State == alert.StateInactive {
 				continue
 			}
+			// A copy: the caller may reuse its alert and maps.
 			ac := *a
+			ac.Labels, ac.Annotations = maps.Clone(a.Labels), maps.Clone(a.Annotations)
 			ac.Fingerprint = fingerprint(a)
 			for _, h := range d.hooks {
 				if !h.matches(&ac) {
@@ -361,8 +370,7 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 		h := o.h
 		g := h.groups[o.gk]
 		if g == nil {
-			g = &group{key: o.gk, labels: o.labels, alerts: map[string]*storedAlert{}, createdAt: now}
-			h.groups[o.gk] = g
+			g = h.newGroup(o.gk, o.labels)
 			g.alerts[o.fp] = o.sa
 			h.schedule(g, h.initialWait(g, now))
 			continue
@@ -394,9 +402,12 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 		return ErrClosed
 	}
 	for _, h := range d.hooks {
+		groups := make([]*group, 0, len(h.groups))
 		for _, g := range h.groups {
-			h.flushLocked(g, time.Now())
+			groups = append(groups, g)
 		}
+		sort.Slice(groups, func(i, j int) bool { return groups[i].seq < groups[j].seq })
+		h.flushLocked(groups, time.Now())
 	}
 	d.mu.Unlock()
 	t := time.NewTicker(5 * time.Millisecond)
@@ -489,6 +500,14 @@ func (h *hook) initialWait(g *group, now time.Time) time.Duration {
 	return gw
 }
 
+// newGroup creates and registers a group. Called with d.mu held.
+func (h *hook) newGroup(key string, labels map[string]string) *group {
+	h.nextSeq++
+	g := &group{key: key, labels: labels, alerts: map[string]*storedAlert{}, seq: h.nextSeq}
+	h.groups[key] = g
+	return g
+}
+
 // schedule (re)arms g's timer. Called with d.mu held.
 func (h *hook) schedule(g *group, wait time.Duration) {
 	if g.timer != nil {
@@ -497,16 +516,54 @@ func (h *hook) schedule(g *group, wait time.Duration) {
 	g.timer = time.AfterFunc(wait, func() { h.tick(g) })
 }
 
+// tick marks g due and wakes the webhook's flusher, which flushes every
+// due group together.
 func (h *hook) tick(g *group) {
 	d := h.d
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed || h.groups[g.key] != g {
+		d.mu.Unlock()
 		return
 	}
-	h.flushLocked(g, time.Now())
-	if h.groups[g.key] == g {
-		h.schedule(g, h.w.GroupInterval.D())
+	h.due[g] = true
+	d.mu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher flushes due groups until ctx ends, then re-arms their timers for
+// the next group_interval.
+func (h *hook) flusher(ctx context.Context) {
+	d := h.d
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.kick:
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		groups := make([]*group, 0, len(h.due))
+		for g := range h.due {
+			if h.groups[g.key] == g {
+				groups = append(groups, g)
+			}
+		}
+		clear(h.due)
+		// Oldest group first, so the queue keeps the order groups came in.
+		sort.Slice(groups, func(i, j int) bool { return groups[i].seq < groups[j].seq })
+		h.flushLocked(groups, time.Now())
+		for _, g := range groups {
+			if h.groups[g.key] == g {
+				h.schedule(g, h.w.GroupInterval.D())
+			}
+		}
+		d.mu.Unlock()
 	}
 }
 
@@ -544,8 +601,21 @@ func subset(a, b []string) bool {
 	return true
 }
 
-// flushLocked sends g's notification if one is due. Called with d.mu held.
-func (h *hook) flushLocked(g *group, now time.Time) {
+// flushPlan is what flushing one group will do, decided before the outbox
+// transaction that does it.
+type flushPlan struct {
+	g      *group
+	update bool        // a notification is due (the nflog entry changes)
+	entry  *nflogEntry // the new nflog entry, when update
+	q      *queued     // the notification to queue, if any
+	drop   []string    // fingerprints of resolved alerts leaving the group
+	empty  bool        // the group is left empty and goes away
+	net    int64       // change in outbox entries
+}
+
+// plan decides what flushing g now does; nil when nothing. Called with
+// d.mu held.
+func (h *hook) plan(g *group, now time.Time) *flushPlan {
 	d, w := h.d, h.w
 	g.flushed = true
 	all := make([]*storedAlert, 0, len(g.alerts))
@@ -570,112 +640,139 @@ func (h *hook) flushLocked(g *group, now time.Time) {
 	sort.Strings(firing)
 	sort.Strings(resolved)
 	sendResolved := w.SendResolved || w.Format == FormatAlertmanagerAPI
-	update := needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now)
-	var send []*alert.Alert
-	oldest := time.Time{}
-	for _, sa := range all {
-		if !update {
-			break
+	p := &flushPlan{g: g, update: needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now)}
+	if p.update {
+		p.entry = &nflogEntry{Firing: firing, Resolved: resolved, At: now}
+		var send []*alert.Alert
+		oldest := time.Time{}
+		for _, sa := range all {
+			if sa.Alert.Resolved() && !sendResolved {
+				continue
+			}
+			send = append(send, sa.Alert)
+			if oldest.IsZero() || sa.Accepted.Before(oldest) {
+				oldest = sa.Accepted
+			}
 		}
-		if sa.Alert.Resolved() && !sendResolved {
-			continue
-		}
-		send = append(send, sa.Alert)
-		if oldest.IsZero() || sa.Accepted.Before(oldest) {
-			oldest = sa.Accepted
-		}
-	}
-	var q *queued
-	if len(send) > 0 {
-		msg := buildMessage(w, d.cfg.Routing.ExternalURL, g.key, g.labels, send)
-		body, err := render(w, h.tmpl, msg, send, now)
-		if err != nil {
-			h.failures[ReasonRender].Add(1)
-			h.setLastErr(err)
-			d.logger.Error("notification not rendered: dropped", "webhook", w.Name, "group", g.key, "err", err)
-		} else {
-			q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
+		if len(send) > 0 {
+			msg := buildMessage(w, d.cfg.Routing.ExternalURL, g.key, g.labels, send)
+			body, err := render(w, h.tmpl, msg, send, now)
+			if err != nil {
+				h.failures[ReasonRender].Add(1)
+				h.setLastErr(err)
+				d.logger.Error("notification not rendered: dropped", "webhook", w.Name, "group", g.key, "err", err)
+			} else {
+				p.q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
+				p.net++
+			}
 		}
 	}
 	// Resolved alerts leave the group now: this notification covers them,
 	// or (like Alertmanager) no receiver needs to hear of them: resolved
 	// ones are not sent, or they resolved before anyone heard they fired.
-	var drop []string
 	for fp, sa := range g.alerts {
 		if sa.Alert.Resolved() {
-			drop = append(drop, fp)
+			p.drop = append(p.drop, fp)
 		}
 	}
-	if !update && len(drop) == 0 {
-		return
+	if !p.update && len(p.drop) == 0 {
+		return nil
 	}
-	empty := len(drop) == len(g.alerts)
-	entry := &nflogEntry{Firing: firing, Resolved: resolved, At: now}
-	net := -int64(len(drop))
-	if q != nil {
-		net++
+	p.empty = len(p.drop) == len(g.alerts)
+	p.net -= int64(len(p.drop))
+	return p
+}
+
+// flushLocked sends the notifications that groups are due, queuing them
+// all in one outbox transaction (one fsync however many groups are due at
+// once). Called with d.mu held.
+func (h *hook) flushLocked(groups []*group, now time.Time) {
+	d, w := h.d, h.w
+	var plans []*flushPlan
+	var net int64
+	for _, g := range groups {
+		p := h.plan(g, now)
+		if p == nil {
+			continue
+		}
+		if p.net > 0 && d.entries.Load()+net+p.net > int64(d.maxEntries) {
+			d.overflow.Add(1)
+			err := fmt.Errorf("%w: notification for group %s postponed to the next group_interval", ErrOutboxFull, g.key)
+			h.setLastErr(err)
+			d.logger.Error("outbox full: notification postponed", "webhook", w.Name, "group", g.key, "max_entries", d.maxEntries)
+			continue
+		}
+		net += p.net
+		plans = append(plans, p)
 	}
-	if net > 0 && d.entries.Load()+net > int64(d.maxEntries) {
-		d.overflow.Add(1)
-		err := fmt.Errorf("%w: notification for group %s postponed to the next group_interval", ErrOutboxFull, g.key)
-		h.setLastErr(err)
-		d.logger.Error("outbox full: notification postponed", "webhook", w.Name, "group", g.key, "max_entries", d.maxEntries)
+	if len(plans) == 0 {
 		return
 	}
 	err := d.db.Update(func(tx *bolt.Tx) error {
-		if q != nil {
-			qb := subRO(tx, bucketQueue, w.Name)
-			seq, err := qb.NextSequence()
-			if err != nil {
-				return err
+		qb, ab, nb := subRO(tx, bucketQueue, w.Name), subRO(tx, bucketAlerts, w.Name), subRO(tx, bucketNflog, w.Name)
+		for _, p := range plans {
+			if p.q != nil {
+				seq, err := qb.NextSequence()
+				if err != nil {
+					return err
+				}
+				v, err := json.Marshal(p.q)
+				if err != nil {
+					return err
+				}
+				if err := qb.Put(seqKey(seq), v); err != nil {
+					return err
+				}
 			}
-			v, err := json.Marshal(q)
-			if err != nil {
-				return err
+			for _, fp := range p.drop {
+				if err := ab.Delete([]byte(p.g.key + "\x00" + fp)); err != nil {
+					return err
+				}
 			}
-			if err := qb.Put(seqKey(seq), v); err != nil {
-				return err
+			switch {
+			case p.empty:
+				if err := nb.Delete([]byte(p.g.key)); err != nil {
+					return err
+				}
+			case p.update:
+				v, err := json.Marshal(p.entry)
+				if err != nil {
+					return err
+				}
+				if err := nb.Put([]byte(p.g.key), v); err != nil {
+					return err
+				}
 			}
 		}
-		ab := subRO(tx, bucketAlerts, w.Name)
-		for _, fp := range drop {
-			if err := ab.Delete([]byte(g.key + "\x00" + fp)); err != nil {
-				return err
-			}
-		}
-		nb := subRO(tx, bucketNflog, w.Name)
-		if empty {
-			return nb.Delete([]byte(g.key))
-		}
-		if !update {
-			return nil
-		}
-		v, err := json.Marshal(entry)
-		if err != nil {
-			return err
-		}
-		return nb.Put([]byte(g.key), v)
+		return nil
 	})
 	if err != nil {
 		h.setLastErr(err)
-		d.logger.Error("outbox write failed: notification postponed", "webhook", w.Name, "group", g.key, "err", err)
+		d.logger.Error("outbox write failed: notifications postponed", "webhook", w.Name, "groups", len(plans), "err", err)
 		return
 	}
 	d.entries.Add(net)
-	for _, fp := range drop {
-		delete(g.alerts, fp)
-	}
-	if update {
-		g.last = entry
-	}
-	if empty {
-		if g.timer != nil {
-			g.timer.Stop()
+	queuedN := 0
+	for _, p := range plans {
+		g := p.g
+		for _, fp := range p.drop {
+			delete(g.alerts, fp)
 		}
-		delete(h.groups, g.key)
+		if p.update {
+			g.last = p.entry
+		}
+		if p.empty {
+			if g.timer != nil {
+				g.timer.Stop()
+			}
+			delete(h.groups, g.key)
+		}
+		if p.q != nil {
+			queuedN++
+		}
 	}
-	if q != nil {
-		h.queued.Add(1)
+	if queuedN > 0 {
+		h.queued.Add(int64(queuedN))
 		h.signal()
 	}
 }
