@@ -214,6 +214,7 @@ func runAgent(t *testing.T, setpriv, bin, example, config string, caps []string)
 	}
 	return res, nil
 }
+
 // check asserts a run counted every span, the one over budget, and a stack
 // that names the slow function.
 func (res agentRun) check(t *testing.T) {
