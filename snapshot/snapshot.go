@@ -131,6 +131,10 @@ type Frame struct {
 	// a Go binary's build id, so the frame can be symbolized again offline
 	// (pprof, addr2line with a debuginfod server).
 	BuildID string `json:"build_id,omitempty"`
+	// Inlined says the compiler inlined Function into the next frame's
+	// function: both frames are the same address, and File and Line are
+	// where the inlined code sits.
+	Inlined bool `json:"inlined,omitempty"`
 }
 
 // String renders the frame the way stack traces are usually read:
