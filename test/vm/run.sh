@@ -154,6 +154,7 @@ tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
 	/^SPANWATCH-VM: BOOTED/ { booted = 1; print "vm: " substr($0, 15) }
 	/^SPANWATCH-VM: BEGIN / { pkg = $3; delete running; ended = 0; next }
 	/^SPANWATCH-VM: END / {
+		follow = 0
 		rc = substr($4, 4) + 0
 		ended = 1
 		failed_here = 0
@@ -171,13 +172,15 @@ tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
 		next
 	}
 	/^SPANWATCH-VM: DONE/ { done = 1; next }
-	pkg != "" && /^=== RUN   [^\/]+$/ { running[$3] = 1; out = ""; next }
+	pkg != "" && /^=== RUN   [^\/]+$/ { running[$3] = 1; out = ""; follow = 0; next }
+	# What a failed test prints after its result line (a panic) goes with it.
+	follow > 0 && follow <= 60 && pkg != "" && !/^SPANWATCH-VM: / { print "      " $0; follow++ }
 	pkg != "" && /^--- (PASS|FAIL|SKIP): [^\/]+ / {
 		res = substr($2, 1, 4); t = $3
 		delete running[t]
 		dur = $4
 		if (res == "PASS") { passed++; print "PASS  " pkg " " t " " dur }
-		if (res == "FAIL") { failed++; pkg_failed[pkg]++; print "FAIL  " pkg " " t " " dur; printf "%s", out }
+		if (res == "FAIL") { failed++; pkg_failed[pkg]++; print "FAIL  " pkg " " t " " dur; printf "%s", out; follow = 1 }
 		if (res == "SKIP") { skipped++; print "SKIP  " pkg " " t " " dur }
 		out = ""
 		next
