@@ -145,6 +145,10 @@ receivers:
 		}
 		return false
 	})
+	// spanwatch notify test's path reaches Alertmanager too.
+	if _, resp, err := SendTest(t.Context(), c, "test"); err != nil || resp.Err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("SendTest to Alertmanager: %v, %+v", err, resp)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, e := range keyErrs {

@@ -32,6 +32,10 @@ func TestDeliverySurvivesFailingReceivers(t *testing.T) {
 		// down keeps the receiver off the network for this long.
 		down       time.Duration
 		wantReason string
+		// after acknowledges slowly, once the notification is processed.
+		after func(n int, r *http.Request)
+		// wantDups asks for duplicates: retries of processed requests.
+		wantDups bool
 	}{
 		{name: "500 for a while", wantReason: ReasonHTTP5xx, fail: func(n int, w http.ResponseWriter, r *http.Request) bool {
 			if n <= 4 {
@@ -68,6 +72,11 @@ func TestDeliverySurvivesFailingReceivers(t *testing.T) {
 			}
 			return false
 		}},
+		{name: "processes, then answers too late", wantReason: ReasonTimeout, wantDups: true, after: func(n int, r *http.Request) {
+			if n <= 2 {
+				<-r.Context().Done() // the client gave up: it will send again
+			}
+		}},
 		{name: "connection reset", wantReason: ReasonConnection, fail: func(n int, w http.ResponseWriter, r *http.Request) bool {
 			if n <= 4 {
 				conn, _, err := w.(http.Hijacker).Hijack()
@@ -87,6 +96,7 @@ func TestDeliverySurvivesFailingReceivers(t *testing.T) {
 			times = nil
 			mu.Unlock()
 			rc := newReceiver(t, tt.fail)
+			rc.after = tt.after
 			var url string
 			if tt.down > 0 {
 				l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -149,6 +159,9 @@ func TestDeliverySurvivesFailingReceivers(t *testing.T) {
 			if s.Attempts <= s.Delivered {
 				t.Errorf("attempts %d not above delivered %d: the failures were not retried", s.Attempts, s.Delivered)
 			}
+			if dups := rc.duplicates(); tt.wantDups && dups == 0 {
+				t.Errorf("no duplicate deliveries: the retries of processed requests did not carry the same idempotency key")
+			}
 			if tt.minGap > 0 {
 				mu.Lock()
 				gap := times[1].Sub(times[0])
@@ -206,5 +219,54 @@ func TestMaxAttempts(t *testing.T) {
 	s := d.Stats().Webhooks[0]
 	if s.Attempts != 3 || s.Failures[ReasonHTTP5xx] != 3 || s.QueueDepth != 0 {
 		t.Errorf("attempts %d, 5xx failures %d, queue %d; want 3, 3, 0", s.Attempts, s.Failures[ReasonHTTP5xx], s.QueueDepth)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	minB, maxB := 100*time.Millisecond, time.Second
+	tests := []struct {
+		attempt int
+		lo, hi  time.Duration
+	}{
+		{1, 50 * time.Millisecond, 100 * time.Millisecond},
+		{2, 100 * time.Millisecond, 200 * time.Millisecond},
+		{4, 400 * time.Millisecond, 800 * time.Millisecond},
+		{5, 500 * time.Millisecond, time.Second}, // capped
+		{60, 500 * time.Millisecond, time.Second},
+	}
+	for _, tt := range tests {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := backoff(minB, maxB, tt.attempt)
+			if d < tt.lo || d > tt.hi {
+				t.Fatalf("backoff(attempt %d) = %s, want within [%s, %s]", tt.attempt, d, tt.lo, tt.hi)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 50 {
+			t.Errorf("attempt %d: only %d distinct waits in 200: no jitter", tt.attempt, len(seen))
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"5", 5 * time.Second},
+		{" 120 ", 2 * time.Minute},
+		{"-3", 0},
+		{"soon", 0},
+		{"Wed, 02 Dec 2026 12:00:30 GMT", 30 * time.Second},
+		{"Wednesday, 02-Dec-26 12:01:00 GMT", time.Minute}, // RFC 850
+		{"Wed, 02 Dec 2026 11:00:00 GMT", 0},               // in the past
+	}
+	for _, tt := range tests {
+		if got := parseRetryAfter(tt.in, now); got != tt.want {
+			t.Errorf("parseRetryAfter(%q) = %s, want %s", tt.in, got, tt.want)
+		}
 	}
 }

@@ -96,7 +96,10 @@ type receiver struct {
 	at   []time.Time // when each message arrived
 	dups int
 	fail func(n int, w http.ResponseWriter, r *http.Request) bool
-	hdrs []http.Header
+	// after, when set, runs once a request was processed, before the
+	// answer: a slow acknowledgement.
+	after func(n int, r *http.Request)
+	hdrs  []http.Header
 }
 
 func newReceiver(t testing.TB, fail func(int, http.ResponseWriter, *http.Request) bool) *receiver {
@@ -128,6 +131,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.Header.Get(IdempotencyKeyHeader)
+	if rc.after != nil {
+		defer rc.after(n, r)
+	}
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.hdrs = append(rc.hdrs, r.Header.Clone())
@@ -153,6 +159,12 @@ func (rc *receiver) times() []time.Time {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	return append([]time.Time(nil), rc.at...)
+}
+
+func (rc *receiver) duplicates() int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.dups
 }
 
 func (rc *receiver) requests() int {
