@@ -89,13 +89,14 @@ struct overrun {
 };
 
 /*
- * Per-CPU aggregates. The map is not preallocated (BPF_F_NO_PREALLOC) so its
- * memory follows the series that exist, not max_entries times the CPU count;
- * the collector may raise max_entries before loading.
+ * Per-CPU aggregates, preallocated: a non-preallocated per-CPU hash refills
+ * its free lists asynchronously, so a burst of new series fails with ENOMEM
+ * (seen from a few hundred inserts in a row). Memory is max_entries x
+ * sizeof(struct span_agg) x CPUs; the collector sizes max_entries to the
+ * CPU count before loading (collector.Config.MaxSeries).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
 	__type(key, struct stats_key);
 	__type(value, struct span_agg);

@@ -68,6 +68,51 @@ struct {
 	__type(value, struct usdt_inflight);
 } usdt_inflight SEC(".maps");
 
+/*
+ * Spans paired by thread with a fixed name (the common case) keep their
+ * start time in task-local storage: one slot per source, no hash map
+ * update and delete per span. Sources past the slots, or keyed by an
+ * argument, or named by one, use usdt_inflight. Task storage in tracing
+ * programs needs kernel 5.11+; without it the collector clears
+ * usdt_have_task_storage and this path is never taken (nor verified).
+ */
+#define USDT_TASK_SLOTS 16
+
+struct usdt_task_spans {
+	__u64 start_ns[USDT_TASK_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct usdt_task_spans);
+} usdt_task_start SEC(".maps");
+
+volatile const __u32 usdt_have_task_storage = 1;
+
+/*
+ * The fast path, for sources paired by thread with a fixed name and no
+ * status argument: the collector puts the source's task slot + 1 in bits
+ * 32..39 of the cookie, so start needs neither spec nor source, and end
+ * hands span_aggregate() a per-CPU span_event template with the name
+ * already in place. Only set with cookies and task storage.
+ */
+#define USDT_COOKIE_FAST_SLOT(c) (((c) >> 32) & 0xff)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, USDT_TASK_SLOTS);
+	__type(key, __u32);
+	__type(value, struct span_event);
+} usdt_ev SEC(".maps");
+
+static __always_inline int by_task(const struct usdt_spec *spec, const struct usdt_source *src)
+{
+	return usdt_have_task_storage && src->key_arg == USDT_NO_ARG &&
+	       src->name_arg == USDT_NO_ARG && spec->source < USDT_TASK_SLOTS;
+}
+
 static __always_inline int inflight_key(struct pt_regs *ctx, const struct usdt_spec *spec,
 					const struct usdt_source *src, struct usdt_inflight_key *k)
 {
@@ -120,11 +165,35 @@ int usdt_start(struct pt_regs *ctx)
 	struct usdt_source *src;
 	struct usdt_spec *spec;
 
-	spec = usdt_spec(ctx);
+	__u64 cookie = usdt_cookie(ctx);
+	__u32 fast = USDT_COOKIE_FAST_SLOT(cookie);
+
+	if (usdt_have_task_storage && fast) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
+								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (ts)
+			ts->start_ns[(fast - 1) & (USDT_TASK_SLOTS - 1)] = bpf_ktime_get_ns();
+		else
+			count(COUNTER_READ_ERRORS);
+		return 0;
+	}
+	spec = usdt_spec_from(ctx, cookie);
 	if (!spec)
 		return 0;
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
-	if (!src || inflight_key(ctx, spec, src, &k))
+	if (!src)
+		return 0;
+	if (by_task(spec, src)) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
+								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts) {
+			count(COUNTER_READ_ERRORS);
+			return 0;
+		}
+		ts->start_ns[spec->source & (USDT_TASK_SLOTS - 1)] = bpf_ktime_get_ns();
+		return 0;
+	}
+	if (inflight_key(ctx, spec, src, &k))
 		return 0;
 	if (src->name_arg != USDT_NO_ARG) {
 		if (read_name(ctx, spec, src->name_arg, in.name))
@@ -137,34 +206,79 @@ int usdt_start(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
-int usdt_end(struct pt_regs *ctx)
+static __always_inline int usdt_end_slow(struct pt_regs *ctx, __u64 cookie, __u64 now)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct usdt_inflight_key k;
 	struct usdt_inflight *in;
 	struct usdt_source *src;
 	struct usdt_spec *spec;
 	struct span_event ev = {};
 
-	spec = usdt_spec(ctx);
+	spec = usdt_spec_from(ctx, cookie);
 	if (!spec)
 		return 0;
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
-	if (!src || inflight_key(ctx, spec, src, &k))
+	if (!src)
 		return 0;
-	in = bpf_map_lookup_elem(&usdt_inflight, &k);
-	if (!in)
-		return 0;
-	ev.duration_ns = now - in->start_ns;
-	if (src->name_arg != USDT_NO_ARG)
-		__builtin_memcpy(ev.name, in->name, sizeof(ev.name));
-	else
+	if (by_task(spec, src)) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0, 0);
+		__u32 slot = spec->source & (USDT_TASK_SLOTS - 1);
+		__u64 start;
+
+		if (!ts)
+			return 0;
+		start = ts->start_ns[slot];
+		if (!start)
+			return 0;
+		ts->start_ns[slot] = 0;
+		ev.duration_ns = now - start;
 		__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
-	bpf_map_delete_elem(&usdt_inflight, &k);
+	} else {
+		if (inflight_key(ctx, spec, src, &k))
+			return 0;
+		in = bpf_map_lookup_elem(&usdt_inflight, &k);
+		if (!in)
+			return 0;
+		ev.duration_ns = now - in->start_ns;
+		if (src->name_arg != USDT_NO_ARG)
+			__builtin_memcpy(ev.name, in->name, sizeof(ev.name));
+		else
+			__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
+		bpf_map_delete_elem(&usdt_inflight, &k);
+	}
 	ev.status = read_status(ctx, spec, src);
 	span_aggregate(ctx, &ev, SOURCE_USDT);
 	return 0;
+}
+
+SEC("uprobe")
+int usdt_end(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = usdt_cookie(ctx);
+	__u32 fast = USDT_COOKIE_FAST_SLOT(cookie);
+
+	if (usdt_have_task_storage && fast) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0, 0);
+		__u32 slot = (fast - 1) & (USDT_TASK_SLOTS - 1);
+		struct span_event *tmpl;
+		__u64 start;
+
+		if (!ts)
+			return 0;
+		start = ts->start_ns[slot];
+		if (!start)
+			return 0;
+		ts->start_ns[slot] = 0;
+		tmpl = bpf_map_lookup_elem(&usdt_ev, &slot);
+		if (!tmpl)
+			return 0;
+		tmpl->duration_ns = now - start;
+		tmpl->status = SPAN_STATUS_OK;
+		span_aggregate(ctx, tmpl, SOURCE_USDT);
+		return 0;
+	}
+	return usdt_end_slow(ctx, cookie, now);
 }
 
 SEC("uprobe")

@@ -64,11 +64,18 @@ struct {
  * cookies (before 5.15): the verifier then never sees the helper call. */
 volatile const __u32 usdt_have_cookie = 1;
 
-/* usdt_spec_id finds the spec of the call site that fired. */
-static __always_inline int usdt_spec_id(struct pt_regs *ctx, __u32 *id)
+/*
+ * The attach cookie: the spec id in the low 32 bits; the bits above are
+ * free for the program (usdt.bpf.c keeps a fast-path slot there).
+ */
+#define USDT_COOKIE_SPEC(c) ((__u32)(c))
+
+/* usdt_spec_id_from finds the spec of the call site that fired, given the
+ * cookie (ignored without cookie support). */
+static __always_inline int usdt_spec_id_from(struct pt_regs *ctx, __u64 cookie, __u32 *id)
 {
 	if (usdt_have_cookie) {
-		*id = (__u32)bpf_get_attach_cookie(ctx);
+		*id = USDT_COOKIE_SPEC(cookie);
 		return 0;
 	}
 	struct usdt_ip_key k = {
@@ -86,12 +93,28 @@ static __always_inline int usdt_spec_id(struct pt_regs *ctx, __u32 *id)
 	return 0;
 }
 
-static __always_inline struct usdt_spec *usdt_spec(struct pt_regs *ctx)
+static __always_inline __u64 usdt_cookie(struct pt_regs *ctx)
+{
+	return usdt_have_cookie ? bpf_get_attach_cookie(ctx) : 0;
+}
+
+/* usdt_spec_id finds the spec of the call site that fired. */
+static __always_inline int usdt_spec_id(struct pt_regs *ctx, __u32 *id)
+{
+	return usdt_spec_id_from(ctx, usdt_cookie(ctx), id);
+}
+
+static __always_inline struct usdt_spec *usdt_spec_from(struct pt_regs *ctx, __u64 cookie)
 {
 	__u32 id;
-	if (usdt_spec_id(ctx, &id))
+	if (usdt_spec_id_from(ctx, cookie, &id))
 		return 0;
 	return bpf_map_lookup_elem(&usdt_specs, &id);
+}
+
+static __always_inline struct usdt_spec *usdt_spec(struct pt_regs *ctx)
+{
+	return usdt_spec_from(ctx, usdt_cookie(ctx));
 }
 
 /*

@@ -30,6 +30,17 @@ type UsdtSpanAgg struct {
 	Hist       [288]uint64
 }
 
+type UsdtSpanEvent struct {
+	_          structs.HostLayout
+	DurationNs uint64
+	StartNs    uint64
+	Status     uint32
+	Flags      uint32
+	TraceId    [16]uint8
+	SpanId     [8]uint8
+	Name       [64]int8
+}
+
 type UsdtSpanName struct {
 	_    structs.HostLayout
 	Name [64]int8
@@ -90,6 +101,11 @@ type UsdtUsdtSpec struct {
 	Pad    uint16
 }
 
+type UsdtUsdtTaskSpans struct {
+	_       structs.HostLayout
+	StartNs [16]uint64
+}
+
 type UsdtUsdtTestRecord struct {
 	_       structs.HostLayout
 	SpecId  uint32
@@ -108,10 +124,12 @@ const (
 	UsdtMapNames                = "names"
 	UsdtMapOverruns             = "overruns"
 	UsdtMapSpanStats            = "span_stats"
+	UsdtMapUsdtEv               = "usdt_ev"
 	UsdtMapUsdtInflight         = "usdt_inflight"
 	UsdtMapUsdtIpToSpec         = "usdt_ip_to_spec"
 	UsdtMapUsdtSources          = "usdt_sources"
 	UsdtMapUsdtSpecs            = "usdt_specs"
+	UsdtMapUsdtTaskStart        = "usdt_task_start"
 	UsdtMapUsdtTestEvents       = "usdt_test_events"
 	UsdtMapZeroStats            = "zero_stats"
 	UsdtProgUsdtEnd             = "usdt_end"
@@ -123,6 +141,7 @@ const (
 	UsdtVarUnusedUsdtSpec       = "unused_usdt_spec"
 	UsdtVarUnusedUsdtTestRecord = "unused_usdt_test_record"
 	UsdtVarUsdtHaveCookie       = "usdt_have_cookie"
+	UsdtVarUsdtHaveTaskStorage  = "usdt_have_task_storage"
 )
 
 // LoadUsdt returns the embedded CollectionSpec for Usdt.
@@ -182,10 +201,12 @@ type UsdtMapSpecs struct {
 	Names          *ebpf.MapSpec `ebpf:"names"`
 	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
 	SpanStats      *ebpf.MapSpec `ebpf:"span_stats"`
+	UsdtEv         *ebpf.MapSpec `ebpf:"usdt_ev"`
 	UsdtInflight   *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec   *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtSources    *ebpf.MapSpec `ebpf:"usdt_sources"`
 	UsdtSpecs      *ebpf.MapSpec `ebpf:"usdt_specs"`
+	UsdtTaskStart  *ebpf.MapSpec `ebpf:"usdt_task_start"`
 	UsdtTestEvents *ebpf.MapSpec `ebpf:"usdt_test_events"`
 	ZeroStats      *ebpf.MapSpec `ebpf:"zero_stats"`
 }
@@ -199,6 +220,7 @@ type UsdtVariableSpecs struct {
 	UnusedUsdtSpec       *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
 	UnusedUsdtTestRecord *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
 	UsdtHaveCookie       *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
+	UsdtHaveTaskStorage  *ebpf.VariableSpec `ebpf:"usdt_have_task_storage"`
 }
 
 // UsdtObjects contains all objects after they have been loaded into the kernel.
@@ -226,10 +248,12 @@ type UsdtMaps struct {
 	Names          *ebpf.Map `ebpf:"names"`
 	Overruns       *ebpf.Map `ebpf:"overruns"`
 	SpanStats      *ebpf.Map `ebpf:"span_stats"`
+	UsdtEv         *ebpf.Map `ebpf:"usdt_ev"`
 	UsdtInflight   *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec   *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtSources    *ebpf.Map `ebpf:"usdt_sources"`
 	UsdtSpecs      *ebpf.Map `ebpf:"usdt_specs"`
+	UsdtTaskStart  *ebpf.Map `ebpf:"usdt_task_start"`
 	UsdtTestEvents *ebpf.Map `ebpf:"usdt_test_events"`
 	ZeroStats      *ebpf.Map `ebpf:"zero_stats"`
 }
@@ -241,10 +265,12 @@ func (m *UsdtMaps) Close() error {
 		m.Names,
 		m.Overruns,
 		m.SpanStats,
+		m.UsdtEv,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtSources,
 		m.UsdtSpecs,
+		m.UsdtTaskStart,
 		m.UsdtTestEvents,
 		m.ZeroStats,
 	)
@@ -259,6 +285,7 @@ type UsdtVariables struct {
 	UnusedUsdtSpec       *ebpf.Variable `ebpf:"unused_usdt_spec"`
 	UnusedUsdtTestRecord *ebpf.Variable `ebpf:"unused_usdt_test_record"`
 	UsdtHaveCookie       *ebpf.Variable `ebpf:"usdt_have_cookie"`
+	UsdtHaveTaskStorage  *ebpf.Variable `ebpf:"usdt_have_task_storage"`
 }
 
 // UsdtPrograms contains all programs after they have been loaded into the kernel.

@@ -53,13 +53,24 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 			return fmt.Errorf("budget for %q: must be positive, not %s", r.Span, r.Budget)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.budgets = RulesFunc(rules)
+	var exact []string
 	for _, r := range rules {
 		if !strings.ContainsAny(r.Span, "*?[\\") {
-			c.reader.names[snapshot.NameID(r.Span)] = r.Span
+			exact = append(exact, r.Span)
 		}
+	}
+	return c.SetBudgetFunc(RulesFunc(rules), exact)
+}
+
+// SetBudgetFunc replaces the budgets with fn, which decides each span
+// name's budget. The exact names are decided (and written to the kernel)
+// at once; other names as they appear, at the next snapshot.
+func (c *Collector) SetBudgetFunc(fn BudgetFunc, exact []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.budgets = fn
+	for _, n := range exact {
+		c.reader.names[snapshot.NameID(n)] = n
 	}
 	return c.applyBudgets(true)
 }

@@ -10,11 +10,13 @@ import (
 	"os"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/cgroup"
 	"github.com/spanwatch/spanwatch/collector/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -37,7 +39,10 @@ type Config struct {
 	// ForceKprobe attaches the user_events source with a kprobe instead of
 	// fentry, as on kernels without BTF or trampolines.
 	ForceKprobe bool
-	// MaxSeries bounds the stats map (default 16384 span/cgroup pairs).
+	// MaxSeries bounds the stats map: span/cgroup pairs. The map is
+	// preallocated per CPU (2.3 KiB per series per CPU), so the default is
+	// what fits in 256 MiB, at most 16384: 16384 on up to 6 CPUs, 1789 on
+	// 64. Spans of series beyond it are counted in Stats.StatsFull.
 	MaxSeries uint32
 	// RingbufBytes sizes the overrun ring buffer (default 4 MiB; a power
 	// of two, multiple of the page size).
@@ -60,7 +65,8 @@ type Config struct {
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
 	// Resolver resolves cgroup ids to paths, containers, pods and units;
-	// nil leaves only the id.
+	// nil means a cgroup.Resolver over the cgroup2 mount (when there is
+	// none, series keep only their cgroup id).
 	Resolver CgroupResolver
 	// IdleEvict removes series idle this long from the kernel map (default
 	// 10m), so series of exited containers do not fill it.
@@ -76,14 +82,9 @@ type Symbolizer interface {
 	Kernel(addrs []uint64) ([]snapshot.Frame, error)
 }
 
-// CgroupInfo is what a CgroupResolver knows of a cgroup.
-type CgroupInfo struct {
-	Path, Container, Pod, Unit string
-}
-
-// A CgroupResolver resolves cgroup ids.
+// A CgroupResolver resolves cgroup ids; *cgroup.Resolver is the default.
 type CgroupResolver interface {
-	Resolve(id uint64) CgroupInfo
+	Resolve(id uint64) cgroup.Info
 }
 
 // A Collector owns the loaded BPF objects and their attachments. Close
@@ -136,6 +137,13 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}
+	if cfg.Resolver == nil {
+		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger}); err == nil {
+			cfg.Resolver = r
+		} else {
+			cfg.Logger.Info("cgroup_names_unavailable", "error", err)
+		}
+	}
 	if os.Geteuid() != 0 {
 		cfg.Logger.Debug("not_root", "hint", "spanwatch needs CAP_BPF and CAP_PERFMON (or root)")
 	}
@@ -147,10 +155,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
-	if cfg.MaxSeries != 0 {
-		spec.Maps[mapSpanStats].MaxEntries = cfg.MaxSeries
-		spec.Maps[mapNames].MaxEntries = cfg.MaxSeries
+	if cfg.MaxSeries == 0 {
+		cfg.MaxSeries = defaultMaxSeries()
 	}
+	spec.Maps[mapSpanStats].MaxEntries = cfg.MaxSeries
+	spec.Maps[mapNames].MaxEntries = cfg.MaxSeries
 	if cfg.RingbufBytes != 0 {
 		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
 	}
@@ -265,6 +274,17 @@ const (
 	mapNames     = "names"
 	mapOverruns  = "overruns"
 )
+
+// defaultMaxSeries sizes the stats map to 256 MiB, between 1024 and 16384
+// series.
+func defaultMaxSeries() uint32 {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil || ncpu < 1 {
+		ncpu = 1
+	}
+	n := (256 << 20) / (int(unsafe.Sizeof(bpf.SpanwatchSpanAgg{})) * ncpu)
+	return uint32(max(1024, min(16384, n)))
+}
 
 func haveBTF() bool {
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")

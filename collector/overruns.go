@@ -160,4 +160,3 @@ func monoToWall(ns uint64) time.Time {
 	}
 	return now.Add(-time.Duration(uint64(ts.Nano()) - ns))
 }
-

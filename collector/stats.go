@@ -80,7 +80,12 @@ func (r *statsReader) nameOf(id uint64) string {
 	}
 	var v bpf.SpanwatchSpanName
 	if err := r.nameMap.Lookup(id, &v); err != nil {
-		return ""
+		// The names map was full when the series appeared; the id is
+		// all there is, and asking again each window would cost a
+		// syscall per series.
+		n := fmt.Sprintf("name#%016x", id)
+		r.names[id] = n
+		return n
 	}
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&v.Name[0])), len(v.Name))
 	n := snapshot.NameString(b)

@@ -2,6 +2,7 @@ package emit
 
 import (
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -24,14 +25,20 @@ var ueErrors atomic.Uint64
 // mode only), so an application can report it.
 func WriteErrors() uint64 { return ueErrors.Load() }
 
+// payloads are buffers for the user_events write: the event itself stays on
+// the caller's stack (the interface call would make it escape).
+var payloads = sync.Pool{New: func() any { return new([eventSize]byte) }}
+
 func writeUserEvent(ev *event) {
 	if atomic.LoadUint32(userEventsWord())&1 == 0 {
 		return
 	}
-	b := unsafe.Slice((*byte)(unsafe.Pointer(ev)), eventSize)
-	if err := ueWriter.Write(b); err != nil {
+	buf := payloads.Get().(*[eventSize]byte)
+	*buf = *(*[eventSize]byte)(unsafe.Pointer(ev))
+	if err := ueWriter.Write(buf[:]); err != nil {
 		ueErrors.Add(1)
 	}
+	payloads.Put(buf)
 }
 
 func init() {

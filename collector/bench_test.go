@@ -1,0 +1,169 @@
+//go:build linux
+
+package collector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// BenchmarkSnapshotRead measures one Snapshot over a stats map holding 1k
+// and 10k series (every CPU's slot filled, as on a busy host).
+func BenchmarkSnapshotRead(b *testing.B) {
+	requireBPF(b)
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) {
+			c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, MaxSeries: 16384})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ncpu, _ := ebpf.PossibleCPU()
+			vals := make([]bpf.SpanwatchSpanAgg, ncpu)
+			for i := range vals {
+				vals[i].Count = 100
+				vals[i].SumNs = 100e6
+				vals[i].Hist[snapshot.BucketIndex(1e6)] = 100
+			}
+			for i := 0; i < n; i++ {
+				name := fmt.Sprintf("span.%d", i)
+				key := bpf.SpanwatchStatsKey{NameId: snapshot.NameID(name), CgroupId: uint64(i % 50)}
+				if err := c.objs.SpanStats.Put(key, vals); err != nil {
+					b.Fatalf("series %d: %v", i, err)
+				}
+				var nm bpf.SpanwatchSpanName
+				for j := range name {
+					nm.Name[j] = int8(name[j])
+				}
+				c.objs.Names.Put(key.NameId, nm)
+			}
+			if s, err := c.Snapshot(); err != nil || len(s.Series) != n {
+				b.Fatalf("snapshot: %v, %d series", err, len(s.Series))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := c.Snapshot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/series")
+		})
+	}
+}
+
+// BenchmarkMarkerVsBareUprobe measures what a span costs the emitting
+// thread through the marker source, against a bare uprobe on the same
+// marker that only counts: the trap is the same, the difference is
+// spanwatch's program (copying the payload, hashing the name, updating the
+// histogram). It reports both, their ratio, and each program's own run time
+// from the kernel's BPF stats.
+func BenchmarkMarkerVsBareUprobe(b *testing.B) {
+	requireBPF(b)
+	if emit.Mode() != "marker" {
+		b.Skip("needs the marker mode")
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	exe, _ := os.Executable()
+	f := &emit.Finished{Name: "bench.span", Duration: time.Millisecond}
+	loop := func(n int) time.Duration {
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			emit.Record(f)
+		}
+		return time.Since(start)
+	}
+	n := b.N
+	if n < 20000 {
+		n = 20000
+	}
+
+	// The bare uprobe: increment a per-CPU counter.
+	counter, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer counter.Close()
+	bare, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Kprobe, License: "GPL",
+		Instructions: asm.Instructions{
+			asm.LoadMapPtr(asm.R1, counter.FD()),
+			asm.StoreImm(asm.R10, -4, 0, asm.Word),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord),
+			asm.Add.Imm(asm.R1, 1),
+			asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bare.Close()
+	markerOff, semOff, err := findMarker(exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := ex.Uprobe("", bare, &link.UprobeOptions{Address: markerOff, RefCtrOffset: semOff})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	bareTime := loop(n)
+	b.StopTimer()
+	bareStats, _ := bare.Stats()
+	l.Close()
+
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{exe}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	b.StartTimer()
+	swTime := loop(n)
+	b.StopTimer()
+	swStats, _ := c.objs.UprobeMarker.Stats()
+	s, _ := c.Snapshot()
+	var got uint64
+	for _, sr := range s.Series {
+		got += sr.Count
+	}
+	if got != uint64(n) {
+		b.Fatalf("collector saw %d spans, want %d", got, n)
+	}
+
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(n) }
+	b.ReportMetric(per(bareTime), "ns/span-bare")
+	b.ReportMetric(per(swTime), "ns/span-spanwatch")
+	b.ReportMetric(per(swTime)/per(bareTime), "ratio")
+	if bareStats != nil && bareStats.RunCount > 0 {
+		b.ReportMetric(float64(bareStats.Runtime.Nanoseconds())/float64(bareStats.RunCount), "prog-ns/run-bare")
+	}
+	if swStats != nil && swStats.RunCount > 0 {
+		b.ReportMetric(float64(swStats.Runtime.Nanoseconds())/float64(swStats.RunCount), "prog-ns/run-spanwatch")
+	}
+}
