@@ -157,6 +157,9 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 		for _, r := range reasons {
 			h.failures[r] = new(atomic.Uint64)
 		}
+		if w.TLS != nil && w.TLS.InsecureSkipVerify {
+			logger.Warn("webhook does not verify the server's TLS certificate (insecure_skip_verify)", "webhook", w.Name)
+		}
 		if w.Format == FormatTemplate {
 			if h.tmpl, err = parseTemplate(w.Name, w.Template); err != nil {
 				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)

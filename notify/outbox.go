@@ -33,6 +33,10 @@ var ErrOutboxInUse = errors.New("outbox file is in use by another process")
 // copy is kept, nothing is deleted) and a fresh outbox is created in its
 // place; movedTo then names the copy and cause says what was wrong.
 func openOutbox(path string) (db *bolt.DB, movedTo string, cause error, err error) {
+	// The outbox holds alert contents: only spanwatch's user may read it.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, "", nil, fmt.Errorf("create outbox directory: %w", err)
+	}
 	db, err = tryOpen(path)
 	if err == nil {
 		return db, "", nil, nil

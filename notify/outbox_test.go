@@ -361,3 +361,23 @@ func TestUnreadableQueueRecord(t *testing.T) {
 		t.Errorf("dead letter %+v, want the raw record kept", dead)
 	}
 }
+
+func TestOutboxDirectoryCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state", "spanwatch")
+	c := webhookConfig(t, "http://127.0.0.1:1/", dir, "")
+	mustNew(t, c)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("outbox directory mode %v, want 0700", fi.Mode().Perm())
+	}
+	fi, err = os.Stat(c.Routing.Outbox.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("outbox file mode %v, want 0600", fi.Mode().Perm())
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -266,5 +267,46 @@ func TestRedactURL(t *testing.T) {
 		if got := RedactURL(tt.in); got != tt.want {
 			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestURLFile reads the URL, secret query included, from a file at each
+// attempt: a rewritten file takes effect without a restart.
+func TestURLFile(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var tokens []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		tokens = append(tokens, r.URL.Query().Get("token"))
+		if r.URL.Query().Get("token") != "NEW-SECRET" {
+			http.Error(w, "stale token", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	urlFile := writeFile(t, dir, "url", srv.URL+"/hook?token=OLD-SECRET\n")
+	c := parseYAML(t, fmt.Sprintf(`
+webhooks:
+  - name: test
+    url_file: %s
+    group_wait: 10ms
+    min_backoff: 50ms
+    max_backoff: 50ms
+routing:
+  outbox: {path: %q}
+`, urlFile, filepath.Join(dir, "outbox.db")))
+	var logs syncBuffer
+	d, err := New(c, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "an attempt with the old URL", func() bool { mu.Lock(); defer mu.Unlock(); return len(tokens) > 0 })
+	writeFile(t, dir, "url", srv.URL+"/hook?token=NEW-SECRET\n")
+	waitFor(t, 5*time.Second, "delivery with the new URL", func() bool { return d.Stats().Webhooks[0].Delivered == 1 })
+	if all := logs.String() + d.Stats().Webhooks[0].LastError; strings.Contains(all, "SECRET") {
+		t.Errorf("the URL's secret leaked:\n%s", all)
 	}
 }
