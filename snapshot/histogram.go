@@ -14,7 +14,7 @@ const (
 	HistMaxExp  = 37
 	// HistBuckets is the number of buckets: must match HIST_BUCKETS in
 	// bpf/aggregate.h.
-	HistBuckets = (HistMaxExp-HistSubBits+2)*HistSub // 288
+	HistBuckets = (HistMaxExp - HistSubBits + 2) * HistSub // 288
 )
 
 // BucketIndex returns the bucket a duration of ns nanoseconds falls in.
