@@ -1,0 +1,111 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// TestUnderSpanwatch runs the example under a real collector with the
+// budgets of rules.yaml: spanwatch counts the OpenTelemetry spans, and each
+// overrun carries the trace id the service reported for that request.
+func TestUnderSpanwatch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
+	}
+	bin := buildExample(t)
+	c, err := collector.New(context.Background(), collector.Config{
+		Sources:        collector.Sources{Marker: true},
+		ScanInterval:   -1,
+		MarkerBinaries: []string{bin},
+	})
+	if err != nil {
+		t.Fatalf("collector: %v", err)
+	}
+	defer c.Close()
+	cfg, err := policy.LoadFile("rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var budgets []collector.BudgetRule
+	for _, b := range cfg.Budgets {
+		budgets = append(budgets, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget})
+	}
+	if err := c.SetBudgets(budgets); err != nil {
+		t.Fatal(err)
+	}
+	url := startExample(t, bin, "SPANWATCH_EMIT=marker")
+	// Glob budgets apply once the collector has seen the name: one
+	// request, then a snapshot, before the measured ones.
+	get := func(path string) (traceID string, took time.Duration) {
+		start := time.Now()
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.Header.Get("X-Trace-Id"), time.Since(start)
+	}
+	get("/orders/warmup")
+	if _, err := c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	slow := map[string]bool{}
+	for i := 1; i < 50; i++ { // requests 2..50: queries 25 and 50 are slow
+		if id, took := get(fmt.Sprintf("/orders/%d", i)); took >= 150*time.Millisecond {
+			slow[id] = true
+		}
+	}
+	if len(slow) != 2 {
+		t.Fatalf("%d slow requests, want 2", len(slow))
+	}
+	got := map[string]*snapshot.Series{}
+	var overruns []snapshot.Overrun
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && len(overruns) < 4 {
+		time.Sleep(100 * time.Millisecond)
+		s, err := c.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sr := range s.Series {
+			if got[sr.Span] == nil {
+				got[sr.Span] = &snapshot.Series{}
+			}
+			g := got[sr.Span]
+			g.Count += sr.Count
+			g.Errors += sr.Errors
+			g.OverBudget += sr.OverBudget
+		}
+		overruns = append(overruns, s.Overruns...)
+	}
+	// Requests 2..50: orders 10, 20, 30, 40, 50 fail, in both spans.
+	for span, want := range map[string][3]uint64{"GET /orders/{id}": {49, 5, 2}, "db.query": {49, 5, 2}} {
+		g := got[span]
+		if g == nil {
+			t.Fatalf("no %s series (have %v)", span, got)
+		}
+		if g.Count != want[0] || g.Errors != want[1] || g.OverBudget != want[2] {
+			t.Errorf("%s: count %d errors %d over budget %d, want %v", span, g.Count, g.Errors, g.OverBudget, want)
+		}
+	}
+	if len(overruns) != 4 {
+		t.Fatalf("%d overruns, want 4", len(overruns))
+	}
+	for _, ov := range overruns {
+		if !slow[ov.TraceID] {
+			t.Errorf("%s overrun has trace id %q, not one of the slow requests' %v", ov.Span, ov.TraceID, slow)
+		}
+	}
+}
