@@ -219,32 +219,70 @@ func (d *Dispatcher) restore() error {
 			if _, err := sub(tx, bucketDead, h.w.Name); err != nil {
 				return err
 			}
+			// Alerts are regrouped with the current group_by, and those
+			// the webhook no longer matches leave it: the configuration
+			// may have changed since they were stored.
+			type move struct {
+				old, new []byte
+				v        []byte
+			}
+			var moves []move
 			err = ab.ForEach(func(k, v []byte) error {
-				total++
 				gk, _, _ := strings.Cut(string(k), "\x00")
 				var sa storedAlert
 				if err := json.Unmarshal(v, &sa); err != nil || sa.Alert == nil {
+					total++
 					d.logger.Error("outbox record unreadable: kept, not delivered", "webhook", h.w.Name, "key", string(k), "err", err)
 					return nil
 				}
-				g := h.groups[gk]
-				if g == nil {
-					_, labels := h.groupKey(sa.Alert)
-					g = h.newGroup(gk, labels)
+				fp := fingerprint(sa.Alert)
+				if !h.matches(sa.Alert) {
+					d.logger.Warn("stored alert no longer matches the webhook: removed", "webhook", h.w.Name, "alert", sa.Alert.Name(), "fingerprint", fp)
+					moves = append(moves, move{old: slices.Clone(k)})
+					return nil
 				}
-				g.alerts[fingerprint(sa.Alert)] = &sa
+				total++
+				newKey, labels := h.groupKey(sa.Alert)
+				if newKey != gk {
+					moves = append(moves, move{old: slices.Clone(k), new: []byte(newKey + "\x00" + fp), v: slices.Clone(v)})
+				}
+				g := h.groups[newKey]
+				if g == nil {
+					g = h.newGroup(newKey, labels)
+				}
+				g.alerts[fp] = &sa
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			nb := subRO(tx, bucketNflog, h.w.Name)
-			for gk, g := range h.groups {
-				if v := nb.Get([]byte(gk)); v != nil {
-					var e nflogEntry
-					if json.Unmarshal(v, &e) == nil {
-						g.last, g.flushed = &e, true
+			for _, m := range moves {
+				if err := ab.Delete(m.old); err != nil {
+					return err
+				}
+				if m.new != nil {
+					if err := ab.Put(m.new, m.v); err != nil {
+						return err
 					}
+				}
+			}
+			nb := subRO(tx, bucketNflog, h.w.Name)
+			var stale [][]byte
+			nb.ForEach(func(k, v []byte) error {
+				g := h.groups[string(k)]
+				if g == nil {
+					stale = append(stale, slices.Clone(k))
+					return nil
+				}
+				var e nflogEntry
+				if json.Unmarshal(v, &e) == nil {
+					g.last, g.flushed = &e, true
+				}
+				return nil
+			})
+			for _, k := range stale {
+				if err := nb.Delete(k); err != nil {
+					return err
 				}
 			}
 			n := qb.Stats().KeyN

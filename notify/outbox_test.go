@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -380,4 +381,34 @@ func TestOutboxDirectoryCreated(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("outbox file mode %v, want 0600", fi.Mode().Perm())
 	}
+}
+
+// TestRestoreRegroups changes group_by and match between runs: stored
+// alerts join the groups of the new configuration, and those the webhook no
+// longer matches leave it.
+func TestRestoreRegroups(t *testing.T) {
+	dir := t.TempDir()
+	d := mustNew(t, webhookConfig(t, "http://127.0.0.1:1/", dir, "group_wait: 1h\ngroup_by: [alertname]"))
+	a1, a2 := mkAlert("a", 1, alert.StateFiring, time.Now()), mkAlert("a", 2, alert.StateFiring, time.Now())
+	a2.Labels["team"] = "other"
+	a2.Fingerprint = alert.Fingerprint(a2.Labels)
+	b1 := mkAlert("b", 1, alert.StateFiring, time.Now())
+	notifyOK(t, d, a1, a2, b1)
+	d.Close()
+
+	rc := newReceiver(t, nil).start()
+	d = mustNew(t, webhookConfig(t, rc.srv.URL, dir, "group_wait: 50ms\ngroup_by: ['...']\nmatch: {span: a}"))
+	if s := d.Stats(); s.Webhooks[0].PendingAlerts != 2 || s.Outbox.Entries != 2 {
+		t.Errorf("after restore: %d pending, %d entries; want 2 and 2 (b1 no longer matches)", s.Webhooks[0].PendingAlerts, s.Outbox.Entries)
+	}
+	waitFor(t, 5*time.Second, "one notification per alert", func() bool { return len(rc.messages()) == 2 })
+	for _, m := range rc.messages() {
+		if len(m.Alerts) != 1 || !maps.Equal(m.GroupLabels, m.Alerts[0].Labels) {
+			t.Errorf("notification %v groups by %v, want all labels", alertNames(m), m.GroupLabels)
+		}
+	}
+	// The resolution finds the regrouped alert: nothing is left behind.
+	notifyOK(t, d, mkAlert("a", 1, alert.StateResolved, a1.StartsAt))
+	waitFor(t, 5*time.Second, "the resolution", func() bool { return len(rc.messages()) == 3 })
+	waitFor(t, 5*time.Second, "the group to go", func() bool { return d.Stats().Webhooks[0].PendingAlerts == 1 })
 }
