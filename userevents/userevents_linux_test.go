@@ -434,7 +434,7 @@ func BenchmarkEnabled(b *testing.B) {
 	}
 }
 
-// BenchmarkWrite measures a 104-byte write (the size of a span event) with
+// BenchmarkWrite measures a 112-byte write (the size of a span event) with
 // a counting perf event attached, so the kernel runs the tracepoint.
 func BenchmarkWrite(b *testing.B) {
 	requireUserEvents(b)
@@ -446,7 +446,7 @@ func BenchmarkWrite(b *testing.B) {
 	defer e.Close()
 	openCounters(b, name)
 	waitEnabled(b, e, true)
-	payload := make([]byte, 104)
+	payload := make([]byte, 112)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := e.Write(payload); err != nil {

@@ -558,3 +558,62 @@ func TestKprobeFallback(t *testing.T) {
 	}
 	checkSeries(t, got, "e2e.kprobe_child", wantFor(250))
 }
+
+// BenchmarkRecord measures emit.Record of one span over user_events: with no
+// collector (one load, nothing written), and with a collector attached by
+// fentry and by kprobe (writev, perf_tp_event, the BPF program). Under the
+// VM's TCG emulation absolute times are slow; compare the ratios.
+func BenchmarkRecord(b *testing.B) {
+	if os.Geteuid() != 0 || emit.Mode() != "user_events" {
+		if os.Getenv(inVM) == "1" {
+			b.Fatalf("%s=1 but the span SDK uses %s", inVM, emit.Mode())
+		}
+		b.Skip("needs root and user_events")
+	}
+	f := &emit.Finished{Name: "e2e.bench", Duration: time.Millisecond}
+	b.Run("no_collector", func(b *testing.B) {
+		if emit.Enabled() {
+			b.Fatal("a collector is attached")
+		}
+		for b.Loop() {
+			emit.Record(f)
+		}
+	})
+	for _, kprobe := range []bool{false, true} {
+		name := "fentry"
+		if kprobe {
+			name = "kprobe"
+		}
+		b.Run(name, func(b *testing.B) {
+			c, err := collector.New(context.Background(), collector.Config{
+				Sources: collector.Sources{UserEvents: true}, ScanInterval: -1, ForceKprobe: kprobe,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Snapshot(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				emit.Record(f)
+				n++
+			}
+			s, err := c.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var got uint64
+			for _, sr := range s.Series {
+				if sr.Span == "e2e.bench" {
+					got += sr.Count
+				}
+			}
+			if got != uint64(n) {
+				b.Fatalf("collector counted %d of %d spans", got, n)
+			}
+		})
+	}
+}
