@@ -14,7 +14,12 @@
 // on the Go heap, because the kernel writes them behind the Go runtime's back.
 // Enabled is one atomic load, cheap enough to guard every write.
 //
-// Since kernel 6.6 an event is deleted automatically once nothing references
-// it: no process has it registered and no tracer has it enabled. A collector
-// that wants a stable event id registers the event itself and keeps it open.
+// On current kernels (seen on 6.12) an event is deleted automatically once
+// nothing references it: no process has it registered and no tracer has it
+// enabled. A collector that wants a stable event id registers the event
+// itself and keeps it open.
+//
+// The kernel ties a process's registrations to the thread that made them, so
+// the package makes every registration and unregistration from one thread
+// of its own that never exits.
 package userevents

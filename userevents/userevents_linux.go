@@ -283,9 +283,9 @@ func (e *Event) writeError(payload [][]byte, errno unix.Errno) error {
 
 // Close unregisters the event from this process (DIAG_IOCSUNREG): the kernel
 // stops updating its enable bit and clears it. The event itself stays in the
-// kernel while other processes or tracers use it; since kernel 6.6 it is
-// deleted when the last of them lets go. Close is idempotent; Write after
-// Close returns ErrClosed.
+// kernel while other processes or tracers use it; on current kernels (seen
+// on 6.12) it is deleted when the last of them lets go. Close is idempotent;
+// Write after Close returns ErrClosed.
 func (e *Event) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -316,7 +316,7 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("delete while registered: %v, want EBUSY", err)
 	}
 	e.Close()
-	// With its last reference gone the kernel (6.6+) deletes the event from
+	// With its last reference gone the kernel (seen on 6.12) deletes the event from
 	// a work queue; until then Delete may see it busy.
 	deadline := time.Now().Add(2 * time.Second)
 	for {
