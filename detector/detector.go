@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,8 +69,10 @@ type Detector struct {
 }
 
 type baselineEntry struct {
-	b    policy.Baseline
-	seen time.Time
+	b      policy.Baseline
+	seen   time.Time
+	rule   string
+	metric policy.Metric
 }
 
 // A group is the alerts of one rule or policy, by fingerprint.
@@ -162,8 +165,11 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	var outs []*ruleOutput
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
+		idx := indexSpans(snap)
+		var buf []int32
 		for _, r := range cfg.Rules {
-			outs = append(outs, d.evalRule(r, snap, now))
+			buf = idx.selectSeries(&r.Match, buf[:0])
+			outs = append(outs, d.evalRule(r, snap, buf, now))
 		}
 		if len(cfg.Policies) > 0 {
 			input := policy.Input(snap)
@@ -179,15 +185,68 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	return changed, err
 }
 
-func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, now time.Time) *ruleOutput {
+// spanIndex groups a snapshot's series by span name, so each rule matches
+// its span glob once per distinct name instead of once per series.
+type spanIndex struct {
+	snap  *snapshot.Snapshot
+	names []string // in order of first appearance
+	by    map[string][]int32
+}
+
+func indexSpans(snap *snapshot.Snapshot) *spanIndex {
+	idx := &spanIndex{snap: snap, by: map[string][]int32{}}
+	for i := range snap.Series {
+		name := snap.Series[i].Span
+		l, ok := idx.by[name]
+		if !ok {
+			idx.names = append(idx.names, name)
+		}
+		idx.by[name] = append(l, int32(i))
+	}
+	return idx
+}
+
+// selectSeries appends the indexes of the series m selects, in snapshot
+// order within each span name.
+func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
+	add := func(list []int32) {
+		for _, i := range list {
+			if m.MatchOther(&idx.snap.Series[i]) {
+				out = append(out, i)
+			}
+		}
+	}
+	if m.Span != nil {
+		if name, ok := m.Span.Exact(); ok {
+			add(idx.by[name])
+			return out
+		}
+	}
+	for _, name := range idx.names {
+		if m.MatchSpan(name) {
+			add(idx.by[name])
+		}
+	}
+	return out
+}
+
+// seriesKey identifies a series for its anomaly baseline without building
+// its label map.
+func seriesKey(b []byte, s *snapshot.Series) []byte {
+	for _, f := range [...]string{s.Span, s.Cgroup, s.Container, s.Pod, s.Unit, s.Process} {
+		b = append(b, f...)
+		b = append(b, 0)
+	}
+	return strconv.AppendUint(b, s.CgroupID, 10)
+}
+
+func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []int32, now time.Time) *ruleOutput {
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
-	for i := range snap.Series {
+	var key []byte
+	for _, i := range selected {
 		s := &snap.Series[i]
-		if !r.Match.Match(s) {
-			continue
-		}
 		var data policy.TemplateData
 		switch r.Kind {
 		case policy.KindThreshold:
@@ -202,12 +261,12 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, now time.Ti
 			if s.Count < a.MinCount {
 				continue
 			}
-			labels := s.Labels()
-			key := r.Name + "\x00" + string(a.Metric) + "\x00" + alert.Fingerprint(labels)
-			be := d.baselines[key]
+			key = append(append(append(append(key[:0], r.Name...), 0), a.Metric...), 0)
+			key = seriesKey(key, s)
+			be := d.baselines[string(key)]
 			if be == nil {
-				be = &baselineEntry{}
-				d.baselines[key] = be
+				be = &baselineEntry{rule: r.Name, metric: a.Metric}
+				d.baselines[string(key)] = be
 			}
 			be.seen = now
 			v := a.Metric.Value(s)
@@ -272,21 +331,10 @@ func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
 		}
 	}
 	for k, be := range d.baselines {
-		name, rest, _ := cut0(k)
-		metric, _, _ := cut0(rest)
-		if m, ok := names[name]; !ok || string(m) != metric || now.Sub(be.seen) > d.cfg.BaselineTTL {
+		if m, ok := names[be.rule]; !ok || m != be.metric || now.Sub(be.seen) > d.cfg.BaselineTTL {
 			delete(d.baselines, k)
 		}
 	}
-}
-
-func cut0(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return s, "", false
 }
 
 // advance moves every alert to its state at now and returns the changes

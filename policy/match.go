@@ -140,7 +140,18 @@ type Matcher struct {
 
 // Match reports whether the series is selected.
 func (m *Matcher) Match(s *snapshot.Series) bool {
-	return globOK(m.Span, s.Span) && globOK(m.Cgroup, s.Cgroup) && globOK(m.Container, s.Container) &&
+	return globOK(m.Span, s.Span) && m.MatchOther(s)
+}
+
+// MatchSpan reports whether a span name is selected. With MatchOther it
+// lets an evaluator match each distinct span name once, not once per
+// series.
+func (m *Matcher) MatchSpan(span string) bool { return globOK(m.Span, span) }
+
+// MatchOther reports whether the series' fields other than the span name
+// are selected.
+func (m *Matcher) MatchOther(s *snapshot.Series) bool {
+	return globOK(m.Cgroup, s.Cgroup) && globOK(m.Container, s.Container) &&
 		globOK(m.Pod, s.Pod) && globOK(m.Unit, s.Unit) && globOK(m.Process, s.Process)
 }
 

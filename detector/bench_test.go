@@ -1,0 +1,167 @@
+package detector
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// benchSnapshot makes n series: 200 span names over n/200 cgroups, with
+// latencies and errors spread so that about 1% of series trip the rules.
+func benchSnapshot(n int, step int) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Duration(step) * 10 * time.Second), WindowNs: 10e9, Series: make([]snapshot.Series, n)}
+	for i := range s.Series {
+		count := uint64(50 + i%100)
+		errs := uint64(0)
+		p99 := uint64(20e6 + (i%50)*1e6)
+		if i%100 == 7 {
+			p99 = 900e6
+			errs = count / 5
+		}
+		s.Series[i] = snapshot.Series{
+			Span:      fmt.Sprintf("svc%d.op%d", i%20, i%200),
+			CgroupID:  uint64(1000 + i/200),
+			Container: fmt.Sprintf("web-%d", i/200),
+			Process:   "api",
+			Count:     count, Rate: float64(count) / 10, Errors: errs, ErrorRatio: float64(errs) / float64(count),
+			SumNs: count * 10e6, P50Ns: 8e6, P90Ns: 15e6, P99Ns: p99, WindowMaxNs: p99 + 1e6, MaxNs: p99 + 1e6,
+		}
+	}
+	return s
+}
+
+// benchRules writes 100 YAML rules (80 thresholds, 20 anomaly rules; a
+// quarter with templated annotations) and nPolicies Rego policies.
+func benchRules(tb testing.TB, nPolicies int) *policy.Config {
+	tb.Helper()
+	dir := tb.TempDir()
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := 0; i < 100; i++ {
+		span := fmt.Sprintf("svc%d.*", i%20)
+		switch {
+		case i < 20:
+			fmt.Fprintf(&b, "  - name: Anomaly%d\n    span: %q\n    anomaly: {metric: p99, sensitivity: 4}\n", i, span)
+		case i < 45:
+			fmt.Fprintf(&b, "  - name: Slow%d\n    span: %q\n    when: p99 > %dms\n    for: 30s\n    labels: {severity: page}\n    annotations: {summary: \"{{ .Labels.span }} p99 {{ .Value }} over {{ .Threshold }}\"}\n", i, span, 500+i)
+		case i < 70:
+			fmt.Fprintf(&b, "  - name: Errors%d\n    span: %q\n    container: \"web-*\"\n    when: error_ratio > 10%% and count > 20\n", i, span)
+		default:
+			fmt.Fprintf(&b, "  - name: Exact%d\n    span: svc%d.op%d\n    when: rate < 1/s\n", i, i%20, i%200)
+		}
+	}
+	if nPolicies > 0 {
+		b.WriteString("policies:\n")
+	}
+	for i := 0; i < nPolicies; i++ {
+		rego := fmt.Sprintf(`package spanwatch
+
+alerts contains {"labels": object.union(s.labels, {"alertname": "Policy%d"}), "annotations": {"summary": sprintf("p99 %%v", [s.p99_ns])}} if {
+	some s in input.series
+	s.count >= data.min_count
+	s.p99_ns > data.limit_ns
+	s.error_ratio > %d / 100
+}
+`, i, 5+i)
+		name := fmt.Sprintf("p%d.rego", i)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(rego), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		data := fmt.Sprintf("p%d.json", i)
+		os.WriteFile(filepath.Join(dir, data), []byte(fmt.Sprintf(`{"min_count": 10, "limit_ns": %d}`, 400e6+i*1e6)), 0o644)
+		fmt.Fprintf(&b, "  - {file: %s, data: %s}\n", name, data)
+	}
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := policy.LoadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg
+}
+
+// BenchmarkEvaluate is one evaluation cycle: 100 YAML rules and 10 Rego
+// policies over 1k, 10k and 100k series, with the alert lifecycle and
+// anomaly baselines warm. It reports ns and allocated bytes per series.
+func BenchmarkEvaluate(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		for _, tc := range []struct {
+			name     string
+			policies int
+		}{{"yaml100", 0}, {"yaml100+rego10", 10}} {
+			b.Run(fmt.Sprintf("series=%d/%s", n, tc.name), func(b *testing.B) {
+				d := New(Config{PolicyTimeout: time.Minute})
+				d.SetRules(benchRules(b, tc.policies))
+				ctx := context.Background()
+				// Warm up: baselines and alerts exist before timing.
+				for i := 0; i < 3; i++ {
+					if _, err := d.Evaluate(ctx, benchSnapshot(n, i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				snaps := []*snapshot.Snapshot{benchSnapshot(n, 3), benchSnapshot(n, 4)}
+				b.ReportAllocs()
+				b.ResetTimer()
+				var ms0, ms1 runtime.MemStats
+				runtime.ReadMemStats(&ms0)
+				for i := 0; i < b.N; i++ {
+					s := snaps[i%2]
+					s.Time = t0.Add(time.Duration(5+i) * 10 * time.Second)
+					if _, err := d.Evaluate(ctx, s); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.ReadMemStats(&ms1)
+				b.StopTimer()
+				if st := d.Stats(); st.PolicyErrors+st.RuleErrors > 0 {
+					b.Fatalf("errors during the benchmark: %+v", st)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/series")
+				b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(b.N)/float64(n), "allocB/series")
+			})
+		}
+	}
+}
+
+// BenchmarkMemoryPerSeries measures the heap a detector keeps per series
+// (anomaly baselines of the 20 anomaly rules and alert state) after
+// several cycles, not counting the snapshot itself.
+func BenchmarkMemoryPerSeries(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) {
+			cfg := benchRules(b, 0)
+			snaps := []*snapshot.Snapshot{benchSnapshot(n, 0), benchSnapshot(n, 1)}
+			var perSeries float64
+			for i := 0; i < b.N; i++ {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				d := New(Config{})
+				d.SetRules(cfg)
+				for step := 0; step < 4; step++ {
+					s := snaps[step%2]
+					s.Time = t0.Add(time.Duration(step) * 10 * time.Second)
+					d.Evaluate(context.Background(), s)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perSeries = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n)
+				st := d.Stats()
+				runtime.KeepAlive(d)
+				b.ReportMetric(float64(st.Baselines)/float64(n), "baselines/series")
+				b.ReportMetric(float64(st.Firing+st.Pending)/float64(n), "alerts/series")
+			}
+			b.ReportMetric(perSeries, "B/series")
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+func benchSnapshot(n int) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{Version: snapshot.Version, Time: time.Unix(1700000000, 0), WindowNs: 10e9, Series: make([]snapshot.Series, n)}
+	for i := range s.Series {
+		count := uint64(50 + i%100)
+		errs := uint64(0)
+		p99 := uint64(20e6 + (i%50)*1e6)
+		if i%100 == 7 {
+			p99, errs = 900e6, count/5
+		}
+		s.Series[i] = snapshot.Series{
+			Span: fmt.Sprintf("svc%d.op%d", i%20, i%200), CgroupID: uint64(1000 + i/200),
+			Container: fmt.Sprintf("web-%d", i/200), Process: "api",
+			Count: count, Rate: float64(count) / 10, Errors: errs, ErrorRatio: float64(errs) / float64(count),
+			SumNs: count * 10e6, P50Ns: 8e6, P90Ns: 15e6, P99Ns: p99, WindowMaxNs: p99 + 1e6, MaxNs: p99 + 1e6,
+		}
+	}
+	return s
+}
+
+func benchPolicies(tb testing.TB, n int) []*Policy {
+	tb.Helper()
+	dir := tb.TempDir()
+	var b strings.Builder
+	b.WriteString("policies:\n")
+	for i := 0; i < n; i++ {
+		rego := fmt.Sprintf(`package spanwatch
+
+alerts contains {"labels": object.union(s.labels, {"alertname": "Policy%d"}), "annotations": {"summary": sprintf("p99 %%v", [s.p99_ns])}} if {
+	some s in input.series
+	s.count >= data.min_count
+	s.p99_ns > data.limit_ns
+	s.error_ratio > %d / 100
+}
+`, i, 5+i)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("p%d.rego", i)), []byte(rego), 0o644)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("p%d.json", i)), []byte(fmt.Sprintf(`{"min_count": 10, "limit_ns": %d}`, 400e6+i*1e6)), 0o644)
+		fmt.Fprintf(&b, "  - {file: p%d.rego, data: p%d.json}\n", i, i)
+	}
+	path := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(path, []byte(b.String()), 0o644)
+	cfg, err := LoadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cfg.Policies
+}
+
+// BenchmarkRegoInput compares three ways to give 10 policies the same
+// snapshot: converted to an ast.Value once and shared (what the detector
+// does), converted once per policy, and passed as a Go value for OPA to
+// convert itself on every evaluation (rego.EvalInput, the usual embedding).
+func BenchmarkRegoInput(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		snap := benchSnapshot(n)
+		pols := benchPolicies(b, 10)
+		ctx := context.Background()
+		b.Run(fmt.Sprintf("series=%d/converted-once", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				in := Input(snap)
+				for _, p := range pols {
+					if _, err := p.Eval(ctx, in); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("series=%d/converted-per-policy", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				for _, p := range pols {
+					if _, err := p.Eval(ctx, Input(snap)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("series=%d/raw-input-per-policy", n), func(b *testing.B) {
+			// The Go form OPA would get from the snapshot's JSON.
+			raw, _ := json.Marshal(map[string]any{"series": inputSeries(snap)})
+			var in any
+			json.Unmarshal(raw, &in)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, p := range pols {
+					if _, err := p.query.Eval(ctx, rego.EvalInput(in)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("series=%d/convert-only", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				Input(snap)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/series")
+		})
+	}
+}
+
+// inputSeries is the series part of Input as plain Go values.
+func inputSeries(s *snapshot.Snapshot) []map[string]any {
+	out := make([]map[string]any, len(s.Series))
+	for i := range s.Series {
+		x := &s.Series[i]
+		out[i] = map[string]any{
+			"span": x.Span, "cgroup_id": x.CgroupID, "container": x.Container, "process": x.Process,
+			"count": x.Count, "rate": x.Rate, "errors": x.Errors, "error_ratio": x.ErrorRatio,
+			"p50_ns": x.P50Ns, "p90_ns": x.P90Ns, "p99_ns": x.P99Ns, "max_ns": x.MaxNs,
+			"labels": x.Labels(),
+		}
+	}
+	return out
+}
