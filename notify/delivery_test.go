@@ -270,3 +270,36 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseFinishesAttempt closes the dispatcher while a slow receiver is
+// answering: the attempt completes and is recorded, so the restart does
+// not send it again.
+func TestCloseFinishesAttempt(t *testing.T) {
+	started := make(chan struct{})
+	var once sync.Once
+	rc := newReceiver(t, nil)
+	rc.after = func(n int, r *http.Request) {
+		once.Do(func() { close(started) })
+		time.Sleep(100 * time.Millisecond)
+	}
+	rc.start()
+	dir := t.TempDir()
+	d, err := New(webhookConfig(t, rc.srv.URL, dir, "timeout: 2s"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	<-started
+	d.Close()
+	if s := d.Stats().Webhooks[0]; s.Delivered != 1 {
+		t.Fatalf("delivered %d after Close, want the attempt under way to finish", s.Delivered)
+	}
+	d = mustNew(t, webhookConfig(t, rc.srv.URL, dir, "timeout: 2s"))
+	time.Sleep(200 * time.Millisecond)
+	if n := rc.requests(); n != 1 {
+		t.Errorf("%d requests after the restart, want 1: the notification was sent again", n)
+	}
+	if s := d.Stats().Webhooks[0]; s.QueueDepth != 0 {
+		t.Errorf("queue depth %d after restart", s.QueueDepth)
+	}
+}

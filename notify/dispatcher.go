@@ -469,9 +469,10 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 	}
 }
 
-// Close stops the timers and delivery workers and closes the outbox. Alerts
-// and notifications not yet delivered stay in the outbox for the next run.
-// Close is idempotent.
+// Close stops the timers and delivery workers and closes the outbox. A
+// delivery attempt under way is allowed to finish, so Close may take up to
+// the longest webhook timeout. Alerts and notifications not yet delivered
+// stay in the outbox for the next run. Close is idempotent.
 func (d *Dispatcher) Close() error {
 	d.closeOnce.Do(func() {
 		d.mu.Lock()
@@ -972,10 +973,11 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		attempt++
 		h.attempts.Add(1)
-		r := h.s.send(ctx, q.Body, q.ID, now)
-		if ctx.Err() != nil {
-			return // shutting down: the notification stays queued
-		}
+		// An attempt under way when Close is called is allowed to finish
+		// (it is bounded by the webhook's timeout): aborting it could
+		// deliver the notification without spanwatch knowing, and send it
+		// again after the restart.
+		r := h.s.send(context.WithoutCancel(ctx), q.Body, q.ID, now)
 		if r.Err == nil {
 			if err := h.remove(key, nil); err != nil {
 				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
@@ -983,6 +985,9 @@ func (h *hook) deliver(ctx context.Context) {
 				continue
 			}
 			h.delivered.Add(1)
+			if ctx.Err() != nil {
+				return
+			}
 			if lastLogged != "" {
 				d.logger.Info("webhook delivering again", "webhook", w.Name, "attempts", attempt)
 				lastLogged = ""
@@ -992,6 +997,9 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		h.failures[r.Reason].Add(1)
 		h.setLastErr(r.Err)
+		if ctx.Err() != nil {
+			return // shutting down: the notification stays queued
+		}
 		if !r.Retry {
 			d.logger.Error("notification rejected: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
 			if err := h.remove(key, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
