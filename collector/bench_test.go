@@ -120,7 +120,7 @@ func BenchmarkMarkerVsBareUprobe(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bare.Close()
-	markerOff, semOff, err := findMarker(exe)
+	markerOff, semOff, _, _, err := findMarker(exe)
 	if err != nil {
 		b.Fatal(err)
 	}

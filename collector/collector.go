@@ -209,8 +209,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c.wg.Add(1)
-	go func() { defer c.wg.Done(); c.rb.run() }()
 
 	if cfg.Sources.UserEvents {
 		c.ue, err = attachUserEvents(&c.objs, cfg)
@@ -224,11 +222,16 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	if cfg.Sources.Marker {
 		c.marker = newMarkerSource(c.objs.UprobeMarker, cfg)
+		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
 			if err := c.marker.attachPath(b); err != nil {
 				return nil, fmt.Errorf("marker source: %w", err)
 			}
 		}
+	}
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.rb.run() }()
+	if c.marker != nil {
 		if cfg.ScanInterval > 0 {
 			c.marker.scan()
 			c.wg.Add(1)

@@ -21,6 +21,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // The span SDK's marker function and enable word (emit/probe.go).
@@ -40,6 +42,16 @@ type fileKey struct {
 type markerBinary struct {
 	path string // where it was first seen
 	link link.Link
+
+	// For symbolizing stacks of processes that exited before the
+	// symbolizer captured their maps: the binary stays open, and the
+	// marker's address tells a stack's load bias.
+	file       *os.File
+	markerAddr uint64
+	pie        bool
+
+	tabOnce sync.Once
+	tab     *gosym.Table
 }
 
 // markerSource uprobes the span SDK's marker in every binary that has it.
@@ -106,7 +118,7 @@ func (m *markerSource) attachPath(path string) error {
 	if seen {
 		return nil
 	}
-	markerOff, semOff, err := findMarker(path)
+	markerOff, semOff, markerAddr, pie, err := findMarker(path)
 	if err != nil {
 		m.mu.Lock()
 		m.binaries[key] = nil
@@ -128,8 +140,13 @@ func (m *markerSource) attachPath(path string) error {
 	if real == "" {
 		real = path
 	}
+	file, err := os.Open(path)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("open %s: %w", path, err)
+	}
 	m.mu.Lock()
-	m.binaries[key] = &markerBinary{path: real, link: l}
+	m.binaries[key] = &markerBinary{path: real, link: l, file: file, markerAddr: markerAddr, pie: pie}
 	m.mu.Unlock()
 	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff)
 	return nil
@@ -154,6 +171,7 @@ func (m *markerSource) close() {
 	for k, b := range m.binaries {
 		if b != nil {
 			b.link.Close()
+			b.file.Close()
 		}
 		delete(m.binaries, k)
 	}
@@ -172,13 +190,14 @@ const (
 // enable word (the uprobe's reference counter) in an ELF file. Binaries
 // without a symbol table (go build -ldflags=-s, go test) are searched
 // through the Go pclntab and the enable word's magic.
-func findMarker(path string) (markerOff, semOff uint64, err error) {
+func findMarker(path string) (markerOff, semOff, markerAddr uint64, pie bool, err error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return 0, 0, errNoMarker // not an ELF file: nothing to attach
+		return 0, 0, 0, false, errNoMarker // not an ELF file: nothing to attach
 	}
 	defer f.Close()
-	markerAddr, probeAddr := markerBySymbols(f)
+	var probeAddr uint64
+	markerAddr, probeAddr = markerBySymbols(f)
 	if markerAddr == 0 {
 		markerAddr = markerByPclntab(f)
 	}
@@ -186,15 +205,15 @@ func findMarker(path string) (markerOff, semOff uint64, err error) {
 		probeAddr = probeByMagic(f)
 	}
 	if markerAddr == 0 || probeAddr == 0 {
-		return 0, 0, errNoMarker
+		return 0, 0, 0, false, errNoMarker
 	}
 	if markerOff, err = fileOffset(f, markerAddr); err != nil {
-		return 0, 0, fmt.Errorf("%s: %s: %w", path, markerSymbol, err)
+		return 0, 0, 0, false, fmt.Errorf("%s: %s: %w", path, markerSymbol, err)
 	}
 	if semOff, err = fileOffset(f, probeAddr); err != nil {
-		return 0, 0, fmt.Errorf("%s: %s: %w", path, probeSymbol, err)
+		return 0, 0, 0, false, fmt.Errorf("%s: %s: %w", path, probeSymbol, err)
 	}
-	return markerOff, semOff, nil
+	return markerOff, semOff, markerAddr, f.Type == elf.ET_DYN, nil
 }
 
 func markerBySymbols(f *elf.File) (markerAddr, probeAddr uint64) {
@@ -216,16 +235,8 @@ func markerBySymbols(f *elf.File) (markerAddr, probeAddr uint64) {
 // markerByPclntab finds the marker through the Go line table, which
 // stripped Go binaries keep.
 func markerByPclntab(f *elf.File) uint64 {
-	pcln, text := f.Section(".gopclntab"), f.Section(".text")
-	if pcln == nil || text == nil || pcln.Size > 1<<30 {
-		return 0
-	}
-	data, err := pcln.Data()
-	if err != nil {
-		return 0
-	}
-	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
-	if err != nil {
+	tab := pclnTable(f)
+	if tab == nil {
 		return 0
 	}
 	for _, name := range []string{markerSymbol, strings.TrimSuffix(markerSymbol, ".abi0")} {
@@ -234,6 +245,23 @@ func markerByPclntab(f *elf.File) uint64 {
 		}
 	}
 	return 0
+}
+
+// pclnTable reads a Go binary's line table, or returns nil.
+func pclnTable(f *elf.File) *gosym.Table {
+	pcln, text := f.Section(".gopclntab"), f.Section(".text")
+	if pcln == nil || text == nil || pcln.Size > 1<<30 {
+		return nil
+	}
+	data, err := pcln.Data()
+	if err != nil {
+		return nil
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return nil
+	}
+	return tab
 }
 
 // probeByMagic finds the enable word by the magic pair that follows it, in
@@ -277,4 +305,55 @@ func fileOffset(f *elf.File, addr uint64) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("address 0x%x is in no file-backed segment", addr)
+}
+
+// symbolizeExited names the frames of a marker span's stack whose process
+// exited before the symbolizer captured its maps: the stack's first frame is
+// the marker, whose address in the binary is known, which gives the load
+// bias; the binary's pclntab names the rest. Frames outside the binary keep
+// their address. It reports false when no attached binary fits.
+func (m *markerSource) symbolizeExited(frames []snapshot.Frame) bool {
+	if len(frames) == 0 {
+		return false
+	}
+	m.mu.Lock()
+	var bin *markerBinary
+	var bias uint64
+	for _, b := range m.binaries {
+		if b == nil {
+			continue
+		}
+		d := frames[0].Addr - b.markerAddr
+		if (!b.pie && d == 0) || (b.pie && d%uint64(os.Getpagesize()) == 0) {
+			bin, bias = b, d
+			break
+		}
+	}
+	m.mu.Unlock()
+	if bin == nil {
+		return false
+	}
+	bin.tabOnce.Do(func() {
+		if f, err := elf.NewFile(bin.file); err == nil {
+			bin.tab = pclnTable(f)
+		}
+	})
+	if bin.tab == nil {
+		return false
+	}
+	named := false
+	for i := range frames {
+		pc := frames[i].Addr - bias
+		if i > 0 {
+			pc-- // a return address: look up the call
+		}
+		file, line, fn := bin.tab.PCToLine(pc)
+		if fn == nil {
+			continue
+		}
+		frames[i].Function, frames[i].File, frames[i].Line = fn.Name, file, line
+		frames[i].Module, frames[i].Offset = bin.path, frames[i].Addr-bias
+		named = true
+	}
+	return named
 }

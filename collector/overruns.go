@@ -19,12 +19,15 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-var sourceNames = map[uint32]string{1: "user_events", 2: "marker", 3: "usdt"}
+const sourceMarker = 2 // SOURCE_MARKER in bpf/aggregate.h
+
+var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt"}
 
 // overrunReader reads overrun records from the ring buffer as they arrive.
 type overrunReader struct {
-	rd  *ringbuf.Reader
-	cfg Config
+	rd     *ringbuf.Reader
+	cfg    Config
+	marker *markerSource // set when the marker source is on
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
@@ -115,6 +118,9 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	var err error
 	if ov.UserStack, err = s.User(ov.PID, ustack); err != nil {
 		ov.StackError = err.Error()
+		if r.Source == sourceMarker && o.marker != nil && o.marker.symbolizeExited(ov.UserStack) {
+			ov.StackError = "process exited before its maps were read: symbolized from the binary the marker is attached in"
+		}
 	} else if r.UstackLen < 0 {
 		ov.StackError = fmt.Sprintf("user stack: bpf_get_stack: %s", unix.Errno(-r.UstackLen))
 	} else {
