@@ -44,9 +44,11 @@ func ownStack(t *testing.T) []snapshot.Frame {
 // JSON lines and turns them into each output format.
 func TestStacks(t *testing.T) {
 	frames := ownStack(t)
-	// A test binary names package main by its import path.
-	if !strings.HasSuffix(frames[0].Function, "spanwatch.ownStack") || !strings.HasSuffix(frames[1].Function, "spanwatch.TestStacks") {
-		t.Fatalf("own stack starts %s, %s; want ownStack, TestStacks", frames[0], frames[1])
+	// runtime.Callers is inlined into ownStack; a test binary names
+	// package main by its import path.
+	if frames[0].Function != "runtime.Callers" || !frames[0].Inlined ||
+		!strings.HasSuffix(frames[1].Function, "spanwatch.ownStack") || !strings.HasSuffix(frames[2].Function, "spanwatch.TestStacks") {
+		t.Fatalf("own stack starts %s, %s, %s; want runtime.Callers (inlined), ownStack, TestStacks", frames[0], frames[1], frames[2])
 	}
 	dir := t.TempDir()
 	input := filepath.Join(dir, "run.jsonl")
@@ -103,7 +105,8 @@ func TestStacks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("go tool pprof -top: %v\n%s", err, b)
 		}
-		// The leaf, ownStack, holds all 500ms flat.
+		// The leaf, runtime.Callers inlined in ownStack, holds all 500ms
+		// flat.
 		var flat string
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if f := strings.Fields(line); len(f) >= 6 && f[5] == frames[0].Function {

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	pprof "github.com/google/pprof/profile"
@@ -50,13 +51,21 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 			sample.NumLabel = map[string][]int64{"still_running": {int64(s.StillRunning)}}
 		}
 		for _, f := range s.KernelStack {
-			sample.Location = append(sample.Location, b.location(f, true))
+			sample.Location = append(sample.Location, b.location([]snapshot.Frame{f}, true))
 		}
-		for _, f := range s.UserStack {
-			sample.Location = append(sample.Location, b.location(f, false))
+		// A run of inlined frames and the frame they are inlined into
+		// share an address: one location with a line each, as pprof
+		// represents inlining.
+		for i := 0; i < len(s.UserStack); {
+			j := i
+			for j < len(s.UserStack)-1 && s.UserStack[j].Inlined {
+				j++
+			}
+			sample.Location = append(sample.Location, b.location(s.UserStack[i:j+1], false))
+			i = j + 1
 		}
 		if len(sample.Location) == 0 {
-			sample.Location = append(sample.Location, b.location(snapshot.Frame{Function: "[no stack]"}, false))
+			sample.Location = append(sample.Location, b.location([]snapshot.Frame{{Function: "[no stack]"}}, false))
 		}
 		p.Sample = append(p.Sample, sample)
 	}
@@ -71,9 +80,7 @@ type mappingKey struct{ file, buildID string }
 type locationKey struct {
 	mapping *pprof.Mapping
 	addr    uint64
-	fn      string
-	file    string
-	line    int
+	lines   string // the functions, files and lines, innermost first
 }
 
 type functionKey struct{ name, file string }
@@ -85,7 +92,10 @@ type builder struct {
 	functions map[functionKey]*pprof.Function
 }
 
-func (b *builder) location(f snapshot.Frame, kernel bool) *pprof.Location {
+// location returns the location of frames: one frame, or calls inlined
+// into the last one, innermost first, all at one address.
+func (b *builder) location(frames []snapshot.Frame, kernel bool) *pprof.Location {
+	f := frames[len(frames)-1]
 	module := f.Module
 	if kernel {
 		module = kernelMapping
@@ -98,6 +108,7 @@ func (b *builder) location(f snapshot.Frame, kernel bool) *pprof.Location {
 			m = &pprof.Mapping{
 				ID: uint64(len(b.p.Mapping) + 1), File: module, BuildID: f.BuildID,
 				HasFunctions: true, HasFilenames: true, HasLineNumbers: true,
+				HasInlineFrames: true,
 			}
 			b.mappings[mk] = m
 			b.p.Mapping = append(b.p.Mapping, m)
@@ -108,30 +119,41 @@ func (b *builder) location(f snapshot.Frame, kernel bool) *pprof.Location {
 			addr = f.Offset
 		}
 	}
-	name := f.Function
-	if name == "" {
-		name = f.String()
+	var key strings.Builder
+	for _, fr := range frames {
+		fmt.Fprintf(&key, "%s\x00%s\x00%d\x00", frameName(fr), fr.File, fr.Line)
 	}
-	lk := locationKey{m, addr, name, f.File, f.Line}
+	lk := locationKey{m, addr, key.String()}
 	if l := b.locations[lk]; l != nil {
 		return l
 	}
-	fk := functionKey{name, f.File}
-	fn := b.functions[fk]
-	if fn == nil {
-		fn = &pprof.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: f.File}
-		b.functions[fk] = fn
-		b.p.Function = append(b.p.Function, fn)
-	}
-	l := &pprof.Location{
-		ID:      uint64(len(b.p.Location) + 1),
-		Mapping: m,
-		Address: addr,
-		Line:    []pprof.Line{{Function: fn, Line: int64(f.Line)}},
+	l := &pprof.Location{ID: uint64(len(b.p.Location) + 1), Mapping: m, Address: addr}
+	for _, fr := range frames {
+		l.Line = append(l.Line, pprof.Line{Function: b.function(frameName(fr), fr.File), Line: int64(fr.Line)})
 	}
 	b.locations[lk] = l
 	b.p.Location = append(b.p.Location, l)
 	return l
+}
+
+func (b *builder) function(name, file string) *pprof.Function {
+	fk := functionKey{name, file}
+	fn := b.functions[fk]
+	if fn == nil {
+		fn = &pprof.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: file}
+		b.functions[fk] = fn
+		b.p.Function = append(b.p.Function, fn)
+	}
+	return fn
+}
+
+// frameName names a frame for pprof: its function, or module+0xoffset
+// (or the address) when nothing named it.
+func frameName(f snapshot.Frame) string {
+	if f.Function != "" {
+		return f.Function
+	}
+	return f.String()
 }
 
 // TimeRange returns the earliest and latest overrun times.

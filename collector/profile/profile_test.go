@@ -3,6 +3,7 @@ package profile
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,5 +223,34 @@ func TestPprof(t *testing.T) {
 	out, err = exec.Command(gobin, "tool", "pprof", "-top", "-sample_index=overruns", "-tagfocus=span=search", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "vfs_read") || strings.Contains(string(out), "main.slow") {
 		t.Errorf("pprof -tagfocus span=search: %v\n%s", err, out)
+	}
+}
+
+// TestPprofInlined checks that calls inlined at one address become one
+// location with a line each, innermost first, as pprof represents them.
+func TestPprofInlined(t *testing.T) {
+	stack := []snapshot.Frame{
+		{Addr: 0x1010, Function: "main.slow", File: "main.go", Line: 30, Module: "app", Offset: 0x1010},
+		{Addr: 0x1100, Function: "main.d", File: "main.go", Line: 27, Module: "app", Offset: 0x1100, Inlined: true},
+		{Addr: 0x1100, Function: "main.c", File: "main.go", Line: 24, Module: "app", Offset: 0x1100},
+		{Addr: 0x1200, Function: "main.main", File: "main.go", Line: 14, Module: "app", Offset: 0x1200},
+	}
+	p, err := Pprof(Aggregate([]snapshot.Overrun{{Span: "s", DurationNs: 5, UserStack: stack}}), time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	locs := p.Sample[0].Location
+	if len(locs) != 3 {
+		t.Fatalf("%d locations, want 3", len(locs))
+	}
+	var got []string
+	for _, ln := range locs[1].Line {
+		got = append(got, fmt.Sprintf("%s:%d", ln.Function.Name, ln.Line))
+	}
+	if strings.Join(got, ",") != "main.d:27,main.c:24" || locs[1].Address != 0x1100 {
+		t.Errorf("inlined location: %v at %#x, want main.d:27,main.c:24 at 0x1100", got, locs[1].Address)
+	}
+	if p.TimeNanos != 0 {
+		t.Errorf("time %d for overruns without times", p.TimeNanos)
 	}
 }

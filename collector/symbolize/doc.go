@@ -27,7 +27,9 @@
 //
 // Names come from, in order: a Go binary's pclntab (found by section, or by
 // its header when the section headers are stripped, so "go build -ldflags=-s
-// -w" binaries symbolize with file and line); the ELF .symtab and .dynsym,
+// -w" binaries symbolize with file and line), with calls inlined by the
+// compiler expanded into frames of their own (Go 1.21+, from the inline
+// trees the runtime uses); the ELF .symtab and .dynsym,
 // with DWARF line tables for file and line when present, or from a separate
 // debug file found by GNU build id under /usr/lib/debug/.build-id (in the
 // process's root, then the host's) when the binary is stripped; the vDSO's

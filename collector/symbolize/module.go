@@ -43,12 +43,13 @@ type module struct {
 	syms    []symbol         // STT_FUNC from .symtab and .dynsym, by address
 	names   []string
 	gotab   *gosym.Table // Go's pclntab, when present
+	inline  *goInline    // Go 1.21+ inline trees, when readable
 	lines   *lineTable   // DWARF line table, when present and not Go
 
 	demangled map[int32]string
 	// cache holds recent lookups: overruns of one span repeat the same
 	// stacks, and a Go pclntab lookup decodes a table each time.
-	cache map[uint64]result
+	cache map[uint64][]result
 	// mapped are the file's regions mapped by read, unmapped by close.
 	mapped [][]byte
 }
@@ -133,8 +134,9 @@ func (m *module) parse() error {
 	}
 	m.buildID = readBuildID(ef)
 	m.readSymbols(ef)
-	if tab, err := readGoTable(ef, m.read); err == nil {
-		m.gotab = tab
+	if gt, err := readGoTable(ef, m.read); err == nil {
+		m.gotab = gt.tab
+		m.inline = newGoInline(ef, m.r, m.read, gt.data, gt.addr, gt.text)
 	} else if !errors.Is(err, errNoPclntab) {
 		return fmt.Errorf("read go pclntab %s: %w", m.path, err)
 	}
@@ -199,36 +201,53 @@ func (m *module) fileOffsetToAddr(off uint64) (uint64, bool) {
 	return 0, false
 }
 
-// lookup symbolizes one address of the module (an ELF virtual address).
-func (m *module) lookup(addr uint64) (fn, file string, line int) {
+// lookup symbolizes one address of the module (an ELF virtual address):
+// the calls inlined there, innermost first, then the function the address
+// is in. It never returns an empty slice; callers must not modify it.
+func (m *module) lookup(addr uint64) []result {
 	if r, ok := m.cache[addr]; ok {
-		return r.fn, r.file, r.line
+		return r
 	}
-	if err := guard(func() error { fn, file, line = m.resolve(addr); return nil }); err != nil {
-		fn, file, line = "", "", 0
+	var res []result
+	if err := guard(func() error { res = m.resolve(addr); return nil }); err != nil || len(res) == 0 {
+		res = []result{{}}
 	}
 	if m.cache == nil || len(m.cache) >= maxCache {
-		m.cache = make(map[uint64]result)
+		m.cache = make(map[uint64][]result)
 	}
-	m.cache[addr] = result{fn, file, line}
-	return fn, file, line
+	m.cache[addr] = res
+	return res
 }
 
-func (m *module) resolve(addr uint64) (fn, file string, line int) {
+func (m *module) resolve(addr uint64) []result {
 	if m.gotab != nil {
-		if file, line, f := m.gotab.PCToLine(addr); f != nil {
-			if line <= 0 || file == "" {
-				// gosym recovers from an unreadable table with -1 and "".
-				file, line = "", 0
+		if _, _, f := m.gotab.PCToLine(addr); f != nil {
+			var res []result
+			names, pcs := []string(nil), []uint64{addr}
+			if m.inline != nil {
+				if n, p := m.inline.chain(addr); n != nil {
+					names, pcs = append(n, f.Name), p
+				}
 			}
-			return f.Name, file, line
+			if names == nil {
+				names = []string{f.Name}
+			}
+			for i, name := range names {
+				file, line, _ := m.gotab.PCToLine(pcs[i])
+				if line <= 0 || file == "" {
+					// gosym recovers from an unreadable table with -1 and "".
+					file, line = "", 0
+				}
+				res = append(res, result{name, file, line})
+			}
+			return res
 		}
 	}
-	fn = m.symbolAt(addr)
-	if m.lines != nil && fn != "" {
-		file, line = m.lines.lookup(addr)
+	r := result{fn: m.symbolAt(addr)}
+	if m.lines != nil && r.fn != "" {
+		r.file, r.line = m.lines.lookup(addr)
 	}
-	return fn, file, line
+	return []result{r}
 }
 
 // symbolAt returns the name of the function symbol holding addr, demangled.
@@ -357,20 +376,29 @@ var errNoPclntab = errors.New("no go pclntab")
 // when the section headers are stripped, by finding the table's header in
 // the read-only segments. The table survives "go build -ldflags=-s -w",
 // which drops only .symtab and DWARF.
-func readGoTable(ef *elf.File, read func(off, size uint64) ([]byte, error)) (*gosym.Table, error) {
+// A goTab is a Go binary's pclntab: the parsed table, its bytes, the
+// address they are mapped at and the text start it is relative to.
+type goTab struct {
+	tab        *gosym.Table
+	data       []byte
+	addr, text uint64
+}
+
+func readGoTable(ef *elf.File, read func(off, size uint64) ([]byte, error)) (goTab, error) {
 	if s := ef.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
 		data, err := read(s.Offset, s.Size)
 		if err != nil {
-			return nil, err
+			return goTab{}, err
 		}
 		var text uint64
 		if t := ef.Section(".text"); t != nil {
 			text = t.Addr
 		}
-		return goTable(ef, data, text)
+		tab, text, err := goTable(ef, data, text)
+		return goTab{tab, data, s.Addr, text}, err
 	}
 	if len(ef.Sections) > 0 && ef.Section(".go.buildinfo") == nil && ef.Section(".note.go.buildid") == nil {
-		return nil, errNoPclntab
+		return goTab{}, errNoPclntab
 	}
 	for _, p := range ef.Progs {
 		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X != 0 || p.Filesz == 0 {
@@ -378,20 +406,20 @@ func readGoTable(ef *elf.File, read func(off, size uint64) ([]byte, error)) (*go
 		}
 		data, err := read(p.Off, p.Filesz)
 		if err != nil {
-			return nil, err
+			return goTab{}, err
 		}
 		for off := 0; ; {
 			i := findPclntab(data[off:], ef.ByteOrder)
 			if i < 0 {
 				break
 			}
-			if tab, err := goTable(ef, data[off+i:], 0); err == nil {
-				return tab, nil
+			if tab, text, err := goTable(ef, data[off+i:], 0); err == nil {
+				return goTab{tab, data[off+i:], p.Vaddr + uint64(off+i), text}, nil
 			}
 			off += i + 4
 		}
 	}
-	return nil, errNoPclntab
+	return goTab{}, errNoPclntab
 }
 
 // pclntab magics: Go 1.20+, 1.18, 1.16.
@@ -423,7 +451,7 @@ func findPclntab(b []byte, bo binary.ByteOrder) int {
 	return best
 }
 
-func goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, error) {
+func goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, uint64, error) {
 	if text == 0 {
 		// Without section headers nothing names runtime.text (the Go
 		// 1.18+ header's textStart field holds 0 in the file). Function
@@ -431,7 +459,7 @@ func goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, error) {
 		// function _rt0_ARCH_linux, so that function's offset gives it.
 		tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, 0))
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, f := range tab.Funcs {
 			if strings.HasPrefix(f.Name, "_rt0_") && strings.HasSuffix(f.Name, "_linux") && ef.Entry >= f.Entry {
@@ -440,17 +468,17 @@ func goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, error) {
 			}
 		}
 		if text == 0 {
-			return nil, fmt.Errorf("pclntab without section headers: no _rt0_ entry function to place the text segment")
+			return nil, 0, fmt.Errorf("pclntab without section headers: no _rt0_ entry function to place the text segment")
 		}
 	}
 	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if len(tab.Funcs) == 0 {
-		return nil, errNoPclntab
+		return nil, 0, errNoPclntab
 	}
-	return tab, nil
+	return tab, text, nil
 }
 
 // A lineTable is a module's DWARF line rows from all compilation units,

@@ -340,7 +340,8 @@ func TestDebugFile(t *testing.T) {
 		if err := m.load(); err != nil {
 			t.Fatal(err)
 		}
-		fn, file, line := m.lookup(slow + 4)
+		r := m.lookup(slow + 4)[0]
+		fn, file, line := r.fn, r.file, r.line
 		if fn != tc.wantFn || filepath.Base(file) != tc.wantFile && tc.wantFile != "" || (tc.wantFile != "") != (line > 0) {
 			t.Errorf("debug dirs %v: %q %q:%d, want %q in %q", tc.dirs, fn, file, line, tc.wantFn, tc.wantFile)
 		}

@@ -206,9 +206,12 @@ func TestUserStacks(t *testing.T) {
 		file  string   // base name of the source file, "" when not expected
 		lines map[string]int
 		named bool // frames are expected to carry names
-		short bool // built without frame pointers: a short stack and a hint
+		// inlined says, for the first frames, which are inlined calls.
+		inlined []bool
+		short   bool // built without frame pointers: a short stack and a hint
 	}
-	goWant := []string{"main.slow", "main.c", "main.b", "main.a", "main.main"}
+	goWant := []string{"main.slow", "main.d", "main.c", "main.b", "main.a", "main.main"}
+	goInlined := []bool{false, true, false, false, false, false}
 	cWant := []string{"slow", "c", "b", "a", "main"}
 	goBuild := func(name string, args ...string) func(t *testing.T) (string, uint64) {
 		return func(t *testing.T) (string, uint64) {
@@ -218,9 +221,9 @@ func TestUserStacks(t *testing.T) {
 		}
 	}
 	variants := []variant{
-		{name: "go", build: goBuild("goprog"), want: goWant, file: "main.go", lines: goLines, named: true},
-		{name: "go-stripped", build: goBuild("goprog-stripped", "-ldflags=-s -w"), want: goWant, file: "main.go", lines: goLines, named: true},
-		{name: "go-stripped-pie", build: goBuild("goprog-stripped-pie", "-ldflags=-s -w", "-buildmode=pie"), want: goWant, file: "main.go", lines: goLines, named: true},
+		{name: "go", build: goBuild("goprog"), want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
+		{name: "go-stripped", build: goBuild("goprog-stripped", "-ldflags=-s -w"), want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
+		{name: "go-stripped-pie", build: goBuild("goprog-stripped-pie", "-ldflags=-s -w", "-buildmode=pie"), want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
 		{name: "go-no-section-headers", build: func(t *testing.T) (string, uint64) {
 			src := filepath.Join(dir, "goprog-stripped-2")
 			buildGo(t, src, goSrc, "-ldflags=-s -w")
@@ -228,7 +231,7 @@ func TestUserStacks(t *testing.T) {
 			bin := filepath.Join(dir, "goprog-noshdr")
 			dropSectionHeaders(t, src, bin)
 			return bin, entry
-		}, want: goWant, file: "main.go", lines: goLines, named: true},
+		}, want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
 		{name: "c", build: func(t *testing.T) (string, uint64) {
 			bin := filepath.Join(dir, "cprog")
 			buildC(t, bin, cSrc)
@@ -296,8 +299,19 @@ func TestUserStacks(t *testing.T) {
 				}
 				return
 			}
-			if len(frames) != len(addrs) || len(frames) < len(v.want) {
-				t.Fatalf("got %d frames for %d addresses, want at least %d", len(frames), len(addrs), len(v.want))
+			inlined := 0
+			for _, f := range frames {
+				if f.Inlined {
+					inlined++
+				}
+			}
+			if len(frames) != len(addrs)+inlined || len(frames) < len(v.want) {
+				t.Fatalf("got %d frames (%d inlined) for %d addresses, want at least %d", len(frames), inlined, len(addrs), len(v.want))
+			}
+			for i, want := range v.inlined {
+				if frames[i].Inlined != want || i > 0 && frames[i].Addr != frames[i-1].Addr && frames[i-1].Inlined {
+					t.Errorf("frame %d inlined %v, want %v (same address as the frame it is inlined into)", i, frames[i].Inlined, want)
+				}
 			}
 			for i, want := range v.want {
 				f := frames[i]

@@ -289,9 +289,10 @@ func (s *Symbolizer) evict(now time.Time) {
 }
 
 // User symbolizes a user stack of process pid, innermost frame first, as
-// bpf_get_stack(BPF_F_USER_STACK) returns it. It returns one frame per
-// address: an address it cannot name keeps its module and offset, or just
-// its address. The error says why the whole stack could not be symbolized
+// bpf_get_stack(BPF_F_USER_STACK) returns it. It returns a frame per
+// address, preceded by a frame (Inlined set) for each call the compiler
+// inlined there (Go binaries): an address it cannot name keeps its module
+// and offset, or just its address. The error says why the whole stack could not be symbolized
 // (the process was never captured and is gone); frames are returned anyway.
 //
 // Every frame but the first is a return address, so it is looked up one
@@ -319,27 +320,48 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 			return frames, fmt.Errorf("symbolize user stack: process %d is no longer cached", pid)
 		}
 	}
+	out := frames[:0:0]
 	retried := false
 	for i := range frames {
 		pc := addrs[i]
 		if i > 0 && pc > 0 {
 			pc--
 		}
-		if !s.symbolizeUser(p, &frames[i], pc) && !retried && s.refreshable(p) {
+		f := frames[i]
+		found, inlined := s.symbolizeUser(p, &f, pc)
+		if !found && !retried && s.refreshable(p) {
 			// A library loaded or code generated after the capture: read
 			// the maps again, once per stack.
 			retried = true
 			if p = s.recapture(p); p != nil {
-				s.symbolizeUser(p, &frames[i], pc)
+				_, inlined = s.symbolizeUser(p, &f, pc)
 			}
 		}
+		if out == nil && inlined != nil {
+			out = make([]snapshot.Frame, 0, len(frames)+8)
+			out = append(out, frames[:i]...)
+		}
+		if out == nil {
+			frames[i] = f
+			continue
+		}
+		// Inlined calls first, innermost first, at the same address.
+		for _, r := range inlined {
+			g := f
+			g.Function, g.File, g.Line, g.Inlined = r.fn, r.file, r.line, true
+			out = append(out, g)
+		}
+		out = append(out, f)
+	}
+	if out != nil {
+		return out, nil
 	}
 	return frames, nil
 }
 
-// symbolizeUser fills f for pc; it reports whether pc fell in a mapping or
-// in a perf map entry.
-func (s *Symbolizer) symbolizeUser(p *process, f *snapshot.Frame, pc uint64) bool {
+// symbolizeUser fills f for pc and returns the calls inlined there, if
+// any; found reports whether pc fell in a mapping or a perf map entry.
+func (s *Symbolizer) symbolizeUser(p *process, f *snapshot.Frame, pc uint64) (found bool, inlined []result) {
 	i := sort.Search(len(p.mappings), func(i int) bool { return p.mappings[i].start > pc }) - 1
 	if i >= 0 && pc < p.mappings[i].end {
 		mp := &p.mappings[i]
@@ -349,22 +371,28 @@ func (s *Symbolizer) symbolizeUser(p *process, f *snapshot.Frame, pc uint64) boo
 		if mp.mod != nil {
 			if err := mp.mod.load(); err != nil {
 				s.log.Debug("module_unparsable", "path", mp.mod.path, "error", err)
-				return true
+				return true, nil
 			}
 			f.BuildID = mp.mod.buildID
 			if a, ok := mp.mod.fileOffsetToAddr(off); ok {
 				f.Offset = a
 			}
 			if a, ok := mp.mod.fileOffsetToAddr(pc - mp.start + mp.offset); ok {
-				f.Function, f.File, f.Line = mp.mod.lookup(a)
+				res := mp.mod.lookup(a)
+				last := res[len(res)-1]
+				f.Function, f.File, f.Line = last.fn, last.file, last.line
+				inlined = res[:len(res)-1]
+				if len(inlined) == 0 {
+					inlined = nil
+				}
 			}
-			return true
+			return true, inlined
 		}
 		// Anonymous executable memory is JIT code: a miss may mean the
 		// JIT wrote its perf map after the capture.
-		return s.perfLookup(p, f, pc) || mp.name != "[anon]"
+		return s.perfLookup(p, f, pc) || mp.name != "[anon]", nil
 	}
-	return s.perfLookup(p, f, pc)
+	return s.perfLookup(p, f, pc), nil
 }
 
 func (s *Symbolizer) perfLookup(p *process, f *snapshot.Frame, pc uint64) bool {

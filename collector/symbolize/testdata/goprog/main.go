@@ -1,6 +1,7 @@
 // Command goprog is a test program with a known call chain
-// main -> a -> b -> c -> slow. slow blocks until stdin is closed, so a
-// test can capture the stack while it runs and let it exit afterwards.
+// main -> a -> b -> c -> d -> slow, where d is inlined into c. slow blocks
+// until stdin is closed, so a test can capture the stack while it runs and
+// let it exit afterwards.
 package main
 
 import (
@@ -20,7 +21,10 @@ func a() { b() } // call:a
 func b() { c() } // call:b
 
 //go:noinline
-func c() { slow() } // call:c
+func c() { d() } // call:c
+
+// d is inlined into c.
+func d() { slow() } // call:d
 
 //go:noinline
 func slow() {
