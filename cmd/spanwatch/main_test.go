@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHelp checks that every command answers --help with its usage and
+// exits 0, and that an unknown command exits 2.
+func TestHelp(t *testing.T) {
+	if len(commands) < 3 {
+		t.Fatalf("only %d commands registered", len(commands))
+	}
+	for name, c := range commands {
+		var out, errb bytes.Buffer
+		if code := run([]string{name, "--help"}, &out, &errb); code != 0 {
+			t.Errorf("%s --help: exit %d", name, code)
+		}
+		if !strings.Contains(errb.String(), "Usage: spanwatch "+name) || !strings.Contains(errb.String(), c.summary) {
+			t.Errorf("%s --help printed %q", name, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"frobnicate"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: exit %d, %q", code, errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "Commands:") {
+		t.Errorf("help: exit %d, %q", code, out.String())
+	}
+}
+
+func TestRunNeedsConfig(t *testing.T) {
+	if _, ok := commands["run"]; !ok {
+		t.Skip("run is Linux-only")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"run"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "--config FILE is required") {
+		t.Errorf("run without --config: exit %d, %q", code, errb.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("rules:\n  - name: X\n    when: p99 >> 3\n"), 0o644)
+	errb.Reset()
+	if code := run([]string{"run", "--config", bad}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "bad.yaml:") {
+		t.Errorf("run with a bad file: exit %d, %q", code, errb.String())
+	}
+}
+
+func requireRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
+	}
+}
+
+// buildSpanwatch builds the binary once per test run.
+func buildSpanwatch(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "spanwatch")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDemo runs the built binary's demo: spans flow through the kernel into
+// the table, a slow checkout raises SpanOverBudget with the stack of the
+// function that ran it, and the rules fire.
+func TestDemo(t *testing.T) {
+	requireRoot(t)
+	bin := buildSpanwatch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "demo", "--duration", "5s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, want := range []string{
+		"demo.checkout", "demo.db.query", "demo.cache.get", "P99",
+		"ALERT SpanOverBudget [firing]", "main.demoCheckout",
+		"ALERT QueryErrors [firing]",
+		"demo done:",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestTop renders two refreshes of top as plain text.
+func TestTop(t *testing.T) {
+	requireRoot(t)
+	bin := buildSpanwatch(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "top", "-n", "2", "--interval", "500ms")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("top: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "spanwatch top —"); n != 2 {
+		t.Errorf("top printed %d screens, want 2:\n%s", n, out)
+	}
+	if !strings.Contains(string(out), "SPAN") || strings.Contains(string(out), "\033[") {
+		t.Errorf("top -n output is not a plain table:\n%s", out)
+	}
+}
