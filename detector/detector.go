@@ -153,6 +153,9 @@ type ruleOutput struct {
 // are counted and logged, not returned: one bad policy does not stop the
 // others. The error is the notifier's, if it failed.
 func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*alert.Alert, error) {
+	if snap == nil {
+		return nil, errors.New("evaluate: nil snapshot")
+	}
 	d.evalMu.Lock()
 	defer d.evalMu.Unlock()
 	start := time.Now()
