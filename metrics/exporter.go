@@ -299,9 +299,22 @@ func (c *spanCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	e := (*Exporter)(c)
+	// Copy the state under the lock and build the metrics outside it, so
+	// a scrape of many series does not hold up Observe.
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	states := make([]seriesState, 0, len(e.series))
+	counts := make([]uint64, 0, len(e.series)*(len(e.les)+1))
 	for _, st := range e.series {
+		cp := *st
+		n := len(counts)
+		counts = append(counts, st.buckets...)
+		cp.buckets = counts[n:len(counts):len(counts)]
+		states = append(states, cp)
+	}
+	e.mu.Unlock()
+
+	for i := range states {
+		st := &states[i]
 		ch <- prometheus.MustNewConstMetric(e.descSpans, prometheus.CounterValue, float64(st.count), st.labels...)
 		ch <- prometheus.MustNewConstMetric(e.descErrors, prometheus.CounterValue, float64(st.errors), st.labels...)
 		ch <- prometheus.MustNewConstMetric(e.descOverBudget, prometheus.CounterValue, float64(st.overBudget), st.labels...)
