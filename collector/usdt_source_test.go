@@ -84,6 +84,12 @@ func TestUSDTSpans(t *testing.T) {
 			Binary: prog, Span: "tspan", NameArg: -1, KeyArg: -1, StatusArg: 0, DurationArg: -1,
 			Start: usdt.ProbeRef{Provider: "sw", Name: "t_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "t_done"},
 		},
+		// The same probes again, without a status: the fast path (task
+		// slot in the cookie, per-CPU span template).
+		{
+			Binary: prog, Span: "tspan_fast", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
+			Start: usdt.ProbeRef{Provider: "sw", Name: "t_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "t_done"},
+		},
 		{
 			PID: cmd.Process.Pid, NameArg: 1, KeyArg: 0, StatusArg: 1, DurationArg: -1,
 			Start: usdt.ProbeRef{Provider: "sw", Name: "k_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "k_done"},
@@ -152,6 +158,7 @@ func TestUSDTSpans(t *testing.T) {
 		slack     float64 // besides the histogram's 6.25%
 	}{
 		{"tspan", "t", iter / 5, 0.01},
+		{"tspan_fast", "t", 0, 0.01},
 		{"keyed", "k", 0, 0.01},
 		{"single", "s", iter / 2, 0},
 	} {

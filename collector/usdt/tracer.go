@@ -57,6 +57,7 @@ type Tracer struct {
 	srcMap     *ebpf.Map
 	progs      map[string]*ebpf.Program
 	haveCookie bool
+	haveTask   bool // task storage for thread-paired spans
 
 	addMu      sync.Mutex // serializes Add, so a failed one can undo its sites
 	mu         sync.Mutex
@@ -114,6 +115,21 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		return nil, fmt.Errorf("set usdt_have_cookie: %w", err)
 	}
 
+	// Thread-paired spans keep their start in task storage where tracing
+	// programs can use it (5.11+); elsewhere the path is compiled out and
+	// the map becomes a placeholder the verifier never sees used.
+	haveTaskStorage := features.HaveMapType(ebpf.TaskStorage) == nil &&
+		features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskStorageGet) == nil &&
+		features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) == nil
+	if err := spec.Variables["usdt_have_task_storage"].Set(boolU32(haveTaskStorage)); err != nil {
+		return nil, fmt.Errorf("set usdt_have_task_storage: %w", err)
+	}
+	if !haveTaskStorage {
+		cfg.Logger.Info("usdt_no_task_storage", "fallback", "hash_map")
+		ms := spec.Maps["usdt_task_start"]
+		ms.Type, ms.Flags, ms.MaxEntries = ebpf.Hash, 0, 1
+	}
+
 	keep := map[string]bool{progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs, progTest: cfg.testArgs}
 	for name := range spec.Programs {
 		if !keep[name] {
@@ -142,6 +158,8 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		}
 		delete(spec.Maps, "usdt_inflight")
 		delete(spec.Maps, "usdt_sources")
+		delete(spec.Maps, "usdt_task_start")
+		delete(spec.Maps, "usdt_ev")
 		repl = nil
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
@@ -161,6 +179,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		srcMap:     coll.Maps["usdt_sources"],
 		progs:      coll.Programs,
 		haveCookie: haveCookie,
+		haveTask:   haveTaskStorage,
 	}
 	return t, nil
 }
@@ -234,6 +253,15 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	if err := t.srcMap.Put(srcID, &src); err != nil {
 		return fmt.Errorf("%s: write source: %w", s.Describe(), err)
 	}
+	// The fast path (see usdt.bpf.c): the task slot travels in the cookie
+	// and the span's name waits in a per-CPU template.
+	var cookieHigh uint64
+	if t.haveCookie && t.haveTask && s.Paired() && s.KeyArg < 0 && s.NameArg < 0 && s.StatusArg < 0 && srcID < taskSlots {
+		if err := t.writeTemplate(srcID, s.Span); err != nil {
+			return fmt.Errorf("%s: %w", s.Describe(), err)
+		}
+		cookieHigh = uint64(srcID+1) << 32
+	}
 
 	type want struct {
 		ref  ProbeRef
@@ -259,7 +287,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 				if err := checkArgs(p, w.args); err != nil {
 					return fmt.Errorf("%s: %w", s.Describe(), err)
 				}
-				if _, err := t.attachSite(ctx, t.progs[w.prog], f, p, s.PID, srcID, roleOf(w.prog)); err != nil {
+				if _, err := t.attachSite(ctx, t.progs[w.prog], f, p, s.PID, srcID, cookieHigh, roleOf(w.prog)); err != nil {
 					return fmt.Errorf("%s: %w", s.Describe(), err)
 				}
 				n++
@@ -268,6 +296,31 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		if n == 0 {
 			return fmt.Errorf("%s: probe %s not found in %s", s.Describe(), w.ref, fileList(files))
 		}
+	}
+	return nil
+}
+
+// taskSlots is USDT_TASK_SLOTS: sources with a task-storage slot.
+const taskSlots = 16
+
+// writeTemplate fills the per-CPU span_event template of a fast-path
+// source with its name.
+func (t *Tracer) writeTemplate(slot uint32, name string) error {
+	m := t.coll.Maps["usdt_ev"]
+	n, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("possible cpus: %w", err)
+	}
+	var ev bpf.UsdtSpanEvent
+	for i := 0; i < len(name) && i < len(ev.Name)-1; i++ {
+		ev.Name[i] = int8(name[i])
+	}
+	vals := make([]bpf.UsdtSpanEvent, n)
+	for i := range vals {
+		vals[i] = ev
+	}
+	if err := m.Put(slot, vals); err != nil {
+		return fmt.Errorf("write span template: %w", err)
 	}
 	return nil
 }
@@ -350,7 +403,7 @@ func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
 // AttachSite attaches prog at one call site of file f (for every process
 // running it when pid is 0), with a new spec for the site's arguments.
 // It returns the spec id.
-func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, role string) (uint32, error) {
+func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (uint32, error) {
 	if prog == nil {
 		return 0, fmt.Errorf("program for %s not loaded", role)
 	}
@@ -380,7 +433,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 	}
 	opts := &link.UprobeOptions{Address: p.Offset, PID: pid, RefCtrOffset: p.SemaphoreOffset}
 	if t.haveCookie {
-		opts.Cookie = uint64(id)
+		opts.Cookie = cookieHigh | uint64(id)
 	} else {
 		key := bpf.UsdtUsdtIpKey{Ip: p.Address}
 		switch {

@@ -176,7 +176,7 @@ func testArgsInBPF(t *testing.T, b sdtBuild, noCookies bool) {
 			t.Fatal(err)
 		}
 		for _, p := range f.Probes {
-			if _, err := tr.attachSite(context.Background(), tr.progs[progTest], f, p, pid, 0, "test"); err != nil {
+			if _, err := tr.attachSite(context.Background(), tr.progs[progTest], f, p, pid, 0, 0, "test"); err != nil {
 				t.Fatal(err)
 			}
 			sites++
