@@ -190,16 +190,24 @@ func TestRegisterEnableWrite(t *testing.T) {
 	}
 }
 
-func TestConcurrentWrites(t *testing.T) {
-	requireUserEvents(t)
+// registerCounted registers an event with fields and a name unique to the
+// test, and enables it with counters on every CPU.
+func registerCounted(t testing.TB, fields string) (*Event, counters) {
+	t.Helper()
 	name := uniqueName(t)
-	e, err := Register(name + " u64 value")
+	e, err := Register(name + " " + fields)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { e.Close() })
 	cs := openCounters(t, name)
 	waitEnabled(t, e, true)
+	return e, cs
+}
+
+func TestConcurrentWrites(t *testing.T) {
+	requireUserEvents(t)
+	e, cs := registerCounted(t, "u64 value")
 	const goroutines, each = 8, 500
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
@@ -438,14 +446,7 @@ func BenchmarkEnabled(b *testing.B) {
 // a counting perf event attached, so the kernel runs the tracepoint.
 func BenchmarkWrite(b *testing.B) {
 	requireUserEvents(b)
-	name := uniqueName(b)
-	e, err := Register(name + " u64 d; u64 s; u32 st; u32 f; unsigned char[16] t; unsigned char[8] sp; char[64] n")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
-	openCounters(b, name)
-	waitEnabled(b, e, true)
+	e, _ := registerCounted(b, "u64 d; u64 s; u32 st; u32 f; unsigned char[16] t; unsigned char[8] sp; char[64] n")
 	payload := make([]byte, 112)
 	b.ReportAllocs()
 	for b.Loop() {

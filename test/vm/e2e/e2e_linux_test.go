@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -525,19 +526,10 @@ func TestOverrunUserStack(t *testing.T) {
 		for _, f := range ov.UserStack {
 			funcs = append(funcs, f.Function)
 		}
-		if !contains(funcs, "github.com/spanwatch/spanwatch/test/vm/e2e.recordSlowSpan") {
+		if !slices.Contains(funcs, "github.com/spanwatch/spanwatch/test/vm/e2e.recordSlowSpan") {
 			t.Fatalf("user stack lacks the function that recorded the span: %v", funcs)
 		}
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestKprobeFallback: with fentry unavailable (forced by the flag), the
