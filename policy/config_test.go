@@ -204,3 +204,24 @@ func TestFileTooLarge(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestMergedLabels(t *testing.T) {
+	cfg, err := Parse("m.yaml", []byte(`
+rules:
+  - name: A
+    when: count > 1
+    labels: &common {team: payments, severity: ticket}
+  - name: B
+    when: count > 2
+    labels:
+      <<: *common
+      severity: page
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := cfg.Rules[1].Labels
+	if len(l) != 2 || l["team"].String() != "payments" || l["severity"].String() != "page" {
+		t.Errorf("merged labels = %v", l)
+	}
+}

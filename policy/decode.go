@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -87,8 +86,8 @@ func kindName(n *yaml.Node) string {
 	return "an alias"
 }
 
-// fields decodes a mapping whose keys must be among keys, calling f for
-// each in file order. YAML merge keys ("<<: *defaults") are honoured; keys
+// fields decodes a mapping whose keys must be among keys (any key when keys
+// is nil), calling f for each in file order. YAML merge keys ("<<: *defaults") are honoured; keys
 // written out override merged ones.
 func (d *decoder) fields(n *yaml.Node, what string, keys []string, f func(key string, k, v *yaml.Node)) bool {
 	n = resolve(n)
@@ -149,7 +148,7 @@ func (d *decoder) fields(n *yaml.Node, what string, keys []string, f func(key st
 			continue
 		}
 		explicit[k.Value] = true
-		if !contains(keys, k.Value) {
+		if keys != nil && !contains(keys, k.Value) {
 			d.errorf(k, "%s: unknown key %q (want one of: %s)", what, k.Value, strings.Join(keys, ", "))
 			continue
 		}
@@ -160,7 +159,7 @@ func (d *decoder) fields(n *yaml.Node, what string, keys []string, f func(key st
 		if explicit[key] || !merged[key] {
 			continue
 		}
-		if !contains(keys, key) {
+		if keys != nil && !contains(keys, key) {
 			e := seen[key]
 			d.errorf(e.k, "%s: unknown key %q from merge (want one of: %s)", what, key, strings.Join(keys, ", "))
 			continue
@@ -311,12 +310,7 @@ func (d *decoder) templates(n *yaml.Node, what string, labels bool, reserved ...
 		return nil
 	}
 	out := map[string]*Template{}
-	var keys []string
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		keys = append(keys, resolve(n.Content[i]).Value)
-	}
-	sort.Strings(keys)
-	d.fields(n, what, keys, func(key string, k, v *yaml.Node) {
+	d.fields(n, what, nil, func(key string, k, v *yaml.Node) {
 		if labels && !labelNameRE.MatchString(key) {
 			d.errorf(k, "%s: bad label name %q: want letters, digits and underscores, not starting with a digit", what, key)
 			return
