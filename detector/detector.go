@@ -41,6 +41,9 @@ type Config struct {
 	// BaselineTTL drops the baseline of a series not seen for this long
 	// (default 1h).
 	BaselineTTL time.Duration
+	// OnRuleError, if set, is called for each failed evaluation of a rule
+	// or policy (by name), e.g. to count errors per rule in metrics.
+	OnRuleError func(rule string, err error)
 	// Now is the clock for overruns without a time (default time.Now).
 	// Evaluate uses the snapshot's time, so replays are deterministic.
 	Now func() time.Time
@@ -295,8 +298,7 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 		out.results[alert.Fingerprint(labels)] = result{labels: labels, annotations: annotations, value: data.Value}
 	}
 	if firstErr != nil {
-		d.stats.ruleErrors.Add(1)
-		d.log.Warn("rule_error", "rule", r.Name, "err", firstErr)
+		d.ruleError(r.Name, firstErr)
 	}
 	return out
 }
@@ -309,6 +311,9 @@ func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.V
 	cancel()
 	if err != nil {
 		d.stats.policyErrors.Add(1)
+		if d.cfg.OnRuleError != nil {
+			d.cfg.OnRuleError(p.Name, err)
+		}
 		if errors.Is(err, policy.ErrTimeout) {
 			d.stats.policyTimeouts.Add(1)
 			d.log.Warn("policy_timeout", "policy", p.Name, "timeout", d.cfg.PolicyTimeout)
@@ -322,6 +327,15 @@ func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.V
 		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}
 	}
 	return out
+}
+
+// ruleError counts, logs and reports a rule's failed evaluation.
+func (d *Detector) ruleError(name string, err error) {
+	d.stats.ruleErrors.Add(1)
+	d.log.Warn("rule_error", "rule", name, "err", err)
+	if d.cfg.OnRuleError != nil {
+		d.cfg.OnRuleError(name, err)
+	}
 }
 
 // gcBaselines drops baselines of removed rules and of series unseen for

@@ -318,7 +318,8 @@ rules:
 }
 
 func TestTemplateErrorKeepsState(t *testing.T) {
-	d := New(Config{})
+	var reported []string
+	d := New(Config{OnRuleError: func(rule string, err error) { reported = append(reported, rule+": "+err.Error()) }})
 	d.SetRules(mustParse(t, "rules:\n  - {name: Slow, when: p99 > 1ms, annotations: {a: \"{{ .Series.Span }}\"}}\n"))
 	d.Evaluate(context.Background(), snap(0, checkout(5*time.Millisecond)))
 	// The same rule name with a template that fails at execution time.
@@ -329,6 +330,9 @@ func TestTemplateErrorKeepsState(t *testing.T) {
 	}
 	if st := d.Stats(); st.RuleErrors != 1 || st.Firing != 1 {
 		t.Errorf("stats = %+v", st)
+	}
+	if len(reported) != 1 || !strings.Contains(reported[0], "Slow: rule Slow: annotation a: template: a:1:10: executing \"a\" at <.Series.Nope>: can't evaluate field Nope") {
+		t.Errorf("OnRuleError got %q", reported)
 	}
 }
 

@@ -80,8 +80,7 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	}
 	data := &policy.TemplateData{Value: dur, RawValue: float64(o.DurationNs), Threshold: budget, Metric: "duration", Overrun: &o}
 	if err := entry.Expand(data, labels, annotations); err != nil {
-		d.stats.ruleErrors.Add(1)
-		d.log.Warn("overrun_template_error", "span", o.Span, "err", err)
+		d.ruleError("budget "+entry.Span.String(), err)
 	}
 	fp := alert.Fingerprint(labels)
 
