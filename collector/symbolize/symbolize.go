@@ -299,14 +299,10 @@ func (s *Symbolizer) evict(now time.Time) {
 // byte earlier, inside the call instruction: that names the calling line,
 // and the right function when the call was a function's last instruction.
 func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) {
-	frames := make([]snapshot.Frame, len(addrs))
-	for i, a := range addrs {
-		frames[i].Addr = a
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return frames, ErrClosed
+		return addrFrames(addrs), ErrClosed
 	}
 	p := s.procs[pid]
 	if p == nil {
@@ -314,49 +310,49 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 		err := s.Capture(pid)
 		s.mu.Lock()
 		if err != nil {
-			return frames, fmt.Errorf("symbolize user stack: process %d was not captured before it exited: %w", pid, err)
+			return addrFrames(addrs), fmt.Errorf("symbolize user stack: process %d was not captured before it exited: %w", pid, err)
 		}
 		if p = s.procs[pid]; p == nil {
-			return frames, fmt.Errorf("symbolize user stack: process %d is no longer cached", pid)
+			return addrFrames(addrs), fmt.Errorf("symbolize user stack: process %d is no longer cached", pid)
 		}
 	}
-	out := frames[:0:0]
+	// Room for a few inlined calls, so that one allocation is the rule.
+	frames := make([]snapshot.Frame, 0, len(addrs)+8)
 	retried := false
-	for i := range frames {
-		pc := addrs[i]
+	for i, a := range addrs {
+		pc := a
 		if i > 0 && pc > 0 {
 			pc--
 		}
-		f := frames[i]
+		f := snapshot.Frame{Addr: a}
 		found, inlined := s.symbolizeUser(p, &f, pc)
 		if !found && !retried && s.refreshable(p) {
 			// A library loaded or code generated after the capture: read
 			// the maps again, once per stack.
 			retried = true
 			if p = s.recapture(p); p != nil {
+				f = snapshot.Frame{Addr: a}
 				_, inlined = s.symbolizeUser(p, &f, pc)
 			}
-		}
-		if out == nil && inlined != nil {
-			out = make([]snapshot.Frame, 0, len(frames)+8)
-			out = append(out, frames[:i]...)
-		}
-		if out == nil {
-			frames[i] = f
-			continue
 		}
 		// Inlined calls first, innermost first, at the same address.
 		for _, r := range inlined {
 			g := f
 			g.Function, g.File, g.Line, g.Inlined = r.fn, r.file, r.line, true
-			out = append(out, g)
+			frames = append(frames, g)
 		}
-		out = append(out, f)
-	}
-	if out != nil {
-		return out, nil
+		frames = append(frames, f)
 	}
 	return frames, nil
+}
+
+// addrFrames returns a frame per address, holding only the address.
+func addrFrames(addrs []uint64) []snapshot.Frame {
+	frames := make([]snapshot.Frame, len(addrs))
+	for i, a := range addrs {
+		frames[i].Addr = a
+	}
+	return frames
 }
 
 // symbolizeUser fills f for pc and returns the calls inlined there, if
