@@ -36,9 +36,18 @@ func TracefsDir() (string, error) {
 	if tracefs.dir != "" {
 		return tracefs.dir, nil
 	}
+	dir, err := locateTracefs()
+	if err != nil {
+		return "", err
+	}
+	tracefs.dir = dir
+	return dir, nil
+}
+
+// locateTracefs finds tracefs or mounts it.
+func locateTracefs() (string, error) {
 	for _, dir := range tracefsPaths {
 		if isTracefs(dir) {
-			tracefs.dir = dir
 			return dir, nil
 		}
 	}
@@ -59,7 +68,6 @@ func TracefsDir() (string, error) {
 	if !isTracefs(dir) {
 		return "", fmt.Errorf("mounted tracefs on %s but it does not show there", dir)
 	}
-	tracefs.dir = dir
 	return dir, nil
 }
 
