@@ -6,10 +6,13 @@
  *
  * A span that never ends (a request stuck on a lock, a query that hangs)
  * never reaches span_aggregate(), so it would capture no stack. USDT spans
- * with a start probe are known in the kernel while they run (usdt_inflight);
- * collector/inflight scans them and, for each one paired by thread that is
- * over its budget, puts the thread in inflight_watch with a number of
- * samples to take. Two programs then sample that thread:
+ * with a start probe are known in the kernel while they run: in
+ * usdt_inflight, or, for spans paired by thread with a fixed name on 5.11+,
+ * in the task storage usdt_task_start (see usdt.bpf.c). collector/inflight
+ * scans the first from user space and the second with inflight_scan, a task
+ * iterator, and puts each thread whose span is over its budget in
+ * inflight_watch with a number of samples to take. Two programs then sample
+ * that thread:
  *
  *  - inflight_on_cpu: a perf event program on a CPU clock, attached to every
  *    CPU only while inflight_watch is not empty: the thread is running.
@@ -32,7 +35,11 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define INFLIGHT_MAX_WATCH 1024
 
-/* One thread to sample, written by collector/inflight. */
+/* inflight_target.flags: the entry was made by inflight_scan, which also
+ * removes it when the span ends. */
+#define TARGET_FROM_TASK 1
+
+/* One thread to sample, written by collector/inflight or inflight_scan. */
 struct inflight_target {
 	__u64 start_ns;	 /* bpf_ktime_get_ns() at the span's start */
 	__u64 name_id;
@@ -40,12 +47,13 @@ struct inflight_target {
 	__u32 pid;	 /* the thread's process, to ignore a reused tid */
 	__u32 source;	 /* SOURCE_* of the span */
 	__s32 samples;	 /* samples left to take; 0 or less: done */
-	__u32 flags;	 /* BUDGET_CAPTURE_KERNEL is implied: always on */
+	__u32 flags;	 /* TARGET_* */
 	char name[SPAN_NAME_LEN];
 };
 
+/* LRU: entries of threads that died mid-span cannot fill it. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, INFLIGHT_MAX_WATCH);
 	__type(key, __u32); /* thread id */
 	__type(value, struct inflight_target);
@@ -90,6 +98,113 @@ static __always_inline int sample(void *ctx)
 	return 0;
 }
 
+/*
+ * The spans paired by thread in task storage. The layout and the map are
+ * usdt.bpf.c's (USDT_TASK_SLOTS, struct usdt_task_spans); the collector
+ * loads this object with a MapReplacement for usdt_task_start.
+ */
+#define INFLIGHT_TASK_SLOTS 16
+
+struct inflight_task_spans {
+	__u64 start_ns[INFLIGHT_TASK_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct inflight_task_spans);
+} usdt_task_start SEC(".maps");
+
+/* Per task slot: the source's span and budget, written by collector/inflight
+ * from usdt_sources and budgets; budget_ns 0 means not watched. */
+struct inflight_slot {
+	__u64 budget_ns;
+	__u64 name_id;
+	__s32 samples;
+	__u32 _pad;
+	char name[SPAN_NAME_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INFLIGHT_TASK_SLOTS);
+	__type(key, __u32);
+	__type(value, struct inflight_slot);
+} inflight_slots SEC(".maps");
+
+/* The few kernel types the iterator reads, relocated against the running
+ * kernel's BTF (CO-RE). */
+struct task_struct {
+	int pid;
+	int tgid;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+} __attribute__((preserve_access_index));
+
+/*
+ * inflight_scan visits every task: a task whose storage holds a span over
+ * its slot's budget gets an inflight_watch entry (once per span: an entry
+ * for the same start is left alone, even when its samples are used up); an
+ * entry of ours whose span ended is removed. Task storage in tracing
+ * programs and task iterators need kernel 5.11+ and BTF.
+ */
+SEC("iter/task")
+int inflight_scan(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight_task_spans *ts;
+	struct inflight_target *w;
+	struct inflight_target t = {};
+	__u64 now = bpf_ktime_get_ns();
+	__u32 tid;
+	int found = 0;
+
+	if (!task)
+		return 0;
+	tid = task->pid;
+	w = bpf_map_lookup_elem(&inflight_watch, &tid);
+	ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+	if (ts) {
+		for (__u32 i = 0; i < INFLIGHT_TASK_SLOTS; i++) {
+			__u64 start = ts->start_ns[i];
+			struct inflight_slot *sl;
+
+			if (!start)
+				continue;
+			if (w && (w->flags & TARGET_FROM_TASK) && w->start_ns == start)
+				return 0; /* already watched, or sampled */
+			sl = bpf_map_lookup_elem(&inflight_slots, &i);
+			if (!sl || !sl->budget_ns || now < start || now - start <= sl->budget_ns)
+				continue;
+			if (!found) {
+				t.start_ns = start;
+				t.name_id = sl->name_id;
+				t.budget_ns = sl->budget_ns;
+				t.samples = sl->samples;
+				__builtin_memcpy(t.name, sl->name, sizeof(t.name));
+				found = 1;
+			}
+		}
+	}
+	if (found) {
+		t.pid = task->tgid;
+		t.source = SOURCE_USDT;
+		t.flags = TARGET_FROM_TASK;
+		bpf_map_update_elem(&inflight_watch, &tid, &t, BPF_ANY);
+	} else if (w && (w->flags & TARGET_FROM_TASK)) {
+		bpf_map_delete_elem(&inflight_watch, &tid);
+	}
+	return 0;
+}
+
 SEC("perf_event")
 int inflight_on_cpu(void *ctx)
 {
@@ -104,5 +219,7 @@ int inflight_off_cpu(void *ctx)
 	return sample(ctx);
 }
 
-/* Keep the type in BTF so bpf2go generates its Go mirror. */
+/* Keep the types in BTF so bpf2go generates their Go mirrors. */
 const struct inflight_target *unused_inflight_target __attribute__((unused));
+const struct inflight_slot *unused_inflight_slot __attribute__((unused));
+const struct inflight_task_spans *unused_inflight_task_spans __attribute__((unused));

@@ -20,6 +20,15 @@ type InflightBudget struct {
 	Pad      uint32
 }
 
+type InflightInflightSlot struct {
+	_        structs.HostLayout
+	BudgetNs uint64
+	NameId   uint64
+	Samples  int32
+	Pad      uint32
+	Name     [64]int8
+}
+
 type InflightInflightTarget struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -30,6 +39,11 @@ type InflightInflightTarget struct {
 	Samples  int32
 	Flags    uint32
 	Name     [64]int8
+}
+
+type InflightInflightTaskSpans struct {
+	_       structs.HostLayout
+	StartNs [16]uint64
 }
 
 type InflightSpanAgg struct {
@@ -57,16 +71,21 @@ type InflightStatsKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	InflightMapBudgets              = "budgets"
-	InflightMapCounters             = "counters"
-	InflightMapInflightWatch        = "inflight_watch"
-	InflightMapNames                = "names"
-	InflightMapOverruns             = "overruns"
-	InflightMapSpanStats            = "span_stats"
-	InflightMapZeroStats            = "zero_stats"
-	InflightProgInflightOffCpu      = "inflight_off_cpu"
-	InflightProgInflightOnCpu       = "inflight_on_cpu"
-	InflightVarUnusedInflightTarget = "unused_inflight_target"
+	InflightMapBudgets                 = "budgets"
+	InflightMapCounters                = "counters"
+	InflightMapInflightSlots           = "inflight_slots"
+	InflightMapInflightWatch           = "inflight_watch"
+	InflightMapNames                   = "names"
+	InflightMapOverruns                = "overruns"
+	InflightMapSpanStats               = "span_stats"
+	InflightMapUsdtTaskStart           = "usdt_task_start"
+	InflightMapZeroStats               = "zero_stats"
+	InflightProgInflightOffCpu         = "inflight_off_cpu"
+	InflightProgInflightOnCpu          = "inflight_on_cpu"
+	InflightProgInflightScan           = "inflight_scan"
+	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
+	InflightVarUnusedInflightTarget    = "unused_inflight_target"
+	InflightVarUnusedInflightTaskSpans = "unused_inflight_task_spans"
 )
 
 // LoadInflight returns the embedded CollectionSpec for Inflight.
@@ -113,6 +132,7 @@ type InflightSpecs struct {
 type InflightProgramSpecs struct {
 	InflightOffCpu *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
 	InflightOnCpu  *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
+	InflightScan   *ebpf.ProgramSpec `ebpf:"inflight_scan"`
 }
 
 // InflightMapSpecs contains maps before they are loaded into the kernel.
@@ -121,10 +141,12 @@ type InflightProgramSpecs struct {
 type InflightMapSpecs struct {
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
 	InflightWatch *ebpf.MapSpec `ebpf:"inflight_watch"`
 	Names         *ebpf.MapSpec `ebpf:"names"`
 	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
 	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
+	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
 	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
@@ -132,7 +154,9 @@ type InflightMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
-	UnusedInflightTarget *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
+	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
+	UnusedInflightTaskSpans *ebpf.VariableSpec `ebpf:"unused_inflight_task_spans"`
 }
 
 // InflightObjects contains all objects after they have been loaded into the kernel.
@@ -157,10 +181,12 @@ func (o *InflightObjects) Close() error {
 type InflightMaps struct {
 	Budgets       *ebpf.Map `ebpf:"budgets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
 	InflightWatch *ebpf.Map `ebpf:"inflight_watch"`
 	Names         *ebpf.Map `ebpf:"names"`
 	Overruns      *ebpf.Map `ebpf:"overruns"`
 	SpanStats     *ebpf.Map `ebpf:"span_stats"`
+	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
 	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
 }
 
@@ -168,10 +194,12 @@ func (m *InflightMaps) Close() error {
 	return _InflightClose(
 		m.Budgets,
 		m.Counters,
+		m.InflightSlots,
 		m.InflightWatch,
 		m.Names,
 		m.Overruns,
 		m.SpanStats,
+		m.UsdtTaskStart,
 		m.ZeroStats,
 	)
 }
@@ -180,7 +208,9 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
-	UnusedInflightTarget *ebpf.Variable `ebpf:"unused_inflight_target"`
+	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
+	UnusedInflightTaskSpans *ebpf.Variable `ebpf:"unused_inflight_task_spans"`
 }
 
 // InflightPrograms contains all programs after they have been loaded into the kernel.
@@ -189,12 +219,14 @@ type InflightVariables struct {
 type InflightPrograms struct {
 	InflightOffCpu *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightOnCpu  *ebpf.Program `ebpf:"inflight_on_cpu"`
+	InflightScan   *ebpf.Program `ebpf:"inflight_scan"`
 }
 
 func (p *InflightPrograms) Close() error {
 	return _InflightClose(
 		p.InflightOffCpu,
 		p.InflightOnCpu,
+		p.InflightScan,
 	)
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,6 +46,10 @@ type Config struct {
 	// Counters is the core's counters map, where ring buffer drops are
 	// counted; the watcher's own when nil.
 	Counters *ebpf.Map
+	// TaskStart is the USDT object's usdt_task_start, where spans paired
+	// by thread with a fixed name keep their start on kernels with task
+	// storage (5.11+); nil when it is not in use. A task iterator scans it.
+	TaskStart *ebpf.Map
 	// Interval is how often the in-flight spans are scanned; 100ms when
 	// zero. A stuck span is sampled within about Interval of its budget.
 	Interval time.Duration
@@ -63,6 +68,8 @@ type Watcher struct {
 	cfg  Config
 	log  *slog.Logger
 	objs objects
+	task *taskObjects // nil without Config.TaskStart
+	iter *link.Iter
 
 	mu       sync.Mutex
 	watching map[uint32]spanKey // tid -> the span being sampled
@@ -82,6 +89,16 @@ type objects struct {
 
 func (o *objects) Close() error {
 	return errors.Join(o.InflightOnCpu.Close(), o.InflightOffCpu.Close(), o.InflightWatch.Close())
+}
+
+// taskObjects scan usdt_task_start.
+type taskObjects struct {
+	InflightScan  *ebpf.Program `ebpf:"inflight_scan"`
+	InflightSlots *ebpf.Map     `ebpf:"inflight_slots"`
+}
+
+func (o *taskObjects) Close() error {
+	return errors.Join(o.InflightScan.Close(), o.InflightSlots.Close())
 }
 
 // spanKey tells one in-flight span of a thread from the next.
@@ -118,10 +135,34 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Counters != nil {
 		repl["counters"] = cfg.Counters
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, watching: map[uint32]spanKey{}, reported: map[uint32]spanKey{}}
-	if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return nil, fmt.Errorf("load inflight programs: %w", err)
+	if cfg.TaskStart != nil && cfg.TaskStart.Type() != ebpf.TaskStorage {
+		// Without task storage the USDT object keeps a placeholder
+		// there and every span is in usdt_inflight.
+		cfg.TaskStart = nil
 	}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, watching: map[uint32]spanKey{}, reported: map[uint32]spanKey{}}
+	if cfg.TaskStart == nil {
+		if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+			return nil, fmt.Errorf("load inflight programs: %w", err)
+		}
+		return w, nil
+	}
+	repl["usdt_task_start"] = cfg.TaskStart
+	w.task = &taskObjects{}
+	all := struct {
+		*objects
+		*taskObjects
+	}{&w.objs, w.task}
+	if err := spec.LoadAndAssign(&all, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return nil, fmt.Errorf("load inflight programs with the task iterator (needs kernel 5.11+ and BTF): %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: w.task.InflightScan})
+	if err != nil {
+		w.objs.Close()
+		w.task.Close()
+		return nil, fmt.Errorf("attach task iterator: %w", err)
+	}
+	w.iter = it
 	return w, nil
 }
 
@@ -221,6 +262,11 @@ func (w *Watcher) Scan() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("scan usdt_inflight: %w", err)
 	}
+	if w.task != nil {
+		if err := w.scanTasks(budgets); err != nil {
+			return err
+		}
+	}
 	for tid, key := range w.watching {
 		var t bpf.InflightInflightTarget
 		err := w.objs.InflightWatch.Lookup(tid, &t)
@@ -238,8 +284,58 @@ func (w *Watcher) Scan() error {
 			delete(w.reported, tid) // the span ended
 		}
 	}
-	return w.setActive(len(w.watching) > 0)
+	// Sample while some entry, ours or the iterator's, has samples left.
+	active := false
+	var (
+		tid uint32
+		t   bpf.InflightInflightTarget
+	)
+	for it := w.objs.InflightWatch.Iterate(); it.Next(&tid, &t); {
+		if t.Samples > 0 {
+			active = true
+			break
+		}
+	}
+	return w.setActive(active)
 }
+
+// scanTasks writes each task slot's span and budget and runs the task
+// iterator, which puts threads whose span in usdt_task_start is over its
+// budget in inflight_watch. Slot i belongs to source i when that source
+// pairs by thread with a fixed name (usdt.bpf.c, by_task). w.mu is held.
+func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
+	for i := uint32(0); i < taskSlots; i++ {
+		var slot bpf.InflightInflightSlot
+		var src bpf.UsdtUsdtSource
+		if err := w.cfg.Sources.Lookup(i, &src); err == nil && src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
+			id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&src.Name)))
+			budget, ok := budgets[id]
+			if !ok {
+				var b bpf.SpanwatchBudget
+				if err := w.cfg.Budgets.Lookup(id, &b); err == nil {
+					budget = b.BudgetNs
+				}
+				budgets[id] = budget
+			}
+			slot = bpf.InflightInflightSlot{BudgetNs: budget, NameId: id, Samples: int32(w.cfg.Samples), Name: src.Name}
+		}
+		if err := w.task.InflightSlots.Put(i, &slot); err != nil {
+			return fmt.Errorf("write task slot %d: %w", i, err)
+		}
+	}
+	rc, err := w.iter.Open()
+	if err != nil {
+		return fmt.Errorf("run task iterator: %w", err)
+	}
+	defer rc.Close()
+	if _, err := io.Copy(io.Discard, rc); err != nil {
+		return fmt.Errorf("run task iterator: %w", err)
+	}
+	return nil
+}
+
+// taskSlots is USDT_TASK_SLOTS in bpf/usdt.bpf.c.
+const taskSlots = 16
 
 // Watching returns the number of threads being sampled.
 func (w *Watcher) Watching() int {
@@ -329,7 +425,14 @@ func (w *Watcher) Close() error {
 	}
 	w.closed = true
 	w.detach()
-	return w.objs.Close()
+	errs := []error{w.objs.Close()}
+	if w.iter != nil {
+		errs = append(errs, w.iter.Close())
+	}
+	if w.task != nil {
+		errs = append(errs, w.task.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func monotonicNs() (uint64, error) {

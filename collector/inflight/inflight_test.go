@@ -25,7 +25,7 @@ import (
 // maps are the core's and the USDT object's maps the watcher works on,
 // created from the real specs.
 type maps struct {
-	inflight, sources, budgets, overruns, counters *ebpf.Map
+	inflight, sources, budgets, overruns, counters, taskStart *ebpf.Map
 }
 
 func newMaps(t testing.TB) maps {
@@ -55,6 +55,11 @@ func newMaps(t testing.TB) maps {
 		}
 		t.Cleanup(func() { mp.Close() })
 		*x.dst = mp
+	}
+	// Task storage needs 5.11+: without it, only the task variants skip.
+	if mp, err := ebpf.NewMap(usdt.Maps["usdt_task_start"]); err == nil {
+		t.Cleanup(func() { mp.Close() })
+		m.taskStart = mp
 	}
 	return m
 }
@@ -107,16 +112,21 @@ func functions(frames []snapshot.Frame) []string {
 func TestStuckSpan(t *testing.T) {
 	for _, tc := range []struct {
 		mode string
-		cfg  Config
+		// via is where the span's start is: "map" (usdt_inflight) or
+		// "task" (usdt_task_start, task storage).
+		via string
+		cfg Config
 		// The innermost user frames expected; a thread in a system call
 		// is seen from libc's frameless poll wrapper, which hides slow.
 		want   []string
 		kernel string // a kernel frame expected, "" for none
 	}{
-		{"spin", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
-		{"nap", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
+		{"spin", "map", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
+		{"nap", "map", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
+		{"spin", "task", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
+		{"nap", "task", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
+		t.Run(tc.mode+"/"+tc.via, func(t *testing.T) {
 			m := newMaps(t)
 			cmd, stdin := startBusy(t, tc.mode)
 			pid := uint32(cmd.Process.Pid)
@@ -132,12 +142,30 @@ func TestStuckSpan(t *testing.T) {
 			now, _ := monotonicNs()
 			start := now - uint64(2*time.Second)
 			key := bpf.UsdtUsdtInflightKey{Source: 7, Tgid: pid, Key: uint64(pid)}
-			if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: start}); err != nil {
-				t.Fatal(err)
-			}
-
+			var pidfd int
 			cfg := tc.cfg
 			cfg.Inflight, cfg.Sources, cfg.Budgets, cfg.Overruns, cfg.Counters = m.inflight, m.sources, m.budgets, m.overruns, m.counters
+			if tc.via == "map" {
+				if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: start}); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if m.taskStart == nil {
+					t.Skip("skipping: no task storage (needs kernel 5.11+)")
+				}
+				// As usdt_start does for source 7: its task slot 7.
+				var err error
+				if pidfd, err = unix.PidfdOpen(int(pid), 0); err != nil {
+					t.Skipf("skipping: pidfd_open: %v", err)
+				}
+				defer unix.Close(pidfd)
+				var spans bpf.InflightInflightTaskSpans
+				spans.StartNs[7] = start
+				if err := m.taskStart.Put(int32(pidfd), &spans); err != nil {
+					t.Fatal(err)
+				}
+				cfg.TaskStart = m.taskStart
+			}
 			cfg.Samples = 2
 			w, err := New(cfg)
 			if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EPERM) {
@@ -156,8 +184,8 @@ func TestStuckSpan(t *testing.T) {
 			if err := w.Scan(); err != nil {
 				t.Fatal(err)
 			}
-			if w.Watching() != 1 || !w.Active() {
-				t.Fatalf("after the scan: watching %d, active %v; want 1, true", w.Watching(), w.Active())
+			if watched(t, w) != 1 || !w.Active() {
+				t.Fatalf("after the scan: %d threads with samples to take, active %v; want 1, true", watched(t, w), w.Active())
 			}
 			sym := symbolize.New(symbolize.Config{})
 			defer sym.Close()
@@ -213,22 +241,30 @@ func TestStuckSpan(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if w.Watching() != 0 || w.Active() {
-				t.Errorf("after the samples: watching %d, active %v; want 0, false", w.Watching(), w.Active())
+			if watched(t, w) != 0 || w.Active() {
+				t.Errorf("after the samples: %d threads with samples to take, active %v; want 0, false", watched(t, w), w.Active())
 			}
 			rd.SetDeadline(time.Now().Add(300 * time.Millisecond))
 			if rec, err := rd.Read(); err == nil {
 				t.Errorf("an extra sample after %d: %d bytes", cfg.Samples, len(rec.RawSample))
 			}
 
-			// When the span ends (usdt_end deletes it), the thread is
-			// forgotten; a new span of the same thread would be sampled.
-			m.inflight.Delete(&key)
+			// When the span ends (usdt_end deletes it or clears its slot),
+			// the thread is forgotten; a new span would be sampled.
+			if tc.via == "map" {
+				m.inflight.Delete(&key)
+			} else if err := m.taskStart.Put(int32(pidfd), &bpf.InflightInflightTaskSpans{}); err != nil {
+				t.Fatal(err)
+			}
 			if err := w.Scan(); err != nil {
 				t.Fatal(err)
 			}
-			if len(w.reported) != 0 {
-				t.Errorf("reported spans after the end: %v", w.reported)
+			var (
+				tid    uint32
+				target bpf.InflightInflightTarget
+			)
+			if len(w.reported) != 0 || w.objs.InflightWatch.Iterate().Next(&tid, &target) {
+				t.Errorf("after the end: reported %v, watch entry for %d: %+v", w.reported, tid, target)
 			}
 			stdin.Close()
 		})
@@ -242,4 +278,20 @@ func index(s []string, x string) int {
 		}
 	}
 	return -1
+}
+
+// watched counts the threads with samples left to take.
+func watched(t *testing.T, w *Watcher) int {
+	t.Helper()
+	n := 0
+	var (
+		tid    uint32
+		target bpf.InflightInflightTarget
+	)
+	for it := w.objs.InflightWatch.Iterate(); it.Next(&tid, &target); {
+		if target.Samples > 0 {
+			n++
+		}
+	}
+	return n
 }
