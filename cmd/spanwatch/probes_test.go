@@ -33,7 +33,7 @@ func buildSDTProg(t *testing.T) (prog, lib string) {
 	prog = filepath.Join(dir, "sdtprog")
 	for _, args := range [][]string{
 		{"-O2", "-fPIC", "-shared", "-o", lib, src + "sdtlib.c"},
-		{"-O2", "-o", prog, src + "sdtprog.c", src + "sdtsem.c", "-L" + dir, "-lsdtlib", "-Wl,-rpath," + dir},
+		{"-O2", "-o", prog, src + "sdtprog.c", src + "sdtsem.c", src + "sdtnop5.c", "-L" + dir, "-lsdtlib", "-Wl,-rpath," + dir},
 	} {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 			t.Fatalf("cc %v: %v: %s", args, err, out)
@@ -63,8 +63,8 @@ func TestProbesCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls := decodeListings(t, out.Bytes())
-	if n := len(ls["sdtprog"].Probes); n != 20 {
-		t.Errorf("sdtprog: %d sites, want 20", n)
+	if n := len(ls["sdtprog"].Probes); n != 21 {
+		t.Errorf("sdtprog: %d sites, want 21", n)
 	}
 	fire := ls["libsdtlib.so"].Probes
 	if len(fire) != 1 || fire[0].Provider != "swlib" || fire[0].Name != "fire" || len(fire[0].Parsed) != 3 {
@@ -105,8 +105,8 @@ func TestProbesCommand(t *testing.T) {
 	}
 	ls = decodeListings(t, out.Bytes())
 	root := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/root"
-	if l, ok := ls["sdtprog"]; !ok || l.Path != root+prog || len(l.Probes) != 20 {
-		t.Errorf("--pid: executable listing %+v, want %s with 20 sites", l, root+prog)
+	if l, ok := ls["sdtprog"]; !ok || l.Path != root+prog || len(l.Probes) != 21 {
+		t.Errorf("--pid: executable listing %+v, want %s with 21 sites", l, root+prog)
 	}
 	if l, ok := ls["libsdtlib.so"]; !ok || l.Path != root+lib || len(l.Probes) != 1 {
 		t.Errorf("--pid: library listing %+v, want %s with 1 site", l, root+lib)

@@ -63,7 +63,7 @@ func requireSDT(t testing.TB) map[string]sdtBuild {
 		builds = map[string]sdtBuild{}
 		for _, o := range []string{"O0", "O2"} {
 			prog := filepath.Join(dir, "sdtprog-"+o)
-			if !run("-"+o, "-g", "-o", prog, filepath.Join(src, "sdtprog.c"), filepath.Join(src, "sdtsem.c"),
+			if !run("-"+o, "-g", "-o", prog, filepath.Join(src, "sdtprog.c"), filepath.Join(src, "sdtsem.c"), filepath.Join(src, "sdtnop5.c"),
 				"-L"+dir, "-lsdtlib", "-Wl,-rpath,"+dir) {
 				return
 			}

@@ -47,6 +47,11 @@ type Probe struct {
 	// SemaphoreOffset is the semaphore's file offset (the uprobe's
 	// reference counter offset), 0 when the probe has none.
 	SemaphoreOffset uint64
+	// Nop5 is set when the call site is the "nop; nop5" pair newer
+	// sys/sdt.h headers emit on x86-64: a uprobe on the nop5, at Offset+1,
+	// is optimized by kernels with the uprobe syscall (6.18+) into a call
+	// instead of a trap (see TracerConfig.OptimizeNop5 for its hazard).
+	Nop5 bool
 	// ArgString is the argument description as the compiler wrote it.
 	ArgString string
 	// Args are the parsed arguments; nil when ArgErr is set.
@@ -169,6 +174,12 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 			return nil, fmt.Errorf("probe %s: call site: %w", p.FullName(), err)
 		}
 		p.Offset = off
+		if ef.Machine == elf.EM_X86_64 {
+			var insn [6]byte
+			if n, _ := r.ReadAt(insn[:], int64(off)); n == len(insn) && insn == nopCombo {
+				p.Nop5 = true
+			}
+		}
 		if p.Semaphore != 0 {
 			off, err := fileOffset(ef, p.Semaphore, false)
 			if err != nil {
@@ -185,6 +196,10 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 	}
 	return f, nil
 }
+
+// nopCombo is "nop; nopl 0x0(%rax,%rax,1)": a one-byte nop followed by the
+// five-byte nop that optimized uprobes replace with a call.
+var nopCombo = [6]byte{0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00}
 
 func parseProbeArgs(arch Arch, p *Probe, syms *symbolTable) ([]Arg, error) {
 	args, err := parseArgs(arch, p.ArgString, p.Address, syms.lookup)

@@ -53,7 +53,12 @@ func TestOpenBuiltProgram(t *testing.T) {
 					t.Errorf("%s: %d args, want %d", name, got, n)
 				}
 			}
-			for name, want := range map[string]int{"sw:consts": 1, "sw:mem": 1, "sw:inl": 3, "sw:sem": 1, "sw:asmargs": 1} {
+			for _, p := range f.Probes {
+				if p.Nop5 != (p.Name == "nop5") {
+					t.Errorf("%s: Nop5 = %v", p.FullName(), p.Nop5)
+				}
+			}
+			for name, want := range map[string]int{"sw:consts": 1, "sw:mem": 1, "sw:inl": 3, "sw:sem": 1, "sw:asmargs": 1, "sw:nop5": 1} {
 				if count[name] != want {
 					t.Errorf("%s: %d sites, want %d", name, count[name], want)
 				}

@@ -40,6 +40,15 @@ type TracerConfig struct {
 	MaxSpecs uint32
 	// ProcRoot is /proc by default.
 	ProcRoot string
+	// OptimizeNop5 attaches at the nop5 of "nop; nop5" call sites where
+	// the kernel optimizes uprobes on nop5 into calls (uprobe syscall,
+	// 6.18+), as libbpf does. Off by default: on 6.18.44 the call that
+	// replaces the nop5 pushes onto the stack below the stack pointer and
+	// so overwrites the x86-64 red zone of leaf functions; seen with a
+	// probe in a leaf function built at -O0, whose loop counter and locals
+	// were clobbered (a hit lost, a wrong argument read). Enable it only
+	// for binaries known not to place probes in leaf functions.
+	OptimizeNop5 bool
 
 	// testArgs loads the test-only argument recorder instead of the span
 	// programs.
@@ -58,6 +67,7 @@ type Tracer struct {
 	progs      map[string]*ebpf.Program
 	haveCookie bool
 	haveTask   bool // task storage for thread-paired spans
+	optimized  bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
 
 	addMu      sync.Mutex // serializes Add, so a failed one can undo its sites
 	mu         sync.Mutex
@@ -180,6 +190,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		progs:      coll.Programs,
 		haveCookie: haveCookie,
 		haveTask:   haveTaskStorage,
+		optimized:  cfg.OptimizeNop5 && haveUprobeSyscall(),
 	}
 	return t, nil
 }
@@ -423,6 +434,19 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 	args := p.Args
 	if p.ArgErr != nil {
 		args = nil // a source that reads no argument can still use the site
+	}
+	// At a "nop; nop5" site, attach to the nop5 where the kernel turns
+	// such uprobes into calls: the handler then sees ip one byte further,
+	// which RIP-relative arguments and the IP map must account for.
+	if t.optimized && p.Nop5 {
+		p.Offset++
+		p.Address++
+		args = append([]Arg(nil), args...)
+		for i := range args {
+			if args[i].Kind == ArgDeref && args[i].Reg == "rip" {
+				args[i].Offset--
+			}
+		}
 	}
 	spec, err := bpfSpec(args, source)
 	if err != nil {

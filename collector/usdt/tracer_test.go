@@ -66,6 +66,8 @@ func expectedArgs() map[string][][]uint64 {
 	}
 	m["sw:asmargs"] = [][]uint64{{u(-120), u(-30), u(-30), 0x8899, 2}}
 	m["sw:sem"] = [][]uint64{{u(-777), 0x1122334455667788}}
+	n5 := []uint64{0xabcdef0123456789, u(-31337)}
+	m["sw:nop5"] = [][]uint64{n5, n5, n5} // fired three times
 	// The third argument is a pointer into the library: checked nonzero.
 	m["swlib:fire"] = [][]uint64{{u(-123456789), u(-5)}}
 	return m
@@ -143,14 +145,23 @@ func TestArgsInBPF(t *testing.T) {
 	for _, opt := range []string{"O0", "O2"} {
 		for _, mode := range []string{"cookie", "ipmap"} {
 			t.Run(opt+"/"+mode, func(t *testing.T) {
-				testArgsInBPF(t, builds[opt], mode == "ipmap")
+				testArgsInBPF(t, builds[opt], mode == "ipmap", false)
 			})
 		}
 	}
+	// With nop5 optimization, at -O2 only: the -O0 build's nop5 probe is in
+	// a leaf function whose red zone the optimized uprobe clobbers (see
+	// TracerConfig.OptimizeNop5).
+	t.Run("O2/cookie/nop5", func(t *testing.T) {
+		if !haveUprobeSyscall() {
+			t.Skip("kernel without optimized uprobes (uprobe syscall, 6.18+)")
+		}
+		testArgsInBPF(t, builds["O2"], false, true)
+	})
 }
 
-func testArgsInBPF(t *testing.T, b sdtBuild, noCookies bool) {
-	tr, err := NewTracer(TracerConfig{NoCookies: noCookies, testArgs: true})
+func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5 bool) {
+	tr, err := NewTracer(TracerConfig{NoCookies: noCookies, OptimizeNop5: nop5, testArgs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,14 +200,27 @@ func testArgsInBPF(t *testing.T, b sdtBuild, noCookies bool) {
 	bySpec := map[uint32]Site{}
 	for _, s := range tr.Sites() {
 		bySpec[s.SpecID] = s
+		// Where the kernel optimizes uprobes on nop5, the nop5 site is
+		// attached one byte in; its RIP-relative argument must still read.
+		if s.Probe.Name == "nop5" {
+			f, _ := Open(s.Path)
+			orig := f.Lookup("sw", "nop5")[0]
+			want := orig.Offset
+			if tr.optimized {
+				want++
+			}
+			if s.Probe.Offset != want {
+				t.Errorf("sw:nop5 attached at %#x, want %#x (optimized uprobes: %v)", s.Probe.Offset, want, tr.optimized)
+			}
+		}
 	}
 	got := map[string][][]uint64{}
 	hits := map[uint32]int{}
 	rd.SetDeadline(time.Now().Add(5 * time.Second))
-	for n := 0; n < sites; n++ {
+	for n := 0; n < sites+2; n++ { // sw:nop5 fires three times
 		rec, err := rd.Read()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("%d records for %d sites", n, sites)
+			t.Fatalf("%d records for %d sites: %v", n, sites, got["sw:nop5"])
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -226,8 +250,12 @@ func testArgsInBPF(t *testing.T, b sdtBuild, noCookies bool) {
 		got[s.Probe.FullName()] = append(got[s.Probe.FullName()], vals)
 	}
 	for id, n := range hits {
-		if n != 1 {
-			t.Errorf("site %d (%s) fired %d times, want 1", id, bySpec[id].Probe.FullName(), n)
+		want := 1
+		if bySpec[id].Probe.Name == "nop5" {
+			want = 3
+		}
+		if n != want {
+			t.Errorf("site %d (%s) fired %d times, want %d", id, bySpec[id].Probe.FullName(), n, want)
 		}
 	}
 	want := expectedArgs()

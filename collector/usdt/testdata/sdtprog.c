@@ -14,6 +14,7 @@
  *   asmargs written in assembly: a high-byte register (%ah), a 16-bit
  *           register, and indexed memory operands "(%rdx,%rcx,8)"
  *   sem     guarded by a semaphore (in sdtsem.c)
+ *   nop5    emitted as "nop; nop5" (in sdtnop5.c)
  *   swlib:fire  in the shared library libsdtlib.so (sdtlib.c)
  */
 #include <stdint.h>
@@ -35,6 +36,7 @@
 #define V11 -4
 
 void sem_fire(long seed);
+void nop5_fire(long seed);
 unsigned short sem_semaphore_value(void);
 void lib_fire(long seed);
 
@@ -119,6 +121,7 @@ int main(int argc, char **argv)
 	fire_all(seed);
 	asm_fire();
 	sem_fire(seed);
+	nop5_fire(seed);
 	lib_fire(seed);
 	printf("done\n");
 	return 0;
