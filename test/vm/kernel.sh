@@ -4,8 +4,10 @@
 # (.ci/vm-kernel.config). It prints the bzImage's path on stdout; progress goes
 # to stderr.
 #
-# The result is cached under $SPANWATCH_VM_CACHE (default /var/cache/spanwatch-vm)
-# in a directory keyed by the source package version and a hash of the fragment, so a second run only hashes and returns.
+# The result is cached under $SPANWATCH_VM_CACHE (default
+# /var/cache/spanwatch-vm, or ~/.cache/spanwatch-vm for users other than root)
+# in a directory keyed by the source package version and a hash of the
+# fragment, so a second run only hashes and returns.
 #
 # Missing Debian packages are installed with apt-get when running as root;
 # otherwise the script says which to install. Needs about 2 GB of disk for the
@@ -15,7 +17,11 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 fragment=${SPANWATCH_VM_CONFIG:-$top/.ci/vm-kernel.config}
-cache=${SPANWATCH_VM_CACHE:-/var/cache/spanwatch-vm}
+if [ "$(id -u)" -eq 0 ]; then
+	cache=${SPANWATCH_VM_CACHE:-/var/cache/spanwatch-vm}
+else
+	cache=${SPANWATCH_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/spanwatch-vm}
+fi
 srcpkg=linux-source-6.12
 deps=($srcpkg build-essential flex bison bc libelf-dev libssl-dev cpio dwarves xz-utils)
 

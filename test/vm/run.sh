@@ -11,7 +11,8 @@
 # instead of skipping). The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
 # TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
 # console (kept in a log), ttyS1 brings the tests' output and exit status
-# back. The VM powers itself off when the tests are done; a host-side timeout
+# back (kept in a work directory when the run fails, or with
+# SPANWATCH_VM_KEEP=1). The VM powers itself off when the tests are done; a host-side timeout
 # ($SPANWATCH_VM_TIMEOUT seconds, default 1800) kills qemu otherwise.
 #
 # The last line of output is "N passed, N failed". The exit status is non-zero
@@ -200,11 +201,12 @@ tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
 	}' >"$work/summary"
 summary_rc=${PIPESTATUS[1]}
 set -e
-if [ $summary_rc -ne 0 ] || [ -n "$keep" ]; then
+if [ $summary_rc -ne 0 ]; then
 	log "kernel console (last 30 lines of $console):"
 	tail -n 30 "$console" | tr -d '\r' >&2
-	[ -n "$keep" ] && log "kept $work"
+	keep=1 # for a look at the whole console and results
 fi
+[ -n "$keep" ] && log "kept $work (initramfs, console.log, results.log)"
 log "VM run took ${elapsed}s"
 cat "$work/summary"
 exit $summary_rc
