@@ -87,3 +87,33 @@ func BenchmarkOffCPUSampler(b *testing.B) {
 	b.ReportMetric(float64(attached.Nanoseconds())/float64(n), "ns/roundtrip-attached")
 	b.ReportMetric(float64(attached)/float64(detached), "attached/detached")
 }
+
+// BenchmarkScan measures one scan (every 100ms by default): the task
+// iterator over every task on the host plus the usdt_inflight walk, with
+// nothing overdue, the steady state.
+func BenchmarkScan(b *testing.B) {
+	m := newMaps(b)
+	if m.taskStart == nil {
+		b.Skip("skipping: no task storage")
+	}
+	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, TaskStart: m.taskStart})
+	if err != nil {
+		b.Skipf("skipping: %v", err)
+	}
+	defer w.Close()
+	tasks := 0
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if ts, err := os.ReadDir("/proc/" + p.Name() + "/task"); err == nil {
+			tasks += len(ts)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := w.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(tasks), "tasks")
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/scan")
+}

@@ -68,8 +68,9 @@ type Watcher struct {
 	cfg  Config
 	log  *slog.Logger
 	objs objects
-	task *taskObjects // nil without Config.TaskStart
-	iter *link.Iter
+	task  *taskObjects // nil without Config.TaskStart
+	iter  *link.Iter
+	slots [taskSlots]bpf.InflightInflightSlot // as last written
 
 	mu       sync.Mutex
 	watching map[uint32]spanKey // tid -> the span being sampled
@@ -319,9 +320,13 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 			}
 			slot = bpf.InflightInflightSlot{BudgetNs: budget, NameId: id, Samples: int32(w.cfg.Samples), Name: src.Name}
 		}
+		if slot == w.slots[i] {
+			continue
+		}
 		if err := w.task.InflightSlots.Put(i, &slot); err != nil {
 			return fmt.Errorf("write task slot %d: %w", i, err)
 		}
+		w.slots[i] = slot
 	}
 	rc, err := w.iter.Open()
 	if err != nil {
