@@ -525,3 +525,55 @@ func runtimeAddrsIn(t testing.TB, pid int, bin, mapped string, off uint64, names
 	}
 	return out
 }
+
+// TestEviction bounds the processes kept and checks that files are shared
+// between processes, and closed with the last process that mapped them.
+func TestEviction(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+	c1, in1 := startBlocked(t, bin)
+	c2, in2 := startBlocked(t, bin)
+	defer in1.Close()
+	defer in2.Close()
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	s := New(Config{MaxProcesses: 1})
+	p1, p2 := uint32(c1.Process.Pid), uint32(c2.Process.Pid)
+	if err := s.Capture(p1); err != nil {
+		t.Fatal(err)
+	}
+	opened := len(s.modules)
+	if err := s.Capture(p2); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.procs[p1]; ok || len(s.procs) != 1 {
+		t.Errorf("after capturing 2 processes with MaxProcesses 1: %d kept, first kept %v", len(s.procs), ok)
+	}
+	if len(s.modules) != opened {
+		t.Errorf("%d modules open for two processes of one binary, want %d (shared)", len(s.modules), opened)
+	}
+	for _, m := range s.modules {
+		if m.refs <= 0 {
+			t.Errorf("module %s open with %d references", m.path, m.refs)
+		}
+	}
+	frames, err := s.User(p1, runtimeAddrs(t, int(p1), bin, 0, "slow"))
+	if err != nil || frames[0].Function != "slow" {
+		t.Errorf("evicted live process: %+v, %v; want it captured again", frames, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d file descriptors open after Close, %d before New", after, before)
+	}
+}
