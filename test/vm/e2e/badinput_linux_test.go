@@ -63,8 +63,8 @@ func TestBadInputUserEvents(t *testing.T) {
 			unix.Close(fd)
 		}
 	}()
-	payload := make([]byte, 112) // sizeof(struct span_event)
-	payload[0] = 0x40 // duration 64 ns
+	payload := make([]byte, 112)    // sizeof(struct span_event)
+	payload[0] = 0x40               // duration 64 ns
 	copy(payload[48:], "unwatched") // name
 	for deadline := time.Now().Add(2 * time.Second); !other.Enabled(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
