@@ -46,10 +46,12 @@ CAP_BPF + CAP_PERFMON.
 
 Examples:
   sudo spanwatch demo
-  sudo spanwatch demo --duration 30s --json`,
+  sudo spanwatch demo --duration 30s --json
+  sudo spanwatch demo --config my-rules.yaml   # the workload against your rules and webhooks`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			duration := fs.Duration("duration", 10*time.Second, "run for `DURATION` (0: until interrupted)")
 			printConfig := fs.Bool("print-config", false, "print the built-in rule file and exit")
+			config := fs.String("config", "", "use this rule `FILE` instead of the built-in one (its webhooks get the alerts)")
 			jsonOut := fs.Bool("json", false, "print snapshots as JSON lines instead of tables")
 			verbose := fs.Bool("v", false, "log debug messages")
 			var opts collectorOptions
@@ -60,13 +62,14 @@ Examples:
 					return err
 				}
 				opts.set = setFlags(fs)
-				return runDemo(ctx, os.Stdout, demoOptions{duration: *duration, json: *jsonOut, verbose: *verbose, opts: opts})
+				return runDemo(ctx, os.Stdout, demoOptions{duration: *duration, json: *jsonOut, verbose: *verbose, opts: opts, config: *config})
 			}
 		},
 	})
 }
 
 type demoOptions struct {
+	config   string
 	duration time.Duration
 	json     bool
 	verbose  bool
@@ -80,9 +83,15 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	if emit.Mode() == "off" {
 		return errors.New("SPANWATCH_EMIT=off disables the span SDK, and with it the demo's workload")
 	}
-	rules, err := policy.Parse("demo.yaml (built-in)", demoConfig, policy.Options{Dir: "."})
+	var rules *policy.Config
+	var err error
+	if o.config != "" {
+		rules, err = policy.LoadFile(o.config)
+	} else {
+		rules, err = policy.Parse("demo.yaml (built-in)", demoConfig, policy.Options{Dir: "."})
+	}
 	if err != nil {
-		return fmt.Errorf("built-in config: %w", err)
+		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -102,11 +111,11 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 
 	printer := &printNotifier{w: w, mu: &mu}
 	cfg := agentConfig{
-		log:      newLogger(o.verbose),
-		rules:    rules,
-		opts:     o.opts,
-		notifier: printer,
-		stop:     o.duration,
+		log:   newLogger(o.verbose),
+		rules: rules,
+		path:  o.config,
+		opts:  o.opts,
+		stop:  o.duration,
 		ready: func(c *collector.Collector) {
 			how := "marker (uprobe on the span SDK's nop)"
 			if ok, m := c.UserEventsAttached(); ok && emit.Mode() == "user_events" {
@@ -136,6 +145,11 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 			renderTable(w, s, 20)
 			fmt.Fprintln(w)
 		},
+	}
+	if rules.Webhooks.Kind == 0 {
+		cfg.notifier = printer // no webhooks: print the alerts
+	} else {
+		cfg.onAlerts = func(as []*alert.Alert) { printer.Notify(ctx, as...) } // print what goes to the webhooks
 	}
 	if err := runAgent(ctx, cfg); err != nil {
 		return err

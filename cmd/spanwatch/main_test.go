@@ -3,6 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,5 +115,69 @@ func TestTop(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "SPAN") || strings.Contains(string(out), "\033[") {
 		t.Errorf("top -n output is not a plain table:\n%s", out)
+	}
+}
+
+// TestDemoDeliversToWebhook runs the demo workload against a rule file with
+// a webhook: a slow checkout's alert arrives at an HTTP receiver as an
+// Alertmanager payload, with the stack of the function that ran slow.
+func TestDemoDeliversToWebhook(t *testing.T) {
+	requireRoot(t)
+	bin := buildSpanwatch(t)
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(cfg, []byte(`
+budgets:
+  - span: demo.checkout
+    budget: 100ms
+webhooks:
+  - name: test
+    url: `+srv.URL+`
+    format: alertmanager
+    group_by: [alertname, span]
+    group_wait: 100ms
+routing:
+  outbox: {path: `+filepath.Join(dir, "outbox.db")+`}
+collector:
+  interval: 500ms
+`), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "demo", "--config", cfg, "--duration", "6s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var found bool
+	for _, b := range bodies {
+		var m struct {
+			Version string
+			Alerts  []struct {
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+		if err := json.Unmarshal([]byte(b), &m); err != nil {
+			t.Fatalf("payload is not JSON: %v\n%s", err, b)
+		}
+		for _, a := range m.Alerts {
+			if m.Version == "4" && a.Labels["alertname"] == "SpanOverBudget" && a.Labels["span"] == "demo.checkout" &&
+				strings.Contains(a.Annotations["stack"], "main.demoCheckout") {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no SpanOverBudget alert with the stack arrived; %d payloads:\n%s\ndemo output:\n%s", len(bodies), strings.Join(bodies, "\n"), out)
 	}
 }
