@@ -115,6 +115,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"unknown format", "webhooks:\n  - name: a\n    url: http://x\n    format: slack\n", `test.yaml:4:5: webhook "a": unknown format "slack"`},
 		{"template missing", "webhooks:\n  - name: a\n    url: http://x\n    format: template\n", "test.yaml:4:5: webhook \"a\": format: template needs a template:"},
 		{"template syntax", "webhooks:\n  - name: a\n    url: http://x\n    format: template\n    template: '{{ .Status '\n", "test.yaml:5:5: webhook \"a\": parse template"},
+		{"template runaway", "webhooks:\n  - name: a\n    url: http://x\n    format: template\n    template: '{{ range 10000 }}{{ range 10000 }}xxxxxxxxxx{{ end }}{{ end }}'\n", "output longer than 1048576 bytes"},
+		{"template spin", "webhooks:\n  - name: a\n    url: http://x\n    format: template\n    template: '{{ if true }}{{ range 99999999999 }}{{ end }}{{ end }}'\n", "range over 99999999999: at most 10000 iterations"},
 		{"template field", "webhooks:\n  - name: a\n    url: http://x\n    format: template\n    template: '{{ .Nope }}'\n", "can't evaluate field Nope"},
 		{"duplicate name", "webhooks:\n  - name: a\n    url: http://x\n  - name: a\n    url: http://y\n", `test.yaml:4:5: webhook name "a" used twice`},
 		{"bad name", "webhooks:\n  - name: a b\n    url: http://x\n", `test.yaml:2:5: webhook name "a b"`},
@@ -191,5 +193,41 @@ func TestParseConfigAbsentSections(t *testing.T) {
 	}
 	if len(c.Webhooks) != 0 || c.Routing.Outbox.Path != DefaultOutboxPath || c.Routing.Outbox.MaxEntries != DefaultOutboxMaxEntries {
 		t.Errorf("config from absent sections: %+v", c)
+	}
+}
+
+// FuzzLoadConfigFile checks that no input makes the decoder panic, and
+// that every error it returns is located in the file.
+func FuzzLoadConfigFile(f *testing.F) {
+	for _, s := range []string{
+		"webhooks:\n  - name: a\n    url: http://x\n",
+		"webhooks:\n  - {name: a, url: 'http://x', tls: {ca_file: c}, basic_auth: {username: u, password_file: p}}\n",
+		"routing:\n  outbox: {path: /x, max_entries: 3}\n  external_url: http://y\n",
+		"webhooks: &a [*a]\n",
+		"webhooks:\n  - name: a\n    url: http://x\n    group_by: [\"...\"]\n    timeout: 1d\n",
+		"webhooks:\n  - name: a\n    url: http://x\n    format: template\n    template: '{{ json .Alerts }}'\n",
+		"webhooks: 3\nrouting: []\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		_, err := LoadConfigFile("fuzz.yaml", []byte(text))
+		if err != nil && !strings.HasPrefix(err.Error(), "fuzz.yaml:") {
+			t.Errorf("error without the file name: %v", err)
+		}
+	})
+}
+
+// TestAliasBomb checks that YAML aliases cannot make decoding explode.
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x: &w {name: a, url: 'http://x'}\nwebhooks: [")
+	for range 5000 {
+		b.WriteString("*w, ")
+	}
+	b.WriteString("*w]\n")
+	_, err := LoadConfigFile("bomb.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "too many YAML aliases") {
+		t.Errorf("err = %v, want too many aliases", err)
 	}
 }

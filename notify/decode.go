@@ -87,7 +87,17 @@ var (
 // duplicate keys and values of the wrong type are errors that point at the
 // node. yaml.v3's Node.Decode cannot reject unknown keys, and its type errors
 // lack columns and the file name.
-type decoder struct{ file string }
+type decoder struct {
+	file string
+	// aliases and depth bound the work an input can cause: YAML aliases
+	// can expand exponentially ("billion laughs") or refer to themselves.
+	aliases, depth int
+}
+
+const (
+	maxAliases = 1000
+	maxDepth   = 64
+)
 
 func (d *decoder) errorf(n *yaml.Node, format string, a ...any) error {
 	return &ConfigError{File: d.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)}
@@ -113,8 +123,15 @@ func kindName(n *yaml.Node) string {
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value) error {
 	for n.Kind == yaml.AliasNode {
+		if d.aliases++; d.aliases > maxAliases || n.Alias == nil {
+			return d.errorf(n, "too many YAML aliases: write the values out")
+		}
 		n = n.Alias
 	}
+	if d.depth++; d.depth > maxDepth {
+		return d.errorf(n, "nested too deeply")
+	}
+	defer func() { d.depth-- }()
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}

@@ -201,6 +201,23 @@ func TestCorruptOutbox(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"data pages overwritten", func(t *testing.T, path string) {
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			// Everything after the two meta pages: the freelist, the root
+			// bucket pages and the records.
+			junk := bytes.Repeat([]byte{0xa5}, int(fi.Size())-2*os.Getpagesize())
+			if _, err := f.WriteAt(junk, int64(2*os.Getpagesize())); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"not a bbolt file", func(t *testing.T, path string) {
 			if err := os.WriteFile(path, []byte("this is not a database\n"), 0o600); err != nil {
 				t.Fatal(err)

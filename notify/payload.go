@@ -3,12 +3,14 @@ package notify
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
 	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
@@ -199,8 +201,8 @@ func render(w *Webhook, tmpl *template.Template, m *Message, alerts []*alert.Ale
 		}
 		return json.Marshal(out)
 	case FormatTemplate:
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, m); err != nil {
+		b := &limitedBuffer{max: maxTemplateOutput}
+		if err := tmpl.Execute(b, m); err != nil {
 			return nil, fmt.Errorf("execute template: %w", err)
 		}
 		return b.Bytes(), nil
@@ -244,10 +246,67 @@ func parseTemplate(name, text string) (*template.Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse template: %w", err)
 	}
+	for _, tt := range t.Templates() {
+		if tt.Tree == nil {
+			continue
+		}
+		if err := checkRanges(tt.Tree.Root); err != nil {
+			return nil, fmt.Errorf("parse template: %w", err)
+		}
+	}
 	a := SampleAlert(time.Unix(0, 0).UTC())
 	w := &Webhook{Name: name}
-	if err := t.Execute(&bytes.Buffer{}, buildMessage(w, "", "sample", map[string]string{}, []*alert.Alert{a})); err != nil {
+	if err := t.Execute(&limitedBuffer{max: maxTemplateOutput}, buildMessage(w, "", "sample", map[string]string{}, []*alert.Alert{a})); err != nil {
 		return nil, fmt.Errorf("execute template over a sample alert: %w", err)
 	}
 	return t, nil
+}
+
+// maxTemplateOutput bounds a template's output, so a runaway range cannot
+// fill memory.
+const maxTemplateOutput = 1 << 20
+
+var errTemplateTooLong = fmt.Errorf("output longer than %d bytes", maxTemplateOutput)
+
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	if l.Len()+len(p) > l.max {
+		return 0, errTemplateTooLong
+	}
+	return l.Buffer.Write(p)
+}
+
+// maxRangeCount bounds {{ range N }} over an integer literal: Go templates
+// can loop over integers, and a large one would spin for minutes.
+const maxRangeCount = 10000
+
+// checkRanges rejects ranges over large integer literals in a template.
+func checkRanges(n parse.Node) error {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := checkRanges(c); err != nil {
+				return err
+			}
+		}
+	case *parse.RangeNode:
+		if p := n.Pipe; p != nil && len(p.Cmds) == 1 && len(p.Cmds[0].Args) == 1 {
+			if num, ok := p.Cmds[0].Args[0].(*parse.NumberNode); ok && (!num.IsInt || num.Int64 > maxRangeCount) {
+				return fmt.Errorf("range over %s: at most %d iterations", num.Text, maxRangeCount)
+			}
+		}
+		return errors.Join(checkRanges(n.List), checkRanges(n.ElseList))
+	case *parse.IfNode:
+		return errors.Join(checkRanges(n.List), checkRanges(n.ElseList))
+	case *parse.WithNode:
+		return errors.Join(checkRanges(n.List), checkRanges(n.ElseList))
+	}
+	return nil
 }
