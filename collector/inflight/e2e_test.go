@@ -1,0 +1,139 @@
+//go:build linux
+
+package inflight
+
+import (
+	"bufio"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// TestUSDTStuckSpan runs the whole path with the real USDT tracer: a
+// program's span starts at its USDT start probe (kept by usdt_start in
+// task storage or usdt_inflight, whichever the kernel allows) and blocks;
+// the watcher samples it as still running; when the program lets the span
+// end, the core reports the same span as an ordinary overrun.
+func TestUSDTStuckSpan(t *testing.T) {
+	// With a status argument the end goes the general way; without one,
+	// the cookie fast path (see usdt.bpf.c). Both keep the start in task
+	// storage where the kernel has it.
+	for _, tc := range []struct {
+		name      string
+		statusArg int
+	}{{"status", 0}, {"fast", -1}} {
+		t.Run(tc.name, func(t *testing.T) { testUSDTStuckSpan(t, tc.statusArg) })
+	}
+}
+
+func testUSDTStuckSpan(t *testing.T, statusArg int) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skipf("skipping: no C compiler: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "stuck")
+	if out, err := exec.Command("cc", "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, filepath.Join("testdata", "stuck.c")).CombinedOutput(); err != nil {
+		t.Skipf("skipping: build with sys/sdt.h (systemtap-sdt-dev): %v\n%s", err, out)
+	}
+	m := newMaps(t)
+	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters}})
+	if err != nil {
+		t.Skipf("skipping: USDT tracer: %v", err)
+	}
+	defer tr.Close()
+	const span, budget = "stuck", 100 * time.Millisecond
+	if err := tr.Add(context.Background(), usdt.SpanSource{
+		Binary: bin, Span: span, NameArg: -1, KeyArg: -1, StatusArg: statusArg, DurationArg: -1,
+		Start: usdt.ProbeRef{Provider: "sw", Name: "t_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "t_done"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Config{
+		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"),
+		Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	t.Logf("task storage scan: %v", w.task != nil)
+	rd, err := ringbuf.NewReader(m.overruns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("read ready: %q, %v", line, err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	sym := symbolize.New(symbolize.Config{})
+	defer sym.Close()
+	if err := sym.Capture(pid); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func() bpf.SpanwatchOverrun {
+		t.Helper()
+		rd.SetDeadline(time.Now().Add(10 * time.Second))
+		rec, err := rd.Read()
+		if err != nil {
+			t.Fatalf("read overrun: %v", err)
+		}
+		return *(*bpf.SpanwatchOverrun)(unsafe.Pointer(&rec.RawSample[0]))
+	}
+	time.Sleep(2 * budget)
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	r := read()
+	if r.Pid != pid || r.Status != StatusStillRunning || r.NameId != snapshot.NameID(span) || r.DurationNs <= uint64(budget) {
+		t.Fatalf("still running sample: pid %d status %#x name id %#x duration %v", r.Pid, r.Status, r.NameId, time.Duration(r.DurationNs))
+	}
+	frames, err := sym.User(pid, r.Ustack[:max(0, r.UstackLen)/8])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range frames {
+		names = append(names, f.Function)
+	}
+	if got := strings.Join(names, ","); !strings.Contains(got, "c,b,a,main") {
+		t.Errorf("still running stack %s, want c, b, a, main", got)
+	}
+
+	// The span ends: the core reports it as an ordinary overrun, longer.
+	stdin.Close()
+	end := read()
+	if end.Pid != pid || end.Status != 0 || end.DurationNs < r.DurationNs {
+		t.Errorf("end of span: pid %d status %#x duration %v (sampled at %v)", end.Pid, end.Status, time.Duration(end.DurationNs), time.Duration(r.DurationNs))
+	}
+	cmd.Wait()
+	if err := w.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Active() {
+		t.Error("samplers still attached after the span ended")
+	}
+}
