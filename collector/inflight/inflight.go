@@ -65,9 +65,9 @@ type Config struct {
 
 // A Watcher samples threads whose spans run past their budgets.
 type Watcher struct {
-	cfg  Config
-	log  *slog.Logger
-	objs objects
+	cfg   Config
+	log   *slog.Logger
+	objs  objects
 	task  *taskObjects // nil without Config.TaskStart
 	iter  *link.Iter
 	slots [taskSlots]bpf.InflightInflightSlot // as last written
