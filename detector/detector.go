@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -28,6 +29,9 @@ type Config struct {
 	// PolicyTimeout bounds each Rego policy's evaluation (default 1s). A
 	// policy that exceeds it is reported and its alerts keep their state.
 	PolicyTimeout time.Duration
+	// PolicyWorkers is how many policies evaluate at once (default
+	// GOMAXPROCS): policies are independent and share one read-only input.
+	PolicyWorkers int
 	// ResendInterval re-sends firing alerts to the notifier this often
 	// (0: only on state changes).
 	ResendInterval time.Duration
@@ -99,6 +103,9 @@ func New(cfg Config) *Detector {
 	}
 	if cfg.PolicyTimeout <= 0 {
 		cfg.PolicyTimeout = time.Second
+	}
+	if cfg.PolicyWorkers <= 0 {
+		cfg.PolicyWorkers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.OverrunInterval <= 0 {
 		cfg.OverrunInterval = time.Minute
@@ -178,10 +185,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 			outs = append(outs, d.evalRule(r, snap, buf, now))
 		}
 		if len(cfg.Policies) > 0 {
-			input := policy.Input(snap)
-			for _, p := range cfg.Policies {
-				outs = append(outs, d.evalPolicy(ctx, p, input))
-			}
+			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, policy.Input(snap))...)
 		}
 		d.gcBaselines(cfg, now)
 	}
@@ -301,6 +305,36 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 		d.ruleError(r.Name, firstErr)
 	}
 	return out
+}
+
+// evalPolicies evaluates the policies on up to PolicyWorkers goroutines,
+// returning their outputs in policy order.
+func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, input ast.Value) []*ruleOutput {
+	outs := make([]*ruleOutput, len(pols))
+	workers := min(d.cfg.PolicyWorkers, len(pols))
+	if workers <= 1 {
+		for i, p := range pols {
+			outs[i] = d.evalPolicy(ctx, p, input)
+		}
+		return outs
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(pols) {
+					return
+				}
+				outs[i] = d.evalPolicy(ctx, pols[i], input)
+			}
+		}()
+	}
+	wg.Wait()
+	return outs
 }
 
 func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value) *ruleOutput {
