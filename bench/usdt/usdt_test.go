@@ -25,10 +25,11 @@ import (
 
 const (
 	pairsPerRun  = 200000 // start/done pairs per loop run
-	runsPerPhase = 5      // loop runs per phase; the median is kept
+	runsPerPhase = 5      // loop runs per phase; the fastest is kept
+	rounds       = 3      // alternations of spanwatch and bpftrace
 )
 
-func requireTools(b *testing.B) (loop string) {
+func requireTools(b *testing.B) (loop, loopNop5 string) {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: BPF, uprobes and kernel BPF statistics")
@@ -43,15 +44,21 @@ func requireTools(b *testing.B) (loop string) {
 	if _, err := exec.LookPath("bpftrace"); err != nil {
 		b.Skip("no bpftrace on PATH: install bpftrace")
 	}
-	loop = filepath.Join(b.TempDir(), "loop")
-	if out, err := exec.Command(cc, "-O2", "-o", loop, "testdata/loop.c").CombinedOutput(); err != nil {
-		b.Fatalf("cc testdata/loop.c: %v: %s", err, out)
+	dir := b.TempDir()
+	loop, loopNop5 = filepath.Join(dir, "loop"), filepath.Join(dir, "loop-nop5")
+	for _, args := range [][]string{{"-o", loop}, {"-DNOP5", "-o", loopNop5}} {
+		args = append([]string{"-O2"}, append(args, "testdata/loop.c")...)
+		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+			b.Fatalf("cc %v: %v: %s", args, err, out)
+		}
 	}
-	return loop
+	return loop, loopNop5
 }
 
-// runLoop runs the loop runsPerPhase times and returns the median ns per
-// start/done pair.
+// runLoop runs the loop runsPerPhase times and returns the fastest run's
+// ns per start/done pair: the machines that run this are shared and
+// noisy, and the least disturbed run is the closest to the tracer's own
+// cost.
 func runLoop(b *testing.B, loop string) float64 {
 	b.Helper()
 	var v []float64
@@ -67,7 +74,7 @@ func runLoop(b *testing.B, loop string) float64 {
 		v = append(v, f)
 	}
 	sort.Float64s(v)
-	return v[len(v)/2]
+	return v[0]
 }
 
 // progCost accumulates a set of programs' runs and run time.
@@ -101,15 +108,17 @@ type result struct {
 	nsPerPair   []float64
 }
 
-func (r *result) medianPair() float64 {
+// bestPair is the fastest phase's ns per pair.
+func (r *result) bestPair() float64 {
 	v := append([]float64(nil), r.nsPerPair...)
 	sort.Float64s(v)
-	return v[len(v)/2]
+	return v[0]
 }
 
 // spanwatchPhase attaches spanwatch's collector core and one USDT source
 // (bench:start/bench:done paired by thread), runs the loop, and detaches.
-func spanwatchPhase(b *testing.B, loop string, r *result) {
+// With nop5, the tracer attaches at the nop5 of "nop; nop5" sites.
+func spanwatchPhase(b *testing.B, loop string, nop5 bool, r *result) {
 	b.Helper()
 	ctx := context.Background()
 	col, err := collector.New(ctx, collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
@@ -117,15 +126,25 @@ func spanwatchPhase(b *testing.B, loop string, r *result) {
 		b.Fatal(err)
 	}
 	defer col.Close()
-	tr, err := col.AttachUSDT(ctx, []usdt.SpanSource{{
-		Binary: loop, Span: "bench", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
-		Start: usdt.ProbeRef{Provider: "bench", Name: "start"},
-		End:   usdt.ProbeRef{Provider: "bench", Name: "done"},
-	}})
+	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: col.Maps(), OptimizeNop5: nop5})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer tr.Close()
+	if err := tr.Add(ctx, usdt.SpanSource{
+		Binary: loop, Span: "bench", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
+		Start: usdt.ProbeRef{Provider: "bench", Name: "start"},
+		End:   usdt.ProbeRef{Provider: "bench", Name: "done"},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if nop5 {
+		for _, s := range tr.Sites() {
+			if !s.Probe.Nop5 {
+				b.Fatalf("%s is not a nop;nop5 site", s.Probe.FullName())
+			}
+		}
+	}
 	s0, d0 := statsOf(b, tr.Program("usdt_start")), statsOf(b, tr.Program("usdt_end"))
 	r.nsPerPair = append(r.nsPerPair, runLoop(b, loop))
 	s1, d1 := statsOf(b, tr.Program("usdt_start")), statsOf(b, tr.Program("usdt_end"))
@@ -228,10 +247,10 @@ func bpftracePhase(b *testing.B, loop string, r *result) {
 }
 
 // BenchmarkUSDTvsBpftrace measures both tracers on the same probe pair in
-// one run, alternating: baseline, spanwatch, bpftrace, spanwatch, bpftrace,
-// baseline. Run with -benchtime 1x: each iteration is a full comparison.
+// one run, alternating: baseline, then spanwatch and bpftrace three times
+// each, then baseline again. Run with -benchtime 1x: each iteration is a full comparison.
 func BenchmarkUSDTvsBpftrace(b *testing.B) {
-	loop := requireTools(b)
+	loop, _ := requireTools(b)
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Skipf("enable BPF statistics: %v", err)
@@ -242,16 +261,16 @@ func BenchmarkUSDTvsBpftrace(b *testing.B) {
 		var sw, bt result
 		var base []float64
 		base = append(base, runLoop(b, loop))
-		for round := 0; round < 2; round++ {
-			spanwatchPhase(b, loop, &sw)
+		for round := 0; round < rounds; round++ {
+			spanwatchPhase(b, loop, false, &sw)
 			bpftracePhase(b, loop, &bt)
 		}
 		base = append(base, runLoop(b, loop))
 		sort.Float64s(base)
 		baseline := base[0]
 
-		swAdded := (sw.medianPair() - baseline) / 2
-		btAdded := (bt.medianPair() - baseline) / 2
+		swAdded := (sw.bestPair() - baseline) / 2
+		btAdded := (bt.bestPair() - baseline) / 2
 		swProg := (sw.start.perRun() + sw.done.perRun()) / 2
 		btProg := (bt.start.perRun() + bt.done.perRun()) / 2
 		b.ReportMetric(sw.start.perRun(), "sw-start-ns/run")
@@ -267,5 +286,38 @@ func BenchmarkUSDTvsBpftrace(b *testing.B) {
 		b.Logf("BPF program cost (run_time_ns/run_cnt): spanwatch start %.0f done %.0f (avg %.0f); bpftrace start %.0f done %.0f (avg %.0f); ratio %.2f (goal <= 0.5)",
 			sw.start.perRun(), sw.done.perRun(), swProg, bt.start.perRun(), bt.done.perRun(), btProg, swProg/btProg)
 		b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; ratio %.2f (goal <= 0.8)", swAdded, btAdded, swAdded/btAdded)
+	}
+}
+
+// BenchmarkUSDTNop5 runs the same comparison on a loop whose probes are
+// "nop; nop5": spanwatch with OptimizeNop5 attaches at the nop5 where the
+// kernel has optimized uprobes (6.18+); bpftrace 0.17 attaches at the nop.
+// The loop runs in main, not a leaf function, so the red-zone hazard of
+// optimized uprobes (see usdt.TracerConfig.OptimizeNop5) does not apply.
+func BenchmarkUSDTNop5(b *testing.B) {
+	_, loop := requireTools(b)
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Skipf("enable BPF statistics: %v", err)
+	}
+	defer st.Close()
+	for i := 0; i < b.N; i++ {
+		var sw, bt result
+		base := []float64{runLoop(b, loop)}
+		for round := 0; round < rounds; round++ {
+			spanwatchPhase(b, loop, true, &sw)
+			bpftracePhase(b, loop, &bt)
+		}
+		base = append(base, runLoop(b, loop))
+		sort.Float64s(base)
+		swAdded := (sw.bestPair() - base[0]) / 2
+		btAdded := (bt.bestPair() - base[0]) / 2
+		b.ReportMetric(swAdded, "sw-added-ns/hit")
+		b.ReportMetric(btAdded, "bt-added-ns/hit")
+		b.ReportMetric(swAdded/btAdded, "added-ratio")
+		b.ReportMetric(sw.start.perRun(), "sw-start-ns/run")
+		b.ReportMetric(sw.done.perRun(), "sw-done-ns/run")
+		b.Logf("nop;nop5 loop: baseline %.1f ns/pair; spanwatch (at the nop5) %v ns/pair, bpftrace (at the nop) %v ns/pair", base[0], sw.nsPerPair, bt.nsPerPair)
+		b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; ratio %.2f", swAdded, btAdded, swAdded/btAdded)
 	}
 }

@@ -3,11 +3,20 @@
  * (bench:start and bench:done, each with the iteration as argument). Prints
  * the nanoseconds per pair, timed in the process so start-up is excluded.
  * Usage: loop N
+ *
+ * Built with -DNOP5, each probe is "nop; nop5" as newer sys/sdt.h headers
+ * emit it, so a tracer can attach to the nop5, which kernels with the
+ * uprobe syscall (6.18+) turn into a call instead of a trap.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/sdt.h>
+
+#ifdef NOP5
+#undef _SDT_NOP
+#define _SDT_NOP nop; .byte 0x0f; .byte 0x1f; .byte 0x44; .byte 0x00; .byte 0x00
+#endif
 
 int main(int argc, char **argv)
 {
