@@ -498,7 +498,7 @@ func TestOverrunUserStack(t *testing.T) {
 	}
 	var ovs []snapshot.Overrun
 	var over uint64
-	for deadline := time.Now().Add(5 * time.Second); len(ovs) < 10 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); len(ovs) < 10 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		s, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
