@@ -27,6 +27,12 @@ import (
 // bpf/inflight.bpf.c.
 const StatusStillRunning = 0x80000000
 
+// DecodeStatus splits an overrun record's status into the span's error
+// flag and whether it was sampled still running.
+func DecodeStatus(status uint32) (spanError, stillRunning bool) {
+	return status&^StatusStillRunning != 0, status&StatusStillRunning != 0
+}
+
 // sourceUSDT is SOURCE_USDT in bpf/aggregate.h.
 const sourceUSDT = 3
 

@@ -295,3 +295,14 @@ func watched(t *testing.T, w *Watcher) int {
 	}
 	return n
 }
+
+func TestDecodeStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status         uint32
+		err, stillRuns bool
+	}{{0, false, false}, {1, true, false}, {StatusStillRunning, false, true}, {StatusStillRunning | 1, true, true}} {
+		if e, r := DecodeStatus(tc.status); e != tc.err || r != tc.stillRuns {
+			t.Errorf("DecodeStatus(%#x) = %v, %v; want %v, %v", tc.status, e, r, tc.err, tc.stillRuns)
+		}
+	}
+}

@@ -577,3 +577,45 @@ func TestEviction(t *testing.T) {
 		t.Errorf("%d file descriptors open after Close, %d before New", after, before)
 	}
 }
+
+// TestMemfdJIT symbolizes code a JIT mapped from a memfd: the mapping is
+// file-backed but not ELF, and the names are in the perf map.
+func TestMemfdJIT(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "memfdjit")
+	buildC(t, bin, filepath.Join("testdata", "memfdjit.c"))
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	var base uint64
+	if _, err := fmt.Fscanf(bufio.NewReader(stdout), "%x\n", &base); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	perf := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	if err := os.WriteFile(perf, []byte(fmt.Sprintf("%x 40 Interpreter::Run\n", base+0x100)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(perf)
+	s := New(Config{})
+	defer s.Close()
+	if err := s.Capture(uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	frames, err := s.User(uint32(pid), []uint64{base + 0x110, base + 0x200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []snapshot.Frame{
+		{Addr: base + 0x110, Function: "Interpreter::Run", Module: "memfd:jit", Offset: 0x110},
+		{Addr: base + 0x200, Module: "memfd:jit", Offset: 0x200},
+	}
+	for i := range want {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+}

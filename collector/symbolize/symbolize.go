@@ -366,7 +366,10 @@ func (s *Symbolizer) symbolizeUser(p *process, f *snapshot.Frame, pc uint64) (fo
 		f.Offset = off
 		if mp.mod != nil {
 			if err := mp.mod.load(); err != nil {
+				// Not ELF: JIT code in a memfd (W^X double mapping)
+				// may still be in the perf map.
 				s.log.Debug("module_unparsable", "path", mp.mod.path, "error", err)
+				s.perfLookup(p, f, pc)
 				return true, nil
 			}
 			f.BuildID = mp.mod.buildID
@@ -402,8 +405,8 @@ func (s *Symbolizer) perfLookup(p *process, f *snapshot.Frame, pc uint64) bool {
 	f.Function = e.name
 	if f.Module == "" || f.Module == "[anon]" {
 		f.Module = filepath.Base(p.perfPath)
+		f.Offset = f.Addr - e.start
 	}
-	f.Offset = f.Addr - e.start
 	return true
 }
 
