@@ -115,10 +115,10 @@ rules:
 		{"keep_firing_for bridges a gap", "25s", []step{
 			{300 * ms, "Slow:pending", ""}, {300 * ms, "", ""}, {300 * ms, "", ""},
 			{300 * ms, "Slow:firing", "Slow:firing"},
-			{100 * ms, "", ""}, // 10s since last true
-			{300 * ms, "", ""}, // holds again: still the same alert
-			{100 * ms, "", ""}, // 10s
-			{100 * ms, "", ""}, // 20s
+			{100 * ms, "", ""},                           // 10s since last true
+			{300 * ms, "", ""},                           // holds again: still the same alert
+			{100 * ms, "", ""},                           // 10s
+			{100 * ms, "", ""},                           // 20s
 			{100 * ms, "Slow:resolved", "Slow:resolved"}, // 30s >= 25s
 		}},
 		{"keep_firing_for after disappearing", "15s", []step{

@@ -47,7 +47,7 @@ type Baseline struct {
 // Floors of the deviation used as the scale: without them a perfectly flat
 // series (deviation 0) would flag the first tiny wobble.
 const (
-	relFloor = 0.05  // 5% of the mean
+	relFloor = 0.05 // 5% of the mean
 	absFloor = 1e-9
 	// clampK bounds how far one window can move the baseline, in
 	// deviations: an outlier pulls the mean by at most alpha*clampK

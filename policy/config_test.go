@@ -81,7 +81,7 @@ budgets:
 		span string
 		want time.Duration
 	}{
-		{"db.slow", 2 * time.Second},       // exact beats an earlier glob
+		{"db.slow", 2 * time.Second},        // exact beats an earlier glob
 		{"db.query", 50 * time.Millisecond}, // first glob in file order wins
 		{"checkout", 10 * time.Second},
 	} {
@@ -142,9 +142,9 @@ rules:
 
 func TestParseFS(t *testing.T) {
 	fsys := fstest.MapFS{
-		"conf/rules.yaml":     {Data: []byte("policies:\n  - file: p/slow.rego\n    data: p/d.json\n")},
-		"conf/p/slow.rego":    {Data: []byte("package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Slow\", \"span\": s.span}} if {\n\tsome s in input.series\n\ts.p99_ns > data.limit_ns\n}\n")},
-		"conf/p/d.json":       {Data: []byte(`{"limit_ns": 1000}`)},
+		"conf/rules.yaml":  {Data: []byte("policies:\n  - file: p/slow.rego\n    data: p/d.json\n")},
+		"conf/p/slow.rego": {Data: []byte("package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Slow\", \"span\": s.span}} if {\n\tsome s in input.series\n\ts.p99_ns > data.limit_ns\n}\n")},
+		"conf/p/d.json":    {Data: []byte(`{"limit_ns": 1000}`)},
 	}
 	data, _ := fsys.ReadFile("conf/rules.yaml")
 	cfg, err := Parse("conf/rules.yaml", data, Options{FS: fsys})

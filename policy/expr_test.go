@@ -242,8 +242,8 @@ func TestMatcher(t *testing.T) {
 		{Matcher{Span: mk("checkout")}, true},
 		{Matcher{Span: mk("checkout"), Container: mk("web-*")}, true},
 		{Matcher{Span: mk("checkout"), Container: mk("db-*")}, false},
-		{Matcher{Pod: mk("*")}, true},          // absent field matches as ""
-		{Matcher{Pod: mk("?*")}, false},        // ... so requiring one char fails
+		{Matcher{Pod: mk("*")}, true},   // absent field matches as ""
+		{Matcher{Pod: mk("?*")}, false}, // ... so requiring one char fails
 		{Matcher{Process: mk("!nginx")}, false},
 		{Matcher{Unit: mk("!*.service")}, true},
 	} {

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"math"
+
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -36,19 +38,19 @@ func Input(s *snapshot.Snapshot) ast.Value {
 	}
 	st := s.Stats
 	return ast.NewObject(
-		item(kTime, ast.StringTerm(s.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
+		item(kTime, strTerm(s.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
 		item(kTimeNs, ast.IntNumberTerm(int(s.Time.UnixNano()))),
 		item(kWindowNs, ast.IntNumberTerm(int(s.WindowNs))),
 		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
-		item(kHost, ast.StringTerm(s.Host)),
+		item(kHost, strTerm(s.Host)),
 		item(kSeries, ast.ArrayTerm(series...)),
 		item(kOverruns, ast.ArrayTerm(overruns...)),
 		item(kStats, ast.ObjectTerm(
-			item(ast.StringTerm("events"), ast.UIntNumberTerm(st.Events)),
-			item(ast.StringTerm("ringbuf_drops"), ast.UIntNumberTerm(st.RingbufDrops)),
-			item(ast.StringTerm("stats_full"), ast.UIntNumberTerm(st.StatsFull)),
-			item(ast.StringTerm("short_events"), ast.UIntNumberTerm(st.ShortEvents)),
-			item(ast.StringTerm("overruns_dropped"), ast.UIntNumberTerm(st.OverrunsDropped)),
+			item(ast.StringTerm("events"), uintTerm(st.Events)),
+			item(ast.StringTerm("ringbuf_drops"), uintTerm(st.RingbufDrops)),
+			item(ast.StringTerm("stats_full"), uintTerm(st.StatsFull)),
+			item(ast.StringTerm("short_events"), uintTerm(st.ShortEvents)),
+			item(ast.StringTerm("overruns_dropped"), uintTerm(st.OverrunsDropped)),
 		)),
 	)
 }
@@ -101,35 +103,35 @@ var (
 
 func seriesObject(s *snapshot.Series) ast.Object {
 	labels := make([][2]*ast.Term, 0, 6)
-	labels = append(labels, item(kSpan, ast.StringTerm(s.Span)))
+	labels = append(labels, item(kSpan, strTerm(s.Span)))
 	for _, kv := range [...]struct {
 		k *ast.Term
 		v string
 	}{{kCgroup, s.Cgroup}, {kContainer, s.Container}, {kPod, s.Pod}, {kUnit, s.Unit}, {kProcess, s.Process}} {
 		if kv.v != "" {
-			labels = append(labels, item(kv.k, ast.StringTerm(kv.v)))
+			labels = append(labels, item(kv.k, strTerm(kv.v)))
 		}
 	}
 	return ast.NewObject(
-		item(kSpan, ast.StringTerm(s.Span)),
-		item(kCgroupID, ast.UIntNumberTerm(s.CgroupID)),
-		item(kCgroup, ast.StringTerm(s.Cgroup)),
-		item(kContainer, ast.StringTerm(s.Container)),
-		item(kPod, ast.StringTerm(s.Pod)),
-		item(kUnit, ast.StringTerm(s.Unit)),
-		item(kProcess, ast.StringTerm(s.Process)),
-		item(kCount, ast.UIntNumberTerm(s.Count)),
+		item(kSpan, strTerm(s.Span)),
+		item(kCgroupID, uintTerm(s.CgroupID)),
+		item(kCgroup, strTerm(s.Cgroup)),
+		item(kContainer, strTerm(s.Container)),
+		item(kPod, strTerm(s.Pod)),
+		item(kUnit, strTerm(s.Unit)),
+		item(kProcess, strTerm(s.Process)),
+		item(kCount, uintTerm(s.Count)),
 		item(kRate, ast.FloatNumberTerm(finite(s.Rate))),
-		item(kErrors, ast.UIntNumberTerm(s.Errors)),
+		item(kErrors, uintTerm(s.Errors)),
 		item(kErrorRatio, ast.FloatNumberTerm(MetricErrorRatio.Value(s))),
-		item(kSumNs, ast.UIntNumberTerm(s.SumNs)),
-		item(kP50, ast.UIntNumberTerm(s.P50Ns)),
-		item(kP90, ast.UIntNumberTerm(s.P90Ns)),
-		item(kP99, ast.UIntNumberTerm(s.P99Ns)),
-		item(kMax, ast.UIntNumberTerm(s.MaxNs)),
-		item(kWindowMax, ast.UIntNumberTerm(s.WindowMaxNs)),
-		item(kOverBudget, ast.UIntNumberTerm(s.OverBudget)),
-		item(kBudgetNs, ast.UIntNumberTerm(s.BudgetNs)),
+		item(kSumNs, uintTerm(s.SumNs)),
+		item(kP50, uintTerm(s.P50Ns)),
+		item(kP90, uintTerm(s.P90Ns)),
+		item(kP99, uintTerm(s.P99Ns)),
+		item(kMax, uintTerm(s.MaxNs)),
+		item(kWindowMax, uintTerm(s.WindowMaxNs)),
+		item(kOverBudget, uintTerm(s.OverBudget)),
+		item(kBudgetNs, uintTerm(s.BudgetNs)),
 		item(kLabels, ast.ObjectTerm(labels...)),
 	)
 }
@@ -137,26 +139,37 @@ func seriesObject(s *snapshot.Series) ast.Object {
 func overrunObject(o *snapshot.Overrun) ast.Object {
 	frames := make([]*ast.Term, len(o.UserStack))
 	for i, f := range o.UserStack {
-		frames[i] = ast.StringTerm(f.String())
+		frames[i] = strTerm(f.String())
 	}
 	return ast.NewObject(
-		item(kOverrunTime, ast.StringTerm(o.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
-		item(kSpan, ast.StringTerm(o.Span)),
-		item(kPID, ast.UIntNumberTerm(uint64(o.PID))),
-		item(kTID, ast.UIntNumberTerm(uint64(o.TID))),
-		item(kComm, ast.StringTerm(o.Comm)),
-		item(kCgroupID, ast.UIntNumberTerm(o.CgroupID)),
-		item(kCgroup, ast.StringTerm(o.Cgroup)),
-		item(kContainer, ast.StringTerm(o.Container)),
-		item(kPod, ast.StringTerm(o.Pod)),
-		item(kUnit, ast.StringTerm(o.Unit)),
-		item(kDurationNs, ast.UIntNumberTerm(o.DurationNs)),
-		item(kBudgetNs, ast.UIntNumberTerm(o.BudgetNs)),
+		item(kOverrunTime, strTerm(o.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
+		item(kSpan, strTerm(o.Span)),
+		item(kPID, uintTerm(uint64(o.PID))),
+		item(kTID, uintTerm(uint64(o.TID))),
+		item(kComm, strTerm(o.Comm)),
+		item(kCgroupID, uintTerm(o.CgroupID)),
+		item(kCgroup, strTerm(o.Cgroup)),
+		item(kContainer, strTerm(o.Container)),
+		item(kPod, strTerm(o.Pod)),
+		item(kUnit, strTerm(o.Unit)),
+		item(kDurationNs, uintTerm(o.DurationNs)),
+		item(kBudgetNs, uintTerm(o.BudgetNs)),
 		item(kError, ast.BooleanTerm(o.Error)),
-		item(kTraceID, ast.StringTerm(o.TraceID)),
-		item(kSpanID, ast.StringTerm(o.SpanID)),
+		item(kTraceID, strTerm(o.TraceID)),
+		item(kSpanID, strTerm(o.SpanID)),
 		item(kStillRun, ast.BooleanTerm(o.StillRunning)),
-		item(kSource, ast.StringTerm(o.Source)),
+		item(kSource, strTerm(o.Source)),
 		item(kFrames, ast.ArrayTerm(frames...)),
 	)
 }
+
+// uintTerm and strTerm reuse OPA's interned terms for small numbers and
+// common strings (0, "", ...), which most fields of a quiet series are.
+func uintTerm(v uint64) *ast.Term {
+	if v <= math.MaxInt64 {
+		return ast.InternedTerm(int64(v))
+	}
+	return ast.UIntNumberTerm(v)
+}
+
+func strTerm(s string) *ast.Term { return ast.InternedTerm(s) }

@@ -17,8 +17,8 @@ type Glob struct {
 	pattern string
 	neg     bool
 	exact   bool
-	lit     string  // the pattern with escapes removed, when exact
-	toks    []gtok  // the compiled pattern otherwise
+	lit     string // the pattern with escapes removed, when exact
+	toks    []gtok // the compiled pattern otherwise
 }
 
 type gtok struct {

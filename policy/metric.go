@@ -21,8 +21,8 @@ const (
 	MetricP50        Metric = "p50"         // latency quantiles over the window
 	MetricP90        Metric = "p90"
 	MetricP99        Metric = "p99"
-	MetricMax        Metric = "max"        // the histogram's largest value in the window
-	MetricMean       Metric = "mean"       // sum / count
+	MetricMax        Metric = "max"         // the histogram's largest value in the window
+	MetricMean       Metric = "mean"        // sum / count
 	MetricOverBudget Metric = "over_budget" // spans slower than their budget
 )
 
