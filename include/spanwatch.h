@@ -190,8 +190,9 @@ static inline int spanwatch_emit_event(const struct spanwatch *sw, const struct 
 	return 0;
 }
 
-/* spanwatch_emit writes one finished span. trace_id (16 bytes) and span_id
- * (8 bytes) may be NULL. Names longer than 64 bytes are truncated. */
+/* spanwatch_emit writes one finished span. name must not be NULL; names
+ * longer than 64 bytes are truncated. trace_id (16 bytes) and span_id
+ * (8 bytes) may be NULL. */
 static inline int spanwatch_emit(const struct spanwatch *sw, const char *name,
 				 uint64_t duration_ns, uint64_t start_ns, int error,
 				 const uint8_t *trace_id, const uint8_t *span_id)
