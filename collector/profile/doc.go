@@ -11,7 +11,7 @@
 //	err = p.Write(w)                            // gzipped protobuf
 //	err = profile.WriteFolded(w, stacks, profile.ValueCount)
 //
-// A pprof sample is one distinct stack; its values are the number of
+// ReportSchema documents the JSON form. A pprof sample is one distinct stack; its values are the number of
 // overruns and their total duration in nanoseconds. It imports only the
 // snapshot data model, so "spanwatch stacks" works on files recorded
 // elsewhere, without BPF or root.
