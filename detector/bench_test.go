@@ -165,3 +165,24 @@ func BenchmarkMemoryPerSeries(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOverrunFlood is the cost of one overrun in a flood from a few
+// spans: almost all are folded into a recent alert.
+func BenchmarkOverrunFlood(b *testing.B) {
+	d := New(Config{OverrunInterval: time.Minute})
+	d.SetRules(mustParse(b, "budgets:\n  - {span: \"*\", budget: 1ms, labels: {severity: page}}\n"))
+	ctx := context.Background()
+	os := make([]snapshot.Overrun, 16)
+	for i := range os {
+		os[i] = overrun(0, fmt.Sprintf("span%d", i%4), fmt.Sprintf("proc%d", i/4))
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		o := os[i%len(os)]
+		o.Time = t0.Add(time.Duration(i) * time.Microsecond)
+		d.Overrun(ctx, o)
+	}
+	if st := d.Stats(); st.OverrunAlerts > uint64(16*(1+b.N/60_000_000)) {
+		b.Fatalf("sent %d alerts", st.OverrunAlerts)
+	}
+}

@@ -92,8 +92,10 @@ type group struct {
 type active struct {
 	a        *alert.Alert
 	activeAt time.Time
-	lastTrue time.Time
 	lastSent time.Time
+	// keepFiringSince is the first evaluation at which a firing alert's
+	// rule no longer held (zero while it holds), as in Prometheus.
+	keepFiringSince time.Time
 }
 
 // New returns a Detector with no rules; call SetRules.
@@ -415,7 +417,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 				if o.forDur <= 0 {
 					ac.a.State = alert.StateFiring
 				}
-				ac.a.Annotations, ac.a.Value, ac.lastTrue = res.annotations, res.value, now
+				ac.a.Annotations, ac.a.Value = res.annotations, res.value
 				changed = append(changed, clone(ac.a))
 				if ac.a.State == alert.StateFiring {
 					ac.lastSent = now
@@ -423,7 +425,8 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 				}
 				continue
 			}
-			ac.a.Annotations, ac.a.Value, ac.lastTrue = res.annotations, res.value, now
+			ac.a.Annotations, ac.a.Value = res.annotations, res.value
+			ac.keepFiringSince = time.Time{}
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
 				ac.a.State = alert.StateFiring
@@ -443,8 +446,13 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 				continue
 			}
 			ac := g.active[fp]
-			if ac.a.State == alert.StateFiring && o.keepFiringFor > 0 && now.Sub(ac.lastTrue) < o.keepFiringFor {
-				continue
+			if ac.a.State == alert.StateFiring && o.keepFiringFor > 0 {
+				if ac.keepFiringSince.IsZero() {
+					ac.keepFiringSince = now
+				}
+				if now.Sub(ac.keepFiringSince) < o.keepFiringFor {
+					continue
+				}
 			}
 			c, s := end(ac, now)
 			changed = append(changed, c)

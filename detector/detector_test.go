@@ -112,11 +112,14 @@ rules:
 			{300 * ms, "Slow:firing", "Slow:firing"},
 			{0, "Slow:resolved", "Slow:resolved"},
 		}},
+		// keep_firing_for counts from the first evaluation at which the
+		// rule no longer holds, as in Prometheus.
 		{"keep_firing_for bridges a gap", "25s", []step{
 			{300 * ms, "Slow:pending", ""}, {300 * ms, "", ""}, {300 * ms, "", ""},
 			{300 * ms, "Slow:firing", "Slow:firing"},
-			{100 * ms, "", ""},                           // 10s since last true
+			{100 * ms, "", ""},                           // stops holding: kept
 			{300 * ms, "", ""},                           // holds again: still the same alert
+			{100 * ms, "", ""},                           // stops holding again: 0s
 			{100 * ms, "", ""},                           // 10s
 			{100 * ms, "", ""},                           // 20s
 			{100 * ms, "Slow:resolved", "Slow:resolved"}, // 30s >= 25s
@@ -125,7 +128,14 @@ rules:
 			{300 * ms, "Slow:pending", ""}, {300 * ms, "", ""}, {300 * ms, "", ""},
 			{300 * ms, "Slow:firing", "Slow:firing"},
 			{0, "", ""},
+			{0, "", ""},
 			{0, "Slow:resolved", "Slow:resolved"},
+		}},
+		{"keep_firing_for shorter than the interval keeps one evaluation", "1s", []step{
+			{300 * ms, "Slow:pending", ""}, {300 * ms, "", ""}, {300 * ms, "", ""},
+			{300 * ms, "Slow:firing", "Slow:firing"},
+			{100 * ms, "", ""},
+			{100 * ms, "Slow:resolved", "Slow:resolved"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -463,5 +473,31 @@ alerts contains {"labels": object.union(s.labels, {"alertname": "P%d"})} if {
 	// s_i has p99 = i*50µs: P_k fires for i*50000 > k*1e6, i.e. i > 20k.
 	if want := "map[P0:199 P1:179 P2:159 P3:139 P4:119 P5:99]"; seq != want {
 		t.Errorf("alerts per policy = %s, want %s", seq, want)
+	}
+}
+
+func TestPolicyFor(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"rules.yaml": "policies:\n  - {file: p.rego, for: 20s, keep_firing_for: 10s}\n",
+		"p.rego":     "package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Busy\", \"span\": s.span}, \"annotations\": {\"value\": sprintf(\"%d\", [s.count])}} if {\n\tsome s in input.series\n\ts.count > 50\n}\n",
+	})
+	cfg, err := policy.LoadFile(filepath.Join(dir, "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{})
+	d.SetRules(cfg)
+	busy := snapshot.Series{Span: "a", Count: 100}
+	var got []string
+	for i, s := range [][]snapshot.Series{{busy}, {busy}, {busy}, {}, {}, {}} {
+		changed, _ := d.Evaluate(context.Background(), snap(i, s...))
+		got = append(got, states(changed))
+		if i == 2 && (len(changed) != 1 || changed[0].Value != "100") {
+			t.Errorf("firing alert value = %+v", changed)
+		}
+	}
+	want := []string{"Busy:pending", "", "Busy:firing", "", "Busy:resolved", ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("states %q, want %q", got, want)
 	}
 }
