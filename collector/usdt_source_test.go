@@ -98,6 +98,12 @@ func TestUSDTSpans(t *testing.T) {
 			Binary: prog, NameArg: 0, KeyArg: -1, StatusArg: 2, DurationArg: 1,
 			Probe: usdt.ProbeRef{Provider: "sw", Name: "single"},
 		},
+		// The same probe through the process: its executable is also
+		// among its mapped files, and must be attached once.
+		{
+			PID: cmd.Process.Pid, Span: "single_pid", NameArg: -1, KeyArg: -1, StatusArg: 2, DurationArg: 1,
+			Probe: usdt.ProbeRef{Provider: "sw", Name: "single"},
+		},
 	}
 	tr, err := c.AttachUSDT(context.Background(), sources)
 	if err != nil {
@@ -161,6 +167,7 @@ func TestUSDTSpans(t *testing.T) {
 		{"tspan_fast", "t", 0, 0.01},
 		{"keyed", "k", 0, 0.01},
 		{"single", "s", iter / 2, 0},
+		{"single_pid", "s", iter / 2, 0},
 	} {
 		sr, ok := series[tc.span]
 		if !ok {

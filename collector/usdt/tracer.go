@@ -395,7 +395,16 @@ func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
 		paths = []string{s.Binary}
 	}
 	var files []*File
+	seen := map[devIno]bool{}
 	for i, p := range paths {
+		// The executable is among a process's mapped files too: attach
+		// to each file once, or every probe would fire twice.
+		if id, err := statDevIno(p); err == nil {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+		}
 		f, err := Open(p)
 		if err != nil {
 			if s.PID != 0 && s.Binary == "" && i > 0 {

@@ -1,0 +1,50 @@
+//go:build !(linux && amd64)
+
+package usdt
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/cilium/ebpf"
+)
+
+// ErrUnsupported: attaching USDT probes needs Linux on x86-64 (the BPF
+// object is built for it); listing probes works everywhere.
+var ErrUnsupported = errors.New("attaching USDT probes is only supported on linux/amd64")
+
+// CoreMaps are the aggregation core's maps the USDT object shares.
+var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "names", "overruns", "counters"}
+
+// TracerConfig configures a Tracer.
+type TracerConfig struct {
+	Logger       *slog.Logger
+	Maps         map[string]*ebpf.Map
+	NoCookies    bool
+	MaxSpecs     uint32
+	ProcRoot     string
+	OptimizeNop5 bool
+}
+
+// A Tracer attaches USDT span sources; here it cannot.
+type Tracer struct{}
+
+// A Site is one attached call site.
+type Site struct {
+	SpecID uint32
+	Path   string
+	PID    int
+	Probe  Probe
+	Role   string
+}
+
+// NewTracer fails with ErrUnsupported on this platform.
+func NewTracer(cfg TracerConfig) (*Tracer, error) { return nil, ErrUnsupported }
+
+func (t *Tracer) HaveCookie() bool                            { return false }
+func (t *Tracer) Sites() []Site                               { return nil }
+func (t *Tracer) Map(name string) *ebpf.Map                   { return nil }
+func (t *Tracer) Program(name string) *ebpf.Program           { return nil }
+func (t *Tracer) Add(ctx context.Context, s SpanSource) error { return ErrUnsupported }
+func (t *Tracer) Close() error                                { return nil }
