@@ -3,7 +3,9 @@ package symbolize
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,13 +23,20 @@ type procKey struct {
 	startStack uint64
 }
 
-// readProcKey reads the key from /proc/PID/stat.
+// readProcKey reads the key from /proc/PID/stat. The collector calls it
+// for every overrun record, so it reads into a buffer on the stack.
 func readProcKey(procRoot string, pid uint32) (procKey, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat"))
+	f, err := os.Open(procRoot + "/" + strconv.FormatUint(uint64(pid), 10) + "/stat")
 	if err != nil {
 		return procKey{}, err
 	}
-	return parseStat(b)
+	defer f.Close()
+	var buf [1024]byte
+	n, err := io.ReadFull(f, buf[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return procKey{}, err
+	}
+	return parseStat(buf[:n])
 }
 
 // parseStat parses /proc/PID/stat. The command name, field 2, may hold
@@ -37,20 +46,36 @@ func parseStat(b []byte) (procKey, error) {
 	if i < 0 {
 		return procKey{}, fmt.Errorf("parse stat: no command name")
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state), so field N is f[N-3].
-	if len(f) < 26 {
-		return procKey{}, fmt.Errorf("parse stat: %d fields after the command name, want at least 26", len(f))
-	}
+	// Fields are counted from 3 (state), the first after the name.
 	var k procKey
-	var err error
-	for _, x := range []struct {
-		dst   *uint64
-		field int
-	}{{&k.startTime, 22}, {&k.startCode, 26}, {&k.startStack, 28}} {
-		if *x.dst, err = strconv.ParseUint(f[x.field-3], 10, 64); err != nil {
-			return procKey{}, fmt.Errorf("parse stat field %d: %w", x.field, err)
+	field, rest := 3, b[i+1:]
+	for field <= 28 {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
 		}
+		if end == 0 {
+			return procKey{}, fmt.Errorf("parse stat: %d fields after the command name, want at least 26", field-3)
+		}
+		var dst *uint64
+		switch field {
+		case 22:
+			dst = &k.startTime
+		case 26:
+			dst = &k.startCode
+		case 28:
+			dst = &k.startStack
+		}
+		if dst != nil {
+			v, err := strconv.ParseUint(string(bytes.TrimSpace(rest[:end])), 10, 64)
+			if err != nil {
+				return procKey{}, fmt.Errorf("parse stat field %d: %w", field, err)
+			}
+			*dst = v
+		}
+		rest = rest[end:]
+		field++
 	}
 	return k, nil
 }
