@@ -56,30 +56,8 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	}
 	dur := policy.MetricP99.Format(float64(o.DurationNs))
 	budget := policy.MetricP99.Format(float64(o.BudgetNs))
-	verb := "took"
-	if o.StillRunning {
-		verb = "has been running for"
-	}
-	annotations := map[string]string{
-		"summary":  fmt.Sprintf("span %s %s %s, over its %s budget", o.Span, verb, dur, budget),
-		"duration": dur,
-		"budget":   budget,
-		"pid":      strconv.FormatUint(uint64(o.PID), 10),
-		"tid":      strconv.FormatUint(uint64(o.TID), 10),
-	}
-	if o.TraceID != "" {
-		annotations["trace_id"] = o.TraceID
-	}
-	if o.SpanID != "" {
-		annotations["span_id"] = o.SpanID
-	}
-	if st := stackText(o.UserStack); st != "" {
-		annotations["stack"] = st
-	} else if o.StackError != "" {
-		annotations["stack"] = "(no stack: " + o.StackError + ")"
-	}
 	data := &policy.TemplateData{Value: dur, RawValue: float64(o.DurationNs), Threshold: budget, Metric: "duration", Overrun: &o}
-	if err := entry.Expand(data, labels, annotations); err != nil {
+	if err := entry.ExpandLabels(data, labels); err != nil {
 		d.ruleError("budget "+entry.Span.String(), err)
 	}
 	fp := alert.Fingerprint(labels)
@@ -110,11 +88,40 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		e = &overrunEntry{}
 		d.ovSeen[fp] = e
 	}
-	if e.suppressed > 0 {
-		annotations["suppressed"] = strconv.FormatUint(e.suppressed, 10)
-	}
+	suppressed := e.suppressed
 	e.last, e.suppressed = t, 0
 	d.ovMu.Unlock()
+
+	// Annotations are built only for alerts that go out: in a flood, the
+	// deduplicated overruns cost a fingerprint and a map lookup.
+	verb := "took"
+	if o.StillRunning {
+		verb = "has been running for"
+	}
+	annotations := map[string]string{
+		"summary":  fmt.Sprintf("span %s %s %s, over its %s budget", o.Span, verb, dur, budget),
+		"duration": dur,
+		"budget":   budget,
+		"pid":      strconv.FormatUint(uint64(o.PID), 10),
+		"tid":      strconv.FormatUint(uint64(o.TID), 10),
+	}
+	if o.TraceID != "" {
+		annotations["trace_id"] = o.TraceID
+	}
+	if o.SpanID != "" {
+		annotations["span_id"] = o.SpanID
+	}
+	if st := stackText(o.UserStack); st != "" {
+		annotations["stack"] = st
+	} else if o.StackError != "" {
+		annotations["stack"] = "(no stack: " + o.StackError + ")"
+	}
+	if suppressed > 0 {
+		annotations["suppressed"] = strconv.FormatUint(suppressed, 10)
+	}
+	if err := entry.ExpandAnnotations(data, labels, annotations); err != nil {
+		d.ruleError("budget "+entry.Span.String(), err)
+	}
 
 	oc := o
 	a := &alert.Alert{

@@ -592,20 +592,28 @@ func (r *Rule) Expand(data *TemplateData) (labels, annotations map[string]string
 	return labels, annotations, nil
 }
 
-// ExpandBudget renders an overrun alert's extra labels and annotations
-// from its budget entry into labels and annotations.
-func (b *Budget) Expand(data *TemplateData, labels, annotations map[string]string) error {
-	if b == nil {
+// ExpandLabels renders an overrun alert's extra labels from its budget
+// entry into labels; a nil Budget adds none.
+func (b *Budget) ExpandLabels(data *TemplateData, labels map[string]string) error {
+	if b == nil || len(b.Labels) == 0 {
 		return nil
 	}
-	if len(b.Labels) > 0 {
-		extra := make(map[string]string, len(b.Labels))
-		if err := expandAll(b.Labels, data, extra); err != nil {
-			return fmt.Errorf("budget %s: label %w", b.Span, err)
-		}
-		for k, v := range extra {
-			labels[k] = v
-		}
+	data.Labels = labels
+	extra := make(map[string]string, len(b.Labels))
+	if err := expandAll(b.Labels, data, extra); err != nil {
+		return fmt.Errorf("budget %s: label %w", b.Span, err)
+	}
+	for k, v := range extra {
+		labels[k] = v
+	}
+	return nil
+}
+
+// ExpandAnnotations renders an overrun alert's extra annotations from its
+// budget entry into annotations; templates see the final labels.
+func (b *Budget) ExpandAnnotations(data *TemplateData, labels, annotations map[string]string) error {
+	if b == nil || len(b.Annotations) == 0 {
+		return nil
 	}
 	data.Labels = labels
 	if err := expandAll(b.Annotations, data, annotations); err != nil {
