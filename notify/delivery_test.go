@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestDeliverySurvivesFailingReceivers sends firing and then resolved
@@ -301,5 +303,32 @@ func TestCloseFinishesAttempt(t *testing.T) {
 	}
 	if s := d.Stats().Webhooks[0]; s.QueueDepth != 0 {
 		t.Errorf("queue depth %d after restart", s.QueueDepth)
+	}
+}
+
+// TestMaxAge gives a notification up after max_age and keeps it as a dead
+// letter with the last error.
+func TestMaxAge(t *testing.T) {
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		http.Error(w, "maintenance", http.StatusServiceUnavailable)
+		return true
+	}).start()
+	d := mustNew(t, webhookConfig(t, rc.srv.URL, t.TempDir(), "max_age: 300ms"))
+	start := time.Now()
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "expiry", func() bool { return d.Stats().Webhooks[0].Failures[ReasonExpired] == 1 })
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Errorf("given up after %s, before max_age", el)
+	}
+	var dead deadLetter
+	d.db.View(func(tx *bolt.Tx) error {
+		_, v := tx.Bucket(bucketDead).Bucket([]byte("test")).Cursor().First()
+		return json.Unmarshal(v, &dead)
+	})
+	if dead.Reason != ReasonExpired || !strings.Contains(dead.Error, "503") || !strings.Contains(dead.Error, "maintenance") || dead.Alerts != 1 || len(dead.Body) == 0 {
+		t.Errorf("dead letter %+v", dead)
+	}
+	if s := d.Stats(); s.Webhooks[0].QueueDepth != 0 || s.Outbox.Entries != 1 {
+		t.Errorf("queue %d, entries %d; want 0 and 1 (the alert stays in its group)", s.Webhooks[0].QueueDepth, s.Outbox.Entries)
 	}
 }
