@@ -24,7 +24,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Notifier receives firing and resolved alerts (pending ones are not
 	// sent, as in Prometheus). It may be nil: Evaluate still returns the
-	// changes.
+	// changes. Evaluate and Overrun may call it concurrently.
 	Notifier alert.Notifier
 	// PolicyTimeout bounds each Rego policy's evaluation (default 1s). A
 	// policy that exceeds it is reported and its alerts keep their state.

@@ -61,3 +61,22 @@ func TestTestFiles(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckTestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"check", "../../examples/rego/spanwatch.yaml"}, 0},
+		{[]string{"check", "../../policy/testdata/bad/rego_http_send.yaml"}, 1},
+		{[]string{"check"}, 2},
+		{[]string{"test", "../../examples/rego/spanwatch.test.yaml"}, 0},
+		{[]string{"test", "../../detector/ruletest/testdata/failing.test.yaml"}, 1},
+		{[]string{"test"}, 2},
+	} {
+		var stderr bytes.Buffer
+		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != tc.code {
+			t.Errorf("spanwatch %v: exit %d, want %d (%s)", tc.args, code, tc.code, stderr.String())
+		}
+	}
+}
