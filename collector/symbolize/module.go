@@ -86,6 +86,10 @@ func (m *module) close() error {
 // read-only instead of copying: a Go binary's pclntab is megabytes, and
 // mapped it shares the page cache with the processes running the binary.
 func (m *module) read(off, size uint64) ([]byte, error) {
+	// A corrupt header may claim any size: stay inside the file.
+	if end, total := off+size, m.size(); end < off || total < 0 || end > uint64(total) {
+		return nil, fmt.Errorf("read %s: %d bytes at %#x run past the end of the file", m.path, size, off)
+	}
 	if f, ok := m.r.(*os.File); ok {
 		page := uint64(os.Getpagesize())
 		start := off &^ (page - 1)
@@ -199,6 +203,19 @@ func (m *module) fileOffsetToAddr(off uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// size returns the file's size, or -1.
+func (m *module) size() int64 {
+	switch r := m.r.(type) {
+	case *os.File:
+		if st, err := r.Stat(); err == nil {
+			return st.Size()
+		}
+	case interface{ Size() int64 }:
+		return r.Size()
+	}
+	return -1
 }
 
 // lookup symbolizes one address of the module (an ELF virtual address):
