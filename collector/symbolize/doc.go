@@ -29,16 +29,16 @@
 // its header when the section headers are stripped, so "go build -ldflags=-s
 // -w" binaries symbolize with file and line), with calls inlined by the
 // compiler expanded into frames of their own (Go 1.21+, from the inline
-// trees the runtime uses); the ELF .symtab and .dynsym,
-// with DWARF line tables for file and line when present, or from a separate
-// debug file found by GNU build id under /usr/lib/debug/.build-id (in the
-// process's root, then the host's) when the binary is stripped; the vDSO's
-// own symbols, its image read from /proc/PID/mem; a JIT's perf map
+// trees the runtime uses); the ELF .symtab and .dynsym, with DWARF line
+// tables for file and line when present, or from a separate debug file
+// found by GNU build id under /usr/lib/debug/.build-id (in the process's
+// root, then the host's) when the binary is stripped; the vDSO's own
+// symbols, its image read from /proc/PID/mem; a JIT's perf map
 // (/tmp/perf-PID.map, looked up in the process's own root and PID
-// namespace). An address nothing names keeps its module and offset, or just
-// its address: frames are never dropped. ELF tables are parsed on a file's
-// first lookup and cached, so a cached lookup is a few binary searches and
-// allocates only the returned slice.
+// namespace), for anonymous and memfd code. An address nothing names keeps
+// its module and offset, or just its address: frames are never dropped.
+// ELF tables are parsed on a file's first lookup and cached, and so are
+// lookups, so a cached frame costs a map lookup and a stack one allocation.
 //
 // Kernel stacks symbolize from /proc/kallsyms. When kernel.kptr_restrict
 // hides its addresses (the reader lacks CAP_SYSLOG), Kernel returns an error

@@ -23,8 +23,9 @@ import (
 
 // A module is one ELF file mapped by one or more processes, opened once and
 // shared. The file stays open while a process that maps it is cached, so a
-// process that exits, or a file that is deleted or replaced on disk, still
-// symbolizes from what was mapped. Its tables are parsed on the first lookup.
+// process that exits, or a file deleted or renamed over on disk, still
+// symbolizes from what was mapped (a file truncated or rewritten in place
+// gives unnamed frames). Its tables are parsed on the first lookup.
 type module struct {
 	name string // base name, for Frame.Module
 	path string // as the process saw it

@@ -96,7 +96,7 @@ func New(cfg Config) *Symbolizer {
 	}
 }
 
-// ErrClosed is returned by Capture after Close.
+// ErrClosed is returned by Capture, User and Kernel after Close.
 var ErrClosed = errors.New("symbolizer closed")
 
 // Capture records the memory map of process pid and opens the files mapped
