@@ -30,8 +30,15 @@ func Hint(frames []snapshot.Frame) string {
 	if len(frames) == 0 {
 		return "empty user stack: the thread was in the kernel without a user context, or the first frame had no frame pointer"
 	}
-	if len(frames) >= MaxStackDepth {
-		return fmt.Sprintf("user stack truncated at %d frames", len(frames))
+	// Inlined calls share their caller's address: count addresses.
+	addrs := 0
+	for _, f := range frames {
+		if !f.Inlined {
+			addrs++
+		}
+	}
+	if addrs >= MaxStackDepth {
+		return fmt.Sprintf("user stack truncated at %d frames", addrs)
 	}
 	// The C runtime's own frames below main often carry no symbol (they
 	// are local to libc), so a root among the last few frames counts.
@@ -50,8 +57,8 @@ func Hint(frames []snapshot.Frame) string {
 	if last.Module != "" && last.Function != "" {
 		where += " in " + last.Module
 	}
-	n := fmt.Sprintf("%d frames", len(frames))
-	if len(frames) == 1 {
+	n := fmt.Sprintf("%d frames", addrs)
+	if addrs == 1 {
 		n = "1 frame"
 	}
 	return fmt.Sprintf("user stack stops after %s at %s without reaching a thread entry point: "+

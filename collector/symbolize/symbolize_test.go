@@ -128,6 +128,8 @@ func TestHint(t *testing.T) {
 		{"short in libc", []snapshot.Frame{{Function: "__GI___libc_write", Module: "libc.so.6"}, {Module: "app", Offset: 0x1234}}, "stops after 2 frames at app+0x1234"},
 		{"empty", nil, "empty user stack"},
 		{"deep", make([]snapshot.Frame, MaxStackDepth), "truncated at 127"},
+		{"inlined frames are not addresses", append(make([]snapshot.Frame, MaxStackDepth-2), snapshot.Frame{Function: "x", Inlined: true}, snapshot.Frame{Function: "y"}), "stops after 126 frames"},
+		{"short with inlined", []snapshot.Frame{{Function: "f", Inlined: true}, {Function: "g"}}, "stops after 1 frame at g"},
 	} {
 		got := Hint(tc.frames)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
