@@ -16,7 +16,7 @@ import (
 func init() {
 	register(&command{
 		name:    "stacks",
-		args:    "[--span NAME] [--format folded|pprof|json] [--input FILE] [--output FILE]",
+		args:    "[--span NAME] [--format folded|pprof|json|text] [--input FILE] [--output FILE]",
 		summary: "turn recorded overrun stacks into pprof, folded (flame graph) or JSON",
 		help: `Reads overruns (spans slower than their budget, with the stacks captured
 when they ended) from a file that "spanwatch run --output FILE" wrote, or
@@ -29,7 +29,9 @@ command and stack:
   folded  one line per stack, "outer;...;inner VALUE", for flamegraph.pl,
           speedscope or inferno; kernel frames end in "_[k]".
   json    the grouped stacks with their counts, durations and example
-          trace ids.
+          trace ids (collector/profile/report.schema.json).
+  text    the grouped stacks for reading, innermost frames first
+          (--depth frames each).
 
 Examples:
 
@@ -40,7 +42,8 @@ Examples:
 See docs/stacks.md for why a C or C++ stack may stop after a frame or two.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			span := fs.String("span", "", "only overruns of this span (exact name or glob, e.g. 'checkout*'); all when empty")
-			format := fs.String("format", "folded", "output format: folded, pprof or json")
+			format := fs.String("format", "folded", "output format: folded, pprof, json or text")
+			depth := fs.Int("depth", 10, "text: frames shown per stack, 0 for all")
 			input := fs.String("input", "-", "file of snapshots or overruns (JSON), - for standard input")
 			output := fs.String("output", "-", "output file, - for standard output")
 			value := fs.String("value", string(profile.ValueCount), "what folded lines count: count (overruns) or duration (nanoseconds)")
@@ -49,20 +52,20 @@ See docs/stacks.md for why a C or C++ stack may stop after a frame or two.`,
 					return usageErrorf("unexpected arguments %q", args)
 				}
 				switch *format {
-				case "folded", "pprof", "json":
+				case "folded", "pprof", "json", "text":
 				default:
-					return usageErrorf("--format %q: want folded, pprof or json", *format)
+					return usageErrorf("--format %q: want folded, pprof, json or text", *format)
 				}
 				if v := profile.Value(*value); v != profile.ValueCount && v != profile.ValueDuration {
 					return usageErrorf("--value %q: want count or duration", *value)
 				}
-				return runStacks(*input, *output, *span, *format, profile.Value(*value))
+				return runStacks(*input, *output, *span, *format, profile.Value(*value), *depth)
 			}
 		},
 	})
 }
 
-func runStacks(input, output, span, format string, value profile.Value) error {
+func runStacks(input, output, span, format string, value profile.Value, depth int) error {
 	var in io.Reader = os.Stdin
 	if input != "-" {
 		f, err := os.Open(input)
@@ -102,6 +105,8 @@ func runStacks(input, output, span, format string, value profile.Value) error {
 		err = profile.WriteFolded(out, stacks, value)
 	case "json":
 		err = profile.WriteJSON(out, span, len(overruns), stacks)
+	case "text":
+		err = profile.WriteText(out, stacks, depth)
 	case "pprof":
 		start, end := profile.TimeRange(overruns)
 		p, perr := profile.Pprof(stacks, start, end)

@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,6 +118,14 @@ func TestStacks(t *testing.T) {
 			t.Errorf("pprof -top: %s flat %q, want 500ms:\n%s", frames[0].Function, flat, b)
 		}
 	})
+	t.Run("text", func(t *testing.T) {
+		out := filepath.Join(dir, "search.txt")
+		runOK(t, "stacks", "--input", input, "--span", "search", "--format", "text", "--depth", "1", "--output", out)
+		want := fmt.Sprintf("search (shop): 1 overrun, 100ms total, 100ms max\n    %s\n    ... %d more\n", frames[1], len(frames)-2)
+		if got := readFile(t, out); got != want {
+			t.Errorf("text:\n%s\nwant:\n%s", got, want)
+		}
+	})
 	t.Run("errors", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
@@ -124,7 +133,7 @@ func TestStacks(t *testing.T) {
 			want string
 		}{
 			{[]string{"stacks", "--input", input, "--span", "nothing"}, 1, "it has overruns of: checkout, search"},
-			{[]string{"stacks", "--input", input, "--format", "svg"}, 2, "want folded, pprof or json"},
+			{[]string{"stacks", "--input", input, "--format", "svg"}, 2, "want folded, pprof, json or text"},
 			{[]string{"stacks", "--input", filepath.Join(dir, "missing")}, 1, "no such file"},
 		} {
 			var stdout, stderr bytes.Buffer

@@ -254,3 +254,28 @@ func TestPprofInlined(t *testing.T) {
 		t.Errorf("time %d for overruns without times", p.TimeNanos)
 	}
 }
+
+func TestText(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteText(&b, Aggregate(fixture()), 2); err != nil {
+		t.Fatal(err)
+	}
+	want := `checkout (app): 2 overruns, 800ms total, 500ms max
+    main.slow (/src/app/main.go:26)
+    main.c (/src/app/main.go:23)
+    ... 1 more
+
+checkout (app): 1 overrun, 100ms total, 100ms max, 1 still running
+    main.other (/src/app/main.go:40)
+    main.main (/src/app/main.go:14)
+
+search (db): 1 overrun, 50ms total, 50ms max
+  ! user stack stops after 2 frames
+    vfs_read
+    libfoo.so+0x1234
+    ... 1 more
+`
+	if b.String() != want {
+		t.Errorf("text:\n%s\nwant:\n%s", b.String(), want)
+	}
+}

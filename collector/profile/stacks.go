@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -246,6 +247,48 @@ func WriteJSON(w io.Writer, span string, overruns int, stacks []Stack) error {
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(Report{Span: span, Overruns: overruns, Stacks: stacks}); err != nil {
 		return fmt.Errorf("write json stacks: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes the stacks for a terminal: per stack a header with the
+// span, command, count and durations, then its innermost frames (up to
+// depth; all when depth is 0), kernel frames first.
+func WriteText(w io.Writer, stacks []Stack, depth int) error {
+	for i, s := range stacks {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s", s.Span)
+		if s.Comm != "" {
+			fmt.Fprintf(w, " (%s)", s.Comm)
+		}
+		noun := "overruns"
+		if s.Count == 1 {
+			noun = "overrun"
+		}
+		fmt.Fprintf(w, ": %d %s, %v total, %v max", s.Count, noun, time.Duration(s.TotalNs), time.Duration(s.MaxNs))
+		if s.StillRunning > 0 {
+			fmt.Fprintf(w, ", %d still running", s.StillRunning)
+		}
+		fmt.Fprintln(w)
+		if s.StackError != "" {
+			fmt.Fprintf(w, "  ! %s\n", s.StackError)
+		}
+		frames := append(append([]snapshot.Frame(nil), s.KernelStack...), s.UserStack...)
+		n := len(frames)
+		if depth > 0 {
+			n = depth
+		}
+		if text := snapshot.TopFrames(frames, n); text != "" {
+			for line := range strings.SplitSeq(text, "\n") {
+				if _, err := fmt.Fprintf(w, "    %s\n", line); err != nil {
+					return fmt.Errorf("write stacks: %w", err)
+				}
+			}
+		} else if _, err := fmt.Fprintln(w, "    [no stack]"); err != nil {
+			return fmt.Errorf("write stacks: %w", err)
+		}
 	}
 	return nil
 }
