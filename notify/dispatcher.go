@@ -59,6 +59,7 @@ type Dispatcher struct {
 	hooks  []*hook
 	closed bool
 
+	life      sync.Mutex // serializes Reload and Close
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -146,6 +147,35 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 	if d.maxEntries <= 0 {
 		d.maxEntries = DefaultOutboxMaxEntries
 	}
+	hooks, err := d.newHooks(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.hooks = hooks
+	db, movedTo, cause, err := openOutbox(cfg.Routing.Outbox.Path)
+	if err != nil {
+		return nil, err
+	}
+	d.db = db
+	if movedTo != "" {
+		d.corrupt, d.corruptErr = movedTo, cause.Error()
+		logger.Error("outbox damaged: moved aside, started a fresh one; alerts in the old file were not delivered",
+			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
+	}
+	d.mu.Lock()
+	err = d.restoreLocked()
+	d.mu.Unlock()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d.start()
+	return d, nil
+}
+
+// newHooks builds the state of each webhook of cfg.
+func (d *Dispatcher) newHooks(cfg *Config) ([]*hook, error) {
+	var hooks []*hook
 	for i := range cfg.Webhooks {
 		w := &cfg.Webhooks[i]
 		s, err := newSender(w)
@@ -158,29 +188,20 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 			h.failures[r] = new(atomic.Uint64)
 		}
 		if w.TLS != nil && w.TLS.InsecureSkipVerify {
-			logger.Warn("webhook does not verify the server's TLS certificate (insecure_skip_verify)", "webhook", w.Name)
+			d.logger.Warn("webhook does not verify the server's TLS certificate (insecure_skip_verify)", "webhook", w.Name)
 		}
 		if w.Format == FormatTemplate {
 			if h.tmpl, err = parseTemplate(w.Name, w.Template); err != nil {
 				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 			}
 		}
-		d.hooks = append(d.hooks, h)
+		hooks = append(hooks, h)
 	}
-	db, movedTo, cause, err := openOutbox(cfg.Routing.Outbox.Path)
-	if err != nil {
-		return nil, err
-	}
-	d.db = db
-	if movedTo != "" {
-		d.corrupt, d.corruptErr = movedTo, cause.Error()
-		logger.Error("outbox damaged: moved aside, started a fresh one; alerts in the old file were not delivered",
-			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
-	}
-	if err := d.restore(); err != nil {
-		db.Close()
-		return nil, err
-	}
+	return hooks, nil
+}
+
+// start runs each webhook's flusher and delivery worker.
+func (d *Dispatcher) start() {
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	for _, h := range d.hooks {
 		d.wg.Add(2)
@@ -193,14 +214,76 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 			h.flusher(d.ctx)
 		}()
 	}
-	return d, nil
 }
 
-// restore loads the alerts, notification log and queue depth left in the
-// outbox, and schedules each group.
-func (d *Dispatcher) restore() error {
+// stop stops the timers and workers; an attempt under way finishes.
+func (d *Dispatcher) stop() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	for _, h := range d.hooks {
+		for _, g := range h.groups {
+			if g.timer != nil {
+				g.timer.Stop()
+			}
+		}
+	}
+	d.mu.Unlock()
+	d.cancel()
+	d.wg.Wait()
+}
+
+// Reload applies a changed configuration without losing anything, as a
+// restart on the same outbox would: it stops delivery (an attempt under way
+// finishes), swaps the webhooks, regroups the stored alerts under the new
+// group_by and match, reports entries of removed webhooks (kept), and
+// resumes. Counters carry over for webhooks that keep their name. The
+// outbox path cannot change without a restart. When cfg is rejected, the
+// running configuration stays.
+func (d *Dispatcher) Reload(cfg *Config) error {
+	if cfg.Routing.Outbox.Path != d.cfg.Routing.Outbox.Path {
+		return fmt.Errorf("reload: outbox path changed from %s to %s: restart spanwatch to move it", d.cfg.Routing.Outbox.Path, cfg.Routing.Outbox.Path)
+	}
+	hooks, err := d.newHooks(cfg)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	d.life.Lock()
+	defer d.life.Unlock()
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	d.stop()
+	d.mu.Lock()
+	for _, nh := range hooks {
+		for _, oh := range d.hooks {
+			if oh.w.Name == nh.w.Name {
+				nh.attempts.Store(oh.attempts.Load())
+				nh.delivered.Store(oh.delivered.Load())
+				for r, c := range oh.failures {
+					nh.failures[r].Store(c.Load())
+				}
+				nh.lastErr.Store(oh.lastErr.Load())
+			}
+		}
+	}
+	d.cfg, d.hooks, d.orphans = cfg, hooks, 0
+	if cfg.Routing.Outbox.MaxEntries > 0 {
+		d.maxEntries = cfg.Routing.Outbox.MaxEntries
+	}
+	err = d.restoreLocked()
+	d.mu.Unlock()
+	d.start()
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	return nil
+}
+
+// restoreLocked loads the alerts, notification log and queue depth left in
+// the outbox, and schedules each group. Called with d.mu held.
+func (d *Dispatcher) restoreLocked() error {
 	now := time.Now()
 	var total int64
 	err := d.db.Update(func(tx *bolt.Tx) error {
@@ -475,18 +558,12 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 // stay in the outbox for the next run. Close is idempotent.
 func (d *Dispatcher) Close() error {
 	d.closeOnce.Do(func() {
+		d.life.Lock()
+		defer d.life.Unlock()
 		d.mu.Lock()
 		d.closed = true
-		for _, h := range d.hooks {
-			for _, g := range h.groups {
-				if g.timer != nil {
-					g.timer.Stop()
-				}
-			}
-		}
 		d.mu.Unlock()
-		d.cancel()
-		d.wg.Wait()
+		d.stop()
 		d.closeErr = d.db.Close()
 	})
 	return d.closeErr

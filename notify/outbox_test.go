@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -428,4 +429,64 @@ func TestRestoreRegroups(t *testing.T) {
 	notifyOK(t, d, mkAlert("a", 1, alert.StateResolved, a1.StartsAt))
 	waitFor(t, 5*time.Second, "the resolution", func() bool { return len(rc.messages()) == 3 })
 	waitFor(t, 5*time.Second, "the group to go", func() bool { return d.Stats().Webhooks[0].PendingAlerts == 1 })
+}
+
+// TestReload changes the webhooks of a running dispatcher: stored alerts
+// follow the new grouping, a new webhook starts receiving, counters carry
+// over, and rejected configurations leave the running one in place.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	a := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		if n == 1 {
+			w.WriteHeader(http.StatusBadGateway) // one failure, to see counters carried over
+			return true
+		}
+		return false
+	}).start()
+	b := newReceiver(t, nil).start()
+	d := mustNew(t, webhookConfig(t, a.srv.URL, dir, "group_wait: 50ms"))
+	notifyOK(t, d, mkAlert("x", 0, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "first delivery", func() bool { return len(a.messages()) == 1 })
+	notifyOK(t, d, mkAlert("x", 1, alert.StateFiring, time.Now()), mkAlert("x", 2, alert.StateFiring, time.Now()))
+
+	c := parseYAML(t, fmt.Sprintf(`
+webhooks:
+  - {name: test, url: %q, group_wait: 20ms, group_interval: 1h, group_by: ["..."], min_backoff: 10ms}
+  - {name: second, url: %q, group_wait: 20ms, group_interval: 20ms}
+routing:
+  outbox: {path: %q}
+`, a.srv.URL, b.srv.URL, filepath.Join(dir, "outbox.db")))
+	if err := d.Reload(c); err != nil {
+		t.Fatal(err)
+	}
+	// The alerts held by the old group (group_interval 50ms, so maybe
+	// already sent) now sit in one group each.
+	waitFor(t, 5*time.Second, "the held alerts", func() bool { return len(delivered(a.messages())) == 3 })
+	notifyOK(t, d, mkAlert("y", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "the new webhook", func() bool { return len(b.messages()) == 1 })
+	if got := alertNames(b.messages()[0]); fmt.Sprint(got) != "[y 1/firing]" {
+		t.Errorf("second webhook got %v, want only the alert sent after the reload", got)
+	}
+	s := d.Stats()
+	if len(s.Webhooks) != 2 || s.Webhooks[0].Failures[ReasonHTTP5xx] != 1 || s.Webhooks[0].Attempts < 3 {
+		t.Errorf("counters after reload: %+v", s.Webhooks)
+	}
+
+	bad := *c
+	bad.Routing.Outbox.Path = filepath.Join(dir, "elsewhere.db")
+	if err := d.Reload(&bad); err == nil || !strings.Contains(err.Error(), "restart spanwatch") {
+		t.Errorf("reload with another outbox path: %v", err)
+	}
+	bad = *c
+	bad.Webhooks = append([]Webhook(nil), c.Webhooks...)
+	bad.Webhooks[1].TLS = &TLSConfig{CAFile: filepath.Join(dir, "missing.pem")}
+	if err := d.Reload(&bad); err == nil || !strings.Contains(err.Error(), "ca_file") {
+		t.Errorf("reload with a missing CA file: %v", err)
+	}
+	notifyOK(t, d, mkAlert("y", 2, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "delivery after rejected reloads", func() bool { return len(delivered(b.messages())) == 2 })
+	d.Close()
+	if err := d.Reload(c); !errors.Is(err, ErrClosed) {
+		t.Errorf("reload after Close: %v", err)
+	}
 }
