@@ -538,9 +538,11 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		pending := int64(0)
+		d.mu.Lock()
 		for _, h := range d.hooks {
 			pending += h.queued.Load()
 		}
+		d.mu.Unlock()
 		if pending == 0 {
 			return nil
 		}
