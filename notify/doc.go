@@ -47,6 +47,10 @@
 // check fails, is renamed aside (path.corrupt-TIMESTAMP), reported in the
 // log and in Stats, and a fresh outbox is started.
 //
+// Reload applies a changed configuration in place, as a restart on the same
+// outbox would (stored alerts are regrouped under the new group_by and
+// match); Flush sends what is due now and waits for the queues to drain;
+// Close lets an attempt under way finish and leaves the rest in the outbox.
 // Stats returns the dispatcher's counters; NewCollector exports them to
 // Prometheus.
 package notify

@@ -1,0 +1,219 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func (h *hook) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hook) setLastErr(err error) {
+	s := err.Error()
+	h.lastErr.Store(&s)
+}
+
+// head returns the first queued notification of h.
+func (h *hook) head() (key []byte, q *queued, err error) {
+	err = h.d.db.View(func(tx *bolt.Tx) error {
+		b := subRO(tx, bucketQueue, h.w.Name)
+		k, v := b.Cursor().First()
+		if k == nil {
+			return nil
+		}
+		key = slices.Clone(k)
+		q = new(queued)
+		if err := json.Unmarshal(v, q); err != nil {
+			// Keep the raw record as a dead letter rather than block the
+			// queue behind it forever.
+			q = &queued{Body: slices.Clone(v)}
+			return &unreadableError{err}
+		}
+		return nil
+	})
+	return key, q, err
+}
+
+// unreadableError is a queued record that does not decode.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string { return "queued notification unreadable: " + e.err.Error() }
+func (e *unreadableError) Unwrap() error { return e.err }
+
+// remove deletes a queued notification; a dead one is kept in the dead
+// letter bucket with why it failed.
+func (h *hook) remove(key []byte, dead *deadLetter) error {
+	err := h.d.db.Update(func(tx *bolt.Tx) error {
+		if err := subRO(tx, bucketQueue, h.w.Name).Delete(key); err != nil {
+			return err
+		}
+		if dead == nil {
+			return nil
+		}
+		db := subRO(tx, bucketDead, h.w.Name)
+		seq, err := db.NextSequence()
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(dead)
+		if err != nil {
+			return err
+		}
+		if err := db.Put(seqKey(seq), v); err != nil {
+			return err
+		}
+		for db.Stats().KeyN > maxDeadLetters {
+			k, _ := db.Cursor().First()
+			if err := db.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	h.queued.Add(-1)
+	h.d.entries.Add(-1)
+	return nil
+}
+
+// deliver sends h's queued notifications one at a time, in order, until
+// ctx ends.
+func (h *hook) deliver(ctx context.Context) {
+	d, w := h.d, h.w
+	attempt := 0
+	var lastLogged string
+	sleep := func(t time.Duration) bool {
+		tm := time.NewTimer(t)
+		defer tm.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tm.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		key, q, err := h.head()
+		var ue *unreadableError
+		if errors.As(err, &ue) {
+			h.setLastErr(err)
+			d.logger.Error("queued notification unreadable: moved to dead letters", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+			}
+			continue
+		}
+		if err != nil {
+			h.setLastErr(err)
+			d.logger.Error("outbox read failed", "webhook", w.Name, "err", err)
+			if !sleep(time.Second) {
+				return
+			}
+			continue
+		}
+		if q == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-h.wake:
+			}
+			continue
+		}
+		now := time.Now()
+		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && attempt >= w.MaxAttempts) {
+			msg := fmt.Sprintf("given up after %d attempts over %s", attempt, now.Sub(q.Created).Round(time.Millisecond))
+			if p := h.lastErr.Load(); p != nil {
+				msg += ": last error: " + *p
+			}
+			d.logger.Error("notification expired: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+				continue
+			}
+			h.failures[ReasonExpired].Add(1)
+			attempt = 0
+			continue
+		}
+		attempt++
+		h.attempts.Add(1)
+		// An attempt under way when Close is called is allowed to finish
+		// (it is bounded by the webhook's timeout): aborting it could
+		// deliver the notification without spanwatch knowing, and send it
+		// again after the restart.
+		r := h.s.send(context.WithoutCancel(ctx), q.Body, q.ID, now)
+		if r.Err == nil {
+			if err := h.remove(key, nil); err != nil {
+				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+				continue
+			}
+			h.delivered.Add(1)
+			if ctx.Err() != nil {
+				return
+			}
+			if lastLogged != "" {
+				d.logger.Info("webhook delivering again", "webhook", w.Name, "attempts", attempt)
+				lastLogged = ""
+			}
+			attempt = 0
+			continue
+		}
+		h.failures[r.Reason].Add(1)
+		h.setLastErr(r.Err)
+		if ctx.Err() != nil {
+			return // shutting down: the notification stays queued
+		}
+		if !r.Retry {
+			d.logger.Error("notification rejected: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
+			if err := h.remove(key, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
+				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				sleep(time.Second)
+			}
+			attempt = 0
+			continue
+		}
+		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), attempt)
+		if r.RetryAfter > 0 {
+			wait = min(r.RetryAfter, maxRetryAfter)
+		}
+		// Warn when the error changes, not at every attempt.
+		if s := r.Reason + r.Err.Error(); s != lastLogged {
+			d.logger.Warn("delivery failed: retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
+			lastLogged = s
+		}
+		if !sleep(wait) {
+			return
+		}
+	}
+}
+
+// maxRetryAfter caps a receiver's Retry-After.
+const maxRetryAfter = time.Hour
+
+// backoff returns the wait before attempt n+1: minB doubled n-1 times,
+// capped at maxB, with "equal jitter" (a random half), so many spanwatch
+// agents behind one outage do not retry in step.
+func backoff(minB, maxB time.Duration, n int) time.Duration {
+	d := minB
+	for i := 1; i < n && d < maxB; i++ {
+		d *= 2
+	}
+	d = min(d, maxB)
+	half := d / 2
+	return half + rand.N(half+1)
+}
