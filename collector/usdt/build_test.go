@@ -22,8 +22,9 @@ var (
 	buildDir  string
 )
 
-// requireSDT builds testdata/sdtprog.c (+ sdtsem.c, libsdtlib.so) at -O0
-// and -O2 once per test binary, or skips when cc or sys/sdt.h is missing.
+// requireSDT builds testdata/sdtprog.c (+ sdtsem.c, sdtnop5.c,
+// libsdtlib.so) at -O0, -O2 and -O2 without PIE once per test binary, or
+// skips when cc or sys/sdt.h is missing.
 func requireSDT(t testing.TB) map[string]sdtBuild {
 	t.Helper()
 	if runtime.GOARCH != "amd64" {
@@ -61,10 +62,13 @@ func requireSDT(t testing.TB) map[string]sdtBuild {
 			return
 		}
 		builds = map[string]sdtBuild{}
-		for _, o := range []string{"O0", "O2"} {
+		// O2-nopie is a non-PIE executable (ET_EXEC): loaded at its
+		// link-time addresses in every process.
+		for o, flags := range map[string][]string{"O0": {"-O0"}, "O2": {"-O2"}, "O2-nopie": {"-O2", "-fno-pie", "-no-pie"}} {
 			prog := filepath.Join(dir, "sdtprog-"+o)
-			if !run("-"+o, "-g", "-o", prog, filepath.Join(src, "sdtprog.c"), filepath.Join(src, "sdtsem.c"), filepath.Join(src, "sdtnop5.c"),
-				"-L"+dir, "-lsdtlib", "-Wl,-rpath,"+dir) {
+			args := append(flags, "-g", "-o", prog, filepath.Join(src, "sdtprog.c"), filepath.Join(src, "sdtsem.c"), filepath.Join(src, "sdtnop5.c"),
+				"-L"+dir, "-lsdtlib", "-Wl,-rpath,"+dir)
+			if !run(args...) {
 				return
 			}
 			builds[o] = sdtBuild{Prog: prog, Lib: lib}

@@ -5,6 +5,7 @@ package usdt
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -145,10 +146,16 @@ func TestArgsInBPF(t *testing.T) {
 	for _, opt := range []string{"O0", "O2"} {
 		for _, mode := range []string{"cookie", "ipmap"} {
 			t.Run(opt+"/"+mode, func(t *testing.T) {
-				testArgsInBPF(t, builds[opt], mode == "ipmap", false)
+				testArgsInBPF(t, builds[opt], mode == "ipmap", false, false)
 			})
 		}
 	}
+	// A non-PIE executable without cookies: its sites' addresses are the
+	// same in every process, so it can be traced system-wide through the
+	// IP map (the PIE library cannot, and is left out).
+	t.Run("O2-nopie/ipmap/system-wide", func(t *testing.T) {
+		testArgsInBPF(t, builds["O2-nopie"], true, false, true)
+	})
 	// With nop5 optimization, at -O2 only: the -O0 build's nop5 probe is in
 	// a leaf function whose red zone the optimized uprobe clobbers (see
 	// TracerConfig.OptimizeNop5).
@@ -156,11 +163,11 @@ func TestArgsInBPF(t *testing.T) {
 		if !haveUprobeSyscall() {
 			t.Skip("kernel without optimized uprobes (uprobe syscall, 6.18+)")
 		}
-		testArgsInBPF(t, builds["O2"], false, true)
+		testArgsInBPF(t, builds["O2"], false, true, false)
 	})
 }
 
-func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5 bool) {
+func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5, systemWide bool) {
 	tr, err := NewTracer(TracerConfig{NoCookies: noCookies, OptimizeNop5: nop5, testArgs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -177,14 +184,21 @@ func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5 bool) {
 
 	proc := startSDT(t, b.Prog)
 	pid := 0
-	if noCookies {
+	paths := []string{b.Prog, b.Lib}
+	if noCookies && !systemWide {
 		pid = proc.cmd.Process.Pid // PIE and shared library: per process
 	}
+	if noCookies && systemWide {
+		paths = paths[:1]
+	}
 	sites := 0
-	for _, path := range []string{b.Prog, b.Lib} {
+	for _, path := range paths {
 		f, err := Open(path)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if systemWide && noCookies && f.Type != elf.ET_EXEC {
+			t.Fatalf("%s is %s, want a non-PIE executable", path, f.Type)
 		}
 		for _, p := range f.Probes {
 			if _, err := tr.attachSite(context.Background(), tr.progs[progTest], f, p, pid, 0, 0, "test"); err != nil {
@@ -259,6 +273,9 @@ func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5 bool) {
 		}
 	}
 	want := expectedArgs()
+	if len(paths) == 1 {
+		delete(want, "swlib:fire")
+	}
 	for name, w := range want {
 		g := got[name]
 		if len(g) != len(w) {
