@@ -60,6 +60,30 @@ func quantileOf(sorted []uint64, q float64) uint64 {
 func TestUSDTSpans(t *testing.T) {
 	prog := buildSDTSpan(t)
 	requireBPF(t)
+	t.Run("default", func(t *testing.T) {
+		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			return c.AttachUSDT(context.Background(), srcs)
+		})
+	})
+	// As on kernels before 5.11: thread-paired spans through the hash map.
+	t.Run("no-task-storage", func(t *testing.T) {
+		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoTaskStorage: true})
+			if err != nil {
+				return nil, err
+			}
+			for _, s := range srcs {
+				if err := tr.Add(context.Background(), s); err != nil {
+					tr.Close()
+					return nil, err
+				}
+			}
+			return tr, nil
+		})
+	})
+}
+
+func testUSDTSpans(t *testing.T, prog string, attach func(*Collector, []usdt.SpanSource) (*usdt.Tracer, error)) {
 	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +129,7 @@ func TestUSDTSpans(t *testing.T) {
 			Probe: usdt.ProbeRef{Provider: "sw", Name: "single"},
 		},
 	}
-	tr, err := c.AttachUSDT(context.Background(), sources)
+	tr, err := attach(c, sources)
 	if err != nil {
 		t.Fatal(err)
 	}

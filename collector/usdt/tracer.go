@@ -36,6 +36,10 @@ type TracerConfig struct {
 	// even where the kernel has them (5.15+); it is chosen automatically
 	// where it does not.
 	NoCookies bool
+	// NoTaskStorage keeps thread-paired start times in the hash map even
+	// where tracing programs have task storage (5.11+), as on older
+	// kernels; it is chosen automatically where they do not.
+	NoTaskStorage bool
 	// MaxSpecs bounds the call sites (default 4096).
 	MaxSpecs uint32
 	// ProcRoot is /proc by default.
@@ -128,7 +132,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	// Thread-paired spans keep their start in task storage where tracing
 	// programs can use it (5.11+); elsewhere the path is compiled out and
 	// the map becomes a placeholder the verifier never sees used.
-	haveTaskStorage := features.HaveMapType(ebpf.TaskStorage) == nil &&
+	haveTaskStorage := !cfg.NoTaskStorage && features.HaveMapType(ebpf.TaskStorage) == nil &&
 		features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskStorageGet) == nil &&
 		features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) == nil
 	if err := spec.Variables["usdt_have_task_storage"].Set(boolU32(haveTaskStorage)); err != nil {

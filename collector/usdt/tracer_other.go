@@ -19,12 +19,13 @@ var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "names", "overrun
 
 // TracerConfig configures a Tracer.
 type TracerConfig struct {
-	Logger       *slog.Logger
-	Maps         map[string]*ebpf.Map
-	NoCookies    bool
-	MaxSpecs     uint32
-	ProcRoot     string
-	OptimizeNop5 bool
+	Logger        *slog.Logger
+	Maps          map[string]*ebpf.Map
+	NoCookies     bool
+	NoTaskStorage bool
+	MaxSpecs      uint32
+	ProcRoot      string
+	OptimizeNop5  bool
 }
 
 // A Tracer attaches USDT span sources; here it cannot.
