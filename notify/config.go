@@ -160,10 +160,10 @@ func ParseConfig(filename string, webhooks, routing *yaml.Node) (*Config, error)
 	return c, nil
 }
 
-// LoadConfigFile reads the webhooks: and routing: sections of a spanwatch
-// configuration file, ignoring its other top-level keys (rules, budgets,
-// policies), which the policy package owns.
-func LoadConfigFile(filename string, data []byte) (*Config, error) {
+// ParseConfigFile decodes the webhooks: and routing: sections of a spanwatch
+// configuration file whose content is data, ignoring its other top-level
+// keys (rules, budgets, policies), which the policy package owns.
+func ParseConfigFile(filename string, data []byte) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w", filename, err)

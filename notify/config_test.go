@@ -130,7 +130,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfigFile("test.yaml", []byte(tt.yaml))
+			_, err := ParseConfigFile("test.yaml", []byte(tt.yaml))
 			if err == nil {
 				t.Fatalf("no error for:\n%s", tt.yaml)
 			}
@@ -196,9 +196,9 @@ func TestParseConfigAbsentSections(t *testing.T) {
 	}
 }
 
-// FuzzLoadConfigFile checks that no input makes the decoder panic, and
+// FuzzParseConfigFile checks that no input makes the decoder panic, and
 // that every error it returns is located in the file.
-func FuzzLoadConfigFile(f *testing.F) {
+func FuzzParseConfigFile(f *testing.F) {
 	for _, s := range []string{
 		"webhooks:\n  - name: a\n    url: http://x\n",
 		"webhooks:\n  - {name: a, url: 'http://x', tls: {ca_file: c}, basic_auth: {username: u, password_file: p}}\n",
@@ -211,7 +211,7 @@ func FuzzLoadConfigFile(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		_, err := LoadConfigFile("fuzz.yaml", []byte(text))
+		_, err := ParseConfigFile("fuzz.yaml", []byte(text))
 		if err != nil && !strings.HasPrefix(err.Error(), "fuzz.yaml:") {
 			t.Errorf("error without the file name: %v", err)
 		}
@@ -226,7 +226,7 @@ func TestAliasBomb(t *testing.T) {
 		b.WriteString("*w, ")
 	}
 	b.WriteString("*w]\n")
-	_, err := LoadConfigFile("bomb.yaml", []byte(b.String()))
+	_, err := ParseConfigFile("bomb.yaml", []byte(b.String()))
 	if err == nil || !strings.Contains(err.Error(), "too many YAML aliases") {
 		t.Errorf("err = %v, want too many aliases", err)
 	}

@@ -32,8 +32,8 @@ func ExampleSign() {
 	// sha256=a438e398bfafc57e4396bb7fc2304422f0f768e965d073ca313cb52e22e6ad03
 }
 
-func ExampleLoadConfigFile() {
-	cfg, err := notify.LoadConfigFile("spanwatch.yaml", []byte(`
+func ExampleParseConfigFile() {
+	cfg, err := notify.ParseConfigFile("spanwatch.yaml", []byte(`
 webhooks:
   - name: ops
     url: https://alerts.example/hook
@@ -52,7 +52,7 @@ routing:
 	for _, w := range cfg.Webhooks {
 		fmt.Println(w.Name, w.Format, w.GroupBy, w.GroupWait, w.GroupInterval, w.RepeatInterval, w.SendResolved)
 	}
-	_, err = notify.LoadConfigFile("spanwatch.yaml", []byte("webhooks:\n  - name: ops\n    url: https://x/\n    timeot: 5s\n"))
+	_, err = notify.ParseConfigFile("spanwatch.yaml", []byte("webhooks:\n  - name: ops\n    url: https://x/\n    timeot: 5s\n"))
 	fmt.Println(err)
 	// Output:
 	// ops alertmanager [alertname span] 30s 5m0s 24h0m0s true

@@ -20,7 +20,7 @@ import (
 // parseYAML parses a config file's text the way spanwatch does.
 func parseYAML(t testing.TB, text string) *Config {
 	t.Helper()
-	c, err := LoadConfigFile("test.yaml", []byte(text))
+	c, err := ParseConfigFile("test.yaml", []byte(text))
 	if err != nil {
 		t.Fatalf("parse config: %v\n%s", err, text)
 	}

@@ -74,7 +74,7 @@ func TestOutboxChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := LoadConfigFile(file, data)
+	c, err := ParseConfigFile(file, data)
 	if err != nil {
 		t.Fatal(err)
 	}

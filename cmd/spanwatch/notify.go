@@ -63,7 +63,7 @@ func notifyTest(ctx context.Context, out io.Writer, file, name string, timeout t
 	if err != nil {
 		return err
 	}
-	cfg, err := notify.LoadConfigFile(file, data)
+	cfg, err := notify.ParseConfigFile(file, data)
 	if err != nil {
 		return err
 	}

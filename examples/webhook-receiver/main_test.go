@@ -45,7 +45,7 @@ func TestReceiverVerifiesSpanwatch(t *testing.T) {
 	var out lockedBuffer
 	srv := httptest.NewServer(newHandler("example-key", 5*time.Minute, &out))
 	defer srv.Close()
-	cfg, err := notify.LoadConfigFile("spanwatch.yaml", []byte(fmt.Sprintf(`
+	cfg, err := notify.ParseConfigFile("spanwatch.yaml", []byte(fmt.Sprintf(`
 webhooks:
   - name: example
     url: %s
