@@ -40,7 +40,7 @@ func attachUserEvents(objs *objects, cfg Config) (_ *userEventsSource, err error
 	}()
 	s.ev, err = userevents.Register(SpanEventFormat)
 	if err != nil {
-		return nil, fmt.Errorf("register user_event %s: %w", spanEventName, err)
+		return nil, err // names the event and says what to do
 	}
 	s.id, err = userevents.EventID(spanEventName)
 	if err != nil {

@@ -115,6 +115,7 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 		if dispatcher != nil {
 			exporter.Registry().MustRegister(notify.NewCollector(dispatcher))
 		}
+		registerAgentMetrics(exporter.Registry(), det)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", exporter.Handler())
 		mux.Handle("/snapshot", &last)
@@ -151,11 +152,11 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 		case <-stopC:
 			return nil
 		case <-reload:
-			cfg.rules = reloadRules(cfg, det, col, log, "sighup")
+			cfg.rules = reloadRules(cfg, det, col, dispatcher, log, "sighup")
 			watch = newFileWatch(cfg.rules.Files)
 		case <-tick.C:
 			if cfg.path != "" && watch.changed() {
-				cfg.rules = reloadRules(cfg, det, col, log, "file_changed")
+				cfg.rules = reloadRules(cfg, det, col, dispatcher, log, "file_changed")
 				watch = newFileWatch(cfg.rules.Files)
 			}
 			snap, err := col.Snapshot()
@@ -186,16 +187,29 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 	}
 }
 
-// reloadRules loads the rule file again; a bad file keeps the old rules.
-func reloadRules(cfg agentConfig, det *detector.Detector, col *collector.Collector, log *slog.Logger, why string) *policy.Config {
+// reloadRules loads the rule file again; a bad file (rules, policies or
+// webhooks) keeps all of the old configuration running.
+func reloadRules(cfg agentConfig, det *detector.Detector, col *collector.Collector, dispatcher *notify.Dispatcher, log *slog.Logger, why string) *policy.Config {
 	if cfg.path == "" {
+		return cfg.rules
+	}
+	fail := func(err error) *policy.Config {
+		reloadFailures.Add(1)
+		log.Error("reload_failed", "file", cfg.path, "trigger", why, "error", err, "keeping", "previous configuration")
 		return cfg.rules
 	}
 	rules, err := policy.LoadFile(cfg.path)
 	if err != nil {
-		reloadFailures.Add(1)
-		log.Error("reload_failed", "file", cfg.path, "trigger", why, "error", err, "keeping", "previous rules")
-		return cfg.rules
+		return fail(err)
+	}
+	if dispatcher != nil {
+		ncfg, err := notify.ParseConfig(rules.Name, &rules.Webhooks, &rules.Routing)
+		if err != nil {
+			return fail(err)
+		}
+		if err := dispatcher.Reload(ncfg); err != nil {
+			return fail(err)
+		}
 	}
 	det.SetRules(rules)
 	if err := applyBudgets(col, rules); err != nil {
