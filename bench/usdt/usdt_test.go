@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,12 +25,11 @@ import (
 )
 
 const (
-	pairsPerRun  = 200000 // start/done pairs per loop run
-	runsPerPhase = 5      // loop runs per phase; the fastest is kept
-	rounds       = 3      // alternations of spanwatch and bpftrace
+	pairsPerRun = 200000 // start/done pairs per loop run
+	trios       = 9      // baseline, spanwatch, bpftrace runs, in turn
 )
 
-func requireTools(b *testing.B) (loop, loopNop5 string) {
+func requireTools(b *testing.B) (dir string) {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: BPF, uprobes and kernel BPF statistics")
@@ -44,40 +44,53 @@ func requireTools(b *testing.B) (loop, loopNop5 string) {
 	if _, err := exec.LookPath("bpftrace"); err != nil {
 		b.Skip("no bpftrace on PATH: install bpftrace")
 	}
-	dir := b.TempDir()
-	loop, loopNop5 = filepath.Join(dir, "loop"), filepath.Join(dir, "loop-nop5")
-	for _, args := range [][]string{{"-o", loop}, {"-DNOP5", "-o", loopNop5}} {
-		args = append([]string{"-O2"}, append(args, "testdata/loop.c")...)
+	dir = b.TempDir()
+	for _, v := range []struct {
+		name  string
+		flags []string
+	}{{"loop", nil}, {"loop-nop5", []string{"-DNOP5"}}} {
+		args := append([]string{"-O2", "-o", filepath.Join(dir, v.name)}, v.flags...)
+		args = append(args, "testdata/loop.c")
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 			b.Fatalf("cc %v: %v: %s", args, err, out)
 		}
 	}
-	return loop, loopNop5
+	return dir
 }
 
-// runLoop runs the loop runsPerPhase times and returns the fastest run's
-// ns per start/done pair: the machines that run this are shared and
-// noisy, and the least disturbed run is the closest to the tracer's own
-// cost.
-func runLoop(b *testing.B, loop string) float64 {
+// copies makes three copies of a built loop, separate files (inodes), so
+// spanwatch and bpftrace each trace their own while a third runs bare.
+func copies(b *testing.B, dir, name string) (base, sw, bt string) {
 	b.Helper()
-	var v []float64
-	for i := 0; i < runsPerPhase; i++ {
-		out, err := exec.Command(loop, strconv.Itoa(pairsPerRun)).Output()
-		if err != nil {
-			b.Fatalf("loop: %v", err)
-		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-		if err != nil {
-			b.Fatalf("loop printed %q", out)
-		}
-		v = append(v, f)
+	src, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		b.Fatal(err)
 	}
-	sort.Float64s(v)
-	return v[0]
+	var out [3]string
+	for i, suffix := range []string{"-base", "-spanwatch", "-bpftrace"} {
+		out[i] = filepath.Join(dir, name+suffix)
+		if err := os.WriteFile(out[i], src, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out[0], out[1], out[2]
 }
 
-// progCost accumulates a set of programs' runs and run time.
+// runOnce runs the loop and returns its ns per start/done pair.
+func runOnce(b *testing.B, loop string) float64 {
+	b.Helper()
+	out, err := exec.Command(loop, strconv.Itoa(pairsPerRun)).Output()
+	if err != nil {
+		b.Fatalf("%s: %v", loop, err)
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil {
+		b.Fatalf("%s printed %q", loop, out)
+	}
+	return f
+}
+
+// progCost is a program's runs and run time.
 type progCost struct {
 	runs uint64
 	ns   time.Duration
@@ -100,68 +113,63 @@ func statsOf(b *testing.B, p *ebpf.Program) progCost {
 }
 
 func sub(a, b progCost) progCost { return progCost{a.runs - b.runs, a.ns - b.ns} }
-func add(a, b progCost) progCost { return progCost{a.runs + b.runs, a.ns + b.ns} }
 
-// result is one tracer's figures over its phases.
-type result struct {
-	start, done progCost
-	nsPerPair   []float64
+// A tracer is one side of the comparison, attached.
+type tracer struct {
+	start, done *ebpf.Program
+	close       func()
+	// spans returns the spans the tracer aggregated so far, when it can
+	// tell (spanwatch's snapshot); -1 otherwise.
+	spans func() int64
 }
 
-// bestPair is the fastest phase's ns per pair.
-func (r *result) bestPair() float64 {
-	v := append([]float64(nil), r.nsPerPair...)
-	sort.Float64s(v)
-	return v[0]
-}
-
-// spanwatchPhase attaches spanwatch's collector core and one USDT source
-// (bench:start/bench:done paired by thread), runs the loop, and detaches.
-// With nop5, the tracer attaches at the nop5 of "nop; nop5" sites.
-func spanwatchPhase(b *testing.B, loop string, nop5 bool, r *result) {
+// attachSpanwatch loads spanwatch's collector core and one USDT source
+// (bench:start/bench:done paired by thread, fixed name) on loop. With nop5
+// it attaches at the nop5 of "nop; nop5" sites.
+func attachSpanwatch(b *testing.B, loop string, nop5 bool) tracer {
 	b.Helper()
 	ctx := context.Background()
 	col, err := collector.New(ctx, collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer col.Close()
 	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: col.Maps(), OptimizeNop5: nop5})
 	if err != nil {
+		col.Close()
 		b.Fatal(err)
 	}
-	defer tr.Close()
+	closeAll := func() { tr.Close(); col.Close() }
 	if err := tr.Add(ctx, usdt.SpanSource{
 		Binary: loop, Span: "bench", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
 		Start: usdt.ProbeRef{Provider: "bench", Name: "start"},
 		End:   usdt.ProbeRef{Provider: "bench", Name: "done"},
 	}); err != nil {
+		closeAll()
 		b.Fatal(err)
 	}
-	if nop5 {
-		for _, s := range tr.Sites() {
-			if !s.Probe.Nop5 {
-				b.Fatalf("%s is not a nop;nop5 site", s.Probe.FullName())
+	for _, s := range tr.Sites() {
+		if nop5 && !s.Probe.Nop5 {
+			closeAll()
+			b.Fatalf("%s is not a nop;nop5 site", s.Probe.FullName())
+		}
+	}
+	var total int64
+	return tracer{
+		start: tr.Program("usdt_start"),
+		done:  tr.Program("usdt_end"),
+		close: closeAll,
+		spans: func() int64 {
+			snap, err := col.Snapshot()
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-	}
-	s0, d0 := statsOf(b, tr.Program("usdt_start")), statsOf(b, tr.Program("usdt_end"))
-	r.nsPerPair = append(r.nsPerPair, runLoop(b, loop))
-	s1, d1 := statsOf(b, tr.Program("usdt_start")), statsOf(b, tr.Program("usdt_end"))
-	r.start, r.done = add(r.start, sub(s1, s0)), add(r.done, sub(d1, d0))
-
-	snap, err := col.Snapshot()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var n uint64
-	for _, s := range snap.Series {
-		if s.Span == "bench" {
-			n += s.Count
-		}
-	}
-	if want := uint64(pairsPerRun * runsPerPhase); n != want {
-		b.Fatalf("spanwatch aggregated %d spans, want %d", n, want)
+			for _, s := range snap.Series {
+				if s.Span == "bench" {
+					total += int64(s.Count)
+				}
+			}
+			return total
+		},
 	}
 }
 
@@ -184,19 +192,17 @@ func progIDs() map[ebpf.ProgramID]bool {
 	}
 }
 
-// bpftracePhase runs bpftrace on the same probes, runs the loop, and stops
-// bpftrace. Its programs are found as the kprobe-type programs named start
-// and done that appeared while it attached.
-func bpftracePhase(b *testing.B, loop string, r *result) {
+// attachBpftrace runs bpftrace on loop's probes. Its programs are the
+// kprobe-type programs named start and done that appeared as it attached.
+func attachBpftrace(b *testing.B, loop string) tracer {
 	b.Helper()
 	before := progIDs()
 	cmd := exec.Command("bpftrace", "-e", bpftraceScript(loop))
 	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = nil
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	stop := func() { cmd.Process.Signal(syscall.SIGINT); cmd.Process.Kill(); cmd.Wait() }
 	sc := bufio.NewScanner(stdout)
 	attached := false
 	for sc.Scan() {
@@ -206,9 +212,11 @@ func bpftracePhase(b *testing.B, loop string, r *result) {
 		}
 	}
 	if !attached {
+		stop()
 		b.Fatal("bpftrace did not attach")
 	}
-	var progs = map[string]*ebpf.Program{}
+	go io.Copy(io.Discard, stdout)
+	progs := map[string]*ebpf.Program{}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(progs) < 2 && time.Now().Before(deadline) {
 		for id := range progIDs() {
@@ -220,7 +228,7 @@ func bpftracePhase(b *testing.B, loop string, r *result) {
 				continue
 			}
 			info, err := p.Info()
-			if err != nil || (info.Name != "start" && info.Name != "done") {
+			if err != nil || (info.Name != "start" && info.Name != "done") || progs[info.Name] != nil {
 				p.Close()
 				continue
 			}
@@ -229,95 +237,120 @@ func bpftracePhase(b *testing.B, loop string, r *result) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(progs) < 2 {
+		stop()
 		b.Fatalf("bpftrace's programs not found (got %d)", len(progs))
 	}
-	defer func() {
-		for _, p := range progs {
-			p.Close()
-		}
-	}()
-	// bpftrace enables its probes right after printing "Attaching";
-	// give it a moment before timing.
+	// bpftrace enables its probes right after printing "Attaching".
 	time.Sleep(500 * time.Millisecond)
-	s0, d0 := statsOf(b, progs["start"]), statsOf(b, progs["done"])
-	r.nsPerPair = append(r.nsPerPair, runLoop(b, loop))
-	s1, d1 := statsOf(b, progs["start"]), statsOf(b, progs["done"])
-	r.start, r.done = add(r.start, sub(s1, s0)), add(r.done, sub(d1, d0))
-	cmd.Process.Signal(syscall.SIGINT)
+	return tracer{
+		start: progs["start"],
+		done:  progs["done"],
+		close: func() { progs["start"].Close(); progs["done"].Close(); stop() },
+		spans: func() int64 { return -1 },
+	}
 }
 
-// BenchmarkUSDTvsBpftrace measures both tracers on the same probe pair in
-// one run, alternating: baseline, then spanwatch and bpftrace three times
-// each, then baseline again. Run with -benchtime 1x: each iteration is a full comparison.
+func median(v []float64) float64 {
+	v = append([]float64(nil), v...)
+	sort.Float64s(v)
+	return v[len(v)/2]
+}
+
+// figures are one comparison's results.
+type figures struct {
+	swStart, swDone, btStart, btDone float64 // ns per program run
+	base, sw, bt                     float64 // median ns per pair
+	swAdded, btAdded, addedRatio     float64 // ns per probe hit; median of per-trio ratios
+}
+
+// compare runs the bare, spanwatch-traced and bpftrace-traced copies of the
+// loop in turn (rotating which goes first), trios times, with both tracers
+// attached throughout, so drift in the machine's speed hits all three.
+func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
+	b.Helper()
+	s0, d0 := statsOf(b, sw.start), statsOf(b, sw.done)
+	bs0, bd0 := statsOf(b, bt.start), statsOf(b, bt.done)
+	var bases, sws, bts, ratios []float64
+	for k := 0; k < trios; k++ {
+		var x [3]float64
+		for i := 0; i < 3; i++ {
+			switch (i + k) % 3 {
+			case 0:
+				x[0] = runOnce(b, base)
+			case 1:
+				x[1] = runOnce(b, swLoop)
+			case 2:
+				x[2] = runOnce(b, btLoop)
+			}
+		}
+		bases, sws, bts = append(bases, x[0]), append(sws, x[1]), append(bts, x[2])
+		ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
+	}
+	s1, d1 := statsOf(b, sw.start), statsOf(b, sw.done)
+	bs1, bd1 := statsOf(b, bt.start), statsOf(b, bt.done)
+	if n := sw.spans(); n != pairsPerRun*trios {
+		b.Fatalf("spanwatch aggregated %d spans, want %d", n, pairsPerRun*trios)
+	}
+	f := figures{
+		swStart: sub(s1, s0).perRun(), swDone: sub(d1, d0).perRun(),
+		btStart: sub(bs1, bs0).perRun(), btDone: sub(bd1, bd0).perRun(),
+		base: median(bases), sw: median(sws), bt: median(bts),
+		addedRatio: median(ratios),
+	}
+	f.swAdded, f.btAdded = (f.sw-f.base)/2, (f.bt-f.base)/2
+	return f
+}
+
+func report(b *testing.B, what string, f figures) {
+	swProg := (f.swStart + f.swDone) / 2
+	btProg := (f.btStart + f.btDone) / 2
+	b.ReportMetric(f.swStart, "sw-start-ns/run")
+	b.ReportMetric(f.swDone, "sw-done-ns/run")
+	b.ReportMetric(f.btStart, "bt-start-ns/run")
+	b.ReportMetric(f.btDone, "bt-done-ns/run")
+	b.ReportMetric(swProg/btProg, "prog-cost-ratio")
+	b.ReportMetric(f.swAdded, "sw-added-ns/hit")
+	b.ReportMetric(f.btAdded, "bt-added-ns/hit")
+	b.ReportMetric(f.addedRatio, "added-ratio")
+	b.Logf("%s: median ns per start/done pair over %d trios: bare %.1f, spanwatch %.0f, bpftrace %.0f", what, trios, f.base, f.sw, f.bt)
+	b.Logf("BPF program cost (run_time_ns/run_cnt): spanwatch start %.0f done %.0f (avg %.0f); bpftrace start %.0f done %.0f (avg %.0f); ratio %.2f (goal <= 0.5)",
+		f.swStart, f.swDone, swProg, f.btStart, f.btDone, btProg, swProg/btProg)
+	b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; median per-trio ratio %.2f (goal <= 0.8)", f.swAdded, f.btAdded, f.addedRatio)
+}
+
+// BenchmarkUSDTvsBpftrace compares spanwatch and bpftrace on the same
+// probes in one run: each traces its own copy of the loop, both attached
+// at once, and the copies run in turn with an untraced one. Run with
+// -benchtime 1x: each iteration is a full comparison.
 func BenchmarkUSDTvsBpftrace(b *testing.B) {
-	loop, _ := requireTools(b)
-	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Skipf("enable BPF statistics: %v", err)
-	}
-	defer st.Close()
-
-	for i := 0; i < b.N; i++ {
-		var sw, bt result
-		var base []float64
-		base = append(base, runLoop(b, loop))
-		for round := 0; round < rounds; round++ {
-			spanwatchPhase(b, loop, false, &sw)
-			bpftracePhase(b, loop, &bt)
-		}
-		base = append(base, runLoop(b, loop))
-		sort.Float64s(base)
-		baseline := base[0]
-
-		swAdded := (sw.bestPair() - baseline) / 2
-		btAdded := (bt.bestPair() - baseline) / 2
-		swProg := (sw.start.perRun() + sw.done.perRun()) / 2
-		btProg := (bt.start.perRun() + bt.done.perRun()) / 2
-		b.ReportMetric(sw.start.perRun(), "sw-start-ns/run")
-		b.ReportMetric(sw.done.perRun(), "sw-done-ns/run")
-		b.ReportMetric(bt.start.perRun(), "bt-start-ns/run")
-		b.ReportMetric(bt.done.perRun(), "bt-done-ns/run")
-		b.ReportMetric(swProg/btProg, "prog-cost-ratio")
-		b.ReportMetric(swAdded, "sw-added-ns/hit")
-		b.ReportMetric(btAdded, "bt-added-ns/hit")
-		b.ReportMetric(swAdded/btAdded, "added-ratio")
-		b.Logf("baseline %.1f ns/pair (runs %v); spanwatch %v ns/pair, bpftrace %v ns/pair",
-			baseline, base, sw.nsPerPair, bt.nsPerPair)
-		b.Logf("BPF program cost (run_time_ns/run_cnt): spanwatch start %.0f done %.0f (avg %.0f); bpftrace start %.0f done %.0f (avg %.0f); ratio %.2f (goal <= 0.5)",
-			sw.start.perRun(), sw.done.perRun(), swProg, bt.start.perRun(), bt.done.perRun(), btProg, swProg/btProg)
-		b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; ratio %.2f (goal <= 0.8)", swAdded, btAdded, swAdded/btAdded)
-	}
+	dir := requireTools(b)
+	benchCompare(b, dir, "loop", false)
 }
 
-// BenchmarkUSDTNop5 runs the same comparison on a loop whose probes are
-// "nop; nop5": spanwatch with OptimizeNop5 attaches at the nop5 where the
-// kernel has optimized uprobes (6.18+); bpftrace 0.17 attaches at the nop.
-// The loop runs in main, not a leaf function, so the red-zone hazard of
-// optimized uprobes (see usdt.TracerConfig.OptimizeNop5) does not apply.
+// BenchmarkUSDTNop5 is the same comparison on a loop whose probes are
+// "nop; nop5": spanwatch with OptimizeNop5 attaches at the nop5, which
+// kernels with the uprobe syscall (6.18+) turn into a call; bpftrace 0.17
+// attaches at the nop. The loop runs in main, not a leaf function, so the
+// red-zone hazard of optimized uprobes (usdt.TracerConfig.OptimizeNop5)
+// does not apply.
 func BenchmarkUSDTNop5(b *testing.B) {
-	_, loop := requireTools(b)
+	dir := requireTools(b)
+	benchCompare(b, dir, "loop-nop5", true)
+}
+
+func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Skipf("enable BPF statistics: %v", err)
 	}
 	defer st.Close()
 	for i := 0; i < b.N; i++ {
-		var sw, bt result
-		base := []float64{runLoop(b, loop)}
-		for round := 0; round < rounds; round++ {
-			spanwatchPhase(b, loop, true, &sw)
-			bpftracePhase(b, loop, &bt)
-		}
-		base = append(base, runLoop(b, loop))
-		sort.Float64s(base)
-		swAdded := (sw.bestPair() - base[0]) / 2
-		btAdded := (bt.bestPair() - base[0]) / 2
-		b.ReportMetric(swAdded, "sw-added-ns/hit")
-		b.ReportMetric(btAdded, "bt-added-ns/hit")
-		b.ReportMetric(swAdded/btAdded, "added-ratio")
-		b.ReportMetric(sw.start.perRun(), "sw-start-ns/run")
-		b.ReportMetric(sw.done.perRun(), "sw-done-ns/run")
-		b.Logf("nop;nop5 loop: baseline %.1f ns/pair; spanwatch (at the nop5) %v ns/pair, bpftrace (at the nop) %v ns/pair", base[0], sw.nsPerPair, bt.nsPerPair)
-		b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; ratio %.2f", swAdded, btAdded, swAdded/btAdded)
+		base, swLoop, btLoop := copies(b, dir, name)
+		sw := attachSpanwatch(b, swLoop, nop5)
+		bt := attachBpftrace(b, btLoop)
+		f := compare(b, base, swLoop, btLoop, sw, bt)
+		bt.close()
+		sw.close()
+		report(b, name, f)
 	}
 }
