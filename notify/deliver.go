@@ -53,7 +53,7 @@ func (e *unreadableError) Unwrap() error { return e.err }
 
 // remove deletes a queued notification; a dead one is kept in the dead
 // letter bucket with why it failed.
-func (h *hook) remove(key []byte, dead *deadLetter) error {
+func (h *hook) remove(key []byte, group string, dead *deadLetter) error {
 	err := h.d.db.Update(func(tx *bolt.Tx) error {
 		if err := subRO(tx, bucketQueue, h.w.Name).Delete(key); err != nil {
 			return err
@@ -86,6 +86,11 @@ func (h *hook) remove(key []byte, dead *deadLetter) error {
 	}
 	h.queued.Add(-1)
 	h.d.entries.Add(-1)
+	h.d.mu.Lock()
+	if h.inQueue[group]--; h.inQueue[group] <= 0 {
+		delete(h.inQueue, group)
+	}
+	h.d.mu.Unlock()
 	return nil
 }
 
@@ -111,7 +116,7 @@ func (h *hook) deliver(ctx context.Context) {
 		if errors.As(err, &ue) {
 			h.setLastErr(err)
 			d.logger.Error("queued notification unreadable: moved to dead letters", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
-			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
+			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
@@ -140,7 +145,7 @@ func (h *hook) deliver(ctx context.Context) {
 				msg += ": last error: " + *p
 			}
 			d.logger.Error("notification expired: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
-			if err := h.remove(key, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
+			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 				continue
@@ -157,7 +162,7 @@ func (h *hook) deliver(ctx context.Context) {
 		// again after the restart.
 		r := h.s.send(context.WithoutCancel(ctx), q.Body, q.ID, now)
 		if r.Err == nil {
-			if err := h.remove(key, nil); err != nil {
+			if err := h.remove(key, q.Group, nil); err != nil {
 				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 				continue
@@ -180,7 +185,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		if !r.Retry {
 			d.logger.Error("notification rejected: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
-			if err := h.remove(key, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
+			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}

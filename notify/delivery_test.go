@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -330,5 +331,33 @@ func TestMaxAge(t *testing.T) {
 	}
 	if s := d.Stats(); s.Webhooks[0].QueueDepth != 0 || s.Outbox.Entries != 1 {
 		t.Errorf("queue %d, entries %d; want 0 and 1 (the alert stays in its group)", s.Webhooks[0].QueueDepth, s.Outbox.Entries)
+	}
+}
+
+// TestNoRepeatPileUp keeps the receiver down through many repeat
+// intervals: one notification per group waits in the queue, not one per
+// repeat, and the receiver gets the notification and one repeat once back.
+func TestNoRepeatPileUp(t *testing.T) {
+	var up atomic.Bool
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}).start()
+	d := mustNew(t, webhookConfig(t, rc.srv.URL, t.TempDir(), "repeat_interval: 30ms\ngroup_interval: 20ms\nmax_backoff: 20ms"))
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()), mkAlert("b", 1, alert.StateFiring, time.Now()))
+	time.Sleep(600 * time.Millisecond) // 20 repeat intervals
+	if q := d.Stats().Webhooks[0].QueueDepth; q != 2 {
+		t.Errorf("queue depth %d after an outage of 20 repeat intervals, want 2 (one per group)", q)
+	}
+	// A change is news: it is queued behind the waiting one.
+	notifyOK(t, d, mkAlert("a", 2, alert.StateFiring, time.Now()))
+	waitFor(t, 2*time.Second, "the change queued", func() bool { return d.Stats().Webhooks[0].QueueDepth == 3 })
+	up.Store(true)
+	waitFor(t, 5*time.Second, "delivery", func() bool { return len(delivered(rc.messages())) == 3 })
+	if diff := diffSets(delivered(rc.messages()), expected([]*alert.Alert{mkAlert("a", 1, alert.StateFiring, time.Now()), mkAlert("a", 2, alert.StateFiring, time.Now()), mkAlert("b", 1, alert.StateFiring, time.Now())})); diff != "" {
+		t.Error(diff)
 	}
 }

@@ -76,6 +76,7 @@ type hook struct {
 	due     map[*group]bool // groups whose timer fired; guarded by d.mu
 	kick    chan struct{}   // wakes the flusher
 	nextSeq uint64          // numbers groups in order of creation; guarded by d.mu
+	inQueue map[string]int  // queued notifications by group key; guarded by d.mu
 
 	attempts  atomic.Uint64
 	delivered atomic.Uint64
@@ -178,7 +179,8 @@ func (d *Dispatcher) newHooks(cfg *Config) ([]*hook, error) {
 			return nil, err
 		}
 		h := &hook{d: d, w: w, s: s, groups: map[string]*group{}, wake: make(chan struct{}, 1),
-			due: map[*group]bool{}, kick: make(chan struct{}, 1), failures: map[string]*atomic.Uint64{}}
+			due: map[*group]bool{}, kick: make(chan struct{}, 1), failures: map[string]*atomic.Uint64{},
+			inQueue: map[string]int{}}
 		for _, r := range reasons {
 			h.failures[r] = new(atomic.Uint64)
 		}
@@ -363,7 +365,15 @@ func (d *Dispatcher) restoreLocked() error {
 					return err
 				}
 			}
-			n := qb.Stats().KeyN
+			n := 0
+			qb.ForEach(func(k, v []byte) error {
+				n++
+				var q queued
+				if json.Unmarshal(v, &q) == nil {
+					h.inQueue[q.Group]++
+				}
+				return nil
+			})
 			h.queued.Store(int64(n))
 			total += int64(n)
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -210,6 +211,12 @@ func (h *hook) plan(g *group, now time.Time) *flushPlan {
 	sort.Strings(resolved)
 	sendResolved := w.SendResolved || w.Format == FormatAlertmanagerAPI
 	p := &flushPlan{g: g, update: needsUpdate(g.last, firing, resolved, sendResolved, w.RepeatInterval.D(), now)}
+	// A repeat (nothing changed) is not queued behind a notification of the
+	// same group that still waits for the receiver: after an outage the
+	// receiver gets one repeat, not one per repeat_interval of the outage.
+	if p.update && h.inQueue[g.key] > 0 && !needsUpdate(g.last, firing, resolved, sendResolved, math.MaxInt64, now) {
+		p.update = false
+	}
 	if p.update {
 		p.entry = &nflogEntry{Firing: firing, Resolved: resolved, At: now}
 		var send []*alert.Alert
@@ -338,6 +345,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 		}
 		if p.q != nil {
 			queuedN++
+			h.inQueue[g.key]++
 		}
 	}
 	if queuedN > 0 {
