@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/inflight"
 	"github.com/spanwatch/spanwatch/collector/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -86,18 +87,20 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		return snapshot.Overrun{}, fmt.Errorf("record of %d bytes, want %d", len(raw), unsafe.Sizeof(r))
 	}
 	r = *(*bpf.SpanwatchOverrun)(unsafe.Pointer(&raw[0]))
+	spanErr, stillRunning := inflight.DecodeStatus(r.Status)
 	ov := snapshot.Overrun{
-		Time:       monoToWall(r.TsNs),
-		Span:       snapshot.NameString(int8Bytes(r.Name[:])),
-		NameID:     r.NameId,
-		PID:        r.Pid,
-		TID:        r.Tid,
-		Comm:       snapshot.NameString(int8Bytes(r.Comm[:])),
-		CgroupID:   r.CgroupId,
-		DurationNs: r.DurationNs,
-		BudgetNs:   r.BudgetNs,
-		Error:      r.Status != 0,
-		Source:     sourceNames[r.Source],
+		Time:         monoToWall(r.TsNs),
+		Span:         snapshot.NameString(int8Bytes(r.Name[:])),
+		NameID:       r.NameId,
+		PID:          r.Pid,
+		TID:          r.Tid,
+		Comm:         snapshot.NameString(int8Bytes(r.Comm[:])),
+		CgroupID:     r.CgroupId,
+		DurationNs:   r.DurationNs,
+		BudgetNs:     r.BudgetNs,
+		Error:        spanErr,
+		StillRunning: stillRunning,
+		Source:       sourceNames[r.Source],
 	}
 	if r.TraceId != [16]byte{} {
 		ov.TraceID = hex.EncodeToString(r.TraceId[:])

@@ -7,14 +7,29 @@ import (
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/collector/inflight"
 	"github.com/spanwatch/spanwatch/collector/usdt"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
+// usdtSources are the attached USDT span sources and the watcher that
+// samples their spans while they run past their budgets.
+type usdtSources struct {
+	tracer  *usdt.Tracer
+	watcher *inflight.Watcher
+}
+
+func (u *usdtSources) Close() error {
+	if u.watcher != nil {
+		u.watcher.Close()
+	}
+	return u.tracer.Close()
+}
+
 // attachUSDT attaches the USDT span sources of the rule file's sources:
-// section to the collector's aggregation core. It returns nil when there
-// are none.
-func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Config, log *slog.Logger) (*usdt.Tracer, error) {
+// section to the collector's aggregation core, and starts watching their
+// in-flight spans. It returns nil when there are none.
+func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Config, log *slog.Logger) (*usdtSources, error) {
 	if rules.Sources.Kind == 0 {
 		return nil, nil
 	}
@@ -36,5 +51,25 @@ func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Con
 		}
 		log.Info("usdt_source_attached", "source", s.Describe())
 	}
-	return t, nil
+	maps := col.Maps()
+	w, err := inflight.New(inflight.Config{
+		Logger:    log,
+		Inflight:  t.Map("usdt_inflight"),
+		Sources:   t.Map("usdt_sources"),
+		TaskStart: t.Map("usdt_task_start"),
+		Budgets:   maps["budgets"],
+		Overruns:  maps["overruns"],
+		Counters:  maps["counters"],
+	})
+	if err != nil {
+		// Spans that end still alert; only hung ones go unseen.
+		log.Warn("inflight_watch_unavailable", "error", err, "effect", "spans still running past their budget are not sampled")
+		return &usdtSources{tracer: t}, nil
+	}
+	go func() {
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("inflight_watch_stopped", "error", err)
+		}
+	}()
+	return &usdtSources{tracer: t, watcher: w}, nil
 }
