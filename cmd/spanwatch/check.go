@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
@@ -20,7 +21,8 @@ func init() {
 		help: `
 check loads each rule file the way run does, compiling every condition,
 template, glob and Rego policy (and reading the policies' data files), and
-prints "FILE: OK (N rules, M policies, K budgets)" or every problem found as
+checks the webhooks and routing sections as the notifier will, and prints
+"FILE: OK (N rules, M policies, K budgets)" or every problem found as
 "file:line:col: message". It exits 1 if any file has a problem, so it can
 gate a deploy or a CI job.
 
@@ -60,6 +62,13 @@ func checkFiles(w io.Writer, files []string) error {
 			} else {
 				fmt.Fprintf(w, "  %v\n", err)
 			}
+			continue
+		}
+		// The delivery sections belong to package notify: check them the
+		// way run will, so a typo in a webhook fails here, not at start.
+		if _, err := notify.ParseConfig(f, &cfg.Webhooks, &cfg.Routing); err != nil {
+			failed++
+			fmt.Fprintf(w, "%s: FAILED\n  %s\n", f, strings.ReplaceAll(err.Error(), "\n", "\n  "))
 			continue
 		}
 		fmt.Fprintf(w, "%s: OK (%d rules, %d policies, %d budgets)\n", f, len(cfg.Rules), len(cfg.Policies), len(cfg.Budgets))
