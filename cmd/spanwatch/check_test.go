@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -78,5 +80,19 @@ func TestCheckTestExitCodes(t *testing.T) {
 		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != tc.code {
 			t.Errorf("spanwatch %v: exit %d, want %d (%s)", tc.args, code, tc.code, stderr.String())
 		}
+	}
+}
+
+func TestCheckWebhooks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	if err := os.WriteFile(path, []byte("rules: []\nwebhooks:\n  - name: ops\n    urll: https://x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := checkFiles(&out, []string{path}); err == nil {
+		t.Fatal("a misspelled webhook key passed check")
+	}
+	if want := path + ":4:5: unknown key \"urll\""; !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
 	}
 }
