@@ -63,21 +63,22 @@ func TestTemplateFormat(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	tmpl := `{"text": {{ json (printf "[%s] %s" (upper .Status) .CommonAnnotations.summary) }}, "firing": {{ len .Firing }}, "stack": {{ json (index .Alerts 0).Annotations.stack }}, "trace": "{{ (index .Alerts 0).Annotations.trace_id }}"}`
+	tmpl := `{"text": {{ json (printf "[%s] %s" (upper .Status) .CommonAnnotations.summary) }}, "firing": {{ len .Firing }}, "resolved": {{ len .Resolved }}, "stack": {{ json (index .Alerts 0).Annotations.stack }}, "trace": "{{ (index .Alerts 0).Annotations.trace_id }}"}`
 	c := webhookConfig(t, srv.URL, t.TempDir(), "format: template\ncontent_type: text/plain\ntemplate: '"+tmpl+"'")
 	d := mustNew(t, c)
 	notifyOK(t, d, SampleAlert(time.Now()))
 	waitFor(t, 5*time.Second, "delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) == 1 })
 	var got struct {
-		Text   string
-		Firing int
-		Stack  string
-		Trace  string
+		Text     string
+		Firing   int
+		Resolved int
+		Stack    string
+		Trace    string
 	}
 	if err := json.Unmarshal([]byte(bodies[0]), &got); err != nil {
 		t.Fatalf("template output is not JSON: %v\n%s", err, bodies[0])
 	}
-	if got.Text != "[FIRING] test alert from spanwatch notify test" || got.Firing != 1 ||
+	if got.Text != "[FIRING] test alert from spanwatch notify test" || got.Firing != 1 || got.Resolved != 0 ||
 		!strings.HasPrefix(got.Stack, "database/sql.(*DB).QueryContext") || got.Trace != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Errorf("template output %+v", got)
 	}

@@ -310,3 +310,32 @@ routing:
 		t.Errorf("the URL's secret leaked:\n%s", all)
 	}
 }
+
+// TestCredentialFileLater starts with a bearer token file that does not
+// exist yet: attempts fail as "credentials" and are retried, and the file,
+// once written, is used without a restart.
+func TestCredentialFileLater(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	var mu sync.Mutex
+	var auth []string
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, r *http.Request) bool {
+		mu.Lock()
+		auth = append(auth, r.Header.Get("Authorization"))
+		mu.Unlock()
+		return false
+	}).start()
+	d := mustNew(t, webhookConfig(t, rc.srv.URL, dir, "bearer_token_file: "+token))
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, time.Now()))
+	waitFor(t, 5*time.Second, "a credentials failure", func() bool { return d.Stats().Webhooks[0].Failures[ReasonCredentials] > 0 })
+	if s := d.Stats().Webhooks[0]; !strings.Contains(s.LastError, "bearer_token_file") || rc.requests() != 0 {
+		t.Errorf("last error %q, %d requests: want a bearer_token_file error and nothing sent", s.LastError, rc.requests())
+	}
+	writeFile(t, dir, "token", "late-token\n")
+	waitFor(t, 5*time.Second, "delivery", func() bool { return len(rc.messages()) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if auth[0] != "Bearer late-token" {
+		t.Errorf("Authorization %q", auth[0])
+	}
+}
