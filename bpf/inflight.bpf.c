@@ -18,6 +18,11 @@
  *    CPU only while inflight_watch is not empty: the thread is running.
  *  - inflight_off_cpu: a raw tracepoint on sched_switch: the thread is going
  *    off the CPU (blocking, or preempted); the kernel stack says on what.
+ *  - inflight_blocked: a sleepable task iterator, run by each scan while a
+ *    thread is watched, for a thread that blocked before it was watched and
+ *    stays blocked (a deadlock): it walks the thread's user frame pointers
+ *    from its saved registers (bpf_task_pt_regs, bpf_copy_from_user_task:
+ *    5.18+) and takes its kernel stack with bpf_get_task_stack.
  *
  * Each sample is an ordinary struct overrun in the core's ring buffer with
  * OVERRUN_STILL_RUNNING set in status and the time run so far as duration,
@@ -27,6 +32,7 @@
  */
 
 #include "aggregate.h"
+#include <bpf/bpf_core_read.h>
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -135,9 +141,32 @@ struct {
 
 /* The few kernel types the iterator reads, relocated against the running
  * kernel's BTF (CO-RE). */
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
+	char comm[16];
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+
+/* The task state field was "state" before 5.14, "__state" since. */
+struct task_struct___new {
+	unsigned int __state;
+} __attribute__((preserve_access_index));
+
+struct task_struct___old {
+	long state;
 } __attribute__((preserve_access_index));
 
 struct bpf_iter_meta {
@@ -202,6 +231,84 @@ int inflight_scan(struct bpf_iter__task *ctx)
 	} else if (w && (w->flags & TARGET_FROM_TASK)) {
 		bpf_map_delete_elem(&inflight_watch, &tid);
 	}
+	return 0;
+}
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(((struct task_struct___new *)t)->__state))
+		return BPF_CORE_READ((struct task_struct___new *)t, __state);
+	return BPF_CORE_READ((struct task_struct___old *)t, state);
+}
+
+/* One user frame as frame pointers lay it out: the caller's saved frame
+ * pointer, then the return address. */
+struct user_frame {
+	__u64 next;
+	__u64 ret;
+};
+
+SEC("iter.s/task")
+int inflight_blocked(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight_target *w;
+	struct user_frame fr;
+	struct pt_regs *regs;
+	struct overrun *r;
+	__u64 bp, n = 1;
+	__u32 tid;
+
+	if (!task)
+		return 0;
+	tid = task->pid;
+	w = bpf_map_lookup_elem(&inflight_watch, &tid);
+	if (!w || w->pid != task->tgid || w->samples <= 0)
+		return 0;
+	/* A running or runnable thread is the CPU clock's to sample. */
+	if (task_state(task) == 0)
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	__sync_fetch_and_add(&w->samples, -1);
+
+	r = bpf_ringbuf_reserve(&overruns, sizeof(*r), 0);
+	if (!r) {
+		count(COUNTER_RINGBUF_DROPS);
+		return 0;
+	}
+	r->ts_ns = bpf_ktime_get_ns();
+	r->name_id = w->name_id;
+	r->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	r->duration_ns = r->ts_ns - w->start_ns;
+	r->budget_ns = w->budget_ns;
+	r->start_ns = 0;
+	r->pid = task->tgid;
+	r->tid = tid;
+	r->status = OVERRUN_STILL_RUNNING;
+	r->source = w->source;
+	__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
+	__builtin_memset(r->span_id, 0, sizeof(r->span_id));
+	__builtin_memcpy(r->name, w->name, sizeof(r->name));
+	bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
+
+	/* The user frame-pointer walk the kernel does for the current thread
+	 * (perf_callchain_user), done here for a sleeping one. */
+	bpf_probe_read_kernel(&r->ustack[0], sizeof(r->ustack[0]), &regs->ip);
+	bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
+	for (int i = 1; i < MAX_USTACK; i++) {
+		if (!bp || bpf_copy_from_user_task(&fr, sizeof(fr), (void *)bp, task, 0) || !fr.ret)
+			break;
+		r->ustack[i] = fr.ret;
+		n++;
+		if (fr.next <= bp) /* frames go up the stack */
+			break;
+		bp = fr.next;
+	}
+	r->ustack_len = n * sizeof(__u64);
+	r->kstack_len = bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0);
+	bpf_ringbuf_submit(r, 0);
 	return 0;
 }
 

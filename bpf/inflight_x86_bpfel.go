@@ -80,6 +80,7 @@ const (
 	InflightMapSpanStats               = "span_stats"
 	InflightMapUsdtTaskStart           = "usdt_task_start"
 	InflightMapZeroStats               = "zero_stats"
+	InflightProgInflightBlocked        = "inflight_blocked"
 	InflightProgInflightOffCpu         = "inflight_off_cpu"
 	InflightProgInflightOnCpu          = "inflight_on_cpu"
 	InflightProgInflightScan           = "inflight_scan"
@@ -130,9 +131,10 @@ type InflightSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightProgramSpecs struct {
-	InflightOffCpu *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
-	InflightOnCpu  *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
-	InflightScan   *ebpf.ProgramSpec `ebpf:"inflight_scan"`
+	InflightBlocked *ebpf.ProgramSpec `ebpf:"inflight_blocked"`
+	InflightOffCpu  *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
+	InflightOnCpu   *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
+	InflightScan    *ebpf.ProgramSpec `ebpf:"inflight_scan"`
 }
 
 // InflightMapSpecs contains maps before they are loaded into the kernel.
@@ -217,13 +219,15 @@ type InflightVariables struct {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightPrograms struct {
-	InflightOffCpu *ebpf.Program `ebpf:"inflight_off_cpu"`
-	InflightOnCpu  *ebpf.Program `ebpf:"inflight_on_cpu"`
-	InflightScan   *ebpf.Program `ebpf:"inflight_scan"`
+	InflightBlocked *ebpf.Program `ebpf:"inflight_blocked"`
+	InflightOffCpu  *ebpf.Program `ebpf:"inflight_off_cpu"`
+	InflightOnCpu   *ebpf.Program `ebpf:"inflight_on_cpu"`
+	InflightScan    *ebpf.Program `ebpf:"inflight_scan"`
 }
 
 func (p *InflightPrograms) Close() error {
 	return _InflightClose(
+		p.InflightBlocked,
 		p.InflightOffCpu,
 		p.InflightOnCpu,
 		p.InflightScan,

@@ -65,8 +65,10 @@ type Config struct {
 	// Frequency is the on-CPU sampling rate in Hz while a thread is
 	// watched; 99 when zero.
 	Frequency uint64
-	// NoOnCPU and NoOffCPU turn off one of the two samplers.
-	NoOnCPU, NoOffCPU bool
+	// NoOnCPU, NoOffCPU and NoBlocked turn off one of the samplers: the
+	// CPU clock, sched_switch, and the iterator that samples threads that
+	// stay blocked (kernel 5.18+; left out where it does not load).
+	NoOnCPU, NoOffCPU, NoBlocked bool
 }
 
 // A Watcher samples threads whose spans run past their budgets.
@@ -76,6 +78,10 @@ type Watcher struct {
 	objs  objects
 	task  *taskObjects // nil without Config.TaskStart
 	iter  *link.Iter
+	// blocked samples watched threads that sleep; nil when off or not
+	// supported.
+	blocked     *ebpf.Program
+	blockedIter *link.Iter
 	slots [taskSlots]bpf.InflightInflightSlot // as last written
 
 	mu       sync.Mutex
@@ -152,6 +158,7 @@ func New(cfg Config) (*Watcher, error) {
 		if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 			return nil, fmt.Errorf("load inflight programs: %w", err)
 		}
+		w.loadBlocked(spec, repl)
 		return w, nil
 	}
 	repl["usdt_task_start"] = cfg.TaskStart
@@ -170,7 +177,47 @@ func New(cfg Config) (*Watcher, error) {
 		return nil, fmt.Errorf("attach task iterator: %w", err)
 	}
 	w.iter = it
+	w.loadBlocked(spec, repl)
 	return w, nil
+}
+
+// loadBlocked loads the sampler of blocked threads, sharing inflight_watch
+// with the other programs. It needs kernel 5.18+ (bpf_copy_from_user_task
+// in a sleepable task iterator); without it, a thread that blocked before
+// its span was overdue and stays blocked is not sampled.
+func (w *Watcher) loadBlocked(spec *ebpf.CollectionSpec, repl map[string]*ebpf.Map) {
+	if w.cfg.NoBlocked {
+		return
+	}
+	r := map[string]*ebpf.Map{"inflight_watch": w.objs.InflightWatch}
+	for k, v := range repl {
+		r[k] = v
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"inflight_blocked"`
+	}
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: r}); err != nil {
+		w.log.Info("inflight_blocked_sampler_unavailable", "error", err, "hint", "needs kernel 5.18+")
+		return
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog})
+	if err != nil {
+		objs.Prog.Close()
+		w.log.Info("inflight_blocked_sampler_unavailable", "error", err)
+		return
+	}
+	w.blocked, w.blockedIter = objs.Prog, it
+}
+
+// runIter runs a task iterator over every task.
+func runIter(it *link.Iter) error {
+	rc, err := it.Open()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, rc)
+	return err
 }
 
 // Run scans every Interval until ctx is done.
@@ -303,7 +350,15 @@ func (w *Watcher) Scan() error {
 			break
 		}
 	}
-	return w.setActive(active)
+	if err := w.setActive(active); err != nil {
+		return err
+	}
+	if active && w.blockedIter != nil {
+		if err := runIter(w.blockedIter); err != nil {
+			return fmt.Errorf("sample blocked threads: %w", err)
+		}
+	}
+	return nil
 }
 
 // scanTasks writes each task slot's span and budget and runs the task
@@ -334,12 +389,7 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 		}
 		w.slots[i] = slot
 	}
-	rc, err := w.iter.Open()
-	if err != nil {
-		return fmt.Errorf("run task iterator: %w", err)
-	}
-	defer rc.Close()
-	if _, err := io.Copy(io.Discard, rc); err != nil {
+	if err := runIter(w.iter); err != nil {
 		return fmt.Errorf("run task iterator: %w", err)
 	}
 	return nil
@@ -442,6 +492,9 @@ func (w *Watcher) Close() error {
 	}
 	if w.task != nil {
 		errs = append(errs, w.task.Close())
+	}
+	if w.blockedIter != nil {
+		errs = append(errs, w.blockedIter.Close(), w.blocked.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -4,7 +4,10 @@ package inflight
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -121,10 +124,14 @@ func TestStuckSpan(t *testing.T) {
 		want   []string
 		kernel string // a kernel frame expected, "" for none
 	}{
-		{"spin", "map", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
-		{"nap", "map", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
-		{"spin", "task", Config{NoOffCPU: true}, []string{"slow", "c", "b", "a", "main"}, ""},
-		{"nap", "task", Config{NoOnCPU: true}, []string{"c", "b", "a", "main"}, "poll"},
+		{"spin", "map", Config{NoOffCPU: true, NoBlocked: true}, []string{"slow", "c", "b", "a", "main"}, ""},
+		{"nap", "map", Config{NoOnCPU: true, NoBlocked: true}, []string{"c", "b", "a", "main"}, "poll"},
+		{"spin", "task", Config{NoOffCPU: true, NoBlocked: true}, []string{"slow", "c", "b", "a", "main"}, ""},
+		{"nap", "task", Config{NoOnCPU: true, NoBlocked: true}, []string{"c", "b", "a", "main"}, "poll"},
+		// Blocked in read before the watch began and throughout: only the
+		// blocked-thread iterator sees it.
+		{"block", "map", Config{NoOnCPU: true, NoOffCPU: true}, []string{"c", "b", "a", "main"}, "read"},
+		{"block", "task", Config{NoOnCPU: true, NoOffCPU: true}, []string{"c", "b", "a", "main"}, "read"},
 	} {
 		t.Run(tc.mode+"/"+tc.via, func(t *testing.T) {
 			m := newMaps(t)
@@ -181,11 +188,17 @@ func TestStuckSpan(t *testing.T) {
 			}
 			defer rd.Close()
 
+			if tc.mode == "block" {
+				// Sampled only once asleep: a running thread is the CPU
+				// clock's, which this case turns off.
+				waitSleeping(t, pid)
+			}
 			if err := w.Scan(); err != nil {
 				t.Fatal(err)
 			}
-			if watched(t, w) != 1 || !w.Active() {
-				t.Fatalf("after the scan: %d threads with samples to take, active %v; want 1, true", watched(t, w), w.Active())
+			wantActive := !cfg.NoOnCPU || !cfg.NoOffCPU
+			if tc.mode != "block" && watched(t, w) != 1 || w.Active() != wantActive {
+				t.Fatalf("after the scan: %d threads with samples to take, active %v; want 1, %v", watched(t, w), w.Active(), wantActive)
 			}
 			sym := symbolize.New(symbolize.Config{})
 			defer sym.Close()
@@ -194,6 +207,12 @@ func TestStuckSpan(t *testing.T) {
 			}
 			rd.SetDeadline(time.Now().Add(15 * time.Second))
 			for i := 0; i < cfg.Samples; i++ {
+				if tc.mode == "block" && i > 0 {
+					// A thread that stays blocked is sampled once a scan.
+					if err := w.Scan(); err != nil {
+						t.Fatal(err)
+					}
+				}
 				rec, err := rd.Read()
 				if err != nil {
 					t.Fatalf("sample %d: %v", i, err)
@@ -305,4 +324,20 @@ func TestDecodeStatus(t *testing.T) {
 			t.Errorf("DecodeStatus(%#x) = %v, %v; want %v, %v", tc.status, e, r, tc.err, tc.stillRuns)
 		}
 	}
+}
+
+// waitSleeping waits until process pid sleeps (state S in /proc/PID/stat).
+func waitSleeping(t *testing.T, pid uint32) {
+	t.Helper()
+	for range 500 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] == "S" {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("process %d never slept", pid)
 }
