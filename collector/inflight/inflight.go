@@ -73,16 +73,16 @@ type Config struct {
 
 // A Watcher samples threads whose spans run past their budgets.
 type Watcher struct {
-	cfg   Config
-	log   *slog.Logger
-	objs  objects
-	task  *taskObjects // nil without Config.TaskStart
-	iter  *link.Iter
+	cfg  Config
+	log  *slog.Logger
+	objs objects
+	task *taskObjects // nil without Config.TaskStart
+	iter *link.Iter
 	// blocked samples watched threads that sleep; nil when off or not
 	// supported.
 	blocked     *ebpf.Program
 	blockedIter *link.Iter
-	slots [taskSlots]bpf.InflightInflightSlot // as last written
+	slots       [taskSlots]bpf.InflightInflightSlot // as last written
 
 	mu       sync.Mutex
 	watching map[uint32]spanKey // tid -> the span being sampled
