@@ -9,12 +9,14 @@
 // Watcher scans the first from user space and the second with a BPF task
 // iterator; for each span paired by thread that has run longer than its
 // budget, it asks the BPF programs of bpf/inflight.bpf.c to sample that
-// thread: on the CPU through a perf event
-// clock, off the CPU at sched_switch (where the kernel stack shows what it
-// waits on). Each sample is an ordinary overrun record in the core's ring
-// buffer, with StatusStillRunning set in its status and the time run so far
-// as its duration, so the collector decodes it like any other, as an
-// overrun with still_running set. The sampling programs are attached only
+// thread: on the CPU through a perf event clock, off the CPU at
+// sched_switch (where the kernel stack shows what it waits on), and, when
+// it stays blocked, from a sleepable task iterator that walks its user
+// frame pointers from its saved registers (5.18+). Each sample is an
+// ordinary overrun record in the core's ring buffer, with
+// StatusStillRunning set in its status and the time run so far as its
+// duration, so the collector decodes it like any other, as an overrun with
+// still_running set (see DecodeStatus). The samplers are attached only
 // while some thread is watched.
 //
 //	w, err := inflight.New(inflight.Config{Logger: log,
