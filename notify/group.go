@@ -190,6 +190,12 @@ func (h *hook) plan(g *group, now time.Time) *flushPlan {
 	g.flushed = true
 	all := make([]*storedAlert, 0, len(g.alerts))
 	for _, sa := range g.alerts {
+		// Alertmanager's rule: an alert whose endsAt has passed is
+		// resolved. Overrun alerts end that way, without a resolved
+		// notification of their own. (sa.Alert is the dispatcher's copy.)
+		if a := sa.Alert; a.State != alert.StateResolved && !a.EndsAt.IsZero() && !a.EndsAt.After(now) {
+			a.State = alert.StateResolved
+		}
 		all = append(all, sa)
 	}
 	sort.Slice(all, func(i, j int) bool {

@@ -195,3 +195,23 @@ func TestGroupingOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestEndsAtResolves sends an alert that lasts a fixed time, as overrun
+// alerts do: once its endsAt passes it is reported resolved and leaves its
+// group, without a resolved alert from the caller.
+func TestEndsAtResolves(t *testing.T) {
+	rc := newReceiver(t, nil).start()
+	d := mustNew(t, webhookConfig(t, rc.srv.URL, t.TempDir(), ""))
+	a := mkAlert("a", 1, alert.StateFiring, time.Now())
+	a.EndsAt = time.Now().Add(300 * time.Millisecond)
+	notifyOK(t, d, a)
+	waitFor(t, 3*time.Second, "the resolution", func() bool { return len(rc.messages()) == 2 })
+	msgs := rc.messages()
+	if msgs[0].Status != "firing" || msgs[1].Status != "resolved" || !msgs[1].Alerts[0].EndsAt.Equal(a.EndsAt) {
+		t.Errorf("notifications %s then %s (endsAt %s), want firing then resolved at %s", msgs[0].Status, msgs[1].Status, msgs[1].Alerts[0].EndsAt, a.EndsAt)
+	}
+	waitFor(t, time.Second, "the group to go", func() bool { return d.Stats().Webhooks[0].PendingAlerts == 0 })
+	if e := d.Stats().Outbox.Entries; e != 0 {
+		t.Errorf("%d outbox entries left", e)
+	}
+}

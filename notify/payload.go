@@ -191,11 +191,11 @@ func render(w *Webhook, tmpl *template.Template, m *Message, alerts []*alert.Ale
 				EndsAt:       a.EndsAt,
 				GeneratorURL: a.GeneratorURL,
 			}
+			// A firing alert without endsAt gets Alertmanager's
+			// resolve_timeout (repeat_interval re-sends it before that); one
+			// with endsAt, such as an overrun alert, ends there.
 			if a.Resolved() && p.EndsAt.IsZero() {
 				p.EndsAt = now
-			}
-			if !a.Resolved() {
-				p.EndsAt = time.Time{} // Alertmanager applies its resolve_timeout
 			}
 			out = append(out, p)
 		}

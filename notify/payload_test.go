@@ -90,7 +90,7 @@ func TestTemplateFormat(t *testing.T) {
 func TestAPIBody(t *testing.T) {
 	now := time.Unix(1700000100, 0).UTC()
 	firing := mkAlert("a", 1, alert.StateFiring, now.Add(-time.Minute))
-	firing.EndsAt = now.Add(time.Hour) // not sent: Alertmanager's resolve_timeout applies
+	firing.EndsAt = now.Add(time.Hour) // sent: Alertmanager resolves it then
 	resolved := mkAlert("a", 2, alert.StateResolved, now.Add(-time.Minute))
 	resolved.EndsAt = time.Time{} // filled with the flush time
 	w := &Webhook{Name: "am", Format: FormatAlertmanagerAPI}
@@ -98,7 +98,7 @@ func TestAPIBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"labels":{"alertname":"Slowa","instance":"1","span":"a"},"annotations":{"summary":"a 1"},"startsAt":"2023-11-14T22:14:00Z"},` +
+	want := `[{"labels":{"alertname":"Slowa","instance":"1","span":"a"},"annotations":{"summary":"a 1"},"startsAt":"2023-11-14T22:14:00Z","endsAt":"2023-11-14T23:15:00Z"},` +
 		`{"labels":{"alertname":"Slowa","instance":"2","span":"a"},"annotations":{"summary":"a 2"},"startsAt":"2023-11-14T22:14:00Z","endsAt":"2023-11-14T22:15:00Z"}]`
 	if string(b) != want {
 		t.Errorf("body\n got %s\nwant %s", b, want)
