@@ -1,0 +1,73 @@
+package usdt
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+)
+
+// TestSourcesSchema checks that sources.schema.json accepts and rejects
+// what ParseSources does, over the documents of the decoder's tests.
+func TestSourcesSchema(t *testing.T) {
+	raw, err := os.ReadFile("sources.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("sources.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("sources.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := []string{
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key: thread\n      status_arg: 2\n",
+		"sources:\n  usdt:\n    - pid: 7\n      name_arg: 1\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: ./app\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 1\n",
+		"sources:\n  usdt: []\n",
+	}
+	bad := []string{
+		"sources:\n  uprobes: []\n",
+		"sources:\n  usdt:\n    - span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      name_arg: 1\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key: process\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 12\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key: thread\n      key_arg: 1\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n      colour: red\n",
+	}
+	check := func(d string, wantOK bool) {
+		t.Helper()
+		node := sourcesNode(t, d)
+		_, perr := ParseSources("f.yaml", node)
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(d), &v); err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(v["sources"])
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serr := sch.Validate(inst)
+		if (perr == nil) != wantOK || (serr == nil) != wantOK {
+			t.Errorf("%q: ParseSources error %v, schema error %v; want valid=%v for both", d, perr, serr, wantOK)
+		}
+	}
+	for _, d := range docs {
+		check(d, true)
+	}
+	for _, d := range bad {
+		check(d, false)
+	}
+}
