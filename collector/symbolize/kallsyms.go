@@ -81,9 +81,13 @@ func parseKallsyms(b []byte) (*kallsyms, error) {
 		return nil, fmt.Errorf("read kallsyms: %w", err)
 	}
 	if !nonzero {
+		// kallsyms shows addresses to CAP_SYSLOG, or to anyone when
+		// kptr_restrict is 0 and perf_event_paranoid at most 1.
 		restrict, _ := os.ReadFile("/proc/sys/kernel/kptr_restrict")
-		return nil, fmt.Errorf("%w (kernel.kptr_restrict=%s): run spanwatch with CAP_SYSLOG, or set kernel.kptr_restrict=0, to name kernel frames",
-			ErrKernelHidden, strings.TrimSpace(string(restrict)))
+		paranoid, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
+		return nil, fmt.Errorf("%w (kernel.kptr_restrict=%s, kernel.perf_event_paranoid=%s): run spanwatch with CAP_SYSLOG "+
+			"(or set kernel.kptr_restrict=0 and kernel.perf_event_paranoid=1) to name kernel frames",
+			ErrKernelHidden, strings.TrimSpace(string(restrict)), strings.TrimSpace(string(paranoid)))
 	}
 	sort.SliceStable(k.syms, func(i, j int) bool { return k.syms[i].addr < k.syms[j].addr })
 	return k, nil
