@@ -44,6 +44,9 @@
 // hides its addresses (the reader lacks CAP_SYSLOG), Kernel returns an error
 // wrapping ErrKernelHidden that says so.
 //
-// Capture needs read access to other processes' /proc entries, and
-// map_files needs CAP_SYS_ADMIN; the collector runs as root.
+// Capabilities: reading other processes' maps, stat, mem (the vDSO) and
+// root needs CAP_SYS_PTRACE; /proc/PID/map_files needs CAP_SYS_ADMIN or
+// CAP_CHECKPOINT_RESTORE (5.9+), and without it files open through
+// /proc/PID/root, where a binary deleted since it started is not found;
+// kallsyms needs CAP_SYSLOG.
 package symbolize

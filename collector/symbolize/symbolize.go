@@ -197,9 +197,9 @@ func (s *Symbolizer) openModule(dir string, r mapRegion) *module {
 		return m
 	}
 	// map_files names the exact mapped file, even when deleted or in
-	// another mount namespace; it needs CAP_SYS_ADMIN. The path under
-	// /proc/PID/root may name a different file if it was replaced, so the
-	// inode is checked there.
+	// another mount namespace; it needs CAP_SYS_ADMIN or
+	// CAP_CHECKPOINT_RESTORE. The path under /proc/PID/root may name a
+	// different file if it was replaced, so the inode is checked there.
 	f, err := os.Open(filepath.Join(dir, "map_files", fmt.Sprintf("%x-%x", r.start, r.end)))
 	if s.noMapFiles && err == nil {
 		f.Close()
