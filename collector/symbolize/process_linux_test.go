@@ -14,8 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -616,6 +619,36 @@ func TestMemfdJIT(t *testing.T) {
 	for i := range want {
 		if frames[i] != want[i] {
 			t.Errorf("frame %d = %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+}
+
+func TestReplaced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	dev := uint64(unix.Major(st.Dev))<<32 | uint64(unix.Minor(st.Dev))
+	for _, tc := range []struct {
+		name string
+		r    mapRegion
+		want bool
+	}{
+		{"same file", mapRegion{dev: dev, inode: st.Ino}, false},
+		{"same device, other inode: replaced", mapRegion{dev: dev, inode: st.Ino + 1}, true},
+		{"other device (an overlay's layer): cannot tell", mapRegion{dev: dev + 1, inode: st.Ino + 1}, false},
+	} {
+		if got := replaced(f, tc.r); got != tc.want {
+			t.Errorf("%s: replaced = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

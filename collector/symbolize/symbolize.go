@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -207,12 +209,9 @@ func (s *Symbolizer) openModule(dir string, r mapRegion) *module {
 	}
 	if err != nil {
 		f, err = os.Open(filepath.Join(dir, "root", strings.TrimSuffix(r.path, " (deleted)")))
-		if err == nil {
-			var st syscall.Stat_t
-			if serr := syscall.Fstat(int(f.Fd()), &st); serr != nil || st.Ino != r.inode {
-				f.Close()
-				err = fmt.Errorf("file was replaced since it was mapped")
-			}
+		if err == nil && replaced(f, r) {
+			f.Close()
+			err = fmt.Errorf("file was replaced since it was mapped")
 		}
 	}
 	if err != nil {
@@ -224,6 +223,20 @@ func (s *Symbolizer) openModule(dir string, r mapRegion) *module {
 	m.debugDirs = []string{filepath.Join(dir, "root", "usr", "lib", "debug"), "/usr/lib/debug"}
 	s.modules[k] = m
 	return m
+}
+
+// replaced reports whether f, opened by path, is not the file mapped at r.
+// Maps shows the device and inode of the file the kernel mapped, which for
+// overlayfs (container images) is the layer's file, while fstat through the
+// overlay may show the overlay's device: the inodes are compared only when
+// the devices agree, as a different device says nothing either way.
+func replaced(f *os.File, r mapRegion) bool {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return true
+	}
+	dev := uint64(unix.Major(uint64(st.Dev)))<<32 | uint64(unix.Minor(uint64(st.Dev)))
+	return dev == r.dev && st.Ino != r.inode
 }
 
 // vdsoKey stands for the vDSO, which the kernel maps into every process:
