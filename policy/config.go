@@ -35,9 +35,9 @@ type Config struct {
 	Sources   yaml.Node
 	Collector yaml.Node
 
-	// Files lists every file read: the rule file first (when it came from
-	// a file), then each policy's Rego and data files. A reloader watches
-	// them all.
+	// Files lists every file read from disk: the rule file first (when it
+	// came from a file), then each policy's Rego and data files. A
+	// reloader watches them all. It is empty when Options.FS was used.
 	Files []string
 
 	exactBudgets map[string]*Budget
@@ -253,7 +253,7 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 		names[p.Name] = p
 		cfg.Policies = append(cfg.Policies, p)
 		for _, f := range p.files {
-			if !contains(cfg.Files, f) {
+			if opts.FS == nil && !contains(cfg.Files, f) {
 				cfg.Files = append(cfg.Files, f)
 			}
 		}

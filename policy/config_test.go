@@ -154,6 +154,9 @@ func TestParseFS(t *testing.T) {
 	if len(cfg.Policies) != 1 || cfg.Policies[0].File != "conf/p/slow.rego" {
 		t.Fatalf("policies = %+v", cfg.Policies)
 	}
+	if len(cfg.Files) != 0 {
+		t.Errorf("Files = %v: nothing on disk to watch", cfg.Files)
+	}
 	got, err := cfg.Policies[0].Eval(t.Context(), Input(&snapshot.Snapshot{Series: []snapshot.Series{{Span: "a", P99Ns: 999}, {Span: "b", P99Ns: 1001}}}))
 	if err != nil || len(got) != 1 || got[0].Labels["span"] != "b" {
 		t.Errorf("eval = %+v, %v", got, err)
