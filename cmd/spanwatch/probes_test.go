@@ -63,8 +63,8 @@ func TestProbesCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls := decodeListings(t, out.Bytes())
-	if n := len(ls["sdtprog"].Probes); n != 21 {
-		t.Errorf("sdtprog: %d sites, want 21", n)
+	if n := len(ls["sdtprog"].Probes); n != 22 {
+		t.Errorf("sdtprog: %d sites, want 22", n)
 	}
 	fire := ls["libsdtlib.so"].Probes
 	if len(fire) != 1 || fire[0].Provider != "swlib" || fire[0].Name != "fire" || len(fire[0].Parsed) != 3 {
@@ -73,6 +73,9 @@ func TestProbesCommand(t *testing.T) {
 	for _, p := range ls["sdtprog"].Probes {
 		if (p.Name == "sem") != (p.Semaphore != "") {
 			t.Errorf("%s:%s semaphore %q", p.Provider, p.Name, p.Semaphore)
+		}
+		if p.Name == "badarg" && !strings.Contains(p.ArgError, "thread-local") {
+			t.Errorf("sw:badarg: arg_error %q", p.ArgError)
 		}
 		if p.Name == "asmargs" && strings.Join(p.Parsed, ", ") != "s8 %ah, u64 [%rdx + %rcx*8], s32 [%rdx+8 + %rcx*4], u16 %ax, u64 %rcx" {
 			t.Errorf("asmargs parsed as %q", p.Parsed)
@@ -105,8 +108,8 @@ func TestProbesCommand(t *testing.T) {
 	}
 	ls = decodeListings(t, out.Bytes())
 	root := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/root"
-	if l, ok := ls["sdtprog"]; !ok || l.Path != root+prog || len(l.Probes) != 21 {
-		t.Errorf("--pid: executable listing %+v, want %s with 21 sites", l, root+prog)
+	if l, ok := ls["sdtprog"]; !ok || l.Path != root+prog || len(l.Probes) != 22 {
+		t.Errorf("--pid: executable listing %+v, want %s with 22 sites", l, root+prog)
 	}
 	if l, ok := ls["libsdtlib.so"]; !ok || l.Path != root+lib || len(l.Probes) != 1 {
 		t.Errorf("--pid: library listing %+v, want %s with 1 site", l, root+lib)

@@ -91,7 +91,7 @@ func (f *File) Lookup(provider, name string) []Probe {
 func Open(path string) (*File, error) {
 	fh, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, err // *PathError: "open PATH: ..."
 	}
 	defer fh.Close()
 	f, err := Parse(fh)

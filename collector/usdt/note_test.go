@@ -43,7 +43,13 @@ func TestOpenBuiltProgram(t *testing.T) {
 				if p.Offset >= uint64(len(raw)) || raw[p.Offset] != 0x90 {
 					t.Errorf("%s: byte at file offset %#x is not a nop", p.FullName(), p.Offset)
 				}
-				if p.ArgErr != nil {
+				if p.Name == "badarg" {
+					// Listed, with an error that names the probe and the string.
+					if p.ArgErr == nil || !strings.Contains(p.ArgErr.Error(), "sw:badarg") ||
+						!strings.Contains(p.ArgErr.Error(), `"8@%fs:0x28"`) || !strings.Contains(p.ArgErr.Error(), "thread-local") {
+						t.Errorf("sw:badarg: error %v", p.ArgErr)
+					}
+				} else if p.ArgErr != nil {
 					t.Errorf("%s: %v", p.FullName(), p.ArgErr)
 				}
 			}
@@ -62,7 +68,7 @@ func TestOpenBuiltProgram(t *testing.T) {
 					t.Errorf("%s: Nop5 = %v", p.FullName(), p.Nop5)
 				}
 			}
-			for name, want := range map[string]int{"sw:consts": 1, "sw:mem": 1, "sw:inl": 3, "sw:sem": 1, "sw:asmargs": 1, "sw:nop5": 1} {
+			for name, want := range map[string]int{"sw:consts": 1, "sw:mem": 1, "sw:inl": 3, "sw:sem": 1, "sw:asmargs": 1, "sw:nop5": 1, "sw:badarg": 1} {
 				if count[name] != want {
 					t.Errorf("%s: %d sites, want %d", name, count[name], want)
 				}

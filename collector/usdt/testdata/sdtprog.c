@@ -13,6 +13,7 @@
  *           sites with different arguments
  *   asmargs written in assembly: a high-byte register (%ah), a 16-bit
  *           register, and indexed memory operands "(%rdx,%rcx,8)"
+ *   badarg  an argument spanwatch cannot read (thread-local, %fs-relative)
  *   sem     guarded by a semaphore (in sdtsem.c)
  *   nop5    emitted as "nop; nop5" (in sdtnop5.c)
  *   swlib:fire  in the shared library libsdtlib.so (sdtlib.c)
@@ -66,6 +67,7 @@ __attribute__((noinline)) void asm_fire(void)
 		:
 		: [arr] "m"(g_arr)
 		: "rax", "rcx", "rdx", "memory");
+	__asm__ __volatile__(STAP_PROBE_ASM(sw, badarg, 8@%%fs:0x28) ::: "memory");
 }
 
 __attribute__((noinline)) void fire_all(long seed)
