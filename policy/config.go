@@ -173,7 +173,7 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, ErrorList{yamlError(name, err)}
+		return nil, ErrorList{yamlSyntaxError(name, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -262,6 +262,40 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 		return nil, d.errs
 	}
 	return cfg, nil
+}
+
+// yamlSyntaxError reports a YAML syntax error at the line where it is. For
+// errors inside a block, yaml.v3 names the line where the block starts
+// (and counts it from 0); the line that breaks the document is the last
+// line of the shortest prefix that fails with the same message, found by
+// bisection. When no prefix reproduces the message, yaml.v3's line stands.
+func yamlSyntaxError(file string, data []byte, err error) *Error {
+	e := yamlError(file, err)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) < 2 || len(lines) > 100000 {
+		return e
+	}
+	fails := func(n int) (*Error, bool) {
+		var doc yaml.Node
+		perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
+		if perr == nil {
+			return nil, false
+		}
+		return yamlError(file, perr), true
+	}
+	lo, hi := 0, len(lines) // lines[:lo] parses (lo = 0: empty); lines[:hi] fails
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if _, bad := fails(mid); bad {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if pe, bad := fails(hi); bad && pe.Msg == e.Msg {
+		e.Line = hi
+	}
+	return e
 }
 
 // yamlError turns a yaml.v3 syntax error ("yaml: line 3: ...") into an
