@@ -162,12 +162,14 @@ func (h *hook) deliver(ctx context.Context) {
 		// again after the restart.
 		r := h.s.send(context.WithoutCancel(ctx), q.Body, q.ID, now)
 		if r.Err == nil {
+			// Counted before the queue shrinks, so that a reader who sees
+			// an empty queue also sees the count.
+			h.delivered.Add(1)
 			if err := h.remove(key, q.Group, nil); err != nil {
 				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 				continue
 			}
-			h.delivered.Add(1)
 			if ctx.Err() != nil {
 				return
 			}
