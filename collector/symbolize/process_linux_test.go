@@ -652,3 +652,45 @@ func TestReplaced(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrent symbolizes from several goroutines at once (run it with
+// -race): the collector's reader and a stacks exporter may share one
+// Symbolizer.
+func TestConcurrent(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cprog")
+	buildC(t, bin, filepath.Join("testdata", "cprog.c"))
+	cmd, stdin := startBlocked(t, bin)
+	defer stdin.Close()
+	pid := uint32(cmd.Process.Pid)
+	addrs := runtimeAddrs(t, int(pid), bin, 1, "slow", "c", "b", "a", "main")
+	self := uint32(os.Getpid())
+	s := New(Config{})
+	defer s.Close()
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for i := range 50 {
+				p := pid
+				if (g+i)%2 == 0 {
+					p = self
+				}
+				if err := s.Capture(p); err != nil {
+					errs <- err
+					return
+				}
+				frames, err := s.User(pid, addrs)
+				if err != nil || frames[2].Function != "b" {
+					errs <- fmt.Errorf("goroutine %d: %+v, %v", g, frames[2], err)
+					return
+				}
+				s.Kernel([]uint64{0xffffffff81000010})
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
