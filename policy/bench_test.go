@@ -130,3 +130,36 @@ func inputSeries(s *snapshot.Snapshot) []map[string]any {
 	}
 	return out
 }
+
+// BenchmarkRegoBySpan compares a policy about one span that scans every
+// series with one that looks the span up in input.by_span.
+func BenchmarkRegoBySpan(b *testing.B) {
+	snap := benchSnapshot(10000)
+	in := Input(snap)
+	for _, tc := range []struct{ name, loop string }{
+		{"scan", "some s in input.series\n\ts.span == \"svc3.op43\""},
+		{"by_span", "some s in input.by_span[\"svc3.op43\"]"},
+	} {
+		dir := b.TempDir()
+		src := "package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Slow\", \"cgroup\": sprintf(\"%d\", [s.cgroup_id])}} if {\n\t" + tc.loop + "\n\ts.p99_ns > 40000000\n}\n"
+		os.WriteFile(filepath.Join(dir, "p.rego"), []byte(src), 0o644)
+		os.WriteFile(filepath.Join(dir, "r.yaml"), []byte("policies: [p.rego]\n"), 0o644)
+		cfg, err := LoadFile(filepath.Join(dir, "r.yaml"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			var n int
+			for i := 0; i < b.N; i++ {
+				got, err := cfg.Policies[0].Eval(context.Background(), in)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n = len(got)
+			}
+			if n != 50 {
+				b.Fatalf("%d alerts, want 50", n)
+			}
+		})
+	}
+}

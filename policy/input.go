@@ -12,7 +12,9 @@ import (
 // policy (rego.EvalParsedInput), instead of letting OPA convert it again per
 // policy.
 //
-// The shape (histograms are left out):
+// by_span indexes the same series by span name, so a policy about one span
+// looks its series up (input.by_span.checkout) instead of scanning them
+// all. The shape (histograms are left out):
 //
 //	{
 //	  "time": "2026-01-02T15:04:05Z", "time_ns": 1767366245000000000,
@@ -23,14 +25,27 @@ import (
 //	              "sum_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
 //	              "max_ns": ..., "window_max_ns": ..., "over_budget": 1,
 //	              "budget_ns": 250000000, "labels": {"span": "checkout", ...}}],
+//	  "by_span": {"checkout": [<the checkout series>], ...},
 //	  "overruns": [{"span": ..., "pid": ..., "comm": ..., "duration_ns": ...,
 //	                "budget_ns": ..., "trace_id": ..., "container": ..., ...}],
 //	  "stats": {"events": ..., "ringbuf_drops": ..., ...}
 //	}
 func Input(s *snapshot.Snapshot) ast.Value {
 	series := make([]*ast.Term, len(s.Series))
+	bySpan := map[string][]*ast.Term{}
+	var spans []string
 	for i := range s.Series {
 		series[i] = ast.NewTerm(seriesObject(&s.Series[i]))
+		name := s.Series[i].Span
+		if _, ok := bySpan[name]; !ok {
+			spans = append(spans, name)
+		}
+		bySpan[name] = append(bySpan[name], series[i])
+	}
+	// by_span shares the series terms: an index, not a copy.
+	spanItems := make([][2]*ast.Term, len(spans))
+	for i, name := range spans {
+		spanItems[i] = item(strTerm(name), ast.ArrayTerm(bySpan[name]...))
 	}
 	overruns := make([]*ast.Term, len(s.Overruns))
 	for i := range s.Overruns {
@@ -44,6 +59,7 @@ func Input(s *snapshot.Snapshot) ast.Value {
 		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
 		item(kHost, strTerm(s.Host)),
 		item(kSeries, ast.ArrayTerm(series...)),
+		item(kBySpan, ast.ObjectTerm(spanItems...)),
 		item(kOverruns, ast.ArrayTerm(overruns...)),
 		item(kStats, ast.ObjectTerm(
 			item(ast.StringTerm("events"), uintTerm(st.Events)),
@@ -65,6 +81,7 @@ var (
 	kWindowSeconds = ast.StringTerm("window_seconds")
 	kHost          = ast.StringTerm("host")
 	kSeries        = ast.StringTerm("series")
+	kBySpan        = ast.StringTerm("by_span")
 	kOverruns      = ast.StringTerm("overruns")
 	kStats         = ast.StringTerm("stats")
 

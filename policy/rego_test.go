@@ -204,3 +204,33 @@ alerts contains {"labels": {"alertname": "Shape", "span": s.span}, "annotations"
 		t.Errorf("summary = %q, want %q", got[0].Annotations["summary"], want)
 	}
 }
+
+func TestInputBySpan(t *testing.T) {
+	cfg, err := writePolicy(t, `package spanwatch
+
+alerts contains {"labels": {"alertname": "Slow", "span": s.span, "container": s.container}} if {
+	some s in input.by_span.checkout
+	s.p99_ns > 1000
+}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &snapshot.Snapshot{Series: []snapshot.Series{
+		{Span: "checkout", Container: "a", P99Ns: 2000},
+		{Span: "search", Container: "a", P99Ns: 9000},
+		{Span: "checkout", Container: "b", P99Ns: 500},
+		{Span: "checkout", Container: "c", P99Ns: 1001},
+	}}
+	got, err := cfg.Policies[0].Eval(context.Background(), Input(snap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var containers []string
+	for _, a := range got {
+		containers = append(containers, a.Labels["container"])
+	}
+	if strings.Join(sortStrings(containers), ",") != "a,c" {
+		t.Errorf("fired for containers %v, want a and c", containers)
+	}
+}
