@@ -39,7 +39,7 @@ func TestCheckFiles(t *testing.T) {
 
 func TestTestFiles(t *testing.T) {
 	var out bytes.Buffer
-	err := testFiles(context.Background(), &out, []string{"../../examples/rego/spanwatch.test.yaml"})
+	err := testFiles(context.Background(), &out, []string{"../../examples/rego/spanwatch.test.yaml"}, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -48,7 +48,7 @@ func TestTestFiles(t *testing.T) {
 	}
 
 	out.Reset()
-	err = testFiles(context.Background(), &out, []string{"../../detector/ruletest/testdata/failing.test.yaml", "missing.test.yaml"})
+	err = testFiles(context.Background(), &out, []string{"../../detector/ruletest/testdata/failing.test.yaml", "missing.test.yaml"}, nil)
 	if err == nil {
 		t.Fatal("failing tests passed")
 	}
@@ -75,6 +75,8 @@ func TestCheckTestExitCodes(t *testing.T) {
 		{[]string{"test", "../../examples/rego/spanwatch.test.yaml"}, 0},
 		{[]string{"test", "../../detector/ruletest/testdata/failing.test.yaml"}, 1},
 		{[]string{"test"}, 2},
+		{[]string{"test", "--run", "right", "../../detector/ruletest/testdata/failing.test.yaml"}, 0},
+		{[]string{"test", "--run", "(", "../../detector/ruletest/testdata/failing.test.yaml"}, 2},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != tc.code {

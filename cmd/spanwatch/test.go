@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/spanwatch/spanwatch/detector/ruletest"
@@ -42,9 +43,11 @@ A test file looks like:
 Examples:
   spanwatch test rules.test.yaml
   spanwatch test examples/rego/spanwatch.test.yaml
+  spanwatch test --run 'overrun' examples/rego/spanwatch.test.yaml
   spanwatch test --schema > spanwatch-test.schema.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			printSchema := fs.Bool("schema", false, "print the test file's JSON Schema and exit")
+			runRE := fs.String("run", "", "run only test cases whose name matches this `REGEXP`")
 			return func(ctx context.Context, args []string) error {
 				if *printSchema {
 					_, err := os.Stdout.Write(ruletest.Schema())
@@ -53,14 +56,23 @@ Examples:
 				if len(args) == 0 {
 					return usageErrorf("no test files given")
 				}
-				return testFiles(ctx, os.Stdout, args)
+				var filter *regexp.Regexp
+				if *runRE != "" {
+					re, err := regexp.Compile(*runRE)
+					if err != nil {
+						return usageErrorf("--run: %v", err)
+					}
+					filter = re
+				}
+				return testFiles(ctx, os.Stdout, args, filter)
 			}
 		},
 	})
 }
 
-// testFiles runs each test file and reports on w.
-func testFiles(ctx context.Context, w io.Writer, files []string) error {
+// testFiles runs each test file and reports on w; with a filter, only the
+// test cases whose names match count.
+func testFiles(ctx context.Context, w io.Writer, files []string, filter *regexp.Regexp) error {
 	var passed, failed, broken int
 	for _, f := range files {
 		results, err := ruletest.RunFile(ctx, f)
@@ -71,6 +83,9 @@ func testFiles(ctx context.Context, w io.Writer, files []string) error {
 		}
 		fmt.Fprintf(w, "%s\n", f)
 		for _, r := range results {
+			if filter != nil && !filter.MatchString(r.Name) {
+				continue
+			}
 			if r.Passed() {
 				passed++
 				fmt.Fprintf(w, "  PASS  %s\n", r.Name)
