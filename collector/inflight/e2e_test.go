@@ -47,7 +47,18 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 		t.Skipf("skipping: build with sys/sdt.h (systemtap-sdt-dev): %v\n%s", err, out)
 	}
 	m := newMaps(t)
-	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters}})
+	coreMaps := map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters}
+	// Where the core caches budgets per series, it re-reads them when the
+	// budget_gen counter moves: share it and move it after writing budgets.
+	var budgetGen *ebpf.Map
+	if core, err := bpf.LoadSpanwatch(); err == nil && core.Maps["budget_gen"] != nil {
+		if budgetGen, err = ebpf.NewMap(core.Maps["budget_gen"]); err != nil {
+			t.Fatal(err)
+		}
+		defer budgetGen.Close()
+		coreMaps["budget_gen"] = budgetGen
+	}
+	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: coreMaps})
 	if err != nil {
 		t.Skipf("skipping: USDT tracer: %v", err)
 	}
@@ -61,6 +72,11 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}
 	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
 		t.Fatal(err)
+	}
+	if budgetGen != nil {
+		if err := budgetGen.Put(uint32(0), uint32(1)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	w, err := New(Config{
 		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"),
