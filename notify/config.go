@@ -105,7 +105,9 @@ type Webhook struct {
 	// MaxAge is how long a notification is retried before it is given up
 	// (counted as failure reason "expired" and logged). 0 retries forever.
 	MaxAge Duration `yaml:"max_age"`
-	// MaxAttempts gives up after this many attempts (0: no limit).
+	// MaxAttempts gives up after this many attempts (0: no limit), counted
+	// since the agent started: a restart gives a notification a fresh
+	// count, while MaxAge runs on.
 	MaxAttempts int `yaml:"max_attempts"`
 	// MinBackoff and MaxBackoff bound the exponential backoff between
 	// attempts; the wait doubles from MinBackoff, with jitter.

@@ -98,7 +98,8 @@ func (h *hook) remove(key []byte, group string, dead *deadLetter) error {
 // ctx ends.
 func (h *hook) deliver(ctx context.Context) {
 	d, w := h.d, h.w
-	attempt := 0
+	attempt := 0       // attempts at the queue's head notification
+	var headErr string // the last error of the head notification
 	var lastLogged string
 	sleep := func(t time.Duration) bool {
 		tm := time.NewTimer(t)
@@ -141,8 +142,8 @@ func (h *hook) deliver(ctx context.Context) {
 		now := time.Now()
 		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && attempt >= w.MaxAttempts) {
 			msg := fmt.Sprintf("given up after %d attempts over %s", attempt, now.Sub(q.Created).Round(time.Millisecond))
-			if p := h.lastErr.Load(); p != nil {
-				msg += ": last error: " + *p
+			if headErr != "" {
+				msg += ": last error: " + headErr
 			}
 			d.logger.Error("notification expired: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
@@ -151,7 +152,7 @@ func (h *hook) deliver(ctx context.Context) {
 				continue
 			}
 			h.failures[ReasonExpired].Add(1)
-			attempt = 0
+			attempt, headErr = 0, ""
 			continue
 		}
 		attempt++
@@ -177,11 +178,12 @@ func (h *hook) deliver(ctx context.Context) {
 				d.logger.Info("webhook delivering again", "webhook", w.Name, "attempts", attempt)
 				lastLogged = ""
 			}
-			attempt = 0
+			attempt, headErr = 0, ""
 			continue
 		}
 		h.failures[r.Reason].Add(1)
 		h.setLastErr(r.Err)
+		headErr = r.Err.Error()
 		if ctx.Err() != nil {
 			return // shutting down: the notification stays queued
 		}
@@ -191,15 +193,16 @@ func (h *hook) deliver(ctx context.Context) {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
-			attempt = 0
+			attempt, headErr = 0, ""
 			continue
 		}
 		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), attempt)
 		if r.RetryAfter > 0 {
 			wait = min(r.RetryAfter, maxRetryAfter)
 		}
-		// Warn when the error changes, not at every attempt.
-		if s := r.Reason + r.Err.Error(); s != lastLogged {
+		// Warn when the kind of error changes, not at every attempt (the
+		// text of a connection error changes with each local port).
+		if s := fmt.Sprint(r.Reason, r.StatusCode); s != lastLogged {
 			d.logger.Warn("delivery failed: retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
 			lastLogged = s
 		}
