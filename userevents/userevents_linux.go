@@ -145,7 +145,7 @@ func register(format string, word *uint32, bit uint8) (*Event, error) {
 	runtime.KeepAlive(args)
 	if errno != 0 {
 		process.closeIfUnused()
-		return nil, registerError(format, errno)
+		return nil, registerError(format, errno, !own)
 	}
 	if own {
 		process.next++ // the bit is used only once it is registered
@@ -161,9 +161,13 @@ func register(format string, word *uint32, bit uint8) (*Event, error) {
 	}, nil
 }
 
-// registerError explains a DIAG_IOCSREG failure.
-func registerError(format string, errno unix.Errno) error {
+// registerError explains a DIAG_IOCSREG failure; callerWord is set when the
+// enable word is the caller's (RegisterWord).
+func registerError(format string, errno unix.Errno, callerWord bool) error {
 	name := eventName(format)
+	if errno == unix.EADDRINUSE && callerWord {
+		return fmt.Errorf("register user_event %s: this process already registered that enable word and bit, or the event exists with another format than %q: %w", name, format, errno)
+	}
 	switch errno {
 	case unix.EINVAL:
 		return fmt.Errorf("register user_event %s: the kernel rejected format %q (want \"name type field; type field\", types u8..u64, s8..s64, char[N], __rel_loc char[], struct NAME field SIZE): %w", name, format, errno)

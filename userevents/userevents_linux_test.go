@@ -365,19 +365,21 @@ func TestNotSupported(t *testing.T) {
 
 func TestRegisterError(t *testing.T) {
 	tests := []struct {
-		errno unix.Errno
-		want  string
+		errno      unix.Errno
+		callerWord bool
+		want       string
 	}{
-		{unix.EINVAL, `rejected format "ev u64"`},
-		{unix.EADDRINUSE, "already registered with another format"},
-		{unix.EMFILE, "kernel.user_events_max"},
-		{unix.EPERM, "permission denied"},
-		{unix.ENOMEM, "register user_event ev: cannot allocate memory"},
+		{unix.EINVAL, false, `rejected format "ev u64"`},
+		{unix.EADDRINUSE, false, "already registered with another format"},
+		{unix.EADDRINUSE, true, "already registered that enable word and bit, or the event exists with another format"},
+		{unix.EMFILE, false, "kernel.user_events_max"},
+		{unix.EPERM, false, "permission denied"},
+		{unix.ENOMEM, false, "register user_event ev: cannot allocate memory"},
 	}
 	for _, tt := range tests {
-		err := registerError("ev u64", tt.errno)
+		err := registerError("ev u64", tt.errno, tt.callerWord)
 		if !errors.Is(err, tt.errno) || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("registerError(%v) = %v, want it to wrap the errno and say %q", tt.errno, err, tt.want)
+			t.Errorf("registerError(%v, %t) = %v, want it to wrap the errno and say %q", tt.errno, tt.callerWord, err, tt.want)
 		}
 	}
 }
@@ -479,8 +481,8 @@ func TestRegisterWord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if _, err := RegisterWord(name+" u32 x", word, 5); !errors.Is(err, unix.EADDRINUSE) {
-		t.Errorf("same word and bit twice: %v, want EADDRINUSE", err)
+	if _, err := RegisterWord(name+" u32 x", word, 5); !errors.Is(err, unix.EADDRINUSE) || !strings.Contains(err.Error(), "enable word and bit") {
+		t.Errorf("same word and bit twice: %v, want EADDRINUSE saying so", err)
 	}
 	cs := openCounters(t, name)
 	waitEnabled(t, e, true)

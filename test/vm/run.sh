@@ -152,7 +152,7 @@ fi
 # Summarize: one line per top-level test, "PASS pkg Test (1.2s)".
 set +e
 tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
-	/^SPANWATCH-VM: BOOTED/ { booted = 1; print "vm: " substr($0, 15) }
+	/^SPANWATCH-VM: BOOTED/ { booted = 1; print "vm: " substr($0, 22) }
 	/^SPANWATCH-VM: BEGIN / { pkg = $3; delete running; ended = 0; next }
 	/^SPANWATCH-VM: END / {
 		follow = 0
