@@ -5,7 +5,8 @@
  *
  * The maps are defined here. An object that includes this header and is
  * loaded beside spanwatch.bpf.c must be loaded with MapReplacements for
- * span_stats, budgets, names, overruns, counters and zero_stats, so that every
+ * span_stats, budgets, budget_gen, names, overruns, counters and zero_stats,
+ * so that every
  * source feeds the same aggregates.
  */
 #ifndef SPANWATCH_AGGREGATE_H
@@ -54,6 +55,11 @@ struct span_agg {
 	__u64 sum_ns;
 	__u64 max_ns;
 	__u64 over_budget;
+	/* This CPU's copy of the series' budget, valid while budget_gen
+	 * equals the budget_gen map: saves a hash lookup per span. */
+	__u64 budget_ns;
+	__u32 budget_flags;
+	__u32 budget_gen;
 	__u64 hist[HIST_BUCKETS];
 };
 
@@ -117,6 +123,18 @@ struct {
 	__type(key, __u64);
 	__type(value, struct budget);
 } budgets SEC(".maps");
+
+/*
+ * The budgets' generation: the collector adds one after every change to
+ * budgets, so series re-read their budget (an array lookup, which the
+ * verifier inlines, instead of a hash lookup per span).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} budget_gen SEC(".maps");
 
 /* name_id -> name, written here the first time a series appears. */
 struct {
@@ -245,8 +263,15 @@ static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u
 		st->hist[idx]++;
 	count(COUNTER_EVENTS);
 
-	struct budget *b = bpf_map_lookup_elem(&budgets, &key.name_id);
-	if (!b || !b->budget_ns || d <= b->budget_ns)
+	__u32 zero = 0;
+	__u32 *gen = bpf_map_lookup_elem(&budget_gen, &zero);
+	if (gen && st->budget_gen != *gen) {
+		struct budget *b = bpf_map_lookup_elem(&budgets, &key.name_id);
+		st->budget_ns = b ? b->budget_ns : 0;
+		st->budget_flags = b ? b->flags : 0;
+		st->budget_gen = *gen;
+	}
+	if (!st->budget_ns || d <= st->budget_ns)
 		return;
 	st->over_budget++;
 
@@ -260,7 +285,7 @@ static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u
 	r->name_id = key.name_id;
 	r->cgroup_id = key.cgroup_id;
 	r->duration_ns = d;
-	r->budget_ns = b->budget_ns;
+	r->budget_ns = st->budget_ns;
 	r->start_ns = ev->start_ns;
 	r->pid = pid_tgid >> 32;
 	r->tid = (__u32)pid_tgid;
@@ -272,7 +297,7 @@ static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
 	r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
 	r->kstack_len = 0;
-	if (b->flags & BUDGET_CAPTURE_KERNEL)
+	if (st->budget_flags & BUDGET_CAPTURE_KERNEL)
 		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
 	bpf_ringbuf_submit(r, 0);
 }

@@ -47,13 +47,16 @@ type InflightInflightTaskSpans struct {
 }
 
 type InflightSpanAgg struct {
-	_          structs.HostLayout
-	Count      uint64
-	Errors     uint64
-	SumNs      uint64
-	MaxNs      uint64
-	OverBudget uint64
-	Hist       [288]uint64
+	_           structs.HostLayout
+	Count       uint64
+	Errors      uint64
+	SumNs       uint64
+	MaxNs       uint64
+	OverBudget  uint64
+	BudgetNs    uint64
+	BudgetFlags uint32
+	BudgetGen   uint32
+	Hist        [288]uint64
 }
 
 type InflightSpanName struct {
@@ -71,6 +74,7 @@ type InflightStatsKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	InflightMapBudgetGen               = "budget_gen"
 	InflightMapBudgets                 = "budgets"
 	InflightMapCounters                = "counters"
 	InflightMapInflightSlots           = "inflight_slots"
@@ -141,6 +145,7 @@ type InflightProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightMapSpecs struct {
+	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
@@ -181,6 +186,7 @@ func (o *InflightObjects) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightMaps struct {
+	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
@@ -194,6 +200,7 @@ type InflightMaps struct {
 
 func (m *InflightMaps) Close() error {
 	return _InflightClose(
+		m.BudgetGen,
 		m.Budgets,
 		m.Counters,
 		m.InflightSlots,

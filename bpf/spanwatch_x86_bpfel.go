@@ -43,13 +43,16 @@ type SpanwatchOverrun struct {
 }
 
 type SpanwatchSpanAgg struct {
-	_          structs.HostLayout
-	Count      uint64
-	Errors     uint64
-	SumNs      uint64
-	MaxNs      uint64
-	OverBudget uint64
-	Hist       [288]uint64
+	_           structs.HostLayout
+	Count       uint64
+	Errors      uint64
+	SumNs       uint64
+	MaxNs       uint64
+	OverBudget  uint64
+	BudgetNs    uint64
+	BudgetFlags uint32
+	BudgetGen   uint32
+	Hist        [288]uint64
 }
 
 type SpanwatchSpanEvent struct {
@@ -78,6 +81,7 @@ type SpanwatchStatsKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	SpanwatchMapBudgetGen          = "budget_gen"
 	SpanwatchMapBudgets            = "budgets"
 	SpanwatchMapCounters           = "counters"
 	SpanwatchMapNames              = "names"
@@ -143,6 +147,7 @@ type SpanwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchMapSpecs struct {
+	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Names         *ebpf.MapSpec `ebpf:"names"`
@@ -180,6 +185,7 @@ func (o *SpanwatchObjects) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchMaps struct {
+	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Names         *ebpf.Map `ebpf:"names"`
@@ -191,6 +197,7 @@ type SpanwatchMaps struct {
 
 func (m *SpanwatchMaps) Close() error {
 	return _SpanwatchClose(
+		m.BudgetGen,
 		m.Budgets,
 		m.Counters,
 		m.Names,

@@ -21,13 +21,16 @@ type UsdtBudget struct {
 }
 
 type UsdtSpanAgg struct {
-	_          structs.HostLayout
-	Count      uint64
-	Errors     uint64
-	SumNs      uint64
-	MaxNs      uint64
-	OverBudget uint64
-	Hist       [288]uint64
+	_           structs.HostLayout
+	Count       uint64
+	Errors      uint64
+	SumNs       uint64
+	MaxNs       uint64
+	OverBudget  uint64
+	BudgetNs    uint64
+	BudgetFlags uint32
+	BudgetGen   uint32
+	Hist        [288]uint64
 }
 
 type UsdtSpanEvent struct {
@@ -119,6 +122,7 @@ type UsdtUsdtTestRecord struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	UsdtMapBudgetGen            = "budget_gen"
 	UsdtMapBudgets              = "budgets"
 	UsdtMapCounters             = "counters"
 	UsdtMapNames                = "names"
@@ -196,6 +200,7 @@ type UsdtProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtMapSpecs struct {
+	BudgetGen      *ebpf.MapSpec `ebpf:"budget_gen"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	Names          *ebpf.MapSpec `ebpf:"names"`
@@ -243,6 +248,7 @@ func (o *UsdtObjects) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtMaps struct {
+	BudgetGen      *ebpf.Map `ebpf:"budget_gen"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	Names          *ebpf.Map `ebpf:"names"`
@@ -260,6 +266,7 @@ type UsdtMaps struct {
 
 func (m *UsdtMaps) Close() error {
 	return _UsdtClose(
+		m.BudgetGen,
 		m.Budgets,
 		m.Counters,
 		m.Names,

@@ -76,9 +76,19 @@ func (c *Collector) SetBudgetFunc(fn BudgetFunc, exact []string) error {
 }
 
 // applyBudgets writes the budget of every known name; with all unset, only
-// those of names not decided yet. c.mu is held.
-func (c *Collector) applyBudgets(all bool) error {
+// those of names not decided yet. c.mu is held. Series pick the change up
+// through the budgets' generation.
+func (c *Collector) applyBudgets(all bool) (err error) {
 	r := c.reader
+	changed := false
+	defer func() {
+		if changed {
+			c.budgetGen++
+			if e := c.objs.BudgetGen.Put(uint32(0), c.budgetGen); e != nil && err == nil {
+				err = fmt.Errorf("bump budget generation: %w", e)
+			}
+		}
+	}()
 	for id, name := range r.names {
 		if _, done := r.budgetDone[id]; done && !all {
 			continue
@@ -91,6 +101,7 @@ func (c *Collector) applyBudgets(all bool) error {
 					return fmt.Errorf("delete budget of %q: %w", name, err)
 				}
 				delete(r.budgets, id)
+				changed = true
 			}
 			continue
 		}
@@ -98,10 +109,15 @@ func (c *Collector) applyBudgets(all bool) error {
 		if kernel {
 			b.Flags = budgetCaptureKernel
 		}
+		if old, ok := r.budgets[id]; ok && old == uint64(d) && r.budgetFlags[id] == b.Flags {
+			continue
+		}
 		if err := c.objs.Budgets.Put(id, b); err != nil {
 			return fmt.Errorf("set budget of %q: %w", name, err)
 		}
 		r.budgets[id] = uint64(d)
+		r.budgetFlags[id] = b.Flags
+		changed = true
 	}
 	return nil
 }

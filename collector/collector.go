@@ -98,10 +98,11 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
-	mu      sync.Mutex // guards the read state below
-	reader  *statsReader
-	budgets BudgetFunc
-	lastAt  time.Time
+	mu        sync.Mutex // guards the read state below
+	reader    *statsReader
+	budgets   BudgetFunc
+	budgetGen uint32 // last value written to the budget_gen map
+	lastAt    time.Time
 
 	closers []func() error
 
@@ -327,6 +328,7 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 		"span_stats": c.objs.SpanStats,
 		"zero_stats": c.objs.ZeroStats,
 		"budgets":    c.objs.Budgets,
+		"budget_gen": c.objs.BudgetGen,
 		"names":      c.objs.Names,
 		"overruns":   c.objs.Overruns,
 		"counters":   c.objs.Counters,

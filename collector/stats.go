@@ -43,11 +43,12 @@ type statsReader struct {
 	cur    map[bpf.SpanwatchStatsKey]*cumulative
 	seen   map[bpf.SpanwatchStatsKey]bool
 
-	names      map[uint64]string
-	budgets    map[uint64]uint64
-	budgetDone map[uint64]struct{}
-	prevCount  [8]uint64
-	sum        cumulative // scratch
+	names       map[uint64]string
+	budgets     map[uint64]uint64
+	budgetFlags map[uint64]uint32
+	budgetDone  map[uint64]struct{}
+	prevCount   [8]uint64
+	sum         cumulative // scratch
 }
 
 func newStatsReader(stats, names, counters *ebpf.Map) (*statsReader, error) {
@@ -62,13 +63,14 @@ func newStatsReader(stats, names, counters *ebpf.Map) (*statsReader, error) {
 	return &statsReader{
 		stats: stats, nameMap: names, counters: counters,
 		ncpu: ncpu, valueStride: stride,
-		keys:       make([]bpf.SpanwatchStatsKey, batchSize),
-		values:     make([]byte, batchSize*stride*ncpu),
-		cur:        map[bpf.SpanwatchStatsKey]*cumulative{},
-		seen:       map[bpf.SpanwatchStatsKey]bool{},
-		names:      map[uint64]string{},
-		budgets:    map[uint64]uint64{},
-		budgetDone: map[uint64]struct{}{},
+		keys:        make([]bpf.SpanwatchStatsKey, batchSize),
+		values:      make([]byte, batchSize*stride*ncpu),
+		cur:         map[bpf.SpanwatchStatsKey]*cumulative{},
+		seen:        map[bpf.SpanwatchStatsKey]bool{},
+		names:       map[uint64]string{},
+		budgets:     map[uint64]uint64{},
+		budgetFlags: map[uint64]uint32{},
+		budgetDone:  map[uint64]struct{}{},
 	}, nil
 }
 

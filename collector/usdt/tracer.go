@@ -22,8 +22,8 @@ import (
 
 // CoreMaps are the aggregation core's maps (bpf/aggregate.h) that the USDT
 // object must share with the core: span_stats, zero_stats, budgets, names,
-// overruns and counters.
-var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "names", "overruns", "counters"}
+// budget_gen, overruns and counters.
+var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "budget_gen", "names", "overruns", "counters"}
 
 // TracerConfig configures a Tracer.
 type TracerConfig struct {
