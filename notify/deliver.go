@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,11 +25,17 @@ func (h *hook) setLastErr(err error) {
 	h.lastErr.Store(&s)
 }
 
-// head returns the first queued notification of h.
-func (h *hook) head() (key []byte, q *queued, err error) {
+// head returns the first queued notification of h after the key after
+// (from the start when after is nil).
+func (h *hook) head(after []byte) (key []byte, q *queued, err error) {
 	err = h.d.db.View(func(tx *bolt.Tx) error {
-		b := subRO(tx, bucketQueue, h.w.Name)
-		k, v := b.Cursor().First()
+		c := subRO(tx, bucketQueue, h.w.Name).Cursor()
+		var k, v []byte
+		if after == nil {
+			k, v = c.First()
+		} else if k, v = c.Seek(after); k != nil && bytes.Equal(k, after) {
+			k, v = c.Next()
+		}
 		if k == nil {
 			return nil
 		}
@@ -50,6 +57,38 @@ type unreadableError struct{ err error }
 
 func (e *unreadableError) Error() string { return "queued notification unreadable: " + e.err.Error() }
 func (e *unreadableError) Unwrap() error { return e.err }
+
+// removeDelivered deletes delivered notifications, many in one
+// transaction.
+func (h *hook) removeDelivered(keys [][]byte, groups []string) error {
+	err := h.d.db.Update(func(tx *bolt.Tx) error {
+		b := subRO(tx, bucketQueue, h.w.Name)
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	h.queued.Add(-int64(len(keys)))
+	h.d.entries.Add(-int64(len(keys)))
+	h.d.mu.Lock()
+	for _, g := range groups {
+		if h.inQueue[g]--; h.inQueue[g] <= 0 {
+			delete(h.inQueue, g)
+		}
+	}
+	h.d.mu.Unlock()
+	return nil
+}
+
+// maxDeliveredBatch bounds the delivered notifications whose removal from
+// the outbox is deferred and done in one transaction. After a crash, these
+// are sent again (with the same idempotency keys).
+const maxDeliveredBatch = 64
 
 // remove deletes a queued notification; a dead one is kept in the dead
 // letter bucket with why it failed.
@@ -95,12 +134,28 @@ func (h *hook) remove(key []byte, group string, dead *deadLetter) error {
 }
 
 // deliver sends h's queued notifications one at a time, in order, until
-// ctx ends.
+// ctx ends. Delivered notifications leave the outbox in batches: when the
+// queue has no more to send, before a retry's wait, every 64, and on exit.
 func (h *hook) deliver(ctx context.Context) {
 	d, w := h.d, h.w
 	attempt := 0       // attempts at the queue's head notification
 	var headErr string // the last error of the head notification
 	var lastLogged string
+	var last []byte // the key last sent or removed; the next one follows it
+	var done [][]byte
+	var doneGroups []string
+	removeDone := func() {
+		if len(done) == 0 {
+			return
+		}
+		if err := h.removeDelivered(done, doneGroups); err != nil {
+			// They stay in the outbox: sent again after a restart.
+			d.logger.Error("outbox write failed after delivery", "webhook", w.Name, "notifications", len(done), "err", err)
+			return
+		}
+		done, doneGroups = done[:0], doneGroups[:0]
+	}
+	defer removeDone()
 	sleep := func(t time.Duration) bool {
 		tm := time.NewTimer(t)
 		defer tm.Stop()
@@ -112,7 +167,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		key, q, err := h.head()
+		key, q, err := h.head(last)
 		var ue *unreadableError
 		if errors.As(err, &ue) {
 			h.setLastErr(err)
@@ -121,6 +176,7 @@ func (h *hook) deliver(ctx context.Context) {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
+			last = key
 			continue
 		}
 		if err != nil {
@@ -132,6 +188,7 @@ func (h *hook) deliver(ctx context.Context) {
 			continue
 		}
 		if q == nil {
+			removeDone()
 			select {
 			case <-ctx.Done():
 				return
@@ -152,7 +209,7 @@ func (h *hook) deliver(ctx context.Context) {
 				continue
 			}
 			h.failures[ReasonExpired].Add(1)
-			attempt, headErr = 0, ""
+			attempt, headErr, last = 0, "", key
 			continue
 		}
 		attempt++
@@ -166,10 +223,9 @@ func (h *hook) deliver(ctx context.Context) {
 			// Counted before the queue shrinks, so that a reader who sees
 			// an empty queue also sees the count.
 			h.delivered.Add(1)
-			if err := h.remove(key, q.Group, nil); err != nil {
-				d.logger.Error("outbox write failed after delivery: it will be sent again", "webhook", w.Name, "err", err)
-				sleep(time.Second)
-				continue
+			done, doneGroups, last = append(done, key), append(doneGroups, q.Group), key
+			if len(done) >= maxDeliveredBatch {
+				removeDone()
 			}
 			if ctx.Err() != nil {
 				return
@@ -181,6 +237,7 @@ func (h *hook) deliver(ctx context.Context) {
 			attempt, headErr = 0, ""
 			continue
 		}
+		removeDone()
 		h.failures[r.Reason].Add(1)
 		h.setLastErr(r.Err)
 		headErr = r.Err.Error()
@@ -193,7 +250,7 @@ func (h *hook) deliver(ctx context.Context) {
 				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
-			attempt, headErr = 0, ""
+			attempt, headErr, last = 0, "", key
 			continue
 		}
 		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), attempt)
