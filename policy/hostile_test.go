@@ -23,6 +23,7 @@ func TestHostileYAML(t *testing.T) {
 		{"500k open brackets", "rules: " + strings.Repeat("[", 500000), "exceeded max depth"},
 		{"100k nested lists", strings.Repeat("- ", 100000) + "x", "exceeded max depth"},
 		{"100k nested maps", strings.Repeat("{a: ", 100000), "exceeded max depth"},
+		{"3 MB with a syntax error at the end", "rules:\n" + strings.Repeat("  - name: X\n    when: p99 > 1s\n", 100000) + "   labels: {a: b}\n", "did not find expected '-' indicator"},
 		{"65 nested lists", "rules: " + strings.Repeat("[", 65) + strings.Repeat("]", 65), "nested deeper than 64 levels"},
 	} {
 		start := time.Now()
