@@ -43,7 +43,7 @@ type Stats struct {
 	OverrunsLimited   uint64 // overruns dropped by the OverrunBurst cap
 	OverrunsIgnored   uint64 // overruns whose budget says alert: false
 	Pending, Firing   int    // alerts in each state now
-	Baselines         int    // anomaly baselines kept
+	Baselines         int    // anomaly baselines kept (-1 while an evaluation holds them)
 	LastEvaluation    time.Duration
 }
 
