@@ -28,7 +28,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		start := time.Now()
 		cfg, err := Parse("fuzz.yaml", data, Options{Dir: t.TempDir()})
-		if el := time.Since(start); el > 3*time.Second {
+		if el := time.Since(start); el > 10*time.Second { // a hang, not a speed figure
 			t.Fatalf("Parse took %v", el)
 		}
 		if err == nil && cfg == nil {

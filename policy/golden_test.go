@@ -27,7 +27,7 @@ func TestBadFiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
 			cfg, err := LoadFile(f)
-			if elapsed := time.Since(start); elapsed > 2*time.Second {
+			if elapsed := time.Since(start); elapsed > 10*time.Second { // a bound against blow-ups, not a speed figure
 				t.Errorf("took %v to reject", elapsed)
 			}
 			if err == nil {
