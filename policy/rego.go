@@ -224,6 +224,9 @@ func astErrors(file string, err error) ErrorList {
 				}
 				e.Line, e.Col = ae.Location.Row, ae.Location.Col
 			}
+			if strings.Contains(ae.Message, "keyword is required") {
+				e.Msg += " (spanwatch policies are Rego v1; run \"opa fmt --v0-v1\" on a v0 policy)"
+			}
 			if strings.HasPrefix(ae.Message, "undefined function ") {
 				if why := deniedBuiltin(strings.TrimPrefix(ae.Message, "undefined function ")); why != "" {
 					e.Msg += " (refused by spanwatch's sandbox: " + why + ")"
