@@ -71,7 +71,17 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 		defer dispatcher.Close()
 		notifier = dispatcher
 	}
-	det := detector.New(detector.Config{Logger: log, Notifier: notifier})
+	var exporter *metrics.Exporter
+	if cfg.metricsAddr != "" {
+		if exporter, err = metrics.NewExporter(metrics.Config{Logger: log}); err != nil {
+			return err
+		}
+	}
+	dcfg := detector.Config{Logger: log, Notifier: notifier}
+	if exporter != nil {
+		dcfg.OnRuleError = func(rule string, _ error) { exporter.RuleError(rule) }
+	}
+	det := detector.New(dcfg)
 	det.SetRules(cfg.rules)
 
 	ccfg := opts.collectorConfig(log)
@@ -106,12 +116,8 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 		cfg.ready(col)
 	}
 
-	var exporter *metrics.Exporter
 	var last lastSnapshot
-	if cfg.metricsAddr != "" {
-		if exporter, err = metrics.NewExporter(metrics.Config{Logger: log}); err != nil {
-			return err
-		}
+	if exporter != nil {
 		if dispatcher != nil {
 			exporter.Registry().MustRegister(notify.NewCollector(dispatcher))
 		}
