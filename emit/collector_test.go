@@ -50,7 +50,7 @@ func TestBadPayloadDoesNotCorrupt(t *testing.T) {
 		t.Errorf("read errors %d, want 200", s.Stats.ReadErrors)
 	}
 	if len(s.Series) != 1 || s.Series[0].Span != "good" || s.Series[0].Count != 100 || s.Series[0].SumNs != 100*uint64(time.Millisecond) {
-		t.Errorf("series %+v, want only good with 100 spans", s.Series)
+		t.Errorf("series %+v, want only good with 100 spans; stats %+v", s.Series, s.Stats)
 	}
 }
 

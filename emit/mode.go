@@ -12,12 +12,6 @@ func userEventsWord() *uint32 {
 	return (*uint32)(unsafe.Add(unsafe.Pointer(&probe.word), 4))
 }
 
-// ueWriter writes the payload to the registered user_event; set by
-// registerUserEvents when the kernel supports user_events.
-var ueWriter interface {
-	Write(payload ...[]byte) error
-}
-
 // ueErrors counts writes the kernel refused; see WriteErrors.
 var ueErrors atomic.Uint64
 
@@ -35,7 +29,7 @@ func writeUserEvent(ev *event) {
 	}
 	buf := payloads.Get().(*[eventSize]byte)
 	*buf = *(*[eventSize]byte)(unsafe.Pointer(ev))
-	if err := ueWriter.Write(buf[:]); err != nil {
+	if err := ueWrite(buf[:]); err != nil {
 		ueErrors.Add(1)
 	}
 	payloads.Put(buf)
@@ -49,8 +43,7 @@ func init() {
 		mode.Store(uint32(modeMarker))
 		return
 	}
-	if w, err := registerUserEvents(); err == nil {
-		ueWriter = w
+	if err := registerUserEvents(); err == nil {
 		mode.Store(uint32(modeUserEvents))
 		return
 	} else if os.Getenv("SPANWATCH_EMIT") == "user_events" {
