@@ -20,7 +20,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -493,6 +495,54 @@ func TestFlagsExist(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(flag) + `[ \t\n]`).Match(out) {
 				t.Errorf("%s: spanwatch run has no flag --%s", where, flag)
 			}
+		}
+	}
+}
+
+// TestManifestValues checks what the API server would refuse on admission
+// and strict decoding does not: names, labels and port names by
+// apimachinery's own validation, and requests within limits.
+func TestManifestValues(t *testing.T) {
+	m := loadManifest(t)
+	for _, meta := range []metav1.ObjectMeta{m.namespace.ObjectMeta, m.sa.ObjectMeta, m.cm.ObjectMeta, m.ds.ObjectMeta, m.ds.Spec.Template.ObjectMeta} {
+		if meta.Name != "" {
+			for _, msg := range validation.IsDNS1123Subdomain(meta.Name) {
+				t.Errorf("name %q: %s", meta.Name, msg)
+			}
+		}
+		for k, v := range meta.Labels {
+			for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+				t.Errorf("label %s=%s: %s", k, v, msg)
+			}
+		}
+	}
+	for _, msg := range validation.IsDNS1123Label(m.namespace.Name) {
+		t.Errorf("namespace %q: %s", m.namespace.Name, msg)
+	}
+	for k := range m.cm.Data {
+		for _, msg := range validation.IsConfigMapKey(k) {
+			t.Errorf("ConfigMap key %q: %s", k, msg)
+		}
+	}
+	spec := m.ds.Spec.Template.Spec
+	for _, c := range spec.Containers {
+		for _, msg := range validation.IsDNS1123Label(c.Name) {
+			t.Errorf("container %q: %s", c.Name, msg)
+		}
+		for _, p := range c.Ports {
+			for _, msg := range validation.IsValidPortName(p.Name) {
+				t.Errorf("port %q: %s", p.Name, msg)
+			}
+		}
+		for res, req := range c.Resources.Requests {
+			if lim, ok := c.Resources.Limits[res]; ok && req.Cmp(lim) > 0 {
+				t.Errorf("%s request %s above its limit %s", res, req.String(), lim.String())
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		for _, msg := range validation.IsDNS1123Label(v.Name) {
+			t.Errorf("volume %q: %s", v.Name, msg)
 		}
 	}
 }
