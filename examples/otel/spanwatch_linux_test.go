@@ -47,15 +47,14 @@ func TestUnderSpanwatch(t *testing.T) {
 	url := startExample(t, bin, "SPANWATCH_EMIT=marker")
 	// Glob budgets apply once the collector has seen the name: one
 	// request, then a snapshot, before the measured ones.
-	get := func(path string) (traceID string, took time.Duration) {
-		start := time.Now()
+	get := func(path string) (traceID string) {
 		resp, err := http.Get(url + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp.Header.Get("X-Trace-Id"), time.Since(start)
+		return resp.Header.Get("X-Trace-Id")
 	}
 	get("/orders/warmup")
 	if _, err := c.Snapshot(); err != nil {
@@ -63,7 +62,7 @@ func TestUnderSpanwatch(t *testing.T) {
 	}
 	slow := map[string]bool{}
 	for i := 1; i < 50; i++ { // requests 2..50: queries 25 and 50 are slow
-		if id, took := get(fmt.Sprintf("/orders/%d", i)); took >= 150*time.Millisecond {
+		if id := get(fmt.Sprintf("/orders/%d", i)); (i+1)%25 == 0 {
 			slow[id] = true
 		}
 	}
