@@ -167,3 +167,42 @@ func BenchmarkMarkerVsBareUprobe(b *testing.B) {
 		b.ReportMetric(float64(swStats.Runtime.Nanoseconds())/float64(swStats.RunCount), "prog-ns/run-spanwatch")
 	}
 }
+
+// BenchmarkOverrunLatency measures from the end of an over-budget span
+// (emit.Record returns) to the collector's OnOverrun callback holding the
+// decoded, symbolized record: the latency an overrun alert starts with.
+func BenchmarkOverrunLatency(b *testing.B) {
+	requireBPF(b)
+	if emit.Mode() != "marker" {
+		b.Skip("needs the marker mode")
+	}
+	got := make(chan time.Time, 1)
+	exe, _ := os.Executable()
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{exe},
+		OnOverrun: func(ov snapshot.Overrun) {
+			if len(ov.UserStack) == 0 || ov.UserStack[0].Function == "" {
+				panic("overrun without a symbolized stack")
+			}
+			got <- time.Now()
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SetBudgets([]BudgetRule{{Span: "bench.slow", Budget: time.Millisecond}}); err != nil {
+		b.Fatal(err)
+	}
+	f := &emit.Finished{Name: "bench.slow", Duration: 2 * time.Millisecond}
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		emit.Record(f)
+		sent := time.Now()
+		select {
+		case at := <-got:
+			total += at.Sub(sent)
+		case <-time.After(5 * time.Second):
+			b.Fatal("no overrun within 5s")
+		}
+	}
+	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/overrun")
+}
