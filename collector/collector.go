@@ -279,6 +279,16 @@ const (
 	mapOverruns  = "overruns"
 )
 
+// hostName names the node: $NODE_NAME when set (the DaemonSet sets it from
+// the pod's node, where os.Hostname is the pod's name), else the host name.
+func hostName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
 // defaultMaxSeries sizes the stats map to 256 MiB, between 1024 and 16384
 // series.
 func defaultMaxSeries() uint32 {
@@ -345,8 +355,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		return nil, err
 	}
 	c.lastAt = now
-	host, _ := os.Hostname()
-	s.Host = host
+	s.Host = hostName()
 	if c.budgets != nil {
 		if err := c.applyBudgets(false); err != nil {
 			c.log.Warn("budgets_update_failed", "error", err)

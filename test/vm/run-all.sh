@@ -15,9 +15,14 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here/../.."
 
-# The packages whose tests need user_events: the ABI package itself and the
-# end-to-end tests of the span SDK and the collector.
-pkgs=(./userevents ./test/vm/e2e)
+# The packages whose tests need user_events: the ABI package itself, the
+# end-to-end tests of the span SDK and the collector, and the C emitter.
+pkgs=(./userevents ./test/vm/e2e ./include)
+
+# The C emitter's end-to-end test runs a C program; the VM has no compiler,
+# so it gets a static build in the package's testdata.
+mkdir -p include/testdata
+gcc -static -O2 -Wall -Werror -o include/testdata/spanwatch_test.static include/test/spanwatch_test.c
 
 start=$(date +%s)
 kernel=$(test/vm/kernel.sh)
