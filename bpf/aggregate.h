@@ -222,19 +222,24 @@ static __always_inline __u64 span_name_id(struct span_event *ev)
 }
 
 /*
- * span_aggregate adds one finished span to the aggregates of its name and the
- * current task's cgroup and, when the span is slower than its budget, sends
- * an overrun record with the current thread's user stack. ctx is the
- * program's context (for bpf_get_stack); ev may be modified.
+ * span_aggregate_key adds one finished span to the aggregates of name_id and
+ * cgroup_id (the cgroup v2 id of the task the span ran in) and, when the span
+ * is slower than its budget, sends an overrun record with the current
+ * thread's user stack. ctx is the program's context (for bpf_get_stack).
+ * name_id must be span_name_id(ev), computed on this very ev->name (which it
+ * leaves NUL-padded): sources that know it and the cgroup id more cheaply
+ * than span_name_id() and the helper (usdt.bpf.c's fast path) call this
+ * directly; the others call span_aggregate().
  */
-static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u32 source)
+static __always_inline void span_aggregate_key(void *ctx, struct span_event *ev, __u32 source, __u64 name_id,
+					       __u64 cgroup_id)
 {
 	struct stats_key key = {};
 	struct span_agg *st;
 	__u64 d = ev->duration_ns;
 
-	key.name_id = span_name_id(ev);
-	key.cgroup_id = bpf_get_current_cgroup_id();
+	key.name_id = name_id;
+	key.cgroup_id = cgroup_id;
 
 	st = bpf_map_lookup_elem(&span_stats, &key);
 	if (!st) {
@@ -300,6 +305,22 @@ static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u
 	if (st->budget_flags & BUDGET_CAPTURE_KERNEL)
 		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
 	bpf_ringbuf_submit(r, 0);
+}
+
+/* span_aggregate_cg is span_aggregate_key for ev's name; ev may be modified. */
+static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, __u32 source, __u64 cgroup_id)
+{
+	__u64 id = span_name_id(ev);
+	span_aggregate_key(ctx, ev, source, id, cgroup_id);
+}
+
+/*
+ * span_aggregate is span_aggregate_cg for the current task's cgroup, as
+ * bpf_get_current_cgroup_id() reports it.
+ */
+static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u32 source)
+{
+	span_aggregate_cg(ctx, ev, source, bpf_get_current_cgroup_id());
 }
 
 #endif

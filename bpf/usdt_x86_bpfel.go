@@ -66,6 +66,12 @@ type UsdtUsdtArgSpec struct {
 	ScaleShift uint8
 }
 
+type UsdtUsdtFastEv struct {
+	_      structs.HostLayout
+	Ev     UsdtSpanEvent
+	NameId uint64
+}
+
 type UsdtUsdtInflight struct {
 	_       structs.HostLayout
 	StartNs uint64

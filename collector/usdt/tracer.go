@@ -319,7 +319,8 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 const taskSlots = 16
 
 // writeTemplate fills the per-CPU span_event template of a fast-path
-// source with its name.
+// source with its name, and a name id of 0, which the program computes on
+// each CPU's first span (usdt.bpf.c, struct usdt_fast_ev).
 func (t *Tracer) writeTemplate(slot uint32, name string) error {
 	m := t.coll.Maps["usdt_ev"]
 	n, err := ebpf.PossibleCPU()
@@ -330,9 +331,9 @@ func (t *Tracer) writeTemplate(slot uint32, name string) error {
 	for i := 0; i < len(name) && i < len(ev.Name)-1; i++ {
 		ev.Name[i] = int8(name[i])
 	}
-	vals := make([]bpf.UsdtSpanEvent, n)
+	vals := make([]bpf.UsdtUsdtFastEv, n)
 	for i := range vals {
-		vals[i] = ev
+		vals[i] = bpf.UsdtUsdtFastEv{Ev: ev}
 	}
 	if err := m.Put(slot, vals); err != nil {
 		return fmt.Errorf("write span template: %w", err)
