@@ -149,7 +149,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.Logger.Debug("not_root", "hint", "spanwatch needs CAP_BPF and CAP_PERFMON (or root)")
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+		return nil, fmt.Errorf("cannot use BPF: %w: run spanwatch as root, or grant it CAP_BPF and CAP_PERFMON (plus CAP_SYS_PTRACE for other users' processes)", err)
 	}
 
 	spec, err := bpf.LoadSpanwatch()
