@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
@@ -71,6 +72,13 @@ type Config struct {
 	// IdleEvict removes series idle this long from the kernel map (default
 	// 10m), so series of exited containers do not fill it.
 	IdleEvict time.Duration
+	// NoUprobeMulti attaches the marker's uprobes through the perf_uprobe
+	// PMU (perf_event_open), as on kernels before 6.6, even where the
+	// kernel has uprobe_multi links; it is chosen automatically where it
+	// does not. The perf path needs CAP_SYS_ADMIN: perf_uprobe_event_init
+	// refuses callers without it. A uprobe_multi link needs only CAP_BPF
+	// and CAP_PERFMON.
+	NoUprobeMulti bool
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -159,6 +167,13 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = defaultMaxSeries()
 	}
+	// Whether the marker is attached through a uprobe_multi link is
+	// decided at load time: such a program must be loaded with that
+	// attach type.
+	uprobeMulti := !cfg.NoUprobeMulti && HaveUprobeMulti()
+	if uprobeMulti {
+		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
+	}
 	spec.Maps[mapSpanStats].MaxEntries = cfg.MaxSeries
 	spec.Maps[mapNames].MaxEntries = cfg.MaxSeries
 	if cfg.RingbufBytes != 0 {
@@ -222,7 +237,8 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		}
 	}
 	if cfg.Sources.Marker {
-		c.marker = newMarkerSource(c.objs.UprobeMarker, cfg)
+		c.marker = newMarkerSource(c.objs.UprobeMarker, uprobeMulti, cfg)
+		c.log.Info("marker_uprobes", "method", c.marker.method())
 		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
 			if err := c.marker.attachPath(b); err != nil {
@@ -277,7 +293,17 @@ const (
 	mapSpanStats = "span_stats"
 	mapNames     = "names"
 	mapOverruns  = "overruns"
+
+	progUprobeMarker = "uprobe_marker"
 )
+
+// HaveUprobeMulti reports whether the kernel has uprobe_multi BPF links
+// (6.6+), which attach uprobes with CAP_BPF and CAP_PERFMON where the
+// perf_uprobe PMU wants CAP_SYS_ADMIN. The probe loads a program and
+// tries a link, so it is false too where BPF is refused altogether.
+func HaveUprobeMulti() bool {
+	return features.HaveBPFLinkUprobeMulti() == nil
+}
 
 // hostName names the node: $NODE_NAME when set (the DaemonSet sets it from
 // the pod's node, where os.Hostname is the pod's name), else the host name.
@@ -313,6 +339,20 @@ func (c *Collector) UserEventsAttached() (bool, string) {
 	}
 	return true, c.ue.method
 }
+
+// MarkerUprobeMethod reports how the marker's uprobes are attached:
+// "uprobe_multi" (a BPF link) or "perf" (the perf_uprobe PMU); "" without
+// the marker source.
+func (c *Collector) MarkerUprobeMethod() string {
+	if c.marker == nil {
+		return ""
+	}
+	return c.marker.method()
+}
+
+// NoUprobeMulti reports whether Config.NoUprobeMulti forces the perf path,
+// for USDT tracers loaded beside the collector to follow.
+func (c *Collector) NoUprobeMulti() bool { return c.cfg.NoUprobeMulti }
 
 // MarkerBinaries returns the binaries whose marker is uprobed.
 func (c *Collector) MarkerBinaries() []string {

@@ -236,3 +236,40 @@ func TestCloseIdempotent(t *testing.T) {
 		t.Fatal("Snapshot after Close succeeded")
 	}
 }
+
+// TestMarkerUprobeMethods counts spans exactly through both ways of
+// attaching the marker: a uprobe_multi link (6.6+, no CAP_SYS_ADMIN) and
+// the perf_uprobe PMU (older kernels, or Config.NoUprobeMulti).
+func TestMarkerUprobeMethods(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		noMulti bool
+	}{{"uprobe_multi", false}, {"perf", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.noMulti {
+				requireBPF(t)
+				if !HaveUprobeMulti() {
+					t.Skip("kernel without uprobe_multi links (6.6+)")
+				}
+			}
+			c := newMarkerCollector(t, Config{NoUprobeMulti: tc.noMulti})
+			if got := c.MarkerUprobeMethod(); got != tc.name {
+				t.Fatalf("marker attached through %q, want %q", got, tc.name)
+			}
+			if _, err := c.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 100; i++ {
+				emit.Record(&emit.Finished{Name: "test.method", Duration: time.Duration(i) * time.Microsecond})
+			}
+			s, err := c.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr := seriesByName(s)["test.method"]
+			if sr.Count != 100 || sr.SumNs != 5050*1000 || sr.MaxNs != 100_000 {
+				t.Errorf("count %d sum %d max %d, want 100, 5050000, 100000", sr.Count, sr.SumNs, sr.MaxNs)
+			}
+		})
+	}
+}

@@ -17,5 +17,8 @@
 // Overrun records are read from the ring buffer continuously.
 //
 // Needs Linux 5.8+ with BTF (fentry) or kprobes, and CAP_BPF + CAP_PERFMON
-// (or root); CAP_SYS_PTRACE to read other users' /proc/PID/exe.
+// (or root); CAP_SYS_PTRACE to read other users' /proc/PID/exe. The
+// marker's uprobes attach as uprobe_multi links (6.6+); on older kernels,
+// or with Config.NoUprobeMulti, through the perf_uprobe PMU, which needs
+// CAP_SYS_ADMIN.
 package collector

@@ -57,15 +57,24 @@ type markerBinary struct {
 // markerSource uprobes the span SDK's marker in every binary that has it.
 // A uprobe is per file, so one attachment serves every process running it.
 type markerSource struct {
-	prog *ebpf.Program
-	cfg  Config
+	prog  *ebpf.Program
+	multi bool // prog is loaded for uprobe_multi links
+	cfg   Config
 
 	mu       sync.Mutex
 	binaries map[fileKey]*markerBinary // nil value: checked, no marker
 }
 
-func newMarkerSource(prog *ebpf.Program, cfg Config) *markerSource {
-	return &markerSource{prog: prog, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
+func newMarkerSource(prog *ebpf.Program, multi bool, cfg Config) *markerSource {
+	return &markerSource{prog: prog, multi: multi, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
+}
+
+// method names how the marker's uprobes are attached.
+func (m *markerSource) method() string {
+	if m.multi {
+		return "uprobe_multi"
+	}
+	return "perf"
 }
 
 func (m *markerSource) loop(ctx context.Context) {
@@ -132,9 +141,17 @@ func (m *markerSource) attachPath(path string) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	l, err := ex.Uprobe("", m.prog, &link.UprobeOptions{Address: markerOff, RefCtrOffset: semOff})
+	var l link.Link
+	if m.multi {
+		l, err = ex.UprobeMulti(nil, m.prog, &link.UprobeMultiOptions{Addresses: []uint64{markerOff}, RefCtrOffsets: []uint64{semOff}})
+	} else {
+		l, err = ex.Uprobe("", m.prog, &link.UprobeOptions{Address: markerOff, RefCtrOffset: semOff})
+	}
 	if err != nil {
-		return fmt.Errorf("uprobe %s in %s: %w", markerSymbol, path, err)
+		if !m.multi && errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", markerSymbol, path, err)
+		}
+		return fmt.Errorf("uprobe %s in %s (%s): %w", markerSymbol, path, m.method(), err)
 	}
 	real, _ := os.Readlink(path)
 	if real == "" {
@@ -148,7 +165,7 @@ func (m *markerSource) attachPath(path string) error {
 	m.mu.Lock()
 	m.binaries[key] = &markerBinary{path: real, link: l, file: file, markerAddr: markerAddr, pie: pie}
 	m.mu.Unlock()
-	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff)
+	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff, "method", m.method())
 	return nil
 }
 

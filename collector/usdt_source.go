@@ -18,9 +18,10 @@ import (
 // the failures.
 func (c *Collector) AttachUSDT(ctx context.Context, sources []usdt.SpanSource) (*usdt.Tracer, error) {
 	tr, err := usdt.NewTracer(usdt.TracerConfig{
-		Logger:   c.log,
-		Maps:     c.Maps(),
-		ProcRoot: c.cfg.ProcRoot,
+		Logger:        c.log,
+		Maps:          c.Maps(),
+		ProcRoot:      c.cfg.ProcRoot,
+		NoUprobeMulti: c.cfg.NoUprobeMulti,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %w", err)

@@ -5,6 +5,7 @@ package collector
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -62,7 +63,32 @@ func TestUSDTSpans(t *testing.T) {
 	requireBPF(t)
 	t.Run("default", func(t *testing.T) {
 		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			return c.AttachUSDT(context.Background(), srcs)
+			tr, err := c.AttachUSDT(context.Background(), srcs)
+			if err == nil && HaveUprobeMulti() && tr.UprobeMethod() != "uprobe_multi" {
+				tr.Close()
+				return nil, fmt.Errorf("tracer attaches through %q where the kernel has uprobe_multi links", tr.UprobeMethod())
+			}
+			return tr, err
+		})
+	})
+	// As on kernels before 6.6: call sites through the perf_uprobe PMU.
+	t.Run("perf", func(t *testing.T) {
+		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoUprobeMulti: true})
+			if err != nil {
+				return nil, err
+			}
+			if m := tr.UprobeMethod(); m != "perf" {
+				tr.Close()
+				return nil, fmt.Errorf("NoUprobeMulti tracer attaches through %q, want perf", m)
+			}
+			for _, s := range srcs {
+				if err := tr.Add(context.Background(), s); err != nil {
+					tr.Close()
+					return nil, err
+				}
+			}
+			return tr, nil
 		})
 	})
 	// As on kernels before 5.11: thread-paired spans through the hash map.

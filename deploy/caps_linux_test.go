@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -41,8 +42,9 @@ func setprivArgs(caps []string) []string {
 // TestRunWithDeployedCapabilities runs spanwatch run with exactly the
 // capabilities the manifest and the unit grant, against the go-http example
 // as the traced service, and checks that spans, budgets and stacks all
-// work; that without CAP_PERFMON it refuses to start, saying why; and whether
-// the three capabilities without CAP_SYS_ADMIN would do.
+// work; that without CAP_PERFMON it refuses to start, saying why; and that
+// the perf_uprobe path of kernels before 6.6 works with CAP_SYS_ADMIN added
+// and fails, naming it, without.
 func TestRunWithDeployedCapabilities(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run spanwatch with a reduced capability set")
@@ -72,24 +74,33 @@ func TestRunWithDeployedCapabilities(t *testing.T) {
 		}
 	})
 
+	// The deployed set: uprobes through uprobe_multi links (6.6+).
 	t.Run("deployed", func(t *testing.T) {
+		if !collector.HaveUprobeMulti() {
+			t.Skip("kernel without uprobe_multi links (6.6+): uprobes go through the perf_uprobe PMU, which needs CAP_SYS_ADMIN besides the deployed set (see README)")
+		}
 		res, err := runAgent(t, setpriv, bin, example, config, wantCaps)
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.check(t)
 	})
-	// Without CAP_SYS_ADMIN: what the deployments could drop once the
-	// collector attaches uprobes through uprobe_multi links (see README).
-	t.Run("without CAP_SYS_ADMIN", func(t *testing.T) {
-		res, err := runAgent(t, setpriv, bin, example, config, minimalCaps)
-		if err != nil && strings.Contains(err.Error(), "perf_uprobe PMU") {
-			t.Skipf("the collector attaches uprobes through the perf_uprobe PMU, which needs CAP_SYS_ADMIN (kernel/events/core.c perf_uprobe_event_init); uprobe_multi links (6.6+) need only CAP_BPF and CAP_PERFMON:\n%v", err)
-		}
+	// What kernels before 6.6 need: uprobes through the perf_uprobe PMU,
+	// forced here with --no-uprobe-multi, and CAP_SYS_ADMIN for it.
+	t.Run("perf uprobes with CAP_SYS_ADMIN", func(t *testing.T) {
+		res, err := runAgent(t, setpriv, bin, example, config, append([]string{"CAP_SYS_ADMIN"}, wantCaps...), "--no-uprobe-multi")
 		if err != nil {
 			t.Fatal(err)
 		}
 		res.check(t)
+	})
+	// And that CAP_SYS_ADMIN is what the perf path needs: without it the
+	// agent stops, saying so.
+	t.Run("perf uprobes without CAP_SYS_ADMIN", func(t *testing.T) {
+		_, err := runAgent(t, setpriv, bin, example, config, wantCaps, "--no-uprobe-multi")
+		if err == nil || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") {
+			t.Fatalf("spanwatch run --no-uprobe-multi without CAP_SYS_ADMIN: %v; want a start-up failure naming CAP_SYS_ADMIN", err)
+		}
 	})
 }
 
@@ -103,7 +114,7 @@ type agentRun struct {
 // example as the traced service, sends it 50 checkouts and collects the
 // payment.charge spans from the agent's snapshots. A start-up failure is
 // returned with the agent's log.
-func runAgent(t *testing.T, setpriv, bin, example, config string, caps []string) (agentRun, error) {
+func runAgent(t *testing.T, setpriv, bin, example, config string, caps []string, extra ...string) (agentRun, error) {
 	t.Helper()
 	var res agentRun
 	// The traced service, on the marker path this kernel supports.
@@ -129,6 +140,7 @@ func runAgent(t *testing.T, setpriv, bin, example, config string, caps []string)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	args := append(setprivArgs(caps), bin, "run", "--config", config, "--interval", "1s", "--output", "-", "--source", "marker", "--binary", example)
+	args = append(args, extra...)
 	agent := exec.CommandContext(ctx, setpriv, args...)
 	agent.Cancel = func() error { return agent.Process.Signal(os.Interrupt) }
 	var logs bytes.Buffer

@@ -35,14 +35,11 @@ import (
 const manifestPath = "kubernetes/spanwatch.yaml"
 const unitPath = "systemd/spanwatch.service"
 
-// wantCaps is the set both deployments grant, and nothing else. The
-// collector needs CAP_SYS_ADMIN only to attach uprobes (the marker and USDT
-// sources) through the perf_uprobe PMU; minimalCaps is what remains once it
-// uses uprobe_multi links (see README.md and TestRunWithDeployedCapabilities).
-var (
-	wantCaps    = []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}
-	minimalCaps = []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"}
-)
+// wantCaps is the set both deployments grant, and nothing else. Uprobes
+// (the marker and USDT sources) attach through uprobe_multi links (6.6+),
+// which need no CAP_SYS_ADMIN; older kernels need it added (see README.md
+// and TestRunWithDeployedCapabilities).
+var wantCaps = []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE"}
 
 type manifest struct {
 	namespace *corev1.Namespace

@@ -25,7 +25,10 @@ type collectorOptions struct {
 	MaxSeries    uint32        `yaml:"max_series"`
 	RingbufBytes uint32        `yaml:"ringbuf_bytes"`
 	ForceKprobe  bool          `yaml:"force_kprobe"`
-	ScanInterval time.Duration `yaml:"scan_interval"`
+	// NoUprobeMulti attaches uprobes through the perf_uprobe PMU (needs
+	// CAP_SYS_ADMIN) even where the kernel has uprobe_multi links.
+	NoUprobeMulti bool          `yaml:"no_uprobe_multi"`
+	ScanInterval  time.Duration `yaml:"scan_interval"`
 
 	set map[string]bool // flags given on the command line
 }
@@ -43,6 +46,7 @@ func (o *collectorOptions) flags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.BoolVar(&o.ForceKprobe, "force-kprobe", false, "attach the user_events source with a kprobe instead of fentry")
+	fs.BoolVar(&o.NoUprobeMulti, "no-uprobe-multi", false, "attach uprobes through perf_event_open (needs CAP_SYS_ADMIN), as before kernel 6.6, instead of uprobe_multi links")
 	fs.Var(uint32Flag{&o.MaxSeries}, "max-series", "bound the kernel's stats map to `N` span/cgroup series (default 16384)")
 }
 
@@ -66,7 +70,7 @@ func (o collectorOptions) merge(rules *policy.Config) (collectorOptions, error) 
 	out := o
 	if rules.Collector.Kind != 0 {
 		var file collectorOptions
-		if err := decodeStrict(rules.Name, &rules.Collector, &file, "interval", "sources", "binaries", "max_series", "ringbuf_bytes", "force_kprobe", "scan_interval"); err != nil {
+		if err := decodeStrict(rules.Name, &rules.Collector, &file, "interval", "sources", "binaries", "max_series", "ringbuf_bytes", "force_kprobe", "no_uprobe_multi", "scan_interval"); err != nil {
 			return o, err
 		}
 		if !o.set["interval"] && file.Interval > 0 {
@@ -84,6 +88,9 @@ func (o collectorOptions) merge(rules *policy.Config) (collectorOptions, error) 
 		}
 		if !o.set["force-kprobe"] && file.ForceKprobe {
 			out.ForceKprobe = true
+		}
+		if !o.set["no-uprobe-multi"] && file.NoUprobeMulti {
+			out.NoUprobeMulti = true
 		}
 		if file.ScanInterval != 0 {
 			out.ScanInterval = file.ScanInterval
@@ -104,6 +111,7 @@ func (o collectorOptions) collectorConfig(log *slog.Logger) collector.Config {
 	cfg := collector.Config{
 		Logger:         log,
 		ForceKprobe:    o.ForceKprobe,
+		NoUprobeMulti:  o.NoUprobeMulti,
 		MaxSeries:      o.MaxSeries,
 		RingbufBytes:   o.RingbufBytes,
 		MarkerBinaries: o.Binaries,

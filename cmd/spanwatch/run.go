@@ -31,7 +31,9 @@ The rule file is reloaded on SIGHUP and when it or a file it references
 changes; a bad file keeps the old rules running.
 
 Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to see processes of
-other users and containers).
+other users and containers). Uprobes (the SDK's marker, USDT probes) attach as
+uprobe_multi links on kernel 6.6+; before 6.6, or with --no-uprobe-multi, they
+go through the perf_uprobe PMU, which also needs CAP_SYS_ADMIN.
 
 Examples:
   spanwatch run --config /etc/spanwatch/rules.yaml

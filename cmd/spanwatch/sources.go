@@ -40,7 +40,7 @@ func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Con
 	if len(srcs) == 0 {
 		return nil, nil
 	}
-	t, err := usdt.NewTracer(usdt.TracerConfig{Logger: log, Maps: col.Maps()})
+	t, err := usdt.NewTracer(usdt.TracerConfig{Logger: log, Maps: col.Maps(), NoUprobeMulti: col.NoUprobeMulti()})
 	if err != nil {
 		return nil, err
 	}

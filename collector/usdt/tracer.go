@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -53,6 +54,12 @@ type TracerConfig struct {
 	// were clobbered (a hit lost, a wrong argument read). Enable it only
 	// for binaries known not to place probes in leaf functions.
 	OptimizeNop5 bool
+	// NoUprobeMulti attaches call sites through the perf_uprobe PMU
+	// (perf_event_open), as on kernels before 6.6, even where the kernel
+	// has uprobe_multi links; it is chosen automatically where it does
+	// not. The perf path needs CAP_SYS_ADMIN (perf_uprobe_event_init); a
+	// uprobe_multi link needs only CAP_BPF and CAP_PERFMON.
+	NoUprobeMulti bool
 
 	// testArgs loads the test-only argument recorder instead of the span
 	// programs.
@@ -72,6 +79,7 @@ type Tracer struct {
 	haveCookie bool
 	haveTask   bool // task storage for thread-paired spans
 	optimized  bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
+	multi      bool // programs loaded for uprobe_multi links
 
 	addMu      sync.Mutex // serializes Add, so a failed one can undo its sites
 	mu         sync.Mutex
@@ -153,6 +161,14 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	if !cfg.testArgs {
 		delete(spec.Maps, "usdt_test_events")
 	}
+	// Attaching through uprobe_multi links is decided at load time: the
+	// programs must be loaded with that attach type.
+	multi := !cfg.NoUprobeMulti && features.HaveBPFLinkUprobeMulti() == nil
+	if multi {
+		for _, ps := range spec.Programs {
+			ps.AttachType = ebpf.AttachTraceUprobeMulti
+		}
+	}
 	repl := map[string]*ebpf.Map{}
 	for name, m := range cfg.Maps {
 		ms, ok := spec.Maps[name]
@@ -195,7 +211,9 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		haveCookie: haveCookie,
 		haveTask:   haveTaskStorage,
 		optimized:  cfg.OptimizeNop5 && haveUprobeSyscall(),
+		multi:      multi,
 	}
+	cfg.Logger.Debug("usdt_uprobes", "method", t.UprobeMethod())
 	return t, nil
 }
 
@@ -209,6 +227,15 @@ func boolU32(b bool) uint32 {
 // HaveCookie reports whether sites are told apart by BPF cookies (true) or
 // by the instruction-pointer map.
 func (t *Tracer) HaveCookie() bool { return t.haveCookie }
+
+// UprobeMethod reports how call sites are attached: "uprobe_multi" (a BPF
+// link, 6.6+) or "perf" (the perf_uprobe PMU, which needs CAP_SYS_ADMIN).
+func (t *Tracer) UprobeMethod() string {
+	if t.multi {
+		return "uprobe_multi"
+	}
+	return "perf"
+}
 
 // Sites returns the call sites attached so far.
 func (t *Tracer) Sites() []Site {
@@ -469,9 +496,9 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 	if err := t.specs.Put(id, &spec); err != nil {
 		return 0, fmt.Errorf("probe %s: write spec: %w", p.FullName(), err)
 	}
-	opts := &link.UprobeOptions{Address: p.Offset, PID: pid, RefCtrOffset: p.SemaphoreOffset}
+	var cookie uint64
 	if t.haveCookie {
-		opts.Cookie = cookieHigh | uint64(id)
+		cookie = cookieHigh | uint64(id)
 	} else {
 		key := bpf.UsdtUsdtIpKey{Ip: p.Address}
 		switch {
@@ -495,9 +522,26 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 	if err != nil {
 		return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
 	}
-	l, err := ex.Uprobe("", prog, opts)
+	var l link.Link
+	if t.multi {
+		// One link per site: a site's spec, cookie and rollback stay
+		// its own, as on the perf path.
+		opts := &link.UprobeMultiOptions{Addresses: []uint64{p.Offset}, PID: uint32(pid)}
+		if p.SemaphoreOffset != 0 {
+			opts.RefCtrOffsets = []uint64{p.SemaphoreOffset}
+		}
+		if t.haveCookie {
+			opts.Cookies = []uint64{cookie}
+		}
+		l, err = ex.UprobeMulti(nil, prog, opts)
+	} else {
+		l, err = ex.Uprobe("", prog, &link.UprobeOptions{Address: p.Offset, PID: pid, RefCtrOffset: p.SemaphoreOffset, Cookie: cookie})
+	}
 	if err != nil {
-		return 0, fmt.Errorf("attach usdt %s:%s at %#x: %w", f.Path, p.FullName(), p.Offset, err)
+		if !t.multi && errors.Is(err, os.ErrPermission) {
+			return 0, fmt.Errorf("attach usdt %s:%s at %#x: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", f.Path, p.FullName(), p.Offset, err)
+		}
+		return 0, fmt.Errorf("attach usdt %s:%s at %#x (%s): %w", f.Path, p.FullName(), p.Offset, t.UprobeMethod(), err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -507,7 +551,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 	}
 	t.links = append(t.links, l)
 	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role})
-	t.log.Debug("usdt_attached", "probe", p.FullName(), "path", f.Path, "offset", p.Offset, "pid", pid, "spec", id, "role", role)
+	t.log.Debug("usdt_attached", "probe", p.FullName(), "path", f.Path, "offset", p.Offset, "pid", pid, "spec", id, "role", role, "method", t.UprobeMethod())
 	return id, nil
 }
 

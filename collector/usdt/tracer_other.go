@@ -26,6 +26,7 @@ type TracerConfig struct {
 	MaxSpecs      uint32
 	ProcRoot      string
 	OptimizeNop5  bool
+	NoUprobeMulti bool
 }
 
 // A Tracer attaches USDT span sources; here it cannot.
@@ -44,6 +45,7 @@ type Site struct {
 func NewTracer(cfg TracerConfig) (*Tracer, error) { return nil, ErrUnsupported }
 
 func (t *Tracer) HaveCookie() bool                            { return false }
+func (t *Tracer) UprobeMethod() string                        { return "" }
 func (t *Tracer) Sites() []Site                               { return nil }
 func (t *Tracer) Map(name string) *ebpf.Map                   { return nil }
 func (t *Tracer) Program(name string) *ebpf.Program           { return nil }

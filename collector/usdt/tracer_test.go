@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 )
@@ -146,7 +147,12 @@ func TestArgsInBPF(t *testing.T) {
 	for _, opt := range []string{"O0", "O2"} {
 		for _, mode := range []string{"cookie", "ipmap"} {
 			t.Run(opt+"/"+mode, func(t *testing.T) {
-				testArgsInBPF(t, builds[opt], mode == "ipmap", false, false)
+				testArgsInBPF(t, builds[opt], mode == "ipmap", false, false, false)
+			})
+			// Through the perf_uprobe PMU, as before 6.6 (the default
+			// above is a uprobe_multi link where the kernel has them).
+			t.Run(opt+"/"+mode+"/perf", func(t *testing.T) {
+				testArgsInBPF(t, builds[opt], mode == "ipmap", false, false, true)
 			})
 		}
 	}
@@ -154,7 +160,7 @@ func TestArgsInBPF(t *testing.T) {
 	// same in every process, so it can be traced system-wide through the
 	// IP map (the PIE library cannot, and is left out).
 	t.Run("O2-nopie/ipmap/system-wide", func(t *testing.T) {
-		testArgsInBPF(t, builds["O2-nopie"], true, false, true)
+		testArgsInBPF(t, builds["O2-nopie"], true, false, true, false)
 	})
 	// With nop5 optimization, at -O2 only: the -O0 build's nop5 probe is in
 	// a leaf function whose red zone the optimized uprobe clobbers (see
@@ -163,16 +169,23 @@ func TestArgsInBPF(t *testing.T) {
 		if !haveUprobeSyscall() {
 			t.Skip("kernel without optimized uprobes (uprobe syscall, 6.18+)")
 		}
-		testArgsInBPF(t, builds["O2"], false, true, false)
+		testArgsInBPF(t, builds["O2"], false, true, false, false)
 	})
 }
 
-func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5, systemWide bool) {
-	tr, err := NewTracer(TracerConfig{NoCookies: noCookies, OptimizeNop5: nop5, testArgs: true})
+func testArgsInBPF(t *testing.T, b sdtBuild, noCookies, nop5, systemWide, noMulti bool) {
+	tr, err := NewTracer(TracerConfig{NoCookies: noCookies, OptimizeNop5: nop5, NoUprobeMulti: noMulti, testArgs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tr.Close()
+	wantMethod := "perf"
+	if !noMulti && features.HaveBPFLinkUprobeMulti() == nil {
+		wantMethod = "uprobe_multi"
+	}
+	if got := tr.UprobeMethod(); got != wantMethod {
+		t.Fatalf("sites attached through %q, want %q", got, wantMethod)
+	}
 	if !noCookies && !tr.HaveCookie() {
 		t.Skip("kernel without BPF cookies (before 5.15)")
 	}
