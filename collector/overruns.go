@@ -119,14 +119,17 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		o.cfg.Logger.Debug("capture_maps_failed", "pid", ov.PID, "error", err)
 	}
 	var err error
-	if ov.UserStack, err = s.User(ov.PID, ustack); err != nil {
+	ov.UserStack, err = s.User(ov.PID, ustack)
+	switch {
+	case (err != nil || !anyNamed(ov.UserStack)) && r.Source == sourceMarker && o.marker != nil && o.marker.symbolizeExited(ov.UserStack):
+		// The process exited (or was exiting) before its maps and files
+		// could be read; the marker's binary is still open here.
+		ov.StackError = "process exited before its maps were read: symbolized from the binary the marker is attached in"
+	case err != nil:
 		ov.StackError = err.Error()
-		if r.Source == sourceMarker && o.marker != nil && o.marker.symbolizeExited(ov.UserStack) {
-			ov.StackError = "process exited before its maps were read: symbolized from the binary the marker is attached in"
-		}
-	} else if r.UstackLen < 0 {
+	case r.UstackLen < 0:
 		ov.StackError = fmt.Sprintf("user stack: bpf_get_stack: %s", unix.Errno(-r.UstackLen))
-	} else {
+	default:
 		ov.StackError = symbolize.Hint(ov.UserStack)
 	}
 	if len(kstack) > 0 {
@@ -135,6 +138,15 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		}
 	}
 	return ov, nil
+}
+
+func anyNamed(frames []snapshot.Frame) bool {
+	for _, f := range frames {
+		if f.Function != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func stackAddrs(stack []uint64, n int32) []uint64 {
