@@ -36,7 +36,7 @@
 
 /* Indexes of the counters map. */
 enum counter {
-	COUNTER_EVENTS = 0,	  /* span events aggregated */
+	COUNTER_EVENTS = 0,	  /* unused: the collector sums the series' counts */
 	COUNTER_RINGBUF_DROPS = 1, /* overrun records lost: ring buffer full */
 	COUNTER_STATS_FULL = 2,	  /* events lost: no room for a new series */
 	COUNTER_SHORT = 3,	  /* payloads shorter than struct span_event */
@@ -266,7 +266,6 @@ static __always_inline void span_aggregate_key(void *ctx, struct span_event *ev,
 	__u32 idx = hist_index(d);
 	if (idx < HIST_BUCKETS)
 		st->hist[idx]++;
-	count(COUNTER_EVENTS);
 
 	__u32 zero = 0;
 	__u32 *gen = bpf_map_lookup_elem(&budget_gen, &zero);

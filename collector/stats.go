@@ -18,7 +18,6 @@ const batchSize = 256
 
 // Counter indexes, as enum counter in bpf/aggregate.h.
 const (
-	counterEvents       = 0
 	counterRingbufDrops = 1
 	counterStatsFull    = 2
 	counterShort        = 3
@@ -125,6 +124,12 @@ func (r *statsReader) read(now time.Time, window time.Duration, idleEvict time.D
 			}
 		}
 	}
+	// Every aggregated span adds one to exactly one series: the events
+	// of the window are the sum of the series' counts (the BPF programs
+	// keep no separate counter, one map update less per span).
+	for i := range s.Series {
+		s.Stats.Events += s.Series[i].Count
+	}
 	if err := r.readCounters(&s.Stats); err != nil {
 		return nil, err
 	}
@@ -210,7 +215,6 @@ func (r *statsReader) readCounters(st *snapshot.Stats) error {
 		}
 		out[i] = t
 	}
-	st.Events = out[counterEvents] - r.prevCount[counterEvents]
 	st.RingbufDrops = out[counterRingbufDrops] - r.prevCount[counterRingbufDrops]
 	st.StatsFull = out[counterStatsFull] - r.prevCount[counterStatsFull]
 	st.ShortEvents = out[counterShort] - r.prevCount[counterShort]
