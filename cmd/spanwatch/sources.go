@@ -40,16 +40,14 @@ func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Con
 	if len(srcs) == 0 {
 		return nil, nil
 	}
-	t, err := usdt.NewTracer(usdt.TracerConfig{Logger: log, Maps: col.Maps(), NoUprobeMulti: col.NoUprobeMulti()})
+	// run fails on any source that does not attach, rather than run with
+	// part of what the rule file asks for.
+	t, err := col.AttachUSDT(ctx, srcs)
 	if err != nil {
-		return nil, err
-	}
-	for _, s := range srcs {
-		if err := t.Add(ctx, s); err != nil {
+		if t != nil {
 			t.Close()
-			return nil, err
 		}
-		log.Info("usdt_source_attached", "source", s.Describe())
+		return nil, err
 	}
 	maps := col.Maps()
 	w, err := inflight.New(inflight.Config{
