@@ -8,7 +8,7 @@
  * never reaches span_aggregate(), so it would capture no stack. USDT spans
  * with a start probe are known in the kernel while they run: in
  * usdt_inflight, or, for spans paired by thread with a fixed name on 5.11+,
- * in the task storage usdt_task_start (see usdt.bpf.c). collector/inflight
+ * in the task storage usdt_task_start (see usdt.bpf.c). internal/inflight
  * scans the first from user space and the second with inflight_scan, a task
  * iterator, and puts each thread whose span is over its budget in
  * inflight_watch with a number of samples to take. Two programs then sample
@@ -45,7 +45,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
  * removes it when the span ends. */
 #define TARGET_FROM_TASK 1
 
-/* One thread to sample, written by collector/inflight or inflight_scan. */
+/* One thread to sample, written by internal/inflight or inflight_scan. */
 struct inflight_target {
 	__u64 start_ns;	 /* bpf_ktime_get_ns() at the span's start */
 	__u64 name_id;
@@ -122,7 +122,7 @@ struct {
 	__type(value, struct inflight_task_spans);
 } usdt_task_start SEC(".maps");
 
-/* Per task slot: the source's span and budget, written by collector/inflight
+/* Per task slot: the source's span and budget, written by internal/inflight
  * from usdt_sources and budgets; budget_ns 0 means not watched. */
 struct inflight_slot {
 	__u64 budget_ns;

@@ -2,7 +2,7 @@
 //go:build ignore
 
 /*
- * Spans from USDT probes. Each configured span source (collector/usdt
+ * Spans from USDT probes. Each configured span source (internal/usdt
  * SpanSource) is a slot in usdt_sources; each call site of its probes is a
  * spec in usdt_specs (see usdt.h) whose source field points at that slot.
  *
@@ -29,7 +29,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define USDT_MAX_SOURCES 1024
 #define USDT_MAX_INFLIGHT 65536
 
-/* One span source: mirrored in collector/usdt/spec.go. */
+/* One span source: mirrored in internal/usdt/spec.go. */
 struct usdt_source {
 	char name[SPAN_NAME_LEN]; /* the span name, unless name_arg is set */
 	__u8 name_arg;	   /* argument holding a pointer to the name string */
@@ -103,7 +103,7 @@ volatile const __u32 usdt_have_task_storage = 1;
  */
 #define USDT_COOKIE_FAST_SLOT(c) (((c) >> 32) & 0xff)
 
-/* Mirrored in collector/usdt (writeTemplate). */
+/* Mirrored in internal/usdt (writeTemplate). */
 struct usdt_fast_ev {
 	struct span_event ev;
 	__u64 name_id; /* span_name_id(&ev), or 0: not computed yet */

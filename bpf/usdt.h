@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * USDT argument fetching, the libbpf model: the collector parses each call
- * site's argument string (collector/usdt) into a struct usdt_spec, writes it
+ * site's argument string (internal/usdt) into a struct usdt_spec, writes it
  * into usdt_specs at a spec id, and attaches the uprobe at that site with the
  * spec id as its BPF cookie (kernel 5.15+). Without cookies the collector
  * sets usdt_have_cookie = 0 before loading and fills usdt_ip_to_spec,
  * keyed by the call site's run-time address (per process, or 0 for every
  * process of a non-PIE executable).
  *
- * The layouts are mirrored in collector/usdt/spec.go: change both.
+ * The layouts are mirrored in internal/usdt/spec.go: change both.
  */
 #ifndef SPANWATCH_USDT_H
 #define SPANWATCH_USDT_H
@@ -16,7 +16,7 @@
 #define USDT_MAX_ARGS 12
 #define USDT_MAX_SPECS 4096 /* the collector may raise it before loading */
 
-/* Where an argument lives: must match collector/usdt/args.go ArgKind. */
+/* Where an argument lives: must match internal/usdt/args.go ArgKind. */
 #define USDT_ARG_CONST 1 /* val_off is the value */
 #define USDT_ARG_REG 2	 /* pt_regs at reg_off */
 #define USDT_ARG_DEREF 3 /* user memory at reg + val_off (+ idx << scale) */

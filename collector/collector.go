@@ -17,8 +17,8 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
-	"github.com/spanwatch/spanwatch/collector/cgroup"
-	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
-	"github.com/spanwatch/spanwatch/collector/inflight"
-	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
 // cgMoveProg does N start/done pairs per line "N" read from stdin, then

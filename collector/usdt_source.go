@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
 // AttachUSDT loads the USDT object (bpf/usdt.bpf.c) beside the core, sharing

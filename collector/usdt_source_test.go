@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// buildSDTSpan builds collector/usdt/testdata/sdtspan.c with frame pointers,
+// buildSDTSpan builds internal/usdt/testdata/sdtspan.c with frame pointers,
 // or skips when cc or sys/sdt.h is missing.
 func buildSDTSpan(t *testing.T) string {
 	t.Helper()
@@ -34,7 +34,7 @@ func buildSDTSpan(t *testing.T) string {
 		}
 	}
 	out := filepath.Join(t.TempDir(), "sdtspan")
-	if b, err := exec.Command(cc, "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "usdt/testdata/sdtspan.c").CombinedOutput(); err != nil {
+	if b, err := exec.Command(cc, "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "../internal/usdt/testdata/sdtspan.c").CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v: %s", err, b)
 	}
 	return out

@@ -27,7 +27,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/spanwatch/spanwatch/collector/cgroup"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
 )

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
-	"github.com/spanwatch/spanwatch/notify/amtest"
+	"github.com/spanwatch/spanwatch/internal/amtest"
 )
 
 // jsonKeys returns the JSON field names of struct type v.

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
 func init() {

@@ -14,7 +14,7 @@ import (
 )
 
 // buildSDTProg builds the USDT test program and its library from
-// collector/usdt/testdata, or skips when cc or sys/sdt.h is missing.
+// internal/usdt/testdata, or skips when cc or sys/sdt.h is missing.
 func buildSDTProg(t *testing.T) (prog, lib string) {
 	t.Helper()
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
@@ -28,7 +28,7 @@ func buildSDTProg(t *testing.T) (prog, lib string) {
 		t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
 	}
 	dir := t.TempDir()
-	src := "../../collector/usdt/testdata/"
+	src := "../../internal/usdt/testdata/"
 	lib = filepath.Join(dir, "libsdtlib.so")
 	prog = filepath.Join(dir, "sdtprog")
 	for _, args := range [][]string{

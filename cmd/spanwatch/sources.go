@@ -7,8 +7,8 @@ import (
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/collector/inflight"
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/policy"
 )
 

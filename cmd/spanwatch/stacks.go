@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/spanwatch/spanwatch/collector/profile"
+	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -29,7 +29,7 @@ command and stack:
   folded  one line per stack, "outer;...;inner VALUE", for flamegraph.pl,
           speedscope or inferno; kernel frames end in "_[k]".
   json    the grouped stacks with their counts, durations and example
-          trace ids (collector/profile/report.schema.json).
+          trace ids (internal/profile/report.schema.json).
   text    the grouped stacks for reading, innermost frames first
           (--depth frames each).
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

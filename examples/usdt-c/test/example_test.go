@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/policy"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )

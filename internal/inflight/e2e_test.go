@@ -16,8 +16,8 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/spanwatch/spanwatch/bpf"
-	"github.com/spanwatch/spanwatch/collector/symbolize"
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

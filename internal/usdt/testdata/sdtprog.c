@@ -1,5 +1,5 @@
 /*
- * A USDT test program for collector/usdt's tests, built by the test with
+ * A USDT test program for internal/usdt's tests, built by the test with
  * sys/sdt.h at -O0 and -O2. It prints "ready", waits for a line on stdin
  * (the test attaches meanwhile), fires every probe once with the values
  * below, prints "done" and exits. usdt_test.go holds the same values.

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
-	"github.com/spanwatch/spanwatch/collector/symbolize"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

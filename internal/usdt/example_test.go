@@ -5,7 +5,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/spanwatch/spanwatch/collector/usdt"
+	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
 func ExampleParseArgs() {
