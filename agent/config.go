@@ -216,8 +216,10 @@ func splitSections(data []byte) sections {
 // A RestartChange is a setting that differs between the running agent and
 // its configuration file, and that only a restart applies.
 type RestartChange struct {
-	Key      string // e.g. "collector.max_series"
-	Old, New string
+	Key string `json:"key"` // e.g. "collector.max_series"
+	// Old is what runs, New what the file says.
+	Old string `json:"running"`
+	New string `json:"file"`
 }
 
 func (c RestartChange) String() string {

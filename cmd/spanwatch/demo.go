@@ -146,7 +146,7 @@ func runDemo(ctx context.Context, w, errw io.Writer, o demoOptions) error {
 				}
 			}
 			if o.json {
-				s.Encode(w)
+				json.NewEncoder(w).Encode(s) // one line, unlike Snapshot.Encode
 				return
 			}
 			fmt.Fprintf(w, "── %s ──\n", s.Time.Format("15:04:05"))
