@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -80,6 +81,9 @@ type Agent struct {
 	interval chan time.Duration // a reload changed the interval
 
 	last lastSnapshot
+
+	running   atomic.Bool
+	closeOnce sync.Once
 }
 
 // New prepares an agent for cfg without loading anything into the kernel:
@@ -97,7 +101,7 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 	a := &Agent{opts: opts, log: opts.Logger, interval: make(chan time.Duration, 1)}
 	defer func() {
 		if err != nil {
-			a.close()
+			a.Close()
 		}
 	}()
 	if opts.ListenAddr != "" {
@@ -148,9 +152,13 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 // ctx ends. Then it shuts down gracefully: a final snapshot of what the
 // kernel counted since the last one, a final evaluation, its alerts
 // written to the outbox, the output synced; and returns nil. It reloads
-// the configuration when its files change and on SIGHUP.
+// the configuration when its files change and on SIGHUP. Run is called
+// once.
 func (a *Agent) Run(ctx context.Context) error {
-	defer a.close()
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("agent: Run called twice")
+	}
+	defer a.Close()
 	// Work that must finish during the shutdown (the overrun callback's
 	// outbox writes, the final evaluation) runs on a context that ctx's
 	// end does not cancel.
@@ -199,27 +207,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.listener.serve()
 	}
 
-	reloadCtx, stopReload := context.WithCancel(ctx)
-	var reloadDone sync.WaitGroup
-	if a.reloader != nil {
-		reloadDone.Add(2)
-		go func() { defer reloadDone.Done(); a.reloader.Run(reloadCtx) }()
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		go func() {
-			defer reloadDone.Done()
-			defer signal.Stop(hup)
-			for {
-				select {
-				case <-reloadCtx.Done():
-					return
-				case <-hup:
-					a.reloader.Reload() // logged and counted there
-				}
-			}
-		}()
-	}
-	defer func() { stopReload(); reloadDone.Wait() }()
+	stopReload := a.watchConfig(ctx)
+	defer stopReload()
 
 	out := newOutput(a.opts.Output)
 	interval := cfg.Collector.Interval
@@ -229,8 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			stopReload()
-			reloadDone.Wait()
+			stopReload() // nothing changes under the final cycle
 			return a.shutdown(work, col, out)
 		case d := <-a.interval:
 			if d != interval {
@@ -244,6 +232,39 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// watchConfig reloads the configuration when its files change and on
+// SIGHUP, until ctx ends or the returned function is called, which waits
+// for a reload under way. Without a file, SIGHUP is logged and ignored.
+func (a *Agent) watchConfig(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if a.reloader == nil {
+					a.log.Warn("reload_unavailable", "trigger", "sighup", "reason", "the configuration is built in, not from a file")
+					continue
+				}
+				a.reloader.Reload() // logged and counted there
+			}
+		}
+	}()
+	if a.reloader != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.reloader.Run(ctx) }()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); wg.Wait() }) }
 }
 
 // cycle takes a snapshot, evaluates it, and hands it out; it returns the
@@ -308,14 +329,20 @@ func (a *Agent) shutdown(work context.Context, col *collector.Collector, out *ou
 	return nil
 }
 
-// close releases what New opened, in reverse order.
-func (a *Agent) close() {
-	if a.listener != nil {
-		a.listener.close()
-	}
-	if a.dispatcher != nil {
-		a.dispatcher.Close()
-	}
+// Close releases what New opened: the listener and the outbox. Run
+// closes the agent when it returns; call Close for an agent that is not
+// run. It is idempotent.
+func (a *Agent) Close() error {
+	var err error
+	a.closeOnce.Do(func() {
+		if a.listener != nil {
+			a.listener.close()
+		}
+		if a.dispatcher != nil {
+			err = a.dispatcher.Close()
+		}
+	})
+	return err
 }
 
 // Config returns the configuration that runs now.

@@ -79,7 +79,7 @@ func TestListenerBind(t *testing.T) {
 				}
 				t.Fatal(err)
 			}
-			defer a.close()
+			defer a.Close()
 			warned := strings.Contains(logs.String(), "msg=listening_beyond_loopback")
 			if want := tc.reach != ""; warned != want {
 				t.Errorf("beyond-loopback warning %v, want %v:\n%s", warned, want, logs.String())
@@ -152,7 +152,7 @@ external_url: http://node1.example:9464/sw/
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
+	defer a.Close()
 	a.listener.serve()
 	base := "http://" + a.Addr().String()
 
@@ -271,7 +271,7 @@ func TestGeneratorURL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
+	defer a.Close()
 	_, port, _ := net.SplitHostPort(a.Addr().String())
 	if got, want := a.externalURL(), "http://node7:"+port; got != want {
 		t.Errorf("default external URL %q, want %q", got, want)
