@@ -59,7 +59,9 @@ type Routing struct {
 	// Outbox is where alerts wait until they are delivered.
 	Outbox Outbox `yaml:"outbox"`
 	// ExternalURL is sent as the payload's externalURL, e.g. a link to a
-	// dashboard for this host.
+	// dashboard for this host. The agent sets it to its own external URL
+	// (top-level external_url:, where alerts' generatorURLs point) when it
+	// is left out.
 	ExternalURL string `yaml:"external_url"`
 }
 
