@@ -4,7 +4,6 @@ package agent
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/policy"
@@ -18,6 +17,8 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 		ForceKprobe:    s.ForceKprobe,
 		NoUprobeMulti:  s.NoUprobeMulti,
 		MaxSeries:      s.MaxSeries,
+		HistogramCells: s.HistogramCells,
+		SeriesQuota:    s.SeriesQuota,
 		RingbufBytes:   s.RingbufBytes,
 		MarkerBinaries: s.Binaries,
 		ScanInterval:   s.ScanInterval,
@@ -33,20 +34,16 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 	return cfg
 }
 
-// applyBudgets pushes the rule file's budgets into the kernel: exact names
-// at once, globs as span names appear.
+// applyBudgets pushes the configuration's budgets into the kernel, in
+// file order (exact names win over globs; among globs the first wins).
 func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	var exact []string
+	return col.SetBudgets(budgetRules(rules))
+}
+
+func budgetRules(rules *policy.Config) []collector.BudgetRule {
+	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
 	for _, b := range rules.Budgets {
-		if n, ok := b.Span.Exact(); ok {
-			exact = append(exact, n)
-		}
+		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack})
 	}
-	return col.SetBudgetFunc(func(span string) (time.Duration, bool, bool) {
-		b := rules.BudgetEntry(span)
-		if b == nil {
-			return 0, false, false
-		}
-		return b.Budget, false, true
-	}, exact)
+	return out
 }

@@ -241,6 +241,8 @@ func restartChanges(running, next *Config) []RestartChange {
 	field("sources", a.Sources, b.Sources)
 	field("binaries", a.Binaries, b.Binaries)
 	field("max_series", a.MaxSeries, b.MaxSeries)
+	field("histogram_cells", a.HistogramCells, b.HistogramCells)
+	field("series_quota", a.SeriesQuota, b.SeriesQuota)
 	field("ringbuf_bytes", a.RingbufBytes, b.RingbufBytes)
 	field("force_kprobe", a.ForceKprobe, b.ForceKprobe)
 	field("no_uprobe_multi", a.NoUprobeMulti, b.NoUprobeMulti)

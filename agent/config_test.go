@@ -140,7 +140,7 @@ func TestGoodFile(t *testing.T) {
 // file's for the keys they set, they are validated by the file's rules,
 // and their problems are named by flag after the file's.
 func TestCommandLine(t *testing.T) {
-	file := []byte("collector:\n  interval: 2s\n  max_series: 50\nexternal_url: http://file.example:9464\n")
+	file := []byte("collector:\n  interval: 2s\n  max_series: 500\nexternal_url: http://file.example:9464\n")
 	for _, tc := range []struct {
 		name   string
 		opts   LoadOptions
@@ -149,9 +149,9 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{
 			name: "file over defaults",
-			opts: LoadOptions{Collector: CollectorSettings{Interval: time.Second, MaxSeries: 10}},
+			opts: LoadOptions{Collector: CollectorSettings{Interval: time.Second, MaxSeries: 100}},
 			check: func(c *Config) string {
-				if c.Collector.Interval != 2*time.Second || c.Collector.MaxSeries != 50 || c.ExternalURL != "http://file.example:9464" {
+				if c.Collector.Interval != 2*time.Second || c.Collector.MaxSeries != 500 || c.ExternalURL != "http://file.example:9464" {
 					return "file values lost"
 				}
 				return ""
@@ -159,10 +159,10 @@ func TestCommandLine(t *testing.T) {
 		},
 		{
 			name: "flags over file",
-			opts: LoadOptions{Collector: CollectorSettings{Interval: 3 * time.Second, MaxSeries: 10, Binaries: []string{"/bin/sh"}},
+			opts: LoadOptions{Collector: CollectorSettings{Interval: 3 * time.Second, MaxSeries: 100, Binaries: []string{"/bin/sh"}},
 				Flags: map[string]string{"interval": "--interval", "max_series": "--max-series", "binaries": "--binary"}, ExternalURL: "http://flag.example:1"},
 			check: func(c *Config) string {
-				if c.Collector.Interval != 3*time.Second || c.Collector.MaxSeries != 10 || c.ExternalURL != "http://flag.example:1" || len(c.Collector.Binaries) != 1 {
+				if c.Collector.Interval != 3*time.Second || c.Collector.MaxSeries != 100 || c.ExternalURL != "http://flag.example:1" || len(c.Collector.Binaries) != 1 {
 					return "flag values lost"
 				}
 				return ""

@@ -19,12 +19,15 @@ const (
 	// MinInterval bounds how often the kernel's maps are read: every
 	// snapshot reads the whole stats map, on every CPU.
 	MinInterval = 100 * time.Millisecond
-	// MaxMaxSeries bounds max_series. The stats map is preallocated per
-	// CPU (about 2.3 KiB per series per CPU): 2^20 series is 2.4 GiB per
-	// CPU already. The kernel's own limit on a hash map is lower than
-	// max_entries' type allows (Linux 6.18 refuses more than 2^27 entries
-	// with E2BIG) and its memory limits lower still.
-	MaxMaxSeries = 1 << 20
+	// MinMaxSeries and MaxMaxSeries bound max_series, as the collector
+	// does when it sizes the kernel's series array (collector.MaxSeriesLimit:
+	// a series' slot must fit the 18 bits of a histogram cell's key).
+	MinMaxSeries = 64
+	MaxMaxSeries = 262143
+	// MinHistogramCells and MaxHistogramCells bound histogram_cells, as the
+	// collector does; it rounds the value up to a power of two.
+	MinHistogramCells = 512
+	MaxHistogramCells = 1 << 28
 	// MaxRingbufBytes bounds ringbuf_bytes: the kernel accepts up to 2 GiB,
 	// all of it locked kernel memory.
 	MaxRingbufBytes = 1 << 30
@@ -41,8 +44,15 @@ type CollectorSettings struct {
 	// Binaries are uprobed for the span SDK's marker besides those the
 	// /proc scan finds.
 	Binaries []string
-	// MaxSeries bounds the kernel's stats map (0: the collector's default).
+	// MaxSeries is the number of series the kernel holds (0: the
+	// collector's default, collector.DefaultMaxSeries).
 	MaxSeries uint32
+	// HistogramCells is the number of histogram cells the kernel holds (0:
+	// the collector's default).
+	HistogramCells uint32
+	// SeriesQuota is how many series one cgroup may hold (0: the
+	// collector's default).
+	SeriesQuota uint32
 	// RingbufBytes sizes the overrun ring buffer (0: the collector's
 	// default); a power of two, a multiple of the page size.
 	RingbufBytes uint32
@@ -56,7 +66,7 @@ type CollectorSettings struct {
 }
 
 // collectorKeys are the keys of the collector: section.
-var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "ringbuf_bytes", "force_kprobe", "no_uprobe_multi", "scan_interval"}
+var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "force_kprobe", "no_uprobe_multi", "scan_interval"}
 
 // liveKeys are the collector: keys a reload applies to a running agent;
 // the others need a restart (they shape the BPF objects or what is
@@ -145,6 +155,22 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 					s.MaxSeries = uint32(x)
 				}
 			}
+		case "histogram_cells":
+			if x, ok := integer(v, bad); ok {
+				if err := checkHistogramCells(x); err != nil {
+					bad("%v", err)
+				} else {
+					s.HistogramCells = uint32(x)
+				}
+			}
+		case "series_quota":
+			if x, ok := integer(v, bad); ok {
+				if err := checkSeriesQuota(x); err != nil {
+					bad("%v", err)
+				} else {
+					s.SeriesQuota = uint32(x)
+				}
+			}
 		case "ringbuf_bytes":
 			if x, ok := integer(v, bad); ok {
 				if err := checkRingbuf(x); err != nil {
@@ -176,6 +202,12 @@ func merge(base CollectorSettings, flags map[string]string, file fileSettings) C
 	}
 	if use("max_series") {
 		out.MaxSeries = file.MaxSeries
+	}
+	if use("histogram_cells") {
+		out.HistogramCells = file.HistogramCells
+	}
+	if use("series_quota") {
+		out.SeriesQuota = file.SeriesQuota
 	}
 	if use("ringbuf_bytes") {
 		out.RingbufBytes = file.RingbufBytes
@@ -223,6 +255,10 @@ func checkFlags(ec *errorCollector, s CollectorSettings, flags map[string]string
 			}
 		case "max_series":
 			err = checkMaxSeries(int64(s.MaxSeries))
+		case "histogram_cells":
+			err = checkHistogramCells(int64(s.HistogramCells))
+		case "series_quota":
+			err = checkSeriesQuota(int64(s.SeriesQuota))
 		case "ringbuf_bytes":
 			err = checkRingbuf(int64(s.RingbufBytes))
 		}
@@ -273,11 +309,22 @@ func checkBinary(path string) error {
 }
 
 func checkMaxSeries(n int64) error {
-	switch {
-	case n < 1:
-		return fmt.Errorf("must be at least 1, not %d (leave it out for the default, sized to the node's CPUs)", n)
-	case n > MaxMaxSeries:
-		return fmt.Errorf("%d is more than %d: the kernel preallocates about 2.3 KiB per series on every CPU", n, MaxMaxSeries)
+	if n < MinMaxSeries || n > MaxMaxSeries {
+		return fmt.Errorf("%d is out of range: want %d to %d (leave it out for the default, 131072)", n, MinMaxSeries, MaxMaxSeries)
+	}
+	return nil
+}
+
+func checkHistogramCells(n int64) error {
+	if n < MinHistogramCells || n > MaxHistogramCells {
+		return fmt.Errorf("%d is out of range: want %d to %d (rounded up to a power of two; leave it out for the default, 2^24)", n, MinHistogramCells, MaxHistogramCells)
+	}
+	return nil
+}
+
+func checkSeriesQuota(n int64) error {
+	if n < 1 || n > MaxMaxSeries {
+		return fmt.Errorf("%d is out of range: want 1 to %d series per cgroup (leave it out for the default, 8192)", n, MaxMaxSeries)
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func newCollectorFlags(fs *flag.FlagSet) *collectorFlags {
 	})
 	fs.BoolVar(&o.s.ForceKprobe, "force-kprobe", false, "attach the user_events source with a kprobe instead of fentry")
 	fs.BoolVar(&o.s.NoUprobeMulti, "no-uprobe-multi", false, "attach uprobes through perf_event_open (needs CAP_SYS_ADMIN), as before kernel 6.6, instead of uprobe_multi links")
-	fs.Var(uint32Flag{&o.s.MaxSeries}, "max-series", "bound the kernel's stats map to `N` span/cgroup series (default: sized to the CPUs, at most 16384)")
+	fs.Var(uint32Flag{&o.s.MaxSeries}, "max-series", "the kernel holds `N` series (span, cgroup, labels; default 131072, at most 262143)")
 	return o
 }
 

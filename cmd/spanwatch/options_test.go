@@ -25,8 +25,8 @@ func TestCollectorFlags(t *testing.T) {
 		{"flag", []string{"-no-uprobe-multi"}, "budgets: []\n", true, agent.DefaultInterval, 0},
 		{"file", nil, "collector:\n  no_uprobe_multi: true\n  interval: 2s\n", true, 2 * time.Second, 0},
 		{"file off", nil, "collector:\n  no_uprobe_multi: false\n", false, agent.DefaultInterval, 0},
-		{"flag over file", []string{"-interval", "3s", "-max-series", "100"}, "collector:\n  interval: 2s\n  max_series: 50\n", false, 3 * time.Second, 100},
-		{"file over default", nil, "collector:\n  max_series: 50\n", false, agent.DefaultInterval, 50},
+		{"flag over file", []string{"-interval", "3s", "-max-series", "100"}, "collector:\n  interval: 2s\n  max_series: 500\n", false, 3 * time.Second, 100},
+		{"file over default", nil, "collector:\n  max_series: 500\n", false, agent.DefaultInterval, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("run", flag.ContinueOnError)
