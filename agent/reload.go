@@ -11,9 +11,9 @@ import (
 // line's values of the first load. Its commit installs what the file says,
 // except what only a restart applies: those settings keep their running
 // values, and each is logged as an error that says so. The rest of the
-// file applies, so that fixing a rule during an incident is not held up by
-// an unrelated edit that waits for the next restart; spanwatch_config_restart_pending
-// and /api/status show what waits.
+// file applies, so that fixing a rule during an incident is not held up
+// by an unrelated edit that waits for the next restart;
+// spanwatch_config_restart_pending and /api/status show what waits.
 func (a *Agent) loadForReload(path string, opts LoadOptions) (*policy.Config, func() error, error) {
 	next, err := Load(path, opts)
 	if err != nil {
