@@ -406,7 +406,8 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		sr.BudgetNs = c.reader.budgetOf(sr.NameID)
 		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
 			info := c.cfg.Resolver.Resolve(sr.CgroupID)
-			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
+			sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+			sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 		}
 	}
 	ovs, dropped := c.rb.take()

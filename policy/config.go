@@ -380,7 +380,7 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "cgroup", "container", "pod", "unit", "process", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := resolve(n)
@@ -400,6 +400,12 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			r.Match.Container = d.glob(v, "container")
 		case "pod":
 			r.Match.Pod = d.glob(v, "pod")
+		case "container_id":
+			r.Match.ContainerID = d.glob(v, "container_id")
+		case "pod_uid":
+			r.Match.PodUID = d.glob(v, "pod_uid")
+		case "namespace":
+			r.Match.Namespace = d.glob(v, "namespace")
 		case "unit":
 			r.Match.Unit = d.glob(v, "unit")
 		case "process":

@@ -39,13 +39,19 @@ type Series struct {
 	CgroupID uint64 `json:"cgroup_id"`
 	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
 	Cgroup string `json:"cgroup,omitempty"`
-	// Container, Pod and Unit are resolved from the cgroup path where the
+	// ContainerID, PodUID and Unit are read from the cgroup path where the
 	// path names them (docker, containerd, CRI-O; Kubernetes; systemd).
-	Container string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+	// Namespace, Pod and Container are the Kubernetes names of the pod
+	// and the container, where the node tells them (the kubelet's log
+	// directories, the CRI runtime's container configs).
+	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
-	Unit      string `json:"unit,omitempty"`
-	// Process is the command name of the last process seen emitting this
-	// series, when known.
+	Container string `json:"container,omitempty"`
+	// Process is the executable name of the cgroup's processes, when they
+	// all run one executable.
 	Process string `json:"process,omitempty"`
 
 	Count      uint64  `json:"count"`
@@ -80,7 +86,8 @@ func (s *Series) Labels() map[string]string {
 	if s.CgroupID != 0 {
 		l["cgroup_id"] = fmt.Sprint(s.CgroupID)
 	}
-	for k, v := range map[string]string{"cgroup": s.Cgroup, "container": s.Container, "pod": s.Pod, "unit": s.Unit, "process": s.Process} {
+	for k, v := range map[string]string{"cgroup": s.Cgroup, "container_id": s.ContainerID, "pod_uid": s.PodUID, "unit": s.Unit,
+		"namespace": s.Namespace, "pod": s.Pod, "container": s.Container, "process": s.Process} {
 		if v != "" {
 			l[k] = v
 		}
@@ -92,20 +99,25 @@ func (s *Series) Labels() map[string]string {
 // BPF program at the moment the span ended (or, with StillRunning, while it
 // was still running).
 type Overrun struct {
-	Time       time.Time `json:"time"`
-	Span       string    `json:"span"`
-	NameID     uint64    `json:"name_id,omitempty"`
-	PID        uint32    `json:"pid"`
-	TID        uint32    `json:"tid"`
-	Comm       string    `json:"comm"`
-	CgroupID   uint64    `json:"cgroup_id"`
-	Cgroup     string    `json:"cgroup,omitempty"`
-	Container  string    `json:"container,omitempty"`
-	Pod        string    `json:"pod,omitempty"`
-	Unit       string    `json:"unit,omitempty"`
-	DurationNs uint64    `json:"duration_ns"`
-	BudgetNs   uint64    `json:"budget_ns"`
-	Error      bool      `json:"error,omitempty"`
+	Time     time.Time `json:"time"`
+	Span     string    `json:"span"`
+	NameID   uint64    `json:"name_id,omitempty"`
+	PID      uint32    `json:"pid"`
+	TID      uint32    `json:"tid"`
+	Comm     string    `json:"comm"`
+	CgroupID uint64    `json:"cgroup_id"`
+	Cgroup   string    `json:"cgroup,omitempty"`
+	// ContainerID, PodUID, Unit, Namespace, Pod and Container are as in
+	// Series.
+	ContainerID string `json:"container_id,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Pod         string `json:"pod,omitempty"`
+	Container   string `json:"container,omitempty"`
+	DurationNs  uint64 `json:"duration_ns"`
+	BudgetNs    uint64 `json:"budget_ns"`
+	Error       bool   `json:"error,omitempty"`
 	// TraceID and SpanID are lower-case hex, empty when the span had none.
 	TraceID      string `json:"trace_id,omitempty"`
 	SpanID       string `json:"span_id,omitempty"`
