@@ -18,6 +18,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -173,9 +174,9 @@ func run(ctx context.Context, cfg *policy.Config, dir, fileInterval string, tc T
 		if s == "" {
 			continue
 		}
-		d, err := time.ParseDuration(s)
+		d, err := duration.Parse(s)
 		if err != nil || d <= 0 {
-			return res, fmt.Errorf("interval %q: want a positive duration like 10s", s)
+			return res, fmt.Errorf("interval %q: want a positive duration like 10s (units %s)", s, duration.Units)
 		}
 		interval = d
 	}
@@ -246,7 +247,7 @@ func (e Expect) index(start time.Time, interval time.Duration, snaps []*snapshot
 		}
 		return *e.Step, nil
 	case e.At != "":
-		at, err := time.ParseDuration(e.At)
+		at, err := duration.Parse(e.At)
 		if err != nil {
 			return 0, fmt.Errorf("expectation at %q: want a duration from the start, like 30s", e.At)
 		}
@@ -369,9 +370,9 @@ func dur(s, what string) (uint64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s %q: want a duration like 250ms", what, s)
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a duration like 250ms (units %s)", what, s, duration.Units)
 	}
 	return uint64(d), nil
 }
