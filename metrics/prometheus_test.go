@@ -1,169 +1,18 @@
 package metrics
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand"
-	"net"
-	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/promtest"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
-
-// promServer is Debian's Prometheus on loopback, scraping the given
-// targets (job name -> host:port) every second, with native histograms
-// enabled (Prometheus 2.40+: --enable-feature=native-histograms; it then
-// asks for protobuf).
-type promServer struct {
-	t    *testing.T
-	addr string
-}
-
-func startPrometheus(t *testing.T, targets map[string]string) *promServer {
-	return startPrometheusWith(t, targets, true)
-}
-
-// startPrometheusWith starts Prometheus with or without native histograms
-// (without, it asks for the text format, as most Prometheus servers do).
-func startPrometheusWith(t *testing.T, targets map[string]string, nativeHistograms bool) *promServer {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("no prometheus on PATH: install Debian's prometheus package (.ci/install-deps.sh does)")
-	}
-	dir := t.TempDir()
-	var cfg strings.Builder
-	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n")
-	if len(targets) == 1 { // one big target: give it time
-		cfg.Reset()
-		cfg.WriteString("global:\n  scrape_interval: 15s\n  scrape_timeout: 14s\nscrape_configs:\n")
-	}
-	jobs := make([]string, 0, len(targets))
-	for j := range targets {
-		jobs = append(jobs, j)
-	}
-	slices.Sort(jobs)
-	for _, j := range jobs {
-		fmt.Fprintf(&cfg, "  - job_name: %s\n    static_configs: [{targets: [%q]}]\n", j, targets[j])
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	args := []string{
-		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
-		"--web.listen-address=" + addr,
-		"--log.level=warn",
-	}
-	if nativeHistograms {
-		args = append(args, "--enable-feature=native-histograms")
-	}
-	cmd := exec.Command(bin, args...)
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	p := &promServer{t: t, addr: addr}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus on %s not ready after 30s: %v", addr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// query evaluates an instant PromQL query now and returns its single
-// value; ok is false when the result is empty.
-func (p *promServer) query(q string) (v float64, ok bool) {
-	p.t.Helper()
-	resp, err := http.Get("http://" + p.addr + "/api/v1/query?query=" + url.QueryEscape(q))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		p.t.Fatalf("query %s: %v", q, err)
-	}
-	if r.Status != "success" {
-		p.t.Fatalf("query %s: %s", q, r.Error)
-	}
-	if len(r.Data.Result) == 0 {
-		return 0, false
-	}
-	if len(r.Data.Result) > 1 {
-		p.t.Fatalf("query %s: %d results, want 1", q, len(r.Data.Result))
-	}
-	s, _ := r.Data.Result[0].Value[1].(string)
-	v, err = strconv.ParseFloat(s, 64)
-	if err != nil {
-		p.t.Fatalf("query %s: value %q: %v", q, s, err)
-	}
-	return v, true
-}
-
-// await polls q until it returns want (within a relative 1e-9), for up to
-// 30 s.
-func (p *promServer) await(q string, want float64) {
-	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		v, ok := p.query(q)
-		if ok && math.Abs(v-want) <= 1e-9*math.Abs(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s = %v (present %v), want %v after 30s", q, v, ok, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
 
 // serve serves an exporter's /metrics on loopback and returns host:port.
 func serve(t *testing.T, e *Exporter) string {
@@ -198,7 +47,7 @@ func TestPrometheusQuantiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prom := startPrometheus(t, map[string]string{"native": serve(t, native), "classic": serve(t, classic)})
+	prom := promtest.Start(t, promtest.Config{Targets: map[string]string{"native": serve(t, native), "classic": serve(t, classic)}, NativeHistograms: true})
 
 	rng := rand.New(rand.NewSource(11))
 	spans := []struct {
@@ -228,7 +77,7 @@ func TestPrometheusQuantiles(t *testing.T) {
 	}
 	for _, job := range []string{"native", "classic"} {
 		for _, sp := range spans {
-			prom.await(fmt.Sprintf(`spanwatch_spans_total{job=%q,span=%q}`, job, sp.name), windows*4000)
+			prom.Await(fmt.Sprintf(`spanwatch_spans_total{job=%q,span=%q}`, job, sp.name), windows*4000, 30*time.Second)
 		}
 	}
 
@@ -239,11 +88,11 @@ func TestPrometheusQuantiles(t *testing.T) {
 		for _, q := range []float64{0.5, 0.9, 0.99} {
 			own := snapshot.Quantile(hist[sp.name], q, mn, mx) / 1e9
 			exact := float64(durs[int(math.Ceil(q*float64(len(durs))))-1]) / 1e9
-			n, ok := prom.query(fmt.Sprintf(`histogram_quantile(%g, spanwatch_span_duration_seconds{job="native",span=%q})`, q, sp.name))
+			n, ok := prom.Value(fmt.Sprintf(`histogram_quantile(%g, spanwatch_span_duration_seconds{job="native",span=%q})`, q, sp.name))
 			if !ok {
 				t.Fatalf("%s p%g: no native histogram in Prometheus", sp.name, q*100)
 			}
-			c, ok := prom.query(fmt.Sprintf(`histogram_quantile(%g, spanwatch_span_duration_seconds_bucket{job="classic",span=%q})`, q, sp.name))
+			c, ok := prom.Value(fmt.Sprintf(`histogram_quantile(%g, spanwatch_span_duration_seconds_bucket{job="classic",span=%q})`, q, sp.name))
 			if !ok {
 				t.Fatalf("%s p%g: no classic histogram in Prometheus", sp.name, q*100)
 			}
@@ -256,13 +105,13 @@ func TestPrometheusQuantiles(t *testing.T) {
 	}
 	// The native histogram is one series in Prometheus; the classic one
 	// is a series per bucket.
-	if n, _ := prom.query(`count(spanwatch_span_duration_seconds{job="native"})`); n != float64(len(spans)) {
+	if n, _ := prom.Value(`count(spanwatch_span_duration_seconds{job="native"})`); n != float64(len(spans)) {
 		t.Errorf("native: %v histogram series, want %d", n, len(spans))
 	}
-	if n, _ := prom.query(`count(spanwatch_span_duration_seconds_bucket{job="native"})`); n != 0 {
+	if n, _ := prom.Value(`count(spanwatch_span_duration_seconds_bucket{job="native"})`); n != 0 {
 		t.Errorf("native: %v classic bucket series stored beside the native histograms, want 0", n)
 	}
-	if n, _ := prom.query(`count(spanwatch_span_duration_seconds_bucket{job="classic"})`); n != float64(len(spans)*29) {
+	if n, _ := prom.Value(`count(spanwatch_span_duration_seconds_bucket{job="classic"})`); n != float64(len(spans)*29) {
 		t.Errorf("classic: %v bucket series, want %d", n, len(spans)*29)
 	}
 }
@@ -297,25 +146,14 @@ func TestPrometheusScrape10k(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.Observe(s)
-			prom := startPrometheusWith(t, map[string]string{"spanwatch": serve(t, e)}, tc.native)
-			deadline := time.Now().Add(60 * time.Second)
-			var samples float64
-			for {
-				var ok bool
-				if samples, ok = prom.query(`scrape_samples_scraped{job="spanwatch"}`); ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no scrape after 60s")
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
-			dur, _ := prom.query(`scrape_duration_seconds{job="spanwatch"}`)
-			up, _ := prom.query(`up{job="spanwatch"}`)
+			prom := promtest.Start(t, promtest.Config{Targets: map[string]string{"spanwatch": serve(t, e)}, NativeHistograms: tc.native, Interval: 15 * time.Second})
+			samples := prom.AwaitAny(`scrape_samples_scraped{job="spanwatch"}`, 60*time.Second)
+			dur, _ := prom.Value(`scrape_duration_seconds{job="spanwatch"}`)
+			up, _ := prom.Value(`up{job="spanwatch"}`)
 			if up != 1 {
 				t.Fatalf("up = %v: the scrape failed", up)
 			}
-			own, _ := prom.query(`count({job="spanwatch",__name__=~"spanwatch_span.*|spanwatch_spans_total"})`)
+			own, _ := prom.Value(`count({job="spanwatch",__name__=~"spanwatch_span.*|spanwatch_spans_total"})`)
 			if own != float64(n*tc.perSeries) {
 				t.Errorf("span series stored = %v, want %d (%d per span series)", own, n*tc.perSeries, tc.perSeries)
 			}
