@@ -81,6 +81,7 @@ type Exporter struct {
 	log     *slog.Logger
 
 	mu     sync.Mutex
+	keyBuf []byte // Observe's scratch for series keys
 	series map[string]*seriesState
 	descs  map[string]*seriesDescs // by the source label names, joined
 
@@ -106,8 +107,8 @@ type seriesState struct {
 	budgetNs   uint64
 	maxNs      uint64
 	// zero and hist are the cumulative histogram: spans of 0 ns, and the
-	// schema-6 buckets, sorted. Observe replaces hist, never changes it
-	// in place, so a scrape reads a copy of the slice header unlocked.
+	// schema-6 buckets, sorted. Observe adds to hist in place; a scrape
+	// copies it under the lock.
 	zero     uint64
 	hist     []snapshot.Bucket
 	created  time.Time
@@ -238,30 +239,31 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	var key strings.Builder
+	key := e.keyBuf[:0]
 	for i := range s.Series {
 		sr := &s.Series[i]
 		if sr.IsMetric() {
 			continue
 		}
-		extra := sourceLabelNames(sr.SourceLabels)
-		values := []string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup}
-		for _, k := range extra {
-			values = append(values, sr.SourceLabels[k])
+		var extra []string
+		if len(sr.SourceLabels) > 0 {
+			extra = sourceLabelNames(sr.SourceLabels)
 		}
-		key.Reset()
-		for _, v := range values {
-			key.WriteString(v)
-			key.WriteByte(0)
+		key = key[:0]
+		for _, v := range [...]string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup} {
+			key = append(append(key, v...), 0)
 		}
 		for _, k := range extra {
-			key.WriteString(k)
-			key.WriteByte(1)
+			key = append(append(append(append(key, k...), 1), sr.SourceLabels[k]...), 0)
 		}
-		st := e.series[key.String()]
+		st := e.series[string(key)] // no allocation: the compiler converts in place
 		if st == nil {
+			values := []string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup}
+			for _, k := range extra {
+				values = append(values, sr.SourceLabels[k])
+			}
 			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now}
-			e.series[key.String()] = st
+			e.series[string(key)] = st
 		}
 		st.count += sr.Count
 		st.errors += sr.Errors
@@ -275,8 +277,9 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 			st.zero += positive[0].Count
 			positive = positive[1:]
 		}
-		st.hist = snapshot.MergeHistogram(st.hist, positive)
+		st.hist = addHistogram(st.hist, positive)
 	}
+	e.keyBuf = key
 	if e.ttl > 0 {
 		for k, st := range e.series {
 			if now.Sub(st.lastSeen) > e.ttl {
@@ -371,8 +374,17 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	// a scrape of many series does not hold up Observe.
 	e.mu.Lock()
 	states := make([]seriesState, 0, len(e.series))
+	n := 0
 	for _, st := range e.series {
-		states = append(states, *st)
+		n += len(st.hist)
+	}
+	buckets := make([]snapshot.Bucket, 0, n)
+	for _, st := range e.series {
+		cp := *st
+		k := len(buckets)
+		buckets = append(buckets, st.hist...)
+		cp.hist = buckets[k:len(buckets):len(buckets)]
+		states = append(states, cp)
 	}
 	e.mu.Unlock()
 
@@ -398,4 +410,27 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 			classic: e.classic, native: e.native, created: st.created,
 		}
 	}
+}
+
+// addHistogram adds src's counts to dst, both sorted, in place when every
+// bucket of src is already in dst (a series' usual window), else into a
+// new merged slice.
+func addHistogram(dst, src []snapshot.Bucket) []snapshot.Bucket {
+	j := 0
+	for i := range src {
+		for j < len(dst) && dst[j].Index < src[i].Index {
+			j++
+		}
+		if j == len(dst) || dst[j].Index != src[i].Index {
+			return snapshot.MergeHistogram(dst, src)
+		}
+	}
+	j = 0
+	for i := range src {
+		for dst[j].Index < src[i].Index {
+			j++
+		}
+		dst[j].Count += src[i].Count
+	}
+	return dst
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -470,5 +471,63 @@ func TestExporterLabels(t *testing.T) {
 	bi := mfs["spanwatch_build_info"]
 	if bi == nil || len(bi.GetMetric()) != 1 || bi.GetMetric()[0].GetGauge().GetValue() != 1 || labelsOf(bi.GetMetric()[0])["version"] == "" {
 		t.Errorf("spanwatch_build_info = %v", bi)
+	}
+}
+
+func TestAddHistogram(t *testing.T) {
+	b := func(pairs ...int) []snapshot.Bucket {
+		var h []snapshot.Bucket
+		for i := 0; i+1 < len(pairs); i += 2 {
+			h = append(h, snapshot.DurationBucketAt(int32(pairs[i]), uint64(pairs[i+1])))
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		dst, src, want []snapshot.Bucket
+		inPlace        bool
+	}{
+		{b(1, 1, 5, 2, 9, 3), b(5, 10), b(1, 1, 5, 12, 9, 3), true},
+		{b(1, 1, 5, 2, 9, 3), b(1, 1, 9, 1), b(1, 2, 5, 2, 9, 4), true},
+		{b(1, 1, 5, 2), b(3, 7), b(1, 1, 3, 7, 5, 2), false},
+		{b(1, 1), b(1, 1, 2, 2), b(1, 2, 2, 2), false},
+		{nil, b(4, 4), b(4, 4), false},
+		{b(4, 4), nil, b(4, 4), true},
+	} {
+		dst := slices.Clone(tc.dst)
+		got := addHistogram(dst, tc.src)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("addHistogram(%v, %v) = %v, want %v", tc.dst, tc.src, got, tc.want)
+		}
+		if inPlace := len(dst) > 0 && len(got) > 0 && &got[0] == &dst[0]; inPlace != tc.inPlace {
+			t.Errorf("addHistogram(%v, %v): in place %v, want %v", tc.dst, tc.src, inPlace, tc.inPlace)
+		}
+	}
+}
+
+// TestExporterConcurrentScrape observes and scrapes at once (run with
+// -race): a scrape copies the histograms Observe adds to in place.
+func TestExporterConcurrentScrape(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := manySeries(200)
+	e.Observe(s)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			e.Observe(s)
+		}
+	}()
+	for range 5 {
+		scrapeAs(t, e.Handler(), true)
+	}
+	<-done
+	mfs := scrapeAs(t, e.Handler(), true)
+	for _, m := range mfs["spanwatch_span_duration_seconds"].GetMetric() {
+		if h := m.GetHistogram(); h.GetSampleCount() != 51*20 {
+			t.Fatalf("count %d, want %d", h.GetSampleCount(), 51*20)
+		}
 	}
 }
