@@ -147,7 +147,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		closers = append(closers, sym.Close)
 	}
 	if cfg.Resolver == nil {
-		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger}); err == nil {
+		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot}); err == nil {
 			cfg.Resolver = r
 		} else {
 			cfg.Logger.Info("cgroup_names_unavailable", "error", err)
