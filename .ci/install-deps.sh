@@ -4,8 +4,8 @@
 # bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
-# (capability tests), and zsh (the completion script's test). Idempotent: installs only what is
-# missing, and runs apt-get update at most once.
+# (capability tests), and zsh (the completion script's test). Idempotent:
+# installs only what is missing, and runs apt-get update at most once.
 set -euo pipefail
 
 pkgs=(
