@@ -138,7 +138,6 @@ func TestPrometheusScrape10k(t *testing.T) {
 	}{
 		{"classic/text", Config{NoNativeHistograms: true}, false, 4 + 28 + 3},
 		{"native/protobuf", Config{}, true, 4 + 1},
-		{"native-only/protobuf", Config{Bounds: []time.Duration{}}, true, 4 + 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := NewExporter(tc.cfg)

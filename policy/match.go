@@ -5,10 +5,9 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// A Glob is spanwatch's one glob syntax (internal/glob): '*' matches any
-// run of characters ('/' included), '?' one character, '\' escapes the
-// next one, and a leading '!' negates. The same syntax selects spans in
-// rule files, "spanwatch stacks --span" and "spanwatch probes --filter".
+// Glob is the glob syntax every section of a rule file uses (package
+// internal/glob): '*' any run of characters, '?' one character, '\'
+// escapes, a leading '!' negates.
 type Glob = glob.Glob
 
 // CompileGlob compiles a pattern.

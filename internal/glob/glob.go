@@ -1,3 +1,8 @@
+// Package glob is the one glob syntax of spanwatch: rule matchers,
+// budgets (matched in BPF as well, see Tokens), and the command line's
+// filters. '*' matches any run of characters (including '/'), '?' one
+// UTF-8 character, '\\' escapes the next character, and a leading '!'
+// negates the pattern. A pattern without metacharacters is an exact match.
 package glob
 
 import (
@@ -6,7 +11,7 @@ import (
 	"unicode/utf8"
 )
 
-// A Glob matches strings against a shell-like pattern: '*' matches any run
+// A Glob matches strings against a pattern: '*' matches any run
 // of characters (including '/', so cgroup paths and URL-like span names
 // match naturally), '?' one character, '\' escapes the next one. A leading
 // '!' negates the pattern. A pattern without metacharacters is an exact
@@ -123,4 +128,38 @@ func matchToks(toks []gtok, s string) bool {
 		starS += size
 		ti, si = starT+1, starS
 	}
+}
+
+// Token kinds, as the BPF matcher (struct budget_glob in bpf/aggregate.h)
+// reads them.
+const (
+	TokenLiteral = 0 // one literal byte
+	TokenStar    = 1 // '*': any run of characters
+	TokenAny     = 2 // '?': one UTF-8 character
+)
+
+// Tokens returns the pattern as the BPF matcher takes it: one kind per
+// byte of literal text, per '*' and per '?', the literal bytes beside
+// them, and whether the pattern is negated.
+func (g *Glob) Tokens() (kinds, lits []byte, neg bool) {
+	if g.exact {
+		for i := 0; i < len(g.lit); i++ {
+			kinds = append(kinds, TokenLiteral)
+			lits = append(lits, g.lit[i])
+		}
+		return kinds, lits, g.neg
+	}
+	for _, t := range g.toks {
+		switch t.kind {
+		case '*':
+			kinds, lits = append(kinds, TokenStar), append(lits, 0)
+		case '?':
+			kinds, lits = append(kinds, TokenAny), append(lits, 0)
+		default:
+			for i := 0; i < len(t.lit); i++ {
+				kinds, lits = append(kinds, TokenLiteral), append(lits, t.lit[i])
+			}
+		}
+	}
+	return kinds, lits, g.neg
 }
