@@ -47,7 +47,7 @@ var flagWords = map[string][]string{
 	"format":     {"folded", "pprof", "json", "text"},
 	"value":      {"count", "duration"},
 	"log-format": {"text", "json"},
-	"sort":       {"rate", "errors", "p50", "p90", "p99", "max", "over", "span", "process"},
+	"sort":       sortKeyNames(),
 }
 
 // subWords are the words a command takes as its first argument, when they
