@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -85,10 +86,11 @@ type Exporter struct {
 	series map[string]*seriesState
 	descs  map[string]*seriesDescs // by the source label names, joined
 
-	events, ringbufDrops, statsFull, shortEvents, readErrors, overruns, overrunsDropped, snapshots prometheus.Counter
-	seriesGauge, lastSnapshot                                                                      prometheus.Gauge
-	readDuration, evalDuration                                                                     prometheus.Histogram
-	ruleErrors                                                                                     *prometheus.CounterVec
+	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, snapshots prometheus.Counter
+	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses  prometheus.Counter
+	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                    prometheus.Gauge
+	readDuration, evalDuration                                                         prometheus.Histogram
+	ruleErrors                                                                         *prometheus.CounterVec
 }
 
 // seriesDescs are the per-span metrics' descriptions for one set of label
@@ -157,14 +159,22 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	}
 	e.events = c("events_total", "Span events the BPF programs aggregated.")
 	e.ringbufDrops = c("ringbuf_drops_total", "Overrun records lost because the ring buffer was full.")
-	e.statsFull = c("stats_map_full_total", "Span events not aggregated because the stats map had no room for a new series.")
+	e.statsFull = c("stats_map_full_total", "Values not aggregated because the kernel had no room for a new series.")
+	e.readErrors = c("read_errors_total", "Payloads or probe arguments the BPF programs could not read: spans lost.")
+	e.histogramFull = c("histogram_full_total", "Values counted in their series but left out of its histogram: no free histogram cell.")
+	e.namesTruncated = c("span_names_truncated_total", "Span names cut to 127 bytes, on a UTF-8 character boundary.")
+	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota.")
+	e.namesFull = c("names_full_total", "New series whose name did not fit in the kernel's names map.")
+	e.recursionMisses = c("recursion_misses_total", "Program runs the kernel skipped because a BPF program was already running on the CPU: spans lost.")
 	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")
-	e.readErrors = c("read_errors_total", "Span event payloads the BPF programs could not read.")
 	e.overruns = c("overruns_total", "Overrun records (slow spans with stacks) received.")
 	e.overrunsDropped = c("overruns_dropped_total", "Overrun records read but not kept for lack of room.")
 	e.snapshots = c("snapshots_total", "Snapshots observed.")
 	e.seriesGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series", Help: "Span series exported."})
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
+	e.seriesCapacity = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_capacity", Help: "Series (name, cgroup, labels) the kernel can hold; it does not depend on the CPU count."})
+	e.seriesLive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_live", Help: "Series the kernel holds now."})
+	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take (the kernel's memlock accounting)."})
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
@@ -178,8 +188,10 @@ func NewExporter(cfg Config) (*Exporter, error) {
 
 	for _, col := range []prometheus.Collector{
 		(*spanCollector)(e),
-		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.readErrors, e.overruns, e.overrunsDropped, e.snapshots,
-		e.seriesGauge, e.lastSnapshot, e.readDuration, e.evalDuration, e.ruleErrors, buildInfo,
+		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
+		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
+		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors,
+		buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -250,17 +262,20 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 			extra = sourceLabelNames(sr.SourceLabels)
 		}
 		key = key[:0]
+		// Label values must be UTF-8 (a scrape of an invalid one fails
+		// as a whole); series whose names differ only in bytes that are
+		// not are one exported series.
 		for _, v := range [...]string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup} {
-			key = append(append(key, v...), 0)
+			key = append(append(key, valid(v)...), 0)
 		}
 		for _, k := range extra {
-			key = append(append(append(append(key, k...), 1), sr.SourceLabels[k]...), 0)
+			key = append(append(append(append(key, k...), 1), valid(sr.SourceLabels[k])...), 0)
 		}
 		st := e.series[string(key)] // no allocation: the compiler converts in place
 		if st == nil {
-			values := []string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup}
+			values := []string{valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup)}
 			for _, k := range extra {
-				values = append(values, sr.SourceLabels[k])
+				values = append(values, valid(sr.SourceLabels[k]))
 			}
 			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now}
 			e.series[string(key)] = st
@@ -294,6 +309,18 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.statsFull.Add(float64(s.Stats.StatsFull))
 	e.shortEvents.Add(float64(s.Stats.ShortEvents))
 	e.readErrors.Add(float64(s.Stats.ReadErrors))
+	e.histogramFull.Add(float64(s.Stats.HistogramFull))
+	e.namesTruncated.Add(float64(s.Stats.NamesTruncated))
+	e.quotaOther.Add(float64(s.Stats.QuotaOther))
+	e.namesFull.Add(float64(s.Stats.NamesFull))
+	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
+	if s.Stats.SeriesCapacity > 0 {
+		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
+		e.seriesLive.Set(float64(s.Stats.SeriesLive))
+	}
+	if s.Stats.BPFMapBytes > 0 {
+		e.mapBytes.Set(float64(s.Stats.BPFMapBytes))
+	}
 	e.overruns.Add(float64(len(s.Overruns)))
 	e.overrunsDropped.Add(float64(s.Stats.OverrunsDropped))
 	e.snapshots.Inc()
@@ -433,4 +460,12 @@ func addHistogram(dst, src []snapshot.Bucket) []snapshot.Bucket {
 		dst[j].Count += src[i].Count
 	}
 	return dst
+}
+
+// valid returns s as valid UTF-8, with U+FFFD for bytes that are not.
+func valid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

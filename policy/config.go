@@ -28,14 +28,15 @@ type Config struct {
 	Policies []*Policy
 
 	// The sections other packages decode, as written: Webhooks and Routing
-	// (package notify), Sources and Collector (package collector), Metrics
-	// (package metrics: the Prometheus exporter). A section that is absent
-	// has Kind 0.
-	Webhooks  yaml.Node
-	Routing   yaml.Node
-	Sources   yaml.Node
-	Collector yaml.Node
-	Metrics   yaml.Node
+	// (package notify), Sources (internal/usdt), Collector and ExternalURL
+	// (package agent), Metrics (package metrics: the Prometheus exporter).
+	// A section that is absent has Kind 0.
+	Webhooks    yaml.Node
+	Routing     yaml.Node
+	Sources     yaml.Node
+	Collector   yaml.Node
+	ExternalURL yaml.Node
+	Metrics     yaml.Node
 
 	// Files lists every file read from disk: the rule file first (when it
 	// came from a file), then each policy's Rego and data files. A
@@ -149,7 +150,7 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "metrics"}
+var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
 
 // Parse decodes and compiles a rule file. name is used in error messages
 // and, unless opts.Dir is set, to resolve relative paths. Every problem
@@ -227,6 +228,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Sources = *v
 		case "collector":
 			cfg.Collector = *v
+		case "external_url":
+			cfg.ExternalURL = *v
 		case "metrics":
 			cfg.Metrics = *v
 		}
