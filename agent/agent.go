@@ -105,7 +105,9 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		}
 	}()
 	if opts.ListenAddr != "" {
-		if a.exporter, err = metrics.NewExporter(metrics.Config{Logger: a.log}); err != nil {
+		mcfg := cfg.Metrics
+		mcfg.Logger = a.log
+		if a.exporter, err = metrics.NewExporter(mcfg); err != nil {
 			return nil, err
 		}
 	}
