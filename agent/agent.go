@@ -402,10 +402,10 @@ func (o *output) write(s *snapshot.Snapshot) error {
 	return nil
 }
 
-// sync flushes a file's writes to its disk; pipes and terminals have
-// nothing to sync.
+// sync flushes a file's writes to its disk (an *os.File, or a rotated
+// file); pipes and terminals have nothing to sync.
 func (o *output) sync() error {
-	f, ok := o.w.(*os.File)
+	f, ok := o.w.(interface{ Sync() error })
 	if !ok {
 		return nil
 	}

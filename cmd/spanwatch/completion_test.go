@@ -46,7 +46,7 @@ func TestBashCompletion(t *testing.T) {
 		{[]string{"spanwatch", "completion", ""}, "bash zsh"},
 		{[]string{"spanwatch", "check", "rul"}, "rules.yaml"},
 		{[]string{"spanwatch", "help", "pro"}, "probes"},
-		{[]string{"spanwatch", "top", "--so"}, "--sort"},
+		{[]string{"spanwatch", "top", "--sor"}, "--sort"},
 		{[]string{"spanwatch", "top", "--sort", "p9"}, "p90 p99"},
 	} {
 		cmd := exec.Command(bash, "--norc", "-c", `source ./spanwatch.bash
