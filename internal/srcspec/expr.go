@@ -18,9 +18,9 @@ type Predicate struct {
 	// Text is the predicate as written.
 	Text string
 
-	terms  []cmp    // distinct comparisons, at most MaxTerms
-	groups []uint8  // each a set of terms that must all hold
-	refs   []Ref    // every operand written, in order
+	terms  []cmp     // distinct comparisons, at most MaxTerms
+	groups []uint8   // each a set of terms that must all hold
+	refs   []Ref     // every operand written, in order
 	tree   *exprNode // as parsed, for String and the tests' reference
 }
 
