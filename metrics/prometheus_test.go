@@ -166,7 +166,7 @@ func TestPrometheusScrape(t *testing.T) {
 			if up != 1 {
 				t.Fatalf("up = %v: the scrape failed", up)
 			}
-			own, _ := prom.Value(`count({job="spanwatch",__name__=~"spanwatch_span.*|spanwatch_spans_total"})`)
+			own, _ := prom.Value(`count({job="spanwatch",__name__=~"spanwatch_spans_total|spanwatch_span_(errors_total|over_budget_total|max_duration_seconds|budget_seconds|duration_seconds.*)"})`)
 			if own != float64(n*tc.perSeries) {
 				t.Errorf("span series stored = %v, want %d (%d per span series)", own, n*tc.perSeries, tc.perSeries)
 			}
