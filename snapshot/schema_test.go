@@ -48,6 +48,9 @@ func full() *Snapshot {
 			UserStack:   []Frame{{Addr: 0x401000, Function: "main.slow", File: "main.go", Line: 3, Module: "/bin/shop", Offset: 0x1000, BuildID: "ff"}},
 			KernelStack: []Frame{{Addr: 0xffffffff81000000, Function: "do_nanosleep"}},
 			StackError:  "short",
+			Samples: []Sample{{Count: 2, WeightNs: 3e5, OffCPU: true,
+				UserStack:   []Frame{{Addr: 0x401100, Function: "main.wait"}},
+				KernelStack: []Frame{{Addr: 0xffffffff81000100, Function: "futex_wait"}}}},
 		}},
 		Stats: Stats{Events: 3, RingbufDrops: 1, StatsFull: 1, ShortEvents: 1, ReadErrors: 1, OverrunsDropped: 1, ReadNs: 100},
 	}
