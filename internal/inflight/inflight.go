@@ -20,19 +20,6 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// StatusStillRunning is set in an overrun record's status (struct overrun,
-// bpf/aggregate.h) by a sample of a span that had not ended: the collector
-// sets snapshot.Overrun.StillRunning from it, and must test the error bit
-// (status & 1) rather than status != 0. It matches OVERRUN_STILL_RUNNING in
-// bpf/inflight.bpf.c.
-const StatusStillRunning = 0x80000000
-
-// DecodeStatus splits an overrun record's status into the span's error
-// flag and whether it was sampled still running.
-func DecodeStatus(status uint32) (spanError, stillRunning bool) {
-	return status&^StatusStillRunning != 0, status&StatusStillRunning != 0
-}
-
 // sourceUSDT is SOURCE_USDT in bpf/aggregate.h.
 const sourceUSDT = 3
 
