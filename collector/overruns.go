@@ -121,10 +121,6 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	var err error
 	ov.UserStack, err = s.User(ov.PID, ustack)
 	switch {
-	case (err != nil || !anyNamed(ov.UserStack)) && r.Source == sourceMarker && o.marker != nil && o.marker.symbolizeExited(ov.UserStack):
-		// The process exited (or was exiting) before its maps and files
-		// could be read; the marker's binary is still open here.
-		ov.StackError = "process exited before its maps were read: symbolized from the binary the marker is attached in"
 	case err != nil:
 		ov.StackError = err.Error()
 	case r.UstackLen < 0:
@@ -132,21 +128,13 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	default:
 		ov.StackError = symbolize.Hint(ov.UserStack)
 	}
+	ov.StackError = joinErr(ov.StackError, explain(s, ov.UserStack))
 	if len(kstack) > 0 {
 		if ov.KernelStack, err = s.Kernel(kstack); err != nil && ov.StackError == "" {
 			ov.StackError = err.Error()
 		}
 	}
 	return ov, nil
-}
-
-func anyNamed(frames []snapshot.Frame) bool {
-	for _, f := range frames {
-		if f.Function != "" {
-			return true
-		}
-	}
-	return false
 }
 
 func stackAddrs(stack []uint64, n int32) []uint64 {
