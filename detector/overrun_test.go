@@ -190,7 +190,9 @@ func TestConcurrent(t *testing.T) {
 // where the span's time went (the hottest application frames of its
 // in-span samples) and shows the end stack without the span SDKs' frames.
 func TestOverrunStackAnnotation(t *testing.T) {
-	f := func(fn, file string, line int) snapshot.Frame { return snapshot.Frame{Function: fn, File: file, Line: line} }
+	f := func(fn, file string, line int) snapshot.Frame {
+		return snapshot.Frame{Function: fn, File: file, Line: line}
+	}
 	sdk := []snapshot.Frame{
 		f("github.com/spanwatch/spanwatch/emit.marker", "marker_amd64.s", 7),
 		f("github.com/spanwatch/spanwatch/emit.Record", "emit.go", 60),
