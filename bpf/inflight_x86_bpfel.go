@@ -20,30 +20,79 @@ type InflightBudget struct {
 	Pad      uint32
 }
 
+type InflightInflightCandidate struct {
+	_         structs.HostLayout
+	Key       InflightInflightExecKey
+	Slot      uint32
+	Goroutine uint32
+	Tid       uint32
+	Source    uint32
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Name      [64]int8
+}
+
+type InflightInflightExecKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Exec uint64
+}
+
+type InflightInflightOpen struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Source    uint32
+	Pad       uint32
+	Name      [64]int8
+}
+
 type InflightInflightSlot struct {
 	_        structs.HostLayout
 	BudgetNs uint64
 	NameId   uint64
 	Samples  int32
 	Pad      uint32
+	PeriodNs uint64
 	Name     [64]int8
+}
+
+type InflightInflightStack struct {
+	_         structs.HostLayout
+	Depth     uint32
+	Tid       uint32
+	Goroutine uint64
+	Spans     [4]InflightInflightOpen
 }
 
 type InflightInflightTarget struct {
 	_        structs.HostLayout
-	StartNs  uint64
-	NameId   uint64
-	BudgetNs uint64
 	Pid      uint32
-	Source   uint32
-	Samples  int32
 	Flags    uint32
-	Name     [64]int8
+	Samples  int32
+	Nspans   uint32
+	LastNs   uint64
+	PeriodNs uint64
+	Spans    [4]InflightInflightTspan
 }
 
 type InflightInflightTaskSpans struct {
 	_       structs.HostLayout
 	StartNs [16]uint64
+}
+
+type InflightInflightTspan struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	BudgetNs  uint64
+	Slot      uint32
+	Source    uint32
+	Name      [64]int8
 }
 
 type InflightSpanAgg struct {
@@ -77,18 +126,27 @@ const (
 	InflightMapBudgetGen               = "budget_gen"
 	InflightMapBudgets                 = "budgets"
 	InflightMapCounters                = "counters"
+	InflightMapInflightCfg             = "inflight_cfg"
+	InflightMapInflightExec            = "inflight_exec"
+	InflightMapInflightGprocs          = "inflight_gprocs"
+	InflightMapInflightParked          = "inflight_parked"
 	InflightMapInflightSlots           = "inflight_slots"
 	InflightMapInflightWatch           = "inflight_watch"
+	InflightMapInflightZero            = "inflight_zero"
 	InflightMapNames                   = "names"
 	InflightMapOverruns                = "overruns"
 	InflightMapSpanStats               = "span_stats"
 	InflightMapUsdtTaskStart           = "usdt_task_start"
 	InflightMapZeroStats               = "zero_stats"
 	InflightProgInflightBlocked        = "inflight_blocked"
+	InflightProgInflightList           = "inflight_list"
 	InflightProgInflightOffCpu         = "inflight_off_cpu"
 	InflightProgInflightOnCpu          = "inflight_on_cpu"
 	InflightProgInflightScan           = "inflight_scan"
+	InflightVarUnusedInflightCandidate = "unused_inflight_candidate"
+	InflightVarUnusedInflightExecKey   = "unused_inflight_exec_key"
 	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
+	InflightVarUnusedInflightStack     = "unused_inflight_stack"
 	InflightVarUnusedInflightTarget    = "unused_inflight_target"
 	InflightVarUnusedInflightTaskSpans = "unused_inflight_task_spans"
 )
@@ -136,6 +194,7 @@ type InflightSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightProgramSpecs struct {
 	InflightBlocked *ebpf.ProgramSpec `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.ProgramSpec `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.ProgramSpec `ebpf:"inflight_scan"`
@@ -145,23 +204,31 @@ type InflightProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightMapSpecs struct {
-	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.MapSpec `ebpf:"inflight_watch"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
-	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
-	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
+	BudgetGen      *ebpf.MapSpec `ebpf:"budget_gen"`
+	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	InflightCfg    *ebpf.MapSpec `ebpf:"inflight_cfg"`
+	InflightExec   *ebpf.MapSpec `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.MapSpec `ebpf:"inflight_gprocs"`
+	InflightParked *ebpf.MapSpec `ebpf:"inflight_parked"`
+	InflightSlots  *ebpf.MapSpec `ebpf:"inflight_slots"`
+	InflightWatch  *ebpf.MapSpec `ebpf:"inflight_watch"`
+	InflightZero   *ebpf.MapSpec `ebpf:"inflight_zero"`
+	Names          *ebpf.MapSpec `ebpf:"names"`
+	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
+	SpanStats      *ebpf.MapSpec `ebpf:"span_stats"`
+	UsdtTaskStart  *ebpf.MapSpec `ebpf:"usdt_task_start"`
+	ZeroStats      *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // InflightVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
+	UnusedInflightCandidate *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
 	UnusedInflightTaskSpans *ebpf.VariableSpec `ebpf:"unused_inflight_task_spans"`
 }
@@ -186,16 +253,21 @@ func (o *InflightObjects) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightMaps struct {
-	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.Map `ebpf:"inflight_watch"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	SpanStats     *ebpf.Map `ebpf:"span_stats"`
-	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
-	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
+	BudgetGen      *ebpf.Map `ebpf:"budget_gen"`
+	Budgets        *ebpf.Map `ebpf:"budgets"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	InflightCfg    *ebpf.Map `ebpf:"inflight_cfg"`
+	InflightExec   *ebpf.Map `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.Map `ebpf:"inflight_gprocs"`
+	InflightParked *ebpf.Map `ebpf:"inflight_parked"`
+	InflightSlots  *ebpf.Map `ebpf:"inflight_slots"`
+	InflightWatch  *ebpf.Map `ebpf:"inflight_watch"`
+	InflightZero   *ebpf.Map `ebpf:"inflight_zero"`
+	Names          *ebpf.Map `ebpf:"names"`
+	Overruns       *ebpf.Map `ebpf:"overruns"`
+	SpanStats      *ebpf.Map `ebpf:"span_stats"`
+	UsdtTaskStart  *ebpf.Map `ebpf:"usdt_task_start"`
+	ZeroStats      *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *InflightMaps) Close() error {
@@ -203,8 +275,13 @@ func (m *InflightMaps) Close() error {
 		m.BudgetGen,
 		m.Budgets,
 		m.Counters,
+		m.InflightCfg,
+		m.InflightExec,
+		m.InflightGprocs,
+		m.InflightParked,
 		m.InflightSlots,
 		m.InflightWatch,
+		m.InflightZero,
 		m.Names,
 		m.Overruns,
 		m.SpanStats,
@@ -217,7 +294,10 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
+	UnusedInflightCandidate *ebpf.Variable `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.Variable `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
 	UnusedInflightTaskSpans *ebpf.Variable `ebpf:"unused_inflight_task_spans"`
 }
@@ -227,6 +307,7 @@ type InflightVariables struct {
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightPrograms struct {
 	InflightBlocked *ebpf.Program `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.Program `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.Program `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.Program `ebpf:"inflight_scan"`
@@ -235,6 +316,7 @@ type InflightPrograms struct {
 func (p *InflightPrograms) Close() error {
 	return _InflightClose(
 		p.InflightBlocked,
+		p.InflightList,
 		p.InflightOffCpu,
 		p.InflightOnCpu,
 		p.InflightScan,

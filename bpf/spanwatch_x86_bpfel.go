@@ -20,6 +20,29 @@ type SpanwatchBudget struct {
 	Pad      uint32
 }
 
+type SpanwatchInflightExecKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Exec uint64
+}
+
+type SpanwatchInflightStack struct {
+	_         structs.HostLayout
+	Depth     uint32
+	Tid       uint32
+	Goroutine uint64
+	Spans     [4]struct {
+		_         structs.HostLayout
+		StartNs   uint64
+		StartReal uint64
+		NameId    uint64
+		Source    uint32
+		Pad       uint32
+		Name      [64]int8
+	}
+}
+
 type SpanwatchOverrun struct {
 	_          structs.HostLayout
 	TsNs       uint64
@@ -84,6 +107,9 @@ const (
 	SpanwatchMapBudgetGen          = "budget_gen"
 	SpanwatchMapBudgets            = "budgets"
 	SpanwatchMapCounters           = "counters"
+	SpanwatchMapInflightExec       = "inflight_exec"
+	SpanwatchMapInflightGprocs     = "inflight_gprocs"
+	SpanwatchMapInflightZero       = "inflight_zero"
 	SpanwatchMapNames              = "names"
 	SpanwatchMapOverruns           = "overruns"
 	SpanwatchMapSpanStats          = "span_stats"
@@ -147,14 +173,17 @@ type SpanwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchMapSpecs struct {
-	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
-	WatchedEvents *ebpf.MapSpec `ebpf:"watched_events"`
-	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
+	BudgetGen      *ebpf.MapSpec `ebpf:"budget_gen"`
+	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	InflightExec   *ebpf.MapSpec `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.MapSpec `ebpf:"inflight_gprocs"`
+	InflightZero   *ebpf.MapSpec `ebpf:"inflight_zero"`
+	Names          *ebpf.MapSpec `ebpf:"names"`
+	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
+	SpanStats      *ebpf.MapSpec `ebpf:"span_stats"`
+	WatchedEvents  *ebpf.MapSpec `ebpf:"watched_events"`
+	ZeroStats      *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // SpanwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -185,14 +214,17 @@ func (o *SpanwatchObjects) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchMaps struct {
-	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	SpanStats     *ebpf.Map `ebpf:"span_stats"`
-	WatchedEvents *ebpf.Map `ebpf:"watched_events"`
-	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
+	BudgetGen      *ebpf.Map `ebpf:"budget_gen"`
+	Budgets        *ebpf.Map `ebpf:"budgets"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	InflightExec   *ebpf.Map `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.Map `ebpf:"inflight_gprocs"`
+	InflightZero   *ebpf.Map `ebpf:"inflight_zero"`
+	Names          *ebpf.Map `ebpf:"names"`
+	Overruns       *ebpf.Map `ebpf:"overruns"`
+	SpanStats      *ebpf.Map `ebpf:"span_stats"`
+	WatchedEvents  *ebpf.Map `ebpf:"watched_events"`
+	ZeroStats      *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *SpanwatchMaps) Close() error {
@@ -200,6 +232,9 @@ func (m *SpanwatchMaps) Close() error {
 		m.BudgetGen,
 		m.Budgets,
 		m.Counters,
+		m.InflightExec,
+		m.InflightGprocs,
+		m.InflightZero,
 		m.Names,
 		m.Overruns,
 		m.SpanStats,

@@ -64,7 +64,7 @@ func BenchmarkOffCPUSampler(b *testing.B) {
 	}
 	defer stats.Close()
 	// A watched thread that never runs: every call is the common case.
-	if err := w.objs.InflightWatch.Put(uint32(1<<30), &bpf.InflightInflightTarget{Pid: 1 << 30, Samples: 1}); err != nil {
+	if err := w.objs.InflightWatch.Put(&bpf.InflightInflightExecKey{Tgid: 1 << 30, Exec: 1 << 30}, &bpf.InflightInflightTarget{Pid: 1 << 30, Samples: 1}); err != nil {
 		b.Fatal(err)
 	}
 	n := max(b.N, 20000)

@@ -65,7 +65,22 @@ type Joiner struct {
 	spans   int
 	dropped uint64
 	swept   time.Time
+	// ended remembers the spans that ended lately, so that a sample that
+	// follows its span's end (taken before the samplers learnt of it) is
+	// not reported as a span still running.
+	ended []endedSpan
+	endAt int
 }
+
+type endedSpan struct {
+	gk        groupKey
+	tid       uint32
+	startNs   uint64
+	monoStart uint64
+}
+
+// endedKept is how many ended spans the Joiner remembers.
+const endedKept = 256
 
 // groupKey gathers the pending spans an end record may belong to.
 type groupKey struct {
@@ -124,6 +139,7 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 	gk := groupKey{o.PID, o.NameID}
 	i := j.find(gk, r)
 	if !r.Sample {
+		j.remember(endedSpan{gk, o.TID, r.StartNs, r.MonoStartNs})
 		if i < 0 {
 			return o, true
 		}
@@ -141,6 +157,10 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 		} else {
 			p.samples = append(p.samples, s)
 		}
+		return snapshot.Overrun{}, false
+	}
+	if j.endedAlready(gk, r) {
+		j.dropped++
 		return snapshot.Overrun{}, false
 	}
 	if j.spans >= j.cfg.MaxSpans {
@@ -179,6 +199,38 @@ func (j *Joiner) find(gk groupKey, r Record) int {
 		}
 	}
 	return best
+}
+
+func (j *Joiner) remember(e endedSpan) {
+	if len(j.ended) < endedKept {
+		j.ended = append(j.ended, e)
+		return
+	}
+	j.ended[j.endAt] = e
+	j.endAt = (j.endAt + 1) % endedKept
+}
+
+// endedAlready reports whether sample r belongs to a span that ended.
+func (j *Joiner) endedAlready(gk groupKey, r Record) bool {
+	for _, e := range j.ended {
+		if e.gk != gk {
+			continue
+		}
+		if r.StartNs != 0 && e.startNs != 0 {
+			if r.StartNs == e.startNs {
+				return true
+			}
+			continue
+		}
+		d := e.monoStart - r.MonoStartNs
+		if r.MonoStartNs > e.monoStart {
+			d = r.MonoStartNs - e.monoStart
+		}
+		if e.tid == r.Overrun.TID && d <= uint64(j.cfg.Tolerance) {
+			return true
+		}
+	}
+	return false
 }
 
 func (j *Joiner) remove(gk groupKey, i int) {

@@ -71,6 +71,14 @@ func TestJoiner(t *testing.T) {
 			{rec("r", 3, false, false, 0, 1001*ms+100e3, 160, "end_inner"), "r: inner:on:1x11ms"},
 			{rec("r", 3, false, false, 0, 1000*ms+100e3, 170, "end_outer"), "r: outer:on:1x20ms"},
 		}},
+		{"a sample after its span's end is dropped", JoinConfig{}, []step{
+			{rec("q", 3, true, false, 0, 1000*ms, 150, "slow"), "q running: "},
+			{rec("q", 3, false, false, 0, 1000*ms+200e3, 200, "done"), "q: slow:on:1x50ms"},
+			{rec("q", 3, true, false, 0, 1000*ms, 201, "late"), ""},
+			{rec("sdk", 5, false, false, 77, 9, 200, "done"), "sdk: "},
+			{rec("sdk", 6, true, false, 77, 9, 201, "late"), ""},
+			{rec("sdk", 6, true, false, 78, 9, 201, "next"), "sdk running: "},
+		}},
 		{"gaps are bounded by MaxGap", JoinConfig{MaxGap: 50 * time.Millisecond}, []step{
 			{rec("s", 1, true, true, 9, 0, 100, "read"), "s running: "},
 			{rec("s", 1, false, false, 9, 0, 1000, "end"), "s: read:off:1x50ms"},
