@@ -30,12 +30,8 @@
 #define SPAN_F_START 1 /* span_event.flags: a span began (duration_ns 0) */
 #endif
 
-/* The event's logical thread, when the layout has one. */
-#ifdef SPAN_EVENT_HAS_EXEC_ID
+/* The event's logical thread: a goroutine, or 0 for the OS thread. */
 #define SPAN_EXEC_ID(ev) ((ev)->exec_id)
-#else
-#define SPAN_EXEC_ID(ev) 0
-#endif
 
 /* Open spans kept per thread of execution; deeper ones are counted in
  * depth but not kept (the outermost stay watched). */

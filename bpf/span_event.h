@@ -15,6 +15,9 @@
 #define SPAN_TRACE_ID_LEN 16
 #define SPAN_SPAN_ID_LEN 8
 
+/* flags */
+#define SPAN_F_START 1 /* a span began (duration_ns 0) */
+
 /* status values */
 #define SPAN_STATUS_OK 0
 #define SPAN_STATUS_ERROR 1
@@ -26,9 +29,10 @@ struct span_event {
 	__u64 duration_ns; /* how long the span took */
 	__u64 start_ns;    /* CLOCK_REALTIME at start, 0 when unknown */
 	__u32 status;      /* SPAN_STATUS_* */
-	__u32 flags;       /* reserved, 0 */
+	__u32 flags;       /* SPAN_F_* */
 	__u8 trace_id[SPAN_TRACE_ID_LEN];
 	__u8 span_id[SPAN_SPAN_ID_LEN];
+	__u64 exec_id;     /* the logical thread: a Go goroutine's g pointer; 0 = the OS thread */
 	char name[SPAN_NAME_LEN]; /* NUL-terminated or NUL-padded; need not be */
 };
 

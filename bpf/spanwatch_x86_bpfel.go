@@ -86,6 +86,7 @@ type SpanwatchSpanEvent struct {
 	Flags      uint32
 	TraceId    [16]uint8
 	SpanId     [8]uint8
+	ExecId     uint64
 	Name       [64]int8
 }
 

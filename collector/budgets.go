@@ -54,12 +54,22 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 		}
 	}
 	var exact []string
+	var least uint64
 	for _, r := range rules {
 		if !strings.ContainsAny(r.Span, "*?[\\") {
 			exact = append(exact, r.Span)
 		}
+		if least == 0 || uint64(r.Budget) < least {
+			least = uint64(r.Budget)
+		}
 	}
-	return c.SetBudgetFunc(RulesFunc(rules), exact)
+	if err := c.SetBudgetFunc(RulesFunc(rules), exact); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.minBudget = least
+	c.mu.Unlock()
+	return nil
 }
 
 // SetBudgetFunc replaces the budgets with fn, which decides each span
@@ -69,6 +79,7 @@ func (c *Collector) SetBudgetFunc(fn BudgetFunc, exact []string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.budgets = fn
+	c.minBudget = 0
 	for _, n := range exact {
 		c.reader.names[snapshot.NameID(n)] = n
 	}

@@ -29,6 +29,7 @@ type overrunReader struct {
 	rd     *ringbuf.Reader
 	cfg    Config
 	marker *markerSource // set when the marker source is on
+	joiner *inflight.Joiner
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
@@ -40,7 +41,7 @@ func newOverrunReader(m *ebpf.Map, cfg Config, _ *statsReader) (*overrunReader, 
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg}, nil
+	return &overrunReader{rd: rd, cfg: cfg, joiner: inflight.NewJoiner(inflight.JoinConfig{})}, nil
 }
 
 func (o *overrunReader) run() {
@@ -56,6 +57,12 @@ func (o *overrunReader) run() {
 		ov, err := o.decode(rec.RawSample)
 		if err != nil {
 			o.cfg.Logger.Warn("overrun_decode_failed", "error", err)
+			continue
+		}
+		// In-span samples wait for their span's end; the first one of a
+		// span is reported at once, as the span still running.
+		var ok bool
+		if ov, ok = o.join(rec.RawSample, ov); !ok {
 			continue
 		}
 		if o.cfg.OnOverrun != nil {

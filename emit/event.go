@@ -16,6 +16,7 @@ type event struct {
 	Flags      uint32
 	TraceID    [16]byte
 	SpanID     [8]byte
+	ExecID     uint64
 	Name       [snapshot.NameLen]byte
 }
 
@@ -24,10 +25,13 @@ const eventSize = int(unsafe.Sizeof(event{}))
 // Format is the user_events format string of the span event: the fields of
 // struct span_event, in order. C emitters (include/spanwatch.h) register the
 // same string.
-const Format = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; char[64] name"
+const Format = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; u64 exec_id; char[64] name"
 
 // EventName is the user_event's name.
 const EventName = "spanwatch_span"
+
+// flagStart marks a span's start event (SPAN_F_START).
+const flagStart = 1
 
 // Status values.
 const (
@@ -45,6 +49,9 @@ type Finished struct {
 	Error    bool
 	TraceID  [16]byte
 	SpanID   [8]byte
+	// Goroutine is what Started returned for the span: the goroutine it
+	// started on, when it may end on another; 0 means the caller's.
+	Goroutine uint64
 }
 
 func (e *event) fill(name string, start time.Time, d time.Duration, isErr bool) {

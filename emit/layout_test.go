@@ -56,6 +56,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 		{unsafe.Offsetof(event{}.Flags), unsafe.Sizeof(event{}.Flags)},
 		{unsafe.Offsetof(event{}.TraceID), unsafe.Sizeof(event{}.TraceID)},
 		{unsafe.Offsetof(event{}.SpanID), unsafe.Sizeof(event{}.SpanID)},
+		{unsafe.Offsetof(event{}.ExecID), unsafe.Sizeof(event{}.ExecID)},
 		{unsafe.Offsetof(event{}.Name), unsafe.Sizeof(event{}.Name)},
 	}
 	if len(cFields) != len(goFields) {

@@ -63,9 +63,9 @@ func TestBadInputUserEvents(t *testing.T) {
 			unix.Close(fd)
 		}
 	}()
-	payload := make([]byte, 112)    // sizeof(struct span_event)
+	payload := make([]byte, 120)    // sizeof(struct span_event)
 	payload[0] = 0x40               // duration 64 ns
-	copy(payload[48:], "unwatched") // name
+	copy(payload[56:], "unwatched") // name
 	for deadline := time.Now().Add(2 * time.Second); !other.Enabled(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("spanwatch_e2e_other never enabled by its perf events")
