@@ -318,11 +318,13 @@ int inflight_on_cpu(void *ctx)
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next):
  * it runs in prev's context, so "current" is the thread going off the CPU.
- * A preempted thread is still runnable: the CPU clock samples it. */
+ * A thread still runnable (preempted, also where preempt is false, as on
+ * the way back to user space) is the CPU clock's to sample: only one that
+ * blocks is sampled here. */
 SEC("raw_tp/sched_switch")
 int inflight_off_cpu(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (ctx->args[0])
+	if (ctx->args[0] || task_state((struct task_struct *)ctx->args[1]) == 0)
 		return 0;
 	return sample(ctx, OVERRUN_OFF_CPU);
 }
@@ -401,6 +403,8 @@ struct inflight_candidate {
 	__u32 goroutine;
 	__u32 tid;  /* the thread that started the newest span */
 	__u32 source;
+	__u32 flags; /* the start event's SPAN_F_* */
+	__u32 _pad2;
 	__u64 start_ns;
 	__u64 start_real;
 	__u64 name_id;
@@ -453,6 +457,7 @@ int inflight_list(struct bpf_iter__bpf_map_elem *ctx)
 		c.goroutine = e->goroutine != 0;
 		c.tid = e->tid;
 		c.source = o->source;
+		c.flags = o->flags;
 		c.start_ns = o->start_ns;
 		c.start_real = o->start_real;
 		c.name_id = o->name_id;

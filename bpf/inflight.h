@@ -45,7 +45,7 @@ struct inflight_open {
 	__u64 start_real; /* the event's start_ns (CLOCK_REALTIME), its identity */
 	__u64 name_id;	  /* span_name_id() of name */
 	__u32 source;	  /* SOURCE_* the start came from */
-	__u32 _pad;
+	__u32 flags;	  /* the start event's SPAN_F_* */
 	char name[SPAN_NAME_LEN];
 };
 
@@ -158,6 +158,7 @@ static __always_inline void inflight_start(struct span_event *ev, __u32 source)
 	o->start_ns = bpf_ktime_get_ns();
 	o->start_real = ev->start_ns;
 	o->source = source;
+	o->flags = ev->flags;
 	__u64 id = span_name_id(ev);
 	if (o->name_id != id) {
 		o->name_id = id;

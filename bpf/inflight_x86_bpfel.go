@@ -27,6 +27,8 @@ type InflightInflightCandidate struct {
 	Goroutine uint32
 	Tid       uint32
 	Source    uint32
+	Flags     uint32
+	Pad2      uint32
 	StartNs   uint64
 	StartReal uint64
 	NameId    uint64
@@ -46,7 +48,7 @@ type InflightInflightOpen struct {
 	StartReal uint64
 	NameId    uint64
 	Source    uint32
-	Pad       uint32
+	Flags     uint32
 	Name      [64]int8
 }
 

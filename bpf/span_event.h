@@ -17,6 +17,7 @@
 
 /* flags */
 #define SPAN_F_START 1 /* a span began (duration_ns 0) */
+#define SPAN_F_NAME_PREFIX 2 /* with SPAN_F_START: the span's final name may extend this one */
 
 /* status values */
 #define SPAN_STATUS_OK 0

@@ -38,7 +38,7 @@ type SpanwatchInflightStack struct {
 		StartReal uint64
 		NameId    uint64
 		Source    uint32
-		Pad       uint32
+		Flags     uint32
 		Name      [64]int8
 	}
 }

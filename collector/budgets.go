@@ -68,6 +68,7 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 	}
 	c.mu.Lock()
 	c.minBudget = least
+	c.budgetRules = append([]BudgetRule(nil), rules...)
 	c.mu.Unlock()
 	return nil
 }
@@ -80,6 +81,7 @@ func (c *Collector) SetBudgetFunc(fn BudgetFunc, exact []string) error {
 	defer c.mu.Unlock()
 	c.budgets = fn
 	c.minBudget = 0
+	c.budgetRules = nil
 	for _, n := range exact {
 		c.reader.names[snapshot.NameID(n)] = n
 	}

@@ -114,7 +114,11 @@ type Collector struct {
 	budgets   BudgetFunc
 	budgetGen uint32 // last value written to the budget_gen map
 	minBudget uint64 // the smallest rule budget (SetBudgets), for inflight
-	lastAt    time.Time
+	// budgetRules are SetBudgets' rules, for the start names of spans
+	// whose final names are longer (inflightBudget); nil after
+	// SetBudgetFunc.
+	budgetRules []BudgetRule
+	lastAt      time.Time
 
 	inflight *inflightState // nil when off or unavailable
 

@@ -4,6 +4,7 @@ package collector
 
 import (
 	"context"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -77,17 +78,44 @@ func (c *Collector) watchUSDT(tr *usdt.Tracer) {
 }
 
 // inflightBudget is a span's budget as the rules give it, so that a span
-// that never ended before is judged by a glob budget too.
-func (c *Collector) inflightBudget(id uint64, name string) uint64 {
+// that never ended before is judged by a glob budget too. A start name that
+// the span's final name may extend (prefix) takes the smallest budget of
+// the rules a name extending it could match.
+func (c *Collector) inflightBudget(id uint64, name string, prefix bool) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.budgets != nil {
-		if d, _, ok := c.budgets(name); ok {
-			return uint64(d)
-		}
+	if c.budgets == nil {
+		return c.reader.budgetOf(id)
+	}
+	if d, _, ok := c.budgets(name); ok {
+		return uint64(d)
+	}
+	if !prefix {
 		return 0
 	}
-	return c.reader.budgetOf(id)
+	var least uint64
+	for _, r := range c.budgetRules {
+		if couldExtend(r.Span, name) && (least == 0 || uint64(r.Budget) < least) {
+			least = uint64(r.Budget)
+		}
+	}
+	return least
+}
+
+// couldExtend reports whether pattern (a name or a glob) may match a name
+// that extends name as the OpenTelemetry processor's Fold does: name, a
+// space, more.
+func couldExtend(pattern, name string) bool {
+	lit := pattern
+	if i := strings.IndexAny(pattern, "*?[\\"); i >= 0 {
+		lit = pattern[:i]
+	}
+	ext := name + " "
+	if len(lit) >= len(ext) {
+		return strings.HasPrefix(lit, ext)
+	}
+	// The rest of the name falls in the glob's wildcard part.
+	return strings.HasPrefix(ext, lit) && lit != pattern
 }
 
 // inflightMinBudget is the smallest budget of the rules; 0 for none.

@@ -75,6 +75,9 @@ func Started(f *Finished) uint64 {
 	var ev event
 	ev.fill(f.Name, f.Start, 0, false)
 	ev.Flags = flagStart
+	if f.NamePrefix {
+		ev.Flags |= flagNamePrefix
+	}
 	ev.TraceID = f.TraceID
 	ev.SpanID = f.SpanID
 	ev.ExecID = uint64(getg())

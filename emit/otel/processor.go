@@ -99,7 +99,10 @@ func (p *SpanProcessor) start(s sdktrace.ReadWriteSpan) {
 		return
 	}
 	sc := s.SpanContext()
-	f := emit.Finished{Name: name, Start: s.StartTime(), TraceID: sc.TraceID(), SpanID: sc.SpanID()}
+	// With Fold, the name may grow when the span ends (an attribute set
+	// during the span, such as otelhttp's http.route).
+	f := emit.Finished{Name: name, Start: s.StartTime(), TraceID: sc.TraceID(), SpanID: sc.SpanID(),
+		NamePrefix: p.name == nil && len(p.fold) > 0}
 	var g uint64
 	if p.started != nil {
 		g = p.started(&f)

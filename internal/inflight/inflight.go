@@ -59,8 +59,10 @@ type Config struct {
 	Exec, GProcs *ebpf.Map
 	// Budget returns a span's budget in nanoseconds, 0 for none; nil
 	// looks the name id up in Budgets (which holds glob budgets only for
-	// names the collector has seen end).
-	Budget func(nameID uint64, name string) uint64
+	// names the collector has seen end). prefix says the span's final
+	// name may extend name (SPAN_F_NAME_PREFIX: a start name the tracing
+	// library completes when the span ends).
+	Budget func(nameID uint64, name string, prefix bool) uint64
 	// MinBudget returns the smallest budget a span can have, so that a
 	// scan lists only spans open at least that long; nil takes the
 	// smallest in Budgets.
@@ -123,6 +125,9 @@ type Watcher struct {
 	closed   bool
 	lastErr  string
 	minAge   uint64 // as last written to inflight_cfg
+	// Buffers of scanSDKBatch.
+	batchKeys []bpf.InflightInflightExecKey
+	batchVals []bpf.InflightInflightStack
 }
 
 // identity tells a target's spans from the next ones of the same thread of
@@ -212,20 +217,10 @@ func New(cfg Config) (*Watcher, error) {
 	w.repl["inflight_watch"] = w.objs.InflightWatch
 	w.repl["inflight_parked"] = w.objs.InflightParked
 	if cfg.Exec != nil {
-		var lo listObjects
-		if err := spec.LoadAndAssign(&lo, &ebpf.CollectionOptions{MapReplacements: w.repl}); err != nil {
-			w.objs.Close()
-			return nil, fmt.Errorf("load the open span lister (needs kernel 5.9+ and BTF): %w", err)
+		if err := w.loadLister(); err != nil {
+			// Scans then read the map with batch lookups (5.6+).
+			w.log.Info("inflight_lister_unavailable", "error", err, "fallback", "batch lookups of inflight_exec")
 		}
-		it, err := link.AttachIter(link.IterOptions{Program: lo.InflightList, Map: cfg.Exec})
-		lo.InflightList.Close()
-		if err != nil {
-			lo.InflightCfg.Close()
-			w.objs.Close()
-			return nil, fmt.Errorf("attach the open span lister: %w", err)
-		}
-		w.list = it
-		w.repl["inflight_cfg"] = lo.InflightCfg
 	}
 	if cfg.Inflight != nil {
 		if err := w.addUSDT(USDTMaps{Inflight: cfg.Inflight, Sources: cfg.Sources, TaskStart: cfg.TaskStart}); err != nil {
@@ -235,6 +230,26 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w.loadBlocked()
 	return w, nil
+}
+
+// loadLister loads inflight_list, the iterator that lists inflight_exec's
+// old spans in the kernel: map element iterators need 5.9+ and BTF. Seen
+// refused with EPERM before verification on a 6.18 host that also refuses
+// fentry.
+func (w *Watcher) loadLister() error {
+	var lo listObjects
+	if err := w.spec.LoadAndAssign(&lo, &ebpf.CollectionOptions{MapReplacements: w.repl}); err != nil {
+		return fmt.Errorf("load the open span lister: %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: lo.InflightList, Map: w.cfg.Exec})
+	lo.InflightList.Close()
+	if err != nil {
+		lo.InflightCfg.Close()
+		return fmt.Errorf("attach the open span lister: %w", err)
+	}
+	w.list = it
+	w.repl["inflight_cfg"] = lo.InflightCfg
+	return nil
 }
 
 // AddUSDT watches the spans of a USDT tracer too. Only one tracer's.
@@ -360,21 +375,29 @@ type scanState struct {
 	targets map[bpf.InflightInflightExecKey]*bpf.InflightInflightTarget
 }
 
+// flagNamePrefix is SPAN_F_NAME_PREFIX in bpf/span_event.h.
+const flagNamePrefix = 2
+
 // budget returns a span's budget, looked up once per scan.
-func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8) uint64 {
-	if b, ok := st.budgets[id]; ok {
+func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8, flags uint32) uint64 {
+	prefix := flags&flagNamePrefix != 0
+	key := id
+	if prefix {
+		key = ^id
+	}
+	if b, ok := st.budgets[key]; ok {
 		return b
 	}
 	var b uint64
 	if w.cfg.Budget != nil {
-		b = w.cfg.Budget(id, snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&name[0])), len(name))))
+		b = w.cfg.Budget(id, snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&name[0])), len(name))), prefix)
 	} else {
 		var v bpf.SpanwatchBudget
 		if err := w.cfg.Budgets.Lookup(id, &v); err == nil {
 			b = v.BudgetNs
 		}
 	}
-	st.budgets[id] = b
+	st.budgets[key] = b
 	return b
 }
 
@@ -405,7 +428,7 @@ func (w *Watcher) Scan() error {
 		return err
 	}
 	st := &scanState{now: now, budgets: map[uint64]uint64{}, targets: map[bpf.InflightInflightExecKey]*bpf.InflightInflightTarget{}}
-	if w.list != nil {
+	if w.cfg.Exec != nil {
 		if err := w.scanSDK(st); err != nil {
 			return err
 		}
@@ -471,6 +494,9 @@ func (w *Watcher) scanSDK(st *scanState) error {
 	if minAge == 0 {
 		return nil // no budgets: nothing can be overdue
 	}
+	if w.list == nil {
+		return w.scanSDKBatch(st, minAge)
+	}
 	if minAge != w.minAge {
 		if err := w.repl["inflight_cfg"].Put(uint32(0), minAge); err != nil {
 			return fmt.Errorf("write the lister's least age: %w", err)
@@ -485,20 +511,64 @@ func (w *Watcher) scanSDK(st *scanState) error {
 	size := int(unsafe.Sizeof(bpf.InflightInflightCandidate{}))
 	for ; len(b) >= size; b = b[size:] {
 		c := (*bpf.InflightInflightCandidate)(unsafe.Pointer(&b[0]))
-		budget := w.budget(st, c.NameId, &c.Name)
+		budget := w.budget(st, c.NameId, &c.Name, c.Flags)
 		if budget == 0 || st.now < c.StartNs || st.now-c.StartNs <= budget {
 			continue
 		}
-		flags := uint32(targetSDK)
-		if c.Goroutine != 0 {
-			flags |= targetGoroutine
-		}
-		w.add(st, c.Key, flags, bpf.InflightInflightTspan{
+		w.addSDK(st, c.Key, c.Goroutine != 0, bpf.InflightInflightTspan{
 			StartNs: c.StartNs, StartReal: c.StartReal, NameId: c.NameId, BudgetNs: budget,
 			Slot: c.Slot, Source: c.Source, Name: c.Name,
 		})
 	}
 	return nil
+}
+
+func (w *Watcher) addSDK(st *scanState, k bpf.InflightInflightExecKey, goroutine bool, s bpf.InflightInflightTspan) {
+	flags := uint32(targetSDK)
+	if goroutine {
+		flags |= targetGoroutine
+	}
+	w.add(st, k, flags, s)
+}
+
+// batchSize is how many inflight_exec entries a batch lookup reads.
+const batchSize = 256
+
+// scanSDKBatch is scanSDK where the lister does not load: it reads every
+// thread of execution's stack of open spans with batch lookups (kernel
+// 5.6+), a copy of the map's live entries per scan.
+func (w *Watcher) scanSDKBatch(st *scanState, minAge uint64) error {
+	if w.batchKeys == nil {
+		w.batchKeys = make([]bpf.InflightInflightExecKey, batchSize)
+		w.batchVals = make([]bpf.InflightInflightStack, batchSize)
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := w.cfg.Exec.BatchLookup(&cursor, w.batchKeys, w.batchVals, nil)
+		for i := 0; i < n; i++ {
+			e := &w.batchVals[i]
+			for d := 0; d < int(min(e.Depth, uint32(len(e.Spans)))); d++ {
+				o := &e.Spans[d]
+				if st.now < o.StartNs || st.now-o.StartNs < minAge {
+					continue
+				}
+				budget := w.budget(st, o.NameId, &o.Name, o.Flags)
+				if budget == 0 || st.now-o.StartNs <= budget {
+					continue
+				}
+				w.addSDK(st, w.batchKeys[i], e.Goroutine != 0, bpf.InflightInflightTspan{
+					StartNs: o.StartNs, StartReal: o.StartReal, NameId: o.NameId, BudgetNs: budget,
+					Slot: uint32(d), Source: o.Source, Name: o.Name,
+				})
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read open spans: %w", err)
+		}
+	}
 }
 
 // minBudget returns the smallest budget any span may have.
@@ -545,7 +615,7 @@ func (w *Watcher) scanUSDT(st *scanState) error {
 			name = v.Name
 		}
 		id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&name)))
-		budget := w.budget(st, id, &name)
+		budget := w.budget(st, id, &name, 0)
 		if budget == 0 || st.now < v.StartNs || st.now-v.StartNs <= budget {
 			continue
 		}
@@ -570,7 +640,7 @@ func (w *Watcher) scanTasks(st *scanState) error {
 		var src bpf.UsdtUsdtSource
 		if err := w.cfg.Sources.Lookup(i, &src); err == nil && src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
 			id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&src.Name)))
-			slot = bpf.InflightInflightSlot{BudgetNs: w.budget(st, id, &src.Name), NameId: id, Samples: int32(w.cfg.Samples),
+			slot = bpf.InflightInflightSlot{BudgetNs: w.budget(st, id, &src.Name, 0), NameId: id, Samples: int32(w.cfg.Samples),
 				PeriodNs: uint64(time.Second) / w.cfg.Frequency, Name: src.Name}
 		}
 		if slot == w.slots[i] {

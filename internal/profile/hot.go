@@ -116,7 +116,7 @@ func isRuntimeFrame(f snapshot.Frame) bool {
 		}
 	}
 	fn := f.Function
-	if fn == "" || !strings.HasSuffix(f.File, ".go") {
+	if fn == "" || !strings.HasSuffix(f.File, ".go") && !strings.HasSuffix(f.File, ".s") {
 		return false // C, C++ or unnamed: the application's
 	}
 	// A Go symbol is "path/to/pkg.Func" or "pkg.(*T).Method".
