@@ -136,7 +136,12 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 		j.sweep(now)
 	}
 	o := r.Overrun
+	// A span whose source gives its start (the SDKs) is matched by it:
+	// its name may have grown by its end (a name completed when it ends).
 	gk := groupKey{o.PID, o.NameID}
+	if r.StartNs != 0 {
+		gk.nameID = 0
+	}
 	i := j.find(gk, r)
 	if !r.Sample {
 		j.remember(endedSpan{gk, o.TID, r.StartNs, r.MonoStartNs})

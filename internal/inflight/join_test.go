@@ -58,6 +58,10 @@ func TestJoiner(t *testing.T) {
 			{rec("charge", 9, false, false, 42, 1000, 300, "main.end"), "charge: time.Sleep:off:1x170ms main.spin:on:2x20ms"},
 			{rec("charge", 9, false, false, 42, 1000, 300, "main.end"), "charge: "}, // samples go to one end only
 		}},
+		{"an SDK span whose name grew by its end", JoinConfig{}, []step{
+			{rec("GET", 7, true, false, 42, 1000, 110, "main.load"), "GET running: "},
+			{rec("GET /orders/{id}", 7, false, false, 42, 1000, 200, "end"), "GET /orders/{id}: main.load:on:1x90ms"},
+		}},
 		{"USDT spans pair by thread and start time", JoinConfig{}, []step{
 			{rec("q", 3, true, false, 0, 1000*ms, 150, "slow"), "q running: "},
 			{rec("q", 4, true, false, 0, 1000*ms, 150, "other_thread"), "q running: "}, // same name and start, another thread: another span
