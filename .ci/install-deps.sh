@@ -3,7 +3,8 @@
 # clang and libbpf headers (go generate ./bpf/...), the USDT header and
 # bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), and util-linux
-# and libcap tools (capability tests). Idempotent: installs only what is
+# and libcap tools (capability tests), Chromium (the flame graph seen in a
+# browser). Idempotent: installs only what is
 # missing, and runs apt-get update at most once.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager libcap2-bin util-linux systemd
+	chromium
 )
 
 missing=()

@@ -73,7 +73,7 @@ func flameTree(stacks []Stack, v Value) *flameNode {
 		root.weight += w
 		add(n.child(s.Span, "span", ""))
 		if s.Kind == KindEnd {
-			add(n.child(FrameAtEnd, "pseudo", ""))
+			add(n.child(s.marker(), "pseudo", ""))
 		}
 		for i := len(s.UserStack) - 1; i >= 0; i-- {
 			f := s.UserStack[i]

@@ -61,11 +61,11 @@ func TestFlameGraph(t *testing.T) {
 		gone []string
 	}{
 		{ValueDuration, 950e6, map[string]float64{
-			"all": 950e6, "checkout": 900e6, "search": 50e6, FrameAtEnd: 700e6,
+			"all": 950e6, "checkout": 900e6, "search": 50e6, FrameAtEnd: 600e6, FrameRunning: 100e6,
 			"main.spin": 200e6, "time.Now": 200e6, "time.Sleep": 50e6, FrameOffCPU: 50e6, "main.other": 100e6,
 		}, nil},
 		{ValueSamples, 21, map[string]float64{"all": 21, "checkout": 21, "main.spin": 20, FrameOffCPU: 1}, []string{"search", FrameAtEnd}},
-		{ValueCount, 4, map[string]float64{"all": 4, "checkout": 3, "search": 1, FrameAtEnd: 4}, []string{"main.spin"}},
+		{ValueCount, 4, map[string]float64{"all": 4, "checkout": 3, "search": 1, FrameAtEnd: 3, FrameRunning: 1}, []string{"main.spin"}},
 	} {
 		t.Run(string(tc.v), func(t *testing.T) {
 			var b bytes.Buffer
@@ -108,8 +108,10 @@ func TestFlameGraph(t *testing.T) {
 		mains = append(mains, f.Rect.Y)
 	}
 	step := flameFrameHeight
+	// main.main three times: under the end marker, under the span (the
+	// samples), under the still-running marker.
 	if !(level("all")-level("checkout") == step && level("checkout")-level(FrameAtEnd) == step &&
-		len(mains) == 2 && mains[0] == level(FrameAtEnd)-step && mains[1] == level("checkout")-step) {
+		len(mains) == 3 && mains[0] == level(FrameAtEnd)-step && mains[1] == level("checkout")-step && mains[2] == level(FrameRunning)-step) {
 		t.Errorf("levels: all %d, checkout %d, %s %d, main.main %v", level("all"), level("checkout"), FrameAtEnd, level(FrameAtEnd), mains)
 	}
 	rgb := func(name string) (r, g, bl int) {

@@ -77,7 +77,7 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 			sample.Location = append(sample.Location, b.pseudo(FrameNoStack))
 		}
 		if s.Kind == KindEnd {
-			sample.Location = append(sample.Location, b.pseudo(FrameAtEnd))
+			sample.Location = append(sample.Location, b.pseudo(s.marker()))
 		}
 		sample.Location = append(sample.Location, b.pseudo(s.Span))
 		p.Sample = append(p.Sample, sample)

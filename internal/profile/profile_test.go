@@ -100,7 +100,7 @@ func TestFolded(t *testing.T) {
 	end := "checkout;" + FrameAtEnd + ";main.main;main.c;main.slow"
 	spin := "checkout;main.main;main.c;main.slow;main.spin;time.Now"
 	sleep := "checkout;main.main;main.c;main.slow;time.Sleep;runtime.gopark;" + FrameOffCPU
-	other := "checkout;" + FrameAtEnd + ";main.main;main.other"
+	other := "checkout;" + FrameRunning + ";main.main;main.other"
 	search := "search;" + FrameAtEnd + ";query:run;libfoo.so+0x1234;vfs_read_[k]"
 	for _, tc := range []struct {
 		v    Value

@@ -84,6 +84,42 @@ func Select(overruns []snapshot.Overrun, name string, glob bool) ([]snapshot.Ove
 	return out, nil
 }
 
+// Superseded returns overruns without the reports of spans still running
+// whose end is among them too: the collector reports a span's first sample
+// at once, as still running, and the span's end later with all its samples.
+// A report and an end are one span when they come from one process and
+// started within a millisecond of each other (the start is the record's
+// time less its duration).
+func Superseded(overruns []snapshot.Overrun) []snapshot.Overrun {
+	type end struct {
+		pid   uint32
+		start time.Time
+	}
+	var ends []end
+	for _, o := range overruns {
+		if !o.StillRunning {
+			ends = append(ends, end{o.PID, o.Time.Add(-time.Duration(o.DurationNs))})
+		}
+	}
+	if len(ends) == len(overruns) {
+		return overruns
+	}
+	out := make([]snapshot.Overrun, 0, len(overruns))
+next:
+	for _, o := range overruns {
+		if o.StillRunning {
+			start := o.Time.Add(-time.Duration(o.DurationNs))
+			for _, e := range ends {
+				if e.pid == o.PID && e.start.Sub(start).Abs() <= time.Millisecond {
+					continue next
+				}
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
 // A Kind says what a Stack is.
 type Kind string
 
@@ -158,12 +194,16 @@ const MaxTraceIDs = 5
 // by where they point (module and offset, or address) and what they name,
 // so the same code in two processes of one binary, loaded at different
 // addresses, is one stack.
+//
+// Reports of spans still running whose end is in overruns too are left
+// out (see Superseded).
 func Aggregate(overruns []snapshot.Overrun) []Stack {
+	overruns = Superseded(overruns)
 	index := map[string]int{}
 	var out []Stack
 	var key strings.Builder
 	spanTotal := map[string]uint64{}
-	add := func(span, comm string, kind Kind, user, kernel []snapshot.Frame, stackErr string) *Stack {
+	add := func(span, comm string, kind Kind, running bool, user, kernel []snapshot.Frame, stackErr string) *Stack {
 		trimmed, n := TrimOwn(user)
 		key.Reset()
 		key.WriteString(span)
@@ -171,6 +211,9 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 		key.WriteString(comm)
 		key.WriteByte(0)
 		key.WriteString(string(kind))
+		if running {
+			key.WriteByte('r')
+		}
 		for _, fs := range [][]snapshot.Frame{kernel, trimmed} {
 			key.WriteByte(0)
 			for _, f := range fs {
@@ -193,12 +236,12 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 			if smp.OffCPU {
 				kind = KindOffCPU
 			}
-			s := add(o.Span, o.Comm, kind, smp.UserStack, smp.KernelStack, "")
+			s := add(o.Span, o.Comm, kind, false, smp.UserStack, smp.KernelStack, "")
 			s.Count += smp.Count
 			s.TotalNs += smp.WeightNs
 			sampled += smp.WeightNs
 		}
-		s := add(o.Span, o.Comm, KindEnd, o.UserStack, o.KernelStack, o.StackError)
+		s := add(o.Span, o.Comm, KindEnd, o.StillRunning, o.UserStack, o.KernelStack, o.StackError)
 		s.Count++
 		s.TotalNs += o.DurationNs
 		s.MaxNs = max(s.MaxNs, o.DurationNs)
@@ -269,11 +312,21 @@ func ParseValue(s string) (Value, error) {
 const (
 	// FrameAtEnd roots a span's end stacks, apart from its samples.
 	FrameAtEnd = "[stack at span end]"
+	// FrameRunning roots the stacks of spans reported still running.
+	FrameRunning = "[still running]"
 	// FrameOffCPU tops an off-CPU sample's stack.
 	FrameOffCPU = "[off-cpu]"
 	// FrameNoStack stands for an empty stack.
 	FrameNoStack = "[no stack]"
 )
+
+// marker is the pseudo-frame an end stack sits under.
+func (s *Stack) marker() string {
+	if s.StillRunning == s.Count {
+		return FrameRunning
+	}
+	return FrameAtEnd
+}
 
 // path returns a stack's frames from the outermost to the innermost as
 // flame graphs draw them: the span name, FrameAtEnd for an end stack, the
@@ -283,7 +336,7 @@ func (s *Stack) path(name func(snapshot.Frame) string, kernelSuffix string) []st
 	p := make([]string, 0, len(s.UserStack)+len(s.KernelStack)+3)
 	p = append(p, s.Span)
 	if s.Kind == KindEnd {
-		p = append(p, FrameAtEnd)
+		p = append(p, s.marker())
 	}
 	for i := len(s.UserStack) - 1; i >= 0; i-- {
 		p = append(p, name(s.UserStack[i]))
@@ -357,8 +410,10 @@ type SpanSummary struct {
 // MaxHottest is the number of hot frames a SpanSummary keeps.
 const MaxHottest = 5
 
-// Summarize returns a summary per span, in the order of Aggregate.
+// Summarize returns a summary per span, in the order of Aggregate, also
+// without superseded reports.
 func Summarize(overruns []snapshot.Overrun) []SpanSummary {
+	overruns = Superseded(overruns)
 	index := map[string]int{}
 	var out []SpanSummary
 	samples := map[string][]snapshot.Sample{}
@@ -440,7 +495,11 @@ func WriteText(w io.Writer, overruns []snapshot.Overrun, stacks []Stack, depth i
 		}
 		tw.printf("\n")
 		if sum.Samples > 0 {
-			tw.printf("  %s in the span cover %v", plural(sum.Samples, "sample"), dur(sum.SampledNs))
+			verb := "cover"
+			if sum.Samples == 1 {
+				verb = "covers"
+			}
+			tw.printf("  %s in the span %s %v", plural(sum.Samples, "sample"), verb, dur(sum.SampledNs))
 			if sum.DurationNs > 0 {
 				tw.printf(" (%d%%)", (sum.SampledNs*100+sum.DurationNs/2)/sum.DurationNs)
 			}

@@ -1,9 +1,11 @@
 package profile
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -150,5 +152,28 @@ func TestFormatHottest(t *testing.T) {
 	}
 	if got := FormatHottest([]HotFrame{{Frame: snapshot.Frame{Function: "main.x"}, Count: 2}}, 0); got != "2× main.x" {
 		t.Errorf("FormatHottest without weights = %q", got)
+	}
+}
+
+func TestSuperseded(t *testing.T) {
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	ovs := []snapshot.Overrun{
+		{Span: "a", PID: 1, Time: at(1.1), DurationNs: 100e6, StillRunning: true},  // started at 1.0
+		{Span: "a", PID: 1, Time: at(1.3), DurationNs: 300e6},                      // its end
+		{Span: "b", PID: 1, Time: at(2.1), DurationNs: 100e6, StillRunning: true},  // never ended
+		{Span: "a", PID: 2, Time: at(1.1), DurationNs: 100e6, StillRunning: true},  // another process
+		{Span: "c", PID: 1, Time: at(1.15), DurationNs: 140e6, StillRunning: true}, // started 10ms later
+	}
+	var got []string
+	for _, o := range Superseded(ovs) {
+		got = append(got, fmt.Sprintf("%s/%d/%v", o.Span, o.PID, o.StillRunning))
+	}
+	if want := "a/1/false b/1/true a/2/true c/1/true"; strings.Join(got, " ") != want {
+		t.Errorf("Superseded = %v, want %s", got, want)
+	}
+	// a's end, the other process's a still running (apart: its stack is
+	// where it stood, not where it ended), c, b.
+	if st := Aggregate(ovs); len(st) != 4 || st[0].Span != "a" || st[0].StillRunning != 0 || st[1].Span != "a" || st[1].StillRunning != 1 {
+		t.Errorf("Aggregate = %+v, want a, a still running, c, b", st)
 	}
 }
