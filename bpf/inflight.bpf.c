@@ -94,6 +94,15 @@ struct {
 	__type(value, struct inflight_target);
 } inflight_watch SEC(".maps");
 
+/* inflight_scan builds a target here: too large for the BPF stack. Only
+ * the scan uses it, and scans do not run at once (internal/inflight). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight_target);
+} inflight_scratch SEC(".maps");
+
 /* Watched goroutines, for inflight_blocked to find the parked ones:
  * written by internal/inflight at each scan, ended by a zero tgid. */
 #define INFLIGHT_MAX_PARKED 16
@@ -255,6 +264,11 @@ static __always_inline struct overrun *record(struct inflight_tspan *s, __u64 no
 	__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
 	__builtin_memset(r->span_id, 0, sizeof(r->span_id));
 	__builtin_memcpy(r->name, s->name, sizeof(r->name));
+	__builtin_memset(r->labels, 0, sizeof(r->labels));
+	r->labelset = 0;
+	r->kind = SERIES_SPAN;
+	r->other = 0;
+	r->_pad = 0;
 	return r;
 }
 
@@ -341,13 +355,15 @@ int inflight_scan(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
 	struct inflight_task_spans *ts;
-	struct inflight_target *w;
-	struct inflight_target t = {};
+	struct inflight_target *w, *t;
 	struct inflight_exec_key k = {};
 	__u64 now = bpf_ktime_get_ns();
-	__u32 n = 0;
+	__u32 n = 0, zero = 0;
 
 	if (!task)
+		return 0;
+	t = bpf_map_lookup_elem(&inflight_scratch, &zero);
+	if (!t)
 		return 0;
 	k.tgid = task->tgid;
 	k.exec = (__u32)task->pid;
@@ -369,15 +385,15 @@ int inflight_scan(struct bpf_iter__task *ctx)
 				continue;
 			if (n >= INFLIGHT_TARGET_SPANS)
 				break;
-			struct inflight_tspan *s = &t.spans[n & (INFLIGHT_TARGET_SPANS - 1)];
+			struct inflight_tspan *s = &t->spans[n & (INFLIGHT_TARGET_SPANS - 1)];
 			s->start_ns = start;
 			s->name_id = sl->name_id;
 			s->budget_ns = sl->budget_ns;
 			s->slot = i;
 			s->source = SOURCE_USDT;
 			__builtin_memcpy(s->name, sl->name, sizeof(s->name));
-			t.samples = sl->samples;
-			t.period_ns = sl->period_ns;
+			t->samples = sl->samples;
+			t->period_ns = sl->period_ns;
 			n++;
 		}
 	}
@@ -387,12 +403,13 @@ int inflight_scan(struct bpf_iter__task *ctx)
 		return 0;
 	}
 	/* The same spans as watched already: keep its samples count. */
-	if (w && w->nspans == n && w->spans[0].start_ns == t.spans[0].start_ns)
+	if (w && w->nspans == n && w->spans[0].start_ns == t->spans[0].start_ns)
 		return 0;
-	t.pid = task->tgid;
-	t.flags = TARGET_FROM_TASK;
-	t.nspans = n;
-	bpf_map_update_elem(&inflight_watch, &k, &t, BPF_ANY);
+	t->pid = task->tgid;
+	t->flags = TARGET_FROM_TASK;
+	t->nspans = n;
+	t->last_ns = 0;
+	bpf_map_update_elem(&inflight_watch, &k, t, BPF_ANY);
 	return 0;
 }
 
@@ -495,17 +512,22 @@ static __always_inline void walk(struct overrun *r, struct task_struct *task, __
 	r->ustack_len = n * sizeof(__u64);
 }
 
-/* sample_task samples a sleeping task's spans from its saved registers. */
-static __always_inline void sample_task(struct task_struct *task, struct inflight_exec_key *k, struct inflight_target *w,
-					__u64 now)
+/*
+ * sample_asleep samples the spans of a thread of execution that is not on
+ * a CPU, from a saved context (pc, bp), reading its memory through task:
+ * one record per span still open, the stack walked once (into the first)
+ * and copied. kernel says whether the task's kernel stack belongs to it (a
+ * thread blocked in the kernel; not a parked goroutine). The walk is the
+ * costly part of verifying this program: it appears once per call site.
+ */
+static __always_inline void sample_asleep(struct task_struct *task, struct inflight_exec_key *k, struct inflight_target *w,
+					  __u64 now, __u32 tid, __u64 pc, __u64 bp, int kernel)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	__u64 ip = 0, bp = 0;
+	struct overrun *first = 0;
+	__u64 cg = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 
-	if (!regs || !take(w, k->tgid, now, 0))
+	if (!take(w, k->tgid, now, 0))
 		return;
-	bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
-	bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
 	for (__u32 i = 0; i < INFLIGHT_TARGET_SPANS; i++) {
 		struct inflight_tspan *s = &w->spans[i];
 		struct overrun *r;
@@ -514,14 +536,23 @@ static __always_inline void sample_task(struct task_struct *task, struct infligh
 			break;
 		if (!span_open(k, w, s, task))
 			continue;
-		r = record(s, now, k->tgid, task->pid, OVERRUN_OFF_CPU, BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id));
+		r = record(s, now, k->tgid, tid, OVERRUN_OFF_CPU, cg);
 		if (!r)
-			return;
+			break;
 		bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
-		walk(r, task, ip, bp);
-		r->kstack_len = bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0);
+		r->kstack_len = kernel ? bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0) : 0;
+		if (!first) {
+			walk(r, task, pc, bp);
+			first = r;
+			continue;
+		}
+		for (int j = 0; j < MAX_USTACK; j++)
+			r->ustack[j] = first->ustack[j];
+		r->ustack_len = first->ustack_len;
 		bpf_ringbuf_submit(r, 0);
 	}
+	if (first)
+		bpf_ringbuf_submit(first, 0);
 }
 
 /* The start of the Go runtime's struct g (runtime/runtime2.go), stable on
@@ -537,55 +568,20 @@ static __always_inline void sample_task(struct task_struct *task, struct infligh
 #define G_SCHED_BP_NEW 12 /* Go 1.25+ */
 #define G_SCHED_BP_OLD 13 /* before: lr at 12 is 0 on amd64 */
 
-/* sample_parked samples a goroutine the Go scheduler parked (it has no m)
- * from its saved context, reading the process's memory through task. */
-static __always_inline void sample_parked(struct task_struct *task, struct inflight_exec_key *k, struct inflight_target *w,
-					  __u64 now)
-{
-	__u64 gw[G_WORDS];
-	__u64 bp;
-
-	if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k->exec, task, 0))
-		return;
-	if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
-		return; /* on a thread: the thread samplers see it */
-	bp = gw[G_SCHED_BP_NEW];
-	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
-		bp = gw[G_SCHED_BP_OLD];
-	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
-		return;
-	if (!take(w, k->tgid, now, 0))
-		return;
-	for (__u32 i = 0; i < INFLIGHT_TARGET_SPANS; i++) {
-		struct inflight_tspan *s = &w->spans[i];
-		struct overrun *r;
-
-		if (i >= w->nspans)
-			break;
-		if (!span_open(k, w, s, task))
-			continue;
-		r = record(s, now, k->tgid, 0, OVERRUN_OFF_CPU, BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id));
-		if (!r)
-			return;
-		bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
-		walk(r, task, gw[G_SCHED_PC], bp);
-		r->kstack_len = 0;
-		bpf_ringbuf_submit(r, 0);
-	}
-}
-
 /*
  * inflight_blocked samples, at each scan, what the clock and sched_switch
- * cannot see: watched threads that sleep, goroutines blocked in a system
- * call on them, and, at each process's main thread, its watched goroutines
- * that are parked.
+ * cannot see: a watched thread that sleeps (or the watched goroutine
+ * blocked in a system call on it), from its saved registers; and, at each
+ * process's main thread, the first of its watched goroutines that the Go
+ * scheduler parked (it has no m), from its saved context in the runtime's
+ * g (g.sched), which Go's own tracebacks read.
  */
 SEC("iter.s/task")
 int inflight_blocked(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
 	struct inflight_exec_key k = {};
-	struct inflight_target *w;
+	struct inflight_target *w = 0;
 	__u64 now = bpf_ktime_get_ns();
 	__s64 *off;
 
@@ -594,37 +590,68 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 	k.tgid = task->tgid;
 	/* A running or runnable thread is the CPU clock's to sample. */
 	if (task_state(task) != 0) {
+		struct inflight_target *t;
+
 		k.exec = (__u32)task->pid;
-		w = bpf_map_lookup_elem(&inflight_watch, &k);
-		if (w && !(w->flags & TARGET_GOROUTINE))
-			sample_task(task, &k, w, now);
+		t = bpf_map_lookup_elem(&inflight_watch, &k);
+		if (t && !(t->flags & TARGET_GOROUTINE))
+			w = t;
 		off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
-		if (off) {
+		if (!w && off) {
 			__u64 fs = task_fsbase(task);
 			__u64 g = 0;
 
 			if (fs && !bpf_copy_from_user_task(&g, sizeof(g), (void *)(fs + *off), task, 0) && g) {
 				k.exec = g;
-				w = bpf_map_lookup_elem(&inflight_watch, &k);
-				if (w && (w->flags & TARGET_GOROUTINE))
-					sample_task(task, &k, w, now);
+				t = bpf_map_lookup_elem(&inflight_watch, &k);
+				if (t && (t->flags & TARGET_GOROUTINE))
+					w = t;
+			}
+		}
+		if (w) {
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+			__u64 ip = 0, bp = 0;
+
+			if (regs) {
+				bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
+				bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
+				sample_asleep(task, &k, w, now, task->pid, ip, bp, 1);
 			}
 		}
 	}
 	if (task->pid != task->tgid)
 		return 0;
+	/* Parked goroutines of this process: the first watched one with
+	 * samples left (one a scan, so the walk is verified once). */
+	__u64 gw[G_WORDS];
+	w = 0;
 	for (__u32 i = 0; i < INFLIGHT_MAX_PARKED; i++) {
 		struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &i);
+		struct inflight_target *t;
 
 		if (!p || !p->tgid)
 			break;
 		if (p->tgid != k.tgid)
 			continue;
 		k.exec = p->exec;
-		w = bpf_map_lookup_elem(&inflight_watch, &k);
-		if (w && (w->flags & TARGET_GOROUTINE))
-			sample_parked(task, &k, w, now);
+		t = bpf_map_lookup_elem(&inflight_watch, &k);
+		if (!t || !(t->flags & TARGET_GOROUTINE) || t->samples <= 0)
+			continue;
+		if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k.exec, task, 0))
+			continue;
+		if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
+			continue; /* on a thread: the thread samplers see it */
+		w = t;
+		break;
 	}
+	if (!w)
+		return 0;
+	__u64 bp = gw[G_SCHED_BP_NEW];
+	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+		bp = gw[G_SCHED_BP_OLD];
+	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+		return 0;
+	sample_asleep(task, &k, w, now, 0, gw[G_SCHED_PC], bp, 0);
 	return 0;
 }
 

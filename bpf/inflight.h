@@ -18,17 +18,15 @@
  * event's g pointer near the fs base, and records it in inflight_gprocs.
  *
  * The maps are defined here; inflight.bpf.c is loaded with
- * MapReplacements for them.
+ * MapReplacements for them. inflight_start and inflight_end are BPF
+ * subprograms, not inlined: their locals stay out of the caller's frame,
+ * whose stack the aggregation core's own calls need.
  */
 #ifndef SPANWATCH_INFLIGHT_H
 #define SPANWATCH_INFLIGHT_H
 
 #include "aggregate.h"
 #include <bpf/bpf_core_read.h>
-
-#ifndef SPAN_F_START
-#define SPAN_F_START 1 /* span_event.flags: a span began (duration_ns 0) */
-#endif
 
 /* The event's logical thread: a goroutine, or 0 for the OS thread. */
 #define SPAN_EXEC_ID(ev) ((ev)->exec_id)
@@ -124,9 +122,10 @@ static __always_inline void learn_tls(__u32 tgid, __u64 g)
 
 /*
  * inflight_start pushes a started span on its thread of execution's stack.
- * ev->name is NUL-padded afterwards (span_name_id).
+ * ev->name is cut and NUL-padded afterwards (name_cut, span_name_id), as
+ * the core does to a span's name.
  */
-static __always_inline void inflight_start(struct span_event *ev, __u32 source)
+static __noinline __attribute__((unused)) void inflight_start(struct span_event *ev, __u32 source)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct inflight_exec_key k = {.tgid = pid_tgid >> 32};
@@ -159,7 +158,8 @@ static __always_inline void inflight_start(struct span_event *ev, __u32 source)
 	o->start_real = ev->start_ns;
 	o->source = source;
 	o->flags = ev->flags;
-	__u64 id = span_name_id(ev);
+	name_cut(ev->name);
+	__u64 id = span_name_id(ev->name);
 	if (o->name_id != id) {
 		o->name_id = id;
 		__builtin_memcpy(o->name, ev->name, sizeof(o->name));
@@ -172,7 +172,7 @@ static __always_inline void inflight_start(struct span_event *ev, __u32 source)
  * dropped with it. An end without a start (a span recorded after the
  * fact) changes nothing.
  */
-static __always_inline void inflight_end(struct span_event *ev)
+static __noinline __attribute__((unused)) void inflight_end(struct span_event *ev)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct inflight_exec_key k = {.tgid = pid_tgid >> 32};

@@ -91,4 +91,16 @@ int uprobe_marker(struct pt_regs *ctx)
 
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */
 const struct overrun *unused_overrun __attribute__((unused));
-const struct span_event *unused_span_event __attribute__((unused));
+const struct span_event unused_span_event __attribute__((unused)) = {};
+const struct series_slot *unused_series __attribute__((unused));
+const struct budget_glob *unused_budget_glob __attribute__((unused));
+const struct core_state *unused_core __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
+const enum span_source *unused_span_source __attribute__((unused));
+const enum series_kind *unused_series_kind __attribute__((unused));
+const enum budget_flags *unused_budget_flags __attribute__((unused));
+const enum slot_state *unused_slot_state __attribute__((unused));
+const enum core_sizes *unused_core_sizes __attribute__((unused));
+const enum span_event_sizes *unused_span_event_sizes __attribute__((unused));
+const enum span_status *unused_span_status __attribute__((unused));
+const enum span_flags *unused_span_flags __attribute__((unused));

@@ -57,7 +57,8 @@ func TestExitedChildFramesNamed(t *testing.T) {
 	}
 	sym := symbolize.New(symbolize.Config{})
 	defer sym.Close()
-	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, Symbolizer: lateSymbolizer{sym}})
+	// Only the end stacks: in-span samples begin anywhere, not at a probe.
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, Symbolizer: lateSymbolizer{sym}, Inflight: InflightConfig{Off: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

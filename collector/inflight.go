@@ -78,36 +78,50 @@ func (c *Collector) watchUSDT(tr *usdt.Tracer) {
 }
 
 // inflightBudget is a span's budget as the rules give it, so that a span
-// that never ended before is judged by a glob budget too. A start name that
-// the span's final name may extend (prefix) takes the smallest budget of
-// the rules a name extending it could match.
-func (c *Collector) inflightBudget(id uint64, name string, prefix bool) uint64 {
+// that never ended before is judged by a glob budget too; 0 when its rule
+// takes no stacks (NoUserStack). A start name that the span's final name
+// may extend (prefix) takes the smallest budget of the rules a name
+// extending it could match.
+func (c *Collector) inflightBudget(_ uint64, name string, prefix bool) uint64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.budgets == nil {
-		return c.reader.budgetOf(id)
+	t := c.reader.budgets
+	c.mu.Unlock()
+	if t == nil {
+		return 0
 	}
-	if d, _, ok := c.budgets(name); ok {
-		return uint64(d)
+	if b := t.lookup(name); b != nil {
+		if b.rule.NoUserStack {
+			return 0
+		}
+		return uint64(b.rule.Budget)
 	}
 	if !prefix {
 		return 0
 	}
 	var least uint64
-	for _, r := range c.budgetRules {
-		if couldExtend(r.Span, name) && (least == 0 || uint64(r.Budget) < least) {
-			least = uint64(r.Budget)
+	consider := func(b *compiledBudget) {
+		if !b.rule.NoUserStack && couldExtend(b.rule.Span, name) && (least == 0 || uint64(b.rule.Budget) < least) {
+			least = uint64(b.rule.Budget)
 		}
+	}
+	for _, b := range t.exact {
+		consider(b)
+	}
+	for _, b := range t.globs {
+		consider(b)
 	}
 	return least
 }
 
 // couldExtend reports whether pattern (a name or a glob) may match a name
 // that extends name as the OpenTelemetry processor's Fold does: name, a
-// space, more.
+// space, more. A negated glob ("!...") is not taken.
 func couldExtend(pattern, name string) bool {
+	if strings.HasPrefix(pattern, "!") {
+		return false
+	}
 	lit := pattern
-	if i := strings.IndexAny(pattern, "*?[\\"); i >= 0 {
+	if i := strings.IndexAny(pattern, "*?\\"); i >= 0 {
 		lit = pattern[:i]
 	}
 	ext := name + " "
@@ -118,21 +132,28 @@ func couldExtend(pattern, name string) bool {
 	return strings.HasPrefix(ext, lit) && lit != pattern
 }
 
-// inflightMinBudget is the smallest budget of the rules; 0 for none.
+// inflightMinBudget is the smallest budget of the rules that take stacks;
+// 0 for none.
 func (c *Collector) inflightMinBudget() uint64 {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.minBudget != 0 || c.budgets == nil {
-		return c.minBudget
+	t := c.reader.budgets
+	c.mu.Unlock()
+	if t == nil {
+		return 0
 	}
-	// A BudgetFunc says nothing of its smallest: the kernel's budgets do.
-	var m uint64
-	for _, b := range c.reader.budgets {
-		if b != 0 && (m == 0 || b < m) {
-			m = b
+	var least uint64
+	consider := func(b *compiledBudget) {
+		if !b.rule.NoUserStack && (least == 0 || uint64(b.rule.Budget) < least) {
+			least = uint64(b.rule.Budget)
 		}
 	}
-	return m
+	for _, b := range t.globs {
+		consider(b)
+	}
+	for _, b := range t.exact {
+		consider(b)
+	}
+	return least
 }
 
 // join hands a decoded record to the joiner, which reports a span's first

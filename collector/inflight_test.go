@@ -18,7 +18,8 @@ func TestCouldExtend(t *testing.T) {
 		{"GETTER *", "GET", false},
 		{"POST /orders/*", "GET", false},
 		{"db.query", "db", false},
-		{"[GP]ET /x", "GET", true},
+		{"!GET*", "GET", false}, // negated: not taken
+		{"GE? /x", "GET", true},
 	} {
 		if got := couldExtend(tc.pattern, tc.name); got != tc.want {
 			t.Errorf("couldExtend(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)

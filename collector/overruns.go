@@ -20,15 +20,21 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-const sourceMarker = 2 // SOURCE_MARKER in bpf/aggregate.h
+const sourceMarker = uint32(bpf.SpanwatchSpanSourceSOURCE_MARKER)
 
-var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt"}
+var sourceNames = map[uint32]string{
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENTS): "user_events",
+	sourceMarker: "marker",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):        "usdt",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER): "eventheader",
+}
 
 // overrunReader reads overrun records from the ring buffer as they arrive.
 type overrunReader struct {
 	rd     *ringbuf.Reader
 	cfg    Config
 	marker *markerSource // set when the marker source is on
+	series *seriesReader // for label names
 	joiner *inflight.Joiner
 
 	mu      sync.Mutex
@@ -36,12 +42,12 @@ type overrunReader struct {
 	dropped uint64
 }
 
-func newOverrunReader(m *ebpf.Map, cfg Config, _ *statsReader) (*overrunReader, error) {
+func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg, joiner: inflight.NewJoiner(inflight.JoinConfig{})}, nil
+	return &overrunReader{rd: rd, cfg: cfg, series: r, joiner: inflight.NewJoiner(inflight.JoinConfig{})}, nil
 }
 
 func (o *overrunReader) run() {
@@ -108,6 +114,9 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		Error:        spanErr,
 		StillRunning: stillRunning,
 		Source:       sourceNames[r.Source],
+	}
+	if r.Labelset != 0 && o.series != nil {
+		ov.SourceLabels = o.series.labels(r.Labelset, r.Labels[:], r.Other)
 	}
 	if r.TraceId != [16]byte{} {
 		ov.TraceID = hex.EncodeToString(r.TraceId[:])

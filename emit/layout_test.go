@@ -21,7 +21,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 		t.Fatal("struct span_event not found in bpf/span_event.h")
 	}
 	consts := map[string]int{}
-	for _, m := range regexp.MustCompile(`#define (\w+) (\d+)`).FindAllSubmatch(src, -1) {
+	for _, m := range regexp.MustCompile(`(?m)(?:#define (?:\w+) |^\s*)(\w+)(?: = |\s)(\d+),?\s*$`).FindAllSubmatch(src, -1) {
 		n, _ := strconv.Atoi(string(m[2]))
 		consts[string(m[1])] = n
 	}

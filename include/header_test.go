@@ -107,10 +107,10 @@ func TestFormatMatchesGo(t *testing.T) {
 
 // TestPayloadBytes checks the bytes spanwatch_emit hands writev: the
 // 4-byte write index, then struct span_event as bpf/span_event.h lays it
-// out, name truncated at 64 bytes exactly as the Go SDK truncates it.
+// out, the name filling at most its 128 bytes exactly as the Go SDK's.
 func TestPayloadBytes(t *testing.T) {
 	bin := build(t, "gcc")
-	for _, name := range []string{"checkout", strings.Repeat("abcdefghij", 7)} {
+	for _, name := range []string{"checkout", strings.Repeat("abcdefghij", 14)} {
 		out, code := run(t, bin, "stdout", name)
 		if code != 0 {
 			t.Fatalf("exit %d", code)
@@ -128,8 +128,8 @@ func TestPayloadBytes(t *testing.T) {
 		for i := range 8 {
 			want.WriteByte(byte(0xa1 + i))
 		}
-		want.Write(le.AppendUint64(nil, 0)) // exec_id: the OS thread
-		var n [64]byte
+		want.Write(le.AppendUint64(nil, 0)) // exec_id
+		var n [128]byte
 		copy(n[:], name) // what the Go SDK does
 		want.Write(n[:])
 		if !bytes.Equal([]byte(out), want.Bytes()) {
@@ -148,7 +148,7 @@ func TestBeginPayload(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	le := binary.LittleEndian
-	const size = 4 + 120
+	const size = 4 + 184
 	if len(out) != 2*size {
 		t.Fatalf("%d bytes written, want two payloads of %d", len(out), size)
 	}
@@ -159,7 +159,7 @@ func TestBeginPayload(t *testing.T) {
 	want.Write(le.AppendUint32(nil, 0))  // status
 	want.Write(le.AppendUint32(nil, 1))  // flags: SPANWATCH_F_START
 	want.Write(make([]byte, 16+8+8))     // trace_id, span_id, exec_id
-	var n [64]byte
+	var n [128]byte
 	copy(n[:], "checkout")
 	want.Write(n[:])
 	if got := []byte(out[:size]); !bytes.Equal(got, want.Bytes()) {

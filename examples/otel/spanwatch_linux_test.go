@@ -33,7 +33,7 @@ func TestUnderSpanwatch(t *testing.T) {
 		Sources:        collector.Sources{Marker: true},
 		ScanInterval:   -1,
 		MarkerBinaries: []string{bin},
-		// Scans every 20ms, not 100ms: the slow query (150ms against
+		// Scans every 20ms, not 100ms: the slow query (300ms against
 		// 50ms) is sampled even when the machine is slow.
 		Inflight: collector.InflightConfig{Interval: 20 * time.Millisecond},
 	})

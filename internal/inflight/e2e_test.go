@@ -70,7 +70,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
+	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 		t.Fatal(err)
 	}
 	if budgetGen != nil {

@@ -376,7 +376,11 @@ type scanState struct {
 }
 
 // flagNamePrefix is SPAN_F_NAME_PREFIX in bpf/span_event.h.
-const flagNamePrefix = 2
+const flagNamePrefix = uint32(bpf.SpanwatchSpanFlagsSPAN_F_NAME_PREFIX)
+
+// captureUser is BUDGET_CAPTURE_USER: a budget that wants user stacks; the
+// samplers take none for the others.
+const captureUser = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_USER)
 
 // budget returns a span's budget, looked up once per scan.
 func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8, flags uint32) uint64 {
@@ -393,7 +397,7 @@ func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8,
 		b = w.cfg.Budget(id, snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&name[0])), len(name))), prefix)
 	} else {
 		var v bpf.SpanwatchBudget
-		if err := w.cfg.Budgets.Lookup(id, &v); err == nil {
+		if err := w.cfg.Budgets.Lookup(id, &v); err == nil && v.Flags&captureUser != 0 {
 			b = v.BudgetNs
 		}
 	}
@@ -582,7 +586,7 @@ func (w *Watcher) minBudget() uint64 {
 		min uint64
 	)
 	for it := w.cfg.Budgets.Iterate(); it.Next(&id, &b); {
-		if b.BudgetNs != 0 && (min == 0 || b.BudgetNs < min) {
+		if b.BudgetNs != 0 && b.Flags&captureUser != 0 && (min == 0 || b.BudgetNs < min) {
 			min = b.BudgetNs
 		}
 	}
