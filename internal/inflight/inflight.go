@@ -128,6 +128,7 @@ type Watcher struct {
 	// Buffers of scanSDKBatch.
 	batchKeys []bpf.InflightInflightExecKey
 	batchVals []bpf.InflightInflightStack
+	idle      []bpf.InflightInflightExecKey
 }
 
 // identity tells a target's spans from the next ones of the same thread of
@@ -540,17 +541,26 @@ const batchSize = 256
 
 // scanSDKBatch is scanSDK where the lister does not load: it reads every
 // thread of execution's stack of open spans with batch lookups (kernel
-// 5.6+), a copy of the map's live entries per scan.
+// 5.6+), a copy of the map's live entries per scan. So that the copy stays
+// the size of what runs, entries with no span open are deleted (the next
+// start on that goroutine or thread inserts its entry again): a span that
+// starts between the read and the delete is not sampled.
 func (w *Watcher) scanSDKBatch(st *scanState, minAge uint64) error {
 	if w.batchKeys == nil {
 		w.batchKeys = make([]bpf.InflightInflightExecKey, batchSize)
 		w.batchVals = make([]bpf.InflightInflightStack, batchSize)
 	}
+	idle := w.idle[:0]
+	defer func() { w.idle = idle[:0] }()
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := w.cfg.Exec.BatchLookup(&cursor, w.batchKeys, w.batchVals, nil)
 		for i := 0; i < n; i++ {
 			e := &w.batchVals[i]
+			if e.Depth == 0 {
+				idle = append(idle, w.batchKeys[i])
+				continue
+			}
 			for d := 0; d < int(min(e.Depth, uint32(len(e.Spans)))); d++ {
 				o := &e.Spans[d]
 				if st.now < o.StartNs || st.now-o.StartNs < minAge {
@@ -567,12 +577,20 @@ func (w *Watcher) scanSDKBatch(st *scanState, minAge uint64) error {
 			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
+			break
 		}
 		if err != nil {
 			return fmt.Errorf("read open spans: %w", err)
 		}
 	}
+	if len(idle) > 0 {
+		if _, err := w.cfg.Exec.BatchDelete(idle, nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			for _, k := range idle { // one by one where batches are refused
+				w.cfg.Exec.Delete(&k)
+			}
+		}
+	}
+	return nil
 }
 
 // minBudget returns the smallest budget any span may have.
