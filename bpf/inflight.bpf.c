@@ -297,20 +297,37 @@ static __always_inline void sample_current(void *ctx, struct inflight_exec_key *
 	}
 }
 
+/* still_runnable reports whether the thread sched_switch switches out
+ * (prev) is still runnable: preempted, not blocked. */
+static __always_inline int still_runnable(struct bpf_raw_tracepoint_args *ctx)
+{
+	return ctx->args[0] || task_state((struct task_struct *)ctx->args[1]) == 0;
+}
+
 /* sample looks up the current thread, and the goroutine it runs, among the
- * watched ones. */
-static __always_inline int sample(void *ctx, __u32 status)
+ * watched ones. With switch_ctx (sched_switch), a thread that is still
+ * runnable is not sampled: checked only for a watched one, as the lookups
+ * that miss are what every other context switch pays. */
+static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracepoint_args *switch_ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct inflight_exec_key k = {.tgid = pid_tgid >> 32, .exec = (__u32)pid_tgid};
 	struct inflight_target *w;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now;
 	__s64 *off;
 
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
+	off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
+	/* Keep clang from testing w | off: the verifier refuses pointer
+	 * arithmetic. */
+	asm volatile("" : "+r"(w));
+	if (!w && !off)
+		return 0;
+	if (switch_ctx && still_runnable(switch_ctx))
+		return 0;
+	now = bpf_ktime_get_ns();
 	if (w)
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
-	off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
 	if (!off)
 		return 0;
 	__u64 fs = task_fsbase((void *)bpf_get_current_task());
@@ -327,7 +344,7 @@ static __always_inline int sample(void *ctx, __u32 status)
 SEC("perf_event")
 int inflight_on_cpu(void *ctx)
 {
-	return sample(ctx, 0);
+	return sample(ctx, 0, 0);
 }
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next):
@@ -338,9 +355,7 @@ int inflight_on_cpu(void *ctx)
 SEC("raw_tp/sched_switch")
 int inflight_off_cpu(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (ctx->args[0] || task_state((struct task_struct *)ctx->args[1]) == 0)
-		return 0;
-	return sample(ctx, OVERRUN_OFF_CPU);
+	return sample(ctx, OVERRUN_OFF_CPU, ctx);
 }
 
 /*
