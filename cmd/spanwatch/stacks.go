@@ -47,7 +47,8 @@ samples by the time they stand for, end stacks by the time no sample
 covers), count (overruns, at their end stacks) or samples.
 
 --span matches a span name exactly, whatever characters it holds; with
---glob it is a glob ('checkout*', path.Match syntax).
+--glob it is a glob in the rule files' syntax ('checkout*', 'GET /api/*',
+'!health').
 
 Examples:
 
@@ -60,7 +61,7 @@ See docs/stacks.md for how in-span samples are taken and why a C or C++
 stack may stop after a frame or two.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			span := fs.String("span", "", "only overruns of this span (its exact name; a glob with --glob); all when empty")
-			glob := fs.Bool("glob", false, "--span is a glob (path.Match syntax, e.g. 'checkout*')")
+			glob := fs.Bool("glob", false, "--span is a glob, as in rule files (e.g. 'checkout*', '!health')")
 			format := fs.String("format", "folded", "output format: folded, pprof, json, text, svg or html")
 			depth := fs.Int("depth", 10, "text: frames shown per stack, 0 for all")
 			input := fs.String("input", "-", "file of snapshots or overruns (JSON), - for standard input")
@@ -114,7 +115,7 @@ func runStacks(o stacksOptions) error {
 	if len(overruns) == 0 {
 		if o.span != "" && len(all) > 0 {
 			hint := ""
-			if !o.glob && strings.ContainsAny(o.span, "*?[") {
+			if !o.glob && strings.ContainsAny(o.span, "*?!") {
 				hint = " (--span matches names exactly; add --glob to match it as a glob)"
 			}
 			return fmt.Errorf("no overruns of span %q in %s%s; it has overruns of: %s", o.span, o.input, hint, spanNames(all))

@@ -18,6 +18,6 @@
 // ReportSchema documents the JSON form. Every output puts a span's name at
 // the root of its stacks and weighs them by span time (ValueDuration):
 // samples by the time each stands for, end stacks by the time no sample
-// covers. It imports only the snapshot data model, so "spanwatch stacks"
+// covers. It imports only the snapshot data model (and the glob syntax), so "spanwatch stacks"
 // works on files recorded elsewhere, without BPF or root.
 package profile

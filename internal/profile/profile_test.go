@@ -152,14 +152,14 @@ func TestSelect(t *testing.T) {
 		want int
 	}{
 		{"", false, 5}, {"checkout", false, 3}, {"check*", false, 1}, {"check*", true, 4},
-		{"s?arch", false, 0}, {"s?arch", true, 1}, {"nothing", true, 0}, {"[", false, 0},
+		{"s?arch", false, 0}, {"s?arch", true, 1}, {"nothing", true, 0}, {"!checkout", true, 2}, {"*e*", true, 5},
 	} {
 		got, err := Select(all, tc.name, tc.glob)
 		if err != nil || len(got) != tc.want {
 			t.Errorf("Select(%q, glob %v) = %d overruns, %v; want %d", tc.name, tc.glob, len(got), err, tc.want)
 		}
 	}
-	if _, err := Select(all, "[", true); err == nil {
+	if _, err := Select(all, `check\`, true); err == nil {
 		t.Error("Select accepted a bad glob")
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -58,26 +58,24 @@ func Read(r io.Reader) ([]snapshot.Overrun, error) {
 	}
 }
 
-// Select returns the overruns of span name. With glob set, name is a glob
-// (path.Match syntax: "checkout*") and an overrun is selected when its
-// span matches it or equals it; without, only an equal span name is, so a
-// name with '*', '?' or '[' in it means itself. An empty name selects all.
-func Select(overruns []snapshot.Overrun, name string, glob bool) ([]snapshot.Overrun, error) {
+// Select returns the overruns of span name. With useGlob, name is a glob in
+// the rule files' syntax (internal/glob: "checkout*", "GET /api/*",
+// "!health"); without, only a span of exactly that name is selected, so a
+// name with '*' or '?' in it means itself. An empty name selects all.
+func Select(overruns []snapshot.Overrun, name string, useGlob bool) ([]snapshot.Overrun, error) {
 	if name == "" {
 		return overruns, nil
 	}
-	if glob {
-		if _, err := path.Match(name, ""); err != nil {
-			return nil, fmt.Errorf("span glob %q: %w", name, err)
+	var g *glob.Glob
+	if useGlob {
+		var err error
+		if g, err = glob.Compile(name); err != nil {
+			return nil, fmt.Errorf("span glob: %w", err)
 		}
 	}
 	var out []snapshot.Overrun
 	for _, o := range overruns {
-		ok := o.Span == name
-		if !ok && glob {
-			ok, _ = path.Match(name, o.Span)
-		}
-		if ok {
+		if o.Span == name || g != nil && g.Match(o.Span) {
 			out = append(out, o)
 		}
 	}
