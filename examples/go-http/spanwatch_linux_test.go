@@ -140,9 +140,10 @@ func TestUnderSpanwatch(t *testing.T) {
 			}
 		case "report.build":
 			// 300 ms in time.Sleep: off the CPU, at the sleep, sampled
-			// from about 100ms (the budget) on.
-			if len(hot) == 0 || hot[0].Frame.Function != "main.fetchReportData" || hot[0].OffCPUNs < uint64(100*time.Millisecond) {
-				t.Errorf("report.build: hottest %+v, want main.fetchReportData off the CPU for 100ms or more", hot)
+			// from about 100ms (the budget) on, as soon as a scan runs
+			// (later on a loaded machine).
+			if len(hot) == 0 || hot[0].Frame.Function != "main.fetchReportData" || hot[0].OffCPUNs == 0 || hot[0].OffCPUNs != hot[0].WeightNs {
+				t.Errorf("report.build: hottest %+v, want main.fetchReportData, all off the CPU", hot)
 			}
 			if !slices.ContainsFunc(ov.Samples, func(s snapshot.Sample) bool { return s.OffCPU && hasFunc(s.UserStack, "time.Sleep") }) {
 				t.Errorf("report.build: no off-CPU sample in time.Sleep")
