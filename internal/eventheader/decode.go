@@ -31,23 +31,23 @@ const (
 type Reason uint32
 
 const (
-	OK                Reason = iota
-	ReasonShort              // payload shorter than the 8-byte header
-	ReasonByteOrder          // big-endian event: not decoded
-	ReasonNoMetadata         // no metadata extension: fields have no names
-	ReasonBadExtension       // an extension block runs past the payload, or too many
-	ReasonTruncatedMeta      // the metadata ends inside a name or a field definition
-	ReasonTruncatedData      // the data ends inside a field's value
-	ReasonBadStruct          // a struct with no members, nested too deep, or whose member count runs past the metadata
-	ReasonUnsupported        // an encoding the decoder cannot size (invalid, array of structs)
-	ReasonTooLarge           // past a walk limit: BufSize, MaxFields, MaxNameLen, MaxElements
-	ReasonMissingField       // a field the mapping needs is not in the event
-	ReasonFieldType          // a needed field has an encoding that cannot give its value
-	ReasonBadTime            // a time that is not RFC 3339
-	ReasonNegativeDuration   // the span ends before it starts
-	ReasonBadID              // a trace or span id that is not hex of the right length
-	ReasonOtherEvent         // an event no source maps (not an error)
-	ReasonUnpaired           // the end of a pair without its start
+	OK                     Reason = iota
+	ReasonShort                   // payload shorter than the 8-byte header
+	ReasonByteOrder               // big-endian event: not decoded
+	ReasonNoMetadata              // no metadata extension: fields have no names
+	ReasonBadExtension            // an extension block runs past the payload, or too many
+	ReasonTruncatedMeta           // the metadata ends inside a name or a field definition
+	ReasonTruncatedData           // the data ends inside a field's value
+	ReasonBadStruct               // a struct with no members, nested too deep, or whose member count runs past the metadata
+	ReasonUnsupported             // an encoding the decoder cannot size (invalid, array of structs)
+	ReasonTooLarge                // past a walk limit: BufSize, MaxFields, MaxNameLen, MaxElements
+	ReasonMissingField            // a field the mapping needs is not in the event
+	ReasonFieldType               // a needed field has an encoding that cannot give its value
+	ReasonBadTime                 // a time that is not RFC 3339
+	ReasonNegativeDuration        // the span ends before it starts
+	ReasonBadID                   // a trace or span id that is not hex of the right length
+	ReasonOtherEvent              // an event no source maps (not an error)
+	ReasonUnpaired                // the end of a pair without its start
 	NumReasons
 )
 
