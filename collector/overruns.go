@@ -22,7 +22,7 @@ import (
 
 const sourceMarker = 2 // SOURCE_MARKER in bpf/aggregate.h
 
-var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt"}
+var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt", 4: "user_event_fields", 5: "eventheader"}
 
 // overrunReader reads overrun records from the ring buffer as they arrive.
 type overrunReader struct {

@@ -19,8 +19,8 @@ const (
 	MaxNameLen = 255
 	// MaxExtensions is how many extension blocks it walks.
 	MaxExtensions = 4
-	// MaxElements is how many elements of an array of variable-size
-	// values (strings) it walks.
+	// MaxElements is how many elements of an array of counted strings it
+	// walks (arrays of zero-terminated strings are not walked at all).
 	MaxElements = 64
 	// MaxWant is how many fields one event mapping can ask for.
 	MaxWant = 12
@@ -320,6 +320,10 @@ func (w *walker) walk(ev *Event, want func(uint64) []uint64) Reason {
 			}
 			dpos += count * size
 		} else {
+			// Arrays of zero-terminated strings are not walked.
+			if base >= EncZStringChar8 && base <= EncZStringChar32 && fld.IsArray() {
+				return ReasonUnsupported
+			}
 			if count > MaxElements {
 				return ReasonTooLarge
 			}

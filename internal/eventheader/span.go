@@ -151,15 +151,15 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// TruncateUTF8 cuts b to at most max bytes, backing up over UTF-8
-// continuation bytes so that a character is never split, and reports
-// whether it cut. Invalid UTF-8 is kept as it is.
+// TruncateUTF8 cuts b to at most max bytes, backing up over at most three
+// UTF-8 continuation bytes so that a character is never split, and
+// reports whether it cut. Invalid UTF-8 is kept as it is.
 func TruncateUTF8(b []byte, max int) (string, bool) {
 	if len(b) <= max {
 		return string(b), false
 	}
 	n := max
-	for n > 0 && n > max-utf8.UTFMax && b[n]&0xc0 == 0x80 {
+	for n > 0 && n > max-(utf8.UTFMax-1) && b[n]&0xc0 == 0x80 {
 		n--
 	}
 	return string(b[:n]), true

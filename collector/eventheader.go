@@ -1,0 +1,63 @@
+//go:build linux && amd64
+
+package collector
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/bpf"
+)
+
+// Program names in bpf/eventheader.bpf.c.
+const (
+	progEHFentry = "eh_fentry_perf_tp_event"
+	progEHKprobe = "eh_kprobe_perf_tp_event"
+	progEHTest   = "eh_test"
+)
+
+// ehObjects is the loaded EventHeader object.
+type ehObjects struct {
+	coll        *ebpf.Collection
+	prog        *ebpf.Program // on perf_tp_event, or the test program
+	tracepoints *ebpf.Map     // tracepoint id -> bpf.EventheaderEhTracepoint
+	mappings    *ebpf.Map     // index -> bpf.EventheaderEhMapping
+	counters    *ebpf.Map     // per-CPU, by eh_reason then EH_COUNT_*
+	testInput   *ebpf.Map
+}
+
+// loadEventHeader loads bpf/eventheader.bpf.c beside the core (core: its
+// maps, Collector.Maps) with the program for method ("fentry" or
+// "kprobe"), or with its test program when method is "test".
+func loadEventHeader(core map[string]*ebpf.Map, method string) (*ehObjects, error) {
+	spec, err := bpf.LoadEventheader()
+	if err != nil {
+		return nil, fmt.Errorf("load eventheader bpf spec: %w", err)
+	}
+	prog := map[string]string{"fentry": progEHFentry, "kprobe": progEHKprobe, "test": progEHTest}[method]
+	if prog == "" {
+		return nil, fmt.Errorf("eventheader: unknown attach method %q", method)
+	}
+	if method != "test" {
+		delete(spec.Maps, "eh_test_input")
+	}
+	coll, err := loadBeside("eventheader", spec, core, prog)
+	if err != nil {
+		return nil, err
+	}
+	return &ehObjects{
+		coll:        coll,
+		prog:        coll.Programs[prog],
+		tracepoints: coll.Maps["eh_tracepoints"],
+		mappings:    coll.Maps["eh_mappings"],
+		counters:    coll.Maps["eh_counters"],
+		testInput:   coll.Maps["eh_test_input"],
+	}, nil
+}
+
+func (o *ehObjects) close() {
+	if o != nil && o.coll != nil {
+		o.coll.Close()
+	}
+}

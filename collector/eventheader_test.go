@@ -1,0 +1,331 @@
+//go:build linux && amd64
+
+package collector
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/eventheader"
+	"github.com/spanwatch/spanwatch/internal/eventheader/ehtest"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// newTestCollector starts a collector without the user_events source
+// (this host's kernel may not have it), with a small stats map.
+func newTestCollector(t testing.TB, cfg Config) *Collector {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to load BPF")
+	}
+	cfg.Sources = Sources{Marker: true}
+	cfg.ScanInterval = -1
+	if cfg.MaxSeries == 0 {
+		cfg.MaxSeries = 1024
+	}
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("start collector: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// ehHarness runs the EventHeader decoder on payloads with
+// BPF_PROG_TEST_RUN, as if perf_tp_event() had been called with them.
+type ehHarness struct {
+	t    testing.TB
+	c    *Collector
+	o    *ehObjects
+	prev map[uint32]uint64
+}
+
+const ehTestType = 777 // a tracepoint id no real event has here
+
+func newEHHarness(t testing.TB, cfg Config) *ehHarness {
+	c := newTestCollector(t, cfg)
+	o, err := loadEventHeader(c.Maps(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.close)
+	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(eventheader.SpanEvent), Kind: 1}
+	wants := eventheader.SpanWants()
+	m.Nwant = uint32(len(wants))
+	copy(m.Want[:], wants)
+	if err := o.mappings.Put(uint32(0), &m); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.tracepoints.Put(uint32(ehTestType), &bpf.EventheaderEhTracepoint{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	h := &ehHarness{t: t, c: c, o: o}
+	h.prev = h.counters()
+	return h
+}
+
+// counters sums the per-CPU decoder counters.
+func (h *ehHarness) counters() map[uint32]uint64 {
+	out := map[uint32]uint64{}
+	var vals []uint64
+	for i := uint32(0); i < h.o.counters.MaxEntries(); i++ {
+		if err := h.o.counters.Lookup(i, &vals); err != nil {
+			h.t.Fatal(err)
+		}
+		for _, v := range vals {
+			out[i] += v
+		}
+	}
+	return out
+}
+
+// run decodes one payload in BPF and returns the counters that moved.
+func (h *ehHarness) run(payload []byte) map[uint32]uint64 {
+	h.t.Helper()
+	var in bpf.EventheaderEhTestIn
+	in.Type = ehTestType
+	n := copy(in.Record[8:], payload)
+	in.EntrySize = uint32(8 + n)
+	if err := h.o.testInput.Put(uint32(0), &in); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.o.prog.Run(&ebpf.RunOptions{Context: make([]byte, 8)}); err != nil {
+		h.t.Fatal(err)
+	}
+	cur := h.counters()
+	delta := map[uint32]uint64{}
+	for k, v := range cur {
+		if v != h.prev[k] {
+			delta[k] = v - h.prev[k]
+		}
+	}
+	h.prev = cur
+	return delta
+}
+
+// reason returns the one reason a run counted.
+func (h *ehHarness) reason(delta map[uint32]uint64) eventheader.Reason {
+	h.t.Helper()
+	var rs []eventheader.Reason
+	for k, v := range delta {
+		if k < uint32(eventheader.NumReasons) {
+			for range v {
+				rs = append(rs, eventheader.Reason(k))
+			}
+		}
+	}
+	if len(rs) != 1 {
+		h.t.Fatalf("counters moved %v, want one reason", delta)
+	}
+	return rs[0]
+}
+
+// series returns the series with spans since the last call.
+func (h *ehHarness) series() []snapshot.Series {
+	h.t.Helper()
+	s, err := h.c.Snapshot()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []snapshot.Series
+	for _, sr := range s.Series {
+		if sr.Count > 0 {
+			out = append(out, sr)
+		}
+	}
+	return out
+}
+
+// TestEventHeaderReasonsMatchGo: the BPF enum and the Go one agree.
+func TestEventHeaderReasonsMatchGo(t *testing.T) {
+	if int(bpf.EventheaderEhReasonEH_NUM_REASONS) != int(eventheader.NumReasons) ||
+		int(bpf.EventheaderEhReasonEH_UNPAIRED) != int(eventheader.ReasonUnpaired) ||
+		int(bpf.EventheaderEhReasonEH_BAD_TIME) != int(eventheader.ReasonBadTime) {
+		t.Fatal("enum eh_reason in bpf/eventheader.h and internal/eventheader.Reason differ")
+	}
+}
+
+// TestEventHeaderGoldensBPF decodes the hand-derived golden spans in BPF:
+// each is aggregated under its name with its duration and status, and its
+// overrun record carries its trace and span ids.
+func TestEventHeaderGoldensBPF(t *testing.T) {
+	var ovs []snapshot.Overrun
+	h := newEHHarness(t, Config{OnOverrun: func(o snapshot.Overrun) { ovs = append(ovs, o) }})
+	for _, tc := range ehtest.GoldenCases {
+		t.Run(tc.File, func(t *testing.T) {
+			p, err := ehtest.Golden(tc.File)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, r := eventheader.DecodeSpan(p, 63)
+			if r != eventheader.OK {
+				t.Fatalf("the Go decoder refuses it: %s", r)
+			}
+			if err := h.c.SetBudgets([]BudgetRule{{Span: want.Name, Budget: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			ovs = nil
+			delta := h.run(p)
+			if r := h.reason(delta); r != eventheader.OK {
+				t.Fatalf("BPF reason %s", r)
+			}
+			if want.NameTruncated != (delta[uint32(eventheader.NumReasons)] == 1) {
+				t.Errorf("name truncated %t, BPF counted %d", want.NameTruncated, delta[uint32(eventheader.NumReasons)])
+			}
+			srs := h.series()
+			wantErr := uint64(0)
+			if !want.Success {
+				wantErr = 1
+			}
+			if len(srs) != 1 || srs[0].Span != want.Name || srs[0].Count != 1 || srs[0].SumNs != want.DurationNs || srs[0].Errors != wantErr {
+				t.Fatalf("series %+v, want %q count 1 sum %d errors %d", srs, want.Name, want.DurationNs, wantErr)
+			}
+			for deadline := time.Now().Add(2 * time.Second); len(ovs) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			}
+			if len(ovs) != 1 {
+				t.Fatalf("%d overruns, want 1", len(ovs))
+			}
+			o := ovs[0]
+			if o.TraceID != hex.EncodeToString(want.TraceID[:]) || o.SpanID != hex.EncodeToString(want.SpanID[:]) ||
+				o.DurationNs != want.DurationNs || o.Span != want.Name || o.Source != "eventheader" {
+				t.Errorf("overrun %+v", o)
+			}
+		})
+	}
+}
+
+// goName is the span name the core keeps for name: up to its first NUL.
+func goName(name string) string {
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		return name[:i]
+	}
+	return name
+}
+
+// TestEventHeaderDifferential holds the BPF decoder against the Go
+// reference decoder on the goldens and thousands of broken variants of
+// them: the same reason for every event, and for the good ones the same
+// name, duration and status in the aggregates.
+func TestEventHeaderDifferential(t *testing.T) {
+	h := newEHHarness(t, Config{MaxSeries: 16384})
+	var inputs [][]byte
+	for _, tc := range ehtest.GoldenCases {
+		p, err := ehtest.Golden(tc.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, p)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 2000
+	if testing.Short() {
+		n = 200
+	}
+	byReason := map[eventheader.Reason]int{}
+	for i := 0; i < n; i++ {
+		p := mutateEvent(rng, inputs[i%len(inputs)])
+		want, wr := eventheader.DecodeSpan(p, 63)
+		got := h.reason(h.run(p))
+		byReason[wr]++
+		if got != wr {
+			t.Fatalf("case %d: BPF %s, Go %s; payload %x", i, got, wr, p)
+		}
+		if wr != eventheader.OK {
+			continue
+		}
+		srs := h.series()
+		wantErr := uint64(0)
+		if !want.Success {
+			wantErr = 1
+		}
+		// Compared by name id: the core's span_name_id gives two names
+		// that differ only in bit 7 of the 8th byte of two of their
+		// 8-byte words the same id (a multiply never carries down into
+		// bit 63), so a snapshot can show the first such name seen.
+		if len(srs) != 1 || srs[0].NameID != snapshot.NameID(goName(want.Name)) || srs[0].SumNs != want.DurationNs || srs[0].Errors != wantErr {
+			t.Fatalf("case %d: series %+v, want %q sum %d errors %d; payload %x", i, srs, goName(want.Name), want.DurationNs, wantErr, p)
+		}
+	}
+	t.Logf("%d events by reason: %v", n, byReason)
+	if byReason[eventheader.OK] < n/20 || len(byReason) < 8 {
+		t.Errorf("the mutations reach too few outcomes: %v", byReason)
+	}
+}
+
+// mutateEvent breaks a copy of p in one of the ways a buggy writer could.
+func mutateEvent(rng *rand.Rand, p []byte) []byte {
+	q := append([]byte(nil), p...)
+	metaEnd := 12 + int(binary.LittleEndian.Uint16(q[8:]))
+	switch rng.IntN(9) {
+	case 0: // keep it whole: a good event
+	case 1: // cut it short
+		q = q[:rng.IntN(len(q))]
+	case 2: // a random byte in the metadata
+		q[12+rng.IntN(metaEnd-12)] = byte(rng.IntN(256))
+	case 3: // a random byte in the data
+		if metaEnd < len(q) {
+			q[metaEnd+rng.IntN(len(q)-metaEnd)] = byte(rng.IntN(256))
+		}
+	case 4: // a struct's member count
+		i := bytes.Index(q[12:metaEnd], []byte{0x81}) // the first struct
+		if i >= 0 {
+			q[12+i+1] = byte(rng.IntN(12))
+		}
+	case 5: // the metadata's size
+		binary.LittleEndian.PutUint16(q[8:], uint16(rng.IntN(len(q)+8)))
+	case 6: // a digit of a time or an id
+		for tries := 0; tries < 20; tries++ {
+			i := metaEnd + rng.IntN(max(1, len(q)-metaEnd))
+			if i < len(q) && (q[i] >= '0' && q[i] <= '9' || q[i] >= 'a' && q[i] <= 'f') {
+				q[i] = "0123456789abcdefgT:.Z+-x "[rng.IntN(25)]
+				break
+			}
+		}
+	case 7: // the header's flags
+		q[0] = byte(rng.IntN(8))
+	case 8: // several bytes anywhere
+		for k := 0; k < 1+rng.IntN(4); k++ {
+			q[rng.IntN(len(q))] = byte(rng.IntN(256))
+		}
+	}
+	return q
+}
+
+// TestEventHeaderLimitsBPF: events past the decoder's limits are counted
+// too_large, in BPF as in Go.
+func TestEventHeaderLimitsBPF(t *testing.T) {
+	h := newEHHarness(t, Config{})
+	x := ehtest.Exporter{Version: ehtest.RustMain}
+	long := ehtest.Span{Name: strings.Repeat("n", eventheader.BufSize), Start: time.Unix(1, 0), End: time.Unix(2, 0)}
+	p, err := x.Encode(&long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, wr := eventheader.DecodeSpan(p, 63); wr != eventheader.ReasonTooLarge {
+		t.Fatalf("Go: %s", wr)
+	}
+	if r := h.reason(h.run(p)); r != eventheader.ReasonTooLarge {
+		t.Fatalf("BPF: %s, want too_large", r)
+	}
+	// A long name that fits the buffer is cut on a character boundary.
+	long.Name = strings.Repeat("é", 100)
+	p, _ = x.Encode(&long)
+	delta := h.run(p)
+	if r := h.reason(delta); r != eventheader.OK || delta[uint32(eventheader.NumReasons)] != 1 {
+		t.Fatalf("BPF: %v", delta)
+	}
+	srs := h.series()
+	if len(srs) != 1 || srs[0].Span != strings.Repeat("é", 31) {
+		t.Fatalf("series %+v, want 31 é", srs)
+	}
+}
