@@ -36,10 +36,10 @@ type perfSet struct {
 	mu     sync.Mutex
 	ncpu   int
 	online []bool
-	ids    []uint32            // watched tracepoints, in the order added
-	names  map[uint32]string   // for logs
-	fds    map[uint32][]int    // id -> fd per CPU, -1 none
-	seen   []uint64            // per CPU: enabled time at the last check
+	ids    []uint32          // watched tracepoints, in the order added
+	names  map[uint32]string // for logs
+	fds    map[uint32][]int  // id -> fd per CPU, -1 none
+	seen   []uint64          // per CPU: enabled time at the last check
 	stats  perfStats
 	closed bool
 }
