@@ -61,3 +61,10 @@ func (o *ehObjects) close() {
 		o.coll.Close()
 	}
 }
+
+func (o *ehObjects) program() *ebpf.Program {
+	if o == nil {
+		return nil
+	}
+	return o.prog
+}
