@@ -23,6 +23,7 @@
 
 #include "aggregate.h"
 #include "eventheader.h"
+#include "tpspan.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -31,16 +32,20 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #endif
 
 #define TRACE_ENTRY_SIZE 8
-#define EH_TP_MAPPINGS 4
+#define EH_TP_MAPPINGS 8
 #define EH_MAX_MAPPINGS 256
 
 /* Counters past the reasons. */
 #define EH_COUNT_NAMES_TRUNCATED (EH_NUM_REASONS + 0)
 #define EH_COUNT_READ_ERRORS (EH_NUM_REASONS + 1)
-#define EH_COUNTERS (EH_NUM_REASONS + 2)
+#define EH_COUNT_INFLIGHT_FULL (EH_NUM_REASONS + 2)
+#define EH_COUNTERS (EH_NUM_REASONS + 3)
+#define EH_MAX_INFLIGHT 65536
+#define EH_NO_FIELD 0xff
 
 enum eh_kind {
-	EH_KIND_SPAN = 1, /* an OpenTelemetry Span event */
+	EH_KIND_SPAN = 1,   /* an OpenTelemetry Span event */
+	EH_KIND_FIELDS = 2, /* fields mapped by a source (tpspan.h roles) */
 };
 
 /* Indexes of a Span mapping's wanted fields: internal/eventheader SpanFields. */
@@ -58,6 +63,13 @@ struct eh_mapping {
 	__u32 kind;  /* enum eh_kind */
 	__u32 nwant;
 	__u64 want[EH_WANT_SLOTS]; /* path hashes of the fields to find */
+	/* EH_KIND_FIELDS: the role (enum tp_role), the source (in-flight
+	 * key), and which want holds each value (EH_NO_FIELD: none). */
+	__u32 role;
+	__u32 source;
+	__u8 idx_name, idx_duration, idx_key, idx_status;
+	__u32 _pad;
+	char name[SPAN_NAME_LEN]; /* the span name when no field names it */
 };
 
 struct eh_tracepoint {
@@ -92,7 +104,16 @@ struct {
 struct eh_percpu {
 	struct eh_scratch s;
 	struct span_event ev;
+	struct tp_vals v;
 };
+
+/* Starts of EventHeader pairs not yet ended. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, EH_MAX_INFLIGHT);
+	__type(key, struct tp_inflight_key);
+	__type(value, struct tp_inflight);
+} eh_inflight SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -123,24 +144,8 @@ static __always_inline __u32 eh_span(void *ctx, struct eh_percpu *pc)
 	r = eh_str(w, EH_SPAN_NAME, &off, &len);
 	if (r)
 		return r;
-	__u32 n = len;
-	if (n > SPAN_NAME_LEN - 1) {
-		/* Cut on a UTF-8 character boundary: back over continuation
-		 * bytes (at most 3). */
-		n = SPAN_NAME_LEN - 1;
-#pragma unroll
-		for (int k = 0; k < 3; k++)
-			if ((buf->b[(off + n) & EH_BUF_MASK] & 0xc0) == 0x80)
-				n--;
-			else
-				break;
+	if (tp_copy_name(ev->name, &buf->b[off & EH_BUF_MASK], len))
 		eh_count(EH_COUNT_NAMES_TRUNCATED);
-	}
-	n &= SPAN_NAME_LEN - 1;
-	/* Keep clang from passing the helper the value before the mask. */
-	asm volatile("" : "+r"(n));
-	if (n)
-		bpf_probe_read_kernel(ev->name, n & (SPAN_NAME_LEN - 1), &buf->b[off & EH_BUF_MASK]);
 
 	r = eh_str(w, EH_SPAN_END, &off, &len);
 	if (r)
@@ -191,6 +196,51 @@ static __always_inline __u32 eh_span(void *ctx, struct eh_percpu *pc)
 	return EH_OK;
 }
 
+/* eh_fields plays a mapped event's role with the fields found. */
+static __always_inline __u32 eh_fields(void *ctx, struct eh_percpu *pc, const struct eh_mapping *m)
+{
+	__u64 now = m->role == TP_SINGLE ? 0 : bpf_ktime_get_ns();
+	const struct eh_buf *buf = &pc->s.buf;
+	const struct eh_walk *w = &pc->s.walk;
+	struct tp_vals *v = &pc->v;
+	__u32 off, len, r;
+
+	__builtin_memset(v, 0, sizeof(*v));
+	if (m->idx_name != EH_NO_FIELD) {
+		r = eh_str(w, m->idx_name, &off, &len);
+		if (r)
+			return r;
+		if (tp_copy_name(v->name, &buf->b[off & EH_BUF_MASK], len))
+			eh_count(EH_COUNT_NAMES_TRUNCATED);
+		v->have_name = 1;
+	}
+	if (m->idx_duration != EH_NO_FIELD) {
+		r = eh_uint(buf, w, m->idx_duration, &v->duration);
+		if (r)
+			return r;
+		if ((__s64)v->duration < 0)
+			return EH_NEGATIVE_DURATION;
+	}
+	if (m->idx_key != EH_NO_FIELD) {
+		r = eh_uint(buf, w, m->idx_key, &v->key);
+		if (r)
+			return r;
+		v->by_key = 1;
+	}
+	if (m->idx_status != EH_NO_FIELD) {
+		r = eh_uint(buf, w, m->idx_status, &v->status);
+		if (r)
+			return r;
+	}
+	switch (tp_span(ctx, &eh_inflight, m->role, m->source, m->name, v, &pc->ev, now, SOURCE_EVENTHEADER)) {
+	case TP_UNPAIRED:
+		return EH_UNPAIRED;
+	case TP_INFLIGHT_FULL:
+		return EH_COUNT_INFLIGHT_FULL;
+	}
+	return EH_OK;
+}
+
 static __always_inline __u32 eh_event(void *ctx, const struct eh_tracepoint *tp, const void *payload, __u64 len)
 {
 	__u32 zero = 0;
@@ -231,6 +281,8 @@ static __always_inline __u32 eh_event(void *ctx, const struct eh_tracepoint *tp,
 		return r;
 	if (m->kind == EH_KIND_SPAN)
 		return eh_span(ctx, pc);
+	if (m->kind == EH_KIND_FIELDS)
+		return eh_fields(ctx, pc, m);
 	return EH_OTHER_EVENT;
 }
 

@@ -30,7 +30,7 @@
 
 #define EH_BUF_SIZE 8192 /* bytes of payload copied and walked */
 #define EH_BUF_MASK (EH_BUF_SIZE - 1)
-#define EH_BUF_SLACK 64 /* so reads of up to 64 bytes at a masked offset stay inside */
+#define EH_BUF_SLACK 128 /* so reads of up to 128 bytes (a span name) at a masked offset stay inside */
 #define EH_MAX_FIELDS 64
 #define EH_MAX_DEPTH 4
 #define EH_MAX_NAME_WORDS 32 /* 255 bytes and the NUL */

@@ -21,11 +21,19 @@ type EventheaderBudget struct {
 }
 
 type EventheaderEhMapping struct {
-	_     structs.HostLayout
-	Event uint64
-	Kind  uint32
-	Nwant uint32
-	Want  [16]uint64
+	_           structs.HostLayout
+	Event       uint64
+	Kind        uint32
+	Nwant       uint32
+	Want        [16]uint64
+	Role        uint32
+	Source      uint32
+	IdxName     uint8
+	IdxDuration uint8
+	IdxKey      uint8
+	IdxStatus   uint8
+	Pad         uint32
+	Name        [64]int8
 }
 
 type EventheaderEhPercpu struct {
@@ -34,7 +42,7 @@ type EventheaderEhPercpu struct {
 		_   structs.HostLayout
 		Buf struct {
 			_ structs.HostLayout
-			B [8256]uint8
+			B [8320]uint8
 		}
 		Walk struct {
 			_         structs.HostLayout
@@ -69,6 +77,15 @@ type EventheaderEhPercpu struct {
 		TraceId    [16]uint8
 		SpanId     [8]uint8
 		Name       [64]int8
+	}
+	V struct {
+		_        structs.HostLayout
+		Duration uint64
+		Key      uint64
+		Status   uint64
+		HaveName uint32
+		ByKey    uint32
+		Name     [64]int8
 	}
 }
 
@@ -105,7 +122,7 @@ type EventheaderEhTestIn struct {
 type EventheaderEhTracepoint struct {
 	_       structs.HostLayout
 	N       uint32
-	Mapping [4]uint32
+	Mapping [8]uint32
 }
 
 type EventheaderSpanAgg struct {
@@ -132,6 +149,21 @@ type EventheaderStatsKey struct {
 	CgroupId uint64
 }
 
+type EventheaderTpInflight struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	HaveName uint32
+	Pad      uint32
+	Name     [64]int8
+}
+
+type EventheaderTpInflightKey struct {
+	_      structs.HostLayout
+	Source uint32
+	Tgid   uint32
+	Key    uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -140,6 +172,7 @@ const (
 	EventheaderMapBudgets              = "budgets"
 	EventheaderMapCounters             = "counters"
 	EventheaderMapEhCounters           = "eh_counters"
+	EventheaderMapEhInflight           = "eh_inflight"
 	EventheaderMapEhMappings           = "eh_mappings"
 	EventheaderMapEhPercpu             = "eh_percpu"
 	EventheaderMapEhTestInput          = "eh_test_input"
@@ -212,6 +245,7 @@ type EventheaderMapSpecs struct {
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	EhCounters    *ebpf.MapSpec `ebpf:"eh_counters"`
+	EhInflight    *ebpf.MapSpec `ebpf:"eh_inflight"`
 	EhMappings    *ebpf.MapSpec `ebpf:"eh_mappings"`
 	EhPercpu      *ebpf.MapSpec `ebpf:"eh_percpu"`
 	EhTestInput   *ebpf.MapSpec `ebpf:"eh_test_input"`
@@ -256,6 +290,7 @@ type EventheaderMaps struct {
 	Budgets       *ebpf.Map `ebpf:"budgets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	EhCounters    *ebpf.Map `ebpf:"eh_counters"`
+	EhInflight    *ebpf.Map `ebpf:"eh_inflight"`
 	EhMappings    *ebpf.Map `ebpf:"eh_mappings"`
 	EhPercpu      *ebpf.Map `ebpf:"eh_percpu"`
 	EhTestInput   *ebpf.Map `ebpf:"eh_test_input"`
@@ -272,6 +307,7 @@ func (m *EventheaderMaps) Close() error {
 		m.Budgets,
 		m.Counters,
 		m.EhCounters,
+		m.EhInflight,
 		m.EhMappings,
 		m.EhPercpu,
 		m.EhTestInput,

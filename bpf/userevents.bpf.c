@@ -24,6 +24,7 @@
  */
 
 #include "aggregate.h"
+#include "tpspan.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -47,10 +48,11 @@ enum ue_kind {
 	UE_REL_LOC = 4,
 };
 
+/* Roles: enum tp_role (tpspan.h). */
 enum ue_role_kind {
-	UE_SINGLE = 1,
-	UE_START = 2,
-	UE_END = 3,
+	UE_SINGLE = TP_SINGLE,
+	UE_START = TP_START,
+	UE_END = TP_END,
 };
 
 /* How an event ended, counted in ue_counters. */
@@ -90,19 +92,6 @@ struct ue_source {
 	char name[SPAN_NAME_LEN]; /* the span name, unless a role has a name field */
 };
 
-struct ue_inflight_key {
-	__u32 source;
-	__u32 tgid;
-	__u64 key; /* thread id, or the key field */
-};
-
-struct ue_inflight {
-	__u64 start_ns;
-	__u32 have_name;
-	__u32 _pad;
-	char name[SPAN_NAME_LEN];
-};
-
 /* Tracepoint id -> what it means to each source that maps it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -122,8 +111,8 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, UE_MAX_INFLIGHT);
-	__type(key, struct ue_inflight_key);
-	__type(value, struct ue_inflight);
+	__type(key, struct tp_inflight_key);
+	__type(value, struct tp_inflight);
 } ue_inflight SEC(".maps");
 
 struct {
@@ -134,9 +123,9 @@ struct {
 } ue_counters SEC(".maps");
 
 struct ue_percpu {
-	__u8 buf[UE_BUF_SIZE + 64];
+	__u8 buf[UE_BUF_SIZE + SPAN_NAME_LEN];
 	struct span_event ev;
-	struct ue_inflight in;
+	struct tp_vals v;
 };
 
 struct {
@@ -202,108 +191,49 @@ static __always_inline __u32 ue_name(const struct ue_percpu *pc, __u32 n, const 
 		if (len && pc->buf[(off + len - 1) & UE_BUF_MASK] == 0)
 			len--; /* the kernel checks char data ends in a NUL */
 	}
-	if (len > SPAN_NAME_LEN - 1) {
-		len = SPAN_NAME_LEN - 1;
-#pragma unroll
-		for (int k = 0; k < 3; k++)
-			if ((pc->buf[(off + len) & UE_BUF_MASK] & 0xc0) == 0x80)
-				len--;
-			else
-				break;
+	if (tp_copy_name(dst, &pc->buf[off & UE_BUF_MASK], len))
 		ue_count(UE_NAMES_TRUNCATED);
-	}
-	len &= SPAN_NAME_LEN - 1;
-	asm volatile("" : "+r"(len));
-	if (len)
-		bpf_probe_read_kernel(dst, len & (SPAN_NAME_LEN - 1), &pc->buf[off & UE_BUF_MASK]);
 	return UE_OK;
-}
-
-static __always_inline __u32 ue_key(const struct ue_percpu *pc, __u32 n, const struct ue_role *r,
-				    struct ue_inflight_key *k)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
-	k->source = r->source;
-	k->tgid = pid_tgid >> 32;
-	if (r->key.kind == UE_NONE) {
-		k->key = (__u32)pid_tgid;
-		return UE_OK;
-	}
-	return ue_int(pc, n, &r->key, &k->key);
 }
 
 static __always_inline __u32 ue_role(void *ctx, struct ue_percpu *pc, __u32 n, const struct ue_role *r, __u64 now)
 {
-	struct span_event *ev = &pc->ev;
-	struct ue_inflight_key k = {};
+	struct tp_vals *v = &pc->v;
 	struct ue_source *src;
-	__u64 v;
 	__u32 e;
 
 	src = bpf_map_lookup_elem(&ue_sources, &r->source);
 	if (!src)
 		return UE_READ_ERROR;
-	if (r->role == UE_START) {
-		struct ue_inflight *in = &pc->in;
-		e = ue_key(pc, n, r, &k);
+	__builtin_memset(v, 0, sizeof(*v));
+	if (r->name.kind != UE_NONE) {
+		e = ue_name(pc, n, &r->name, v->name);
 		if (e)
 			return e;
-		__builtin_memset(in, 0, sizeof(*in));
-		if (r->name.kind != UE_NONE) {
-			e = ue_name(pc, n, &r->name, in->name);
-			if (e)
-				return e;
-			in->have_name = 1;
-		}
-		in->start_ns = now;
-		if (bpf_map_update_elem(&ue_inflight, &k, in, BPF_ANY))
-			return UE_INFLIGHT_FULL;
-		return UE_OK;
+		v->have_name = 1;
 	}
-	__builtin_memset(ev, 0, sizeof(*ev));
-	if (r->role == UE_END) {
-		e = ue_key(pc, n, r, &k);
+	if (r->duration.kind != UE_NONE) {
+		e = ue_int(pc, n, &r->duration, &v->duration);
 		if (e)
 			return e;
-		struct ue_inflight *in = bpf_map_lookup_elem(&ue_inflight, &k);
-		if (!in)
-			return UE_UNPAIRED;
-		__u32 have_name = in->have_name;
-		ev->duration_ns = now - in->start_ns;
-		if (have_name)
-			__builtin_memcpy(ev->name, in->name, sizeof(ev->name));
-		bpf_map_delete_elem(&ue_inflight, &k);
-		if (!have_name) {
-			if (r->name.kind != UE_NONE) {
-				e = ue_name(pc, n, &r->name, ev->name);
-				if (e)
-					return e;
-			} else {
-				__builtin_memcpy(ev->name, src->name, sizeof(ev->name));
-			}
-		}
-	} else {
-		e = ue_int(pc, n, &r->duration, &ev->duration_ns);
-		if (e)
-			return e;
-		if (r->name.kind != UE_NONE) {
-			e = ue_name(pc, n, &r->name, ev->name);
-			if (e)
-				return e;
-		} else {
-			__builtin_memcpy(ev->name, src->name, sizeof(ev->name));
-		}
 	}
-	ev->status = SPAN_STATUS_OK;
+	if (r->key.kind != UE_NONE) {
+		e = ue_int(pc, n, &r->key, &v->key);
+		if (e)
+			return e;
+		v->by_key = 1;
+	}
 	if (r->status.kind != UE_NONE) {
-		e = ue_int(pc, n, &r->status, &v);
+		e = ue_int(pc, n, &r->status, &v->status);
 		if (e)
 			return e;
-		if (v)
-			ev->status = SPAN_STATUS_ERROR;
 	}
-	span_aggregate(ctx, ev, SOURCE_USER_EVENT_FIELDS);
+	switch (tp_span(ctx, &ue_inflight, r->role, r->source, src->name, v, &pc->ev, now, SOURCE_USER_EVENT_FIELDS)) {
+	case TP_UNPAIRED:
+		return UE_UNPAIRED;
+	case TP_INFLIGHT_FULL:
+		return UE_INFLIGHT_FULL;
+	}
 	return UE_OK;
 }
 

@@ -44,6 +44,21 @@ type UsereventsStatsKey struct {
 	CgroupId uint64
 }
 
+type UsereventsTpInflight struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	HaveName uint32
+	Pad      uint32
+	Name     [64]int8
+}
+
+type UsereventsTpInflightKey struct {
+	_      structs.HostLayout
+	Source uint32
+	Tgid   uint32
+	Key    uint64
+}
+
 type UsereventsUeEvent struct {
 	_     structs.HostLayout
 	N     uint32
@@ -58,21 +73,6 @@ type UsereventsUeField struct {
 	Kind     uint8
 	IsSigned uint8
 	Pad      uint16
-}
-
-type UsereventsUeInflight struct {
-	_        structs.HostLayout
-	StartNs  uint64
-	HaveName uint32
-	Pad      uint32
-	Name     [64]int8
-}
-
-type UsereventsUeInflightKey struct {
-	_      structs.HostLayout
-	Source uint32
-	Tgid   uint32
-	Key    uint64
 }
 
 type UsereventsUeKind uint32
@@ -98,7 +98,15 @@ type UsereventsUePercpu struct {
 		SpanId     [8]uint8
 		Name       [64]int8
 	}
-	In UsereventsUeInflight
+	V struct {
+		_        structs.HostLayout
+		Duration uint64
+		Key      uint64
+		Status   uint64
+		HaveName uint32
+		ByKey    uint32
+		Name     [64]int8
+	}
 }
 
 type UsereventsUeReason uint32

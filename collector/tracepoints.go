@@ -58,7 +58,6 @@ type Tracepoints struct {
 	sources []*tpSourceState
 	seen    map[tracefs.Event]bool // events looked at (bound or not)
 	bound   map[uint32]tracefs.Event
-	ehMaps  map[uint32][]uint32 // tracepoint id -> mapping indexes written
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -66,10 +65,11 @@ type Tracepoints struct {
 }
 
 type tpSourceState struct {
-	src      tpsource.Source
-	attached []string          // tracepoints the source reads
-	problems map[string]string // by tracepoint: why it could not be read
-	warned   bool              // reported as missing
+	src        tpsource.Source
+	ehMappings []uint32          // indexes in eh_mappings
+	attached   []string          // tracepoints the source reads
+	problems   map[string]string // by tracepoint: why it could not be read
+	warned     bool              // reported as missing
 }
 
 // TracepointStatus is what became of one source.
@@ -98,12 +98,11 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		cfg.MissingAfter = 30 * time.Second
 	}
 	t := &Tracepoints{
-		cfg:    cfg,
-		log:    c.log,
-		seen:   map[tracefs.Event]bool{},
-		bound:  map[uint32]tracefs.Event{},
-		ehMaps: map[uint32][]uint32{},
-		stop:   make(chan struct{}),
+		cfg:   cfg,
+		log:   c.log,
+		seen:  map[tracefs.Event]bool{},
+		bound: map[uint32]tracefs.Event{},
+		stop:  make(chan struct{}),
 	}
 	defer func() {
 		if err != nil {
@@ -253,6 +252,8 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) {
 				name = eventheader.Reason(i).String()
 			case i == uint32(eventheader.NumReasons)+1:
 				name = "read_error"
+			case i == uint32(eventheader.NumReasons)+2:
+				name = "inflight_full"
 			}
 			out["eventheader/"+name] += v
 		}); err != nil {
@@ -410,50 +411,101 @@ func (t *Tracepoints) problem(s *tpSourceState, ev tracefs.Event, msg string) {
 
 // --- EventHeader ---
 
+// ehNoField marks a value no field gives (EH_NO_FIELD).
+const ehNoField = 0xff
+
+// writeEHMappings writes the event mappings of the EventHeader sources:
+// one for a source of Span events or of one event, two (start, end) for
+// a pair.
 func (t *Tracepoints) writeEHMappings() error {
+	next := uint32(0)
 	for i, s := range t.sources {
 		if s.src.Kind != tpsource.EventHeader {
 			continue
 		}
-		if !s.src.SpanEvents() {
-			// Generic EventHeader mappings are decoded by name and
-			// handed to the core like user_events fields; the BPF side
-			// of that is eh_fields (not yet loaded here).
-			t.problem(s, tracefs.Event{System: "eventheader", Name: s.src.Provider}, "mapping fields of events other than Span is not supported yet")
-			continue
+		var ms []bpf.EventheaderEhMapping
+		if s.src.SpanEvents() {
+			m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(eventheader.SpanEvent), Kind: 1}
+			wants := eventheader.SpanWants()
+			m.Nwant = uint32(len(wants))
+			copy(m.Want[:], wants)
+			ms = append(ms, m)
+		} else if s.src.Paired() {
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Start, tpRoleStart, uint32(i)), ehFieldsMapping(&s.src, s.src.End, tpRoleEnd, uint32(i)))
+		} else {
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleSingle, uint32(i)))
 		}
-		m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(eventheader.SpanEvent), Kind: 1}
-		wants := eventheader.SpanWants()
-		m.Nwant = uint32(len(wants))
-		copy(m.Want[:], wants)
-		if err := t.eh.mappings.Put(uint32(i), &m); err != nil {
-			return fmt.Errorf("write eventheader mapping: %w", err)
+		for k := range ms {
+			if err := t.eh.mappings.Put(next, &ms[k]); err != nil {
+				return fmt.Errorf("write eventheader mapping: %w", err)
+			}
+			s.ehMappings = append(s.ehMappings, next)
+			next++
 		}
 	}
 	return nil
 }
 
+// Roles: enum tp_role in bpf/tpspan.h.
+const (
+	tpRoleSingle = 1
+	tpRoleStart  = 2
+	tpRoleEnd    = 3
+)
+
+// ehFieldsMapping maps the fields of event name for one role of s: the
+// name (a pair reads it at the start), the duration (a single event), the
+// key (a pair by key) and the status (a single or end event).
+func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint32) bpf.EventheaderEhMapping {
+	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(event), Kind: 2, Role: role, Source: source,
+		IdxName: ehNoField, IdxDuration: ehNoField, IdxKey: ehNoField, IdxStatus: ehNoField}
+	for k := 0; k < len(s.Span) && k < len(m.Name)-1; k++ {
+		m.Name[k] = int8(s.Span[k])
+	}
+	want := func(f tpsource.Field) uint8 {
+		m.Want[m.Nwant] = eventheader.Path(f...)
+		m.Nwant++
+		return uint8(m.Nwant - 1)
+	}
+	if !s.NameField.IsZero() && role != tpRoleEnd {
+		m.IdxName = want(s.NameField)
+	}
+	if !s.DurationField.IsZero() && role == tpRoleSingle {
+		m.IdxDuration = want(s.DurationField)
+	}
+	if !s.KeyField.IsZero() && role != tpRoleSingle {
+		m.IdxKey = want(s.KeyField)
+	}
+	if !s.StatusField.IsZero() && role != tpRoleStart {
+		m.IdxStatus = want(s.StatusField)
+	}
+	return m
+}
+
 func (t *Tracepoints) bindEH(ev tracefs.Event, f *tracefs.Format, tp eventheader.Tracepoint) ([]*tpSourceState, error) {
 	var users []*tpSourceState
 	var tpv bpf.EventheaderEhTracepoint
-	for i, s := range t.sources {
-		if s.src.Kind != tpsource.EventHeader || !ehSelects(&s.src, tp) || !s.src.SpanEvents() {
+	names, types, offs := make([]string, len(f.Fields)), make([]string, len(f.Fields)), make([]int, len(f.Fields))
+	for k, fl := range f.Fields {
+		names[k], types[k], offs[k] = fl.Name, fl.Type, fl.Offset
+	}
+	formatErr := eventheader.CheckFormat(names, types, offs)
+	for _, s := range t.sources {
+		if s.src.Kind != tpsource.EventHeader || !ehSelects(&s.src, tp) {
 			continue
 		}
-		names, types, offs := make([]string, len(f.Fields)), make([]string, len(f.Fields)), make([]int, len(f.Fields))
-		for k, fl := range f.Fields {
-			names[k], types[k], offs[k] = fl.Name, fl.Type, fl.Offset
-		}
-		if err := eventheader.CheckFormat(names, types, offs); err != nil {
-			t.problem(s, ev, "not an EventHeader tracepoint: "+err.Error())
+		if formatErr != nil {
+			t.problem(s, ev, "not an EventHeader tracepoint: "+formatErr.Error())
 			continue
 		}
-		if int(tpv.N) == len(tpv.Mapping) {
-			t.problem(s, ev, fmt.Sprintf("more than %d sources take this tracepoint", len(tpv.Mapping)))
+		if int(tpv.N)+len(s.ehMappings) > len(tpv.Mapping) {
+			t.problem(s, ev, fmt.Sprintf("more than %d event mappings on this tracepoint", len(tpv.Mapping)))
 			continue
 		}
-		tpv.Mapping[tpv.N] = uint32(i)
-		tpv.N++
+		for _, m := range s.ehMappings {
+			tpv.Mapping[tpv.N] = m
+			tpv.N++
+		}
 		users = append(users, s)
 	}
 	if len(users) == 0 {

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Spans from the fields of a tracepoint event, whatever decoded them (the
+ * fixed offsets of a user_event's format, or an EventHeader walk): the
+ * roles of internal/tpsource. A single event carries its duration; a start
+ * event records when it ran (and the span's name, when spans are named by a
+ * field) in an in-flight map keyed by source, process and thread or key
+ * field; the end event times the span from it. The status value of the
+ * single or end event marks an error when nonzero.
+ *
+ * The including object defines the in-flight map (an LRU hash of struct
+ * tp_inflight_key -> struct tp_inflight) and passes it in.
+ */
+#ifndef SPANWATCH_TPSPAN_H
+#define SPANWATCH_TPSPAN_H
+
+enum tp_role {
+	TP_SINGLE = 1,
+	TP_START = 2,
+	TP_END = 3,
+};
+
+enum tp_result {
+	TP_OK = 0,
+	TP_UNPAIRED,	  /* an end without its start */
+	TP_INFLIGHT_FULL, /* a start could not be recorded */
+};
+
+/* What a decoder fetched from one event, for one source. */
+struct tp_vals {
+	__u64 duration; /* a single event's, in ns */
+	__u64 key;	/* pairs by key: the key field */
+	__u64 status;	/* nonzero: an error */
+	__u32 have_name; /* name holds the span name read from the event */
+	__u32 by_key;	 /* pair by key, not by thread */
+	char name[SPAN_NAME_LEN];
+};
+
+struct tp_inflight_key {
+	__u32 source;
+	__u32 tgid;
+	__u64 key; /* thread id, or the key field */
+};
+
+struct tp_inflight {
+	__u64 start_ns;
+	__u32 have_name;
+	__u32 _pad;
+	char name[SPAN_NAME_LEN];
+};
+
+/*
+ * tp_span plays role for source with the values v (fixed: the span name
+ * when neither event names it), at time now, building the span in ev and
+ * handing it to the core with source id src_id.
+ */
+static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u32 source, const char *fixed,
+				     struct tp_vals *v, struct span_event *ev, __u64 now, __u32 src_id)
+{
+	struct tp_inflight_key k = {};
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+
+	k.source = source;
+	k.tgid = pid_tgid >> 32;
+	k.key = v->by_key ? v->key : (__u32)pid_tgid;
+	if (role == TP_START) {
+		struct tp_inflight in = {};
+		in.start_ns = now;
+		if (v->have_name) {
+			in.have_name = 1;
+			__builtin_memcpy(in.name, v->name, sizeof(in.name));
+		}
+		if (bpf_map_update_elem(inflight, &k, &in, BPF_ANY))
+			return TP_INFLIGHT_FULL;
+		return TP_OK;
+	}
+	__builtin_memset(ev, 0, sizeof(*ev));
+	if (role == TP_END) {
+		struct tp_inflight *in = bpf_map_lookup_elem(inflight, &k);
+		if (!in)
+			return TP_UNPAIRED;
+		__u32 have_name = in->have_name;
+		ev->duration_ns = now - in->start_ns;
+		if (have_name)
+			__builtin_memcpy(ev->name, in->name, sizeof(ev->name));
+		bpf_map_delete_elem(inflight, &k);
+		if (!have_name) {
+			if (v->have_name)
+				__builtin_memcpy(ev->name, v->name, sizeof(ev->name));
+			else
+				__builtin_memcpy(ev->name, fixed, sizeof(ev->name));
+		}
+	} else {
+		ev->duration_ns = v->duration;
+		if (v->have_name)
+			__builtin_memcpy(ev->name, v->name, sizeof(ev->name));
+		else
+			__builtin_memcpy(ev->name, fixed, sizeof(ev->name));
+	}
+	ev->status = v->status ? SPAN_STATUS_ERROR : SPAN_STATUS_OK;
+	span_aggregate(ctx, ev, src_id);
+	return TP_OK;
+}
+
+/*
+ * tp_copy_name copies len bytes at src (a buffer readable up to
+ * SPAN_NAME_LEN past it) into dst as a span name: cut to SPAN_NAME_LEN - 1
+ * bytes on a UTF-8 character boundary. Returns 1 when it cut.
+ */
+static __always_inline int tp_copy_name(char *dst, const __u8 *src, __u32 len)
+{
+	int cut = 0;
+
+	if (len > SPAN_NAME_LEN - 1) {
+		len = SPAN_NAME_LEN - 1;
+#pragma unroll
+		for (int k = 0; k < 3; k++)
+			if ((src[len & (SPAN_NAME_LEN - 1)] & 0xc0) == 0x80)
+				len--;
+			else
+				break;
+		cut = 1;
+	}
+	len &= SPAN_NAME_LEN - 1;
+	asm volatile("" : "+r"(len));
+	if (len)
+		bpf_probe_read_kernel(dst, len & (SPAN_NAME_LEN - 1), src);
+	return cut;
+}
+
+#endif
