@@ -22,23 +22,6 @@ import (
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
-// TracepointConfig configures AttachTracepoints.
-type TracepointConfig struct {
-	// DiscoverInterval is how often tracefs is listed for events that
-	// appeared (default 1s): an event registered after the agent started
-	// is picked up within it.
-	DiscoverInterval time.Duration
-	// MissingAfter is how long a source may wait for its events before it
-	// is reported as missing, once (default 30s). It keeps waiting.
-	MissingAfter time.Duration
-	// TracefsDir is where tracefs is mounted; default: found or mounted
-	// by userevents.TracefsDir.
-	TracefsDir string
-
-	// test loads the test programs of the objects and attaches nothing.
-	test bool
-}
-
 // Tracepoints are the span sources on user_events tracepoints of a rule
 // file (internal/tpsource), attached to a collector's aggregation core:
 // generic user_events, cast by the field offsets of their format files,
@@ -70,17 +53,6 @@ type tpSourceState struct {
 	attached   []string          // tracepoints the source reads
 	problems   map[string]string // by tracepoint: why it could not be read
 	warned     bool              // reported as missing
-}
-
-// TracepointStatus is what became of one source.
-type TracepointStatus struct {
-	Source string
-	Pos    string
-	// Tracepoints are those the source reads now.
-	Tracepoints []string
-	// Problems say why an event of the source could not be read, by
-	// tracepoint.
-	Problems map[string]string
 }
 
 // AttachTracepoints loads the BPF objects the sources need beside the

@@ -109,6 +109,13 @@ func runAgent(ctx context.Context, cfg agentConfig) error {
 	if usdtTracer != nil {
 		defer usdtTracer.Close()
 	}
+	tracepoints, err := attachTracepoints(ctx, col, cfg.rules)
+	if err != nil {
+		return err
+	}
+	if tracepoints != nil {
+		defer tracepoints.Close()
+	}
 	if ok, how := col.UserEventsAttached(); ok {
 		log.Info("user_events_attached", "method", how)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/policy"
 )
@@ -70,4 +71,18 @@ func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Con
 		}
 	}()
 	return &usdtSources{tracer: t, watcher: w}, nil
+}
+
+// attachTracepoints attaches the user_events: and eventheader: sources of
+// the rule file's sources: section; nil when there are none. Their events
+// need not exist yet: they are attached when a process registers them.
+func attachTracepoints(ctx context.Context, col *collector.Collector, rules *policy.Config) (*collector.Tracepoints, error) {
+	if rules.Sources.Kind == 0 {
+		return nil, nil
+	}
+	srcs, err := tpsource.ParseSources(rules.Name, &rules.Sources)
+	if err != nil || len(srcs) == 0 {
+		return nil, err
+	}
+	return col.AttachTracepoints(ctx, srcs, collector.TracepointConfig{})
 }
