@@ -585,3 +585,70 @@ func mustGoldenB(b testing.TB, name string) []byte {
 	}
 	return p
 }
+
+// TestUserEventsMultiFormat: one name registered in two formats with
+// USER_EVENT_REG_MULTI_FORMAT (6.9+) is two tracepoints in
+// user_events_multi (NAME.ID), each bound by its own format's offsets.
+func TestUserEventsMultiFormat(t *testing.T) {
+	r := newTPRig(t, `
+user_events:
+  - event: uev_multi
+    span: multi
+    duration_field: dur_ns
+    status_field: failed
+`)
+	if _, done := runProg(t, "multi", "300"); done != "done 600" {
+		t.Fatalf("uevprog: %s", done)
+	}
+	if sr := r.series(t)["multi"]; sr.Count != 600 || sr.Errors != 150 || sr.SumNs != 600_000 {
+		t.Errorf("multi: %+v, want 600 spans of 1000 ns, 150 errors", sr)
+	}
+	if st := r.tp.Status(); len(st[0].Tracepoints) != 2 || !strings.HasPrefix(st[0].Tracepoints[0], "user_events_multi:uev_multi.") {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// progSays runs uevprog and returns the first line it printed.
+func progSays(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("testdata/uevprog.static", args...).Output()
+	if err != nil {
+		t.Fatalf("uevprog %v: %v (%q)", args, err, out)
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return first
+}
+
+// TestKernelFact_WatchedEventKeepsItsFormat: while spanwatch holds perf
+// events on a user_event, the kernel keeps the event after the process
+// that registered it exits, so a program that registers the name again
+// with another format is refused (EADDRINUSE); once spanwatch lets go,
+// the event is deleted and the new format registers.
+// (docs/tracepoint-sources.md tells programs to use
+// USER_EVENT_REG_MULTI_FORMAT.) The registering is done by other
+// processes: a process's user_events_data descriptor keeps a reference on
+// every event registered through it until it is closed.
+func TestKernelFact_WatchedEventKeepsItsFormat(t *testing.T) {
+	r := newTPRig(t, `
+user_events:
+  - event: uev_fmt
+    span: fmt
+    duration_field: a
+`)
+	if got := progSays(t, "fmt", "a"); got != "registered" {
+		t.Fatalf("format a: %s", got)
+	}
+	if got := progSays(t, "fmt", "b"); got != "eaddrinuse" {
+		t.Fatalf("format b while spanwatch watches the event: %s, want eaddrinuse (kernel %s changed?)", got, uname())
+	}
+	r.tp.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got := progSays(t, "fmt", "b")
+		if got == "registered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("format b after spanwatch let go: %s", got)
+		}
+	}
+}

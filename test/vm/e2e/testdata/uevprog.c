@@ -8,6 +8,13 @@
 //                      N spans, durations i*1000 ns, routes /a and /b, every
 //                      10th failed; then 3 slow spans (50 ms) on /slow written
 //                      from slow_leaf, called through slow_mid from main
+//   uevprog multi N    uev_multi registered twice with USER_EVENT_REG_MULTI_FORMAT
+//                      (kernel 6.9+), in two formats: "u64 dur_ns; u32 failed"
+//                      and "u32 pad; u64 dur_ns; u32 failed"; N spans of 1000 ns
+//                      on each, every 4th failed
+//   uevprog fmt a|b    registers uev_fmt as "u32 a" (and waits to be enabled)
+//                      or as "u64 b" (and does not); prints "eaddrinuse"
+//                      instead of "registered" when the kernel refuses it so
 //   uevprog pair N     uev_begin: u64 req_id; __rel_loc char[] route
 //                      uev_end:   u64 req_id; u32 failed
 //                      N requests of about 1 ms, begun two at a time and
@@ -43,12 +50,15 @@ struct user_reg {
 static int data_fd = -1;
 static volatile uint32_t enabled[4]; /* one word per event: the kernel sets bit 0 */
 
-static uint32_t reg(const char *args, int slot)
+#define USER_EVENT_REG_MULTI_FORMAT (1U << 1)
+
+static uint32_t reg_flags(const char *args, int slot, uint16_t flags)
 {
 	struct user_reg r = {
 		.size = sizeof(r),
 		.enable_bit = 0,
 		.enable_size = 4,
+		.flags = flags,
 		.enable_addr = (uint64_t)(uintptr_t)&enabled[slot],
 		.name_args = (uint64_t)(uintptr_t)args,
 	};
@@ -57,6 +67,11 @@ static uint32_t reg(const char *args, int slot)
 		exit(2);
 	}
 	return r.write_index;
+}
+
+static uint32_t reg(const char *args, int slot)
+{
+	return reg_flags(args, slot, 0);
 }
 
 static void wait_enabled(int n)
@@ -118,6 +133,53 @@ static void single(int n)
 	for (int i = 0; i < 3; i++)
 		slow_mid();
 	printf("done %d\n", n + 3);
+	/* Stay a moment, so the collector can read this process's maps to
+	 * name the frames of the overrun stacks (stacks of processes that
+	 * already exited are another matter). */
+	fflush(stdout);
+	sleep_ns(1000L * 1000 * 1000);
+}
+
+static void multi(int n)
+{
+	uint32_t a = reg_flags("uev_multi u64 dur_ns; u32 failed", 0, USER_EVENT_REG_MULTI_FORMAT);
+	uint32_t b = reg_flags("uev_multi u32 pad; u64 dur_ns; u32 failed", 1, USER_EVENT_REG_MULTI_FORMAT);
+	printf("registered\n");
+	fflush(stdout);
+	wait_enabled(2);
+	for (int i = 1; i <= n; i++) {
+		uint64_t dur = 1000;
+		uint32_t failed = i % 4 == 0, pad = 0xffffffff;
+		struct iovec ia[] = {{&a, 4}, {&dur, 8}, {&failed, 4}};
+		struct iovec ib[] = {{&b, 4}, {&pad, 4}, {&dur, 8}, {&failed, 4}};
+		writev(data_fd, ia, 3);
+		writev(data_fd, ib, 4);
+	}
+	printf("done %d\n", 2 * n);
+}
+
+static void fmt(const char *which)
+{
+	int a = which[0] == 'a';
+	struct user_reg r = {
+		.size = sizeof(r),
+		.enable_size = 4,
+		.enable_addr = (uint64_t)(uintptr_t)&enabled[0],
+		.name_args = (uint64_t)(uintptr_t)(a ? "uev_fmt u32 a" : "uev_fmt u64 b"),
+	};
+	if (ioctl(data_fd, DIAG_IOCSREG, &r) < 0) {
+		if (errno == EADDRINUSE) {
+			printf("eaddrinuse\ndone 0\n");
+			return;
+		}
+		fprintf(stderr, "register uev_fmt: %s\n", strerror(errno));
+		exit(2);
+	}
+	printf("registered\n");
+	fflush(stdout);
+	if (a)
+		wait_enabled(1);
+	printf("done 0\n");
 }
 
 static void pair(int n)
@@ -158,8 +220,15 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int n = atoi(argv[2]);
+	if (!strcmp(argv[1], "fmt")) {
+		fmt(argv[2]);
+		fflush(stdout);
+		return 0;
+	}
 	if (!strcmp(argv[1], "single"))
 		single(n);
+	else if (!strcmp(argv[1], "multi"))
+		multi(n);
 	else
 		pair(n);
 	fflush(stdout);
