@@ -27,19 +27,14 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-#ifndef SOURCE_EVENTHEADER
-#define SOURCE_EVENTHEADER 5
-#endif
-
 #define TRACE_ENTRY_SIZE 8
 #define EH_TP_MAPPINGS 8
 #define EH_MAX_MAPPINGS 256
 
-/* Counters past the reasons. */
-#define EH_COUNT_NAMES_TRUNCATED (EH_NUM_REASONS + 0)
-#define EH_COUNT_READ_ERRORS (EH_NUM_REASONS + 1)
-#define EH_COUNT_INFLIGHT_FULL (EH_NUM_REASONS + 2)
-#define EH_COUNTERS (EH_NUM_REASONS + 3)
+/* Counters past the reasons. (Names cut to fit are counted by the core.) */
+#define EH_COUNT_READ_ERRORS (EH_NUM_REASONS + 0)
+#define EH_COUNT_INFLIGHT_FULL (EH_NUM_REASONS + 1)
+#define EH_COUNTERS (EH_NUM_REASONS + 2)
 #define EH_MAX_INFLIGHT 65536
 #define EH_NO_FIELD 0xff
 
@@ -144,8 +139,7 @@ static __always_inline __u32 eh_span(void *ctx, struct eh_percpu *pc)
 	r = eh_str(w, EH_SPAN_NAME, &off, &len);
 	if (r)
 		return r;
-	if (tp_copy_name(ev->name, &buf->b[off & EH_BUF_MASK], len))
-		eh_count(EH_COUNT_NAMES_TRUNCATED);
+	tp_copy_name(ev->name, &buf->b[off & EH_BUF_MASK], len);
 
 	r = eh_str(w, EH_SPAN_END, &off, &len);
 	if (r)
@@ -210,8 +204,7 @@ static __always_inline __u32 eh_fields(void *ctx, struct eh_percpu *pc, const st
 		r = eh_str(w, m->idx_name, &off, &len);
 		if (r)
 			return r;
-		if (tp_copy_name(v->name, &buf->b[off & EH_BUF_MASK], len))
-			eh_count(EH_COUNT_NAMES_TRUNCATED);
+		tp_copy_name(v->name, &buf->b[off & EH_BUF_MASK], len);
 		v->have_name = 1;
 	}
 	if (m->idx_duration != EH_NO_FIELD) {

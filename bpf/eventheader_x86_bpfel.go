@@ -20,6 +20,34 @@ type EventheaderBudget struct {
 	Pad      uint32
 }
 
+type EventheaderBudgetGlob struct {
+	_    structs.HostLayout
+	B    EventheaderBudget
+	Len  uint8
+	Neg  uint8
+	Pad  [6]uint8
+	Kind [64]uint8
+	Lit  [64]uint8
+}
+
+type EventheaderCellChunk struct {
+	_    structs.HostLayout
+	Cell [8]uint64
+}
+
+type EventheaderCoreState struct {
+	_              structs.HostLayout
+	NextSlot       uint64
+	Line           [7]uint64
+	OtherNameId    uint64
+	SeriesMax      uint32
+	CellChunksMask uint32
+	DefaultQuota   uint32
+	BudgetGen      uint32
+	GlobCount      uint32
+	Pad            uint32
+}
+
 type EventheaderEhMapping struct {
 	_           structs.HostLayout
 	Event       uint64
@@ -33,7 +61,7 @@ type EventheaderEhMapping struct {
 	IdxKey      uint8
 	IdxStatus   uint8
 	Pad         uint32
-	Name        [64]int8
+	Name        [128]int8
 }
 
 type EventheaderEhPercpu struct {
@@ -76,7 +104,8 @@ type EventheaderEhPercpu struct {
 		Flags      uint32
 		TraceId    [16]uint8
 		SpanId     [8]uint8
-		Name       [64]int8
+		ExecId     uint64
+		Name       [128]int8
 	}
 	V struct {
 		_        structs.HostLayout
@@ -85,7 +114,7 @@ type EventheaderEhPercpu struct {
 		Status   uint64
 		HaveName uint32
 		ByKey    uint32
-		Name     [64]int8
+		Name     [128]int8
 	}
 }
 
@@ -125,28 +154,33 @@ type EventheaderEhTracepoint struct {
 	Mapping [8]uint32
 }
 
-type EventheaderSpanAgg struct {
-	_           structs.HostLayout
-	Count       uint64
-	Errors      uint64
-	SumNs       uint64
-	MaxNs       uint64
-	OverBudget  uint64
-	BudgetNs    uint64
-	BudgetFlags uint32
-	BudgetGen   uint32
-	Hist        [288]uint64
+type EventheaderSeriesKey struct {
+	_        structs.HostLayout
+	NameId   uint64
+	CgroupId uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Kind     uint8
+	Other    uint8
+	Pad      uint32
+}
+
+type EventheaderSeriesSlot struct {
+	_          structs.HostLayout
+	State      uint64
+	Key        EventheaderSeriesKey
+	Count      uint64
+	Errors     uint64
+	Sum        uint64
+	OverBudget uint64
+	MinInv     uint64
+	Max        uint64
+	Budget     uint64
 }
 
 type EventheaderSpanName struct {
 	_    structs.HostLayout
-	Name [64]int8
-}
-
-type EventheaderStatsKey struct {
-	_        structs.HostLayout
-	NameId   uint64
-	CgroupId uint64
+	Name [128]int8
 }
 
 type EventheaderTpInflight struct {
@@ -154,7 +188,7 @@ type EventheaderTpInflight struct {
 	StartNs  uint64
 	HaveName uint32
 	Pad      uint32
-	Name     [64]int8
+	Name     [128]int8
 }
 
 type EventheaderTpInflightKey struct {
@@ -168,8 +202,14 @@ type EventheaderTpInflightKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	EventheaderMapBudgetGen            = "budget_gen"
+	EventheaderMapBudgetGlobs          = "budget_globs"
 	EventheaderMapBudgets              = "budgets"
+	EventheaderMapCellDirty            = "cell_dirty"
+	EventheaderMapCells                = "cells"
+	EventheaderMapCgCreated            = "cg_created"
+	EventheaderMapCgQuota              = "cg_quota"
+	EventheaderMapCgReleased           = "cg_released"
+	EventheaderMapCore                 = "core"
 	EventheaderMapCounters             = "counters"
 	EventheaderMapEhCounters           = "eh_counters"
 	EventheaderMapEhInflight           = "eh_inflight"
@@ -177,10 +217,12 @@ const (
 	EventheaderMapEhPercpu             = "eh_percpu"
 	EventheaderMapEhTestInput          = "eh_test_input"
 	EventheaderMapEhTracepoints        = "eh_tracepoints"
+	EventheaderMapFreeSlots            = "free_slots"
 	EventheaderMapNames                = "names"
 	EventheaderMapOverruns             = "overruns"
-	EventheaderMapSpanStats            = "span_stats"
-	EventheaderMapZeroStats            = "zero_stats"
+	EventheaderMapSeries               = "series"
+	EventheaderMapSeriesDirty          = "series_dirty"
+	EventheaderMapSeriesIndex          = "series_index"
 	EventheaderProgEhFentryPerfTpEvent = "eh_fentry_perf_tp_event"
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
@@ -241,8 +283,14 @@ type EventheaderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EventheaderMapSpecs struct {
-	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells         *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	Core          *ebpf.MapSpec `ebpf:"core"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	EhCounters    *ebpf.MapSpec `ebpf:"eh_counters"`
 	EhInflight    *ebpf.MapSpec `ebpf:"eh_inflight"`
@@ -250,10 +298,12 @@ type EventheaderMapSpecs struct {
 	EhPercpu      *ebpf.MapSpec `ebpf:"eh_percpu"`
 	EhTestInput   *ebpf.MapSpec `ebpf:"eh_test_input"`
 	EhTracepoints *ebpf.MapSpec `ebpf:"eh_tracepoints"`
+	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
 	Names         *ebpf.MapSpec `ebpf:"names"`
 	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
-	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
+	Series        *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
 }
 
 // EventheaderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -286,8 +336,14 @@ func (o *EventheaderObjects) Close() error {
 //
 // It can be passed to LoadEventheaderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EventheaderMaps struct {
-	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
+	Cells         *ebpf.Map `ebpf:"cells"`
+	CgCreated     *ebpf.Map `ebpf:"cg_created"`
+	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	Core          *ebpf.Map `ebpf:"core"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	EhCounters    *ebpf.Map `ebpf:"eh_counters"`
 	EhInflight    *ebpf.Map `ebpf:"eh_inflight"`
@@ -295,16 +351,24 @@ type EventheaderMaps struct {
 	EhPercpu      *ebpf.Map `ebpf:"eh_percpu"`
 	EhTestInput   *ebpf.Map `ebpf:"eh_test_input"`
 	EhTracepoints *ebpf.Map `ebpf:"eh_tracepoints"`
+	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
 	Names         *ebpf.Map `ebpf:"names"`
 	Overruns      *ebpf.Map `ebpf:"overruns"`
-	SpanStats     *ebpf.Map `ebpf:"span_stats"`
-	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
+	Series        *ebpf.Map `ebpf:"series"`
+	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
 }
 
 func (m *EventheaderMaps) Close() error {
 	return _EventheaderClose(
-		m.BudgetGen,
+		m.BudgetGlobs,
 		m.Budgets,
+		m.CellDirty,
+		m.Cells,
+		m.CgCreated,
+		m.CgQuota,
+		m.CgReleased,
+		m.Core,
 		m.Counters,
 		m.EhCounters,
 		m.EhInflight,
@@ -312,10 +376,12 @@ func (m *EventheaderMaps) Close() error {
 		m.EhPercpu,
 		m.EhTestInput,
 		m.EhTracepoints,
+		m.FreeSlots,
 		m.Names,
 		m.Overruns,
-		m.SpanStats,
-		m.ZeroStats,
+		m.Series,
+		m.SeriesDirty,
+		m.SeriesIndex,
 	)
 }
 

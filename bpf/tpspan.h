@@ -103,29 +103,21 @@ static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u3
 }
 
 /*
- * tp_copy_name copies len bytes at src (a buffer readable up to
- * SPAN_NAME_LEN past it) into dst as a span name: cut to SPAN_NAME_LEN - 1
- * bytes on a UTF-8 character boundary. Returns 1 when it cut.
+ * tp_copy_name copies a name of len bytes at src (a buffer readable up to
+ * SPAN_NAME_LEN past it) into dst, SPAN_NAME_LEN bytes zeroed by the
+ * caller: all of it when it fits, else its first SPAN_NAME_LEN bytes, so
+ * that the core's name_cut() (aggregate.h) finds the byte past the cut and
+ * cuts on a UTF-8 character boundary, and counts the cut.
  */
-static __always_inline int tp_copy_name(char *dst, const __u8 *src, __u32 len)
+static __always_inline void tp_copy_name(char *dst, const __u8 *src, __u32 len)
 {
-	int cut = 0;
-
-	if (len > SPAN_NAME_LEN - 1) {
-		len = SPAN_NAME_LEN - 1;
-#pragma unroll
-		for (int k = 0; k < 3; k++)
-			if ((src[len & (SPAN_NAME_LEN - 1)] & 0xc0) == 0x80)
-				len--;
-			else
-				break;
-		cut = 1;
-	}
-	len &= SPAN_NAME_LEN - 1;
+	if (len > SPAN_NAME_LEN)
+		len = SPAN_NAME_LEN;
 	asm volatile("" : "+r"(len));
+	if (len > SPAN_NAME_LEN)
+		return;
 	if (len)
-		bpf_probe_read_kernel(dst, len & (SPAN_NAME_LEN - 1), src);
-	return cut;
+		bpf_probe_read_kernel(dst, len, src);
 }
 
 #endif

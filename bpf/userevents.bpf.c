@@ -28,10 +28,6 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-#ifndef SOURCE_USER_EVENT_FIELDS
-#define SOURCE_USER_EVENT_FIELDS 4
-#endif
-
 #define TRACE_ENTRY_SIZE 8
 #define UE_BUF_SIZE 4096 /* bytes of a record copied */
 #define UE_BUF_MASK (UE_BUF_SIZE - 1)
@@ -63,7 +59,6 @@ enum ue_reason {
 	UE_UNPAIRED,	    /* an end without its start */
 	UE_READ_ERROR,	    /* the record could not be copied */
 	UE_INFLIGHT_FULL,   /* a start could not be recorded */
-	UE_NAMES_TRUNCATED, /* (not an ending) names cut to fit */
 	UE_NUM_COUNTERS,
 };
 
@@ -191,8 +186,7 @@ static __always_inline __u32 ue_name(const struct ue_percpu *pc, __u32 n, const 
 		if (len && pc->buf[(off + len - 1) & UE_BUF_MASK] == 0)
 			len--; /* the kernel checks char data ends in a NUL */
 	}
-	if (tp_copy_name(dst, &pc->buf[off & UE_BUF_MASK], len))
-		ue_count(UE_NAMES_TRUNCATED);
+	tp_copy_name(dst, &pc->buf[off & UE_BUF_MASK], len);
 	return UE_OK;
 }
 
@@ -314,3 +308,4 @@ const struct ue_test_in *unused_ue_test_in __attribute__((unused));
 const enum ue_reason *unused_ue_reason __attribute__((unused));
 const enum ue_kind *unused_ue_kind __attribute__((unused));
 const enum ue_role_kind *unused_ue_role_kind __attribute__((unused));
+const enum span_source *unused_span_source __attribute__((unused));

@@ -20,36 +20,79 @@ type UsereventsBudget struct {
 	Pad      uint32
 }
 
-type UsereventsSpanAgg struct {
-	_           structs.HostLayout
-	Count       uint64
-	Errors      uint64
-	SumNs       uint64
-	MaxNs       uint64
-	OverBudget  uint64
-	BudgetNs    uint64
-	BudgetFlags uint32
-	BudgetGen   uint32
-	Hist        [288]uint64
+type UsereventsBudgetGlob struct {
+	_    structs.HostLayout
+	B    UsereventsBudget
+	Len  uint8
+	Neg  uint8
+	Pad  [6]uint8
+	Kind [64]uint8
+	Lit  [64]uint8
+}
+
+type UsereventsCellChunk struct {
+	_    structs.HostLayout
+	Cell [8]uint64
+}
+
+type UsereventsCoreState struct {
+	_              structs.HostLayout
+	NextSlot       uint64
+	Line           [7]uint64
+	OtherNameId    uint64
+	SeriesMax      uint32
+	CellChunksMask uint32
+	DefaultQuota   uint32
+	BudgetGen      uint32
+	GlobCount      uint32
+	Pad            uint32
+}
+
+type UsereventsSeriesKey struct {
+	_        structs.HostLayout
+	NameId   uint64
+	CgroupId uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Kind     uint8
+	Other    uint8
+	Pad      uint32
+}
+
+type UsereventsSeriesSlot struct {
+	_          structs.HostLayout
+	State      uint64
+	Key        UsereventsSeriesKey
+	Count      uint64
+	Errors     uint64
+	Sum        uint64
+	OverBudget uint64
+	MinInv     uint64
+	Max        uint64
+	Budget     uint64
 }
 
 type UsereventsSpanName struct {
 	_    structs.HostLayout
-	Name [64]int8
+	Name [128]int8
 }
 
-type UsereventsStatsKey struct {
-	_        structs.HostLayout
-	NameId   uint64
-	CgroupId uint64
-}
+type UsereventsSpanSource uint32
+
+const (
+	UsereventsSpanSourceSOURCE_USER_EVENTS       UsereventsSpanSource = 1
+	UsereventsSpanSourceSOURCE_MARKER            UsereventsSpanSource = 2
+	UsereventsSpanSourceSOURCE_USDT              UsereventsSpanSource = 3
+	UsereventsSpanSourceSOURCE_EVENTHEADER       UsereventsSpanSource = 4
+	UsereventsSpanSourceSOURCE_USER_EVENT_FIELDS UsereventsSpanSource = 5
+)
 
 type UsereventsTpInflight struct {
 	_        structs.HostLayout
 	StartNs  uint64
 	HaveName uint32
 	Pad      uint32
-	Name     [64]int8
+	Name     [128]int8
 }
 
 type UsereventsTpInflightKey struct {
@@ -87,7 +130,7 @@ const (
 
 type UsereventsUePercpu struct {
 	_   structs.HostLayout
-	Buf [4160]uint8
+	Buf [4224]uint8
 	Ev  struct {
 		_          structs.HostLayout
 		DurationNs uint64
@@ -96,7 +139,8 @@ type UsereventsUePercpu struct {
 		Flags      uint32
 		TraceId    [16]uint8
 		SpanId     [8]uint8
-		Name       [64]int8
+		ExecId     uint64
+		Name       [128]int8
 	}
 	V struct {
 		_        structs.HostLayout
@@ -105,21 +149,20 @@ type UsereventsUePercpu struct {
 		Status   uint64
 		HaveName uint32
 		ByKey    uint32
-		Name     [64]int8
+		Name     [128]int8
 	}
 }
 
 type UsereventsUeReason uint32
 
 const (
-	UsereventsUeReasonUE_OK              UsereventsUeReason = 0
-	UsereventsUeReasonUE_SHORT           UsereventsUeReason = 1
-	UsereventsUeReasonUE_BAD_LOC         UsereventsUeReason = 2
-	UsereventsUeReasonUE_UNPAIRED        UsereventsUeReason = 3
-	UsereventsUeReasonUE_READ_ERROR      UsereventsUeReason = 4
-	UsereventsUeReasonUE_INFLIGHT_FULL   UsereventsUeReason = 5
-	UsereventsUeReasonUE_NAMES_TRUNCATED UsereventsUeReason = 6
-	UsereventsUeReasonUE_NUM_COUNTERS    UsereventsUeReason = 7
+	UsereventsUeReasonUE_OK            UsereventsUeReason = 0
+	UsereventsUeReasonUE_SHORT         UsereventsUeReason = 1
+	UsereventsUeReasonUE_BAD_LOC       UsereventsUeReason = 2
+	UsereventsUeReasonUE_UNPAIRED      UsereventsUeReason = 3
+	UsereventsUeReasonUE_READ_ERROR    UsereventsUeReason = 4
+	UsereventsUeReasonUE_INFLIGHT_FULL UsereventsUeReason = 5
+	UsereventsUeReasonUE_NUM_COUNTERS  UsereventsUeReason = 6
 )
 
 type UsereventsUeRole struct {
@@ -142,7 +185,7 @@ const (
 
 type UsereventsUeSource struct {
 	_    structs.HostLayout
-	Name [64]int8
+	Name [128]int8
 }
 
 type UsereventsUeTestIn struct {
@@ -156,22 +199,31 @@ type UsereventsUeTestIn struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	UsereventsMapBudgetGen            = "budget_gen"
+	UsereventsMapBudgetGlobs          = "budget_globs"
 	UsereventsMapBudgets              = "budgets"
+	UsereventsMapCellDirty            = "cell_dirty"
+	UsereventsMapCells                = "cells"
+	UsereventsMapCgCreated            = "cg_created"
+	UsereventsMapCgQuota              = "cg_quota"
+	UsereventsMapCgReleased           = "cg_released"
+	UsereventsMapCore                 = "core"
 	UsereventsMapCounters             = "counters"
+	UsereventsMapFreeSlots            = "free_slots"
 	UsereventsMapNames                = "names"
 	UsereventsMapOverruns             = "overruns"
-	UsereventsMapSpanStats            = "span_stats"
+	UsereventsMapSeries               = "series"
+	UsereventsMapSeriesDirty          = "series_dirty"
+	UsereventsMapSeriesIndex          = "series_index"
 	UsereventsMapUeCounters           = "ue_counters"
 	UsereventsMapUeEvents             = "ue_events"
 	UsereventsMapUeInflight           = "ue_inflight"
 	UsereventsMapUePercpu             = "ue_percpu"
 	UsereventsMapUeSources            = "ue_sources"
 	UsereventsMapUeTestInput          = "ue_test_input"
-	UsereventsMapZeroStats            = "zero_stats"
 	UsereventsProgUeFentryPerfTpEvent = "ue_fentry_perf_tp_event"
 	UsereventsProgUeKprobePerfTpEvent = "ue_kprobe_perf_tp_event"
 	UsereventsProgUeTest              = "ue_test"
+	UsereventsVarUnusedSpanSource     = "unused_span_source"
 	UsereventsVarUnusedUeEvent        = "unused_ue_event"
 	UsereventsVarUnusedUeKind         = "unused_ue_kind"
 	UsereventsVarUnusedUeReason       = "unused_ue_reason"
@@ -231,25 +283,34 @@ type UsereventsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsereventsMapSpecs struct {
-	BudgetGen   *ebpf.MapSpec `ebpf:"budget_gen"`
+	BudgetGlobs *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets     *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty   *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells       *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated   *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota     *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased  *ebpf.MapSpec `ebpf:"cg_released"`
+	Core        *ebpf.MapSpec `ebpf:"core"`
 	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots   *ebpf.MapSpec `ebpf:"free_slots"`
 	Names       *ebpf.MapSpec `ebpf:"names"`
 	Overruns    *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats   *ebpf.MapSpec `ebpf:"span_stats"`
+	Series      *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex *ebpf.MapSpec `ebpf:"series_index"`
 	UeCounters  *ebpf.MapSpec `ebpf:"ue_counters"`
 	UeEvents    *ebpf.MapSpec `ebpf:"ue_events"`
 	UeInflight  *ebpf.MapSpec `ebpf:"ue_inflight"`
 	UePercpu    *ebpf.MapSpec `ebpf:"ue_percpu"`
 	UeSources   *ebpf.MapSpec `ebpf:"ue_sources"`
 	UeTestInput *ebpf.MapSpec `ebpf:"ue_test_input"`
-	ZeroStats   *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // UsereventsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsereventsVariableSpecs struct {
+	UnusedSpanSource *ebpf.VariableSpec `ebpf:"unused_span_source"`
 	UnusedUeEvent    *ebpf.VariableSpec `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.VariableSpec `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.VariableSpec `ebpf:"unused_ue_reason"`
@@ -278,36 +339,52 @@ func (o *UsereventsObjects) Close() error {
 //
 // It can be passed to LoadUsereventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsereventsMaps struct {
-	BudgetGen   *ebpf.Map `ebpf:"budget_gen"`
+	BudgetGlobs *ebpf.Map `ebpf:"budget_globs"`
 	Budgets     *ebpf.Map `ebpf:"budgets"`
+	CellDirty   *ebpf.Map `ebpf:"cell_dirty"`
+	Cells       *ebpf.Map `ebpf:"cells"`
+	CgCreated   *ebpf.Map `ebpf:"cg_created"`
+	CgQuota     *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased  *ebpf.Map `ebpf:"cg_released"`
+	Core        *ebpf.Map `ebpf:"core"`
 	Counters    *ebpf.Map `ebpf:"counters"`
+	FreeSlots   *ebpf.Map `ebpf:"free_slots"`
 	Names       *ebpf.Map `ebpf:"names"`
 	Overruns    *ebpf.Map `ebpf:"overruns"`
-	SpanStats   *ebpf.Map `ebpf:"span_stats"`
+	Series      *ebpf.Map `ebpf:"series"`
+	SeriesDirty *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex *ebpf.Map `ebpf:"series_index"`
 	UeCounters  *ebpf.Map `ebpf:"ue_counters"`
 	UeEvents    *ebpf.Map `ebpf:"ue_events"`
 	UeInflight  *ebpf.Map `ebpf:"ue_inflight"`
 	UePercpu    *ebpf.Map `ebpf:"ue_percpu"`
 	UeSources   *ebpf.Map `ebpf:"ue_sources"`
 	UeTestInput *ebpf.Map `ebpf:"ue_test_input"`
-	ZeroStats   *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *UsereventsMaps) Close() error {
 	return _UsereventsClose(
-		m.BudgetGen,
+		m.BudgetGlobs,
 		m.Budgets,
+		m.CellDirty,
+		m.Cells,
+		m.CgCreated,
+		m.CgQuota,
+		m.CgReleased,
+		m.Core,
 		m.Counters,
+		m.FreeSlots,
 		m.Names,
 		m.Overruns,
-		m.SpanStats,
+		m.Series,
+		m.SeriesDirty,
+		m.SeriesIndex,
 		m.UeCounters,
 		m.UeEvents,
 		m.UeInflight,
 		m.UePercpu,
 		m.UeSources,
 		m.UeTestInput,
-		m.ZeroStats,
 	)
 }
 
@@ -315,6 +392,7 @@ func (m *UsereventsMaps) Close() error {
 //
 // It can be passed to LoadUsereventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsereventsVariables struct {
+	UnusedSpanSource *ebpf.Variable `ebpf:"unused_span_source"`
 	UnusedUeEvent    *ebpf.Variable `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.Variable `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.Variable `ebpf:"unused_ue_reason"`

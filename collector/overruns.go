@@ -20,27 +20,34 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-const sourceMarker = 2 // SOURCE_MARKER in bpf/aggregate.h
+const sourceMarker = uint32(bpf.SpanwatchSpanSourceSOURCE_MARKER)
 
-var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt", 4: "user_event_fields", 5: "eventheader"}
+var sourceNames = map[uint32]string{
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENTS): "user_events",
+	sourceMarker: "marker",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):               "usdt",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER):        "eventheader",
+	uint32(bpf.UsereventsSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
+}
 
 // overrunReader reads overrun records from the ring buffer as they arrive.
 type overrunReader struct {
 	rd     *ringbuf.Reader
 	cfg    Config
 	marker *markerSource // set when the marker source is on
+	series *seriesReader // for label names
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
 	dropped uint64
 }
 
-func newOverrunReader(m *ebpf.Map, cfg Config, _ *statsReader) (*overrunReader, error) {
+func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg}, nil
+	return &overrunReader{rd: rd, cfg: cfg, series: r}, nil
 }
 
 func (o *overrunReader) run() {
@@ -101,6 +108,9 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		Error:        spanErr,
 		StillRunning: stillRunning,
 		Source:       sourceNames[r.Source],
+	}
+	if r.Labelset != 0 && o.series != nil {
+		ov.SourceLabels = o.series.labels(r.Labelset, r.Labels[:], r.Other)
 	}
 	if r.TraceId != [16]byte{} {
 		ov.TraceID = hex.EncodeToString(r.TraceId[:])

@@ -205,8 +205,8 @@ func (t *Tracepoints) Status() []TracepointStatus {
 // "user_events/REASON" and "eventheader/REASON", REASON as
 // eventheader.Reason names it ("ok", "bad_time", ...) and the user_events
 // reasons ("ok", "short", "bad_loc", "unpaired", "read_error",
-// "inflight_full"), plus ".../names_truncated". Only nonzero counts are
-// returned.
+// "inflight_full"). Names cut to fit are counted by the core
+// (snapshot.Stats.NamesTruncated). Only nonzero counts are returned.
 func (t *Tracepoints) Counts() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	if t.ue != nil {
@@ -218,14 +218,12 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) {
 	}
 	if t.eh != nil {
 		if err := sumCounters(t.eh.counters, func(i uint32, v uint64) {
-			name := "names_truncated"
+			name := "inflight_full"
 			switch {
 			case i < uint32(eventheader.NumReasons):
 				name = eventheader.Reason(i).String()
-			case i == uint32(eventheader.NumReasons)+1:
+			case i == uint32(eventheader.NumReasons):
 				name = "read_error"
-			case i == uint32(eventheader.NumReasons)+2:
-				name = "inflight_full"
 			}
 			out["eventheader/"+name] += v
 		}); err != nil {
@@ -248,7 +246,6 @@ var ueReasonNames = map[uint32]string{
 	uint32(bpf.UsereventsUeReasonUE_OK): "ok", uint32(bpf.UsereventsUeReasonUE_SHORT): "short",
 	uint32(bpf.UsereventsUeReasonUE_BAD_LOC): "bad_loc", uint32(bpf.UsereventsUeReasonUE_UNPAIRED): "unpaired_end",
 	uint32(bpf.UsereventsUeReasonUE_READ_ERROR): "read_error", uint32(bpf.UsereventsUeReasonUE_INFLIGHT_FULL): "inflight_full",
-	uint32(bpf.UsereventsUeReasonUE_NAMES_TRUNCATED): "names_truncated",
 }
 
 func sumCounters(m *ebpf.Map, f func(i uint32, v uint64)) error {

@@ -232,21 +232,18 @@ func reloadRules(cfg agentConfig, det *detector.Detector, col *collector.Collect
 	return rules
 }
 
-// applyBudgets pushes the rule file's budgets into the kernel.
+// applyBudgets pushes the rule file's budgets into the kernel, in file
+// order (exact names win over globs; among globs the first wins).
 func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	var exact []string
+	return col.SetBudgets(budgetRules(rules))
+}
+
+func budgetRules(rules *policy.Config) []collector.BudgetRule {
+	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
 	for _, b := range rules.Budgets {
-		if n, ok := b.Span.Exact(); ok {
-			exact = append(exact, n)
-		}
+		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack})
 	}
-	return col.SetBudgetFunc(func(span string) (time.Duration, bool, bool) {
-		b := rules.BudgetEntry(span)
-		if b == nil {
-			return 0, false, false
-		}
-		return b.Budget, false, true
-	}, exact)
+	return out
 }
 
 // lastSnapshot serves the newest snapshot as JSON.

@@ -12,7 +12,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/eventheader/ehtest"
 )
 
-const maxName = 63 // SPAN_NAME_LEN - 1
+const maxName = 127 // SPAN_NAME_LEN - 1
 
 func golden(t *testing.T, name string) []byte {
 	t.Helper()
