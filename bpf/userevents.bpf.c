@@ -308,4 +308,3 @@ const struct ue_test_in *unused_ue_test_in __attribute__((unused));
 const enum ue_reason *unused_ue_reason __attribute__((unused));
 const enum ue_kind *unused_ue_kind __attribute__((unused));
 const enum ue_role_kind *unused_ue_role_kind __attribute__((unused));
-const enum span_source *unused_span_source __attribute__((unused));

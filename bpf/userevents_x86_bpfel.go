@@ -77,16 +77,6 @@ type UsereventsSpanName struct {
 	Name [128]int8
 }
 
-type UsereventsSpanSource uint32
-
-const (
-	UsereventsSpanSourceSOURCE_USER_EVENTS       UsereventsSpanSource = 1
-	UsereventsSpanSourceSOURCE_MARKER            UsereventsSpanSource = 2
-	UsereventsSpanSourceSOURCE_USDT              UsereventsSpanSource = 3
-	UsereventsSpanSourceSOURCE_EVENTHEADER       UsereventsSpanSource = 4
-	UsereventsSpanSourceSOURCE_USER_EVENT_FIELDS UsereventsSpanSource = 5
-)
-
 type UsereventsTpInflight struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -223,7 +213,6 @@ const (
 	UsereventsProgUeFentryPerfTpEvent = "ue_fentry_perf_tp_event"
 	UsereventsProgUeKprobePerfTpEvent = "ue_kprobe_perf_tp_event"
 	UsereventsProgUeTest              = "ue_test"
-	UsereventsVarUnusedSpanSource     = "unused_span_source"
 	UsereventsVarUnusedUeEvent        = "unused_ue_event"
 	UsereventsVarUnusedUeKind         = "unused_ue_kind"
 	UsereventsVarUnusedUeReason       = "unused_ue_reason"
@@ -310,7 +299,6 @@ type UsereventsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsereventsVariableSpecs struct {
-	UnusedSpanSource *ebpf.VariableSpec `ebpf:"unused_span_source"`
 	UnusedUeEvent    *ebpf.VariableSpec `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.VariableSpec `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.VariableSpec `ebpf:"unused_ue_reason"`
@@ -392,7 +380,6 @@ func (m *UsereventsMaps) Close() error {
 //
 // It can be passed to LoadUsereventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsereventsVariables struct {
-	UnusedSpanSource *ebpf.Variable `ebpf:"unused_span_source"`
 	UnusedUeEvent    *ebpf.Variable `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.Variable `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.Variable `ebpf:"unused_ue_reason"`
