@@ -10,8 +10,8 @@ import (
 )
 
 // MaxSpanName is the longest fixed span name: the span event holds
-// SPAN_NAME_LEN bytes with room for the terminating NUL.
-const MaxSpanName = 63
+// SPAN_NAME_LEN (128) bytes with room for the terminating NUL.
+const MaxSpanName = 127
 
 // ParseSources decodes the user_events: and eventheader: lists of a rule
 // file's sources: section (node is the section's value; the usdt: list is

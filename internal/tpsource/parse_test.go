@@ -97,7 +97,7 @@ func TestParseSourcesErrors(t *testing.T) {
 		{"key on a single", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, key_field: k}\n", []string{"f:3:7: key and key_field pair"}},
 		{"bad key", "sources:\n  user_events:\n    - {start: a, end: b, span: s, key: request}\n", []string{`f:3:40: key must be "thread"`}},
 		{"bad event name", "sources:\n  user_events:\n    - {event: a-b, span: s, duration_field: d}\n", []string{`f:3:15: event "a-b": only letters`}},
-		{"long span", "sources:\n  user_events:\n    - {event: a, duration_field: d, span: " + strings.Repeat("x", 64) + "}\n", []string{"span name is 64 bytes, more than 63"}},
+		{"long span", "sources:\n  user_events:\n    - {event: a, duration_field: d, span: " + strings.Repeat("x", 128) + "}\n", []string{"span name is 128 bytes, more than 127"}},
 		{"path on user_events", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: [a, b]}\n", []string{"f:3:43: duration_field: a user_event field is one name"}},
 		{"no provider", "sources:\n  eventheader:\n    - {event: a, span: s, duration_field: d}\n", []string{"f:3:7: eventheader source needs provider:"}},
 		{"fields on Span events", "sources:\n  eventheader:\n    - {provider: p, span: s}\n", []string{"f:3:27: span maps fields of an event"}},
