@@ -336,6 +336,39 @@ int eh_test(void *ctx)
 	return eh_on_tp_event(ctx, in->type, in->record, size);
 }
 
+/*
+ * Test only, for measuring the decoder against the fixed-struct path: what
+ * spanwatch.bpf.c does with a spanwatch_span record (on_tp_event: the
+ * watched-id lookup, the size check, one copy of struct span_event,
+ * span_aggregate), on the record in eh_test_input, run by the same
+ * harness as eh_test.
+ */
+SEC("raw_tp")
+int eh_test_fixed(void *ctx)
+{
+	__u32 zero = 0;
+	struct eh_test_in *in = bpf_map_lookup_elem(&eh_test_input, &zero);
+	struct span_event ev;
+
+	if (!in)
+		return 0;
+	__u32 type = in->type;
+	if (!bpf_map_lookup_elem(&eh_tracepoints, &type))
+		return 0;
+	if (in->entry_size < TRACE_ENTRY_SIZE + (int)sizeof(ev)) {
+		count(COUNTER_SHORT);
+		return 0;
+	}
+	if (bpf_probe_read_kernel(&ev, sizeof(ev), in->record + TRACE_ENTRY_SIZE)) {
+		count(COUNTER_READ_ERRORS);
+		return 0;
+	}
+	if (ev.flags & SPAN_F_START)
+		return 0;
+	span_aggregate(ctx, &ev, SOURCE_USER_EVENTS);
+	return 0;
+}
+
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */
 const struct eh_mapping *unused_eh_mapping __attribute__((unused));
 const struct eh_tracepoint *unused_eh_tracepoint __attribute__((unused));

@@ -226,6 +226,7 @@ const (
 	EventheaderProgEhFentryPerfTpEvent = "eh_fentry_perf_tp_event"
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
+	EventheaderProgEhTestFixed         = "eh_test_fixed"
 	EventheaderVarUnusedEhMapping      = "unused_eh_mapping"
 	EventheaderVarUnusedEhReason       = "unused_eh_reason"
 	EventheaderVarUnusedEhTestIn       = "unused_eh_test_in"
@@ -277,6 +278,7 @@ type EventheaderProgramSpecs struct {
 	EhFentryPerfTpEvent *ebpf.ProgramSpec `ebpf:"eh_fentry_perf_tp_event"`
 	EhKprobePerfTpEvent *ebpf.ProgramSpec `ebpf:"eh_kprobe_perf_tp_event"`
 	EhTest              *ebpf.ProgramSpec `ebpf:"eh_test"`
+	EhTestFixed         *ebpf.ProgramSpec `ebpf:"eh_test_fixed"`
 }
 
 // EventheaderMapSpecs contains maps before they are loaded into the kernel.
@@ -402,6 +404,7 @@ type EventheaderPrograms struct {
 	EhFentryPerfTpEvent *ebpf.Program `ebpf:"eh_fentry_perf_tp_event"`
 	EhKprobePerfTpEvent *ebpf.Program `ebpf:"eh_kprobe_perf_tp_event"`
 	EhTest              *ebpf.Program `ebpf:"eh_test"`
+	EhTestFixed         *ebpf.Program `ebpf:"eh_test_fixed"`
 }
 
 func (p *EventheaderPrograms) Close() error {
@@ -409,6 +412,7 @@ func (p *EventheaderPrograms) Close() error {
 		p.EhFentryPerfTpEvent,
 		p.EhKprobePerfTpEvent,
 		p.EhTest,
+		p.EhTestFixed,
 	)
 }
 

@@ -15,6 +15,9 @@ const (
 	progEHFentry = "eh_fentry_perf_tp_event"
 	progEHKprobe = "eh_kprobe_perf_tp_event"
 	progEHTest   = "eh_test"
+	// progEHTestFixed is the fixed-struct path in the same harness, for
+	// measuring the decoder against it.
+	progEHTestFixed = "eh_test_fixed"
 )
 
 // ehObjects is the loaded EventHeader object.
@@ -25,6 +28,7 @@ type ehObjects struct {
 	mappings    *ebpf.Map     // index -> bpf.EventheaderEhMapping
 	counters    *ebpf.Map     // per-CPU, by eh_reason then EH_COUNT_*
 	testInput   *ebpf.Map
+	testFixed   *ebpf.Program // the fixed-struct path, with the test program
 }
 
 // loadEventHeader loads bpf/eventheader.bpf.c beside the core (core: its
@@ -39,10 +43,13 @@ func loadEventHeader(core map[string]*ebpf.Map, method string) (*ehObjects, erro
 	if prog == "" {
 		return nil, fmt.Errorf("eventheader: unknown attach method %q", method)
 	}
-	if method != "test" {
+	keep := []string{prog}
+	if method == "test" {
+		keep = append(keep, progEHTestFixed)
+	} else {
 		delete(spec.Maps, "eh_test_input")
 	}
-	coll, err := loadBeside("eventheader", spec, core, prog)
+	coll, err := loadBeside("eventheader", spec, core, keep...)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +60,7 @@ func loadEventHeader(core map[string]*ebpf.Map, method string) (*ehObjects, erro
 		mappings:    coll.Maps["eh_mappings"],
 		counters:    coll.Maps["eh_counters"],
 		testInput:   coll.Maps["eh_test_input"],
+		testFixed:   coll.Programs[progEHTestFixed],
 	}, nil
 }
 

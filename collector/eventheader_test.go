@@ -9,9 +9,11 @@ import (
 	"encoding/hex"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 
@@ -334,4 +336,76 @@ func TestEventHeaderLimitsBPF(t *testing.T) {
 	if len(srs) != 1 || srs[0].Span != strings.Repeat("é", 63) || h.cut != 1 {
 		t.Fatalf("series %+v (%d names cut), want 63 é, cut once", srs, h.cut)
 	}
+}
+
+// BenchmarkEventHeaderDecoder measures the EventHeader decoder's own cost
+// per event with the kernel's BPF stats (run_time_ns / run_cnt) against
+// the fixed-struct user_events path (eh_test_fixed: what spanwatch.bpf.c
+// does with a spanwatch_span record), both run by BPF_PROG_TEST_RUN in the
+// same harness, in alternating rounds; the figures are the medians of the
+// rounds. basic is basic_main.golden (the 12th field, PartB.success, is
+// the last one needed); full is full_main.golden (cloud role fields first:
+// the needed fields end at the 14th).
+func BenchmarkEventHeaderDecoder(b *testing.B) {
+	const stats = "/proc/sys/kernel/bpf_stats_enabled"
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	old, err := os.ReadFile(stats)
+	if err != nil {
+		b.Skip(err)
+	}
+	if err := os.WriteFile(stats, []byte("1"), 0); err != nil {
+		b.Fatal(err)
+	}
+	defer os.WriteFile(stats, old, 0)
+	h := newEHHarness(b, Config{})
+	put := func(p []byte) {
+		var in bpf.EventheaderEhTestIn
+		in.Type = ehTestType
+		n := copy(in.Record[8:], p)
+		in.EntrySize = uint32(8 + n)
+		if err := h.o.testInput.Put(uint32(0), &in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(prog *ebpf.Program, p []byte) float64 {
+		put(p)
+		s0, err := prog.Stats()
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts := &ebpf.RunOptions{Context: make([]byte, 8)} // raw_tp test runs take no Repeat
+		for range b.N {
+			if _, err := prog.Run(opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		s1, _ := prog.Stats()
+		if s1.RunCount-s0.RunCount < uint64(b.N) {
+			b.Fatalf("%d runs for %d", s1.RunCount-s0.RunCount, b.N)
+		}
+		return float64(s1.Runtime-s0.Runtime) / float64(s1.RunCount-s0.RunCount)
+	}
+	var fixedEv bpf.SpanwatchSpanEvent
+	fixedEv.DurationNs = 1000
+	copy(fixedEv.Name[:], []int8{'b', 'e', 'n', 'c', 'h'})
+	fixed := unsafe.Slice((*byte)(unsafe.Pointer(&fixedEv)), unsafe.Sizeof(fixedEv))
+	basic, _ := ehtest.Golden("basic_main.golden")
+	full, _ := ehtest.Golden("full_main.golden")
+	var f, bs, fl []float64
+	b.ResetTimer()
+	for range 5 {
+		f = append(f, run(h.o.testFixed, fixed))
+		bs = append(bs, run(h.o.prog, basic))
+		fl = append(fl, run(h.o.prog, full))
+	}
+	b.StopTimer()
+	med := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	mf, mb, ml := med(f), med(bs), med(fl)
+	b.ReportMetric(mf, "fixed-ns/run")
+	b.ReportMetric(mb, "eh-basic-ns/run")
+	b.ReportMetric(ml, "eh-full-ns/run")
+	b.ReportMetric(mb/mf, "basic/fixed")
+	b.ReportMetric(ml/mf, "full/fixed")
 }

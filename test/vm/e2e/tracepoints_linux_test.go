@@ -564,15 +564,22 @@ func BenchmarkEventHeaderDecoderCost(b *testing.B) {
 		return float64(t1-t0) / float64(c1-c0)
 	}
 	b.ResetTimer()
-	fixed := phase(core, func() { emit.Record(f) })
 	basic := mustGoldenB(b, "basic_main.golden")
 	full := mustGoldenB(b, "full_main.golden")
-	ehBasic := phase(eh, func() { w.ev.Write(basic) })
-	ehFull := phase(eh, func() { w.ev.Write(full) })
+	// Alternating rounds, medians: TCG's translation of new code and the
+	// host's load move single phases a lot.
+	var fs, bs, fl []float64
+	for range 5 {
+		fs = append(fs, phase(core, func() { emit.Record(f) }))
+		bs = append(bs, phase(eh, func() { w.ev.Write(basic) }))
+		fl = append(fl, phase(eh, func() { w.ev.Write(full) }))
+	}
 	b.StopTimer()
+	med := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+	fixed, ehBasic, ehFull := med(fs), med(bs), med(fl)
 	counts, _ := tp.Counts()
-	if counts["eventheader/ok"] < uint64(2*b.N) {
-		b.Fatalf("decoded %v for %d events", counts, 2*b.N)
+	if counts["eventheader/ok"] < uint64(10*b.N) {
+		b.Fatalf("decoded %v for %d events", counts, 10*b.N)
 	}
 	b.ReportMetric(fixed, "fixed-ns/run")
 	b.ReportMetric(ehBasic, "eh-basic-ns/run")
