@@ -193,7 +193,7 @@ static __always_inline __u32 eh_span(void *ctx, struct eh_percpu *pc)
 /* eh_fields plays a mapped event's role with the fields found. */
 static __always_inline __u32 eh_fields(void *ctx, struct eh_percpu *pc, const struct eh_mapping *m)
 {
-	__u64 now = m->role == TP_SINGLE ? 0 : bpf_ktime_get_ns();
+	__u64 now = m->role == TP_SINGLE || m->role == TP_METRIC ? 0 : bpf_ktime_get_ns();
 	const struct eh_buf *buf = &pc->s.buf;
 	const struct eh_walk *w = &pc->s.walk;
 	struct tp_vals *v = &pc->v;
@@ -211,7 +211,7 @@ static __always_inline __u32 eh_fields(void *ctx, struct eh_percpu *pc, const st
 		r = eh_uint(buf, w, m->idx_duration, &v->duration);
 		if (r)
 			return r;
-		if ((__s64)v->duration < 0)
+		if ((__s64)v->duration < 0 && m->role != TP_METRIC)
 			return EH_NEGATIVE_DURATION;
 	}
 	if (m->idx_key != EH_NO_FIELD) {

@@ -18,6 +18,7 @@ enum tp_role {
 	TP_SINGLE = 1,
 	TP_START = 2,
 	TP_END = 3,
+	TP_METRIC = 4, /* one event whose value field feeds a metric series */
 };
 
 enum tp_result {
@@ -28,7 +29,7 @@ enum tp_result {
 
 /* What a decoder fetched from one event, for one source. */
 struct tp_vals {
-	__u64 duration; /* a single event's, in ns */
+	__u64 duration; /* a single event's, in ns; a metric's value (signed) */
 	__u64 key;	/* pairs by key: the key field */
 	__u64 status;	/* nonzero: an error */
 	__u32 have_name; /* name holds the span name read from the event */
@@ -63,6 +64,26 @@ static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u3
 	k.source = source;
 	k.tgid = pid_tgid >> 32;
 	k.key = v->by_key ? v->key : (__u32)pid_tgid;
+	if (role == TP_METRIC) {
+		/* A value series of the metric's name: count, signed sum, min,
+		 * max and a histogram of the values. */
+		struct agg_in in = {};
+		__builtin_memset(ev, 0, sizeof(*ev));
+		if (v->have_name)
+			__builtin_memcpy(ev->name, v->name, sizeof(ev->name));
+		else
+			__builtin_memcpy(ev->name, fixed, sizeof(ev->name));
+		name_cut(ev->name);
+		in.key.name_id = span_name_id(ev->name);
+		in.key.cgroup_id = bpf_get_current_cgroup_id();
+		in.key.kind = SERIES_METRIC;
+		in.name = ev->name;
+		in.value = v->duration;
+		in.source = src_id;
+		in.error = v->status != 0;
+		series_aggregate(ctx, &in);
+		return TP_OK;
+	}
 	if (role == TP_START) {
 		struct tp_inflight in = {};
 		in.start_ns = now;

@@ -49,6 +49,7 @@ enum ue_role_kind {
 	UE_SINGLE = TP_SINGLE,
 	UE_START = TP_START,
 	UE_END = TP_END,
+	UE_METRIC = TP_METRIC, /* duration holds the metric's value field */
 };
 
 /* How an event ended, counted in ue_counters. */

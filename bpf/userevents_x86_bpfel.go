@@ -171,6 +171,7 @@ const (
 	UsereventsUeRoleKindUE_SINGLE UsereventsUeRoleKind = 1
 	UsereventsUeRoleKindUE_START  UsereventsUeRoleKind = 2
 	UsereventsUeRoleKindUE_END    UsereventsUeRoleKind = 3
+	UsereventsUeRoleKindUE_METRIC UsereventsUeRoleKind = 4
 )
 
 type UsereventsUeSource struct {

@@ -401,6 +401,8 @@ func (t *Tracepoints) writeEHMappings() error {
 			ms = append(ms, m)
 		} else if s.src.Paired() {
 			ms = append(ms, ehFieldsMapping(&s.src, s.src.Start, tpRoleStart, uint32(i)), ehFieldsMapping(&s.src, s.src.End, tpRoleEnd, uint32(i)))
+		} else if s.src.IsMetric() {
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleMetric, uint32(i)))
 		} else {
 			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleSingle, uint32(i)))
 		}
@@ -420,6 +422,7 @@ const (
 	tpRoleSingle = 1
 	tpRoleStart  = 2
 	tpRoleEnd    = 3
+	tpRoleMetric = 4
 )
 
 // ehFieldsMapping maps the fields of event name for one role of s: the
@@ -428,8 +431,12 @@ const (
 func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint32) bpf.EventheaderEhMapping {
 	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(event), Kind: 2, Role: role, Source: source,
 		IdxName: ehNoField, IdxDuration: ehNoField, IdxKey: ehNoField, IdxStatus: ehNoField}
-	for k := 0; k < len(s.Span) && k < len(m.Name)-1; k++ {
-		m.Name[k] = int8(s.Span[k])
+	name := s.Span
+	if role == tpRoleMetric {
+		name = s.Metric
+	}
+	for k := 0; k < len(name) && k < len(m.Name)-1; k++ {
+		m.Name[k] = int8(name[k])
 	}
 	want := func(f tpsource.Field) uint8 {
 		m.Want[m.Nwant] = eventheader.Path(f...)
@@ -441,6 +448,9 @@ func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint3
 	}
 	if !s.DurationField.IsZero() && role == tpRoleSingle {
 		m.IdxDuration = want(s.DurationField)
+	}
+	if role == tpRoleMetric {
+		m.IdxDuration = want(s.ValueField)
 	}
 	if !s.KeyField.IsZero() && role != tpRoleSingle {
 		m.IdxKey = want(s.KeyField)
@@ -494,8 +504,12 @@ func (t *Tracepoints) writeUESources() error {
 			continue
 		}
 		var v bpf.UsereventsUeSource
-		for k := 0; k < len(s.src.Span) && k < len(v.Name)-1; k++ {
-			v.Name[k] = int8(s.src.Span[k])
+		name := s.src.Span
+		if s.src.IsMetric() {
+			name = s.src.Metric
+		}
+		for k := 0; k < len(name) && k < len(v.Name)-1; k++ {
+			v.Name[k] = int8(name[k])
 		}
 		if err := t.ue.sources.Put(uint32(i), &v); err != nil {
 			return fmt.Errorf("write user_events source: %w", err)
@@ -543,6 +557,8 @@ func (t *Tracepoints) bindUE(ev tracefs.Event, f *tracefs.Format) ([]*tpSourceSt
 func ueRoles(s *tpsource.Source, base string) []bpf.UsereventsUeRoleKind {
 	var out []bpf.UsereventsUeRoleKind
 	switch {
+	case s.Event == base && s.IsMetric():
+		out = append(out, bpf.UsereventsUeRoleKindUE_METRIC)
 	case s.Event == base:
 		out = append(out, bpf.UsereventsUeRoleKindUE_SINGLE)
 	case s.Start == base:
@@ -599,6 +615,9 @@ func compileUERole(s *tpsource.Source, f *tracefs.Format, role bpf.UsereventsUeR
 		return out
 	}
 	switch role {
+	case bpf.UsereventsUeRoleKindUE_METRIC:
+		r.Duration = field(s.ValueField, "value_field", false, true)
+		r.Status = field(s.StatusField, "status_field", false, true)
 	case bpf.UsereventsUeRoleKindUE_SINGLE:
 		r.Name = field(s.NameField, "name_field", true, true)
 		r.Duration = field(s.DurationField, "duration_field", false, true)

@@ -132,3 +132,35 @@ func TestEventHeaderSources(t *testing.T) {
 		t.Errorf("jobs: %+v", sr)
 	}
 }
+
+// TestEventHeaderMetric: an EventHeader metric: source takes a signed
+// field's values.
+func TestEventHeaderMetric(t *testing.T) {
+	h := newUEHarness(t, []tpsource.Source{
+		{Kind: tpsource.EventHeader, Provider: "shop", Event: "Stock", Metric: "stock.level", ValueField: tpsource.Field{"PartC", "delta"}},
+	})
+	h.bind("shop_L4K1", 951, ehHeaderFields...)
+	var sum int64
+	for i := -10; i <= 20; i++ {
+		sum += int64(i * 3)
+		b := ehtest.NewBuilder("Stock")
+		b.Struct("PartC", 1)
+		b.U64("delta", uint64(int64(i*3)), eventheader.FormatSignedInt)
+		if d := h.writeEH(951, b.Payload()); d["eventheader/ok"] != 1 {
+			t.Fatalf("counts %v", d)
+		}
+	}
+	s, err := h.c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sr := range s.Series {
+		if sr.Span == "stock.level" && sr.Count > 0 {
+			if sr.Kind != "metric" || sr.Count != 31 || sr.Sum != sum || sr.Min != -30 || sr.Max != 60 {
+				t.Errorf("stock.level: %+v, want 31 values summing to %d", sr, sum)
+			}
+			return
+		}
+	}
+	t.Fatalf("no stock.level series in %+v", s.Series)
+}

@@ -257,3 +257,40 @@ func TestUserEventFieldProblems(t *testing.T) {
 		t.Errorf("an unbound event was decoded: %v", d)
 	}
 }
+
+// TestUserEventMetric: a metric: source sums a signed field, negative
+// values included, into a value series.
+func TestUserEventMetric(t *testing.T) {
+	h := newUEHarness(t, []tpsource.Source{
+		{Kind: tpsource.UserEvents, Event: "uev_stock", Metric: "stock.delta", ValueField: tpsource.Field{"delta"}},
+		{Kind: tpsource.UserEvents, Event: "uev_bytes", Metric: "bytes.sent", ValueField: tpsource.Field{"n"}, StatusField: tpsource.Field{"err"}},
+	})
+	h.bind("uev_stock", 941, "u32 pad", "s32 delta")
+	h.bind("uev_bytes", 942, "u64 n", "u8 err")
+	var sum int64
+	for i := -50; i <= 100; i++ {
+		v := int32(i * 7)
+		sum += int64(v)
+		if d := h.write(941, cat(le32(0), le32(uint32(v)))); d["user_events/ok"] != 1 {
+			t.Fatalf("counts %v", d)
+		}
+	}
+	h.write(942, cat(le64(1500), []byte{0}))
+	h.write(942, cat(le64(500), []byte{1}))
+	s, err := h.c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]snapshot.Series{}
+	for _, sr := range s.Series {
+		if sr.Count > 0 {
+			got[sr.Span] = sr
+		}
+	}
+	if sr := got["stock.delta"]; sr.Kind != "metric" || sr.Count != 151 || sr.Sum != sum || sr.Min != -350 || sr.Max != 700 {
+		t.Errorf("stock.delta: %+v, want a metric of 151 values summing to %d, min -350, max 700", sr, sum)
+	}
+	if sr := got["bytes.sent"]; sr.Kind != "metric" || sr.Count != 2 || sr.Sum != 2000 || sr.Errors != 1 {
+		t.Errorf("bytes.sent: %+v", sr)
+	}
+}

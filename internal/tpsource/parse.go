@@ -172,8 +172,8 @@ func (d *decoder) field(kind Kind, n *yaml.Node, what string) (Field, bool) {
 }
 
 var keys = map[Kind][]string{
-	UserEvents:  {"event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field"},
-	EventHeader: {"provider", "level", "keyword", "event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field"},
+	UserEvents:  {"event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "metric", "value_field"},
+	EventHeader: {"provider", "level", "keyword", "event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "metric", "value_field"},
 }
 
 func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
@@ -239,6 +239,15 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 			s.KeyField, _ = d.field(kind, v, "key_field")
 		case "status_field":
 			s.StatusField, _ = d.field(kind, v, "status_field")
+		case "metric":
+			if name, ok := d.str(v, "metric"); ok {
+				if len(name) > MaxSpanName {
+					d.errorf(v, "metric name is %d bytes, more than %d", len(name), MaxSpanName)
+				}
+				s.Metric = name
+			}
+		case "value_field":
+			s.ValueField, _ = d.field(kind, v, "value_field")
 		case "key":
 			if k, ok := d.str(v, "key"); ok && k != "thread" {
 				d.errorf(v, `key must be "thread" (use key_field: FIELD to pair by a field)`)
@@ -273,7 +282,26 @@ func (d *decoder) check(s *Source, n *yaml.Node, has map[string]*yaml.Node) {
 		d.errorf(has["end"], "start and end are the same event")
 		return
 	case !pair && !single && s.Kind == UserEvents:
-		d.errorf(n, "user_events source needs event: (with duration_field:) or start: and end:")
+		d.errorf(n, "user_events source needs event: (with duration_field: or a metric:) or start: and end:")
+		return
+	case !pair && !single && has["metric"] != nil:
+		d.errorf(has["metric"], "a metric takes one event: give event:")
+		return
+	}
+	if has["metric"] != nil || has["value_field"] != nil {
+		switch {
+		case has["metric"] == nil:
+			d.errorf(has["value_field"], "value_field is for a metric: (a value series); give metric: NAME")
+		case has["value_field"] == nil:
+			d.errorf(has["metric"], "a metric needs value_field: FIELD (the integer field whose values it takes)")
+		case !single:
+			d.errorf(has["metric"], "a metric takes one event: give event:, not start: and end:")
+		}
+		for _, k := range []string{"span", "name_field", "duration_field", "key", "key_field"} {
+			if has[k] != nil {
+				d.errorf(has[k], "%s is for spans: a metric: has a name and a value_field:", k)
+			}
+		}
 		return
 	}
 	if s.SpanEvents() {

@@ -38,6 +38,9 @@ sources:
       end: uev_end
       key_field: req_id
       name_field: route
+    - event: uev_stock
+      metric: stock.delta
+      value_field: delta
   eventheader:
     - provider: opentelemetry_traces
     - provider: myapp
@@ -55,19 +58,21 @@ sources:
 	want := []Source{
 		{Kind: UserEvents, Event: "uev_req", Span: "checkout", DurationField: Field{"dur_ns"}, StatusField: Field{"status"}, Pos: "r.yaml:6:7"},
 		{Kind: UserEvents, Start: "uev_begin", End: "uev_end", KeyField: Field{"req_id"}, NameField: Field{"route"}, Pos: "r.yaml:10:7"},
-		{Kind: EventHeader, Provider: "opentelemetry_traces", Pos: "r.yaml:15:7"},
+		{Kind: UserEvents, Event: "uev_stock", Metric: "stock.delta", ValueField: Field{"delta"}, Pos: "r.yaml:14:7"},
+		{Kind: EventHeader, Provider: "opentelemetry_traces", Pos: "r.yaml:18:7"},
 		{Kind: EventHeader, Provider: "myapp", Level: 4, Keyword: 3, Event: "Request", NameField: Field{"PartB", "route"},
-			DurationField: Field{"PartC", "dur.ns"}, StatusField: Field{"PartB", "failed"}, Pos: "r.yaml:16:7"},
+			DurationField: Field{"PartC", "dur.ns"}, StatusField: Field{"PartB", "failed"}, Pos: "r.yaml:19:7"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
 	}
-	if !got[2].SpanEvents() || got[3].SpanEvents() || !got[1].Paired() {
-		t.Error("SpanEvents/Paired")
+	if !got[3].SpanEvents() || got[4].SpanEvents() || !got[1].Paired() || !got[2].IsMetric() {
+		t.Error("SpanEvents/Paired/IsMetric")
 	}
 	for i, d := range []string{
 		"user_events span checkout (uev_req)",
 		"user_events span name_field route (uev_begin..uev_end)",
+		"user_events metric stock.delta (uev_stock)",
 		"eventheader Span events (opentelemetry_traces)",
 		"eventheader span name_field PartB.route (Request of myapp level<=4 keyword&0x3)",
 	} {
@@ -103,6 +108,10 @@ func TestParseSourcesErrors(t *testing.T) {
 		{"fields on Span events", "sources:\n  eventheader:\n    - {provider: p, span: s}\n", []string{"f:3:27: span maps fields of an event"}},
 		{"bad level", "sources:\n  eventheader:\n    - {provider: p, level: 300}\n", []string{"f:3:28: level must be between 0 and 255, not 300"}},
 		{"empty path part", "sources:\n  eventheader:\n    - {provider: p, event: e, span: s, duration_field: PartB..d}\n", []string{`empty name in the path`}},
+		{"metric without value", "sources:\n  user_events:\n    - {event: a, metric: m}\n", []string{"a metric needs value_field"}},
+		{"value without metric", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, value_field: v}\n", []string{"value_field is for a metric:"}},
+		{"metric of a pair", "sources:\n  user_events:\n    - {start: a, end: b, metric: m, value_field: v}\n", []string{"a metric takes one event"}},
+		{"metric with a span name", "sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, span: s}\n", []string{"span is for spans"}},
 		{"every error at once", "sources:\n  user_events:\n    - {event: a}\n    - {start: b}\n  eventheader:\n    - {level: 1}\n",
 			[]string{"f:3:7:", "f:4:7:", "f:6:7:"}},
 	} {

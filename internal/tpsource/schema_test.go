@@ -38,6 +38,8 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  eventheader:\n    - {provider: p, event: e, name_field: PartB.n, duration_field: [PartC, d.ns]}\n",
 		"sources:\n  eventheader:\n    - {provider: p, start: a, end: b, span: s, key_field: PartB.id}\n",
 		"sources:\n  user_events: []\n  eventheader: []\n",
+		"sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, status_field: e}\n",
+		"sources:\n  eventheader:\n    - {provider: p, event: e, metric: m, value_field: PartC.v}\n",
 	}
 	bad := []string{
 		"sources:\n  user_events:\n    - {event: a, span: s}\n",
@@ -52,6 +54,9 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  eventheader:\n    - {provider: p, span: s}\n",
 		"sources:\n  eventheader:\n    - {provider: p, event: e, span: s}\n",
 		"sources:\n  eventheader:\n    - {provider: p, level: 256}\n",
+		"sources:\n  user_events:\n    - {event: a, metric: m}\n",
+		"sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, span: s}\n",
+		"sources:\n  eventheader:\n    - {provider: p, metric: m, value_field: v}\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

@@ -61,9 +61,19 @@ type Source struct {
 	// whose nonzero value marks the span as an error.
 	StatusField Field
 
+	// Metric makes the single event feed a value series of this name
+	// instead of a span: ValueField is an integer field whose values
+	// (signed when the field is) are counted, summed, and kept in a
+	// histogram with their minimum and maximum.
+	Metric     string
+	ValueField Field
+
 	// Pos is where the source is declared, "file:line:col".
 	Pos string
 }
+
+// IsMetric reports whether the source feeds a metric series.
+func (s *Source) IsMetric() bool { return s.Metric != "" }
 
 // SpanEvents reports whether the source takes an EventHeader provider's
 // OpenTelemetry Span events (no event named, no fields mapped).
@@ -88,6 +98,12 @@ func (s *Source) Describe() string {
 	name := s.Span
 	if name == "" && !s.NameField.IsZero() {
 		name = "name_field " + s.NameField.String()
+	}
+	if s.IsMetric() {
+		if s.Kind == EventHeader {
+			return fmt.Sprintf("eventheader metric %s (%s of %s)", s.Metric, what, s.Provider)
+		}
+		return fmt.Sprintf("user_events metric %s (%s)", s.Metric, what)
 	}
 	if s.Kind == EventHeader {
 		sel := s.Provider
