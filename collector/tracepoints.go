@@ -150,12 +150,17 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		defer tick.Stop()
 		cpus := time.NewTicker(cpuCheckInterval)
 		defer cpus.Stop()
+		report := time.NewTicker(countsReportInterval)
+		defer report.Stop()
+		var reported map[string]uint64
 		for {
 			select {
 			case <-t.stop:
 				return
 			case <-ctx.Done():
 				return
+			case <-report.C:
+				reported = t.reportRefused(reported)
 			case <-tick.C:
 				t.discover()
 				if time.Since(start) >= cfg.MissingAfter {
@@ -263,6 +268,31 @@ func sumCounters(m *ebpf.Map, f func(i uint32, v uint64)) error {
 		}
 	}
 	return nil
+}
+
+// countsReportInterval is how often events refused since the last report
+// are logged.
+var countsReportInterval = 30 * time.Second
+
+// reportRefused logs the events refused since the last report (prev), by
+// reason, and returns the counts now.
+func (t *Tracepoints) reportRefused(prev map[string]uint64) map[string]uint64 {
+	cur, err := t.Counts()
+	if err != nil {
+		t.log.Warn("tracepoint_counts_unreadable", "error", err)
+		return prev
+	}
+	var args []any
+	for k, v := range cur {
+		if strings.HasSuffix(k, "/ok") || v == prev[k] {
+			continue
+		}
+		args = append(args, strings.ReplaceAll(k, "/", "_"), v-prev[k])
+	}
+	if len(args) > 0 {
+		t.log.Warn("tracepoint_events_refused", args...)
+	}
+	return cur
 }
 
 // reportMissing warns once about each source none of whose events

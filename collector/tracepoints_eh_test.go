@@ -4,7 +4,9 @@ package collector
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,4 +165,25 @@ func TestEventHeaderMetric(t *testing.T) {
 		}
 	}
 	t.Fatalf("no stock.level series in %+v", s.Series)
+}
+
+// TestEventHeaderRefusedLogged: events refused since the last report are
+// logged by reason, once.
+func TestEventHeaderRefusedLogged(t *testing.T) {
+	h := newUEHarness(t, []tpsource.Source{{Kind: tpsource.EventHeader, Provider: "otel"}})
+	h.bind("otel_L4K1", 961, ehHeaderFields...)
+	var logs strings.Builder
+	h.tp.log = slog.New(slog.NewTextHandler(&logs, nil))
+	good, _ := ehtest.Golden("basic_main.golden")
+	bad := append([]byte(nil), good...)
+	bad[0] = 0 // big endian, no extension
+	h.writeEH(961, good)
+	h.writeEH(961, bad)
+	h.writeEH(961, bad)
+	prev := h.tp.reportRefused(nil)
+	prev = h.tp.reportRefused(prev) // nothing new: nothing logged
+	if got := logs.String(); strings.Count(got, "tracepoint_events_refused") != 1 || !strings.Contains(got, "eventheader_big_endian=2") || strings.Contains(got, "eventheader_ok") {
+		t.Fatalf("log:\n%s", got)
+	}
+	_ = prev
 }
