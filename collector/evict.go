@@ -96,7 +96,7 @@ func (r *seriesReader) forget(st *seriesState) {
 // drain takes what programs that found a quarantined slot before it left
 // the index added to it: they count for its series in the next snapshot.
 func (r *seriesReader) drain(slot uint32) {
-	pending := atomic.LoadUint64(&r.slots[slot].Count) != 0
+	pending := atomic.LoadUint64(&r.slots[slot].Count) != r.slotPrev[slot].count
 	for _, c := range r.slotCells[slot] {
 		if uint32(atomic.LoadUint64(&r.cells[c])) != 0 {
 			pending = true
@@ -114,14 +114,8 @@ func (r *seriesReader) drain(slot uint32) {
 		r.order = append(r.order, st)
 		r.nameRefs[key.NameId]++
 	}
-	sl := &r.slots[slot]
 	a := &st.acc
-	a.count += atomic.SwapUint64(&sl.Count, 0)
-	a.errors += atomic.SwapUint64(&sl.Errors, 0)
-	a.sum += atomic.SwapUint64(&sl.Sum, 0)
-	a.over += atomic.SwapUint64(&sl.OverBudget, 0)
-	a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
-	a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	r.take(slot, a)
 	for _, c := range r.slotCells[slot] {
 		ck, n := swapCount(&r.cells[c])
 		if n == 0 || ck>>cellFieldBits-1 != slot {
@@ -137,7 +131,8 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 			atomic.StoreUint64(&r.cells[c], 0)
 		}
 	}
-	delete(r.slotCells, slot)
+	r.slotCells[slot] = nil
+	r.slotPrev[slot] = slotTotals{}
 	sl := &r.slots[slot]
 	atomic.StoreUint64(&sl.State, 0)
 	for _, p := range []*uint64{&sl.Count, &sl.Errors, &sl.Sum, &sl.OverBudget, &sl.MinInv, &sl.Max, &sl.Budget} {

@@ -3,11 +3,12 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,14 @@ type winAcc struct {
 	hist                     []cellCount // usually a few: no map
 }
 
+// slotTotals are a slot's cumulative counters: the programs only add to
+// them, so a window is the difference of two plain reads (no locked
+// instruction per counter; the extremes are swapped, they cannot be
+// differenced).
+type slotTotals struct {
+	count, errors, sum, over uint64
+}
+
 // seriesState is what the reader keeps of a series between windows.
 type seriesState struct {
 	key        bpf.SpanwatchSeriesKey
@@ -124,7 +133,8 @@ type seriesReader struct {
 	pruned      map[uint64]string // names of pruned ids, in case one comes back
 	otherNameID uint64
 	slotState   []*seriesState // slot -> the series it holds, once seen live
-	slotCells   map[uint32][]uint32 // slot -> cells seen holding it (freed with it)
+	slotCells   [][]uint32     // slot -> cells seen holding it (freed with it)
+	slotPrev    []slotTotals   // slot -> its cumulative counters at the last read
 	byKey       map[bpf.SpanwatchSeriesKey]*seriesState
 	order       []*seriesState // in order of first sight; dead ones until compacted
 	dead        int
@@ -146,7 +156,8 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesRead
 		pruned:      map[uint64]string{},
 		otherNameID: snapshot.NameID(snapshot.OtherName),
 		slotState:   make([]*seriesState, seriesMax),
-		slotCells:   map[uint32][]uint32{},
+		slotCells:   make([][]uint32, seriesMax),
+		slotPrev:    make([]slotTotals, seriesMax),
 		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
 		nameRefs:    map[uint64]int{},
 	}
@@ -295,6 +306,13 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		r.order, r.dead = live, 0
 	}
 	s.Series = make([]snapshot.Series, 0, len(r.order)-r.dead)
+	// One backing array for every series' buckets: one allocation, not
+	// one per series.
+	nb := 0
+	for _, st := range r.order {
+		nb += len(st.acc.hist)
+	}
+	buckets := make([]snapshot.Bucket, 0, nb)
 	for _, st := range r.order {
 		if st.dead {
 			continue
@@ -302,7 +320,9 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		if st.acc.count > 0 || len(st.acc.hist) > 0 {
 			st.lastChange = now
 		}
-		s.Series = append(s.Series, r.build(st, window))
+		var sr snapshot.Series
+		sr, buckets = r.build(st, window, buckets)
+		s.Series = append(s.Series, sr)
 		h := st.acc.hist[:0]
 		st.acc = winAcc{hist: h}
 	}
@@ -379,19 +399,36 @@ func (r *seriesReader) readSlot(slot uint32) *seriesState {
 	if st == nil {
 		return nil
 	}
-	sl := &r.slots[slot]
-	a := &st.acc
-	a.count += atomic.SwapUint64(&sl.Count, 0)
-	a.errors += atomic.SwapUint64(&sl.Errors, 0)
-	a.sum += atomic.SwapUint64(&sl.Sum, 0)
-	a.over += atomic.SwapUint64(&sl.OverBudget, 0)
-	a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
-	a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	r.take(slot, &st.acc)
 	return st
 }
 
+// take adds a slot's window to acc: the counters' growth since the last
+// read, and the extremes, swapped out.
+func (r *seriesReader) take(slot uint32, a *winAcc) {
+	sl := &r.slots[slot]
+	p := &r.slotPrev[slot]
+	cur := slotTotals{
+		count:  atomic.LoadUint64(&sl.Count),
+		errors: atomic.LoadUint64(&sl.Errors),
+		sum:    atomic.LoadUint64(&sl.Sum),
+		over:   atomic.LoadUint64(&sl.OverBudget),
+	}
+	a.count += cur.count - p.count
+	a.errors += cur.errors - p.errors
+	a.sum += cur.sum - p.sum
+	a.over += cur.over - p.over
+	*p = cur
+	if atomic.LoadUint64(&sl.MinInv) != 0 {
+		a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
+	}
+	if atomic.LoadUint64(&sl.Max) != 0 {
+		a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	}
+}
+
 // build turns a series' window into its snapshot form.
-func (r *seriesReader) build(st *seriesState, window time.Duration) snapshot.Series {
+func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapshot.Bucket) (snapshot.Series, []snapshot.Bucket) {
 	a := &st.acc
 	key := st.key
 	sr := snapshot.Series{
@@ -410,13 +447,15 @@ func (r *seriesReader) build(st *seriesState, window time.Duration) snapshot.Ser
 		sr.Kind = snapshot.KindMetric
 	}
 	if a.count == 0 {
-		return sr
+		return sr, buf
 	}
 	if window > 0 {
 		sr.Rate = float64(a.count) / window.Seconds()
 	}
 	sr.ErrorRatio = float64(a.errors) / float64(a.count)
-	sr.Histogram = histogram(a.hist, metric)
+	start := len(buf)
+	buf = histogram(buf, a.hist, metric)
+	sr.Histogram = buf[start:len(buf):len(buf)]
 	if metric {
 		sr.Sum = int64(a.sum)
 		var mn, mx float64
@@ -431,7 +470,7 @@ func (r *seriesReader) build(st *seriesState, window time.Duration) snapshot.Ser
 		sr.P50 = snapshot.Quantile(sr.Histogram, 0.50, mn, mx)
 		sr.P90 = snapshot.Quantile(sr.Histogram, 0.90, mn, mx)
 		sr.P99 = snapshot.Quantile(sr.Histogram, 0.99, mn, mx)
-		return sr
+		return sr, buf
 	}
 	sr.SumNs = a.sum
 	if a.minInv != 0 {
@@ -442,17 +481,19 @@ func (r *seriesReader) build(st *seriesState, window time.Duration) snapshot.Ser
 	sr.P50Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.50, mn, mx)))
 	sr.P90Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.90, mn, mx)))
 	sr.P99Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.99, mn, mx)))
-	return sr
+	return sr, buf
 }
 
-// histogram turns cell fields and counts into sorted buckets (a field may
-// come from two cells: their counts add up).
-func histogram(h []cellCount, metric bool) []snapshot.Bucket {
+// histogram appends to out the sorted buckets of cell fields and counts
+// (a field may come from two cells: their counts add up).
+func histogram(out []snapshot.Bucket, h []cellCount, metric bool) []snapshot.Bucket {
 	if len(h) == 0 {
-		return nil
+		return out
 	}
-	sort.Slice(h, func(i, j int) bool { return h[i].field < h[j].field })
-	out := make([]snapshot.Bucket, 0, len(h))
+	if len(h) > 1 {
+		slices.SortFunc(h, func(a, b cellCount) int { return cmp.Compare(a.field, b.field) })
+	}
+	first := len(out)
 	for i := 0; i < len(h); i++ {
 		f, n := h[i].field, h[i].n
 		for i+1 < len(h) && h[i+1].field == f {
@@ -471,7 +512,7 @@ func histogram(h []cellCount, metric bool) []snapshot.Bucket {
 		}
 	}
 	if metric {
-		snapshot.SortBuckets(out) // negative buckets run downwards
+		snapshot.SortBuckets(out[first:]) // negative buckets run downwards
 	}
 	return out
 }
