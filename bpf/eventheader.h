@@ -287,54 +287,28 @@ static long eh_zscan_step(__u32 i, struct eh_zscan *z)
 }
 
 /*
- * eh_var_size returns where the variable-size value (a string) at pos
- * ends, in *end, or a reason.
+ * eh_zstring_end returns in *end where the zero-terminated string of
+ * base's code units (1, 2 or 4 bytes) at pos ends, past its terminator, or
+ * a reason.
  */
-static __always_inline __u32 eh_var_size(const struct eh_buf *buf, const struct eh_walk *w, __u32 base, __u32 pos,
-					 __u32 *end)
+static __always_inline __u32 eh_zstring_end(const struct eh_buf *buf, const struct eh_walk *w, __u32 base, __u32 pos,
+					    __u32 *end)
 {
-	__u32 unit = 1;
+	struct eh_zscan z = {
+		.buf = buf,
+		.pos = pos,
+		.n = w->n,
+		.unit = base == EH_ENC_ZSTRING_CHAR8 ? 1 : base == EH_ENC_ZSTRING_CHAR16 ? 2 : 4,
+	};
 
-	switch (base) {
-	case EH_ENC_ZSTRING_CHAR16:
-		unit = 2;
-		break;
-	case EH_ENC_ZSTRING_CHAR32:
-		unit = 4;
-		break;
-	case EH_ENC_ZSTRING_CHAR8:
-		break;
-	case EH_ENC_STRING16_CHAR16:
-		unit = 2;
-		goto counted;
-	case EH_ENC_STRING16_CHAR32:
-		unit = 4;
-		goto counted;
-	case EH_ENC_STRING16_CHAR8:
-	case EH_ENC_BINARY16_CHAR8:
-		goto counted;
-	default:
-		return EH_UNSUPPORTED;
-	}
-	{
-		struct eh_zscan z = {.buf = buf, .pos = pos, .n = w->n, .unit = unit};
-		bpf_loop(EH_BUF_SIZE / 8, eh_zscan_step, &z, 0);
-		if (!z.end)
-			return eh_reason_short(w, EH_TRUNCATED_DATA);
-		*end = z.end;
-		return EH_OK;
-	}
-counted:
-	if (pos + 2 > w->n)
+	bpf_loop(EH_BUF_SIZE / 8, eh_zscan_step, &z, 0);
+	if (!z.end)
 		return eh_reason_short(w, EH_TRUNCATED_DATA);
-	__u32 e = pos + 2 + (__u32)eh_u16(buf, pos) * unit;
-	if (e > w->n)
-		return eh_reason_short(w, EH_TRUNCATED_DATA);
-	*end = e;
+	*end = z.end;
 	return EH_OK;
 }
 
-/* eh_counted_size returns where the counted value (u16 length in units of
+/* eh_counted_end returns where the counted value (u16 length in units of
  * unit bytes, then the units) at pos ends, or 0 past the data. */
 static __always_inline __u32 eh_counted_end(const struct eh_buf *buf, __u32 n, __u32 pos, __u32 unit)
 {
@@ -465,7 +439,7 @@ static long eh_field(__u32 i, struct eh_loop_ctx *c)
 			w->reason = EH_UNSUPPORTED;
 			return 1;
 		}
-		r = eh_var_size(buf, w, base, dpos, &end);
+		r = eh_zstring_end(buf, w, base, dpos, &end);
 		if (r) {
 			w->reason = r;
 			return 1;

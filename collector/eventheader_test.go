@@ -234,6 +234,12 @@ func TestEventHeaderDifferential(t *testing.T) {
 		}
 		inputs = append(inputs, p)
 	}
+	for _, p := range [][]byte{zstringSpan(), arraySpan()} {
+		if _, r := eventheader.DecodeSpan(p, maxName); r != eventheader.OK {
+			t.Fatalf("a base input does not decode: %s", r)
+		}
+		inputs = append(inputs, p)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	n := 2000
 	if testing.Short() {
@@ -268,6 +274,38 @@ func TestEventHeaderDifferential(t *testing.T) {
 	if byReason[eventheader.OK] < n/20 || len(byReason) < 8 {
 		t.Errorf("the mutations reach too few outcomes: %v", byReason)
 	}
+}
+
+// zstringSpan is a Span event whose name is a NUL-terminated string and
+// whose PartA starts with NUL-terminated UTF-16 and UTF-32 notes: the
+// walker sizes them by scanning for their terminators.
+func zstringSpan() []byte {
+	b := ehtest.NewBuilder("Span")
+	b.Struct("PartA", 5)
+	b.Meta("note16", eventheader.EncZStringChar16, 0).Data('h', 0, 'i', 0, 0, 0)
+	b.Meta("note32", eventheader.EncZStringChar32, 0).Data('o', 0, 0, 0, 'k', 0, 0, 0, 0, 0, 0, 0)
+	b.Str("time", "2026-05-06T07:08:09.5+02:00").Str("ext_dt_traceId", strings.Repeat("ab", 16)).Str("ext_dt_spanId", strings.Repeat("cd", 8))
+	b.Struct("PartB", 3)
+	b.Meta("name", eventheader.EncZStringChar8, 0).Data([]byte("zero/terminated\x00")...)
+	b.Str("startTime", "2026-05-06T05:08:09.25Z").Bool("success", false)
+	return b.Payload()
+}
+
+// arraySpan is a Span event with arrays before the fields that matter: a
+// constant array of u32, a variable array of counted strings, and a
+// variable array of u16.
+func arraySpan() []byte {
+	b := ehtest.NewBuilder("Span")
+	b.Meta("fixed", eventheader.EncValue32|eventheader.EncCArrayFlag, 0).MetaRaw(3, 0) // 3 elements
+	b.Data(1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0)
+	b.Meta("words", eventheader.EncStringLength16Char8|eventheader.EncVArrayFlag, 0).Data(2, 0, 1, 0, 'a', 2, 0, 'b', 'c')
+	b.Meta("shorts", eventheader.EncValue16|eventheader.EncVArrayFlag, 0).Data(2, 0, 9, 0, 8, 0)
+	a := b.Struct("PartA", 3)
+	b.Str("time", "2026-01-01T00:00:02Z").Str("ext_dt_traceId", strings.Repeat("0", 32)).Str("ext_dt_spanId", strings.Repeat("1", 16))
+	b.SetCount(a, 3)
+	b.Struct("PartB", 3)
+	b.Str("name", "arrays").Str("startTime", "2026-01-01T00:00:01Z").Bool("success", true)
+	return b.Payload()
 }
 
 // mutateEvent breaks a copy of p in one of the ways a buggy writer could.

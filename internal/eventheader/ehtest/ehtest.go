@@ -175,6 +175,13 @@ func (b *Builder) Meta(name string, enc, format byte) *Builder {
 	return b
 }
 
+// MetaRaw appends raw metadata bytes (a constant array's length after its
+// field's definition).
+func (b *Builder) MetaRaw(v ...byte) *Builder {
+	b.meta = append(b.meta, v...)
+	return b
+}
+
 // Data appends raw value bytes.
 func (b *Builder) Data(v ...byte) *Builder {
 	b.data = append(b.data, v...)
