@@ -18,7 +18,7 @@ func main() {
 	for _, load := range []struct {
 		name string
 		f    func() (*ebpf.CollectionSpec, error)
-	}{{"spanwatch", bpf.LoadSpanwatch}, {"usdt", bpf.LoadUsdt}, {"coretest", bpf.LoadCoretest}} {
+	}{{"spanwatch", bpf.LoadSpanwatch}, {"usdt", bpf.LoadUsdt}, {"coretest", bpf.LoadCoretest}, {"sourcetest", bpf.LoadSourcetest}} {
 		spec, err := load.f()
 		if err != nil {
 			fmt.Println(err)
