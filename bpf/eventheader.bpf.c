@@ -23,6 +23,7 @@
 
 #include "aggregate.h"
 #include "eventheader.h"
+#include "source.h"
 #include "tpspan.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -37,6 +38,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define EH_COUNTERS (EH_NUM_REASONS + 2)
 #define EH_MAX_INFLIGHT 65536
 #define EH_NO_FIELD 0xff
+#define EH_MAX_OPS 8 /* operands of a mapping: internal/tpsource MaxOperands */
 
 enum eh_kind {
 	EH_KIND_SPAN = 1,   /* an OpenTelemetry Span event */
@@ -63,8 +65,10 @@ struct eh_mapping {
 	__u32 role;
 	__u32 source;
 	__u8 idx_name, idx_duration, idx_key, idx_status;
-	__u32 _pad;
-	char name[SPAN_NAME_LEN]; /* the span name when no field names it */
+	__u32 nops;
+	__u8 idx_ops[EH_MAX_OPS]; /* wants holding the predicate's and labels' operands */
+	char name[SPAN_NAME_LEN]; /* the span (or metric) name when no field names it */
+	struct tp_map map;	  /* the error predicate and the labels */
 };
 
 struct eh_tracepoint {
@@ -225,7 +229,16 @@ static __always_inline __u32 eh_fields(void *ctx, struct eh_percpu *pc, const st
 		if (r)
 			return r;
 	}
-	switch (tp_span(ctx, &eh_inflight, m->role, m->source, m->name, v, &pc->ev, now, SOURCE_EVENTHEADER)) {
+	for (__u32 i = 0; i < EH_MAX_OPS; i++) {
+		if (i >= m->nops)
+			break;
+		__u32 k = m->idx_ops[i];
+		if (eh_uint(buf, w, k, &v->ops.v[i]) == EH_OK)
+			v->ops.ok |= 1 << i;
+		if ((w->loc[k & (EH_WANT_SLOTS - 1)].fmt & EH_FMT_MASK) == EH_FMT_SIGNED_INT)
+			v->ops.is_signed |= 1 << i;
+	}
+	switch (tp_span(ctx, &eh_inflight, m->role, m->source, m->name, &m->map, v, &pc->ev, now, SOURCE_EVENTHEADER)) {
 	case TP_UNPAIRED:
 		return EH_UNPAIRED;
 	case TP_INFLIGHT_FULL:

@@ -60,8 +60,10 @@ type EventheaderEhMapping struct {
 	IdxDuration uint8
 	IdxKey      uint8
 	IdxStatus   uint8
-	Pad         uint32
+	Nops        uint32
+	IdxOps      [8]uint8
 	Name        [128]int8
+	Map         EventheaderTpMap
 }
 
 type EventheaderEhPercpu struct {
@@ -115,6 +117,12 @@ type EventheaderEhPercpu struct {
 		HaveName uint32
 		ByKey    uint32
 		Name     [128]int8
+		Ops      struct {
+			_        structs.HostLayout
+			V        [16]uint64
+			IsSigned uint32
+			Ok       uint32
+		}
 	}
 }
 
@@ -183,6 +191,39 @@ type EventheaderSpanName struct {
 	Name [128]int8
 }
 
+type EventheaderSrcLabelKey struct {
+	_        structs.HostLayout
+	Value    uint64
+	Labelset uint16
+	Label    uint8
+	Pad      [5]uint8
+}
+
+type EventheaderSrcLabels struct {
+	_        structs.HostLayout
+	Labelset uint16
+	Count    uint8
+	Operand  [3]uint8
+	Pad      [2]uint8
+	Cap      uint32
+}
+
+type EventheaderSrcPred struct {
+	_     structs.HostLayout
+	Terms [8]struct {
+		_       structs.HostLayout
+		Value   uint64
+		Operand uint8
+		Op      uint8
+		Neg     uint8
+		Pad     [5]uint8
+	}
+	Group   [8]uint8
+	Nterms  uint8
+	Ngroups uint8
+	Pad     [6]uint8
+}
+
 type EventheaderTpInflight struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -196,6 +237,15 @@ type EventheaderTpInflightKey struct {
 	Source uint32
 	Tgid   uint32
 	Key    uint64
+}
+
+type EventheaderTpMap struct {
+	_       structs.HostLayout
+	Pred    EventheaderSrcPred
+	Labels  EventheaderSrcLabels
+	HasPred uint32
+	Pad     uint32
+	_       [4]byte
 }
 
 // Names of all BPF objects in the ELF.
@@ -223,6 +273,9 @@ const (
 	EventheaderMapSeries               = "series"
 	EventheaderMapSeriesDirty          = "series_dirty"
 	EventheaderMapSeriesIndex          = "series_index"
+	EventheaderMapSrcCounters          = "src_counters"
+	EventheaderMapSrcLabelCount        = "src_label_count"
+	EventheaderMapSrcLabelValues       = "src_label_values"
 	EventheaderProgEhFentryPerfTpEvent = "eh_fentry_perf_tp_event"
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
@@ -285,27 +338,30 @@ type EventheaderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EventheaderMapSpecs struct {
-	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
-	Core          *ebpf.MapSpec `ebpf:"core"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	EhCounters    *ebpf.MapSpec `ebpf:"eh_counters"`
-	EhInflight    *ebpf.MapSpec `ebpf:"eh_inflight"`
-	EhMappings    *ebpf.MapSpec `ebpf:"eh_mappings"`
-	EhPercpu      *ebpf.MapSpec `ebpf:"eh_percpu"`
-	EhTestInput   *ebpf.MapSpec `ebpf:"eh_test_input"`
-	EhTracepoints *ebpf.MapSpec `ebpf:"eh_tracepoints"`
-	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	Series        *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
+	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells          *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	Core           *ebpf.MapSpec `ebpf:"core"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	EhCounters     *ebpf.MapSpec `ebpf:"eh_counters"`
+	EhInflight     *ebpf.MapSpec `ebpf:"eh_inflight"`
+	EhMappings     *ebpf.MapSpec `ebpf:"eh_mappings"`
+	EhPercpu       *ebpf.MapSpec `ebpf:"eh_percpu"`
+	EhTestInput    *ebpf.MapSpec `ebpf:"eh_test_input"`
+	EhTracepoints  *ebpf.MapSpec `ebpf:"eh_tracepoints"`
+	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
+	Names          *ebpf.MapSpec `ebpf:"names"`
+	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
+	Series         *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SrcCounters    *ebpf.MapSpec `ebpf:"src_counters"`
+	SrcLabelCount  *ebpf.MapSpec `ebpf:"src_label_count"`
+	SrcLabelValues *ebpf.MapSpec `ebpf:"src_label_values"`
 }
 
 // EventheaderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -338,27 +394,30 @@ func (o *EventheaderObjects) Close() error {
 //
 // It can be passed to LoadEventheaderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EventheaderMaps struct {
-	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
-	CgCreated     *ebpf.Map `ebpf:"cg_created"`
-	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased    *ebpf.Map `ebpf:"cg_released"`
-	Core          *ebpf.Map `ebpf:"core"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	EhCounters    *ebpf.Map `ebpf:"eh_counters"`
-	EhInflight    *ebpf.Map `ebpf:"eh_inflight"`
-	EhMappings    *ebpf.Map `ebpf:"eh_mappings"`
-	EhPercpu      *ebpf.Map `ebpf:"eh_percpu"`
-	EhTestInput   *ebpf.Map `ebpf:"eh_test_input"`
-	EhTracepoints *ebpf.Map `ebpf:"eh_tracepoints"`
-	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	Series        *ebpf.Map `ebpf:"series"`
-	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
+	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
+	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
+	Cells          *ebpf.Map `ebpf:"cells"`
+	CgCreated      *ebpf.Map `ebpf:"cg_created"`
+	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	Core           *ebpf.Map `ebpf:"core"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	EhCounters     *ebpf.Map `ebpf:"eh_counters"`
+	EhInflight     *ebpf.Map `ebpf:"eh_inflight"`
+	EhMappings     *ebpf.Map `ebpf:"eh_mappings"`
+	EhPercpu       *ebpf.Map `ebpf:"eh_percpu"`
+	EhTestInput    *ebpf.Map `ebpf:"eh_test_input"`
+	EhTracepoints  *ebpf.Map `ebpf:"eh_tracepoints"`
+	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
+	Names          *ebpf.Map `ebpf:"names"`
+	Overruns       *ebpf.Map `ebpf:"overruns"`
+	Series         *ebpf.Map `ebpf:"series"`
+	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SrcCounters    *ebpf.Map `ebpf:"src_counters"`
+	SrcLabelCount  *ebpf.Map `ebpf:"src_label_count"`
+	SrcLabelValues *ebpf.Map `ebpf:"src_label_values"`
 }
 
 func (m *EventheaderMaps) Close() error {
@@ -384,6 +443,9 @@ func (m *EventheaderMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SrcCounters,
+		m.SrcLabelCount,
+		m.SrcLabelValues,
 	)
 }
 

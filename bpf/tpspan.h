@@ -8,8 +8,13 @@
  * field; the end event times the span from it. The status value of the
  * single or end event marks an error when nonzero.
  *
+ * An error predicate and labels (bpf/source.h) apply to the single, end
+ * or metric event's operands, which the decoder fetched into
+ * tp_vals.ops; without a predicate the status value decides.
+ *
  * The including object defines the in-flight map (an LRU hash of struct
- * tp_inflight_key -> struct tp_inflight) and passes it in.
+ * tp_inflight_key -> struct tp_inflight) and passes it in. Needs
+ * aggregate.h and source.h first.
  */
 #ifndef SPANWATCH_TPSPAN_H
 #define SPANWATCH_TPSPAN_H
@@ -35,6 +40,16 @@ struct tp_vals {
 	__u32 have_name; /* name holds the span name read from the event */
 	__u32 by_key;	 /* pair by key, not by thread */
 	char name[SPAN_NAME_LEN];
+	struct src_operands ops; /* for the predicate and the labels */
+};
+
+/* What a source maps besides its fields: the error predicate (when
+ * has_pred) and the labels. */
+struct tp_map {
+	struct src_pred pred;
+	struct src_labels labels;
+	__u32 has_pred;
+	__u32 _pad;
 };
 
 struct tp_inflight_key {
@@ -56,7 +71,8 @@ struct tp_inflight {
  * handing it to the core with source id src_id.
  */
 static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u32 source, const char *fixed,
-				     struct tp_vals *v, struct span_event *ev, __u64 now, __u32 src_id)
+				     const struct tp_map *map, struct tp_vals *v, struct span_event *ev, __u64 now,
+				     __u32 src_id)
 {
 	struct tp_inflight_key k = {};
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -64,26 +80,6 @@ static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u3
 	k.source = source;
 	k.tgid = pid_tgid >> 32;
 	k.key = v->by_key ? v->key : (__u32)pid_tgid;
-	if (role == TP_METRIC) {
-		/* A value series of the metric's name: count, signed sum, min,
-		 * max and a histogram of the values. */
-		struct agg_in in = {};
-		__builtin_memset(ev, 0, sizeof(*ev));
-		if (v->have_name)
-			__builtin_memcpy(ev->name, v->name, sizeof(ev->name));
-		else
-			__builtin_memcpy(ev->name, fixed, sizeof(ev->name));
-		name_cut(ev->name);
-		in.key.name_id = span_name_id(ev->name);
-		in.key.cgroup_id = bpf_get_current_cgroup_id();
-		in.key.kind = SERIES_METRIC;
-		in.name = ev->name;
-		in.value = v->duration;
-		in.source = src_id;
-		in.error = v->status != 0;
-		series_aggregate(ctx, &in);
-		return TP_OK;
-	}
 	if (role == TP_START) {
 		struct tp_inflight in = {};
 		in.start_ns = now;
@@ -118,8 +114,23 @@ static __always_inline __u32 tp_span(void *ctx, void *inflight, __u32 role, __u3
 		else
 			__builtin_memcpy(ev->name, fixed, sizeof(ev->name));
 	}
-	ev->status = v->status ? SPAN_STATUS_ERROR : SPAN_STATUS_OK;
-	span_aggregate(ctx, ev, src_id);
+	/* span_aggregate_cg, with the source's labels and predicate. */
+	struct agg_in in = {};
+	name_cut(ev->name);
+	in.key.name_id = span_name_id(ev->name);
+	in.key.cgroup_id = bpf_get_current_cgroup_id();
+	in.key.kind = role == TP_METRIC ? SERIES_METRIC : SERIES_SPAN;
+	in.name = ev->name;
+	in.ev = role == TP_METRIC ? 0 : ev;
+	in.value = ev->duration_ns;
+	in.source = src_id;
+	if (map && map->has_pred)
+		in.error = src_pred_holds(&map->pred, &v->ops);
+	else
+		in.error = v->status != 0;
+	if (map)
+		src_labels_apply(&map->labels, &v->ops, &in.key);
+	series_aggregate(ctx, &in);
 	return TP_OK;
 }
 

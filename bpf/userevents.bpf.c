@@ -24,6 +24,7 @@
  */
 
 #include "aggregate.h"
+#include "source.h"
 #include "tpspan.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -75,6 +76,9 @@ struct ue_role {
 	__u32 source; /* index in ue_sources */
 	__u32 role;   /* enum ue_role_kind */
 	struct ue_field name, duration, key, status;
+	__u32 nops; /* operands of the predicate and labels */
+	__u32 _pad;
+	struct ue_field ops[SRC_OPERANDS];
 };
 
 struct ue_event {
@@ -85,7 +89,8 @@ struct ue_event {
 
 /* One configured source: internal/tpsource Source. */
 struct ue_source {
-	char name[SPAN_NAME_LEN]; /* the span name, unless a role has a name field */
+	char name[SPAN_NAME_LEN]; /* the span (or metric) name, unless a role has a name field */
+	struct tp_map map;	  /* its error predicate and labels */
 };
 
 /* Tracepoint id -> what it means to each source that maps it. */
@@ -223,7 +228,19 @@ static __always_inline __u32 ue_role(void *ctx, struct ue_percpu *pc, __u32 n, c
 		if (e)
 			return e;
 	}
-	switch (tp_span(ctx, &ue_inflight, r->role, r->source, src->name, v, &pc->ev, now, SOURCE_USER_EVENT_FIELDS)) {
+	/* Operands: a field that cannot be read is left unread (its bit in
+	 * ok clear), which fails the comparisons over it. */
+	for (__u32 i = 0; i < SRC_OPERANDS; i++) {
+		if (i >= r->nops)
+			break;
+		const struct ue_field *f = &r->ops[i];
+		if (ue_int(pc, n, f, &v->ops.v[i]) == UE_OK)
+			v->ops.ok |= 1 << i;
+		if (f->is_signed)
+			v->ops.is_signed |= 1 << i;
+	}
+	switch (tp_span(ctx, &ue_inflight, r->role, r->source, src->name, &src->map, v, &pc->ev, now,
+			SOURCE_USER_EVENT_FIELDS)) {
 	case TP_UNPAIRED:
 		return UE_UNPAIRED;
 	case TP_INFLIGHT_FULL:

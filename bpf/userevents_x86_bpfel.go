@@ -77,6 +77,39 @@ type UsereventsSpanName struct {
 	Name [128]int8
 }
 
+type UsereventsSrcLabelKey struct {
+	_        structs.HostLayout
+	Value    uint64
+	Labelset uint16
+	Label    uint8
+	Pad      [5]uint8
+}
+
+type UsereventsSrcLabels struct {
+	_        structs.HostLayout
+	Labelset uint16
+	Count    uint8
+	Operand  [3]uint8
+	Pad      [2]uint8
+	Cap      uint32
+}
+
+type UsereventsSrcPred struct {
+	_     structs.HostLayout
+	Terms [8]struct {
+		_       structs.HostLayout
+		Value   uint64
+		Operand uint8
+		Op      uint8
+		Neg     uint8
+		Pad     [5]uint8
+	}
+	Group   [8]uint8
+	Nterms  uint8
+	Ngroups uint8
+	Pad     [6]uint8
+}
+
 type UsereventsTpInflight struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -90,6 +123,15 @@ type UsereventsTpInflightKey struct {
 	Source uint32
 	Tgid   uint32
 	Key    uint64
+}
+
+type UsereventsTpMap struct {
+	_       structs.HostLayout
+	Pred    UsereventsSrcPred
+	Labels  UsereventsSrcLabels
+	HasPred uint32
+	Pad     uint32
+	_       [4]byte
 }
 
 type UsereventsUeEvent struct {
@@ -140,6 +182,12 @@ type UsereventsUePercpu struct {
 		HaveName uint32
 		ByKey    uint32
 		Name     [128]int8
+		Ops      struct {
+			_        structs.HostLayout
+			V        [16]uint64
+			IsSigned uint32
+			Ok       uint32
+		}
 	}
 }
 
@@ -163,6 +211,9 @@ type UsereventsUeRole struct {
 	Duration UsereventsUeField
 	Key      UsereventsUeField
 	Status   UsereventsUeField
+	Nops     uint32
+	Pad      uint32
+	Ops      [16]UsereventsUeField
 }
 
 type UsereventsUeRoleKind uint32
@@ -177,6 +228,7 @@ const (
 type UsereventsUeSource struct {
 	_    structs.HostLayout
 	Name [128]int8
+	Map  UsereventsTpMap
 }
 
 type UsereventsUeTestIn struct {
@@ -205,6 +257,9 @@ const (
 	UsereventsMapSeries               = "series"
 	UsereventsMapSeriesDirty          = "series_dirty"
 	UsereventsMapSeriesIndex          = "series_index"
+	UsereventsMapSrcCounters          = "src_counters"
+	UsereventsMapSrcLabelCount        = "src_label_count"
+	UsereventsMapSrcLabelValues       = "src_label_values"
 	UsereventsMapUeCounters           = "ue_counters"
 	UsereventsMapUeEvents             = "ue_events"
 	UsereventsMapUeInflight           = "ue_inflight"
@@ -273,27 +328,30 @@ type UsereventsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsereventsMapSpecs struct {
-	BudgetGlobs *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets     *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty   *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells       *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated   *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota     *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased  *ebpf.MapSpec `ebpf:"cg_released"`
-	Core        *ebpf.MapSpec `ebpf:"core"`
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots   *ebpf.MapSpec `ebpf:"free_slots"`
-	Names       *ebpf.MapSpec `ebpf:"names"`
-	Overruns    *ebpf.MapSpec `ebpf:"overruns"`
-	Series      *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex *ebpf.MapSpec `ebpf:"series_index"`
-	UeCounters  *ebpf.MapSpec `ebpf:"ue_counters"`
-	UeEvents    *ebpf.MapSpec `ebpf:"ue_events"`
-	UeInflight  *ebpf.MapSpec `ebpf:"ue_inflight"`
-	UePercpu    *ebpf.MapSpec `ebpf:"ue_percpu"`
-	UeSources   *ebpf.MapSpec `ebpf:"ue_sources"`
-	UeTestInput *ebpf.MapSpec `ebpf:"ue_test_input"`
+	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells          *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	Core           *ebpf.MapSpec `ebpf:"core"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
+	Names          *ebpf.MapSpec `ebpf:"names"`
+	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
+	Series         *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SrcCounters    *ebpf.MapSpec `ebpf:"src_counters"`
+	SrcLabelCount  *ebpf.MapSpec `ebpf:"src_label_count"`
+	SrcLabelValues *ebpf.MapSpec `ebpf:"src_label_values"`
+	UeCounters     *ebpf.MapSpec `ebpf:"ue_counters"`
+	UeEvents       *ebpf.MapSpec `ebpf:"ue_events"`
+	UeInflight     *ebpf.MapSpec `ebpf:"ue_inflight"`
+	UePercpu       *ebpf.MapSpec `ebpf:"ue_percpu"`
+	UeSources      *ebpf.MapSpec `ebpf:"ue_sources"`
+	UeTestInput    *ebpf.MapSpec `ebpf:"ue_test_input"`
 }
 
 // UsereventsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -328,27 +386,30 @@ func (o *UsereventsObjects) Close() error {
 //
 // It can be passed to LoadUsereventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsereventsMaps struct {
-	BudgetGlobs *ebpf.Map `ebpf:"budget_globs"`
-	Budgets     *ebpf.Map `ebpf:"budgets"`
-	CellDirty   *ebpf.Map `ebpf:"cell_dirty"`
-	Cells       *ebpf.Map `ebpf:"cells"`
-	CgCreated   *ebpf.Map `ebpf:"cg_created"`
-	CgQuota     *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased  *ebpf.Map `ebpf:"cg_released"`
-	Core        *ebpf.Map `ebpf:"core"`
-	Counters    *ebpf.Map `ebpf:"counters"`
-	FreeSlots   *ebpf.Map `ebpf:"free_slots"`
-	Names       *ebpf.Map `ebpf:"names"`
-	Overruns    *ebpf.Map `ebpf:"overruns"`
-	Series      *ebpf.Map `ebpf:"series"`
-	SeriesDirty *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex *ebpf.Map `ebpf:"series_index"`
-	UeCounters  *ebpf.Map `ebpf:"ue_counters"`
-	UeEvents    *ebpf.Map `ebpf:"ue_events"`
-	UeInflight  *ebpf.Map `ebpf:"ue_inflight"`
-	UePercpu    *ebpf.Map `ebpf:"ue_percpu"`
-	UeSources   *ebpf.Map `ebpf:"ue_sources"`
-	UeTestInput *ebpf.Map `ebpf:"ue_test_input"`
+	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
+	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
+	Cells          *ebpf.Map `ebpf:"cells"`
+	CgCreated      *ebpf.Map `ebpf:"cg_created"`
+	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	Core           *ebpf.Map `ebpf:"core"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
+	Names          *ebpf.Map `ebpf:"names"`
+	Overruns       *ebpf.Map `ebpf:"overruns"`
+	Series         *ebpf.Map `ebpf:"series"`
+	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SrcCounters    *ebpf.Map `ebpf:"src_counters"`
+	SrcLabelCount  *ebpf.Map `ebpf:"src_label_count"`
+	SrcLabelValues *ebpf.Map `ebpf:"src_label_values"`
+	UeCounters     *ebpf.Map `ebpf:"ue_counters"`
+	UeEvents       *ebpf.Map `ebpf:"ue_events"`
+	UeInflight     *ebpf.Map `ebpf:"ue_inflight"`
+	UePercpu       *ebpf.Map `ebpf:"ue_percpu"`
+	UeSources      *ebpf.Map `ebpf:"ue_sources"`
+	UeTestInput    *ebpf.Map `ebpf:"ue_test_input"`
 }
 
 func (m *UsereventsMaps) Close() error {
@@ -368,6 +429,9 @@ func (m *UsereventsMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SrcCounters,
+		m.SrcLabelCount,
+		m.SrcLabelValues,
 		m.UeCounters,
 		m.UeEvents,
 		m.UeInflight,

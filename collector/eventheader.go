@@ -33,12 +33,14 @@ type ehObjects struct {
 
 // loadEventHeader loads bpf/eventheader.bpf.c beside the core (core: its
 // maps, Collector.Maps) with the program for method ("fentry" or
-// "kprobe"), or with its test program when method is "test".
-func loadEventHeader(core map[string]*ebpf.Map, method string) (*ehObjects, error) {
+// "kprobe"), or with its test program when method is "test"; labelValues
+// is the sum of its sources' label caps.
+func loadEventHeader(core map[string]*ebpf.Map, method string, labelValues int) (*ehObjects, error) {
 	spec, err := bpf.LoadEventheader()
 	if err != nil {
 		return nil, fmt.Errorf("load eventheader bpf spec: %w", err)
 	}
+	sizeLabelValues(spec, labelValues)
 	prog := map[string]string{"fentry": progEHFentry, "kprobe": progEHKprobe, "test": progEHTest}[method]
 	if prog == "" {
 		return nil, fmt.Errorf("eventheader: unknown attach method %q", method)

@@ -60,7 +60,7 @@ const maxName = 127
 
 func newEHHarness(t testing.TB, cfg Config) *ehHarness {
 	c := newTestCollector(t, cfg)
-	o, err := loadEventHeader(c.Maps(), "test")
+	o, err := loadEventHeader(c.Maps(), "test", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

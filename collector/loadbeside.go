@@ -47,3 +47,13 @@ func loadBeside(what string, spec *ebpf.CollectionSpec, core map[string]*ebpf.Ma
 	}
 	return coll, nil
 }
+
+// sizeLabelValues sizes the admitted label values' map of an object that
+// includes bpf/source.h to what its sources' caps can admit (at least 1,
+// at most the header's SRC_LABEL_VALUES): a preallocated hash costs its
+// full size whether or not it fills.
+func sizeLabelValues(spec *ebpf.CollectionSpec, n int) {
+	if ms := spec.Maps["src_label_values"]; ms != nil {
+		ms.MaxEntries = uint32(max(1, min(n, int(ms.MaxEntries))))
+	}
+}

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/tracefs"
 	"github.com/spanwatch/spanwatch/userevents"
@@ -31,6 +33,9 @@ type Tracepoints struct {
 	cfg TracepointConfig
 	log *slog.Logger
 	dir string
+	col *Collector
+
+	labelSets []uint16 // allocated for sources with labels
 
 	ue    *ueObjects
 	eh    *ehObjects
@@ -49,6 +54,7 @@ type Tracepoints struct {
 
 type tpSourceState struct {
 	src        tpsource.Source
+	labelSet   uint16            // 0: no labels
 	ehMappings []uint32          // indexes in eh_mappings
 	attached   []string          // tracepoints the source reads
 	problems   map[string]string // by tracepoint: why it could not be read
@@ -71,6 +77,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	}
 	t := &Tracepoints{
 		cfg:   cfg,
+		col:   c,
 		log:   c.log,
 		seen:  map[tracefs.Event]bool{},
 		bound: map[uint32]tracefs.Event{},
@@ -82,8 +89,18 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		}
 	}()
 	needUE, needEH := false, false
+	labelValues := 0
 	for i := range srcs {
-		t.sources = append(t.sources, &tpSourceState{src: srcs[i], problems: map[string]string{}})
+		st := &tpSourceState{src: srcs[i], problems: map[string]string{}}
+		if len(srcs[i].Labels.List) > 0 {
+			ls := LabelSet{Names: srcs[i].Labels.Names(), Signed: make([]bool, len(srcs[i].Labels.List))}
+			if st.labelSet, err = c.AllocLabelSet(ls); err != nil {
+				return nil, err
+			}
+			t.labelSets = append(t.labelSets, st.labelSet)
+			labelValues += len(srcs[i].Labels.List) * srcs[i].Labels.CapOrDefault()
+		}
+		t.sources = append(t.sources, st)
 		switch srcs[i].Kind {
 		case tpsource.UserEvents:
 			needUE = true
@@ -96,7 +113,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		method = "test"
 	}
 	if needUE {
-		if t.ue, err = loadUserEvents(c.Maps(), method); err != nil {
+		if t.ue, err = loadUserEvents(c.Maps(), method, labelValues); err != nil {
 			return nil, err
 		}
 		if err := t.writeUESources(); err != nil {
@@ -104,7 +121,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		}
 	}
 	if needEH {
-		if t.eh, err = loadEventHeader(c.Maps(), method); err != nil {
+		if t.eh, err = loadEventHeader(c.Maps(), method, labelValues); err != nil {
 			return nil, err
 		}
 		if err := t.writeEHMappings(); err != nil {
@@ -187,6 +204,9 @@ func (t *Tracepoints) Close() error {
 		}
 		t.ue.close()
 		t.eh.close()
+		for _, id := range t.labelSets {
+			t.col.FreeLabelSet(id)
+		}
 	})
 	return nil
 }
@@ -430,11 +450,12 @@ func (t *Tracepoints) writeEHMappings() error {
 			copy(m.Want[:], wants)
 			ms = append(ms, m)
 		} else if s.src.Paired() {
-			ms = append(ms, ehFieldsMapping(&s.src, s.src.Start, tpRoleStart, uint32(i)), ehFieldsMapping(&s.src, s.src.End, tpRoleEnd, uint32(i)))
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Start, tpRoleStart, uint32(i), s.labelSet),
+				ehFieldsMapping(&s.src, s.src.End, tpRoleEnd, uint32(i), s.labelSet))
 		} else if s.src.IsMetric() {
-			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleMetric, uint32(i)))
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleMetric, uint32(i), s.labelSet))
 		} else {
-			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleSingle, uint32(i)))
+			ms = append(ms, ehFieldsMapping(&s.src, s.src.Event, tpRoleSingle, uint32(i), s.labelSet))
 		}
 		for k := range ms {
 			if err := t.eh.mappings.Put(next, &ms[k]); err != nil {
@@ -458,7 +479,7 @@ const (
 // ehFieldsMapping maps the fields of event name for one role of s: the
 // name (a pair reads it at the start), the duration (a single event), the
 // key (a pair by key) and the status (a single or end event).
-func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint32) bpf.EventheaderEhMapping {
+func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint32, labelSet uint16) bpf.EventheaderEhMapping {
 	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(event), Kind: 2, Role: role, Source: source,
 		IdxName: ehNoField, IdxDuration: ehNoField, IdxKey: ehNoField, IdxStatus: ehNoField}
 	name := s.Span
@@ -488,6 +509,45 @@ func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint3
 	if !s.StatusField.IsZero() && role != tpRoleStart {
 		m.IdxStatus = want(s.StatusField)
 	}
+	if role != tpRoleStart {
+		// The predicate and the labels read the single, end or metric
+		// event's fields.
+		for _, f := range s.Operands {
+			m.IdxOps[m.Nops] = want(f)
+			m.Nops++
+		}
+		mp := tpMap(s, labelSet)
+		m.Map = *(*bpf.EventheaderTpMap)(unsafe.Pointer(&mp))
+	}
+	return m
+}
+
+// tpMapLayout is struct tp_map (bpf/tpspan.h), built from srcspec's
+// mirrors of bpf/source.h; the two objects' bpf2go mirrors have the same
+// layout (init checks the sizes; srcspec's tests check its mirrors field
+// by field).
+type tpMapLayout struct {
+	Pred    srcspec.Pred
+	Labels  srcspec.LabelSpec
+	HasPred uint32
+	_       uint32
+	_       [4]byte
+}
+
+func init() {
+	if unsafe.Sizeof(tpMapLayout{}) != unsafe.Sizeof(bpf.UsereventsTpMap{}) || unsafe.Sizeof(tpMapLayout{}) != unsafe.Sizeof(bpf.EventheaderTpMap{}) {
+		panic("collector: struct tp_map mirrors differ: regenerate bpf")
+	}
+}
+
+// tpMap encodes a source's error predicate and labels.
+func tpMap(s *tpsource.Source, labelSet uint16) tpMapLayout {
+	var m tpMapLayout
+	if s.Error != nil {
+		m.Pred = s.Error.Encode()
+		m.HasPred = 1
+	}
+	m.Labels = s.Labels.Encode(labelSet)
 	return m
 }
 
@@ -541,6 +601,8 @@ func (t *Tracepoints) writeUESources() error {
 		for k := 0; k < len(name) && k < len(v.Name)-1; k++ {
 			v.Name[k] = int8(name[k])
 		}
+		mp := tpMap(&s.src, s.labelSet)
+		v.Map = *(*bpf.UsereventsTpMap)(unsafe.Pointer(&mp))
 		if err := t.ue.sources.Put(uint32(i), &v); err != nil {
 			return fmt.Errorf("write user_events source: %w", err)
 		}
@@ -661,6 +723,14 @@ func compileUERole(s *tpsource.Source, f *tracefs.Format, role bpf.UsereventsUeR
 		r.Name = field(s.NameField, "name_field", true, false)
 		r.Key = field(s.KeyField, "key_field", false, true)
 		r.Status = field(s.StatusField, "status_field", false, true)
+	}
+	if role != bpf.UsereventsUeRoleKindUE_START {
+		for i, f := range s.Operands {
+			if i < len(r.Ops) {
+				r.Ops[i] = field(f, "error/labels operand", false, true)
+				r.Nops++
+			}
+		}
 	}
 	return r, errors.Join(errs...)
 }

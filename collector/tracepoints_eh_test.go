@@ -187,3 +187,41 @@ func TestEventHeaderRefusedLogged(t *testing.T) {
 	}
 	_ = prev
 }
+
+// TestEventHeaderErrorPredicateAndLabels: the same vocabulary on an
+// application's EventHeader events, fields by path.
+func TestEventHeaderErrorPredicateAndLabels(t *testing.T) {
+	h := newUEHarness(t, parseSources(t, `
+eventheader:
+  - provider: web
+    event: Request
+    span: request
+    duration_field: PartC.dur
+    error: "PartB.status >= 500"
+    labels: {status: PartB.status}
+`))
+	h.bind("web_L4K1", 981, ehHeaderFields...)
+	for _, code := range []uint32{200, 200, 503, 404} {
+		b := ehtest.NewBuilder("Request")
+		b.Struct("PartB", 1)
+		b.U32("status", code, eventheader.FormatUnsignedInt)
+		b.Struct("PartC", 1)
+		b.U64("dur", 1000, eventheader.FormatUnsignedInt)
+		if d := h.writeEH(981, b.Payload()); d["eventheader/ok"] != 1 {
+			t.Fatalf("counts %v", d)
+		}
+	}
+	s, err := h.c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]uint64{}
+	for _, sr := range s.Series {
+		if sr.Span == "request" && sr.Count > 0 {
+			got[sr.SourceLabels["status"]] = [2]uint64{sr.Count, sr.Errors}
+		}
+	}
+	if want := map[string][2]uint64{"200": {2, 0}, "503": {1, 1}, "404": {1, 0}}; len(got) != 3 || got["200"] != want["200"] || got["503"] != want["503"] || got["404"] != want["404"] {
+		t.Errorf("series by status %v", got)
+	}
+}

@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
@@ -292,5 +294,65 @@ func TestUserEventMetric(t *testing.T) {
 	}
 	if sr := got["bytes.sent"]; sr.Kind != "metric" || sr.Count != 2 || sr.Sum != 2000 || sr.Errors != 1 {
 		t.Errorf("bytes.sent: %+v", sr)
+	}
+}
+
+// parseSources decodes a sources: section for tests.
+func parseSources(t *testing.T, doc string) []tpsource.Source {
+	t.Helper()
+	var node yaml.Node
+	if err := yaml.Unmarshal([]byte(doc), &node); err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := tpsource.ParseSources("rules.yaml", &node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srcs
+}
+
+// TestUserEventErrorPredicateAndLabels: errors are exactly the events an
+// error: predicate over fields holds for (signed and unsigned compared
+// right), and labels: split the series by field values, past the cap into
+// "other".
+func TestUserEventErrorPredicateAndLabels(t *testing.T) {
+	h := newUEHarness(t, parseSources(t, `
+user_events:
+  - event: uev_http
+    name_field: route
+    duration_field: dur_ns
+    error: "status >= 500 or delta < -10"
+    labels: {code: status}
+    label_cap: 2
+`))
+	h.bind("uev_http", 971, "u64 dur_ns", "u32 status", "s32 delta", "char[8] route")
+	st := h.tp.Status()
+	if len(st[0].Tracepoints) != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	for _, e := range []struct {
+		status uint32
+		delta  int32
+	}{{200, 0}, {200, -11}, {503, 5}, {404, 0}, {200, -10}, {500, 100}, {201, 0}} {
+		if d := h.write(971, cat(le64(1000), le32(e.status), le32(uint32(e.delta)), chars("/x", 8))); d["user_events/ok"] != 1 {
+			t.Fatalf("counts %v", d)
+		}
+	}
+	s, err := h.c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCode := map[string][2]uint64{}
+	for _, sr := range s.Series {
+		if sr.Span == "/x" && sr.Count > 0 {
+			c := byCode[sr.SourceLabels["code"]]
+			byCode[sr.SourceLabels["code"]] = [2]uint64{c[0] + sr.Count, c[1] + sr.Errors}
+		}
+	}
+	// The first two codes seen (200, 503) are kept; 404, 500 and 201 are
+	// "other". Errors: 200/-11, 503/5, 500/100.
+	want := map[string][2]uint64{"200": {3, 1}, "503": {1, 1}, "other": {3, 1}}
+	if !reflect.DeepEqual(byCode, want) {
+		t.Errorf("series by code %v, want %v", byCode, want)
 	}
 }

@@ -29,12 +29,15 @@ type ueObjects struct {
 }
 
 // loadUserEvents loads bpf/userevents.bpf.c beside the core with the
-// program for method: "fentry", "kprobe", or "test".
-func loadUserEvents(core map[string]*ebpf.Map, method string) (*ueObjects, error) {
+// program for method: "fentry", "kprobe", or "test"; labelValues is the
+// sum of its sources' label caps (the admitted label values' map is
+// sized to it).
+func loadUserEvents(core map[string]*ebpf.Map, method string, labelValues int) (*ueObjects, error) {
 	spec, err := bpf.LoadUserevents()
 	if err != nil {
 		return nil, fmt.Errorf("load user_events bpf spec: %w", err)
 	}
+	sizeLabelValues(spec, labelValues)
 	prog := map[string]string{"fentry": progUEFentry, "kprobe": progUEKprobe, "test": progUETest}[method]
 	if prog == "" {
 		return nil, fmt.Errorf("user_events: unknown attach method %q", method)

@@ -7,7 +7,15 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
+
+// MaxOperands bounds the fields an error: predicate and labels: read:
+// bpf/source.h's SRC_OPERANDS for user_events; for EventHeader events the
+// decoder's wanted fields (12) leave room for 8 besides the name,
+// duration and key.
+var MaxOperands = map[Kind]int{UserEvents: srcspec.MaxOperands, EventHeader: 8}
 
 // MaxSpanName is the longest fixed span name: the span event holds
 // SPAN_NAME_LEN (128) bytes with room for the terminating NUL.
@@ -172,8 +180,39 @@ func (d *decoder) field(kind Kind, n *yaml.Node, what string) (Field, bool) {
 }
 
 var keys = map[Kind][]string{
-	UserEvents:  {"event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "metric", "value_field"},
-	EventHeader: {"provider", "level", "keyword", "event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "metric", "value_field"},
+	UserEvents:  {"event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "error", "labels", "label_cap", "metric", "value_field"},
+	EventHeader: {"provider", "level", "keyword", "event", "start", "end", "span", "name_field", "duration_field", "key", "key_field", "status_field", "error", "labels", "label_cap", "metric", "value_field"},
+}
+
+// resolver names operands by field: the i-th distinct field an error:
+// predicate or labels: names is operand i.
+func (s *Source) resolver() srcspec.Resolver {
+	return func(name string) (int, error) {
+		var f Field
+		if s.Kind == UserEvents {
+			if strings.ContainsAny(name, ".[]") {
+				return 0, fmt.Errorf("%q is not a field name", name)
+			}
+			f = Field{name}
+		} else {
+			f = Field(strings.Split(name, "."))
+			for _, p := range f {
+				if p == "" {
+					return 0, fmt.Errorf("%q: empty name in the path", name)
+				}
+			}
+		}
+		for i, o := range s.Operands {
+			if o.String() == f.String() {
+				return i, nil
+			}
+		}
+		if len(s.Operands) == MaxOperands[s.Kind] {
+			return 0, fmt.Errorf("more than %d fields read by error: and labels:", MaxOperands[s.Kind])
+		}
+		s.Operands = append(s.Operands, f)
+		return len(s.Operands) - 1, nil
+	}
 }
 
 func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
@@ -239,6 +278,22 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 			s.KeyField, _ = d.field(kind, v, "key_field")
 		case "status_field":
 			s.StatusField, _ = d.field(kind, v, "status_field")
+		case "error":
+			p, err := srcspec.DecodePredicate(d.file, deref(v), s.resolver())
+			if err != nil {
+				d.errs = append(d.errs, err)
+			}
+			s.Error = p
+		case "labels":
+			ls, errs := srcspec.DecodeLabels(d.file, deref(v), s.resolver())
+			d.errs = append(d.errs, errs...)
+			s.Labels.List = ls
+		case "label_cap":
+			c, err := srcspec.DecodeLabelCap(d.file, deref(v))
+			if err != nil {
+				d.errs = append(d.errs, err)
+			}
+			s.Labels.Cap = c
 		case "metric":
 			if name, ok := d.str(v, "metric"); ok {
 				if len(name) > MaxSpanName {
@@ -288,6 +343,12 @@ func (d *decoder) check(s *Source, n *yaml.Node, has map[string]*yaml.Node) {
 		d.errorf(has["metric"], "a metric takes one event: give event:")
 		return
 	}
+	if has["error"] != nil && has["status_field"] != nil {
+		d.errorf(has["status_field"], "give error: PREDICATE or status_field: FIELD (its nonzero values), not both")
+	}
+	if has["label_cap"] != nil && has["labels"] == nil {
+		d.errorf(has["label_cap"], "label_cap bounds the values of labels: and there are none")
+	}
 	if has["metric"] != nil || has["value_field"] != nil {
 		switch {
 		case has["metric"] == nil:
@@ -306,7 +367,7 @@ func (d *decoder) check(s *Source, n *yaml.Node, has map[string]*yaml.Node) {
 	}
 	if s.SpanEvents() {
 		// The OpenTelemetry Span mapping: nothing else to say.
-		for _, k := range []string{"span", "name_field", "duration_field", "key", "key_field", "status_field"} {
+		for _, k := range []string{"span", "name_field", "duration_field", "key", "key_field", "status_field", "error", "labels", "label_cap"} {
 			if has[k] != nil {
 				d.errorf(has[k], "%s maps fields of an event: with no event: the source takes the provider's OpenTelemetry Span events, whose fields are known", k)
 			}

@@ -82,6 +82,30 @@ sources:
 	}
 }
 
+func TestParseSourcesPredicateAndLabels(t *testing.T) {
+	got, err := ParseSources("r.yaml", sourcesNode(t, `
+sources:
+  eventheader:
+    - provider: web
+      event: Request
+      span: request
+      duration_field: PartC.dur
+      error: "PartB.status >= 500 and PartB.retries != 0"
+      labels: {status: PartB.status, region: PartA.region}
+      label_cap: 50
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := got[0]
+	if len(s.Operands) != 3 || s.Operands[0].String() != "PartB.status" || s.Operands[1].String() != "PartB.retries" || s.Operands[2].String() != "PartA.region" {
+		t.Fatalf("operands %v", s.Operands)
+	}
+	if s.Error == nil || len(s.Labels.List) != 2 || s.Labels.Cap != 50 || s.Labels.List[1].Operand != 2 {
+		t.Fatalf("error %v labels %+v", s.Error, s.Labels)
+	}
+}
+
 func TestParseSourcesErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc string
@@ -112,6 +136,11 @@ func TestParseSourcesErrors(t *testing.T) {
 		{"value without metric", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, value_field: v}\n", []string{"value_field is for a metric:"}},
 		{"metric of a pair", "sources:\n  user_events:\n    - {start: a, end: b, metric: m, value_field: v}\n", []string{"a metric takes one event"}},
 		{"metric with a span name", "sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, span: s}\n", []string{"span is for spans"}},
+		{"error and status_field", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, error: \"x > 1\", status_field: x}\n", []string{"give error: PREDICATE or status_field"}},
+		{"bad predicate", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, error: \"x => 1\"}\n", []string{`error: unknown operator "=>": did you mean >=?`}},
+		{"dotted field in user_events predicate", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, error: \"a.b > 1\"}\n", []string{`"a.b" is not a field name`}},
+		{"label_cap without labels", "sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, label_cap: 5}\n", []string{"label_cap bounds the values of labels"}},
+		{"labels on Span events", "sources:\n  eventheader:\n    - {provider: p, labels: {s: PartB.x}}\n", []string{"labels maps fields of an event"}},
 		{"every error at once", "sources:\n  user_events:\n    - {event: a}\n    - {start: b}\n  eventheader:\n    - {level: 1}\n",
 			[]string{"f:3:7:", "f:4:7:", "f:6:7:"}},
 	} {

@@ -40,6 +40,7 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  user_events: []\n  eventheader: []\n",
 		"sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, status_field: e}\n",
 		"sources:\n  eventheader:\n    - {provider: p, event: e, metric: m, value_field: PartC.v}\n",
+		"sources:\n  user_events:\n    - {event: a, span: s, duration_field: d, error: \"st >= 500\", labels: {code: st}, label_cap: 10}\n",
 	}
 	bad := []string{
 		"sources:\n  user_events:\n    - {event: a, span: s}\n",
@@ -57,6 +58,7 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  user_events:\n    - {event: a, metric: m}\n",
 		"sources:\n  user_events:\n    - {event: a, metric: m, value_field: v, span: s}\n",
 		"sources:\n  eventheader:\n    - {provider: p, metric: m, value_field: v}\n",
+		"sources:\n  eventheader:\n    - {provider: p, labels: {a: PartB.b}}\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

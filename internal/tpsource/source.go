@@ -3,6 +3,8 @@ package tpsource
 import (
 	"fmt"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
 // A Kind is the kind of a tracepoint source.
@@ -67,6 +69,14 @@ type Source struct {
 	// histogram with their minimum and maximum.
 	Metric     string
 	ValueField Field
+
+	// Error is a predicate over fields (of the single event, or of the
+	// end event of a pair) that marks the span or value as an error:
+	// "status >= 500". Labels take label values from fields, at most
+	// Labels.Cap distinct values each. Their operands are Operands[i].
+	Error    *srcspec.Predicate
+	Labels   srcspec.Labels
+	Operands []Field
 
 	// Pos is where the source is declared, "file:line:col".
 	Pos string

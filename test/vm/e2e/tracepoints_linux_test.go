@@ -49,11 +49,12 @@ func (s *syncBuffer) String() string {
 
 // tpRig is a collector with tracepoint sources from a sources: section.
 type tpRig struct {
-	c    *collector.Collector
-	tp   *collector.Tracepoints
-	logs *syncBuffer
-	mu   sync.Mutex
-	ovs  []snapshot.Overrun
+	c       *collector.Collector
+	tp      *collector.Tracepoints
+	logs    *syncBuffer
+	byLabel map[string]snapshot.Series // "span label=value", from the last series()
+	mu      sync.Mutex
+	ovs     []snapshot.Overrun
 }
 
 func newTPRig(t *testing.T, sources string) *tpRig {
@@ -102,7 +103,15 @@ func (r *tpRig) series(t *testing.T) map[string]snapshot.Series {
 		t.Fatal(err)
 	}
 	out := map[string]snapshot.Series{}
+	r.byLabel = map[string]snapshot.Series{}
 	for _, sr := range s.Series {
+		for k, v := range sr.SourceLabels {
+			key := sr.Span + " " + k + "=" + v
+			b := r.byLabel[key]
+			b.Count += sr.Count
+			b.Errors += sr.Errors
+			r.byLabel[key] = b
+		}
 		o := out[sr.Span]
 		o.Span = sr.Span
 		o.Count += sr.Count
@@ -152,7 +161,8 @@ user_events:
   - event: uev_req
     name_field: route
     duration_field: dur_ns
-    status_field: failed
+    error: "status >= 500"
+    labels: {status: status}
   - event: uev_never
     span: never
     duration_field: d
@@ -180,6 +190,13 @@ user_events:
 		if sr.Count != w[0] || sr.Errors != w[1] || sr.SumNs != w[2] || sr.OverBudget != w[3] {
 			t.Errorf("%s: %+v, want count %d errors %d sum %d over budget %d", name, sr, w[0], w[1], w[2], w[3])
 		}
+	}
+	// Errors are exactly the status >= 500 ones, in their own label.
+	if g := r.byLabel["/b status=503"]; g.Count != 100 || g.Errors != 100 {
+		t.Errorf("/b status 503: %+v, want 100 spans, all errors", g)
+	}
+	if g := r.byLabel["/b status=200"]; g.Count != 400 || g.Errors != 0 {
+		t.Errorf("/b status 200: %+v, want 400 spans, no errors", g)
 	}
 	var ovs []snapshot.Overrun
 	for deadline := time.Now().Add(5 * time.Second); len(ovs) < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
