@@ -42,10 +42,11 @@ type Tracepoints struct {
 	links []link.Link
 	perf  *perfSet
 
-	mu      sync.Mutex
-	sources []*tpSourceState
-	seen    map[tracefs.Event]bool // events looked at (bound or not)
-	bound   map[uint32]tracefs.Event
+	mu       sync.Mutex
+	sources  []*tpSourceState
+	seen     map[tracefs.Event]bool   // events looked at (bound, or of no use to any source)
+	bindErrs map[tracefs.Event]string // the last error binding each event that failed
+	bound    map[uint32]tracefs.Event
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -76,12 +77,13 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		cfg.MissingAfter = 30 * time.Second
 	}
 	t := &Tracepoints{
-		cfg:   cfg,
-		col:   c,
-		log:   c.log,
-		seen:  map[tracefs.Event]bool{},
-		bound: map[uint32]tracefs.Event{},
-		stop:  make(chan struct{}),
+		cfg:      cfg,
+		col:      c,
+		log:      c.log,
+		seen:     map[tracefs.Event]bool{},
+		bindErrs: map[tracefs.Event]string{},
+		bound:    map[uint32]tracefs.Event{},
+		stop:     make(chan struct{}),
 	}
 	defer func() {
 		if err != nil {
@@ -351,12 +353,21 @@ func (t *Tracepoints) discover() {
 			t.log.Debug("tracepoint_format_unreadable", "tracepoint", ev.String(), "error", err)
 			continue
 		}
+		if err := t.Bind(ev, f); err != nil {
+			// Tried again at the next look (a map or perf event the
+			// kernel could not give now); logged when the error changes.
+			t.mu.Lock()
+			if t.bindErrs[ev] != err.Error() {
+				t.bindErrs[ev] = err.Error()
+				t.log.Warn("tracepoint_bind_failed", "tracepoint", ev.String(), "error", err, "effect", "tried again every discovery interval")
+			}
+			t.mu.Unlock()
+			continue
+		}
 		t.mu.Lock()
 		t.seen[ev] = true
+		delete(t.bindErrs, ev)
 		t.mu.Unlock()
-		if err := t.Bind(ev, f); err != nil {
-			t.log.Warn("tracepoint_bind_failed", "tracepoint", ev.String(), "error", err)
-		}
 	}
 }
 

@@ -61,6 +61,11 @@ func newTPRig(t *testing.T, sources string) *tpRig {
 	t.Helper()
 	require(t)
 	r := &tpRig{logs: &syncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("collector log:\n%s", r.logs.String())
+		}
+	})
 	log := slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := collector.New(context.Background(), collector.Config{
 		Logger: log, Sources: collector.Sources{UserEvents: true}, ScanInterval: -1,
