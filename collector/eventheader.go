@@ -78,3 +78,11 @@ func (o *ehObjects) program() *ebpf.Program {
 	}
 	return o.prog
 }
+
+// srcCounters is the object's bpf/source.h counters, nil without it.
+func (o *ehObjects) srcCounters() *ebpf.Map {
+	if o == nil {
+		return nil
+	}
+	return o.coll.Maps["src_counters"]
+}

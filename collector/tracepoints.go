@@ -232,13 +232,28 @@ func (t *Tracepoints) Status() []TracepointStatus {
 // "user_events/REASON" and "eventheader/REASON", REASON as
 // eventheader.Reason names it ("ok", "bad_time", ...) and the user_events
 // reasons ("ok", "short", "bad_loc", "unpaired", "read_error",
-// "inflight_full"). Names cut to fit are counted by the core
+// "inflight_full"), and label values keyed "other" (".../label_other":
+// past the cap; "label_full"; "label_unread"). Names cut to fit are
+// counted by the core
 // (snapshot.Stats.NamesTruncated). Only nonzero counts are returned.
 func (t *Tracepoints) Counts() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	if t.ue != nil {
 		if err := sumCounters(t.ue.counters, func(i uint32, v uint64) {
 			out["user_events/"+ueReasonNames[i]] += v
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range []struct {
+		kind string
+		m    *ebpf.Map
+	}{{"user_events", t.ue.srcCounters()}, {"eventheader", t.eh.srcCounters()}} {
+		if o.m == nil {
+			continue
+		}
+		if err := sumCounters(o.m, func(i uint32, v uint64) {
+			out[o.kind+"/"+srcCounterNames[i]] += v
 		}); err != nil {
 			return nil, err
 		}
@@ -268,6 +283,10 @@ func (t *Tracepoints) CPUGaps() uint64 {
 	}
 	return t.perf.statsNow().Gaps
 }
+
+// srcCounterNames name bpf/source.h's src_counters: label values keyed
+// "other".
+var srcCounterNames = map[uint32]string{0: "label_other", 1: "label_full", 2: "label_unread", 3: "src_counter3"}
 
 var ueReasonNames = map[uint32]string{
 	uint32(bpf.UsereventsUeReasonUE_OK): "ok", uint32(bpf.UsereventsUeReasonUE_SHORT): "short",

@@ -355,4 +355,7 @@ user_events:
 	if !reflect.DeepEqual(byCode, want) {
 		t.Errorf("series by code %v, want %v", byCode, want)
 	}
+	if c, _ := h.tp.Counts(); c["user_events/label_other"] != 3 {
+		t.Errorf("counts %v, want user_events/label_other 3", c)
+	}
 }

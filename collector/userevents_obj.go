@@ -72,3 +72,11 @@ func (o *ueObjects) close() {
 		o.coll.Close()
 	}
 }
+
+// srcCounters is the object's bpf/source.h counters, nil without it.
+func (o *ueObjects) srcCounters() *ebpf.Map {
+	if o == nil {
+		return nil
+	}
+	return o.coll.Maps["src_counters"]
+}
