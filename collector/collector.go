@@ -165,7 +165,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		closers = append(closers, sym.Close)
 	}
 	if cfg.Resolver == nil {
-		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger}); err == nil {
+		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot}); err == nil {
 			cfg.Resolver = r
 		} else {
 			cfg.Logger.Info("cgroup_names_unavailable", "error", err)
@@ -544,7 +544,8 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		}
 		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
 			info := c.cfg.Resolver.Resolve(sr.CgroupID)
-			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
+			sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+			sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 		}
 	}
 	c.logQuotas(s)

@@ -120,7 +120,8 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	}
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
 		info := c.Resolve(ov.CgroupID)
-		ov.Cgroup, ov.Container, ov.Pod, ov.Unit = info.Path, info.Container, info.Pod, info.Unit
+		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
 	}
 	ustack := stackAddrs(r.Ustack[:], r.UstackLen)
 	kstack := stackAddrs(r.Kstack[:], r.KstackLen)

@@ -16,12 +16,15 @@ func CompileGlob(pattern string) (*Glob, error) { return glob.Compile(pattern) }
 // A Matcher selects series. Every non-nil glob must match; a field a series
 // lacks (no container, say) is matched as the empty string.
 type Matcher struct {
-	Span      *Glob
-	Cgroup    *Glob
-	Container *Glob
-	Pod       *Glob
-	Unit      *Glob
-	Process   *Glob
+	Span        *Glob
+	Cgroup      *Glob
+	ContainerID *Glob
+	PodUID      *Glob
+	Unit        *Glob
+	Namespace   *Glob
+	Pod         *Glob
+	Container   *Glob
+	Process     *Glob
 }
 
 // Match reports whether the series is selected.
@@ -37,8 +40,9 @@ func (m *Matcher) MatchSpan(span string) bool { return globOK(m.Span, span) }
 // MatchOther reports whether the series' fields other than the span name
 // are selected.
 func (m *Matcher) MatchOther(s *snapshot.Series) bool {
-	return globOK(m.Cgroup, s.Cgroup) && globOK(m.Container, s.Container) &&
-		globOK(m.Pod, s.Pod) && globOK(m.Unit, s.Unit) && globOK(m.Process, s.Process)
+	return globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
+		globOK(m.PodUID, s.PodUID) && globOK(m.Unit, s.Unit) && globOK(m.Namespace, s.Namespace) &&
+		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process)
 }
 
 func globOK(g *Glob, s string) bool { return g == nil || g.Match(s) }
