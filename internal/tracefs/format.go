@@ -275,9 +275,17 @@ func (p *formatParser) field(ln int, line string) (Field, bool) {
 			f.Kind = KindOther // e.g. __int128, or an integer typedef of odd size
 		}
 	case KindChars:
-		if f.ArrayLen == 0 || size != f.ArrayLen {
-			p.errorf(ln, 1, "field %s: %s is %d bytes but size is %d", f.Name, f.Type, f.ArrayLen, size)
-			return f, false
+		// The size: line is the truth. The length in brackets comes from
+		// ftrace_event_field.len, which user_events never sets (6.12:
+		// user_event_add_field allocates the field with kmalloc, not
+		// kzalloc), so a user_event's array may show any length there.
+		if size == 0 {
+			f.Kind, f.ArrayLen = KindOther, 0
+			break
+		}
+		if f.ArrayLen != size {
+			f.ArrayLen = size
+			f.Type = f.Type[:strings.IndexByte(f.Type, '[')] + "[" + strconv.Itoa(size) + "]"
 		}
 	case KindDataLoc, KindRelLoc:
 		if size != 4 {
@@ -329,32 +337,56 @@ func (p *formatParser) decl(ln, col int, s string, f *Field) bool {
 	f.Name = name
 	f.Type = typ + suffix
 	switch {
-	case strings.HasPrefix(typ, "__data_loc "):
+	case strings.HasPrefix(typ, "__data_loc "), strings.HasPrefix(typ, "__rel_loc "):
+		// "__data_loc char[] name", or "__rel_loc char name[]" — or
+		// "name[N]" with N garbage: user_events leaves the field's len
+		// unset (see KindChars below). Either way an array of the type.
 		f.Kind = KindDataLoc
-		if !strings.HasSuffix(f.Type, "[]") {
-			f.Kind = KindOther
+		if strings.HasPrefix(typ, "__rel_loc ") {
+			f.Kind = KindRelLoc
 		}
-	case strings.HasPrefix(typ, "__rel_loc "):
-		f.Kind = KindRelLoc
-		if !strings.HasSuffix(f.Type, "[]") {
-			f.Kind = KindOther
+		base := f.Type
+		if i := strings.IndexByte(base, '['); i >= 0 {
+			base = base[:i]
+		} else {
+			f.Kind = KindOther // not an array
 		}
+		f.Type = base + "[]"
 	case suffix != "":
 		n, err := strconv.Atoi(suffix[1 : len(suffix)-1])
-		if suffix == "[]" || err != nil || n <= 0 {
-			f.Kind = KindOther // a flexible or symbolic array
-			break
-		}
-		f.ArrayLen = n
-		if typ == "char" || typ == "unsigned char" || typ == "signed char" {
+		isChar := typ == "char" || typ == "unsigned char" || typ == "signed char"
+		switch {
+		case suffix == "[]" || !isChar:
+			f.Kind = KindOther // a flexible array, or not of chars
+		case err != nil && !isNumber(suffix[1:len(suffix)-1]):
+			f.Kind = KindOther // a symbolic length (TASK_COMM_LEN)
+		default:
+			// A length, maybe garbage (see KindChars in field): the
+			// size: line gives the real one.
 			f.Kind = KindChars
-		} else {
-			f.Kind = KindOther
+			if n > 0 {
+				f.ArrayLen = n
+			}
 		}
 	case intTypes[typ]:
 		f.Kind = KindInt
 	default:
 		f.Kind = KindOther
+	}
+	return true
+}
+
+// isNumber reports whether s is a decimal integer, maybe negative and
+// maybe too large for an int.
+func isNumber(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
 	}
 	return true
 }
