@@ -70,6 +70,7 @@ enum span_source {
 	SOURCE_MARKER = 2,
 	SOURCE_USDT = 3,
 	SOURCE_EVENTHEADER = 4,
+	SOURCE_USER_EVENT_FIELDS = 5, /* any user_event, by its format's offsets */
 };
 
 /* Series kinds. */
