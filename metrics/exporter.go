@@ -92,6 +92,7 @@ type Exporter struct {
 	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                    prometheus.Gauge
 	readDuration, evalDuration                                                         prometheus.Histogram
 	ruleErrors                                                                         *prometheus.CounterVec
+	sourceEvents                                                                       *prometheus.CounterVec
 }
 
 // seriesDescs are the per-span metrics' descriptions for one set of label
@@ -185,6 +186,9 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
+	e.sourceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_events_total",
+		Help: "Events of user_events and EventHeader sources that did not become a value as they should have (short, bad_loc, unpaired_end, refused EventHeader fields...), and label values keyed other, by source and reason."},
+		[]string{"source", "reason"})
 	e.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_rule_errors_total", Help: "Rule or policy evaluations that failed."}, []string{"rule"})
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -197,7 +201,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		(*spanCollector)(e),
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
-		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors,
+		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
 		buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
@@ -342,6 +346,10 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.quotaOther.Add(float64(s.Stats.QuotaOther))
 	e.namesFull.Add(float64(s.Stats.NamesFull))
 	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
+	for k, v := range s.Stats.SourceEvents {
+		src, reason, _ := strings.Cut(k, "/")
+		e.sourceEvents.WithLabelValues(src, reason).Add(float64(v))
+	}
 	if s.Stats.SeriesCapacity > 0 {
 		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
 		e.seriesLive.Set(float64(s.Stats.SeriesLive))

@@ -156,7 +156,8 @@ func TestExporterExactHistograms(t *testing.T) {
 				},
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
-					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684},
+					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
+					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
@@ -227,6 +228,10 @@ func TestExporterExactHistograms(t *testing.T) {
 				if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
+			}
+			if se := mfs["spanwatch_source_events_total"]; se == nil || se.GetMetric()[0].GetCounter().GetValue() != 3 ||
+				labelsOf(se.GetMetric()[0])["source"] != "eventheader" || labelsOf(se.GetMetric()[0])["reason"] != "bad_time" {
+				t.Errorf("spanwatch_source_events_total = %v", se)
 			}
 			for name, want := range map[string]float64{"spanwatch_series_capacity": 131072, "spanwatch_series_live": 2, "spanwatch_bpf_map_bytes": 201070684} {
 				if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
