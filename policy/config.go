@@ -156,7 +156,7 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	if len(data) > MaxFileBytes {
 		return nil, ErrorList{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileBytes)}}
 	}
-	d := &decoder{file: name}
+	d := &decoder{file: name, lines: strings.Split(string(data), "\n")}
 	cfg := &Config{Name: name, exactBudgets: map[string]*Budget{}}
 	if opts.FS == nil {
 		cfg.Files = append(cfg.Files, name)
@@ -408,7 +408,12 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			if s, ok := d.name(v, "when"); ok {
 				c, err := ParseCondition(s)
 				if err != nil {
-					d.errorf(v, "when: %v", err)
+					var ce *ConditionError
+					if errors.As(err, &ce) {
+						d.errorAt(v, ce.Offset, "when: %s", ce.Msg)
+					} else {
+						d.errorf(v, "when: %v", err)
+					}
 					return
 				}
 				r.When = c

@@ -59,7 +59,7 @@ func TestRunFileErrors(t *testing.T) {
 	}{
 		{"unknown key", "rule_file: rules.yaml\ntests:\n  - name: x\n    stepz: []\n", "field stepz not found"},
 		{"no rule file", "tests: []\n", "rule_file is missing"},
-		{"bad rule file", "rule_file: bad_rules.yaml\ntests:\n  - steps: [{series: []}]\n", "bad_rules.yaml:3:11: when: comparison"},
+		{"bad rule file", "rule_file: bad_rules.yaml\ntests:\n  - steps: [{series: []}]\n", "bad_rules.yaml:3:16: when: missing value after p99 >"},
 		{"no steps", "rule_file: rules.yaml\ntests:\n  - name: x\n", "no steps"},
 		{"at between steps", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{at: 5s, alerts: []}]\n", "no step is evaluated then"},
 		{"step out of range", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{step: 3, alerts: []}]\n", "steps 0 to 0"},
