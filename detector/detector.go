@@ -33,12 +33,28 @@ type Config struct {
 	// GOMAXPROCS): policies are independent and share one read-only input.
 	PolicyWorkers int
 	// ResendInterval re-sends firing alerts to the notifier this often
-	// (0: only on state changes).
+	// (default 1m, Prometheus' --rules.alert.resend-delay). Each firing
+	// alert sent carries EndsAt = now + 4 x max(ResendInterval, the
+	// snapshot interval), as Prometheus sends them: Alertmanager keeps it
+	// firing while the resends keep coming, tolerates a few lost ones,
+	// and resolves it by itself if the agent goes away.
 	ResendInterval time.Duration
+	// ExternalLabels are added to every alert (rule, policy and overrun
+	// alerts) that does not set the label itself, so the same alert from
+	// two nodes stays two alerts in a clustered Alertmanager. The rule
+	// file's external_labels are applied over them (a label set to ""
+	// there removes one). Nil means DefaultExternalLabels ({node:
+	// NODE_NAME or the host name}); an empty map adds none.
+	ExternalLabels map[string]string
 	// OverrunInterval is how long an overrun alert for one span and
-	// process suppresses the next (default 1m); it is also how long the
-	// alert lasts (its EndsAt).
+	// process suppresses the next (default 1m).
 	OverrunInterval time.Duration
+	// OverrunResolveTimeout is how long an overrun alert lasts after the
+	// last one sent (its EndsAt; default 4 x OverrunInterval, at least
+	// OverrunInterval). Overruns that keep coming within it continue the
+	// same episode: the alert keeps its StartsAt, and each resend (at
+	// most one per OverrunInterval) moves its EndsAt on.
+	OverrunResolveTimeout time.Duration
 	// OverrunBurst caps overrun alerts over all spans per OverrunInterval
 	// (default 100).
 	OverrunBurst int
@@ -65,6 +81,8 @@ type Detector struct {
 
 	mu     sync.Mutex // guards groups
 	groups map[string]*group
+
+	ext externalLabels
 
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
@@ -93,10 +111,16 @@ type active struct {
 	a        *alert.Alert
 	activeAt time.Time
 	lastSent time.Time
+	// validUntil is the EndsAt of the last firing notification sent.
+	validUntil time.Time
 	// keepFiringSince is the first evaluation at which a firing alert's
 	// rule no longer held (zero while it holds), as in Prometheus.
 	keepFiringSince time.Time
 }
+
+// DefaultResendInterval is how often a firing alert is sent again when
+// Config.ResendInterval is 0.
+const DefaultResendInterval = time.Minute
 
 // New returns a Detector with no rules; call SetRules.
 func New(cfg Config) *Detector {
@@ -109,8 +133,18 @@ func New(cfg Config) *Detector {
 	if cfg.PolicyWorkers <= 0 {
 		cfg.PolicyWorkers = runtime.GOMAXPROCS(0)
 	}
+	if cfg.ResendInterval <= 0 {
+		cfg.ResendInterval = DefaultResendInterval
+	}
 	if cfg.OverrunInterval <= 0 {
 		cfg.OverrunInterval = time.Minute
+	}
+	if cfg.OverrunResolveTimeout <= 0 {
+		cfg.OverrunResolveTimeout = 4 * cfg.OverrunInterval
+	}
+	cfg.OverrunResolveTimeout = max(cfg.OverrunResolveTimeout, cfg.OverrunInterval)
+	if cfg.ExternalLabels == nil {
+		cfg.ExternalLabels = DefaultExternalLabels()
 	}
 	if cfg.OverrunBurst <= 0 {
 		cfg.OverrunBurst = 100
@@ -124,6 +158,7 @@ func New(cfg Config) *Detector {
 	return &Detector{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		ext:       externalLabels{base: maps.Clone(cfg.ExternalLabels)},
 		baselines: map[string]*baselineEntry{},
 		groups:    map[string]*group{},
 		ovSeen:    map[string]*overrunEntry{},
@@ -177,6 +212,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		now = d.cfg.Now()
 	}
 	cfg := d.rules.Load()
+	ext := d.ext.get(cfg)
 	var outs []*ruleOutput
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
@@ -184,14 +220,14 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		var buf []int32
 		for _, r := range cfg.Rules {
 			buf = idx.selectSeries(&r.Match, buf[:0])
-			outs = append(outs, d.evalRule(r, snap, buf, now))
+			outs = append(outs, d.evalRule(r, snap, buf, now, ext))
 		}
 		if len(cfg.Policies) > 0 {
-			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, policy.Input(snap))...)
+			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, policy.Input(snap), ext)...)
 		}
 		d.gcBaselines(cfg, now)
 	}
-	changed, send := d.advance(outs, now)
+	changed, send := d.advance(outs, now, d.validity(snap.Window()))
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
 	err := d.notify(ctx, send)
 	return changed, err
@@ -252,7 +288,7 @@ func seriesKey(b []byte, s *snapshot.Series) []byte {
 	return strconv.AppendUint(b, s.CgroupID, 10)
 }
 
-func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []int32, now time.Time) *ruleOutput {
+func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
@@ -301,6 +337,7 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 			out.failed = true
 			continue
 		}
+		addExternal(labels, ext)
 		out.results[alert.Fingerprint(labels)] = result{labels: labels, annotations: annotations, value: data.Value}
 	}
 	if firstErr != nil {
@@ -311,12 +348,12 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 
 // evalPolicies evaluates the policies on up to PolicyWorkers goroutines,
 // returning their outputs in policy order.
-func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, input ast.Value) []*ruleOutput {
+func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, input ast.Value, ext map[string]string) []*ruleOutput {
 	outs := make([]*ruleOutput, len(pols))
 	workers := min(d.cfg.PolicyWorkers, len(pols))
 	if workers <= 1 {
 		for i, p := range pols {
-			outs[i] = d.evalPolicy(ctx, p, input)
+			outs[i] = d.evalPolicy(ctx, p, input, ext)
 		}
 		return outs
 	}
@@ -331,7 +368,7 @@ func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inpu
 				if i >= len(pols) {
 					return
 				}
-				outs[i] = d.evalPolicy(ctx, pols[i], input)
+				outs[i] = d.evalPolicy(ctx, pols[i], input, ext)
 			}
 		}()
 	}
@@ -339,7 +376,7 @@ func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inpu
 	return outs
 }
 
-func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value) *ruleOutput {
+func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
 	d.stats.policyEvaluations.Add(1)
 	ectx, cancel := context.WithTimeout(ctx, d.cfg.PolicyTimeout)
@@ -360,6 +397,7 @@ func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.V
 		return out
 	}
 	for _, a := range alerts {
+		addExternal(a.Labels, ext)
 		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}
 	}
 	return out
@@ -390,9 +428,28 @@ func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
 	}
 }
 
+// validity is how long a firing alert sent now stays valid without being
+// sent again: 4 x max(ResendInterval, interval), as in Prometheus, so two
+// lost evaluations or notifications do not resolve it.
+func (d *Detector) validity(interval time.Duration) time.Duration {
+	return 4 * max(d.cfg.ResendInterval, interval)
+}
+
+// firingCopy is the copy of a firing alert that goes to the notifier: its
+// EndsAt is when Alertmanager may consider it resolved if no resend
+// arrives.
+func firingCopy(ac *active, now time.Time, valid time.Duration) *alert.Alert {
+	ac.lastSent = now
+	ac.validUntil = now.Add(valid)
+	c := clone(ac.a)
+	c.EndsAt = ac.validUntil
+	return c
+}
+
 // advance moves every alert to its state at now and returns the changes
-// and the alerts to send.
-func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*alert.Alert) {
+// and the alerts to send. A firing alert goes out when it starts firing
+// and again every ResendInterval, as Prometheus resends them.
+func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	live := make(map[string]bool, len(outs))
@@ -420,8 +477,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 				ac.a.Annotations, ac.a.Value = res.annotations, res.value
 				changed = append(changed, clone(ac.a))
 				if ac.a.State == alert.StateFiring {
-					ac.lastSent = now
-					send = append(send, clone(ac.a))
+					send = append(send, firingCopy(ac, now, valid))
 				}
 				continue
 			}
@@ -429,13 +485,13 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 			ac.keepFiringSince = time.Time{}
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
-				ac.a.State = alert.StateFiring
+				// StartsAt becomes the time it fired, as Prometheus sends
+				// it (FiredAt): pending alerts are never sent.
+				ac.a.State, ac.a.StartsAt = alert.StateFiring, now
 				changed = append(changed, clone(ac.a))
-				ac.lastSent = now
-				send = append(send, clone(ac.a))
-			case ac.a.State == alert.StateFiring && d.cfg.ResendInterval > 0 && now.Sub(ac.lastSent) >= d.cfg.ResendInterval:
-				ac.lastSent = now
-				send = append(send, clone(ac.a))
+				send = append(send, firingCopy(ac, now, valid))
+			case ac.a.State == alert.StateFiring && now.Sub(ac.lastSent) >= d.cfg.ResendInterval:
+				send = append(send, firingCopy(ac, now, valid))
 			}
 		}
 		if o.failed {
@@ -451,6 +507,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 					ac.keepFiringSince = now
 				}
 				if now.Sub(ac.keepFiringSince) < o.keepFiringFor {
+					if now.Sub(ac.lastSent) >= d.cfg.ResendInterval {
+						send = append(send, firingCopy(ac, now, valid))
+					}
 					continue
 				}
 			}

@@ -157,15 +157,24 @@ rules:
 				if got := states(changed); got != st.changed {
 					t.Errorf("step %d: changed %q, want %q", i, got, st.changed)
 				}
-				if got := states(rec.take()); got != st.sent {
+				sent := rec.take()
+				if got := states(sent); got != st.sent {
 					t.Errorf("step %d: sent %q, want %q", i, got, st.sent)
 				}
+				for _, a := range sent {
+					// Firing: valid for 4 x max(resend 1m, interval 10s).
+					if a.State == alert.StateFiring && !a.EndsAt.Equal(s.Time.Add(4*time.Minute)) {
+						t.Errorf("step %d: sent firing alert with EndsAt %v, want %v", i, a.EndsAt, s.Time.Add(4*time.Minute))
+					}
+				}
 				for _, a := range changed {
-					if a.State == alert.StatePending {
-						startsAt = a.StartsAt
+					// Pending: since the condition first held; firing and
+					// after: since it fired (Prometheus' FiredAt).
+					if a.State == alert.StatePending || a.State == alert.StateFiring {
+						startsAt = s.Time
 					}
 					if !a.StartsAt.Equal(startsAt) {
-						t.Errorf("step %d: StartsAt %v, want the activation time %v", i, a.StartsAt, startsAt)
+						t.Errorf("step %d: %s StartsAt %v, want %v", i, a.State, a.StartsAt, startsAt)
 					}
 					if a.State == alert.StateResolved && !a.EndsAt.Equal(s.Time) {
 						t.Errorf("step %d: EndsAt %v, want %v", i, a.EndsAt, s.Time)
@@ -198,7 +207,7 @@ rules:
 		t.Fatalf("changed = %d alerts, want 1", len(changed))
 	}
 	a := changed[0]
-	wantLabels := map[string]string{"alertname": "Slow", "span": "checkout", "container": "web-1", "cgroup_id": "42", "severity": "page"}
+	wantLabels := map[string]string{"alertname": "Slow", "span": "checkout", "container": "web-1", "cgroup_id": "42", "severity": "page", "node": NodeName()}
 	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
 		t.Errorf("labels = %v, want %v", a.Labels, wantLabels)
 	}

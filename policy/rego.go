@@ -35,6 +35,10 @@ type Policy struct {
 	// File is the Rego file's path as resolved; DataFiles likewise.
 	File      string
 	DataFiles []string
+	// Over is the range the policy's input series cover, as on YAML
+	// rules: input.series and input.by_span hold each series' counts and
+	// quantiles over it (default DefaultOver).
+	Over time.Duration
 	// For and KeepFiringFor work as on YAML rules.
 	For           time.Duration
 	KeepFiringFor time.Duration
@@ -50,6 +54,7 @@ type policySpec struct {
 	fileNode      *yaml.Node
 	data          []string
 	name          string
+	over          time.Duration
 	forDur        time.Duration
 	keepFiringFor time.Duration
 }
@@ -89,7 +94,7 @@ var sandboxCaps = sandboxCapabilities()
 const sandboxWhy = "policies run inside the agent on every snapshot and must not reach outside it; compute from input and data instead"
 
 func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Policy, ErrorList) {
-	p := &Policy{Pos: spec.pos, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
+	p := &Policy{Pos: spec.pos, Over: spec.over, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
 	p.File = rd.path(spec.file)
 	p.Name = spec.name
 	if p.Name == "" {
