@@ -35,7 +35,7 @@ func BenchmarkSnapshotRead(b *testing.B) {
 			for i := range vals {
 				vals[i].Count = 100
 				vals[i].SumNs = 100e6
-				vals[i].Hist[snapshot.BucketIndex(1e6)] = 100
+				vals[i].Hist[oldBucketIndex(1e6)] = 100
 			}
 			for i := 0; i < n; i++ {
 				name := fmt.Sprintf("span.%d", i)

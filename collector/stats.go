@@ -5,6 +5,7 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 	"unsafe"
 
@@ -26,7 +27,7 @@ const (
 
 type cumulative struct {
 	count, errors, sum, max, over uint64
-	hist                          [snapshot.HistBuckets]uint64
+	hist                          [histBuckets]uint64
 	lastChange                    time.Time
 }
 
@@ -171,14 +172,16 @@ func (r *statsReader) add(s *snapshot.Snapshot, key bpf.SpanwatchStatsKey, raw [
 		Errors:     tot.errors - prev.errors,
 		SumNs:      tot.sum - prev.sum,
 		OverBudget: tot.over - prev.over,
-		MaxNs:      tot.max,
 	}
-	var delta [snapshot.HistBuckets]uint64
-	top := -1
+	var delta [histBuckets]uint64
+	top, bottom := -1, -1
 	for i := range delta {
 		delta[i] = tot.hist[i] - prev.hist[i]
 		if delta[i] != 0 {
 			top = i
+			if bottom < 0 {
+				bottom = i
+			}
 		}
 	}
 	if sr.Count > 0 {
@@ -187,14 +190,16 @@ func (r *statsReader) add(s *snapshot.Snapshot, key bpf.SpanwatchStatsKey, raw [
 			sr.Rate = float64(sr.Count) / window.Seconds()
 		}
 		sr.ErrorRatio = float64(sr.Errors) / float64(sr.Count)
-		sr.P50Ns = snapshot.Quantile(delta[:], 0.50)
-		sr.P90Ns = snapshot.Quantile(delta[:], 0.90)
-		sr.P99Ns = snapshot.Quantile(delta[:], 0.99)
+		sr.Histogram = oldHistogram(delta[:])
 		if top >= 0 {
-			_, hi := snapshot.BucketBounds(top)
-			sr.WindowMaxNs = min(hi-1, tot.max)
+			lo, _ := oldBucketBounds(bottom)
+			_, hi := oldBucketBounds(top)
+			sr.MinNs, sr.MaxNs = lo, min(hi-1, tot.max)
 		}
-		sr.Histogram = snapshot.SparseBuckets(delta[:])
+		mn, mx := float64(sr.MinNs), float64(sr.MaxNs)
+		sr.P50Ns = uint64(snapshot.Quantile(sr.Histogram, 0.50, mn, mx))
+		sr.P90Ns = uint64(snapshot.Quantile(sr.Histogram, 0.90, mn, mx))
+		sr.P99Ns = uint64(snapshot.Quantile(sr.Histogram, 0.99, mn, mx))
 	}
 	lc := prev.lastChange
 	*prev = *tot
@@ -221,4 +226,48 @@ func (r *statsReader) readCounters(st *snapshot.Stats) error {
 	st.ReadErrors = out[counterReadErrors] - r.prevCount[counterReadErrors]
 	r.prevCount = out
 	return nil
+}
+
+// The kernel's log-linear histogram (bpf/aggregate.h), until the series
+// model moves to schema-6 buckets in BPF: 8 buckets per power of two.
+const (
+	histSubBits = 3
+	histSub     = 1 << histSubBits
+	histMaxExp  = 37
+	histBuckets = (histMaxExp - histSubBits + 2) * histSub
+)
+
+func oldBucketBounds(i int) (low, high uint64) {
+	if i < histSub {
+		return uint64(i), uint64(i) + 1
+	}
+	e := i/histSub + histSubBits - 1
+	sub := uint64(i % histSub)
+	shift := e - histSubBits
+	return (histSub + sub) << shift, (histSub + sub + 1) << shift
+}
+
+// oldHistogram moves each log-linear bucket's count to the schema-6 bucket
+// of its midpoint.
+func oldHistogram(counts []uint64) []snapshot.Bucket {
+	var h []snapshot.Bucket
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		lo, hi := oldBucketBounds(i)
+		h = snapshot.MergeHistogram(h, []snapshot.Bucket{snapshot.DurationBucket(lo+(hi-1-lo)/2, c)})
+	}
+	return h
+}
+
+func oldBucketIndex(ns uint64) int {
+	if ns < histSub {
+		return int(ns)
+	}
+	e := 63 - bits.LeadingZeros64(ns)
+	if e > histMaxExp {
+		return histBuckets - 1
+	}
+	return (e-histSubBits+1)*histSub + int((ns>>(e-histSubBits))&(histSub-1))
 }

@@ -31,9 +31,10 @@ var seriesLabels = []string{"span", "cgroup", "container", "pod", "unit"}
 
 // Config configures an Exporter.
 type Config struct {
-	// Bounds are the histogram bucket upper bounds. Each must be a bucket
-	// boundary of spanwatch's histogram (snapshot.BucketBounds), so the
-	// exported counts are exact; nil means DefaultBounds.
+	// Bounds are the histogram bucket upper bounds. Each must be the
+	// largest whole nanosecond of a bucket of spanwatch's histogram
+	// (snapshot.DurationBounds), so the exported counts are exact; nil
+	// means DefaultBounds.
 	Bounds []time.Duration
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
@@ -46,13 +47,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultBounds returns one bucket bound per power of two from 1.024 µs
-// (2^10 ns) to about 137 s (2^37 ns): 28 buckets plus +Inf, each an exact
-// boundary of spanwatch's histogram.
+// DefaultBounds returns one bucket bound per power of two seconds from
+// 2^-20 s (953 ns) to 2^7 s (128 s): 28 buckets plus +Inf. Each is the
+// largest whole nanosecond at or below a bound of spanwatch's histogram
+// (2^(i/64) s with i a multiple of 64), so the exported counts are exact.
 func DefaultBounds() []time.Duration {
 	b := make([]time.Duration, 0, 28)
-	for e := 10; e <= 37; e++ {
-		b = append(b, time.Duration(1)<<e)
+	for e := -20; e <= 7; e++ {
+		_, hi := snapshot.DurationBounds(int32(e * snapshot.HistPerOctave))
+		b = append(b, time.Duration(hi-1))
 	}
 	return b
 }
@@ -113,8 +116,8 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		if b <= 0 || ns <= prev {
 			return nil, fmt.Errorf("metrics bounds: %v: bounds must be positive and increasing", b)
 		}
-		if lo, _ := snapshot.BucketBounds(snapshot.BucketIndex(ns)); lo != ns {
-			return nil, fmt.Errorf("metrics bounds: %v is not a bucket boundary of spanwatch's histogram; the nearest below is %v", b, time.Duration(lo))
+		if lo, hi := snapshot.DurationBounds(snapshot.DurationIndex(ns)); hi-1 != ns {
+			return nil, fmt.Errorf("metrics bounds: %v is not a bucket boundary of spanwatch's histogram; the nearest below is %v", b, time.Duration(lo-1))
 		}
 		prev = ns
 		e.boundsNs = append(e.boundsNs, ns)
@@ -205,7 +208,7 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 			// The first bound at or above the bucket's end: bounds
 			// are bucket boundaries, so the bucket lies wholly below
 			// it and wholly at or above the bound before it.
-			j := sort.Search(len(e.boundsNs), func(j int) bool { return e.boundsNs[j] >= b.HighNs })
+			j := sort.Search(len(e.boundsNs), func(j int) bool { return e.boundsNs[j] >= b.High-1 })
 			st.buckets[j] += b.Count
 		}
 	}

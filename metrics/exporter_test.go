@@ -20,18 +20,16 @@ import (
 )
 
 // window builds one series' window from raw durations, the way the
-// collector does: histogram buckets from snapshot.BucketIndex.
+// collector does: schema-6 buckets (snapshot.DurationHistogram).
 func window(span, cgroup string, durs []uint64, errs, over uint64) snapshot.Series {
-	counts := make([]uint64, snapshot.HistBuckets)
 	var sum, mx uint64
 	for _, d := range durs {
-		counts[snapshot.BucketIndex(d)]++
 		sum += d
 		mx = max(mx, d)
 	}
 	return snapshot.Series{
 		Span: span, Cgroup: cgroup, Count: uint64(len(durs)), Errors: errs, OverBudget: over,
-		SumNs: sum, MaxNs: mx, Histogram: snapshot.SparseBuckets(counts),
+		SumNs: sum, MaxNs: mx, Histogram: snapshot.DurationHistogram(durs),
 	}
 }
 
@@ -104,7 +102,7 @@ func TestExporterExactHistograms(t *testing.T) {
 		bounds []time.Duration
 	}{
 		{"default", nil},
-		{"fine", []time.Duration{960, 1024, 1152, 1280, time.Duration(1) << 20, time.Duration(12) << 20, time.Duration(1) << 37}},
+		{"fine", boundaries(-1280, -1279, -1000, -640, 0, 1, 64, 448)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := NewExporter(Config{Bounds: tc.bounds})
@@ -224,11 +222,10 @@ func TestExporterExactHistograms(t *testing.T) {
 
 func TestExporterBadBounds(t *testing.T) {
 	for _, b := range [][]time.Duration{
-		{1000, 1001},             // 1001 ns is inside a bucket
-		{time.Millisecond},       // 1e6 ns is not a boundary
-		{2048, 1024},             // not increasing
-		{0},                      // not positive
-		{time.Duration(1) << 39}, // above the last bucket
+		{1000, 1001},            // 1001 ns is inside a bucket
+		{time.Millisecond},      // 1e6 ns is not a boundary
+		{1999999999, 999999999}, // not increasing
+		{0},                     // not positive
 	} {
 		if _, err := NewExporter(Config{Bounds: b}); err == nil {
 			t.Errorf("NewExporter(bounds %v) succeeded, want an error", b)
@@ -287,4 +284,15 @@ func TestExporterServe(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after cancel")
 	}
+}
+
+// boundaries returns the largest whole nanosecond of each schema-6 bucket i:
+// the bounds the exporter accepts.
+func boundaries(idx ...int32) []time.Duration {
+	var b []time.Duration
+	for _, i := range idx {
+		_, hi := snapshot.DurationBounds(i)
+		b = append(b, time.Duration(hi-1))
+	}
+	return b
 }

@@ -71,7 +71,7 @@ func TestParseThreshold(t *testing.T) {
 func testSeries() *snapshot.Series {
 	return &snapshot.Series{
 		Span: "checkout", Count: 100, Rate: 10, Errors: 5, ErrorRatio: 0.05,
-		SumNs: 100 * 50e6, P50Ns: 40e6, P90Ns: 120e6, P99Ns: 200e6, MaxNs: 900e6, WindowMaxNs: 300e6,
+		SumNs: 100 * 50e6, P50Ns: 40e6, P90Ns: 120e6, P99Ns: 200e6, MaxNs: 300e6,
 		OverBudget: 2, BudgetNs: 250e6,
 	}
 }

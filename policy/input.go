@@ -146,7 +146,7 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kP90, uintTerm(s.P90Ns)),
 		item(kP99, uintTerm(s.P99Ns)),
 		item(kMax, uintTerm(s.MaxNs)),
-		item(kWindowMax, uintTerm(s.WindowMaxNs)),
+		item(kWindowMax, uintTerm(s.MaxNs)), // kept for policies written against version 1
 		item(kOverBudget, uintTerm(s.OverBudget)),
 		item(kBudgetNs, uintTerm(s.BudgetNs)),
 		item(kLabels, ast.ObjectTerm(labels...)),

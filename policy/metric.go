@@ -92,10 +92,8 @@ func (m Metric) Value(s *snapshot.Series) float64 {
 	case MetricP99:
 		return float64(s.P99Ns)
 	case MetricMax:
-		// The kernel's max_ns is a running maximum since the series began;
-		// a window rule wants this window's.
-		if s.WindowMaxNs != 0 || s.Count == 0 {
-			return float64(s.WindowMaxNs)
+		if s.Count == 0 {
+			return 0
 		}
 		return float64(s.MaxNs)
 	case MetricMean:

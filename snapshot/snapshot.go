@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,8 +9,12 @@ import (
 )
 
 // Version is the version of the JSON form. It changes only when a field
-// changes meaning or is removed; new fields keep the version.
-const Version = 1
+// changes meaning or is removed; new fields keep the version. Version 2
+// (schema-6 histograms with exact window extremes) changed the histogram's
+// buckets, made max_ns the window's exact maximum (it was the series'
+// running maximum, with window_max_ns the window's estimate) and added
+// min_ns, metric series and labels. Decode still reads version 1.
+const Version = 2
 
 // A Snapshot is what the collector saw over one window: one Series per span
 // name and cgroup, the overruns (spans slower than their budget) that arrived
@@ -30,13 +35,21 @@ type Snapshot struct {
 // Window returns the window length.
 func (s *Snapshot) Window() time.Duration { return time.Duration(s.WindowNs) }
 
-// A Series is one span name in one cgroup over the window. Counts are deltas
-// over the window; quantiles come from the window's histogram and are 0 (never
-// NaN) when the window is empty.
+// A Series is one span name (or, for Kind "metric", one argument metric) in
+// one cgroup, with one set of source labels, over the window. Counts are
+// deltas over the window; quantiles come from the window's histogram,
+// clamped to the window's exact minimum and maximum, and are 0 (never NaN)
+// when the window is empty.
 type Series struct {
+	// Kind is "" (a span) or "metric" (an argument metric: a value per
+	// probe hit, with Sum, Min, Max and quantiles of the values).
+	Kind     string `json:"kind,omitempty"`
 	Span     string `json:"span"`
 	NameID   uint64 `json:"name_id,omitempty"`
 	CgroupID uint64 `json:"cgroup_id"`
+	// SourceLabels are the source's labels (labels: in a source), by name; a
+	// value past the source's cap is "other".
+	SourceLabels map[string]string `json:"labels,omitempty"`
 	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
 	Cgroup string `json:"cgroup,omitempty"`
 	// Container, Pod and Unit are resolved from the cgroup path where the
@@ -49,36 +62,48 @@ type Series struct {
 	Process string `json:"process,omitempty"`
 
 	Count      uint64  `json:"count"`
-	Rate       float64 `json:"rate"` // spans per second over the window
+	Rate       float64 `json:"rate"` // spans (or values) per second over the window
 	Errors     uint64  `json:"errors"`
 	ErrorRatio float64 `json:"error_ratio"`
-	SumNs      uint64  `json:"sum_ns"`
-	P50Ns      uint64  `json:"p50_ns"`
-	P90Ns      uint64  `json:"p90_ns"`
-	P99Ns      uint64  `json:"p99_ns"`
-	// MaxNs is the largest duration seen since the series began, since the
-	// kernel keeps a running maximum, not one per window; WindowMaxNs is the
-	// histogram's estimate for this window alone.
-	MaxNs       uint64 `json:"max_ns"`
-	WindowMaxNs uint64 `json:"window_max_ns"`
-	OverBudget  uint64 `json:"over_budget"`
-	BudgetNs    uint64 `json:"budget_ns,omitempty"`
-	// Histogram holds the window's non-empty latency buckets.
+	// Span durations in nanoseconds: the sum, the window's exact extremes
+	// and its quantiles.
+	SumNs uint64 `json:"sum_ns"`
+	MinNs uint64 `json:"min_ns"`
+	P50Ns uint64 `json:"p50_ns"`
+	P90Ns uint64 `json:"p90_ns"`
+	P99Ns uint64 `json:"p99_ns"`
+	MaxNs uint64 `json:"max_ns"`
+	// Metric values (Kind "metric"): the signed sum, the window's exact
+	// extremes and quantiles.
+	Sum int64   `json:"sum,omitempty"`
+	Min int64   `json:"min,omitempty"`
+	Max int64   `json:"max,omitempty"`
+	P50 float64 `json:"p50,omitempty"`
+	P90 float64 `json:"p90,omitempty"`
+	P99 float64 `json:"p99,omitempty"`
+
+	OverBudget uint64 `json:"over_budget"`
+	BudgetNs   uint64 `json:"budget_ns,omitempty"`
+	// Histogram holds the window's non-empty buckets, sorted: Prometheus'
+	// native schema-6 buckets (see Bucket), which merge exactly across
+	// windows (MergeHistogram).
 	Histogram []Bucket `json:"histogram,omitempty"`
 }
 
-// A Bucket counts the spans whose duration fell in [LowNs, HighNs).
-type Bucket struct {
-	LowNs  uint64 `json:"low_ns"`
-	HighNs uint64 `json:"high_ns"`
-	Count  uint64 `json:"count"`
-}
+// IsMetric reports whether the series is an argument metric.
+func (s *Series) IsMetric() bool { return s.Kind == KindMetric }
+
+// KindMetric is Series.Kind of an argument metric.
+const KindMetric = "metric"
 
 // Labels returns the series' identifying labels, as rules and alerts see them.
 func (s *Series) Labels() map[string]string {
 	l := map[string]string{"span": s.Span}
 	if s.CgroupID != 0 {
 		l["cgroup_id"] = fmt.Sprint(s.CgroupID)
+	}
+	for k, v := range s.SourceLabels {
+		l[k] = v
 	}
 	for k, v := range map[string]string{"cgroup": s.Cgroup, "container": s.Container, "pod": s.Pod, "unit": s.Unit, "process": s.Process} {
 		if v != "" {
@@ -182,16 +207,30 @@ func (s *Snapshot) Encode(w io.Writer) error {
 	return enc.Encode(s)
 }
 
-// Decode reads one JSON snapshot and checks its version.
+// Decode reads one JSON snapshot: version 2, or version 1 converted (see
+// decodeV1).
 func Decode(r io.Reader) (*Snapshot, error) {
-	var s Snapshot
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	data, err := io.ReadAll(r)
+	if err != nil {
 		return nil, fmt.Errorf("decode snapshot: %w", err)
 	}
-	if s.Version != Version {
-		return nil, fmt.Errorf("decode snapshot: version %d, want %d", s.Version, Version)
+	var v struct {
+		Version int `json:"version"`
 	}
-	return &s, nil
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	switch v.Version {
+	case Version:
+		var s Snapshot
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("decode snapshot: %w", err)
+		}
+		return &s, nil
+	case 1:
+		return decodeV1(data)
+	}
+	return nil, fmt.Errorf("decode snapshot: version %d, want %d (or 1)", v.Version, Version)
 }

@@ -39,7 +39,7 @@ func renderTable(w io.Writer, s *snapshot.Snapshot, limit int) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
 			trunc(sr.Span, 32), trunc(where(&sr), 28), sr.Rate, 100*sr.ErrorRatio,
-			fmtDur(sr.P50Ns), fmtDur(sr.P90Ns), fmtDur(sr.P99Ns), fmtDur(sr.WindowMaxNs), sr.OverBudget, budget)
+			fmtDur(sr.P50Ns), fmtDur(sr.P90Ns), fmtDur(sr.P99Ns), fmtDur(sr.MaxNs), sr.OverBudget, budget)
 	}
 	tw.Flush()
 	st := s.Stats

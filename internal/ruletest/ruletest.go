@@ -341,19 +341,22 @@ func readSnapshots(path string) ([]*snapshot.Snapshot, error) {
 	}
 	defer f.Close()
 	dec := json.NewDecoder(f)
-	dec.DisallowUnknownFields()
 	var out []*snapshot.Snapshot
 	for {
-		var s snapshot.Snapshot
-		if err := dec.Decode(&s); errors.Is(err, io.EOF) {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			return nil, fmt.Errorf("%s: snapshot %d: %w", path, len(out), err)
 		}
-		if s.Version != snapshot.Version {
-			return nil, fmt.Errorf("%s: snapshot %d: version %d, want %d", path, len(out), s.Version, snapshot.Version)
+		// snapshot.Decode reads every version of the form (a recording
+		// made by an older spanwatch keeps working) and refuses unknown
+		// fields.
+		s, err := snapshot.Decode(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("%s: snapshot %d: %w", path, len(out), err)
 		}
-		out = append(out, &s)
+		out = append(out, s)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no snapshots", path)
@@ -385,12 +388,11 @@ func (in Series) series(window time.Duration) (snapshot.Series, error) {
 		dst  *uint64
 		src  string
 		name string
-	}{{&s.P50Ns, in.P50, "p50"}, {&s.P90Ns, in.P90, "p90"}, {&s.P99Ns, in.P99, "p99"}, {&s.WindowMaxNs, in.Max, "max"}, {&s.BudgetNs, in.Budget, "budget"}} {
+	}{{&s.P50Ns, in.P50, "p50"}, {&s.P90Ns, in.P90, "p90"}, {&s.P99Ns, in.P99, "p99"}, {&s.MaxNs, in.Max, "max"}, {&s.BudgetNs, in.Budget, "budget"}} {
 		if *f.dst, err = dur(f.src, f.name); err != nil {
 			return s, err
 		}
 	}
-	s.MaxNs = s.WindowMaxNs
 	mean, err := dur(in.Mean, "mean")
 	if err != nil {
 		return s, err
