@@ -8,7 +8,6 @@ import (
 	"maps"
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,8 +75,9 @@ type Detector struct {
 	log   *slog.Logger
 	rules atomic.Pointer[policy.Config]
 
-	evalMu    sync.Mutex // serializes Evaluate; guards baselines
+	evalMu    sync.Mutex // serializes Evaluate; guards baselines and hist
 	baselines map[string]*baselineEntry
+	hist      *history
 
 	mu     sync.Mutex // guards groups
 	groups map[string]*group
@@ -160,6 +160,7 @@ func New(cfg Config) *Detector {
 		log:       cfg.Logger,
 		ext:       externalLabels{base: maps.Clone(cfg.ExternalLabels)},
 		baselines: map[string]*baselineEntry{},
+		hist:      newHistory(),
 		groups:    map[string]*group{},
 		ovSeen:    map[string]*overrunEntry{},
 	}
@@ -213,6 +214,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	}
 	cfg := d.rules.Load()
 	ext := d.ext.get(cfg)
+	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
@@ -220,10 +222,10 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		var buf []int32
 		for _, r := range cfg.Rules {
 			buf = idx.selectSeries(&r.Match, buf[:0])
-			outs = append(outs, d.evalRule(r, snap, buf, now, ext))
+			outs = append(outs, d.evalRule(r, buf, now, ext))
 		}
 		if len(cfg.Policies) > 0 {
-			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, policy.Input(snap), ext)...)
+			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, d.policyInputs(snap, cfg.Policies), ext)...)
 		}
 		d.gcBaselines(cfg, now)
 	}
@@ -231,6 +233,38 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
 	err := d.notify(ctx, send)
 	return changed, err
+}
+
+// longestRange is how far back the rule set's ranges reach.
+func longestRange(cfg *policy.Config) time.Duration {
+	var keep time.Duration
+	if cfg == nil {
+		return 0
+	}
+	for _, r := range cfg.Rules {
+		keep = max(keep, r.Over)
+	}
+	for _, p := range cfg.Policies {
+		keep = max(keep, p.Over)
+	}
+	return keep
+}
+
+// policyInputs converts the snapshot once per distinct range of the
+// policies, each policy's input indexed like pols.
+func (d *Detector) policyInputs(snap *snapshot.Snapshot, pols []*policy.Policy) []ast.Value {
+	by := map[time.Duration]ast.Value{}
+	out := make([]ast.Value, len(pols))
+	for i, p := range pols {
+		in, ok := by[p.Over]
+		if !ok {
+			series, covered := d.hist.aggregateAll(p.Over)
+			in = policy.RangeInput(snap, series, covered)
+			by[p.Over] = in
+		}
+		out[i] = in
+	}
+	return out
 }
 
 // spanIndex groups a snapshot's series by span name, so each rule matches
@@ -278,23 +312,15 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 	return out
 }
 
-// seriesKey identifies a series for its anomaly baseline without building
-// its label map.
-func seriesKey(b []byte, s *snapshot.Series) []byte {
-	for _, f := range [...]string{s.Span, s.Cgroup, s.Container, s.Pod, s.Unit, s.Process} {
-		b = append(b, f...)
-		b = append(b, 0)
-	}
-	return strconv.AppendUint(b, s.CgroupID, 10)
-}
-
-func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
+// evalRule evaluates a rule over the selected series of the current
+// snapshot, each aggregated over the rule's range.
+func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
 	var key []byte
 	for _, i := range selected {
-		s := &snap.Series[i]
+		s := d.hist.aggregated(r.Over, int(i))
 		var data policy.TemplateData
 		switch r.Kind {
 		case policy.KindThreshold:
@@ -348,12 +374,12 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 
 // evalPolicies evaluates the policies on up to PolicyWorkers goroutines,
 // returning their outputs in policy order.
-func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, input ast.Value, ext map[string]string) []*ruleOutput {
+func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inputs []ast.Value, ext map[string]string) []*ruleOutput {
 	outs := make([]*ruleOutput, len(pols))
 	workers := min(d.cfg.PolicyWorkers, len(pols))
 	if workers <= 1 {
 		for i, p := range pols {
-			outs[i] = d.evalPolicy(ctx, p, input, ext)
+			outs[i] = d.evalPolicy(ctx, p, inputs[i], ext)
 		}
 		return outs
 	}
@@ -368,7 +394,7 @@ func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inpu
 				if i >= len(pols) {
 					return
 				}
-				outs[i] = d.evalPolicy(ctx, pols[i], input, ext)
+				outs[i] = d.evalPolicy(ctx, pols[i], inputs[i], ext)
 			}
 		}()
 	}

@@ -74,6 +74,7 @@ rules:
   - name: Slow
     span: checkout
     when: p99 > 200ms
+    over: 0s
     for: 30s
     keep_firing_for: %s
     annotations: {summary: "p99 {{ .Value }}"}
@@ -288,6 +289,7 @@ rules:
   - name: CheckoutAnomalous
     span: checkout
     anomaly: {metric: p99, sensitivity: 3, warmup: 5}
+    over: 0s
     annotations: {summary: "p99 {{ .Value }}, baseline {{ .Threshold }}"}
 `
 	d := New(Config{})
@@ -487,7 +489,7 @@ alerts contains {"labels": object.union(s.labels, {"alertname": "P%d"})} if {
 
 func TestPolicyFor(t *testing.T) {
 	dir := writeFiles(t, map[string]string{
-		"rules.yaml": "policies:\n  - {file: p.rego, for: 20s, keep_firing_for: 10s}\n",
+		"rules.yaml": "policies:\n  - {file: p.rego, over: 0s, for: 20s, keep_firing_for: 10s}\n",
 		"p.rego":     "package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Busy\", \"span\": s.span}, \"annotations\": {\"value\": sprintf(\"%d\", [s.count])}} if {\n\tsome s in input.series\n\ts.count > 50\n}\n",
 	})
 	cfg, err := policy.LoadFile(filepath.Join(dir, "rules.yaml"))

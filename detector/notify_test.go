@@ -50,6 +50,7 @@ rules:
   - name: CheckoutSlow
     span: checkout
     when: p99 > 200ms
+    over: 0s
     labels: {severity: page}
     annotations: {summary: "p99 {{ .Value }}"}
 webhooks:

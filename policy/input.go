@@ -2,6 +2,7 @@ package policy
 
 import (
 	"math"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -19,6 +20,7 @@ import (
 //	{
 //	  "time": "2026-01-02T15:04:05Z", "time_ns": 1767366245000000000,
 //	  "window_ns": 10000000000, "window_seconds": 10, "host": "node1",
+//	  "range_ns": 60000000000, "range_seconds": 60,
 //	  "series": [{"span": "checkout", "cgroup_id": 1234, "cgroup": "...",
 //	              "container": "...", "pod": "...", "unit": "...", "process": "...",
 //	              "count": 100, "rate": 10, "errors": 2, "error_ratio": 0.02,
@@ -31,12 +33,19 @@ import (
 //	  "stats": {"events": ..., "ringbuf_drops": ..., ...}
 //	}
 func Input(s *snapshot.Snapshot) ast.Value {
-	series := make([]*ast.Term, len(s.Series))
+	return RangeInput(s, s.Series, s.Window())
+}
+
+// RangeInput is Input with the series aggregated over a range (a policy's
+// over:), covering covered: input.series and input.by_span hold them, and
+// input.range_ns and input.range_seconds say how long the range is.
+func RangeInput(s *snapshot.Snapshot, ser []snapshot.Series, covered time.Duration) ast.Value {
+	series := make([]*ast.Term, len(ser))
 	bySpan := map[string][]*ast.Term{}
 	var spans []string
-	for i := range s.Series {
-		series[i] = ast.NewTerm(seriesObject(&s.Series[i]))
-		name := s.Series[i].Span
+	for i := range ser {
+		series[i] = ast.NewTerm(seriesObject(&ser[i]))
+		name := ser[i].Span
 		if _, ok := bySpan[name]; !ok {
 			spans = append(spans, name)
 		}
@@ -57,6 +66,8 @@ func Input(s *snapshot.Snapshot) ast.Value {
 		item(kTimeNs, ast.IntNumberTerm(int(s.Time.UnixNano()))),
 		item(kWindowNs, ast.IntNumberTerm(int(s.WindowNs))),
 		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
+		item(kRangeNs, ast.IntNumberTerm(int(covered))),
+		item(kRangeSeconds, ast.FloatNumberTerm(covered.Seconds())),
 		item(kHost, strTerm(s.Host)),
 		item(kSeries, ast.ArrayTerm(series...)),
 		item(kBySpan, ast.ObjectTerm(spanItems...)),
@@ -79,6 +90,8 @@ var (
 	kTimeNs        = ast.StringTerm("time_ns")
 	kWindowNs      = ast.StringTerm("window_ns")
 	kWindowSeconds = ast.StringTerm("window_seconds")
+	kRangeNs       = ast.StringTerm("range_ns")
+	kRangeSeconds  = ast.StringTerm("range_seconds")
 	kHost          = ast.StringTerm("host")
 	kSeries        = ast.StringTerm("series")
 	kBySpan        = ast.StringTerm("by_span")
