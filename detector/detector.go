@@ -77,6 +77,8 @@ type Detector struct {
 
 	evalMu    sync.Mutex // serializes Evaluate; guards baselines and hist
 	baselines map[string]*baselineEntry
+	gcRules   *policy.Config // the rule set and time of the last gcBaselines
+	gcAt      time.Time
 	hist      *history
 
 	mu     sync.Mutex // guards groups
@@ -219,10 +221,33 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
 		idx := indexSpans(snap)
-		var buf []int32
-		for _, r := range cfg.Rules {
-			buf = idx.selectSeries(&r.Match, buf[:0])
-			outs = append(outs, d.evalRule(r, buf, now, ext))
+		// Select each rule's series first, so the series a range needs
+		// are aggregated together, on several goroutines when many.
+		sels := make([][]int32, len(cfg.Rules))
+		need := map[time.Duration][]bool{}
+		for i, r := range cfg.Rules {
+			sels[i] = idx.selectSeries(&r.Match, nil)
+			if r.Over > 0 {
+				n := need[r.Over]
+				if n == nil {
+					n = make([]bool, len(snap.Series))
+					need[r.Over] = n
+				}
+				for _, j := range sels[i] {
+					n[j] = true
+				}
+			}
+		}
+		for _, p := range cfg.Policies {
+			if p.Over > 0 {
+				need[p.Over] = nil // every series: the prefilter reads them all
+			}
+		}
+		for over, n := range need {
+			d.hist.prepare(over, n, d.cfg.PolicyWorkers)
+		}
+		for i, r := range cfg.Rules {
+			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
 		if len(cfg.Policies) > 0 {
 			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, d.policyInputs(snap, cfg.Policies), ext)...)
@@ -250,19 +275,15 @@ func longestRange(cfg *policy.Config) time.Duration {
 	return keep
 }
 
-// policyInputs converts the snapshot once per distinct range of the
-// policies, each policy's input indexed like pols.
+// policyInputs makes each policy's input, indexed like pols: the series
+// over the policy's range, each converted at most once for all policies,
+// and only those the policy could read (policy.Batch).
 func (d *Detector) policyInputs(snap *snapshot.Snapshot, pols []*policy.Policy) []ast.Value {
-	by := map[time.Duration]ast.Value{}
+	b := policy.NewBatch(snap)
 	out := make([]ast.Value, len(pols))
 	for i, p := range pols {
-		in, ok := by[p.Over]
-		if !ok {
-			series, covered := d.hist.aggregateAll(p.Over)
-			in = policy.RangeInput(snap, series, covered)
-			by[p.Over] = in
-		}
-		out[i] = in
+		series, covered := d.hist.aggregateAll(p.Over)
+		out[i] = b.Input(p, series, covered)
 	}
 	return out
 }
@@ -439,8 +460,13 @@ func (d *Detector) ruleError(name string, err error) {
 }
 
 // gcBaselines drops baselines of removed rules and of series unseen for
-// BaselineTTL.
+// BaselineTTL. It walks every baseline, so it runs when the rules change
+// and otherwise once per tenth of BaselineTTL.
 func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
+	if cfg == d.gcRules && now.Sub(d.gcAt) < d.cfg.BaselineTTL/10 && !now.Before(d.gcAt) {
+		return
+	}
+	d.gcRules, d.gcAt = cfg, now
 	names := make(map[string]policy.Metric, len(cfg.Rules))
 	for _, r := range cfg.Rules {
 		if r.Kind == policy.KindAnomaly {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -27,8 +28,9 @@ type history struct {
 	series map[string]*seriesHist
 	seq    uint64
 	keyBuf []byte
-	merger merger
-	withH  []*seriesWin
+	// scratch is each aggregating goroutine's buffers; scratch[0] is the
+	// evaluation's own.
+	scratch []*aggScratch
 
 	// agg is the per-evaluation cache of range aggregates, by range.
 	agg map[time.Duration]*rangeAgg
@@ -61,8 +63,13 @@ type seriesWin struct {
 	hist                     []byte
 }
 
+type aggScratch struct {
+	merger merger
+	withH  []*seriesWin
+}
+
 func newHistory() *history {
-	return &history{series: map[string]*seriesHist{}, agg: map[time.Duration]*rangeAgg{}}
+	return &history{series: map[string]*seriesHist{}, agg: map[time.Duration]*rangeAgg{}, scratch: []*aggScratch{{}}}
 }
 
 // seriesKey identifies a series across windows (and for its anomaly
@@ -168,25 +175,26 @@ func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 		w.p50, w.p90, w.p99 = s.P50Ns, s.P90Ns, s.P99Ns
 	}
 	if len(s.Histogram) > 0 {
-		h := s.Histogram
-		if !slices.IsSortedFunc(h, cmpBucket) {
-			h = slices.Clone(h)
+		var ok bool
+		w.hist, w.histFirst, w.histLast, ok = packHist(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
+		if !ok {
+			// Not sorted, or a bucket twice (a hand-made snapshot): pack
+			// a sorted copy with each bucket once.
+			h := slices.Clone(s.Histogram)
 			snapshot.SortBuckets(h)
+			j := 0
+			for i := range h {
+				if j > 0 && ord(&h[j-1]) == ord(&h[i]) {
+					h[j-1].Count += h[i].Count
+					continue
+				}
+				h[j] = h[i]
+				j++
+			}
+			w.hist, w.histFirst, w.histLast, _ = packHist(w.hist[:0], h[:j])
 		}
-		w.hist, w.histFirst, w.histLast = packHist(make([]byte, 0, 3*len(h)), h)
 	}
 	return w
-}
-
-func cmpBucket(a, b snapshot.Bucket) int {
-	oa, ob := ord(&a), ord(&b)
-	switch {
-	case oa < ob:
-		return -1
-	case oa > ob:
-		return 1
-	}
-	return 0
 }
 
 // span returns the first window of a range ending at the newest window,
@@ -206,6 +214,8 @@ func (h *history) span(over time.Duration) (first uint64, covered time.Duration)
 	}
 	return first, covered
 }
+
+var quantileQs = [3]float64{0.50, 0.90, 0.99}
 
 // rangeAgg is the series of the current snapshot aggregated over one
 // range, computed on demand.
@@ -253,10 +263,58 @@ func (h *history) aggregated(over time.Duration, i int) *snapshot.Series {
 		return cur
 	}
 	if !a.done[i] {
-		h.aggregate(&a.series[i], cur, h.cur[i], a.first, a.covered)
+		h.aggregate(h.scratch[0], &a.series[i], cur, h.cur[i], a.first, a.covered)
 		a.done[i] = true
 	}
 	return &a.series[i]
+}
+
+// parallelMin is the fewest series worth aggregating on several
+// goroutines.
+const parallelMin = 2048
+
+// prepare aggregates the series that need (nil: all) marks over a range,
+// on up to workers goroutines, so that aggregated finds them done. The
+// goroutines write disjoint series and use their own buffers.
+func (h *history) prepare(over time.Duration, need []bool, workers int) {
+	if over <= 0 || len(h.wins) <= 1 {
+		return
+	}
+	a := h.rangeAgg(over)
+	if a.first == h.seq {
+		return
+	}
+	var todo []int32
+	for i := range h.snap.Series {
+		if !a.done[i] && (need == nil || need[i]) {
+			todo = append(todo, int32(i))
+		}
+	}
+	workers = min(workers, len(todo)/parallelMin+1)
+	for len(h.scratch) < workers {
+		h.scratch = append(h.scratch, &aggScratch{})
+	}
+	run := func(sc *aggScratch, part []int32) {
+		for _, i := range part {
+			h.aggregate(sc, &a.series[i], &h.snap.Series[i], h.cur[i], a.first, a.covered)
+			a.done[i] = true
+		}
+	}
+	if workers <= 1 {
+		run(h.scratch[0], todo)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (len(todo) + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		part := todo[min(w*chunk, len(todo)):min((w+1)*chunk, len(todo))]
+		wg.Add(1)
+		go func(sc *aggScratch) {
+			defer wg.Done()
+			run(sc, part)
+		}(h.scratch[w])
+	}
+	wg.Wait()
 }
 
 // aggregateAll returns every series of the current snapshot over the range.
@@ -268,15 +326,13 @@ func (h *history) aggregateAll(over time.Duration) ([]snapshot.Series, time.Dura
 	if a.first == h.seq {
 		return h.snap.Series, h.snap.Window()
 	}
-	for i := range h.snap.Series {
-		h.aggregated(over, i)
-	}
+	h.prepare(over, nil, 1)
 	return a.series, a.covered
 }
 
 // aggregate sums the windows of sh from first on into out, starting from
-// the labels and budget of the current window cur.
-func (h *history) aggregate(out, cur *snapshot.Series, sh *seriesHist, first uint64, covered time.Duration) {
+// the labels and budget of the current window cur, with sc's buffers.
+func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *seriesHist, first uint64, covered time.Duration) {
 	*out = *cur
 	out.Histogram = nil
 	out.Count, out.Errors, out.OverBudget, out.Rate, out.ErrorRatio = 0, 0, 0, 0, 0
@@ -295,8 +351,8 @@ func (h *history) aggregate(out, cur *snapshot.Series, sh *seriesHist, first uin
 	var isum int64
 	minU, maxU := uint64(math.MaxUint64), uint64(0)
 	minI, maxI := int64(math.MaxInt64), int64(math.MinInt64)
-	withHist := h.withH[:0]
-	defer func() { clear(withHist); h.withH = withHist[:0] }()
+	withHist := sc.withH[:0]
+	defer func() { clear(withHist); sc.withH = withHist[:0] }()
 	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	// Windows recorded without their histogram (hand-written test input)
 	// cannot be merged: each contributes its own quantiles as a bound.
@@ -350,14 +406,11 @@ func (h *history) aggregate(out, cur *snapshot.Series, sh *seriesHist, first uin
 		} else {
 			mn, mx = float64(minU), float64(maxU)
 		}
-		var merged []snapshot.Bucket
+		qs = noHist
 		if len(withHist) > 0 {
-			merged = h.merger.merge(withHist, lo, hi, metric)
-		}
-		for q, p := range [3]float64{0.50, 0.90, 0.99} {
-			qs[q] = noHist[q]
-			if len(merged) > 0 {
-				qs[q] = max(qs[q], snapshot.Quantile(merged, p, mn, mx))
+			merged := sc.merger.quantiles(withHist, lo, hi, mn, mx, metric, &quantileQs)
+			for q := range qs {
+				qs[q] = max(qs[q], merged[q])
 			}
 		}
 	}

@@ -316,3 +316,32 @@ alerts contains {"labels": {"alertname": "Count", "span": s.span}, "annotations"
 		t.Errorf("policy values %v", got)
 	}
 }
+
+// TestRangeParallel aggregates a range on several goroutines and on one,
+// and requires the same series (run with -race).
+func TestRangeParallel(t *testing.T) {
+	const n = 3 * parallelMin
+	run := func(workers int) []snapshot.Series {
+		h := newHistory()
+		for step := 0; step < 8; step++ {
+			h.observe(benchSnapshot(n, step), time.Minute)
+		}
+		h.prepare(time.Minute, nil, workers)
+		a := h.agg[time.Minute]
+		for i, done := range a.done {
+			if !done {
+				t.Fatalf("%d workers: series %d not aggregated", workers, i)
+			}
+		}
+		return slices.Clone(a.series)
+	}
+	seq, par := run(1), run(4)
+	for i := range seq {
+		if fmt.Sprint(seq[i]) != fmt.Sprint(par[i]) {
+			t.Fatalf("series %d differs:\none worker %+v\nfour       %+v", i, seq[i], par[i])
+		}
+	}
+	if seq[7].P99Ns < 800e6 || seq[0].Count < 300 {
+		t.Errorf("aggregates look wrong: %+v", seq[7])
+	}
+}

@@ -2,6 +2,8 @@ package detector
 
 import (
 	"encoding/binary"
+	"math"
+	"math/bits"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -32,80 +34,170 @@ func ord(b *snapshot.Bucket) int64 {
 }
 
 // packHist appends the packed form of a sorted histogram to dst, returning
-// it with the first and last bucket's ords. Bucket counts above 2^64-1
-// cannot occur (they are uint64 already).
-func packHist(dst []byte, h []snapshot.Bucket) (out []byte, first, last int64) {
+// it with the first and last bucket's ords; ok is false when h is not
+// sorted (or repeats a bucket), and nothing useful was packed.
+func packHist(dst []byte, h []snapshot.Bucket) (out []byte, first, last int64, ok bool) {
 	if len(h) == 0 {
-		return dst, 0, 0
+		return dst, 0, 0, true
 	}
 	first = ord(&h[0])
 	prev := first
 	for i := range h {
 		o := ord(&h[i])
+		if i > 0 && o <= prev {
+			return dst, 0, 0, false
+		}
 		dst = binary.AppendUvarint(dst, uint64(o-prev))
 		dst = binary.AppendUvarint(dst, h[i].Count)
 		prev = o
 	}
-	return dst, first, prev
-}
-
-// eachBucket calls f with the ord and count of each bucket of a packed
-// histogram whose first bucket has ord first.
-func eachBucket(p []byte, first int64, f func(o int64, count uint64)) {
-	o := first
-	for len(p) > 0 {
-		d, n := binary.Uvarint(p)
-		p = p[n:]
-		c, m := binary.Uvarint(p)
-		p = p[m:]
-		o += int64(d)
-		f(o, c)
-	}
+	return dst, first, prev, true
 }
 
 // maxDense bounds the ord span merged in a dense array; wider histograms
 // (a metric with both negative and positive values) merge pairwise.
 const maxDense = 1 << 14
 
-// A merger merges the packed histograms of a series' windows. It reuses
-// its buffers from one series to the next: the histogram merge returns is
-// valid until the next call.
+// A merger merges the packed histograms of a series' windows, reusing its
+// buffers from one series to the next.
 type merger struct {
 	dense []uint64
-	out   []snapshot.Bucket
+	// used has a bit set for each ord of dense with a count, so the walk
+	// skips the empty stretches between a distribution's body and tail.
+	used []uint64
+	one  [1]snapshot.Bucket
 	// bounds caches each bucket's [Low, High) by ord: computing them takes
 	// big-number arithmetic.
 	bounds [2]map[int64][2]uint64 // 0: durations, 1: metric values
+	// mids caches each bucket's midpoint, the estimate of a value in it.
+	mids [2]map[int64]float64
 }
 
-// merge returns the sorted histogram of the windows' packed histograms,
-// [lo, hi] being the smallest first and largest last ord among them.
-func (m *merger) merge(wins []*seriesWin, lo, hi int64, metric bool) []snapshot.Bucket {
-	m.out = m.out[:0]
+// midpoint is snapshot.Quantile's estimate of a value in the bucket of
+// ord o, before clamping to the extremes: its midpoint.
+func (m *merger) midpoint(o int64, metric bool) float64 {
+	k := 0
+	if metric {
+		k = 1
+	}
+	if v, ok := m.mids[k][o]; ok {
+		return v
+	}
+	if m.mids[k] == nil {
+		m.mids[k] = map[int64]float64{}
+	}
+	// Rank 2 of 3 values in one bucket is neither the first nor the last:
+	// Quantile returns the bucket's midpoint, here unclamped.
+	m.one[0] = m.bucket(o, 3, metric)
+	v := snapshot.Quantile(m.one[:], 0.5, math.Inf(-1), math.Inf(1))
+	m.mids[k][o] = v
+	return v
+}
+
+// rankOf is the rank snapshot.Quantile takes for q among n values
+// (nearest rank).
+func rankOf(q float64, n uint64) uint64 {
+	r := uint64(math.Ceil(q*float64(n) - 1e-9))
+	return min(max(r, 1), n)
+}
+
+// quantiles returns the qs-quantiles (ascending) of the windows' merged
+// histograms, exactly as snapshot.Quantile over the merged histogram
+// would: [lo, hi] is the span of the windows' ords, [mn, mx] the exact
+// extremes. It walks the merged counts once instead of building the
+// merged histogram.
+func (m *merger) quantiles(wins []*seriesWin, lo, hi int64, mn, mx float64, metric bool, qs *[3]float64) (out [3]float64) {
 	if hi-lo >= maxDense {
 		var h []snapshot.Bucket
 		for _, w := range wins {
 			var one []snapshot.Bucket
-			eachBucket(w.hist, w.histFirst, func(o int64, c uint64) { one = append(one, m.bucket(o, c, metric)) })
+			p, o := w.hist, w.histFirst
+			for len(p) > 0 {
+				d, k := binary.Uvarint(p)
+				c, j := binary.Uvarint(p[k:])
+				p = p[k+j:]
+				o += int64(d)
+				one = append(one, m.bucket(o, c, metric))
+			}
 			h = snapshot.MergeHistogram(h, one)
 		}
-		return h
+		for i, q := range qs {
+			out[i] = snapshot.Quantile(h, q, mn, mx)
+		}
+		return out
 	}
+	var n uint64
 	span := int(hi-lo) + 1
 	if cap(m.dense) < span {
 		m.dense = make([]uint64, span)
+		m.used = make([]uint64, (span+63)/64)
 	}
 	d := m.dense[:span]
+	used := m.used[:(span+63)/64]
 	for _, w := range wins {
-		eachBucket(w.hist, w.histFirst, func(o int64, c uint64) { d[o-lo] += c })
-	}
-	for i, c := range d {
-		if c != 0 {
-			m.out = append(m.out, m.bucket(lo+int64(i), c, metric))
-			d[i] = 0
+		p, o := w.hist, w.histFirst-lo
+		for i := 0; i < len(p); {
+			// Both varints are one byte almost always: the next bucket is
+			// near, the count small.
+			var delta, c uint64
+			if b := p[i]; b < 0x80 {
+				delta = uint64(b)
+				i++
+			} else {
+				v, k := binary.Uvarint(p[i:])
+				delta = v
+				i += k
+			}
+			if b := p[i]; b < 0x80 {
+				c = uint64(b)
+				i++
+			} else {
+				v, k := binary.Uvarint(p[i:])
+				c = v
+				i += k
+			}
+			o += int64(delta)
+			d[o] += c
+			used[o>>6] |= 1 << (o & 63)
+			n += c
 		}
 	}
-	return m.out
+	if n == 0 {
+		return out
+	}
+	var ranks [3]uint64
+	for i, q := range qs {
+		ranks[i] = rankOf(q, n)
+	}
+	var seen uint64
+	next := 0
+	for wi, word := range used {
+		for word != 0 && next < len(qs) {
+			i := wi<<6 + bits.TrailingZeros64(word)
+			word &= word - 1
+			seen += d[i]
+			for next < len(qs) && ranks[next] <= seen {
+				switch r := ranks[next]; {
+				case r == 1 && mn <= mx:
+					out[next] = mn
+				case r == n && mn <= mx:
+					out[next] = mx
+				default:
+					// The bucket's midpoint clamped to the extremes, as
+					// snapshot.Quantile does.
+					v := m.midpoint(lo+int64(i), metric)
+					if mn <= mx {
+						v = math.Min(math.Max(v, mn), mx)
+					}
+					out[next] = v
+				}
+				next++
+			}
+		}
+	}
+	clear(d)
+	clear(used)
+	return out
 }
 
 // bucket rebuilds the bucket of an ord.

@@ -79,7 +79,7 @@ type Series struct {
 	// contributes its own quantile as a bound (the range's is the largest).
 	Latencies  map[string]uint64 `yaml:"latencies"`
 	OverBudget uint64            `yaml:"over_budget"`
-	Budget     string   `yaml:"budget"`
+	Budget     string            `yaml:"budget"`
 }
 
 // Overrun is a snapshot.Overrun written for people.
