@@ -2,16 +2,17 @@
 # Installs what building and testing spanwatch needs on a Debian machine:
 # clang and libbpf headers (go generate ./bpf/...), the USDT header and
 # bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
-# (the user_events VM tests), Alertmanager (delivery tests), and util-linux
-# and libcap tools (capability tests). Idempotent: installs only what is
-# missing, and runs apt-get update at most once.
+# (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
+# promtool (exporter and shipped-rules tests), util-linux and libcap tools
+# (capability tests), and zsh (the completion script's test). Idempotent:
+# installs only what is missing, and runs apt-get update at most once.
 set -euo pipefail
 
 pkgs=(
 	clang llvm libbpf-dev bpftool bpftrace systemtap-sdt-dev
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
-	prometheus-alertmanager libcap2-bin util-linux systemd
+	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
 )
 
 missing=()

@@ -1,13 +1,38 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The aggregation core: every span source (user_events, the Go SDK's marker
- * uprobe, USDT probes) builds a struct span_event and calls span_aggregate().
+ * The aggregation core: every source (user_events, the Go SDK's marker
+ * uprobe, USDT probes, EventHeader events) ends a span or a metric value in
+ * series_aggregate(), usually through span_aggregate().
+ *
+ * The model (docs/series.md says why, with the measurements):
+ *
+ *  - A series is one name, cgroup, set of label values and kind (span or
+ *    argument metric): struct series_key. series_index maps a key to a slot
+ *    of the series array, which holds its counters. Both are shared by all
+ *    CPUs: memory and read cost do not grow with the CPU count. Every
+ *    counter is updated with atomic instructions (BPF_ATOMIC, 5.12+), so
+ *    that neither another CPU nor a preempting program run on this CPU
+ *    (fentry and uprobe programs are preemptible) can lose an update.
+ *  - The series array and the histogram cells are BPF_F_MMAPABLE arrays the
+ *    collector maps into its memory: it reads a window by swapping counters
+ *    to zero with atomic exchanges of its own, so a snapshot needs no map
+ *    syscalls and no previous totals, and costs the same on any CPU count.
+ *  - Histograms are Prometheus native schema-6 buckets (hist.h), kept
+ *    sparsely in one open-addressed table of 64-bit cells shared by all
+ *    series: the high 32 bits name the (slot, bucket) pair, the low 32 bits
+ *    count the window's values (the collector zeroes them each window).
+ *  - Dirty bitmaps say which slots and which cell chunks changed since the
+ *    last read, so a quiet series costs a snapshot nothing.
+ *  - Slots come from a queue of freed slots, else from a bump counter; the
+ *    collector frees a slot after evicting its series from series_index and
+ *    waiting until no program can still hold it.
+ *  - A workload (cgroup) may hold at most its quota of series; past it, its
+ *    new names are counted in one "(other)" series of its own.
  *
  * The maps are defined here. An object that includes this header and is
- * loaded beside spanwatch.bpf.c must be loaded with MapReplacements for
- * span_stats, budgets, budget_gen, names, overruns, counters and zero_stats,
- * so that every
- * source feeds the same aggregates.
+ * loaded beside spanwatch.bpf.c is loaded with MapReplacements for all of
+ * them (collector.Maps()), so every source feeds the same aggregates.
+ * Needs kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob budgets).
  */
 #ifndef SPANWATCH_AGGREGATE_H
 #define SPANWATCH_AGGREGATE_H
@@ -16,57 +41,123 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "span_event.h"
+#include "hist.h"
 
-/* Log-linear histogram: must match snapshot/histogram.go. */
-#define HIST_SUB_BITS 3
-#define HIST_SUB (1 << HIST_SUB_BITS)
-#define HIST_MAX_EXP 37
-#define HIST_BUCKETS ((HIST_MAX_EXP - HIST_SUB_BITS + 2) * HIST_SUB) /* 288 */
-
-#define MAX_USTACK 127 /* the kernel's default perf_event_max_stack */
-#define MAX_KSTACK 64
+enum core_sizes {
+	MAX_USTACK = 127, /* the kernel's default perf_event_max_stack */
+	MAX_KSTACK = 64,
+	SERIES_LABELS = 3, /* label values a series key carries */
+	/* Histogram cells: a chunk is 8 cells, one cache line; a value
+	 * probes two chunks. */
+	CELLS_PER_CHUNK = 8,
+	/* cell key: ((slot + 1) << CELL_FIELD_BITS) | field; 0 is empty. */
+	CELL_FIELD_BITS = 14,
+	CELL_SLOT_MAX = (1 << (32 - CELL_FIELD_BITS)) - 2, /* largest slot */
+	/* field: 0 the zero bucket; else bucket index + CELL_INDEX_BIAS,
+	 * clamped to 1..CELL_NEG - 1; + CELL_NEG for negative values. */
+	CELL_INDEX_BIAS = 2048,
+	CELL_NEG = 8192,
+	/* Glob budgets: patterns matched in the kernel at a series' first
+	 * span (and after each change of the budgets). */
+	GLOB_MAX = 64,
+	GLOB_LEN = 64,
+	GLOB_STEPS = 8192, /* enough for any name against any pattern */
+};
 
 /* Span sources, as reported in overrun records. */
-#define SOURCE_USER_EVENTS 1
-#define SOURCE_MARKER 2
-#define SOURCE_USDT 3
+enum span_source {
+	SOURCE_USER_EVENTS = 1,
+	SOURCE_MARKER = 2,
+	SOURCE_USDT = 3,
+	SOURCE_EVENTHEADER = 4,
+};
+
+/* Series kinds. */
+enum series_kind {
+	SERIES_SPAN = 0,
+	SERIES_METRIC = 1,
+};
 
 /* Budget flags. */
-#define BUDGET_CAPTURE_KERNEL 1 /* capture the kernel stack as well */
-
-/* Indexes of the counters map. */
-enum counter {
-	COUNTER_EVENTS = 0,	  /* unused: the collector sums the series' counts */
-	COUNTER_RINGBUF_DROPS = 1, /* overrun records lost: ring buffer full */
-	COUNTER_STATS_FULL = 2,	  /* events lost: no room for a new series */
-	COUNTER_SHORT = 3,	  /* payloads shorter than struct span_event */
-	COUNTER_READ_ERRORS = 4,  /* payloads that could not be read */
-	COUNTER_MAX = 8,
+enum budget_flags {
+	BUDGET_CAPTURE_USER = 1,   /* capture the user stack of a slow span */
+	BUDGET_CAPTURE_KERNEL = 2, /* and the kernel stack */
 };
 
-struct stats_key {
+/* struct series_slot.state */
+enum slot_state {
+	SLOT_FREE = 0,
+	SLOT_LIVE = 1,
+};
+
+/* Indexes of the counters map: every loss is counted. */
+enum counter {
+	COUNTER_RINGBUF_DROPS = 0,   /* overrun records lost: ring buffer full */
+	COUNTER_SERIES_FULL = 1,     /* values lost: no free slot for a new series */
+	COUNTER_SHORT = 2,	     /* payloads shorter than struct span_event */
+	COUNTER_READ_ERRORS = 3,     /* payloads or arguments that could not be read */
+	COUNTER_HIST_FULL = 4,	     /* values counted but left out of their histogram: no free cell */
+	COUNTER_NAME_TRUNCATED = 5,  /* names cut at SPAN_NAME_LEN - 1 bytes */
+	COUNTER_QUOTA_OTHER = 6,     /* values counted in a workload's "(other)" series */
+	COUNTER_NAMES_FULL = 7,      /* series whose name did not fit in the names map */
+	COUNTER_MINMAX_RETRIES = 8,  /* min/max updates that lost their race 8 times */
+	COUNTER_MAX = 16,
+};
+
+struct series_key {
 	__u64 name_id;
 	__u64 cgroup_id;
+	__u64 labels[SERIES_LABELS];
+	__u16 labelset; /* 0: no labels; else the source that names them */
+	__u8 kind;	/* SERIES_* */
+	__u8 other;	/* bit i: labels[i] is past the source's cap */
+	__u32 _pad;
 };
 
-struct span_agg {
+/*
+ * One slot of the series array. The collector swaps count, errors, sum,
+ * over_budget, min_inv and max to 0 each window; an all-zero slot is a
+ * fresh one. min is kept as the maximum of ~v so that 0 means "no value
+ * yet"; metric values are kept biased (v ^ 2^63) so that unsigned order is
+ * signed order.
+ */
+struct series_slot {
+	__u64 state; /* SLOT_*, written last when the slot is taken */
+	struct series_key key;
 	__u64 count;
 	__u64 errors;
-	__u64 sum_ns;
-	__u64 max_ns;
+	__u64 sum; /* nanoseconds, or the two's complement sum of values */
 	__u64 over_budget;
-	/* This CPU's copy of the series' budget, valid while budget_gen
-	 * equals the budget_gen map: saves a hash lookup per span. */
-	__u64 budget_ns;
-	__u32 budget_flags;
-	__u32 budget_gen;
-	__u64 hist[HIST_BUCKETS];
+	__u64 min_inv;
+	__u64 max;
+	/* The budget, cached: gen (12 bits) << 52 | flags (8) << 44 |
+	 * budget_ns (44 bits, 4.9 hours). Valid while gen equals budget_gen
+	 * mod 4096. */
+	__u64 budget;
 };
+
+#define BUDGET_NS_BITS 44
+#define BUDGET_NS_MASK ((1ULL << BUDGET_NS_BITS) - 1)
+#define BUDGET_FLAGS(b) (((b) >> BUDGET_NS_BITS) & 0xff)
+#define BUDGET_GEN(b) ((__u32)((b) >> 52))
+#define BUDGET_GEN_MASK 0xfff
 
 struct budget {
 	__u64 budget_ns;
-	__u32 flags;
+	__u32 flags; /* BUDGET_* */
 	__u32 _pad;
+};
+
+/* A glob budget, compiled by the collector: kind[i] is 0 for a literal
+ * byte (lit[i]), 1 for '*' (any run of characters) and 2 for '?' (one
+ * UTF-8 character); len tokens; neg inverts the match. */
+struct budget_glob {
+	struct budget b;
+	__u8 len;
+	__u8 neg;
+	__u8 _pad[6];
+	__u8 kind[GLOB_LEN];
+	__u8 lit[GLOB_LEN];
 };
 
 struct span_name {
@@ -84,39 +175,131 @@ struct overrun {
 	__u32 tid;
 	__u32 status;
 	__u32 source;
-	__s32 ustack_len; /* bytes of ustack filled, or -errno */
+	__s32 ustack_len; /* bytes of ustack filled, 0 when not asked, or -errno */
 	__s32 kstack_len; /* bytes of kstack filled, 0 when not asked, or -errno */
 	__u8 trace_id[SPAN_TRACE_ID_LEN];
 	__u8 span_id[SPAN_SPAN_ID_LEN];
 	char comm[16];
 	char name[SPAN_NAME_LEN];
+	__u64 labels[SERIES_LABELS];
+	__u16 labelset;
+	__u8 kind;
+	__u8 other;
+	__u32 _pad;
 	__u64 ustack[MAX_USTACK];
 	__u64 kstack[MAX_KSTACK];
 };
 
 /*
- * Per-CPU aggregates, preallocated: a non-preallocated per-CPU hash refills
- * its free lists asynchronously, so a burst of new series fails with ENOMEM
- * (seen from a few hundred inserts in a row). Memory is max_entries x
- * sizeof(struct span_agg) x CPUs; the collector sizes max_entries to the
- * CPU count before loading (collector.Config.MaxSeries).
+ * The core's shared state: one entry of an mmapable array, shared by every
+ * object that includes this header (global variables would be each
+ * object's own). The collector writes the configuration before attaching
+ * anything, and budget_gen and glob_count with atomic stores after.
  */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct stats_key);
-	__type(value, struct span_agg);
-} span_stats SEC(".maps");
+struct core_state {
+	__u64 next_slot; /* the bump allocator of never-used slots */
+	__u64 _line[7];	 /* next_slot alone in its cache line */
+	__u64 other_name_id; /* snapshot.NameID("(other)") */
+	__u32 series_max;    /* slots in the series array */
+	__u32 cell_chunks_mask; /* cell chunks - 1: a power of two - 1 */
+	__u32 default_quota;	/* series per cgroup, unless cg_quota says */
+	/* The budgets' generation: the collector adds one after every change
+	 * to budgets or budget_globs, so series look their budget up again. */
+	__u32 budget_gen;
+	__u32 glob_count; /* entries of budget_globs in use */
+	__u32 _pad;
+};
 
-/* A zeroed value to insert new series from: too large for the BPF stack. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct span_agg);
-} zero_stats SEC(".maps");
+	__type(value, struct core_state);
+} core SEC(".maps");
 
-/* name_id -> budget, written by the collector from the rule file. */
+static __always_inline struct core_state *core_get(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&core, &zero);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 131072);
+	__type(key, __u32);
+	__type(value, struct series_slot);
+} series SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__type(key, struct series_key);
+	__type(value, __u32);
+} series_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, 131072);
+	__type(value, __u32);
+} free_slots SEC(".maps");
+
+/* One bit per slot: set when the slot's counters change. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 131072 / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} series_dirty SEC(".maps");
+
+struct cell_chunk {
+	__u64 cell[CELLS_PER_CHUNK];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1 << 21);
+	__type(key, __u32);
+	__type(value, struct cell_chunk);
+} cells SEC(".maps");
+
+/* One bit per cell chunk: set when one of its cells changes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, (1 << 21) / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} cell_dirty SEC(".maps");
+
+/* Series created per cgroup (BPF adds), released per cgroup (the
+ * collector writes), and quotas that differ from default_quota. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} cg_created SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} cg_released SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u32);
+} cg_quota SEC(".maps");
+
+/* name_id -> budget for exact names, written by the collector. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -124,22 +307,18 @@ struct {
 	__type(value, struct budget);
 } budgets SEC(".maps");
 
-/*
- * The budgets' generation: the collector adds one after every change to
- * budgets, so series re-read their budget (an array lookup, which the
- * verifier inlines, instead of a hash lookup per span).
- */
+/* Glob budgets in the order of the rule file; exact names win over them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, GLOB_MAX);
 	__type(key, __u32);
-	__type(value, __u32);
-} budget_gen SEC(".maps");
+	__type(value, struct budget_glob);
+} budget_globs SEC(".maps");
 
-/* name_id -> name, written here the first time a series appears. */
+/* name_id -> name, written when a series of the name is created. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 131072);
 	__type(key, __u64);
 	__type(value, struct span_name);
 } names SEC(".maps");
@@ -156,64 +335,42 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* count adds one to a counter: atomically, since a preempting program run
+ * on this CPU may add to the same per-CPU value. */
 static __always_inline void count(__u32 idx)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
 	if (c)
-		*c += 1;
-}
-
-static __always_inline __u32 log2_u64(__u64 v)
-{
-	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
-
-static __always_inline __u32 hist_index(__u64 v)
-{
-	if (v < HIST_SUB)
-		return v;
-	__u32 e = log2_u64(v);
-	if (e > HIST_MAX_EXP)
-		return HIST_BUCKETS - 1;
-	return (e - HIST_SUB_BITS + 1) * HIST_SUB + ((v >> (e - HIST_SUB_BITS)) & (HIST_SUB - 1));
+		__sync_fetch_and_add(c, 1);
 }
 
 /*
- * span_name_id hashes the name up to its first NUL (all 64 bytes when there
- * is none) and zeroes the bytes after it, so the same name always gets the
- * same id whatever garbage follows its terminator. Must match NameID in
- * snapshot/nameid.go.
+ * span_name_id hashes the name up to its first NUL (all SPAN_NAME_LEN
+ * bytes when there is none) and zeroes the bytes after it, so the same
+ * name always gets the same id whatever garbage follows its terminator.
+ * Must match NameID in snapshot/nameid.go.
  */
-static __always_inline __u64 span_name_id(struct span_event *ev)
+static __always_inline __u64 span_name_id(char *name)
 {
 	__u64 h = 0xcbf29ce484222325ULL;
-	__u64 *w = (__u64 *)ev->name;
-	int done = 0;
+	__u64 *w = (__u64 *)name;
+	__u64 live = ~0ULL; /* all ones until the word with the NUL is hashed */
 
-#pragma unroll
+	/* Branch-free, so the verifier sees one path through all 16 words;
+	 * not unrolled, which would spill registers all over the stack. */
+#pragma nounroll
 	for (int i = 0; i < SPAN_NAME_LEN / 8; i++) {
 		__u64 x = w[i];
-		if (done) {
-			w[i] = 0;
-			continue;
-		}
 		/* Lowest byte that is zero: exact for the lowest one. */
 		__u64 z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
-		if (z) {
-			__u64 lowest = z & (~z + 1);
-			x &= (lowest >> 7) - 1;
-			w[i] = x;
-			done = 1;
-		}
-		h ^= x;
-		h *= 0x100000001b3ULL;
+		__u64 lowest = z & (~z + 1);
+		/* Keep the bytes below the NUL; all of them when there is none. */
+		x &= ((lowest >> 7) - 1) & live;
+		w[i] = x;
+		__u64 next = (h ^ x) * 0x100000001b3ULL;
+		h += (next - h) & live;
+		/* After a word with a NUL, nothing more is hashed. */
+		live &= (((z | (~z + 1)) >> 63) - 1);
 	}
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
@@ -222,101 +379,492 @@ static __always_inline __u64 span_name_id(struct span_event *ev)
 }
 
 /*
- * span_aggregate_key adds one finished span to the aggregates of name_id and
- * cgroup_id (the cgroup v2 id of the task the span ran in) and, when the span
- * is slower than its budget, sends an overrun record with the current
- * thread's user stack. ctx is the program's context (for bpf_get_stack).
- * name_id must be span_name_id(ev), computed on this very ev->name (which it
- * leaves NUL-padded): sources that know it and the cgroup id more cheaply
- * than span_name_id() and the helper (usdt.bpf.c's fast path) call this
- * directly; the others call span_aggregate().
+ * name_cut makes a name buffer of SPAN_NAME_LEN bytes a terminated string
+ * of at most SPAN_NAME_LEN - 1 bytes. name[SPAN_NAME_LEN - 1] is 0 when the
+ * name fits; otherwise it is the first byte of the name that does not fit
+ * (a payload whose name fills the buffer, or a string from user memory
+ * whose caller read the byte after the first 127 into it), and the name is
+ * cut there or, when that byte continues a UTF-8 character, where the
+ * character begins, so no character is ever split. Cuts are counted.
  */
-static __always_inline void span_aggregate_key(void *ctx, struct span_event *ev, __u32 source, __u64 name_id,
-					       __u64 cgroup_id)
+static __always_inline void name_cut(char *name)
 {
-	struct stats_key key = {};
-	struct span_agg *st;
-	__u64 d = ev->duration_ns;
+	__u8 *n = (__u8 *)name;
+	int cut = SPAN_NAME_LEN - 1;
 
-	key.name_id = name_id;
-	key.cgroup_id = cgroup_id;
-
-	st = bpf_map_lookup_elem(&span_stats, &key);
-	if (!st) {
-		__u32 zero = 0;
-		struct span_agg *z = bpf_map_lookup_elem(&zero_stats, &zero);
-		if (!z)
-			return;
-		/* EEXIST from a racing insert on another CPU is fine: look up. */
-		bpf_map_update_elem(&span_stats, &key, z, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&span_stats, &key);
-		if (!st) {
-			count(COUNTER_STATS_FULL);
-			return;
-		}
-		bpf_map_update_elem(&names, &key.name_id, ev->name, BPF_NOEXIST);
-	}
-
-	st->count++;
-	if (ev->status != SPAN_STATUS_OK)
-		st->errors++;
-	st->sum_ns += d;
-	if (d > st->max_ns)
-		st->max_ns = d;
-	__u32 idx = hist_index(d);
-	if (idx < HIST_BUCKETS)
-		st->hist[idx]++;
-
-	__u32 zero = 0;
-	__u32 *gen = bpf_map_lookup_elem(&budget_gen, &zero);
-	if (gen && st->budget_gen != *gen) {
-		struct budget *b = bpf_map_lookup_elem(&budgets, &key.name_id);
-		st->budget_ns = b ? b->budget_ns : 0;
-		st->budget_flags = b ? b->flags : 0;
-		st->budget_gen = *gen;
-	}
-	if (!st->budget_ns || d <= st->budget_ns)
+	if (n[SPAN_NAME_LEN - 1] == 0)
 		return;
-	st->over_budget++;
+#pragma unroll
+	for (int i = 0; i < 3; i++) {
+		if ((n[cut] & 0xc0) != 0x80)
+			break;
+		cut--;
+	}
+#pragma unroll
+	for (int i = SPAN_NAME_LEN - 4; i < SPAN_NAME_LEN; i++)
+		if (i >= cut)
+			n[i] = 0;
+	count(COUNTER_NAME_TRUNCATED);
+}
+
+static __always_inline void atomic_max(__u64 *p, __u64 v)
+{
+	__u64 cur = *(volatile __u64 *)p;
+
+	for (int i = 0; i < 8; i++) {
+		if (v <= cur)
+			return;
+		__u64 old = __sync_val_compare_and_swap(p, cur, v);
+		if (old == cur)
+			return;
+		cur = old;
+	}
+	count(COUNTER_MINMAX_RETRIES);
+}
+
+static __always_inline void mark_dirty(void *bitmap, __u32 bit)
+{
+	__u32 word = bit / 64;
+	__u64 mask = 1ULL << (bit & 63);
+	__u64 *w = bpf_map_lookup_elem(bitmap, &word);
+
+	/* Read first: most spans find the bit already set, and a plain read
+	 * keeps the line shared between CPUs. */
+	if (w && !(*(volatile __u64 *)w & mask))
+		__sync_fetch_and_or(w, mask);
+}
+
+/* hist_field returns the cell field of a value: durations are never
+ * negative; metric values are signed. A global function: its six-step
+ * binary search would otherwise multiply the paths the verifier walks
+ * through everything after it by 64. */
+__noinline __u32 hist_field(__u64 v, int metric)
+{
+	__u32 neg = 0;
+	__s32 idx;
+
+	if (metric && (__s64)v < 0) {
+		v = -v;
+		neg = CELL_NEG;
+	}
+	if (v == 0)
+		return 0;
+	idx = metric ? hist_value_index(v) : hist_duration_index(v);
+	idx += CELL_INDEX_BIAS;
+	if (idx < 1)
+		idx = 1;
+	if (idx > CELL_NEG - 1)
+		idx = CELL_NEG - 1;
+	return neg + idx;
+}
+
+/* cell_add counts one value in the (slot, field) cell: the first of the
+ * probed cells that holds the key, else the first empty one, claimed with
+ * a compare-and-swap. Cells are never freed while their slot is live, so a
+ * key found stays the key (a key may end up in two cells, when a cell
+ * before its first one was freed: the collector adds them up). Two chunks
+ * of 8 cells are probed, one cache line each. */
+struct cell_probe {
+	__u64 h;
+	__u32 key;
+	__u32 mask;
+	__u32 done;
+	__u32 _pad;
+};
+
+static long cell_try(__u64 i, struct cell_probe *p)
+{
+	__u32 chunk = (__u32)(p->h >> (i < CELLS_PER_CHUNK ? 40 : 17)) & p->mask;
+	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
+	__u64 want = (__u64)p->key << 32;
+
+	if (!c)
+		return 1;
+	__u64 *cell = &c->cell[i & (CELLS_PER_CHUNK - 1)];
+	__u64 v = *(volatile __u64 *)cell;
+	if ((v >> 32) != p->key) {
+		if (v != 0)
+			return 0;
+		v = __sync_val_compare_and_swap(cell, 0, want | 1);
+		if (v != 0 && (v >> 32) != p->key)
+			return 0;
+	}
+	if (v != 0)
+		__sync_fetch_and_add(cell, 1);
+	mark_dirty(&cell_dirty, chunk);
+	p->done = 1;
+	return 1;
+}
+
+__noinline int cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+{
+	struct cell_probe p = {.key = ((slot + 1) << CELL_FIELD_BITS) | field, .mask = cell_chunks_mask};
+
+	p.h = p.key * 0x9e3779b97f4a7c15ULL;
+	bpf_loop(2 * CELLS_PER_CHUNK, cell_try, &p, 0);
+	if (!p.done)
+		count(COUNTER_HIST_FULL);
+	return 0;
+}
+
+/* slot_alloc takes a slot: a freed one, else a never-used one. */
+static __always_inline int slot_alloc(struct core_state *c, __u32 *slot)
+{
+	if (bpf_map_pop_elem(&free_slots, slot) == 0)
+		return 0;
+	__u64 n = __sync_fetch_and_add(&c->next_slot, 1);
+	if (n >= c->series_max || n > CELL_SLOT_MAX) {
+		count(COUNTER_SERIES_FULL);
+		return -1;
+	}
+	*slot = n;
+	return 0;
+}
+
+/* quota_exceeded tells whether the cgroup holds its quota of series
+ * already. */
+static __always_inline int quota_exceeded(struct core_state *c, __u64 cgroup_id)
+{
+	__u64 *created, *released;
+	__u32 *q = bpf_map_lookup_elem(&cg_quota, &cgroup_id);
+	__u32 quota = q ? *q : c->default_quota;
+
+	created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	if (!created)
+		return 0;
+	released = bpf_map_lookup_elem(&cg_released, &cgroup_id);
+	return *created - (released ? *released : 0) >= quota;
+}
+
+static __always_inline void quota_count(__u64 cgroup_id)
+{
+	__u64 one = 1, *created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+
+	if (created) {
+		__sync_fetch_and_add(created, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&cg_created, &cgroup_id, &one, BPF_NOEXIST)) {
+		created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+		if (created)
+			__sync_fetch_and_add(created, 1);
+	}
+}
+
+/*
+ * series_create creates the series of key, recording its name unless
+ * has_name is 0, and returns its slot, or -1 when there is no room (every
+ * loss is counted). A cgroup past its quota gets its "(other)" series
+ * instead: key is rewritten to it. Another CPU may create the same series
+ * at the same moment: then the slot it published is returned. A global
+ * function, so the verifier checks it once, not at every caller.
+ */
+__noinline int series_create(struct series_key *key, struct span_name *name, int has_name)
+{
+	struct core_state *c = core_get();
+	__u32 *idx, slot;
+
+	/* Arguments of a global function may be NULL, for the verifier. */
+	if (!c || !key || !name)
+		return -1;
+	if (key->name_id != c->other_name_id && quota_exceeded(c, key->cgroup_id)) {
+		count(COUNTER_QUOTA_OTHER);
+		key->name_id = c->other_name_id;
+		key->labelset = 0;
+		key->other = 0;
+		key->labels[0] = key->labels[1] = key->labels[2] = 0;
+		idx = bpf_map_lookup_elem(&series_index, key);
+		if (idx)
+			return *idx;
+		has_name = 0;
+	}
+	if (slot_alloc(c, &slot))
+		return -1;
+	struct series_slot *s = bpf_map_lookup_elem(&series, &slot);
+	if (!s)
+		return -1;
+	__builtin_memcpy(&s->key, key, sizeof(*key));
+	if (bpf_map_update_elem(&series_index, key, &slot, BPF_NOEXIST)) {
+		/* Another CPU created it first (-EEXIST), or the index is
+		 * full: give the slot back. */
+		bpf_map_push_elem(&free_slots, &slot, 0);
+		idx = bpf_map_lookup_elem(&series_index, key);
+		if (!idx) {
+			count(COUNTER_SERIES_FULL);
+			return -1;
+		}
+		return *idx;
+	}
+	if (has_name && bpf_map_update_elem(&names, &key->name_id, name, BPF_ANY))
+		count(COUNTER_NAMES_FULL);
+	if (key->name_id != c->other_name_id)
+		quota_count(key->cgroup_id);
+	/* Publish: the collector reads the key of a live slot only. */
+	__sync_lock_test_and_set(&s->state, SLOT_LIVE);
+	return slot;
+}
+
+/* Glob matching (budgets), the same as policy's globs: '*' any run of
+ * characters, '?' one character, literal bytes otherwise; the classic
+ * matcher that backtracks to the last '*' only. */
+struct glob_state {
+	const __u8 *name;
+	const struct budget_glob *g;
+	__u32 ti, si, star_t, star_s;
+	int has_star;
+	int result; /* -1 running, 0 no match, 1 match */
+};
+
+static __always_inline __u32 utf8_len(__u8 c)
+{
+	if (c < 0xc0)
+		return 1;
+	if (c < 0xe0)
+		return 2;
+	if (c < 0xf0)
+		return 3;
+	return 4;
+}
+
+static long glob_step(__u64 i, struct glob_state *st)
+{
+	const __u8 *n = st->name;
+	const struct budget_glob *g = st->g;
+	__u32 ti = st->ti, si = st->si;
+	__u8 c = si < SPAN_NAME_LEN ? n[si & (SPAN_NAME_LEN - 1)] : 0;
+
+	if (ti < g->len && ti < GLOB_LEN) {
+		__u8 kind = g->kind[ti & (GLOB_LEN - 1)];
+		if (kind == 1) {
+			st->has_star = 1;
+			st->star_t = ti;
+			st->star_s = si;
+			st->ti = ti + 1;
+			return 0;
+		}
+		if (kind == 2 && c) {
+			st->ti = ti + 1;
+			st->si = si + utf8_len(c);
+			return 0;
+		}
+		if (kind == 0 && c && c == g->lit[ti & (GLOB_LEN - 1)]) {
+			st->ti = ti + 1;
+			st->si = si + 1;
+			return 0;
+		}
+	} else if (!c) {
+		st->result = 1;
+		return 1;
+	}
+	/* Mismatch: let the last '*' take one more character. */
+	__u32 ss = st->star_s;
+	__u8 sc = ss < SPAN_NAME_LEN ? n[ss & (SPAN_NAME_LEN - 1)] : 0;
+	if (!st->has_star || !sc) {
+		st->result = 0;
+		return 1;
+	}
+	st->star_s = ss + utf8_len(sc);
+	st->ti = st->star_t + 1;
+	st->si = st->star_s;
+	return 0;
+}
+
+struct budget_search {
+	const char *name;
+	__u32 count; /* globs in use */
+	__u32 _pad;
+	struct budget found;
+};
+
+static long glob_try(__u32 i, struct budget_search *bs)
+{
+	struct budget_glob *g = bpf_map_lookup_elem(&budget_globs, &i);
+	struct glob_state st = {};
+
+	if (!g || i >= bs->count)
+		return 1;
+	st.name = (const __u8 *)bs->name;
+	st.g = g;
+	st.result = -1;
+	bpf_loop(GLOB_STEPS, glob_step, &st, 0);
+	if (st.result == -1)
+		return 0; /* cannot happen within GLOB_STEPS; no match */
+	if (st.result != g->neg) {
+		bs->found = g->b;
+		return 1;
+	}
+	return 0;
+}
+
+/* budget_lookup finds the budget of a name: an exact entry, else the
+ * first matching glob. It returns it packed as the series' cache keeps it
+ * (flags << 44 | budget_ns), without the generation. A global function, so
+ * the verifier checks the glob matcher once. */
+__noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
+{
+	struct budget *b = bpf_map_lookup_elem(&budgets, &name_id);
+	struct core_state *c = core_get();
+	__u64 ns = 0, flags = 0;
+
+	if (!name)
+		return 0;
+	if (b) {
+		ns = b->budget_ns;
+		flags = b->flags;
+	} else if (c && c->glob_count) {
+		struct budget_search bs = {.name = name->name, .count = c->glob_count};
+		bpf_loop(GLOB_MAX, glob_try, &bs, 0);
+		ns = bs.found.budget_ns;
+		flags = bs.found.flags;
+	}
+	if (ns > BUDGET_NS_MASK)
+		ns = BUDGET_NS_MASK;
+	return ((flags & 0xff) << BUDGET_NS_BITS) | ns;
+}
+
+/*
+ * series_add adds one value to a slot: count, sum, errors (how & 2), the
+ * window's extremes, its histogram cell, its dirty bit. For a span (how & 1
+ * clear) it returns the budget word (flags << 44 | budget_ns, budget_ns 0
+ * for none) from the slot's cache, filled again when the budgets changed,
+ * and counts the span over budget when it is; 0 for a metric value. A
+ * global function, verified once.
+ */
+__noinline __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct span_name *name)
+{
+	struct core_state *c = core_get();
+	struct series_slot *s = bpf_map_lookup_elem(&series, &slot);
+	int metric = how & 1;
+
+	if (!c || !s)
+		return 0;
+	__sync_fetch_and_add(&s->count, 1);
+	__sync_fetch_and_add(&s->sum, v);
+	if (how & 2)
+		__sync_fetch_and_add(&s->errors, 1);
+	__u64 ord = metric ? v ^ (1ULL << 63) : v;
+	atomic_max(&s->max, ord);
+	atomic_max(&s->min_inv, ~ord);
+	cell_add(slot, hist_field(v, metric), c->cell_chunks_mask);
+	mark_dirty(&series_dirty, slot);
+	if (metric)
+		return 0;
+	/* The budget, from the slot's cache when the budgets did not change
+	 * since it was filled. */
+	__u64 cached = *(volatile __u64 *)&s->budget;
+	__u32 gen = *(volatile __u32 *)&c->budget_gen & BUDGET_GEN_MASK;
+	if (BUDGET_GEN(cached) != gen) {
+		cached = ((__u64)gen << 52) | budget_lookup(name_id, name);
+		s->budget = cached; /* one aligned store: readers see old or new */
+	}
+	__u64 budget_ns = cached & BUDGET_NS_MASK;
+	if (budget_ns && v > budget_ns)
+		__sync_fetch_and_add(&s->over_budget, 1);
+	return cached;
+}
+
+/* An input to series_aggregate. */
+struct agg_in {
+	struct series_key key;
+	/* The name: SPAN_NAME_LEN bytes, NUL-padded after the terminator
+	 * (span_name_id() leaves it so); key.name_id is its span_name_id(). */
+	const char *name;
+	/* The span's ids and start time for overrun records, or 0. */
+	const struct span_event *ev;
+	__u64 value; /* the duration (spans) or the value (metrics) */
+	__u32 source; /* SOURCE_* */
+	__u32 error;  /* nonzero: count as an error */
+};
+
+/*
+ * series_aggregate adds one value to its series and, for a span slower
+ * than its budget, sends an overrun record with the thread's stacks (as
+ * the budget's flags ask). ctx is the program's context (for bpf_get_stack).
+ * in->ev->name must be NUL-padded after its terminator (span_name_id()
+ * leaves it so) and in->key.name_id its span_name_id().
+ */
+static __noinline void series_aggregate(void *ctx, struct agg_in *in)
+{
+	int metric = in->key.kind == SERIES_METRIC;
+	__u64 v = in->value;
+	__u32 slot = 0;
+	__u32 *idx = bpf_map_lookup_elem(&series_index, &in->key);
+	if (idx) {
+		slot = *idx;
+	} else {
+		int n = series_create(&in->key, (struct span_name *)in->name, 1);
+		if (n < 0)
+			return;
+		slot = n;
+	}
+	__u64 cached = series_add(slot, v, metric | (in->error ? 2 : 0), in->key.name_id, (struct span_name *)in->name);
+	__u64 budget_ns = cached & BUDGET_NS_MASK;
+	if (!budget_ns || v <= budget_ns)
+		return;
 
 	struct overrun *r = bpf_ringbuf_reserve(&overruns, sizeof(*r), 0);
 	if (!r) {
 		count(COUNTER_RINGBUF_DROPS);
 		return;
 	}
+	__u32 flags = BUDGET_FLAGS(cached);
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	r->ts_ns = bpf_ktime_get_ns();
-	r->name_id = key.name_id;
-	r->cgroup_id = key.cgroup_id;
-	r->duration_ns = d;
-	r->budget_ns = st->budget_ns;
-	r->start_ns = ev->start_ns;
+	r->name_id = in->key.name_id;
+	r->cgroup_id = in->key.cgroup_id;
+	r->duration_ns = v;
+	r->budget_ns = budget_ns;
+	r->start_ns = in->ev ? in->ev->start_ns : 0;
 	r->pid = pid_tgid >> 32;
 	r->tid = (__u32)pid_tgid;
-	r->status = ev->status;
-	r->source = source;
-	__builtin_memcpy(r->trace_id, ev->trace_id, sizeof(r->trace_id));
-	__builtin_memcpy(r->span_id, ev->span_id, sizeof(r->span_id));
-	__builtin_memcpy(r->name, ev->name, sizeof(r->name));
+	r->status = in->error ? SPAN_STATUS_ERROR : SPAN_STATUS_OK;
+	r->source = in->source;
+	if (in->ev) {
+		__builtin_memcpy(r->trace_id, in->ev->trace_id, sizeof(r->trace_id));
+		__builtin_memcpy(r->span_id, in->ev->span_id, sizeof(r->span_id));
+	} else {
+		__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
+		__builtin_memset(r->span_id, 0, sizeof(r->span_id));
+	}
+	__builtin_memcpy(r->name, in->name, sizeof(r->name));
+	__builtin_memcpy(r->labels, in->key.labels, sizeof(r->labels));
+	r->labelset = in->key.labelset;
+	r->kind = in->key.kind;
+	r->other = in->key.other;
+	r->_pad = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+	r->ustack_len = 0;
 	r->kstack_len = 0;
-	if (st->budget_flags & BUDGET_CAPTURE_KERNEL)
+	if (flags & BUDGET_CAPTURE_USER)
+		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+	if (flags & BUDGET_CAPTURE_KERNEL)
 		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
 	bpf_ringbuf_submit(r, 0);
 }
 
-/* span_aggregate_cg is span_aggregate_key for ev's name; ev may be modified. */
+/*
+ * span_aggregate_cg ends one span of ev's name in cgroup_id (the cgroup v2
+ * id of the task the span ran in): it cuts the name to SPAN_NAME_LEN - 1
+ * bytes on a character boundary, hashes it (leaving ev->name NUL-padded)
+ * and hands it to series_aggregate. ev may be modified.
+ */
 static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, __u32 source, __u64 cgroup_id)
 {
-	__u64 id = span_name_id(ev);
-	span_aggregate_key(ctx, ev, source, id, cgroup_id);
+	struct agg_in in = {};
+
+	name_cut(ev->name);
+	in.key.name_id = span_name_id(ev->name);
+	in.key.cgroup_id = cgroup_id;
+	in.key.kind = SERIES_SPAN;
+	in.name = ev->name;
+	in.ev = ev;
+	in.value = ev->duration_ns;
+	in.source = source;
+	in.error = ev->status != SPAN_STATUS_OK;
+	series_aggregate(ctx, &in);
 }
 
-/*
- * span_aggregate is span_aggregate_cg for the current task's cgroup, as
- * bpf_get_current_cgroup_id() reports it.
- */
+/* span_aggregate is span_aggregate_cg for the current task's cgroup. */
 static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u32 source)
 {
 	span_aggregate_cg(ctx, ev, source, bpf_get_current_cgroup_id());

@@ -20,13 +20,41 @@ type InflightBudget struct {
 	Pad      uint32
 }
 
+type InflightBudgetGlob struct {
+	_    structs.HostLayout
+	B    InflightBudget
+	Len  uint8
+	Neg  uint8
+	Pad  [6]uint8
+	Kind [64]uint8
+	Lit  [64]uint8
+}
+
+type InflightCellChunk struct {
+	_    structs.HostLayout
+	Cell [8]uint64
+}
+
+type InflightCoreState struct {
+	_              structs.HostLayout
+	NextSlot       uint64
+	Line           [7]uint64
+	OtherNameId    uint64
+	SeriesMax      uint32
+	CellChunksMask uint32
+	DefaultQuota   uint32
+	BudgetGen      uint32
+	GlobCount      uint32
+	Pad            uint32
+}
+
 type InflightInflightSlot struct {
 	_        structs.HostLayout
 	BudgetNs uint64
 	NameId   uint64
 	Samples  int32
 	Pad      uint32
-	Name     [64]int8
+	Name     [128]int8
 }
 
 type InflightInflightTarget struct {
@@ -38,7 +66,7 @@ type InflightInflightTarget struct {
 	Source   uint32
 	Samples  int32
 	Flags    uint32
-	Name     [64]int8
+	Name     [128]int8
 }
 
 type InflightInflightTaskSpans struct {
@@ -46,44 +74,57 @@ type InflightInflightTaskSpans struct {
 	StartNs [16]uint64
 }
 
-type InflightSpanAgg struct {
-	_           structs.HostLayout
-	Count       uint64
-	Errors      uint64
-	SumNs       uint64
-	MaxNs       uint64
-	OverBudget  uint64
-	BudgetNs    uint64
-	BudgetFlags uint32
-	BudgetGen   uint32
-	Hist        [288]uint64
+type InflightSeriesKey struct {
+	_        structs.HostLayout
+	NameId   uint64
+	CgroupId uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Kind     uint8
+	Other    uint8
+	Pad      uint32
+}
+
+type InflightSeriesSlot struct {
+	_          structs.HostLayout
+	State      uint64
+	Key        InflightSeriesKey
+	Count      uint64
+	Errors     uint64
+	Sum        uint64
+	OverBudget uint64
+	MinInv     uint64
+	Max        uint64
+	Budget     uint64
 }
 
 type InflightSpanName struct {
 	_    structs.HostLayout
-	Name [64]int8
-}
-
-type InflightStatsKey struct {
-	_        structs.HostLayout
-	NameId   uint64
-	CgroupId uint64
+	Name [128]int8
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	InflightMapBudgetGen               = "budget_gen"
+	InflightMapBudgetGlobs             = "budget_globs"
 	InflightMapBudgets                 = "budgets"
+	InflightMapCellDirty               = "cell_dirty"
+	InflightMapCells                   = "cells"
+	InflightMapCgCreated               = "cg_created"
+	InflightMapCgQuota                 = "cg_quota"
+	InflightMapCgReleased              = "cg_released"
+	InflightMapCore                    = "core"
 	InflightMapCounters                = "counters"
+	InflightMapFreeSlots               = "free_slots"
 	InflightMapInflightSlots           = "inflight_slots"
 	InflightMapInflightWatch           = "inflight_watch"
 	InflightMapNames                   = "names"
 	InflightMapOverruns                = "overruns"
-	InflightMapSpanStats               = "span_stats"
+	InflightMapSeries                  = "series"
+	InflightMapSeriesDirty             = "series_dirty"
+	InflightMapSeriesIndex             = "series_index"
 	InflightMapUsdtTaskStart           = "usdt_task_start"
-	InflightMapZeroStats               = "zero_stats"
 	InflightProgInflightBlocked        = "inflight_blocked"
 	InflightProgInflightOffCpu         = "inflight_off_cpu"
 	InflightProgInflightOnCpu          = "inflight_on_cpu"
@@ -145,16 +186,24 @@ type InflightProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightMapSpecs struct {
-	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells         *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	Core          *ebpf.MapSpec `ebpf:"core"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
 	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
 	InflightWatch *ebpf.MapSpec `ebpf:"inflight_watch"`
 	Names         *ebpf.MapSpec `ebpf:"names"`
 	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
+	Series        *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
 	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
-	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // InflightVariableSpecs contains global variables before they are loaded into the kernel.
@@ -186,30 +235,46 @@ func (o *InflightObjects) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightMaps struct {
-	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
+	Cells         *ebpf.Map `ebpf:"cells"`
+	CgCreated     *ebpf.Map `ebpf:"cg_created"`
+	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	Core          *ebpf.Map `ebpf:"core"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
 	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
 	InflightWatch *ebpf.Map `ebpf:"inflight_watch"`
 	Names         *ebpf.Map `ebpf:"names"`
 	Overruns      *ebpf.Map `ebpf:"overruns"`
-	SpanStats     *ebpf.Map `ebpf:"span_stats"`
+	Series        *ebpf.Map `ebpf:"series"`
+	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
 	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
-	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *InflightMaps) Close() error {
 	return _InflightClose(
-		m.BudgetGen,
+		m.BudgetGlobs,
 		m.Budgets,
+		m.CellDirty,
+		m.Cells,
+		m.CgCreated,
+		m.CgQuota,
+		m.CgReleased,
+		m.Core,
 		m.Counters,
+		m.FreeSlots,
 		m.InflightSlots,
 		m.InflightWatch,
 		m.Names,
 		m.Overruns,
-		m.SpanStats,
+		m.Series,
+		m.SeriesDirty,
+		m.SeriesIndex,
 		m.UsdtTaskStart,
-		m.ZeroStats,
 	)
 }
 

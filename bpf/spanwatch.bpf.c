@@ -46,6 +46,8 @@ static __always_inline int on_tp_event(void *ctx, __u16 event_type, void *record
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
+	if (ev.flags & SPAN_F_START)
+		return 0; /* a span began: for the in-flight sampler only */
 	span_aggregate(ctx, &ev, SOURCE_USER_EVENTS);
 	return 0;
 }
@@ -74,10 +76,24 @@ int uprobe_marker(struct pt_regs *ctx)
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
+	if (ev.flags & SPAN_F_START)
+		return 0; /* a span began: for the in-flight sampler only */
 	span_aggregate(ctx, &ev, SOURCE_MARKER);
 	return 0;
 }
 
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */
 const struct overrun *unused_overrun __attribute__((unused));
-const struct span_event *unused_span_event __attribute__((unused));
+const struct span_event unused_span_event __attribute__((unused)) = {};
+const struct series_slot *unused_series __attribute__((unused));
+const struct budget_glob *unused_budget_glob __attribute__((unused));
+const struct core_state *unused_core __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
+const enum span_source *unused_span_source __attribute__((unused));
+const enum series_kind *unused_series_kind __attribute__((unused));
+const enum budget_flags *unused_budget_flags __attribute__((unused));
+const enum slot_state *unused_slot_state __attribute__((unused));
+const enum core_sizes *unused_core_sizes __attribute__((unused));
+const enum span_event_sizes *unused_span_event_sizes __attribute__((unused));
+const enum span_status *unused_span_status __attribute__((unused));
+const enum span_flags *unused_span_flags __attribute__((unused));

@@ -20,6 +20,72 @@ type SpanwatchBudget struct {
 	Pad      uint32
 }
 
+type SpanwatchBudgetFlags uint32
+
+const (
+	SpanwatchBudgetFlagsBUDGET_CAPTURE_USER   SpanwatchBudgetFlags = 1
+	SpanwatchBudgetFlagsBUDGET_CAPTURE_KERNEL SpanwatchBudgetFlags = 2
+)
+
+type SpanwatchBudgetGlob struct {
+	_    structs.HostLayout
+	B    SpanwatchBudget
+	Len  uint8
+	Neg  uint8
+	Pad  [6]uint8
+	Kind [64]uint8
+	Lit  [64]uint8
+}
+
+type SpanwatchCellChunk struct {
+	_    structs.HostLayout
+	Cell [8]uint64
+}
+
+type SpanwatchCoreSizes uint32
+
+const (
+	SpanwatchCoreSizesMAX_USTACK      SpanwatchCoreSizes = 127
+	SpanwatchCoreSizesMAX_KSTACK      SpanwatchCoreSizes = 64
+	SpanwatchCoreSizesSERIES_LABELS   SpanwatchCoreSizes = 3
+	SpanwatchCoreSizesCELLS_PER_CHUNK SpanwatchCoreSizes = 8
+	SpanwatchCoreSizesCELL_FIELD_BITS SpanwatchCoreSizes = 14
+	SpanwatchCoreSizesCELL_SLOT_MAX   SpanwatchCoreSizes = 262142
+	SpanwatchCoreSizesCELL_INDEX_BIAS SpanwatchCoreSizes = 2048
+	SpanwatchCoreSizesCELL_NEG        SpanwatchCoreSizes = 8192
+	SpanwatchCoreSizesGLOB_MAX        SpanwatchCoreSizes = 64
+	SpanwatchCoreSizesGLOB_LEN        SpanwatchCoreSizes = 64
+	SpanwatchCoreSizesGLOB_STEPS      SpanwatchCoreSizes = 8192
+)
+
+type SpanwatchCoreState struct {
+	_              structs.HostLayout
+	NextSlot       uint64
+	Line           [7]uint64
+	OtherNameId    uint64
+	SeriesMax      uint32
+	CellChunksMask uint32
+	DefaultQuota   uint32
+	BudgetGen      uint32
+	GlobCount      uint32
+	Pad            uint32
+}
+
+type SpanwatchCounter uint32
+
+const (
+	SpanwatchCounterCOUNTER_RINGBUF_DROPS  SpanwatchCounter = 0
+	SpanwatchCounterCOUNTER_SERIES_FULL    SpanwatchCounter = 1
+	SpanwatchCounterCOUNTER_SHORT          SpanwatchCounter = 2
+	SpanwatchCounterCOUNTER_READ_ERRORS    SpanwatchCounter = 3
+	SpanwatchCounterCOUNTER_HIST_FULL      SpanwatchCounter = 4
+	SpanwatchCounterCOUNTER_NAME_TRUNCATED SpanwatchCounter = 5
+	SpanwatchCounterCOUNTER_QUOTA_OTHER    SpanwatchCounter = 6
+	SpanwatchCounterCOUNTER_NAMES_FULL     SpanwatchCounter = 7
+	SpanwatchCounterCOUNTER_MINMAX_RETRIES SpanwatchCounter = 8
+	SpanwatchCounterCOUNTER_MAX            SpanwatchCounter = 16
+)
+
 type SpanwatchOverrun struct {
 	_          structs.HostLayout
 	TsNs       uint64
@@ -37,23 +103,53 @@ type SpanwatchOverrun struct {
 	TraceId    [16]uint8
 	SpanId     [8]uint8
 	Comm       [16]int8
-	Name       [64]int8
+	Name       [128]int8
+	Labels     [3]uint64
+	Labelset   uint16
+	Kind       uint8
+	Other      uint8
+	Pad        uint32
 	Ustack     [127]uint64
 	Kstack     [64]uint64
 }
 
-type SpanwatchSpanAgg struct {
-	_           structs.HostLayout
-	Count       uint64
-	Errors      uint64
-	SumNs       uint64
-	MaxNs       uint64
-	OverBudget  uint64
-	BudgetNs    uint64
-	BudgetFlags uint32
-	BudgetGen   uint32
-	Hist        [288]uint64
+type SpanwatchSeriesKey struct {
+	_        structs.HostLayout
+	NameId   uint64
+	CgroupId uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Kind     uint8
+	Other    uint8
+	Pad      uint32
 }
+
+type SpanwatchSeriesKind uint32
+
+const (
+	SpanwatchSeriesKindSERIES_SPAN   SpanwatchSeriesKind = 0
+	SpanwatchSeriesKindSERIES_METRIC SpanwatchSeriesKind = 1
+)
+
+type SpanwatchSeriesSlot struct {
+	_          structs.HostLayout
+	State      uint64
+	Key        SpanwatchSeriesKey
+	Count      uint64
+	Errors     uint64
+	Sum        uint64
+	OverBudget uint64
+	MinInv     uint64
+	Max        uint64
+	Budget     uint64
+}
+
+type SpanwatchSlotState uint32
+
+const (
+	SpanwatchSlotStateSLOT_FREE SpanwatchSlotState = 0
+	SpanwatchSlotStateSLOT_LIVE SpanwatchSlotState = 1
+)
 
 type SpanwatchSpanEvent struct {
 	_          structs.HostLayout
@@ -63,37 +159,82 @@ type SpanwatchSpanEvent struct {
 	Flags      uint32
 	TraceId    [16]uint8
 	SpanId     [8]uint8
-	Name       [64]int8
+	ExecId     uint64
+	Name       [128]int8
 }
+
+type SpanwatchSpanEventSizes uint32
+
+const (
+	SpanwatchSpanEventSizesSPAN_NAME_LEN     SpanwatchSpanEventSizes = 128
+	SpanwatchSpanEventSizesSPAN_TRACE_ID_LEN SpanwatchSpanEventSizes = 16
+	SpanwatchSpanEventSizesSPAN_SPAN_ID_LEN  SpanwatchSpanEventSizes = 8
+)
+
+type SpanwatchSpanFlags uint32
+
+const (
+	SpanwatchSpanFlagsSPAN_F_START SpanwatchSpanFlags = 1
+)
 
 type SpanwatchSpanName struct {
 	_    structs.HostLayout
-	Name [64]int8
+	Name [128]int8
 }
 
-type SpanwatchStatsKey struct {
-	_        structs.HostLayout
-	NameId   uint64
-	CgroupId uint64
-}
+type SpanwatchSpanSource uint32
+
+const (
+	SpanwatchSpanSourceSOURCE_USER_EVENTS SpanwatchSpanSource = 1
+	SpanwatchSpanSourceSOURCE_MARKER      SpanwatchSpanSource = 2
+	SpanwatchSpanSourceSOURCE_USDT        SpanwatchSpanSource = 3
+	SpanwatchSpanSourceSOURCE_EVENTHEADER SpanwatchSpanSource = 4
+)
+
+type SpanwatchSpanStatus uint32
+
+const (
+	SpanwatchSpanStatusSPAN_STATUS_OK    SpanwatchSpanStatus = 0
+	SpanwatchSpanStatusSPAN_STATUS_ERROR SpanwatchSpanStatus = 1
+)
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	SpanwatchMapBudgetGen          = "budget_gen"
-	SpanwatchMapBudgets            = "budgets"
-	SpanwatchMapCounters           = "counters"
-	SpanwatchMapNames              = "names"
-	SpanwatchMapOverruns           = "overruns"
-	SpanwatchMapSpanStats          = "span_stats"
-	SpanwatchMapWatchedEvents      = "watched_events"
-	SpanwatchMapZeroStats          = "zero_stats"
-	SpanwatchProgFentryPerfTpEvent = "fentry_perf_tp_event"
-	SpanwatchProgKprobePerfTpEvent = "kprobe_perf_tp_event"
-	SpanwatchProgUprobeMarker      = "uprobe_marker"
-	SpanwatchVarUnusedOverrun      = "unused_overrun"
-	SpanwatchVarUnusedSpanEvent    = "unused_span_event"
+	SpanwatchMapBudgetGlobs          = "budget_globs"
+	SpanwatchMapBudgets              = "budgets"
+	SpanwatchMapCellDirty            = "cell_dirty"
+	SpanwatchMapCells                = "cells"
+	SpanwatchMapCgCreated            = "cg_created"
+	SpanwatchMapCgQuota              = "cg_quota"
+	SpanwatchMapCgReleased           = "cg_released"
+	SpanwatchMapCore                 = "core"
+	SpanwatchMapCounters             = "counters"
+	SpanwatchMapFreeSlots            = "free_slots"
+	SpanwatchMapNames                = "names"
+	SpanwatchMapOverruns             = "overruns"
+	SpanwatchMapSeries               = "series"
+	SpanwatchMapSeriesDirty          = "series_dirty"
+	SpanwatchMapSeriesIndex          = "series_index"
+	SpanwatchMapWatchedEvents        = "watched_events"
+	SpanwatchProgFentryPerfTpEvent   = "fentry_perf_tp_event"
+	SpanwatchProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
+	SpanwatchProgUprobeMarker        = "uprobe_marker"
+	SpanwatchVarUnusedBudgetFlags    = "unused_budget_flags"
+	SpanwatchVarUnusedBudgetGlob     = "unused_budget_glob"
+	SpanwatchVarUnusedCore           = "unused_core"
+	SpanwatchVarUnusedCoreSizes      = "unused_core_sizes"
+	SpanwatchVarUnusedCounter        = "unused_counter"
+	SpanwatchVarUnusedOverrun        = "unused_overrun"
+	SpanwatchVarUnusedSeries         = "unused_series"
+	SpanwatchVarUnusedSeriesKind     = "unused_series_kind"
+	SpanwatchVarUnusedSlotState      = "unused_slot_state"
+	SpanwatchVarUnusedSpanEvent      = "unused_span_event"
+	SpanwatchVarUnusedSpanEventSizes = "unused_span_event_sizes"
+	SpanwatchVarUnusedSpanFlags      = "unused_span_flags"
+	SpanwatchVarUnusedSpanSource     = "unused_span_source"
+	SpanwatchVarUnusedSpanStatus     = "unused_span_status"
 )
 
 // LoadSpanwatch returns the embedded CollectionSpec for Spanwatch.
@@ -147,22 +288,42 @@ type SpanwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchMapSpecs struct {
-	BudgetGen     *ebpf.MapSpec `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells         *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	Core          *ebpf.MapSpec `ebpf:"core"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
 	Names         *ebpf.MapSpec `ebpf:"names"`
 	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats     *ebpf.MapSpec `ebpf:"span_stats"`
+	Series        *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
 	WatchedEvents *ebpf.MapSpec `ebpf:"watched_events"`
-	ZeroStats     *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // SpanwatchVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchVariableSpecs struct {
-	UnusedOverrun   *ebpf.VariableSpec `ebpf:"unused_overrun"`
-	UnusedSpanEvent *ebpf.VariableSpec `ebpf:"unused_span_event"`
+	UnusedBudgetFlags    *ebpf.VariableSpec `ebpf:"unused_budget_flags"`
+	UnusedBudgetGlob     *ebpf.VariableSpec `ebpf:"unused_budget_glob"`
+	UnusedCore           *ebpf.VariableSpec `ebpf:"unused_core"`
+	UnusedCoreSizes      *ebpf.VariableSpec `ebpf:"unused_core_sizes"`
+	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedOverrun        *ebpf.VariableSpec `ebpf:"unused_overrun"`
+	UnusedSeries         *ebpf.VariableSpec `ebpf:"unused_series"`
+	UnusedSeriesKind     *ebpf.VariableSpec `ebpf:"unused_series_kind"`
+	UnusedSlotState      *ebpf.VariableSpec `ebpf:"unused_slot_state"`
+	UnusedSpanEvent      *ebpf.VariableSpec `ebpf:"unused_span_event"`
+	UnusedSpanEventSizes *ebpf.VariableSpec `ebpf:"unused_span_event_sizes"`
+	UnusedSpanFlags      *ebpf.VariableSpec `ebpf:"unused_span_flags"`
+	UnusedSpanSource     *ebpf.VariableSpec `ebpf:"unused_span_source"`
+	UnusedSpanStatus     *ebpf.VariableSpec `ebpf:"unused_span_status"`
 }
 
 // SpanwatchObjects contains all objects after they have been loaded into the kernel.
@@ -185,26 +346,42 @@ func (o *SpanwatchObjects) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchMaps struct {
-	BudgetGen     *ebpf.Map `ebpf:"budget_gen"`
+	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
+	Cells         *ebpf.Map `ebpf:"cells"`
+	CgCreated     *ebpf.Map `ebpf:"cg_created"`
+	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	Core          *ebpf.Map `ebpf:"core"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
 	Names         *ebpf.Map `ebpf:"names"`
 	Overruns      *ebpf.Map `ebpf:"overruns"`
-	SpanStats     *ebpf.Map `ebpf:"span_stats"`
+	Series        *ebpf.Map `ebpf:"series"`
+	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
 	WatchedEvents *ebpf.Map `ebpf:"watched_events"`
-	ZeroStats     *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *SpanwatchMaps) Close() error {
 	return _SpanwatchClose(
-		m.BudgetGen,
+		m.BudgetGlobs,
 		m.Budgets,
+		m.CellDirty,
+		m.Cells,
+		m.CgCreated,
+		m.CgQuota,
+		m.CgReleased,
+		m.Core,
 		m.Counters,
+		m.FreeSlots,
 		m.Names,
 		m.Overruns,
-		m.SpanStats,
+		m.Series,
+		m.SeriesDirty,
+		m.SeriesIndex,
 		m.WatchedEvents,
-		m.ZeroStats,
 	)
 }
 
@@ -212,8 +389,20 @@ func (m *SpanwatchMaps) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchVariables struct {
-	UnusedOverrun   *ebpf.Variable `ebpf:"unused_overrun"`
-	UnusedSpanEvent *ebpf.Variable `ebpf:"unused_span_event"`
+	UnusedBudgetFlags    *ebpf.Variable `ebpf:"unused_budget_flags"`
+	UnusedBudgetGlob     *ebpf.Variable `ebpf:"unused_budget_glob"`
+	UnusedCore           *ebpf.Variable `ebpf:"unused_core"`
+	UnusedCoreSizes      *ebpf.Variable `ebpf:"unused_core_sizes"`
+	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedOverrun        *ebpf.Variable `ebpf:"unused_overrun"`
+	UnusedSeries         *ebpf.Variable `ebpf:"unused_series"`
+	UnusedSeriesKind     *ebpf.Variable `ebpf:"unused_series_kind"`
+	UnusedSlotState      *ebpf.Variable `ebpf:"unused_slot_state"`
+	UnusedSpanEvent      *ebpf.Variable `ebpf:"unused_span_event"`
+	UnusedSpanEventSizes *ebpf.Variable `ebpf:"unused_span_event_sizes"`
+	UnusedSpanFlags      *ebpf.Variable `ebpf:"unused_span_flags"`
+	UnusedSpanSource     *ebpf.Variable `ebpf:"unused_span_source"`
+	UnusedSpanStatus     *ebpf.Variable `ebpf:"unused_span_status"`
 }
 
 // SpanwatchPrograms contains all programs after they have been loaded into the kernel.

@@ -32,6 +32,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* One span source: mirrored in internal/usdt/spec.go. */
 struct usdt_source {
 	char name[SPAN_NAME_LEN]; /* the span name, unless name_arg is set */
+	__u64 name_id;	   /* span_name_id(name), computed by the collector */
 	__u8 name_arg;	   /* argument holding a pointer to the name string */
 	__u8 key_arg;	   /* pair start and end by this argument, not the thread */
 	__u8 status_arg;   /* nonzero = error */
@@ -95,26 +96,10 @@ volatile const __u32 usdt_have_task_storage = 1;
  * The fast path, for sources paired by thread with a fixed name and no
  * status argument: the collector puts the source's task slot + 1 in bits
  * 32..39 of the cookie, so start needs neither spec nor source, and end
- * hands the core a per-CPU span_event template with the name already in
- * place, its name id (computed on the CPU's first span, 0 until then: the
- * collector writes 0 with every new name) and the cgroup id read from the
- * task (task_cgroup_id).
- * Only set with cookies and task storage.
+ * takes the name and its id from the source and the cgroup id from the
+ * task (task_cgroup_id). Only set with cookies and task storage.
  */
 #define USDT_COOKIE_FAST_SLOT(c) (((c) >> 32) & 0xff)
-
-/* Mirrored in internal/usdt (writeTemplate). */
-struct usdt_fast_ev {
-	struct span_event ev;
-	__u64 name_id; /* span_name_id(&ev), or 0: not computed yet */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, USDT_TASK_SLOTS);
-	__type(key, __u32);
-	__type(value, struct usdt_fast_ev);
-} usdt_ev SEC(".maps");
 
 /*
  * task_cgroup_id is bpf_get_current_cgroup_id() for a task from
@@ -167,12 +152,16 @@ static __always_inline int inflight_key(struct pt_regs *ctx, const struct usdt_s
 static __always_inline int read_name(struct pt_regs *ctx, const struct usdt_spec *spec, __u8 n, char *dst)
 {
 	__u64 ptr;
+	long len;
 
 	if (usdt_arg(ctx, spec, n, &ptr) ||
-	    bpf_probe_read_user_str(dst, SPAN_NAME_LEN, (void *)ptr) < 0) {
+	    (len = bpf_probe_read_user_str(dst, SPAN_NAME_LEN, (void *)ptr)) < 0) {
 		count(COUNTER_READ_ERRORS);
 		return -1;
 	}
+	/* A full buffer: name_cut needs the byte after the first 127. */
+	if (len == SPAN_NAME_LEN && bpf_probe_read_user(&dst[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1))
+		dst[SPAN_NAME_LEN - 1] = 0;
 	return 0;
 }
 
@@ -295,7 +284,8 @@ int usdt_end(struct pt_regs *ctx)
 		struct task_struct *task = bpf_get_current_task_btf();
 		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
 		__u32 slot = (fast - 1) & (USDT_TASK_SLOTS - 1);
-		struct usdt_fast_ev *tmpl;
+		struct usdt_source *src;
+		struct agg_in in = {};
 		__u64 start;
 
 		if (!ts)
@@ -304,14 +294,16 @@ int usdt_end(struct pt_regs *ctx)
 		if (!start)
 			return 0;
 		ts->start_ns[slot] = 0;
-		tmpl = bpf_map_lookup_elem(&usdt_ev, &slot);
-		if (!tmpl)
+		/* Fast-path sources take the task slots' indexes in usdt_sources. */
+		src = bpf_map_lookup_elem(&usdt_sources, &slot);
+		if (!src)
 			return 0;
-		tmpl->ev.duration_ns = now - start;
-		tmpl->ev.status = SPAN_STATUS_OK;
-		if (!tmpl->name_id)
-			tmpl->name_id = span_name_id(&tmpl->ev);
-		span_aggregate_key(ctx, &tmpl->ev, SOURCE_USDT, tmpl->name_id, task_cgroup_id(task));
+		in.key.name_id = src->name_id;
+		in.key.cgroup_id = task_cgroup_id(task);
+		in.name = src->name;
+		in.value = now - start;
+		in.source = SOURCE_USDT;
+		series_aggregate(ctx, &in);
 		return 0;
 	}
 	return usdt_end_slow(ctx, cookie, now);

@@ -20,39 +20,61 @@ type UsdtBudget struct {
 	Pad      uint32
 }
 
-type UsdtSpanAgg struct {
-	_           structs.HostLayout
-	Count       uint64
-	Errors      uint64
-	SumNs       uint64
-	MaxNs       uint64
-	OverBudget  uint64
-	BudgetNs    uint64
-	BudgetFlags uint32
-	BudgetGen   uint32
-	Hist        [288]uint64
+type UsdtBudgetGlob struct {
+	_    structs.HostLayout
+	B    UsdtBudget
+	Len  uint8
+	Neg  uint8
+	Pad  [6]uint8
+	Kind [64]uint8
+	Lit  [64]uint8
 }
 
-type UsdtSpanEvent struct {
+type UsdtCellChunk struct {
+	_    structs.HostLayout
+	Cell [8]uint64
+}
+
+type UsdtCoreState struct {
+	_              structs.HostLayout
+	NextSlot       uint64
+	Line           [7]uint64
+	OtherNameId    uint64
+	SeriesMax      uint32
+	CellChunksMask uint32
+	DefaultQuota   uint32
+	BudgetGen      uint32
+	GlobCount      uint32
+	Pad            uint32
+}
+
+type UsdtSeriesKey struct {
+	_        structs.HostLayout
+	NameId   uint64
+	CgroupId uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Kind     uint8
+	Other    uint8
+	Pad      uint32
+}
+
+type UsdtSeriesSlot struct {
 	_          structs.HostLayout
-	DurationNs uint64
-	StartNs    uint64
-	Status     uint32
-	Flags      uint32
-	TraceId    [16]uint8
-	SpanId     [8]uint8
-	Name       [64]int8
+	State      uint64
+	Key        UsdtSeriesKey
+	Count      uint64
+	Errors     uint64
+	Sum        uint64
+	OverBudget uint64
+	MinInv     uint64
+	Max        uint64
+	Budget     uint64
 }
 
 type UsdtSpanName struct {
 	_    structs.HostLayout
-	Name [64]int8
-}
-
-type UsdtStatsKey struct {
-	_        structs.HostLayout
-	NameId   uint64
-	CgroupId uint64
+	Name [128]int8
 }
 
 type UsdtUsdtArgSpec struct {
@@ -66,16 +88,10 @@ type UsdtUsdtArgSpec struct {
 	ScaleShift uint8
 }
 
-type UsdtUsdtFastEv struct {
-	_      structs.HostLayout
-	Ev     UsdtSpanEvent
-	NameId uint64
-}
-
 type UsdtUsdtInflight struct {
 	_       structs.HostLayout
 	StartNs uint64
-	Name    [64]int8
+	Name    [128]int8
 }
 
 type UsdtUsdtInflightKey struct {
@@ -94,7 +110,8 @@ type UsdtUsdtIpKey struct {
 
 type UsdtUsdtSource struct {
 	_           structs.HostLayout
-	Name        [64]int8
+	Name        [128]int8
+	NameId      uint64
 	NameArg     uint8
 	KeyArg      uint8
 	StatusArg   uint8
@@ -128,20 +145,27 @@ type UsdtUsdtTestRecord struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	UsdtMapBudgetGen            = "budget_gen"
+	UsdtMapBudgetGlobs          = "budget_globs"
 	UsdtMapBudgets              = "budgets"
+	UsdtMapCellDirty            = "cell_dirty"
+	UsdtMapCells                = "cells"
+	UsdtMapCgCreated            = "cg_created"
+	UsdtMapCgQuota              = "cg_quota"
+	UsdtMapCgReleased           = "cg_released"
+	UsdtMapCore                 = "core"
 	UsdtMapCounters             = "counters"
+	UsdtMapFreeSlots            = "free_slots"
 	UsdtMapNames                = "names"
 	UsdtMapOverruns             = "overruns"
-	UsdtMapSpanStats            = "span_stats"
-	UsdtMapUsdtEv               = "usdt_ev"
+	UsdtMapSeries               = "series"
+	UsdtMapSeriesDirty          = "series_dirty"
+	UsdtMapSeriesIndex          = "series_index"
 	UsdtMapUsdtInflight         = "usdt_inflight"
 	UsdtMapUsdtIpToSpec         = "usdt_ip_to_spec"
 	UsdtMapUsdtSources          = "usdt_sources"
 	UsdtMapUsdtSpecs            = "usdt_specs"
 	UsdtMapUsdtTaskStart        = "usdt_task_start"
 	UsdtMapUsdtTestEvents       = "usdt_test_events"
-	UsdtMapZeroStats            = "zero_stats"
 	UsdtProgUsdtEnd             = "usdt_end"
 	UsdtProgUsdtSingle          = "usdt_single"
 	UsdtProgUsdtStart           = "usdt_start"
@@ -206,20 +230,27 @@ type UsdtProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtMapSpecs struct {
-	BudgetGen      *ebpf.MapSpec `ebpf:"budget_gen"`
+	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells          *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
 	Names          *ebpf.MapSpec `ebpf:"names"`
 	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
-	SpanStats      *ebpf.MapSpec `ebpf:"span_stats"`
-	UsdtEv         *ebpf.MapSpec `ebpf:"usdt_ev"`
+	Series         *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
 	UsdtInflight   *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec   *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtSources    *ebpf.MapSpec `ebpf:"usdt_sources"`
 	UsdtSpecs      *ebpf.MapSpec `ebpf:"usdt_specs"`
 	UsdtTaskStart  *ebpf.MapSpec `ebpf:"usdt_task_start"`
 	UsdtTestEvents *ebpf.MapSpec `ebpf:"usdt_test_events"`
-	ZeroStats      *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // UsdtVariableSpecs contains global variables before they are loaded into the kernel.
@@ -254,38 +285,52 @@ func (o *UsdtObjects) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtMaps struct {
-	BudgetGen      *ebpf.Map `ebpf:"budget_gen"`
+	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
+	Cells          *ebpf.Map `ebpf:"cells"`
+	CgCreated      *ebpf.Map `ebpf:"cg_created"`
+	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
+	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
 	Names          *ebpf.Map `ebpf:"names"`
 	Overruns       *ebpf.Map `ebpf:"overruns"`
-	SpanStats      *ebpf.Map `ebpf:"span_stats"`
-	UsdtEv         *ebpf.Map `ebpf:"usdt_ev"`
+	Series         *ebpf.Map `ebpf:"series"`
+	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
 	UsdtInflight   *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec   *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtSources    *ebpf.Map `ebpf:"usdt_sources"`
 	UsdtSpecs      *ebpf.Map `ebpf:"usdt_specs"`
 	UsdtTaskStart  *ebpf.Map `ebpf:"usdt_task_start"`
 	UsdtTestEvents *ebpf.Map `ebpf:"usdt_test_events"`
-	ZeroStats      *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *UsdtMaps) Close() error {
 	return _UsdtClose(
-		m.BudgetGen,
+		m.BudgetGlobs,
 		m.Budgets,
+		m.CellDirty,
+		m.Cells,
+		m.CgCreated,
+		m.CgQuota,
+		m.CgReleased,
+		m.Core,
 		m.Counters,
+		m.FreeSlots,
 		m.Names,
 		m.Overruns,
-		m.SpanStats,
-		m.UsdtEv,
+		m.Series,
+		m.SeriesDirty,
+		m.SeriesIndex,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtSources,
 		m.UsdtSpecs,
 		m.UsdtTaskStart,
 		m.UsdtTestEvents,
-		m.ZeroStats,
 	)
 }
 

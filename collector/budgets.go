@@ -3,123 +3,189 @@
 package collector
 
 import (
+	"errors"
 	"fmt"
-	"path"
-	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// A BudgetRule gives the spans whose name matches Span (an exact name or a
-// path.Match glob) a budget: a span slower than it is counted as over budget
-// and sends an overrun record with the thread's stack.
+// A BudgetRule gives the spans whose name matches Span a budget: a span
+// slower than it is counted as over budget and sends an overrun record,
+// with the thread's user stack unless NoUserStack, and its kernel stack too
+// with KernelStack.
 type BudgetRule struct {
+	// Span is an exact name or a glob (internal/glob: '*', '?', '\',
+	// a leading '!'), as in rule files.
 	Span   string
 	Budget time.Duration
+	// NoUserStack sends the overrun without a user stack: no stack walk
+	// at all (capture_stack: false).
+	NoUserStack bool
 	// KernelStack captures the kernel stack too.
 	KernelStack bool
 }
 
-// BudgetFunc is kept for callers that decide budgets themselves.
-type BudgetFunc func(span string) (budget time.Duration, kernelStack bool, ok bool)
+// Budget limits: an exact name is at most snapshot.NameLen-1 bytes; a glob
+// at most 64 bytes of pattern (GLOB_LEN), and at most 64 globs (GLOB_MAX);
+// a budget at most 2^44 ns (4.9 hours, the kernel's cache field).
+const (
+	maxGlobs     = int(bpf.SpanwatchCoreSizesGLOB_MAX)
+	maxGlobLen   = int(bpf.SpanwatchCoreSizesGLOB_LEN)
+	maxBudget    = time.Duration(1<<44 - 1)
+	captureUser  = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_USER)
+	captureKernl = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_KERNEL)
+)
 
-// RulesFunc turns budget rules into a BudgetFunc: the first matching rule
-// wins.
-func RulesFunc(rules []BudgetRule) BudgetFunc {
-	return func(span string) (time.Duration, bool, bool) {
-		for _, r := range rules {
-			if r.Span == span {
-				return r.Budget, r.KernelStack, true
-			}
-			if ok, _ := path.Match(r.Span, span); ok {
-				return r.Budget, r.KernelStack, true
-			}
-		}
-		return 0, false, false
-	}
+type compiledBudget struct {
+	rule  BudgetRule
+	glob  *glob.Glob
+	flags uint32
 }
 
-// SetBudgets replaces the budgets. Exact names are written to the kernel at
-// once; glob rules apply to every span name seen so far and to each new one
-// at the next snapshot. Aggregated state is kept.
-func (c *Collector) SetBudgets(rules []BudgetRule) error {
-	for _, r := range rules {
-		if _, err := path.Match(r.Span, ""); err != nil {
-			return fmt.Errorf("budget for %q: bad pattern: %w", r.Span, err)
-		}
-		if r.Budget <= 0 {
-			return fmt.Errorf("budget for %q: must be positive, not %s", r.Span, r.Budget)
-		}
-	}
-	var exact []string
-	for _, r := range rules {
-		if !strings.ContainsAny(r.Span, "*?[\\") {
-			exact = append(exact, r.Span)
-		}
-	}
-	return c.SetBudgetFunc(RulesFunc(rules), exact)
+// budgetTable is the budgets as the kernel has them: exact names by id,
+// globs in order. Exact names win over globs; among globs the first match
+// wins (as policy.Config.BudgetEntry decides).
+type budgetTable struct {
+	exact map[uint64]*compiledBudget
+	globs []*compiledBudget
 }
 
-// SetBudgetFunc replaces the budgets with fn, which decides each span
-// name's budget. The exact names are decided (and written to the kernel)
-// at once; other names as they appear, at the next snapshot.
-func (c *Collector) SetBudgetFunc(fn BudgetFunc, exact []string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.budgets = fn
-	for _, n := range exact {
-		c.reader.names[snapshot.NameID(n)] = n
+func (t *budgetTable) lookup(name string) *compiledBudget {
+	if t == nil {
+		return nil
 	}
-	return c.applyBudgets(true)
-}
-
-// applyBudgets writes the budget of every known name; with all unset, only
-// those of names not decided yet. c.mu is held. Series pick the change up
-// through the budgets' generation.
-func (c *Collector) applyBudgets(all bool) (err error) {
-	r := c.reader
-	changed := false
-	defer func() {
-		if changed {
-			c.budgetGen++
-			if e := c.objs.BudgetGen.Put(uint32(0), c.budgetGen); e != nil && err == nil {
-				err = fmt.Errorf("bump budget generation: %w", e)
-			}
+	if b, ok := t.exact[snapshot.NameID(name)]; ok {
+		return b
+	}
+	for _, b := range t.globs {
+		if b.glob.Match(name) {
+			return b
 		}
-	}()
-	for id, name := range r.names {
-		if _, done := r.budgetDone[id]; done && !all {
-			continue
-		}
-		r.budgetDone[id] = struct{}{}
-		d, kernel, ok := c.budgets(name)
-		if !ok {
-			if _, had := r.budgets[id]; had {
-				if err := c.objs.Budgets.Delete(id); err != nil {
-					return fmt.Errorf("delete budget of %q: %w", name, err)
-				}
-				delete(r.budgets, id)
-				changed = true
-			}
-			continue
-		}
-		b := bpf.SpanwatchBudget{BudgetNs: uint64(d)}
-		if kernel {
-			b.Flags = budgetCaptureKernel
-		}
-		if old, ok := r.budgets[id]; ok && old == uint64(d) && r.budgetFlags[id] == b.Flags {
-			continue
-		}
-		if err := c.objs.Budgets.Put(id, b); err != nil {
-			return fmt.Errorf("set budget of %q: %w", name, err)
-		}
-		r.budgets[id] = uint64(d)
-		r.budgetFlags[id] = b.Flags
-		changed = true
 	}
 	return nil
 }
 
-const budgetCaptureKernel = 1 // BUDGET_CAPTURE_KERNEL in bpf/aggregate.h
+// CheckBudgets validates rules the way SetBudgets would, without a
+// collector: for `spanwatch check`.
+func CheckBudgets(rules []BudgetRule) error {
+	_, err := compileBudgets(rules)
+	return err
+}
+
+func compileBudgets(rules []BudgetRule) (*budgetTable, error) {
+	t := &budgetTable{exact: map[uint64]*compiledBudget{}}
+	var errs []error
+	for _, r := range rules {
+		if r.Budget <= 0 || r.Budget > maxBudget {
+			errs = append(errs, fmt.Errorf("budget for %q: %s is out of range (1ns to %s)", r.Span, r.Budget, maxBudget))
+			continue
+		}
+		g, err := glob.Compile(r.Span)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("budget for %q: %w", r.Span, err))
+			continue
+		}
+		b := &compiledBudget{rule: r, glob: g, flags: captureUser}
+		if r.NoUserStack {
+			b.flags = 0
+		}
+		if r.KernelStack {
+			b.flags |= captureKernl
+		}
+		if name, ok := g.Exact(); ok {
+			if len(name) > snapshot.NameLen-1 {
+				errs = append(errs, fmt.Errorf("budget for %q: a name is at most %d bytes", r.Span, snapshot.NameLen-1))
+				continue
+			}
+			if _, dup := t.exact[snapshot.NameID(name)]; !dup {
+				t.exact[snapshot.NameID(name)] = b
+			}
+			continue
+		}
+		kinds, _, _ := g.Tokens()
+		if len(kinds) > maxGlobLen {
+			errs = append(errs, fmt.Errorf("budget for %q: a glob pattern is at most %d bytes", r.Span, maxGlobLen))
+			continue
+		}
+		t.globs = append(t.globs, b)
+	}
+	if len(t.globs) > maxGlobs {
+		errs = append(errs, fmt.Errorf("%d glob budgets: at most %d (give exact names for the others)", len(t.globs), maxGlobs))
+	}
+	return t, errors.Join(errs...)
+}
+
+// SetBudgets replaces the budgets. Every span is judged against them from
+// its very first occurrence, exact names and globs alike: the kernel
+// matches a new name against the globs itself (bpf_loop, 5.17+). Counts
+// are kept.
+func (c *Collector) SetBudgets(rules []BudgetRule) error {
+	t, err := compileBudgets(rules)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	old := c.reader.budgets
+	for id, b := range t.exact {
+		v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+		if err := c.objs.Budgets.Update(id, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
+		}
+	}
+	if old != nil {
+		for id := range old.exact {
+			if _, keep := t.exact[id]; !keep {
+				if err := c.objs.Budgets.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("delete budget of %q: %w", old.exact[id].rule.Span, err)
+				}
+			}
+		}
+	}
+	for i, b := range t.globs {
+		kinds, lits, neg := b.glob.Tokens()
+		var g bpf.SpanwatchBudgetGlob
+		g.B = bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+		g.Len = uint8(len(kinds))
+		if neg {
+			g.Neg = 1
+		}
+		copy(g.Kind[:], kinds)
+		copy(g.Lit[:], lits)
+		if err := c.objs.BudgetGlobs.Update(uint32(i), &g, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
+		}
+	}
+	atomic.StoreUint32(&c.reader.core.GlobCount, uint32(len(t.globs)))
+	c.reader.budgets = t
+	c.bumpBudgetGen()
+	return nil
+}
+
+// bumpBudgetGen makes every series look its budget up again at its next
+// span. The generation is kept in 12 bits in each series' cache, where 0
+// is a fresh slot's: 0 is skipped.
+func (c *Collector) bumpBudgetGen() {
+	g := atomic.LoadUint32(&c.reader.core.BudgetGen) + 1
+	if g&budgetGenMask == 0 {
+		g++
+	}
+	atomic.StoreUint32(&c.reader.core.BudgetGen, g)
+}
+
+// budgetOf returns the budget the kernel applies to a name, in ns.
+func (r *seriesReader) budgetOf(name string) uint64 {
+	if b := r.budgets.lookup(name); b != nil {
+		return uint64(b.rule.Budget)
+	}
+	return 0
+}

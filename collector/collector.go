@@ -7,8 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -40,11 +44,23 @@ type Config struct {
 	// ForceKprobe attaches the user_events source with a kprobe instead of
 	// fentry, as on kernels without BTF or trampolines.
 	ForceKprobe bool
-	// MaxSeries bounds the stats map: span/cgroup pairs. The map is
-	// preallocated per CPU (2.3 KiB per series per CPU), so the default is
-	// what fits in 256 MiB, at most 16384: 16384 on up to 6 CPUs, 1789 on
-	// 64. Spans of series beyond it are counted in Stats.StatsFull.
+	// MaxSeries is the number of series (name, cgroup, labels) the kernel
+	// holds: DefaultMaxSeries when 0, at most MaxSeriesLimit. Memory does
+	// not depend on the CPU count (about 200 MiB at the default, with the
+	// histogram cells; spanwatch_bpf_map_bytes says). Values of series
+	// beyond it are counted in Stats.StatsFull.
 	MaxSeries uint32
+	// HistogramCells is the number of histogram cells (one per non-empty
+	// bucket of a series) the kernel holds, rounded up to a power of two:
+	// DefaultHistogramCells when 0. Values that find no free cell are
+	// still counted in their series, but not in its histogram
+	// (Stats.HistogramFull).
+	HistogramCells uint32
+	// SeriesQuota is how many series one cgroup may hold:
+	// DefaultSeriesQuota when 0. A cgroup past it has the values of its
+	// new series counted in one series of its own named "(other)", so no
+	// workload can take the others' room.
+	SeriesQuota uint32
 	// RingbufBytes sizes the overrun ring buffer (default 4 MiB; a power
 	// of two, multiple of the page size).
 	RingbufBytes uint32
@@ -106,11 +122,13 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
-	mu        sync.Mutex // guards the read state below
-	reader    *statsReader
-	budgets   BudgetFunc
-	budgetGen uint32 // last value written to the budget_gen map
-	lastAt    time.Time
+	mu         sync.Mutex // guards the read state below
+	closed     bool
+	prevMisses uint64
+	quotaSeen  map[uint64]bool // cgroups whose (other) series was logged
+	reader     *seriesReader
+	lastAt     time.Time
+	mapBytes   uint64
 
 	closers []func() error
 
@@ -147,7 +165,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		closers = append(closers, sym.Close)
 	}
 	if cfg.Resolver == nil {
-		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger}); err == nil {
+		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot}); err == nil {
 			cfg.Resolver = r
 		} else {
 			cfg.Logger.Info("cgroup_names_unavailable", "error", err)
@@ -164,8 +182,8 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load bpf spec: %w", err)
 	}
-	if cfg.MaxSeries == 0 {
-		cfg.MaxSeries = defaultMaxSeries()
+	if err := cfg.sizes(); err != nil {
+		return nil, err
 	}
 	// Whether the marker is attached through a uprobe_multi link is
 	// decided at load time: such a program must be loaded with that
@@ -174,8 +192,15 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if uprobeMulti {
 		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
 	}
-	spec.Maps[mapSpanStats].MaxEntries = cfg.MaxSeries
-	spec.Maps[mapNames].MaxEntries = cfg.MaxSeries
+	for _, m := range []string{"series", "series_index", "free_slots"} {
+		spec.Maps[m].MaxEntries = cfg.MaxSeries
+	}
+	// A name per series at most, and the "(other)" series' name.
+	spec.Maps["names"].MaxEntries = cfg.MaxSeries + 1
+	spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 63) / 64
+	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
+	spec.Maps["cells"].MaxEntries = chunks
+	spec.Maps["cell_dirty"].MaxEntries = (chunks + 63) / 64
 	if cfg.RingbufBytes != 0 {
 		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
 	}
@@ -212,10 +237,23 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		}
 	}()
 
-	c.reader, err = newStatsReader(c.objs.SpanStats, c.objs.Names, c.objs.Counters)
+	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries)
 	if err != nil {
 		return nil, err
 	}
+	core := c.reader.core
+	core.OtherNameId = snapshot.NameID(snapshot.OtherName)
+	core.SeriesMax = cfg.MaxSeries
+	core.CellChunksMask = chunks - 1
+	core.DefaultQuota = cfg.SeriesQuota
+	core.GlobCount = 0
+	atomic.StoreUint32(&core.BudgetGen, 1)
+	var other bpf.SpanwatchSpanName
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&other.Name[0])), len(other.Name)), snapshot.OtherName)
+	if err := c.objs.Names.Put(core.OtherNameId, &other); err != nil {
+		return nil, fmt.Errorf("write the (other) name: %w", err)
+	}
+	c.mapBytes = c.MapBytes()
 	c.lastAt = time.Now()
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -290,9 +328,7 @@ type kprobeObjects struct {
 
 // Map and program names in the BPF object.
 const (
-	mapSpanStats = "span_stats"
-	mapNames     = "names"
-	mapOverruns  = "overruns"
+	mapOverruns = "overruns"
 
 	progUprobeMarker = "uprobe_marker"
 )
@@ -315,15 +351,33 @@ func hostName() string {
 	return h
 }
 
-// defaultMaxSeries sizes the stats map to 256 MiB, between 1024 and 16384
-// series.
-func defaultMaxSeries() uint32 {
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil || ncpu < 1 {
-		ncpu = 1
+// Defaults of Config's sizes.
+const (
+	DefaultMaxSeries      = 131072
+	MaxSeriesLimit        = 262143 // slot+1 must fit the cell key's 18 bits
+	DefaultHistogramCells = 1 << 24
+	DefaultSeriesQuota    = 8192
+)
+
+// sizes fills in and checks the sizes.
+func (cfg *Config) sizes() error {
+	if cfg.MaxSeries == 0 {
+		cfg.MaxSeries = DefaultMaxSeries
 	}
-	n := (256 << 20) / (int(unsafe.Sizeof(bpf.SpanwatchSpanAgg{})) * ncpu)
-	return uint32(max(1024, min(16384, n)))
+	if cfg.MaxSeries < 64 || cfg.MaxSeries > MaxSeriesLimit {
+		return fmt.Errorf("max series %d: want 64 to %d", cfg.MaxSeries, MaxSeriesLimit)
+	}
+	if cfg.HistogramCells == 0 {
+		cfg.HistogramCells = DefaultHistogramCells
+	}
+	if cfg.HistogramCells < 512 || cfg.HistogramCells > 1<<28 {
+		return fmt.Errorf("histogram cells %d: want 512 to %d", cfg.HistogramCells, 1<<28)
+	}
+	cfg.HistogramCells = 1 << bits.Len32(cfg.HistogramCells-1)
+	if cfg.SeriesQuota == 0 {
+		cfg.SeriesQuota = DefaultSeriesQuota
+	}
+	return nil
 }
 
 func haveBTF() bool {
@@ -372,23 +426,106 @@ func (c *Collector) ScanMarkers() {
 
 // Maps exposes the aggregation core's maps, for sources loaded from other
 // BPF objects (USDT) that must feed the same aggregates: load them with
-// ebpf.CollectionOptions{MapReplacements: c.Maps()}.
+// ebpf.CollectionOptions{MapReplacements: c.Maps()}. Every map
+// bpf/aggregate.h defines is here.
 func (c *Collector) Maps() map[string]*ebpf.Map {
+	o := &c.objs.SpanwatchMaps
 	return map[string]*ebpf.Map{
-		"span_stats": c.objs.SpanStats,
-		"zero_stats": c.objs.ZeroStats,
-		"budgets":    c.objs.Budgets,
-		"budget_gen": c.objs.BudgetGen,
-		"names":      c.objs.Names,
-		"overruns":   c.objs.Overruns,
-		"counters":   c.objs.Counters,
+		"core":         o.Core,
+		"series":       o.Series,
+		"series_index": o.SeriesIndex,
+		"free_slots":   o.FreeSlots,
+		"series_dirty": o.SeriesDirty,
+		"cells":        o.Cells,
+		"cell_dirty":   o.CellDirty,
+		"cg_created":   o.CgCreated,
+		"cg_released":  o.CgReleased,
+		"cg_quota":     o.CgQuota,
+		"budgets":      o.Budgets,
+		"budget_globs": o.BudgetGlobs,
+		"names":        o.Names,
+		"overruns":     o.Overruns,
+		"counters":     o.Counters,
 	}
 }
+
+// RegisterLabelSet names the label values of the series whose key has
+// labelset id: a source with labels registers its set before attaching.
+func (c *Collector) RegisterLabelSet(id uint16, ls LabelSet) {
+	c.reader.labelSets.Store(id, ls)
+}
+
+// SetSeriesQuota sets the series quota of one cgroup (0 restores the
+// default).
+func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
+	if quota == 0 {
+		if err := c.objs.CgQuota.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("series quota of cgroup %d: %w", cgroupID, err)
+		}
+		return nil
+	}
+	if err := c.objs.CgQuota.Put(cgroupID, quota); err != nil {
+		return fmt.Errorf("series quota of cgroup %d: %w", cgroupID, err)
+	}
+	return nil
+}
+
+// MapBytes returns the memory the kernel charges for the core's maps (the
+// memlock of each, from /proc/self/fdinfo).
+func (c *Collector) MapBytes() uint64 {
+	var total uint64
+	for _, m := range c.Maps() {
+		total += mapMemlock(m)
+	}
+	return total
+}
+
+// SeriesCapacity returns the number of series the kernel can hold.
+func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
+
+// recursionMisses sums the runs the kernel skipped because a BPF program
+// was already running on the CPU (fentry and kprobe recursion protection;
+// ProgramStats.RecursionMisses, 5.12+): spans lost, counted.
+func (c *Collector) recursionMisses() uint64 {
+	var n uint64
+	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker} {
+		if p == nil {
+			continue
+		}
+		if st, err := p.Stats(); err == nil {
+			n += st.RecursionMisses
+		}
+	}
+	return n
+}
+
+// logQuotas logs, once per cgroup, that a workload reached its series
+// quota: its new names now count in its "(other)" series.
+func (c *Collector) logQuotas(s *snapshot.Snapshot) {
+	for i := range s.Series {
+		sr := &s.Series[i]
+		if sr.NameID != c.reader.otherNameID || c.quotaSeen[sr.CgroupID] {
+			continue
+		}
+		if c.quotaSeen == nil {
+			c.quotaSeen = map[uint64]bool{}
+		}
+		c.quotaSeen[sr.CgroupID] = true
+		c.log.Warn("series_quota_reached", "cgroup_id", sr.CgroupID, "cgroup", sr.Cgroup, "quota", c.cfg.SeriesQuota,
+			"effect", "new span names of this workload are counted in its (other) series")
+	}
+}
+
+// ErrClosed is returned by a Collector's methods after Close.
+var ErrClosed = errors.New("collector closed")
 
 // Snapshot returns what happened since the previous call (or since New).
 func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
 	now := time.Now()
 	s, err := c.reader.read(now, now.Sub(c.lastAt), c.cfg.IdleEvict)
 	if err != nil {
@@ -396,19 +533,22 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	}
 	c.lastAt = now
 	s.Host = hostName()
-	if c.budgets != nil {
-		if err := c.applyBudgets(false); err != nil {
-			c.log.Warn("budgets_update_failed", "error", err)
-		}
-	}
+	s.Stats.BPFMapBytes = c.mapBytes
+	misses := c.recursionMisses()
+	s.Stats.RecursionMisses = misses - c.prevMisses
+	c.prevMisses = misses
 	for i := range s.Series {
 		sr := &s.Series[i]
-		sr.BudgetNs = c.reader.budgetOf(sr.NameID)
+		if !sr.IsMetric() {
+			sr.BudgetNs = c.reader.budgetOf(sr.Span)
+		}
 		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
 			info := c.cfg.Resolver.Resolve(sr.CgroupID)
-			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
+			sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+			sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 		}
 	}
+	c.logQuotas(s)
 	ovs, dropped := c.rb.take()
 	s.Overruns = ovs
 	s.Stats.OverrunsDropped = dropped
@@ -432,10 +572,35 @@ func (c *Collector) Close() error {
 			c.rb.close()
 		}
 		c.wg.Wait()
+		c.mu.Lock()
+		c.closed = true
+		if c.reader != nil {
+			c.reader.close()
+		}
+		c.mu.Unlock()
 		c.objs.close()
 		for _, f := range c.closers {
 			f()
 		}
 	})
 	return nil
+}
+
+// mapMemlock reads the memory the kernel charges for a map from
+// /proc/self/fdinfo (the "memlock:" line, Linux 4.10+); 0 when it cannot.
+func mapMemlock(m *ebpf.Map) uint64 {
+	if m == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -20,27 +20,33 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-const sourceMarker = 2 // SOURCE_MARKER in bpf/aggregate.h
+const sourceMarker = uint32(bpf.SpanwatchSpanSourceSOURCE_MARKER)
 
-var sourceNames = map[uint32]string{1: "user_events", sourceMarker: "marker", 3: "usdt"}
+var sourceNames = map[uint32]string{
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENTS): "user_events",
+	sourceMarker: "marker",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):        "usdt",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER): "eventheader",
+}
 
 // overrunReader reads overrun records from the ring buffer as they arrive.
 type overrunReader struct {
 	rd     *ringbuf.Reader
 	cfg    Config
 	marker *markerSource // set when the marker source is on
+	series *seriesReader // for label names
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
 	dropped uint64
 }
 
-func newOverrunReader(m *ebpf.Map, cfg Config, _ *statsReader) (*overrunReader, error) {
+func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg}, nil
+	return &overrunReader{rd: rd, cfg: cfg, series: r}, nil
 }
 
 func (o *overrunReader) run() {
@@ -102,6 +108,9 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		StillRunning: stillRunning,
 		Source:       sourceNames[r.Source],
 	}
+	if r.Labelset != 0 && o.series != nil {
+		ov.SourceLabels = o.series.labels(r.Labelset, r.Labels[:], r.Other)
+	}
 	if r.TraceId != [16]byte{} {
 		ov.TraceID = hex.EncodeToString(r.TraceId[:])
 	}
@@ -110,7 +119,8 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	}
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
 		info := c.Resolve(ov.CgroupID)
-		ov.Cgroup, ov.Container, ov.Pod, ov.Unit = info.Path, info.Container, info.Pod, info.Unit
+		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
 	}
 	ustack := stackAddrs(r.Ustack[:], r.UstackLen)
 	kstack := stackAddrs(r.Kstack[:], r.KstackLen)

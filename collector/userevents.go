@@ -16,7 +16,7 @@ import (
 // span_event in bpf/span_event.h. emit.Format is the same string (a test
 // checks it); the collector registers it itself so the tracepoint exists,
 // with a stable id, before any application starts.
-const SpanEventFormat = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; char[64] name"
+const SpanEventFormat = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; u64 exec_id; char[128] name"
 
 const spanEventName = "spanwatch_span"
 

@@ -77,7 +77,7 @@ func newHistory() *history {
 func seriesKey(b []byte, s *snapshot.Series) []byte {
 	b = append(b, s.Kind...)
 	b = append(b, 0)
-	for _, f := range [...]string{s.Span, s.Cgroup, s.Container, s.Pod, s.Unit, s.Process} {
+	for _, f := range [...]string{s.Span, s.Cgroup, s.ContainerID, s.PodUID, s.Unit, s.Namespace, s.Pod, s.Container, s.Process} {
 		b = append(b, f...)
 		b = append(b, 0)
 	}

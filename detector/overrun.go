@@ -61,7 +61,8 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		t = d.cfg.Now()
 	}
 	labels := map[string]string{"alertname": OverrunAlertName, "span": o.Span}
-	for k, v := range map[string]string{"process": o.Comm, "container": o.Container, "pod": o.Pod, "unit": o.Unit, "cgroup": o.Cgroup} {
+	for k, v := range map[string]string{"process": o.Comm, "container_id": o.ContainerID, "pod_uid": o.PodUID, "unit": o.Unit, "cgroup": o.Cgroup,
+		"namespace": o.Namespace, "pod": o.Pod, "container": o.Container} {
 		if v != "" {
 			labels[k] = v
 		}

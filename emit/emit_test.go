@@ -2,6 +2,7 @@ package emit
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,11 +42,13 @@ func TestDisabledAllocatesNothing(t *testing.T) {
 	}
 }
 
-func TestFillTruncatesName(t *testing.T) {
+// TestFillName checks that a long name fills the payload's 128 bytes: the
+// kernel cuts it to 127 on a character boundary and counts the cut.
+func TestFillName(t *testing.T) {
 	var ev event
-	long := "0123456789012345678901234567890123456789012345678901234567890123456789"
+	long := strings.Repeat("0123456789", 14)
 	ev.fill(long, time.Unix(0, 42), 5*time.Millisecond, true)
-	if string(ev.Name[:]) != long[:64] {
+	if string(ev.Name[:]) != long[:128] {
 		t.Fatalf("name = %q", ev.Name)
 	}
 	if ev.DurationNs != 5e6 || ev.StartNs != 42 || ev.Status != statusError {

@@ -16,6 +16,7 @@ type event struct {
 	Flags      uint32
 	TraceID    [16]byte
 	SpanID     [8]byte
+	ExecID     uint64
 	Name       [snapshot.NameLen]byte
 }
 
@@ -24,7 +25,7 @@ const eventSize = int(unsafe.Sizeof(event{}))
 // Format is the user_events format string of the span event: the fields of
 // struct span_event, in order. C emitters (include/spanwatch.h) register the
 // same string.
-const Format = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; char[64] name"
+const Format = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; char[16] trace_id; char[8] span_id; u64 exec_id; char[128] name"
 
 // EventName is the user_event's name.
 const EventName = "spanwatch_span"
@@ -37,7 +38,8 @@ const (
 
 // Finished is a span that has already ended, for Record.
 type Finished struct {
-	// Name is the span name; names longer than 64 bytes are truncated.
+	// Name is the span name; the kernel cuts names longer than 127 bytes
+	// on a UTF-8 character boundary (and counts them).
 	Name string
 	// Start is when the span started; the zero time means unknown.
 	Start    time.Time

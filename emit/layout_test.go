@@ -21,7 +21,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 		t.Fatal("struct span_event not found in bpf/span_event.h")
 	}
 	consts := map[string]int{}
-	for _, m := range regexp.MustCompile(`#define (\w+) (\d+)`).FindAllSubmatch(src, -1) {
+	for _, m := range regexp.MustCompile(`(?m)(?:#define (?:\w+) |^\s*)(\w+)(?: = |\s)(\d+),?\s*$`).FindAllSubmatch(src, -1) {
 		n, _ := strconv.Atoi(string(m[2]))
 		consts[string(m[1])] = n
 	}
@@ -56,6 +56,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 		{unsafe.Offsetof(event{}.Flags), unsafe.Sizeof(event{}.Flags)},
 		{unsafe.Offsetof(event{}.TraceID), unsafe.Sizeof(event{}.TraceID)},
 		{unsafe.Offsetof(event{}.SpanID), unsafe.Sizeof(event{}.SpanID)},
+		{unsafe.Offsetof(event{}.ExecID), unsafe.Sizeof(event{}.ExecID)},
 		{unsafe.Offsetof(event{}.Name), unsafe.Sizeof(event{}.Name)},
 	}
 	if len(cFields) != len(goFields) {

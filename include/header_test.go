@@ -106,10 +106,10 @@ func TestFormatMatchesGo(t *testing.T) {
 
 // TestPayloadBytes checks the bytes spanwatch_emit hands writev: the
 // 4-byte write index, then struct span_event as bpf/span_event.h lays it
-// out, name truncated at 64 bytes exactly as the Go SDK truncates it.
+// out, the name filling at most its 128 bytes exactly as the Go SDK's.
 func TestPayloadBytes(t *testing.T) {
 	bin := build(t, "gcc")
-	for _, name := range []string{"checkout", strings.Repeat("abcdefghij", 7)} {
+	for _, name := range []string{"checkout", strings.Repeat("abcdefghij", 14)} {
 		out, code := run(t, bin, "stdout", name)
 		if code != 0 {
 			t.Fatalf("exit %d", code)
@@ -127,7 +127,8 @@ func TestPayloadBytes(t *testing.T) {
 		for i := range 8 {
 			want.WriteByte(byte(0xa1 + i))
 		}
-		var n [64]byte
+		want.Write(le.AppendUint64(nil, 0)) // exec_id
+		var n [128]byte
 		copy(n[:], name) // what the Go SDK does
 		want.Write(n[:])
 		if !bytes.Equal([]byte(out), want.Bytes()) {

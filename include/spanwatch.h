@@ -57,9 +57,9 @@ extern "C" {
 #define SPANWATCH_EVENT_NAME "spanwatch_span"
 #define SPANWATCH_FORMAT                                                        \
 	"spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 flags; " \
-	"char[16] trace_id; char[8] span_id; char[64] name"
+	"char[16] trace_id; char[8] span_id; u64 exec_id; char[128] name"
 
-#define SPANWATCH_NAME_LEN 64
+#define SPANWATCH_NAME_LEN 128
 #define SPANWATCH_STATUS_OK 0
 #define SPANWATCH_STATUS_ERROR 1
 
@@ -68,10 +68,11 @@ struct spanwatch_event {
 	uint64_t duration_ns; /* how long the span took */
 	uint64_t start_ns;    /* CLOCK_REALTIME at start, 0 when unknown */
 	uint32_t status;      /* SPANWATCH_STATUS_* */
-	uint32_t flags;       /* reserved, 0 */
+	uint32_t flags;       /* SPANWATCH_F_*: 0 for a finished span */
 	uint8_t trace_id[16];
 	uint8_t span_id[8];
-	char name[SPANWATCH_NAME_LEN]; /* NUL-padded, truncated at 64 bytes */
+	uint64_t exec_id;     /* 0: the writing thread */
+	char name[SPANWATCH_NAME_LEN]; /* NUL-padded; the agent cuts it at 127 bytes */
 };
 
 /* A process's registration of the span event. Keep it in memory that does
@@ -191,7 +192,8 @@ static inline int spanwatch_emit_event(const struct spanwatch *sw, const struct 
 }
 
 /* spanwatch_emit writes one finished span. name must not be NULL; names
- * longer than 64 bytes are truncated. trace_id (16 bytes) and span_id
+ * longer than 127 bytes are cut by the agent, on a UTF-8 character
+ * boundary. trace_id (16 bytes) and span_id
  * (8 bytes) may be NULL. */
 static inline int spanwatch_emit(const struct spanwatch *sw, const char *name,
 				 uint64_t duration_ns, uint64_t start_ns, int error,
@@ -209,8 +211,8 @@ static inline int spanwatch_emit(const struct spanwatch *sw, const char *name,
 		memcpy(ev.trace_id, trace_id, sizeof(ev.trace_id));
 	if (span_id)
 		memcpy(ev.span_id, span_id, sizeof(ev.span_id));
-	/* Truncated, not NUL-terminated, at 64 bytes: the same bytes the Go
-	 * SDK writes, so the agent's name id is the same. */
+	/* Not NUL-terminated when it fills the field: the same bytes the Go
+	 * SDK writes, so the agent cuts it and names it the same. */
 	memcpy(ev.name, name, strnlen(name, sizeof(ev.name)));
 	return spanwatch_emit_event(sw, &ev);
 }

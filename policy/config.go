@@ -28,12 +28,15 @@ type Config struct {
 	Policies []*Policy
 
 	// The sections other packages decode, as written: Webhooks and Routing
-	// (package notify), Sources and Collector (package collector). A
-	// section that is absent has Kind 0.
-	Webhooks  yaml.Node
-	Routing   yaml.Node
-	Sources   yaml.Node
-	Collector yaml.Node
+	// (package notify), Sources (internal/usdt), Collector and ExternalURL
+	// (package agent), Metrics (package metrics: the Prometheus exporter).
+	// A section that is absent has Kind 0.
+	Webhooks    yaml.Node
+	Routing     yaml.Node
+	Sources     yaml.Node
+	Collector   yaml.Node
+	ExternalURL yaml.Node
+	Metrics     yaml.Node
 
 	// ExternalLabels are added to every alert (rule, policy and overrun
 	// alerts) that does not set the label itself, as Prometheus adds its
@@ -159,7 +162,7 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector"}
+var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
 
 // DefaultOver is the range of a rule or policy that does not set over:.
 // A quantile over one window flaps: a 10s window of a service doing 5
@@ -253,6 +256,10 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Collector = *v
 		case "external_labels":
 			cfg.ExternalLabels = d.externalLabels(v)
+		case "external_url":
+			cfg.ExternalURL = *v
+		case "metrics":
+			cfg.Metrics = *v
 		}
 	})
 	for _, b := range cfg.Budgets {
@@ -408,7 +415,7 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "cgroup", "container", "pod", "unit", "process", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := resolve(n)
@@ -428,6 +435,12 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			r.Match.Container = d.glob(v, "container")
 		case "pod":
 			r.Match.Pod = d.glob(v, "pod")
+		case "container_id":
+			r.Match.ContainerID = d.glob(v, "container_id")
+		case "pod_uid":
+			r.Match.PodUID = d.glob(v, "pod_uid")
+		case "namespace":
+			r.Match.Namespace = d.glob(v, "namespace")
 		case "unit":
 			r.Match.Unit = d.glob(v, "unit")
 		case "process":

@@ -251,6 +251,9 @@ var (
 	kCgroup      = ast.StringTerm("cgroup")
 	kContainer   = ast.StringTerm("container")
 	kPod         = ast.StringTerm("pod")
+	kContainerID = ast.StringTerm("container_id")
+	kPodUID      = ast.StringTerm("pod_uid")
+	kNamespace   = ast.StringTerm("namespace")
 	kUnit        = ast.StringTerm("unit")
 	kProcess     = ast.StringTerm("process")
 	kCount       = ast.StringTerm("count")
@@ -328,9 +331,12 @@ var seriesFields = []seriesField{
 	strField("span", func(s *snapshot.Series) string { return s.Span }),
 	uintField("cgroup_id", func(s *snapshot.Series) uint64 { return s.CgroupID }),
 	strField("cgroup", func(s *snapshot.Series) string { return s.Cgroup }),
-	strField("container", func(s *snapshot.Series) string { return s.Container }),
-	strField("pod", func(s *snapshot.Series) string { return s.Pod }),
+	strField("container_id", func(s *snapshot.Series) string { return s.ContainerID }),
+	strField("pod_uid", func(s *snapshot.Series) string { return s.PodUID }),
 	strField("unit", func(s *snapshot.Series) string { return s.Unit }),
+	strField("namespace", func(s *snapshot.Series) string { return s.Namespace }),
+	strField("pod", func(s *snapshot.Series) string { return s.Pod }),
+	strField("container", func(s *snapshot.Series) string { return s.Container }),
 	strField("process", func(s *snapshot.Series) string { return s.Process }),
 	uintField("count", func(s *snapshot.Series) uint64 { return s.Count }),
 	floatField("rate", func(s *snapshot.Series) float64 { return finite(s.Rate) }),
@@ -357,19 +363,20 @@ var fieldByName = func() map[string]*seriesField {
 }()
 
 func seriesObject(s *snapshot.Series) ast.Object {
-	labels := make([][2]*ast.Term, 0, 6+len(s.SourceLabels))
+	labels := make([][2]*ast.Term, 0, 9+len(s.SourceLabels))
 	labels = append(labels, item(kSpan, strTerm(s.Span)))
 	for _, kv := range [...]struct {
 		k *ast.Term
 		v string
-	}{{kCgroup, s.Cgroup}, {kContainer, s.Container}, {kPod, s.Pod}, {kUnit, s.Unit}, {kProcess, s.Process}} {
+	}{{kCgroup, s.Cgroup}, {kContainerID, s.ContainerID}, {kPodUID, s.PodUID}, {kUnit, s.Unit},
+		{kNamespace, s.Namespace}, {kPod, s.Pod}, {kContainer, s.Container}, {kProcess, s.Process}} {
 		if kv.v != "" {
 			labels = append(labels, item(kv.k, strTerm(kv.v)))
 		}
 	}
 	for k, v := range s.SourceLabels {
 		switch k {
-		case "span", "cgroup", "container", "pod", "unit", "process":
+		case "span", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process":
 			continue // the series' own labels win, as in Series.Labels
 		}
 		labels = append(labels, item(ast.StringTerm(k), strTerm(v)))
@@ -380,9 +387,12 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kSpan, strTerm(s.Span)),
 		item(kCgroupID, uintTerm(s.CgroupID)),
 		item(kCgroup, strTerm(s.Cgroup)),
-		item(kContainer, strTerm(s.Container)),
-		item(kPod, strTerm(s.Pod)),
+		item(kContainerID, strTerm(s.ContainerID)),
+		item(kPodUID, strTerm(s.PodUID)),
 		item(kUnit, strTerm(s.Unit)),
+		item(kNamespace, strTerm(s.Namespace)),
+		item(kPod, strTerm(s.Pod)),
+		item(kContainer, strTerm(s.Container)),
 		item(kProcess, strTerm(s.Process)),
 		item(kCount, uintTerm(s.Count)),
 		item(kRate, ast.FloatNumberTerm(finite(s.Rate))),
@@ -414,9 +424,12 @@ func overrunObject(o *snapshot.Overrun) ast.Object {
 		item(kComm, strTerm(o.Comm)),
 		item(kCgroupID, uintTerm(o.CgroupID)),
 		item(kCgroup, strTerm(o.Cgroup)),
-		item(kContainer, strTerm(o.Container)),
-		item(kPod, strTerm(o.Pod)),
+		item(kContainerID, strTerm(o.ContainerID)),
+		item(kPodUID, strTerm(o.PodUID)),
 		item(kUnit, strTerm(o.Unit)),
+		item(kNamespace, strTerm(o.Namespace)),
+		item(kPod, strTerm(o.Pod)),
+		item(kContainer, strTerm(o.Container)),
 		item(kDurationNs, uintTerm(o.DurationNs)),
 		item(kBudgetNs, uintTerm(o.BudgetNs)),
 		item(kError, ast.BooleanTerm(o.Error)),

@@ -1,141 +1,30 @@
 package policy
 
 import (
-	"fmt"
-	"strings"
-	"unicode/utf8"
-
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// A Glob matches strings against a shell-like pattern: '*' matches any run
-// of characters (including '/', so cgroup paths and URL-like span names
-// match naturally), '?' one character, '\' escapes the next one. A leading
-// '!' negates the pattern. A pattern without metacharacters is an exact
-// match.
-type Glob struct {
-	pattern string
-	neg     bool
-	exact   bool
-	lit     string // the pattern with escapes removed, when exact
-	toks    []gtok // the compiled pattern otherwise
-}
-
-type gtok struct {
-	kind byte // 'l' literal, '*' any run, '?' any one
-	lit  string
-}
+// Glob is the glob syntax every section of a rule file uses (package
+// internal/glob): '*' any run of characters, '?' one character, '\'
+// escapes, a leading '!' negates.
+type Glob = glob.Glob
 
 // CompileGlob compiles a pattern.
-func CompileGlob(pattern string) (*Glob, error) {
-	g := &Glob{pattern: pattern}
-	p := pattern
-	if strings.HasPrefix(p, "!") {
-		g.neg = true
-		p = p[1:]
-	}
-	var lit strings.Builder
-	flush := func() {
-		if lit.Len() > 0 {
-			g.toks = append(g.toks, gtok{kind: 'l', lit: lit.String()})
-			lit.Reset()
-		}
-	}
-	for i := 0; i < len(p); i++ {
-		switch c := p[i]; c {
-		case '\\':
-			if i+1 == len(p) {
-				return nil, fmt.Errorf("glob %q ends with a lone backslash", pattern)
-			}
-			i++
-			lit.WriteByte(p[i])
-		case '*':
-			flush()
-			if n := len(g.toks); n == 0 || g.toks[n-1].kind != '*' {
-				g.toks = append(g.toks, gtok{kind: '*'})
-			}
-		case '?':
-			flush()
-			g.toks = append(g.toks, gtok{kind: '?'})
-		default:
-			lit.WriteByte(c)
-		}
-	}
-	flush()
-	if len(g.toks) == 0 {
-		g.exact = true
-	} else if len(g.toks) == 1 && g.toks[0].kind == 'l' {
-		g.exact, g.lit = true, g.toks[0].lit
-	}
-	return g, nil
-}
-
-// String returns the pattern as written.
-func (g *Glob) String() string { return g.pattern }
-
-// Exact reports whether the pattern names one string (no metacharacters,
-// not negated), and that string.
-func (g *Glob) Exact() (string, bool) { return g.lit, g.exact && !g.neg }
-
-// Match reports whether s matches.
-func (g *Glob) Match(s string) bool {
-	var ok bool
-	if g.exact {
-		ok = s == g.lit
-	} else {
-		ok = matchToks(g.toks, s)
-	}
-	return ok != g.neg
-}
-
-// matchToks is the classic iterative wildcard match: on a mismatch it
-// backtracks only to the most recent '*', so it runs in O(len(toks)*len(s))
-// and cannot blow up on patterns like "*a*a*a*b".
-func matchToks(toks []gtok, s string) bool {
-	ti, si := 0, 0
-	starT, starS := -1, 0
-	for {
-		if ti < len(toks) {
-			t := toks[ti]
-			switch t.kind {
-			case '*':
-				starT, starS = ti, si
-				ti++
-				continue
-			case '?':
-				if si < len(s) {
-					// '?' is one character, not one byte.
-					_, size := utf8.DecodeRuneInString(s[si:])
-					ti, si = ti+1, si+size
-					continue
-				}
-			case 'l':
-				if strings.HasPrefix(s[si:], t.lit) {
-					ti, si = ti+1, si+len(t.lit)
-					continue
-				}
-			}
-		} else if si == len(s) {
-			return true
-		}
-		if starT < 0 || starS >= len(s) {
-			return false
-		}
-		_, size := utf8.DecodeRuneInString(s[starS:])
-		starS += size
-		ti, si = starT+1, starS
-	}
-}
+func CompileGlob(pattern string) (*Glob, error) { return glob.Compile(pattern) }
 
 // A Matcher selects series. Every non-nil glob must match; a field a series
 // lacks (no container, say) is matched as the empty string.
 type Matcher struct {
-	Span      *Glob
-	Cgroup    *Glob
-	Container *Glob
-	Pod       *Glob
-	Unit      *Glob
-	Process   *Glob
+	Span        *Glob
+	Cgroup      *Glob
+	ContainerID *Glob
+	PodUID      *Glob
+	Unit        *Glob
+	Namespace   *Glob
+	Pod         *Glob
+	Container   *Glob
+	Process     *Glob
 }
 
 // Match reports whether the series is selected.
@@ -151,8 +40,9 @@ func (m *Matcher) MatchSpan(span string) bool { return globOK(m.Span, span) }
 // MatchOther reports whether the series' fields other than the span name
 // are selected.
 func (m *Matcher) MatchOther(s *snapshot.Series) bool {
-	return globOK(m.Cgroup, s.Cgroup) && globOK(m.Container, s.Container) &&
-		globOK(m.Pod, s.Pod) && globOK(m.Unit, s.Unit) && globOK(m.Process, s.Process)
+	return globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
+		globOK(m.PodUID, s.PodUID) && globOK(m.Unit, s.Unit) && globOK(m.Namespace, s.Namespace) &&
+		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process)
 }
 
 func globOK(g *Glob, s string) bool { return g == nil || g.Match(s) }

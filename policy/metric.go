@@ -10,6 +10,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -175,7 +176,7 @@ func kindOf(s string) string {
 	case strings.Contains(s, "/"):
 		return "a rate"
 	case len(s) > 0 && (s[0] >= '0' && s[0] <= '9' || s[0] == '.') && strings.IndexFunc(s, unicode.IsLetter) > 0:
-		if _, err := time.ParseDuration(s); err == nil {
+		if _, err := duration.Parse(s); err == nil {
 			return "a duration"
 		}
 	}
@@ -207,7 +208,7 @@ func parseThreshold(m Metric, s string) (float64, *ConditionError) {
 			if strings.HasPrefix(s, "-") {
 				return 0, condErrorf(0, "negative duration %q: a latency is never below 0", s)
 			}
-			return 0, condErrorf(0, "%s is a duration: %q needs a unit (ns, us, µs, ms, s, m, h), e.g. %sms", m, s, s)
+			return 0, condErrorf(0, "%s is a duration: %q needs a unit (%s), e.g. %sms", m, s, duration.Units, s)
 		}
 		d, err := conditionDuration(s)
 		if err != nil {
@@ -288,17 +289,14 @@ func (m Metric) unitName() string {
 	}
 }
 
-// durationUnits are the units time.ParseDuration accepts.
-var durationUnits = []string{"ns", "us", "µs", "μs", "ms", "s", "m", "h"}
+// durationUnits are the units duration.Parse accepts.
+var durationUnits = []string{"ns", "us", "µs", "μs", "ms", "s", "m", "h", "d", "w", "y"}
 
 // conditionDuration parses a condition's duration, saying which part of
 // it is wrong: a space inside it, an unknown unit, a missing number, or
 // something after it.
 func conditionDuration(s string) (time.Duration, *ConditionError) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return 0, condErrorf(0, "negative duration %q: a latency is never below 0", s)
-		}
+	if d, err := duration.Parse(s); err == nil {
 		return d, nil
 	}
 	if strings.HasPrefix(s, "-") {
@@ -337,11 +335,11 @@ func conditionDuration(s string) (time.Duration, *ConditionError) {
 			if slices.Contains(durationUnits, rest) {
 				return 0, condErrorf(i, "duration %q: no space allowed between the number and its unit (write %s%s)", s, num, rest)
 			}
-			return 0, condErrorf(i, "duration %q: %q needs a unit (ns, us, µs, ms, s, m, h)", s, num)
+			return 0, condErrorf(i, "duration %q: %q needs a unit (%s)", s, num, duration.Units)
 		case unit == "":
-			return 0, condErrorf(unitStart, "duration %q: %q needs a unit (ns, us, µs, ms, s, m, h)", s, num)
+			return 0, condErrorf(unitStart, "duration %q: %q needs a unit (%s)", s, num, duration.Units)
 		case !slices.Contains(durationUnits, unit):
-			return 0, condErrorf(unitStart, "duration %q: unknown unit %q: want ns, us, µs, ms, s, m or h", s, unit)
+			return 0, condErrorf(unitStart, "duration %q: unknown unit %q: want one of %s", s, unit, duration.Units)
 		case strings.Count(num, ".") > 1:
 			return 0, condErrorf(numStart, "duration %q: %q is not a number", s, num)
 		}
@@ -353,8 +351,8 @@ func conditionDuration(s string) (time.Duration, *ConditionError) {
 			return 0, condErrorf(j, "unexpected %q after the duration %s", s[j:], s[:i])
 		}
 	}
-	// Every part looked right, yet time.ParseDuration refused: it overflows.
-	return 0, condErrorf(0, "duration %q is too long: at most about 2562047h", s)
+	// Every part looked right, yet duration.Parse refused: it overflows.
+	return 0, condErrorf(0, "duration %q is too long: at most about 292y", s)
 }
 
 func parseNumber(s string) (float64, error) {
@@ -368,18 +366,19 @@ func parseNumber(s string) (float64, error) {
 	return f, nil
 }
 
-// parseDuration is time.ParseDuration without negative durations, with a
-// message that names the accepted units.
+// parseDuration reads spanwatch's one duration syntax (internal/duration:
+// Go's units plus d, w, y; never negative), with a message that names the
+// accepted units.
 func parseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
+	d, err := duration.Parse(s)
 	if err != nil {
-		if s == "" {
+		switch {
+		case s == "":
 			return 0, fmt.Errorf("empty duration")
+		case strings.HasPrefix(s, "-"):
+			return 0, fmt.Errorf("negative duration %q", s)
 		}
-		return 0, fmt.Errorf("bad duration %q: want a number with a unit (ns, us, µs, ms, s, m, h), e.g. 250ms or 1m30s", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("negative duration %q", s)
+		return 0, fmt.Errorf("bad duration %q: want a number with a unit (%s), e.g. 250ms, 1m30s or 1d", s, duration.Units)
 	}
 	return d, nil
 }

@@ -1,17 +1,27 @@
 package snapshot
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"strings"
+	"unicode/utf8"
+)
 
-// NameLen is the size of a span name in the span event payload; longer
-// names are truncated to it.
-const NameLen = 64
+// NameLen is the size of a span name in the span event payload and in the
+// kernel: names are at most NameLen-1 bytes, longer ones are cut
+// (TruncateName) on a UTF-8 character boundary.
+const NameLen = 128
+
+// OtherName names a workload's overflow series: the spans of names it
+// started past its series quota.
+const OtherName = "(other)"
 
 // NameID returns the id the BPF programs give a span name: a 64-bit hash of
 // the name's 8-byte words up to its first NUL. It must match span_name_id()
-// in bpf/aggregate.h; the collector's tests check that it does.
+// in bpf/aggregate.h; the collector's tests check that it does. The name is
+// first cut as the kernel cuts it (TruncateName).
 func NameID(name string) uint64 {
 	var buf [NameLen]byte
-	copy(buf[:], name)
+	copy(buf[:NameLen-1], TruncateName(name))
 	return NameIDBytes(&buf)
 }
 
@@ -42,13 +52,38 @@ func NameIDBytes(name *[NameLen]byte) uint64 {
 	return h
 }
 
+// TruncateName cuts a name to at most NameLen-1 bytes, the way the kernel
+// side does (name_cut in bpf/aggregate.h): at the byte limit, or before the
+// UTF-8 character that byte continues, so no character is split. A name
+// with a NUL byte ends there.
+func TruncateName(name string) string {
+	if i := strings.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	if len(name) <= NameLen-1 {
+		return name
+	}
+	cut := NameLen - 1
+	for i := 0; i < 3 && name[cut]&0xc0 == 0x80; i++ {
+		cut--
+	}
+	return name[:cut]
+}
+
 // NameString returns the name in a payload name field: the bytes up to the
-// first NUL, or all of them.
+// first NUL, or all of them, as valid UTF-8 (bytes that are not UTF-8 are
+// replaced by U+FFFD, so every output — Prometheus label values, JSON,
+// alert payloads — accepts it).
 func NameString(name []byte) string {
 	for i, c := range name {
 		if c == 0 {
-			return string(name[:i])
+			name = name[:i]
+			break
 		}
 	}
-	return string(name)
+	s := string(name)
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return s
 }

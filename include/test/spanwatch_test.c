@@ -38,6 +38,7 @@ SAME_FIELD(status);
 SAME_FIELD(flags);
 SAME_FIELD(trace_id);
 SAME_FIELD(span_id);
+SAME_FIELD(exec_id);
 SAME_FIELD(name);
 _Static_assert(sizeof(struct spanwatch_event) == sizeof(struct span_event), "struct size");
 _Static_assert(SPANWATCH_NAME_LEN == SPAN_NAME_LEN, "name length");

@@ -13,6 +13,6 @@
 //
 // ReportSchema documents the JSON form. A pprof sample is one distinct stack; its values are the number of
 // overruns and their total duration in nanoseconds. It imports only the
-// snapshot data model, so "spanwatch stacks" works on files recorded
+// snapshot data model (and the glob syntax), so "spanwatch stacks" works on files recorded
 // elsewhere, without BPF or root.
 package profile

@@ -115,13 +115,13 @@ func TestSelect(t *testing.T) {
 	for _, tc := range []struct {
 		pattern string
 		want    int
-	}{{"", 4}, {"checkout", 3}, {"check*", 3}, {"s?arch", 1}, {"nothing", 0}} {
+	}{{"", 4}, {"checkout", 3}, {"check*", 3}, {"s?arch", 1}, {"nothing", 0}, {"!checkout", 1}, {"*e*", 4}} {
 		got, err := Select(all, tc.pattern)
 		if err != nil || len(got) != tc.want {
 			t.Errorf("Select(%q) = %d overruns, %v; want %d", tc.pattern, len(got), err, tc.want)
 		}
 	}
-	if _, err := Select(all, "["); err == nil {
+	if _, err := Select(all, `check\`); err == nil {
 		t.Error("Select accepted a bad glob")
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -59,17 +59,19 @@ func Read(r io.Reader) ([]snapshot.Overrun, error) {
 }
 
 // Select returns the overruns whose span matches pattern, an exact name or
-// a glob (path.Match syntax: "checkout*"). An empty pattern matches all.
+// a glob in the rule files' syntax (internal/glob: "checkout*",
+// "GET /api/*", "!health"). An empty pattern matches all.
 func Select(overruns []snapshot.Overrun, pattern string) ([]snapshot.Overrun, error) {
 	if pattern == "" {
 		return overruns, nil
 	}
-	if _, err := path.Match(pattern, ""); err != nil {
-		return nil, fmt.Errorf("span pattern %q: %w", pattern, err)
+	g, err := glob.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("span pattern: %w", err)
 	}
 	var out []snapshot.Overrun
 	for _, o := range overruns {
-		if ok, _ := path.Match(pattern, o.Span); ok || o.Span == pattern {
+		if g.Match(o.Span) {
 			out = append(out, o)
 		}
 	}

@@ -19,17 +19,13 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
-
-// CoreMaps are the aggregation core's maps (bpf/aggregate.h) that the USDT
-// object must share with the core: span_stats, zero_stats, budgets, names,
-// budget_gen, overruns and counters.
-var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "budget_gen", "names", "overruns", "counters"}
 
 // TracerConfig configures a Tracer.
 type TracerConfig struct {
 	Logger *slog.Logger
-	// Maps are the core's maps by name (see CoreMaps), passed as
+	// Maps are the core's maps by name (see bpf.CoreMaps), passed as
 	// MapReplacements so USDT spans feed the same aggregates. Missing ones
 	// are created privately (tests, or a tracer used on its own).
 	Maps map[string]*ebpf.Map
@@ -169,27 +165,22 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 			ps.AttachType = ebpf.AttachTraceUprobeMulti
 		}
 	}
-	repl := map[string]*ebpf.Map{}
-	for name, m := range cfg.Maps {
-		ms, ok := spec.Maps[name]
-		if !ok || m == nil {
-			continue
+	var repl map[string]*ebpf.Map
+	if !cfg.testArgs {
+		// The collector sizes the core's maps at load time: a
+		// replacement must match the spec exactly.
+		if repl, err = bpf.ShareCore(spec, cfg.Maps); err != nil {
+			return nil, fmt.Errorf("usdt: %w", err)
 		}
-		// The core may size its maps at load time (max_entries follows
-		// the CPU count): a replacement must match the spec exactly.
-		ms.MaxEntries = m.MaxEntries()
-		ms.Flags = m.Flags()
-		repl[name] = m
 	}
 	if cfg.testArgs {
 		// The recorder touches none of the core's maps: leave them out.
-		for _, name := range CoreMaps {
+		for _, name := range bpf.CoreMaps {
 			delete(spec.Maps, name)
 		}
 		delete(spec.Maps, "usdt_inflight")
 		delete(spec.Maps, "usdt_sources")
 		delete(spec.Maps, "usdt_task_start")
-		delete(spec.Maps, "usdt_ev")
 		repl = nil
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
@@ -291,17 +282,17 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	for i := 0; i < len(s.Span) && i < len(src.Name)-1; i++ {
 		src.Name[i] = int8(s.Span[i])
 	}
+	if s.Span != "" {
+		src.NameId = snapshot.NameID(s.Span)
+	}
 	src.NameArg, src.KeyArg, src.StatusArg, src.DurationArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(s.StatusArg), argIdx(s.DurationArg)
 	if err := t.srcMap.Put(srcID, &src); err != nil {
 		return fmt.Errorf("%s: write source: %w", s.Describe(), err)
 	}
-	// The fast path (see usdt.bpf.c): the task slot travels in the cookie
-	// and the span's name waits in a per-CPU template.
+	// The fast path (see usdt.bpf.c): the task slot travels in the cookie;
+	// the end takes the name and its id from the source.
 	var cookieHigh uint64
 	if t.haveCookie && t.haveTask && s.Paired() && s.KeyArg < 0 && s.NameArg < 0 && s.StatusArg < 0 && srcID < taskSlots {
-		if err := t.writeTemplate(srcID, s.Span); err != nil {
-			return fmt.Errorf("%s: %w", s.Describe(), err)
-		}
 		cookieHigh = uint64(srcID+1) << 32
 	}
 
@@ -344,29 +335,6 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 
 // taskSlots is USDT_TASK_SLOTS: sources with a task-storage slot.
 const taskSlots = 16
-
-// writeTemplate fills the per-CPU span_event template of a fast-path
-// source with its name, and a name id of 0, which the program computes on
-// each CPU's first span (usdt.bpf.c, struct usdt_fast_ev).
-func (t *Tracer) writeTemplate(slot uint32, name string) error {
-	m := t.coll.Maps["usdt_ev"]
-	n, err := ebpf.PossibleCPU()
-	if err != nil {
-		return fmt.Errorf("possible cpus: %w", err)
-	}
-	var ev bpf.UsdtSpanEvent
-	for i := 0; i < len(name) && i < len(ev.Name)-1; i++ {
-		ev.Name[i] = int8(name[i])
-	}
-	vals := make([]bpf.UsdtUsdtFastEv, n)
-	for i := range vals {
-		vals[i] = bpf.UsdtUsdtFastEv{Ev: ev}
-	}
-	if err := m.Put(slot, vals); err != nil {
-		return fmt.Errorf("write span template: %w", err)
-	}
-	return nil
-}
 
 func roleOf(prog string) string {
 	switch prog {

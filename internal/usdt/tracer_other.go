@@ -14,9 +14,6 @@ import (
 // object is built for it); listing probes works everywhere.
 var ErrUnsupported = errors.New("attaching USDT probes is only supported on linux/amd64")
 
-// CoreMaps are the aggregation core's maps the USDT object shares.
-var CoreMaps = []string{"span_stats", "zero_stats", "budgets", "budget_gen", "names", "overruns", "counters"}
-
 // TracerConfig configures a Tracer.
 type TracerConfig struct {
 	Logger        *slog.Logger

@@ -1,0 +1,38 @@
+package bpf
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// CoreMaps are the maps bpf/aggregate.h defines: every object that includes
+// it must share the collector's (ShareCore), so that all sources feed the
+// same aggregates. TestCoreMapsListed checks the list against the header.
+var CoreMaps = []string{
+	"core", "series", "series_index", "free_slots", "series_dirty", "cells", "cell_dirty",
+	"cg_created", "cg_released", "cg_quota", "budgets", "budget_globs", "names", "overruns", "counters",
+}
+
+// ShareCore makes spec use the core's maps: each core map spec is given
+// the live map's size and flags (the collector sizes them at load time)
+// and the returned replacements go to ebpf.CollectionOptions.MapReplacements.
+// A core map missing from maps is an error: a source loaded without it
+// would aggregate into a private copy nobody reads.
+func ShareCore(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) (map[string]*ebpf.Map, error) {
+	repl := map[string]*ebpf.Map{}
+	for _, name := range CoreMaps {
+		ms, ok := spec.Maps[name]
+		if !ok {
+			continue
+		}
+		m := maps[name]
+		if m == nil {
+			return nil, fmt.Errorf("core map %s not given", name)
+		}
+		ms.MaxEntries = m.MaxEntries()
+		ms.Flags = m.Flags()
+		repl[name] = m
+	}
+	return repl, nil
+}

@@ -1,0 +1,348 @@
+//go:build linux
+
+package collector
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// TestCoreBucketIndexMatchesGo checks the kernel's integer bucket index
+// against package snapshot's (itself checked against the definition with
+// 300-bit floats), around every bucket bound from 1 ns to 10^4 s and for
+// random values, for durations and metric values.
+func TestCoreBucketIndexMatchesGo(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 4096})
+	rng := rand.New(rand.NewSource(1))
+	for _, metric := range []bool{false, true} {
+		index, bounds := snapshot.DurationIndex, snapshot.DurationBounds
+		if metric {
+			index, bounds = snapshot.ValueIndex, snapshot.ValueBounds
+		}
+		var vals []uint64
+		for i := index(1); i <= index(1e13); i++ {
+			lo, hi := bounds(i)
+			for _, v := range []uint64{lo - 1, lo, hi - 1, hi} {
+				if v >= 1 {
+					vals = append(vals, v)
+				}
+			}
+		}
+		for len(vals)%(1<<16) != 0 {
+			vals = append(vals, 1+rng.Uint64()>>uint(1+rng.Intn(63)))
+		}
+		for off := 0; off < len(vals); off += 1 << 16 {
+			chunk := vals[off : off+1<<16]
+			got := ct.indexes(t, chunk, metric)
+			for i, v := range chunk {
+				if want := index(v); got[i] != want {
+					t.Fatalf("metric=%v: kernel index of %d is %d, Go says %d", metric, v, got[i], want)
+				}
+			}
+		}
+	}
+}
+
+// TestCoreExact aggregates known values and checks every figure of the
+// window: counts, errors, sum, exact min and max, the histogram bucket by
+// bucket, and quantiles within 1% of the exact nearest-rank ones and inside
+// [min, max].
+func TestCoreExact(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 1 << 16})
+	rng := rand.New(rand.NewSource(2))
+	gens := map[string]func() uint64{
+		"lognormal": func() uint64 { return uint64(math.Exp(rng.NormFloat64()*1.5+14)) + 1 },
+		"bimodal": func() uint64 {
+			if rng.Intn(100) < 95 {
+				return 2e6 + uint64(rng.Int63n(1e6))
+			}
+			return 250e6 + uint64(rng.Int63n(50e6))
+		},
+		"narrow": func() uint64 { return 180_700_000 + uint64(rng.Int63n(997)) },
+		"zeros":  func() uint64 { return uint64(rng.Intn(3)) },
+	}
+	want := map[string][]uint64{}
+	var es []entry
+	errs := map[string]uint64{}
+	for name, gen := range gens {
+		for i := 0; i < 5000; i++ {
+			v := gen()
+			want[name] = append(want[name], v)
+			e := i%7 == 0
+			if e {
+				errs[name]++
+			}
+			es = append(es, entry{Name: name, Cgroup: 77, Value: v, Error: e})
+		}
+	}
+	rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
+	ct.aggregate(t, es)
+	s, got := ct.snapshot(t)
+	if s.Stats.HistogramFull != 0 || s.Stats.StatsFull != 0 {
+		t.Fatalf("losses: %+v", s.Stats)
+	}
+	for name, vals := range want {
+		sr, ok := got[name]
+		if !ok {
+			t.Fatalf("no series %s", name)
+		}
+		sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
+		var sum uint64
+		for _, v := range vals {
+			sum += v
+		}
+		if sr.Count != uint64(len(vals)) || sr.SumNs != sum || sr.Errors != errs[name] || sr.CgroupID != 77 {
+			t.Errorf("%s: count %d sum %d errors %d cgroup %d, want %d %d %d 77", name, sr.Count, sr.SumNs, sr.Errors, sr.CgroupID, len(vals), sum, errs[name])
+		}
+		if sr.MinNs != vals[0] || sr.MaxNs != vals[len(vals)-1] {
+			t.Errorf("%s: min %d max %d, want %d %d", name, sr.MinNs, sr.MaxNs, vals[0], vals[len(vals)-1])
+		}
+		wantHist := snapshot.DurationHistogram(vals)
+		if fmt.Sprint(sr.Histogram) != fmt.Sprint(wantHist) {
+			t.Errorf("%s: histogram\n%v\nwant\n%v", name, sr.Histogram, wantHist)
+		}
+		for q, got := range map[float64]uint64{0.5: sr.P50Ns, 0.9: sr.P90Ns, 0.99: sr.P99Ns} {
+			exact := vals[int(math.Ceil(q*float64(len(vals))))-1]
+			if got < sr.MinNs || got > sr.MaxNs {
+				t.Errorf("%s: p%v %d outside [%d, %d]", name, q*100, got, sr.MinNs, sr.MaxNs)
+			}
+			if exact > 0 && math.Abs(float64(got)-float64(exact))/float64(exact) > 0.01 {
+				t.Errorf("%s: p%v = %d, exact %d: more than 1%% off", name, q*100, got, exact)
+			}
+		}
+	}
+	// The next window is empty: the series stay, with zero counts.
+	s, got = ct.snapshot(t)
+	if len(got) != 0 || len(s.Series) != len(gens) {
+		t.Fatalf("second window: %d series with counts, %d series, want 0 and %d", len(got), len(s.Series), len(gens))
+	}
+}
+
+// TestCoreMetric checks a metric series: signed values, exact count, sum,
+// min and max, negative buckets.
+func TestCoreMetric(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 4096})
+	vals := []int64{-5, 3, 0, 1 << 40, -(1 << 33), 7, -5, 12}
+	var es []entry
+	var sum int64
+	for _, v := range vals {
+		es = append(es, entry{Name: "bytes.delta", Cgroup: 5, Value: uint64(v), Metric: true})
+		sum += v
+	}
+	ct.aggregate(t, es)
+	_, got := ct.snapshot(t)
+	sr := got["bytes.delta"]
+	if sr.Kind != snapshot.KindMetric || sr.Count != uint64(len(vals)) || sr.Sum != sum || sr.Min != -(1<<33) || sr.Max != 1<<40 {
+		t.Fatalf("metric series %+v, want count %d sum %d min %d max %d", sr, len(vals), sum, -(1 << 33), int64(1<<40))
+	}
+	var neg, zero, pos uint64
+	for _, b := range sr.Histogram {
+		switch {
+		case b.Zero:
+			zero += b.Count
+		case b.Negative:
+			neg += b.Count
+		default:
+			pos += b.Count
+		}
+	}
+	if neg != 3 || zero != 1 || pos != 4 {
+		t.Fatalf("buckets: %d negative, %d zero, %d positive; want 3, 1, 4: %+v", neg, zero, pos, sr.Histogram)
+	}
+}
+
+// TestCoreGlobBudgetsFirstSight gives a glob budget to names that each
+// occur once: every one over budget is counted and captured at its first
+// and only span (the kernel matches the glob itself), and the kernel's
+// matching agrees with package glob's on awkward patterns.
+func TestCoreGlobBudgetsFirstSight(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 4096, HistogramCells: 1 << 14})
+	rules := []BudgetRule{
+		{Span: "exact.one", Budget: time.Millisecond},
+		{Span: "db.*.select", Budget: 2 * time.Millisecond},
+		{Span: "café.?", Budget: 3 * time.Millisecond},
+		{Span: `lit\*star`, Budget: 4 * time.Millisecond},
+		{Span: "*a*a*a*b", Budget: 5 * time.Millisecond},
+		{Span: "!*", Budget: 6 * time.Millisecond}, // matches nothing
+		{Span: "*", Budget: time.Second},
+	}
+	if err := ct.c.SetBudgets(rules); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"exact.one", "db.users.select", "db..select", "db.select", "café.x", "café.é", "café.xy",
+		"lit*star", "litXstar", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+		strings.Repeat("é", 63) + "x", "plain"}
+	for i := 0; i < 200; i++ {
+		names = append(names, fmt.Sprintf("db.t%d.select", i))
+	}
+	// Go decides which budget applies, as the agent's policy does.
+	budgetOf := func(n string) time.Duration {
+		for _, r := range rules {
+			if g, _ := glob.Compile(r.Span); g != nil {
+				if x, ok := g.Exact(); ok && x == n {
+					return r.Budget
+				}
+			}
+		}
+		for _, r := range rules {
+			g, _ := glob.Compile(r.Span)
+			if _, ok := g.Exact(); !ok && g.Match(n) {
+				return r.Budget
+			}
+		}
+		return 0
+	}
+	var es []entry
+	want := map[string]bool{}
+	for _, n := range names {
+		b := budgetOf(n)
+		es = append(es, entry{Name: n, Cgroup: 1, Value: uint64(b) + 1000}) // just over its budget
+		want[n] = b > 0
+	}
+	ct.aggregate(t, es)
+	s, got := ct.snapshot(t)
+	for _, n := range names {
+		sr := got[snapshot.TruncateName(n)]
+		over := sr.OverBudget == 1
+		if want[n] != over {
+			t.Errorf("%q: over budget %d, want %v (budget %s)", n, sr.OverBudget, want[n], budgetOf(n))
+		}
+		if sr.BudgetNs != uint64(budgetOf(n)) {
+			t.Errorf("%q: snapshot budget %d, want %d", n, sr.BudgetNs, budgetOf(n))
+		}
+	}
+	nOver := 0
+	for _, w := range want {
+		if w {
+			nOver++
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s.Overruns) < nOver && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		s2, _ := ct.snapshot(t)
+		s.Overruns = append(s.Overruns, s2.Overruns...)
+	}
+	if len(s.Overruns) != nOver {
+		t.Fatalf("%d overrun records, want %d (one per name over budget)", len(s.Overruns), nOver)
+	}
+}
+
+// TestCoreQuota fills one cgroup past its quota: its new names go to its
+// "(other)" series with exact totals, and another cgroup's new names are
+// unaffected.
+func TestCoreQuota(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 1 << 14, SeriesQuota: 10})
+	var es []entry
+	for i := 0; i < 25; i++ {
+		for j := 0; j <= i%3; j++ {
+			es = append(es, entry{Name: fmt.Sprintf("greedy.%d", i), Cgroup: 100, Value: 1000})
+		}
+	}
+	for i := 0; i < 5; i++ {
+		es = append(es, entry{Name: fmt.Sprintf("quiet.%d", i), Cgroup: 200, Value: 1000})
+	}
+	ct.aggregate(t, es)
+	s, _ := ct.snapshot(t)
+	per := map[uint64]int{}
+	var greedyTotal, other uint64
+	for _, sr := range s.Series {
+		per[sr.CgroupID]++
+		if sr.CgroupID == 100 {
+			greedyTotal += sr.Count
+			if sr.Span == snapshot.OtherName {
+				other = sr.Count
+			}
+		}
+	}
+	if per[100] != 11 || per[200] != 5 {
+		t.Fatalf("series per cgroup %v, want 11 (10 + other) and 5", per)
+	}
+	if greedyTotal != uint64(len(es)-5) || other == 0 || s.Stats.QuotaOther != other {
+		t.Fatalf("greedy total %d (want %d), other %d, counted %d", greedyTotal, len(es)-5, other, s.Stats.QuotaOther)
+	}
+}
+
+// TestCoreNames checks names at and past the limit: a 200-byte UTF-8 name
+// is cut on a character boundary exactly as snapshot.TruncateName cuts it,
+// and the cut is counted.
+func TestCoreNames(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 4096})
+	names := []string{
+		strings.Repeat("é", 100),           // 200 bytes, 2-byte characters
+		strings.Repeat("a", 126) + "€tail", // a 3-byte character across the limit
+		strings.Repeat("b", 127),           // exactly the limit
+		strings.Repeat("c", 128),           // one past
+		"short",
+		"bad\xffutf8",
+	}
+	var es []entry
+	for _, n := range names {
+		es = append(es, entry{Name: n, Cgroup: 1, Value: 5})
+	}
+	ct.aggregate(t, es)
+	s, got := ct.snapshot(t)
+	for _, n := range names {
+		want := snapshot.NameString([]byte(snapshot.TruncateName(n)))
+		if _, ok := got[want]; !ok {
+			t.Errorf("no series %q (from %q); have %v", want, n, seriesNames(got))
+		}
+	}
+	if s.Stats.NamesTruncated != 3 {
+		t.Errorf("names truncated %d, want 3", s.Stats.NamesTruncated)
+	}
+}
+
+func seriesNames(m map[string]snapshot.Series) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestCoreEvictionReusesSlots evicts idle series and checks that their
+// slots are reused by new series with nothing carried over.
+func TestCoreEvictionReusesSlots(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 64, HistogramCells: 4096, IdleEvict: time.Nanosecond})
+	var es []entry
+	for i := 0; i < 64; i++ {
+		es = append(es, entry{Name: fmt.Sprintf("old.%d", i), Cgroup: 1, Value: uint64(1000 + i)})
+	}
+	ct.aggregate(t, es)
+	_, got := ct.snapshot(t)
+	if len(got) != 64 {
+		t.Fatalf("%d series, want 64", len(got))
+	}
+	// Idle: evicted at this read, freed after two more reads and 2 s.
+	ct.snapshot(t)
+	time.Sleep(quarantineTime)
+	ct.snapshot(t)
+	s, _ := ct.snapshot(t)
+	if s.Stats.SeriesLive != 0 {
+		t.Fatalf("%d series live after eviction", s.Stats.SeriesLive)
+	}
+	es = es[:0]
+	for i := 0; i < 64; i++ {
+		es = append(es, entry{Name: fmt.Sprintf("new.%d", i), Cgroup: 2, Value: 7})
+	}
+	ct.aggregate(t, es)
+	s, got = ct.snapshot(t)
+	if len(got) != 64 || s.Stats.StatsFull != 0 || s.Stats.NamesFull != 0 {
+		t.Fatalf("%d new series (want 64), %d lost, %d names not kept", len(got), s.Stats.StatsFull, s.Stats.NamesFull)
+	}
+	for n, sr := range got {
+		if !strings.HasPrefix(n, "new.") || sr.Count != 1 || sr.SumNs != 7 || sr.MaxNs != 7 || sr.MinNs != 7 || len(sr.Histogram) != 1 || sr.Histogram[0].Count != 1 {
+			t.Fatalf("reused slot carried something over: %+v", sr)
+		}
+	}
+}

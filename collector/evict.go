@@ -1,0 +1,202 @@
+//go:build linux
+
+package collector
+
+import (
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/bpf"
+)
+
+// Eviction, without ever moving a count from one series to another.
+//
+// A series idle for Config.IdleEvict leaves series_index, so no program
+// finds its slot any more; but a program that looked the slot up just
+// before may still be about to add to it (programs are preemptible). The
+// slot therefore waits in quarantine: its values still count for its
+// series, and it is freed only after at least two reads and two seconds,
+// and after membarrier(MEMBARRIER_CMD_GLOBAL), which waits for an RCU grace
+// period: every non-sleepable program run that began before it has ended.
+// A slot that received values during quarantine goes back into the index
+// (its series is alive after all). Freeing clears the slot's histogram
+// cells, zeroes it, gives the cgroup's quota back and pushes the slot on
+// free_slots for the programs to reuse.
+const (
+	quarantineReads = 2
+	quarantineTime  = 2 * time.Second
+)
+
+func (r *seriesReader) evict(now time.Time, idle time.Duration) {
+	r.releaseQuarantined(now)
+	if idle <= 0 {
+		return
+	}
+	for _, st := range r.order {
+		if st.dead || now.Sub(st.lastChange) <= idle {
+			continue
+		}
+		k := st.key
+		if err := r.objs.SeriesIndex.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			r.log.Warn("series_evict_failed", "series", keyString(st.name, st.key), "error", err)
+			continue
+		}
+		for _, slot := range st.slots {
+			r.quarantine = append(r.quarantine, quarantined{slot: slot, key: st.key, since: now})
+			r.nameRefs[st.key.NameId]++
+		}
+		r.forget(st)
+	}
+}
+
+func (r *seriesReader) releaseQuarantined(now time.Time) {
+	ready := 0
+	for i := range r.quarantine {
+		q := &r.quarantine[i]
+		q.reads++
+		if q.reads >= quarantineReads && now.Sub(q.since) >= quarantineTime {
+			ready++
+		}
+	}
+	if ready == 0 {
+		return
+	}
+	if err := membarrierGlobal(); err != nil {
+		r.log.Warn("membarrier_failed", "error", err, "effect", "slots stay in quarantine")
+		return
+	}
+	var kept, done []quarantined
+	for _, q := range r.quarantine {
+		if q.reads < quarantineReads || now.Sub(q.since) < quarantineTime {
+			kept = append(kept, q)
+		} else {
+			done = append(done, q)
+		}
+	}
+	r.quarantine = kept
+	for _, q := range done {
+		r.drain(q.slot)
+		r.free(q.slot, q.key)
+	}
+}
+
+// forget drops a series from the snapshots: it keeps its slots' states
+// until they are freed, so late values still find their key.
+func (r *seriesReader) forget(st *seriesState) {
+	delete(r.byKey, st.key)
+	st.dead = true
+	r.dead++
+	r.nameRefs[st.key.NameId]--
+}
+
+// drain takes what programs that found a quarantined slot before it left
+// the index added to it: they count for its series in the next snapshot.
+func (r *seriesReader) drain(slot uint32) {
+	pending := atomic.LoadUint64(&r.slots[slot].Count) != r.slotPrev[slot].count
+	for _, c := range r.slotCells[slot] {
+		if uint32(atomic.LoadUint64(&r.cells[c])) != 0 {
+			pending = true
+		}
+	}
+	if !pending {
+		return
+	}
+	// The late values go to the key's live series, made anew if need be.
+	key := r.slots[slot].Key
+	st := r.byKey[key]
+	if st == nil {
+		st = &seriesState{key: key, name: r.nameOf(key.NameId), lastChange: time.Now()}
+		r.byKey[key] = st
+		r.order = append(r.order, st)
+		r.nameRefs[key.NameId]++
+	}
+	a := &st.acc
+	r.take(slot, a)
+	for _, c := range r.slotCells[slot] {
+		ck, n := swapCount(&r.cells[c])
+		if n == 0 || ck>>cellFieldBits-1 != slot {
+			continue
+		}
+		a.hist = append(a.hist, cellCount{ck & (1<<cellFieldBits - 1), uint64(n)})
+	}
+}
+
+func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
+	for _, c := range r.slotCells[slot] {
+		if atomic.LoadUint64(&r.cells[c])>>(32+cellFieldBits) == uint64(slot+1) {
+			atomic.StoreUint64(&r.cells[c], 0)
+		}
+	}
+	r.slotCells[slot] = nil
+	r.slotPrev[slot] = slotTotals{}
+	sl := &r.slots[slot]
+	atomic.StoreUint64(&sl.State, 0)
+	for _, p := range []*uint64{&sl.Count, &sl.Errors, &sl.Sum, &sl.OverBudget, &sl.MinInv, &sl.Max, &sl.Budget} {
+		atomic.StoreUint64(p, 0)
+	}
+	sl.Key = bpf.SpanwatchSeriesKey{}
+	if st := r.slotState[slot]; st != nil {
+		slots := st.slots[:0]
+		for _, s := range st.slots {
+			if s != slot {
+				slots = append(slots, s)
+			}
+		}
+		st.slots = slots
+	}
+	r.slotState[slot] = nil
+	if key.NameId != r.otherNameID {
+		var released uint64
+		cg := key.CgroupId
+		if err := r.objs.CgReleased.Lookup(&cg, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
+		}
+		released++
+		if err := r.objs.CgReleased.Update(&cg, &released, ebpf.UpdateAny); err != nil {
+			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
+		}
+	}
+	if err := r.objs.FreeSlots.Update(nil, &slot, ebpf.UpdateAny); err != nil {
+		// The slot is lost to reuse until restart; its memory is not.
+		r.log.Warn("slot_free_failed", "slot", slot, "error", err)
+	}
+	r.nameRefs[key.NameId]--
+	r.pruneName(key.NameId)
+}
+
+// pruneName forgets a name no series uses any more: the kernel's names
+// entry and the cache. A program that creates a series of the name again
+// writes it again.
+func (r *seriesReader) pruneName(id uint64) {
+	if r.nameRefs[id] > 0 || id == r.otherNameID {
+		return
+	}
+	delete(r.nameRefs, id)
+	if n, ok := r.names[id]; ok {
+		r.pruned[id] = n
+		if len(r.pruned) > 4096 {
+			clear(r.pruned)
+			r.pruned[id] = n
+		}
+	}
+	delete(r.names, id)
+	if err := r.objs.Names.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		r.log.Warn("name_prune_failed", "name_id", id, "error", err)
+	}
+}
+
+// membarrierGlobal waits for an RCU grace period (MEMBARRIER_CMD_GLOBAL,
+// Linux 4.16+; refused on nohz_full kernels, where slots then stay in
+// quarantine and are reported).
+func membarrierGlobal() error {
+	const cmdGlobal = 1
+	_, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, cmdGlobal, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}

@@ -1,0 +1,577 @@
+//go:build linux
+
+package collector
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// Shared constants of C and Go, generated from bpf/aggregate.h's enums.
+const (
+	slotLive      = uint64(bpf.SpanwatchSlotStateSLOT_LIVE)
+	cellsPerChunk = int(bpf.SpanwatchCoreSizesCELLS_PER_CHUNK)
+	cellFieldBits = uint(bpf.SpanwatchCoreSizesCELL_FIELD_BITS)
+	cellIndexBias = int32(bpf.SpanwatchCoreSizesCELL_INDEX_BIAS)
+	cellNeg       = uint32(bpf.SpanwatchCoreSizesCELL_NEG)
+	cellSlotMax   = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX)
+	seriesLabels  = int(bpf.SpanwatchCoreSizesSERIES_LABELS)
+	kindMetric    = uint8(bpf.SpanwatchSeriesKindSERIES_METRIC)
+	budgetGenMask = 0xfff
+)
+
+// mapping is a BPF_F_MMAPABLE array map mapped into our memory, read and
+// written with atomic operations beside the BPF programs'.
+type mapping struct {
+	mem []byte
+}
+
+func mmapMap(m *ebpf.Map) (*mapping, error) {
+	size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
+	page := os.Getpagesize()
+	size = (size + page - 1) &^ (page - 1)
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap map %s: %w", m, err)
+	}
+	return &mapping{mem: mem}, nil
+}
+
+func (m *mapping) close() error {
+	if m == nil || m.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(m.mem)
+	m.mem = nil
+	return err
+}
+
+func (m *mapping) words() []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&m.mem[0])), len(m.mem)/8)
+}
+
+// LabelSet names the label values of the series of one source (a key's
+// labelset): the source registers it before its first span.
+type LabelSet struct {
+	// Names are the labels' names, at most 3 (SERIES_LABELS).
+	Names []string
+	// Signed says whether each value is a signed integer.
+	Signed []bool
+}
+
+// cellCount is one histogram cell's count taken in a window.
+type cellCount struct {
+	field uint32
+	n     uint64
+}
+
+// winAcc is one series' counts over the window being read.
+type winAcc struct {
+	count, errors, sum, over uint64
+	minInv, max              uint64
+	hist                     []cellCount // usually a few: no map
+}
+
+// slotTotals are a slot's cumulative counters: the programs only add to
+// them, so a window is the difference of two plain reads (no locked
+// instruction per counter; the extremes are swapped, they cannot be
+// differenced).
+type slotTotals struct {
+	count, errors, sum, over uint64
+}
+
+// seriesState is what the reader keeps of a series between windows.
+type seriesState struct {
+	key        bpf.SpanwatchSeriesKey
+	name       string
+	lastChange time.Time
+	slots      []uint32 // the slots holding it (usually one)
+	acc        winAcc
+	dead       bool // evicted: left r.order at the next compaction
+}
+
+// quarantined is a slot whose series left series_index: it is freed once
+// no program can still hold it.
+type quarantined struct {
+	slot  uint32
+	key   bpf.SpanwatchSeriesKey
+	since time.Time
+	reads int
+}
+
+// seriesReader reads the series array and the histogram cells through
+// their mappings.
+type seriesReader struct {
+	objs *objects
+	log  logger
+
+	slots       []bpf.SpanwatchSeriesSlot
+	slotDirty   []uint64
+	cells       []uint64
+	cellDirty   []uint64
+	core        *bpf.SpanwatchCoreState
+	maps        []*mapping
+	seriesMax   uint32
+	labelSets   sync.Map // uint16 -> LabelSet
+	names       map[uint64]string
+	pruned      map[uint64]string // names of pruned ids, in case one comes back
+	otherNameID uint64
+	slotState   []*seriesState // slot -> the series it holds, once seen live
+	slotCells   [][]uint32     // slot -> cells seen holding it (freed with it)
+	slotPrev    []slotTotals   // slot -> its cumulative counters at the last read
+	byKey       map[bpf.SpanwatchSeriesKey]*seriesState
+	order       []*seriesState // in order of first sight; dead ones until compacted
+	dead        int
+	nameRefs    map[uint64]int // series and quarantined slots per name id
+	quarantine  []quarantined
+	budgets     *budgetTable
+	prevCount   [bpf.SpanwatchCounterCOUNTER_MAX]uint64
+	lastRead    time.Time
+}
+
+type logger interface {
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+}
+
+func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesReader, err error) {
+	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax,
+		names:       map[uint64]string{},
+		pruned:      map[uint64]string{},
+		otherNameID: snapshot.NameID(snapshot.OtherName),
+		slotState:   make([]*seriesState, seriesMax),
+		slotCells:   make([][]uint32, seriesMax),
+		slotPrev:    make([]slotTotals, seriesMax),
+		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
+		nameRefs:    map[uint64]int{},
+	}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	mm := func(m *ebpf.Map) (*mapping, error) {
+		x, err := mmapMap(m)
+		if err == nil {
+			r.maps = append(r.maps, x)
+		}
+		return x, err
+	}
+	var m *mapping
+	if m, err = mm(objs.Series); err != nil {
+		return nil, err
+	}
+	if want := int(unsafe.Sizeof(bpf.SpanwatchSeriesSlot{})); int(objs.Series.ValueSize()) != want {
+		return nil, fmt.Errorf("series value size %d, Go mirror %d: regenerate bpf", objs.Series.ValueSize(), want)
+	}
+	r.slots = unsafe.Slice((*bpf.SpanwatchSeriesSlot)(unsafe.Pointer(&m.mem[0])), objs.Series.MaxEntries())
+	if m, err = mm(objs.SeriesDirty); err != nil {
+		return nil, err
+	}
+	r.slotDirty = m.words()[:objs.SeriesDirty.MaxEntries()]
+	if m, err = mm(objs.Cells); err != nil {
+		return nil, err
+	}
+	r.cells = m.words()[:int(objs.Cells.MaxEntries())*cellsPerChunk]
+	if m, err = mm(objs.CellDirty); err != nil {
+		return nil, err
+	}
+	r.cellDirty = m.words()[:objs.CellDirty.MaxEntries()]
+	if m, err = mm(objs.Core); err != nil {
+		return nil, err
+	}
+	r.core = (*bpf.SpanwatchCoreState)(unsafe.Pointer(&m.mem[0]))
+	return r, nil
+}
+
+func (r *seriesReader) close() {
+	for _, m := range r.maps {
+		m.close()
+	}
+	r.maps = nil
+}
+
+func (r *seriesReader) nameOf(id uint64) string {
+	if n, ok := r.names[id]; ok {
+		return n
+	}
+	var v bpf.SpanwatchSpanName
+	if err := r.objs.Names.Lookup(id, &v); err != nil {
+		if n, ok := r.pruned[id]; ok {
+			return n
+		}
+		// The names map was full when the series appeared (counted);
+		// the id is all there is. Not cached: the name may come later.
+		return fmt.Sprintf("name#%016x", id)
+	}
+	n := snapshot.NameString(int8Bytes(v.Name[:]))
+	r.names[id] = n
+	return n
+}
+
+// swapCount takes a cell's count and leaves its key: the low 32 bits go
+// to zero atomically, against the programs' concurrent adds.
+func swapCount(p *uint64) (key, n uint32) {
+	for {
+		v := atomic.LoadUint64(p)
+		if uint32(v) == 0 {
+			return uint32(v >> 32), 0
+		}
+		if atomic.CompareAndSwapUint64(p, v, v&^0xffffffff) {
+			return uint32(v >> 32), uint32(v)
+		}
+	}
+}
+
+// read builds the snapshot of one window: every live series, with the
+// counts of the window (0 for a series that had none), in the order the
+// series first appeared.
+func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.Duration) (*snapshot.Snapshot, error) {
+	start := time.Now()
+	s := &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window)}
+	hwm := atomic.LoadUint64(&r.core.NextSlot)
+	if hwm > uint64(r.seriesMax) {
+		hwm = uint64(r.seriesMax)
+	}
+
+	// Slots whose counters changed: their dirty bits, swapped to zero
+	// before the counters are read, so a value added after its read sets
+	// the bit again for the next window.
+	for w := 0; w < int(hwm+63)/64 && w < len(r.slotDirty); w++ {
+		if atomic.LoadUint64(&r.slotDirty[w]) == 0 {
+			continue
+		}
+		b := atomic.SwapUint64(&r.slotDirty[w], 0)
+		for b != 0 {
+			slot := uint32(w*64 + bits.TrailingZeros64(b))
+			b &= b - 1
+			if r.readSlot(slot) == nil && slot < uint32(hwm) {
+				// Not published yet: look again next window.
+				r.markSlotDirty(slot)
+			}
+		}
+	}
+	// Histogram cells that changed.
+	for w := range r.cellDirty {
+		if atomic.LoadUint64(&r.cellDirty[w]) == 0 {
+			continue
+		}
+		b := atomic.SwapUint64(&r.cellDirty[w], 0)
+		for b != 0 {
+			chunk := w*64 + bits.TrailingZeros64(b)
+			b &= b - 1
+			for i := chunk * cellsPerChunk; i < (chunk+1)*cellsPerChunk; i++ {
+				key, n := swapCount(&r.cells[i])
+				if n == 0 {
+					continue
+				}
+				slot := key>>cellFieldBits - 1
+				st := r.stateOfSlot(slot)
+				if st == nil {
+					// The slot's key is not known yet: give the
+					// count back for the next window.
+					atomic.AddUint64(&r.cells[i], uint64(n))
+					r.markCellDirty(uint32(chunk))
+					continue
+				}
+				st.acc.hist = append(st.acc.hist, cellCount{key & (1<<cellFieldBits - 1), uint64(n)})
+				r.noteCell(slot, uint32(i))
+			}
+		}
+	}
+	if r.dead > len(r.order)/2 {
+		live := r.order[:0]
+		for _, st := range r.order {
+			if !st.dead {
+				live = append(live, st)
+			}
+		}
+		clear(r.order[len(live):])
+		r.order, r.dead = live, 0
+	}
+	s.Series = make([]snapshot.Series, 0, len(r.order)-r.dead)
+	// One backing array for every series' buckets: one allocation, not
+	// one per series.
+	nb := 0
+	for _, st := range r.order {
+		nb += len(st.acc.hist)
+	}
+	buckets := make([]snapshot.Bucket, 0, nb)
+	for _, st := range r.order {
+		if st.dead {
+			continue
+		}
+		if st.acc.count > 0 || len(st.acc.hist) > 0 {
+			st.lastChange = now
+		}
+		var sr snapshot.Series
+		sr, buckets = r.build(st, window, buckets)
+		s.Series = append(s.Series, sr)
+		h := st.acc.hist[:0]
+		st.acc = winAcc{hist: h}
+	}
+	for i := range s.Series {
+		s.Stats.Events += s.Series[i].Count
+	}
+	if err := r.readCounters(&s.Stats); err != nil {
+		return nil, err
+	}
+	r.evict(now, idleEvict)
+	s.Stats.SeriesLive = uint64(len(r.byKey))
+	s.Stats.SeriesCapacity = uint64(r.seriesMax)
+	s.Stats.ReadNs = int64(time.Since(start))
+	return s, nil
+}
+
+func (r *seriesReader) markSlotDirty(slot uint32) {
+	atomic.OrUint64(&r.slotDirty[slot/64], 1<<(slot%64))
+}
+
+func (r *seriesReader) markCellDirty(chunk uint32) {
+	atomic.OrUint64(&r.cellDirty[chunk/64], 1<<(chunk%64))
+}
+
+func (r *seriesReader) noteCell(slot, cell uint32) {
+	cs := r.slotCells[slot]
+	for _, c := range cs {
+		if c == cell {
+			return
+		}
+	}
+	r.slotCells[slot] = append(cs, cell)
+}
+
+// stateOfSlot returns the series a slot holds, learning its key if the
+// slot was published since it was last looked at.
+func (r *seriesReader) stateOfSlot(slot uint32) *seriesState {
+	if slot >= r.seriesMax {
+		return nil
+	}
+	if st := r.slotState[slot]; st != nil {
+		return st
+	}
+	sl := &r.slots[slot]
+	if atomic.LoadUint64(&sl.State) != slotLive {
+		return nil
+	}
+	return r.learn(slot, sl.Key)
+}
+
+// learn records that slot holds key's series, creating the series' state
+// on its first slot.
+func (r *seriesReader) learn(slot uint32, key bpf.SpanwatchSeriesKey) *seriesState {
+	st := r.byKey[key]
+	if st == nil {
+		st = &seriesState{key: key, name: r.nameOf(key.NameId)}
+		r.byKey[key] = st
+		r.order = append(r.order, st)
+		r.nameRefs[key.NameId]++
+	}
+	r.slotState[slot] = st
+	for _, s := range st.slots {
+		if s == slot {
+			return st
+		}
+	}
+	st.slots = append(st.slots, slot)
+	return st
+}
+
+// readSlot takes a live slot's window counters.
+func (r *seriesReader) readSlot(slot uint32) *seriesState {
+	st := r.stateOfSlot(slot)
+	if st == nil {
+		return nil
+	}
+	r.take(slot, &st.acc)
+	return st
+}
+
+// take adds a slot's window to acc: the counters' growth since the last
+// read, and the extremes, swapped out.
+func (r *seriesReader) take(slot uint32, a *winAcc) {
+	sl := &r.slots[slot]
+	p := &r.slotPrev[slot]
+	cur := slotTotals{
+		count:  atomic.LoadUint64(&sl.Count),
+		errors: atomic.LoadUint64(&sl.Errors),
+		sum:    atomic.LoadUint64(&sl.Sum),
+		over:   atomic.LoadUint64(&sl.OverBudget),
+	}
+	a.count += cur.count - p.count
+	a.errors += cur.errors - p.errors
+	a.sum += cur.sum - p.sum
+	a.over += cur.over - p.over
+	*p = cur
+	if atomic.LoadUint64(&sl.MinInv) != 0 {
+		a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
+	}
+	if atomic.LoadUint64(&sl.Max) != 0 {
+		a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	}
+}
+
+// build turns a series' window into its snapshot form.
+func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapshot.Bucket) (snapshot.Series, []snapshot.Bucket) {
+	a := &st.acc
+	key := st.key
+	sr := snapshot.Series{
+		Span:       st.name,
+		NameID:     key.NameId,
+		CgroupID:   key.CgroupId,
+		Count:      a.count,
+		Errors:     a.errors,
+		OverBudget: a.over,
+	}
+	if key.Labelset != 0 {
+		sr.SourceLabels = r.labels(key.Labelset, key.Labels[:], key.Other)
+	}
+	metric := key.Kind == kindMetric
+	if metric {
+		sr.Kind = snapshot.KindMetric
+	}
+	if a.count == 0 {
+		return sr, buf
+	}
+	if window > 0 {
+		sr.Rate = float64(a.count) / window.Seconds()
+	}
+	sr.ErrorRatio = float64(a.errors) / float64(a.count)
+	start := len(buf)
+	buf = histogram(buf, a.hist, metric)
+	sr.Histogram = buf[start:len(buf):len(buf)]
+	if metric {
+		sr.Sum = int64(a.sum)
+		var mn, mx float64
+		if a.minInv != 0 {
+			sr.Min = int64(^a.minInv ^ 1<<63)
+			mn = float64(sr.Min)
+		}
+		if a.max != 0 {
+			sr.Max = int64(a.max ^ 1<<63)
+			mx = float64(sr.Max)
+		}
+		sr.P50 = snapshot.Quantile(sr.Histogram, 0.50, mn, mx)
+		sr.P90 = snapshot.Quantile(sr.Histogram, 0.90, mn, mx)
+		sr.P99 = snapshot.Quantile(sr.Histogram, 0.99, mn, mx)
+		return sr, buf
+	}
+	sr.SumNs = a.sum
+	if a.minInv != 0 {
+		sr.MinNs = ^a.minInv
+	}
+	sr.MaxNs = a.max
+	mn, mx := float64(sr.MinNs), float64(sr.MaxNs)
+	sr.P50Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.50, mn, mx)))
+	sr.P90Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.90, mn, mx)))
+	sr.P99Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.99, mn, mx)))
+	return sr, buf
+}
+
+// histogram appends to out the sorted buckets of cell fields and counts
+// (a field may come from two cells: their counts add up).
+func histogram(out []snapshot.Bucket, h []cellCount, metric bool) []snapshot.Bucket {
+	if len(h) == 0 {
+		return out
+	}
+	if len(h) > 1 {
+		slices.SortFunc(h, func(a, b cellCount) int { return cmp.Compare(a.field, b.field) })
+	}
+	first := len(out)
+	for i := 0; i < len(h); i++ {
+		f, n := h[i].field, h[i].n
+		for i+1 < len(h) && h[i+1].field == f {
+			i++
+			n += h[i].n
+		}
+		switch {
+		case f == 0:
+			out = append(out, snapshot.Bucket{Zero: true, Low: 0, High: 1, Count: n})
+		case f >= cellNeg:
+			out = append(out, snapshot.ValueBucketAt(int32(f-cellNeg)-cellIndexBias, true, n))
+		case metric:
+			out = append(out, snapshot.ValueBucketAt(int32(f)-cellIndexBias, false, n))
+		default:
+			out = append(out, snapshot.DurationBucketAt(int32(f)-cellIndexBias, n))
+		}
+	}
+	if metric {
+		snapshot.SortBuckets(out[first:]) // negative buckets run downwards
+	}
+	return out
+}
+
+// labels renders a key's label values with its label set's names.
+func (r *seriesReader) labels(set uint16, vals []uint64, other uint8) map[string]string {
+	v, ok := r.labelSets.Load(set)
+	if !ok {
+		return map[string]string{"labelset": strconv.Itoa(int(set))}
+	}
+	ls := v.(LabelSet)
+	out := make(map[string]string, len(ls.Names))
+	for i, name := range ls.Names {
+		if i >= seriesLabels {
+			break
+		}
+		switch {
+		case other&(1<<i) != 0:
+			out[name] = "other"
+		case i < len(ls.Signed) && ls.Signed[i]:
+			out[name] = strconv.FormatInt(int64(vals[i]), 10)
+		default:
+			out[name] = strconv.FormatUint(vals[i], 10)
+		}
+	}
+	return out
+}
+
+// readCounters reads the programs' loss counters as window deltas.
+func (r *seriesReader) readCounters(st *snapshot.Stats) error {
+	var vals []uint64
+	var out [bpf.SpanwatchCounterCOUNTER_MAX]uint64
+	for i := range out {
+		if err := r.objs.Counters.Lookup(uint32(i), &vals); err != nil {
+			return fmt.Errorf("read counters: %w", err)
+		}
+		for _, v := range vals {
+			out[i] += v
+		}
+	}
+	d := func(c bpf.SpanwatchCounter) uint64 { return out[c] - r.prevCount[c] }
+	st.RingbufDrops = d(bpf.SpanwatchCounterCOUNTER_RINGBUF_DROPS)
+	st.StatsFull = d(bpf.SpanwatchCounterCOUNTER_SERIES_FULL)
+	st.ShortEvents = d(bpf.SpanwatchCounterCOUNTER_SHORT)
+	st.ReadErrors = d(bpf.SpanwatchCounterCOUNTER_READ_ERRORS)
+	st.HistogramFull = d(bpf.SpanwatchCounterCOUNTER_HIST_FULL)
+	st.NamesTruncated = d(bpf.SpanwatchCounterCOUNTER_NAME_TRUNCATED)
+	st.QuotaOther = d(bpf.SpanwatchCounterCOUNTER_QUOTA_OTHER)
+	st.NamesFull = d(bpf.SpanwatchCounterCOUNTER_NAMES_FULL)
+	r.prevCount = out
+	return nil
+}
+
+// keyString renders a key for logs.
+func keyString(name string, k bpf.SpanwatchSeriesKey) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s cgroup=%d", name, k.CgroupId)
+	if k.Labelset != 0 {
+		fmt.Fprintf(&b, " labelset=%d labels=%v", k.Labelset, k.Labels)
+	}
+	return b.String()
+}
