@@ -81,9 +81,9 @@ type Series struct {
 	// exactly over a rule's range. A series given by its quantiles alone
 	// has no histogram; over a range of several windows, each such window
 	// contributes its own quantile as a bound (the range's is the largest).
-	Latencies map[string]uint64 `yaml:"latencies"`
-	OverBudget  uint64   `yaml:"over_budget"`
-	Budget      string   `yaml:"budget"`
+	Latencies  map[string]uint64 `yaml:"latencies"`
+	OverBudget uint64            `yaml:"over_budget"`
+	Budget     string            `yaml:"budget"`
 }
 
 // Overrun is a snapshot.Overrun written for people.
