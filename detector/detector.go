@@ -254,6 +254,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		}
 		d.gcBaselines(cfg, now)
 	}
+	d.hist.release()
 	changed, send := d.advance(outs, now, d.validity(snap.Window()))
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
 	err := d.notify(ctx, send)

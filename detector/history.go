@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"strconv"
@@ -51,16 +52,33 @@ type seriesHist struct {
 	lastSeen uint64
 }
 
-// seriesWin is what a range needs of one window of one series. For a
-// metric series, sum, min and max hold int64 bits and p50, p90, p99
-// float64 bits.
+// seriesWin is what a range needs of one window of one series (96
+// bytes, and its packed histogram). For a metric series, sum, min and max
+// hold int64 bits.
 type seriesWin struct {
 	seq                      uint64
 	count, errors, sum, over uint64
 	min, max                 uint64
-	p50, p90, p99            uint64
-	histFirst, histLast      int64
-	hist                     []byte
+	histFirst, histLast      int32
+	// hist is the packed histogram. A window recorded without one (a
+	// hand-made test snapshot) keeps its own three quantiles in it
+	// instead, as uvarints (float64 bits for a metric), and noHist is set.
+	hist   []byte
+	noHist bool
+}
+
+// quantiles returns a window's own quantiles (noHist windows only).
+func (w *seriesWin) quantiles(metric bool) (q [3]float64) {
+	p := w.hist
+	for i := range q {
+		v, n := binary.Uvarint(p)
+		p = p[n:]
+		q[i] = float64(v)
+		if metric {
+			q[i] = math.Float64frombits(v)
+		}
+	}
+	return q
 }
 
 type aggScratch struct {
@@ -142,13 +160,15 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 			delete(h.series, k)
 		}
 	}
-	for r, a := range h.agg {
-		if a.used {
-			a.reset()
-		} else {
-			delete(h.agg, r) // no rule asked for it last time
-		}
-	}
+}
+
+// release drops the evaluation's range aggregates: between evaluations the
+// history keeps only the windows.
+func (h *history) release() {
+	clear(h.agg)
+	h.snap = nil
+	clear(h.cur)
+	h.cur = h.cur[:0]
 }
 
 func (sh *seriesHist) trim(first uint64) {
@@ -167,14 +187,22 @@ func (sh *seriesHist) trim(first uint64) {
 
 func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 	w := seriesWin{seq: seq, count: s.Count, errors: s.Errors, over: s.OverBudget}
+	var qs [3]uint64
 	if s.IsMetric() {
 		w.sum, w.min, w.max = uint64(s.Sum), uint64(s.Min), uint64(s.Max)
-		w.p50, w.p90, w.p99 = math.Float64bits(s.P50), math.Float64bits(s.P90), math.Float64bits(s.P99)
+		qs = [3]uint64{math.Float64bits(s.P50), math.Float64bits(s.P90), math.Float64bits(s.P99)}
 	} else {
 		w.sum, w.min, w.max = s.SumNs, s.MinNs, s.MaxNs
-		w.p50, w.p90, w.p99 = s.P50Ns, s.P90Ns, s.P99Ns
+		qs = [3]uint64{s.P50Ns, s.P90Ns, s.P99Ns}
 	}
-	if len(s.Histogram) > 0 {
+	if len(s.Histogram) == 0 {
+		w.noHist = true
+		for _, q := range qs {
+			w.hist = binary.AppendUvarint(w.hist, q)
+		}
+		return w
+	}
+	{
 		var ok bool
 		w.hist, w.histFirst, w.histLast, ok = packHist(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
 		if !ok {
@@ -224,28 +252,16 @@ type rangeAgg struct {
 	covered time.Duration
 	series  []snapshot.Series
 	done    []bool
-	used    bool
-}
-
-func (a *rangeAgg) reset() {
-	clear(a.series) // drop references to the old snapshot's strings and maps
-	a.series, a.done = a.series[:0], a.done[:0]
-	a.used = false
 }
 
 func (h *history) rangeAgg(over time.Duration) *rangeAgg {
 	a := h.agg[over]
 	if a == nil {
 		a = &rangeAgg{}
-		h.agg[over] = a
-	}
-	if !a.used {
-		a.used = true
 		a.first, a.covered = h.span(over)
-		n := len(h.snap.Series)
-		a.series = slices.Grow(a.series[:0], n)[:n]
-		a.done = slices.Grow(a.done[:0], n)[:n]
-		clear(a.done)
+		a.series = make([]snapshot.Series, len(h.snap.Series))
+		a.done = make([]bool, len(h.snap.Series))
+		h.agg[over] = a
 	}
 	return a
 }
@@ -353,7 +369,7 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 	minI, maxI := int64(math.MaxInt64), int64(math.MinInt64)
 	withHist := sc.withH[:0]
 	defer func() { clear(withHist); sc.withH = withHist[:0] }()
-	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
 	// Windows recorded without their histogram (hand-written test input)
 	// cannot be merged: each contributes its own quantiles as a bound.
 	noHist := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
@@ -369,16 +385,12 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 			sum += w.sum
 			minU, maxU = min(minU, w.min), max(maxU, w.max)
 		}
-		if len(w.hist) > 0 {
+		if !w.noHist {
 			withHist = append(withHist, w)
 			lo, hi = min(lo, w.histFirst), max(hi, w.histLast)
 		} else {
-			for q, v := range [3]uint64{w.p50, w.p90, w.p99} {
-				f := float64(v)
-				if metric {
-					f = math.Float64frombits(v)
-				}
-				noHist[q] = max(noHist[q], f)
+			for q, v := range w.quantiles(metric) {
+				noHist[q] = max(noHist[q], v)
 			}
 		}
 	}
@@ -388,30 +400,17 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 	if covered > 0 {
 		out.Rate = float64(out.Count) / covered.Seconds()
 	}
-	var qs [3]float64
-	switch {
-	case len(wins) == 1:
-		// One window: its own quantiles, exactly as the collector took them.
-		w := &wins[0]
-		for q, v := range [3]uint64{w.p50, w.p90, w.p99} {
-			qs[q] = float64(v)
-			if metric {
-				qs[q] = math.Float64frombits(v)
-			}
-		}
-	default:
-		var mn, mx float64
-		if metric {
-			mn, mx = float64(minI), float64(maxI)
-		} else {
-			mn, mx = float64(minU), float64(maxU)
-		}
-		qs = noHist
-		if len(withHist) > 0 {
-			merged := sc.merger.quantiles(withHist, lo, hi, mn, mx, metric, &quantileQs)
-			for q := range qs {
-				qs[q] = max(qs[q], merged[q])
-			}
+	var mn, mx float64
+	if metric {
+		mn, mx = float64(minI), float64(maxI)
+	} else {
+		mn, mx = float64(minU), float64(maxU)
+	}
+	qs := noHist
+	if len(withHist) > 0 {
+		merged := sc.merger.quantiles(withHist, int64(lo), int64(hi), mn, mx, metric, &quantileQs)
+		for q := range qs {
+			qs[q] = max(qs[q], merged[q])
 		}
 	}
 	if metric {

@@ -152,11 +152,10 @@ func TestRangeMetricSeries(t *testing.T) {
 		return s
 	}
 	a, b := []int64{-50, -3, 0, 7, 7, 9}, []int64{1000, 12, -8, 3}
-	d := New(Config{ExternalLabels: map[string]string{}})
-	d.SetRules(mustParse(t, "rules:\n  - {name: R, when: count >= 0, over: 1m}\n"))
-	d.Evaluate(context.Background(), snap(0, mk(a...)))
-	d.Evaluate(context.Background(), snap(1, mk(b...)))
-	got := d.hist.aggregated(time.Minute, 0)
+	h := newHistory()
+	h.observe(snap(0, mk(a...)), time.Minute)
+	h.observe(snap(1, mk(b...)), time.Minute)
+	got := h.aggregated(time.Minute, 0)
 	want := mk(append(slices.Clone(a), b...)...)
 	if got.Count != want.Count || got.Sum != want.Sum || got.Min != want.Min || got.Max != want.Max ||
 		got.P50 != want.P50 || got.P90 != want.P90 || got.P99 != want.P99 {

@@ -36,12 +36,12 @@ func ord(b *snapshot.Bucket) int64 {
 // packHist appends the packed form of a sorted histogram to dst, returning
 // it with the first and last bucket's ords; ok is false when h is not
 // sorted (or repeats a bucket), and nothing useful was packed.
-func packHist(dst []byte, h []snapshot.Bucket) (out []byte, first, last int64, ok bool) {
+func packHist(dst []byte, h []snapshot.Bucket) (out []byte, first, last int32, ok bool) {
 	if len(h) == 0 {
 		return dst, 0, 0, true
 	}
-	first = ord(&h[0])
-	prev := first
+	f := ord(&h[0])
+	prev := f
 	for i := range h {
 		o := ord(&h[i])
 		if i > 0 && o <= prev {
@@ -51,7 +51,7 @@ func packHist(dst []byte, h []snapshot.Bucket) (out []byte, first, last int64, o
 		dst = binary.AppendUvarint(dst, h[i].Count)
 		prev = o
 	}
-	return dst, first, prev, true
+	return dst, int32(f), int32(prev), true
 }
 
 // maxDense bounds the ord span merged in a dense array; wider histograms
@@ -111,7 +111,7 @@ func (m *merger) quantiles(wins []*seriesWin, lo, hi int64, mn, mx float64, metr
 		var h []snapshot.Bucket
 		for _, w := range wins {
 			var one []snapshot.Bucket
-			p, o := w.hist, w.histFirst
+			p, o := w.hist, int64(w.histFirst)
 			for len(p) > 0 {
 				d, k := binary.Uvarint(p)
 				c, j := binary.Uvarint(p[k:])
@@ -135,7 +135,7 @@ func (m *merger) quantiles(wins []*seriesWin, lo, hi int64, mn, mx float64, metr
 	d := m.dense[:span]
 	used := m.used[:(span+63)/64]
 	for _, w := range wins {
-		p, o := w.hist, w.histFirst-lo
+		p, o := w.hist, int64(w.histFirst)-lo
 		for i := 0; i < len(p); {
 			// Both varints are one byte almost always: the next bucket is
 			// near, the count small.

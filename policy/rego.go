@@ -183,7 +183,7 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 // Prefilter describes what the policy's input holds when a Batch makes
 // it: "all series", "the series passing N guard(s) in one of M
 // iteration(s)" or "no series", and likewise for by_span. For tests and
-// spanwatch check -v.
+// tools that explain a policy's cost.
 func (p *Policy) Prefilter() string {
 	var b strings.Builder
 	switch p.needs.series {
