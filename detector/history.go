@@ -22,7 +22,7 @@ import (
 // so a range shorter than the interval (or 0) is the newest window alone.
 //
 // Memory: a series keeps only its windows with spans in them (an idle
-// series costs its map entry, about 150 bytes), each about 112 bytes plus
+// series costs its map entry, about 150 bytes), each 96 bytes plus
 // its packed histogram (2-4 bytes per non-empty bucket).
 type history struct {
 	wins   []windowInfo // evaluated windows, oldest first
