@@ -134,6 +134,11 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 
 	h.snap = snap
 	h.cur = h.cur[:0]
+	if keep <= 0 {
+		// No range reaches back: nothing to keep, nothing to look up.
+		clear(h.series)
+		return
+	}
 	for i := range snap.Series {
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
