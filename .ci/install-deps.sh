@@ -4,8 +4,9 @@
 # bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
-# (capability tests), and zsh (the completion script's test). Idempotent:
-# installs only what is missing, and runs apt-get update at most once.
+# (capability tests), zsh (the completion script's test) and Chromium (the
+# flame graph seen in a browser). Idempotent: installs only what is
+# missing, and runs apt-get update at most once.
 set -euo pipefail
 
 pkgs=(
@@ -13,6 +14,7 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
+	chromium
 )
 
 missing=()

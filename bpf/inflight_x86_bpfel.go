@@ -48,30 +48,81 @@ type InflightCoreState struct {
 	Pad            uint32
 }
 
+type InflightInflightCandidate struct {
+	_         structs.HostLayout
+	Key       InflightInflightExecKey
+	Slot      uint32
+	Goroutine uint32
+	Tid       uint32
+	Source    uint32
+	Flags     uint32
+	Pad2      uint32
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Name      [128]int8
+}
+
+type InflightInflightExecKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Exec uint64
+}
+
+type InflightInflightOpen struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Source    uint32
+	Flags     uint32
+	Name      [128]int8
+}
+
 type InflightInflightSlot struct {
 	_        structs.HostLayout
 	BudgetNs uint64
 	NameId   uint64
 	Samples  int32
 	Pad      uint32
+	PeriodNs uint64
 	Name     [128]int8
+}
+
+type InflightInflightStack struct {
+	_         structs.HostLayout
+	Depth     uint32
+	Tid       uint32
+	Goroutine uint64
+	Spans     [4]InflightInflightOpen
 }
 
 type InflightInflightTarget struct {
 	_        structs.HostLayout
-	StartNs  uint64
-	NameId   uint64
-	BudgetNs uint64
 	Pid      uint32
-	Source   uint32
-	Samples  int32
 	Flags    uint32
-	Name     [128]int8
+	Samples  int32
+	Nspans   uint32
+	LastNs   uint64
+	PeriodNs uint64
+	Spans    [4]InflightInflightTspan
 }
 
 type InflightInflightTaskSpans struct {
 	_       structs.HostLayout
 	StartNs [16]uint64
+}
+
+type InflightInflightTspan struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	BudgetNs  uint64
+	Slot      uint32
+	Source    uint32
+	Name      [128]int8
 }
 
 type InflightSeriesKey struct {
@@ -117,8 +168,14 @@ const (
 	InflightMapCore                    = "core"
 	InflightMapCounters                = "counters"
 	InflightMapFreeSlots               = "free_slots"
+	InflightMapInflightCfg             = "inflight_cfg"
+	InflightMapInflightExec            = "inflight_exec"
+	InflightMapInflightGprocs          = "inflight_gprocs"
+	InflightMapInflightParked          = "inflight_parked"
+	InflightMapInflightScratch         = "inflight_scratch"
 	InflightMapInflightSlots           = "inflight_slots"
 	InflightMapInflightWatch           = "inflight_watch"
+	InflightMapInflightZero            = "inflight_zero"
 	InflightMapNames                   = "names"
 	InflightMapOverruns                = "overruns"
 	InflightMapSeries                  = "series"
@@ -126,10 +183,14 @@ const (
 	InflightMapSeriesIndex             = "series_index"
 	InflightMapUsdtTaskStart           = "usdt_task_start"
 	InflightProgInflightBlocked        = "inflight_blocked"
+	InflightProgInflightList           = "inflight_list"
 	InflightProgInflightOffCpu         = "inflight_off_cpu"
 	InflightProgInflightOnCpu          = "inflight_on_cpu"
 	InflightProgInflightScan           = "inflight_scan"
+	InflightVarUnusedInflightCandidate = "unused_inflight_candidate"
+	InflightVarUnusedInflightExecKey   = "unused_inflight_exec_key"
 	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
+	InflightVarUnusedInflightStack     = "unused_inflight_stack"
 	InflightVarUnusedInflightTarget    = "unused_inflight_target"
 	InflightVarUnusedInflightTaskSpans = "unused_inflight_task_spans"
 )
@@ -177,6 +238,7 @@ type InflightSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightProgramSpecs struct {
 	InflightBlocked *ebpf.ProgramSpec `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.ProgramSpec `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.ProgramSpec `ebpf:"inflight_scan"`
@@ -186,31 +248,40 @@ type InflightProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightMapSpecs struct {
-	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
-	Core          *ebpf.MapSpec `ebpf:"core"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
-	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.MapSpec `ebpf:"inflight_watch"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	Series        *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
-	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
+	BudgetGlobs     *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets         *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty       *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells           *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota         *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased      *ebpf.MapSpec `ebpf:"cg_released"`
+	Core            *ebpf.MapSpec `ebpf:"core"`
+	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots       *ebpf.MapSpec `ebpf:"free_slots"`
+	InflightCfg     *ebpf.MapSpec `ebpf:"inflight_cfg"`
+	InflightExec    *ebpf.MapSpec `ebpf:"inflight_exec"`
+	InflightGprocs  *ebpf.MapSpec `ebpf:"inflight_gprocs"`
+	InflightParked  *ebpf.MapSpec `ebpf:"inflight_parked"`
+	InflightScratch *ebpf.MapSpec `ebpf:"inflight_scratch"`
+	InflightSlots   *ebpf.MapSpec `ebpf:"inflight_slots"`
+	InflightWatch   *ebpf.MapSpec `ebpf:"inflight_watch"`
+	InflightZero    *ebpf.MapSpec `ebpf:"inflight_zero"`
+	Names           *ebpf.MapSpec `ebpf:"names"`
+	Overruns        *ebpf.MapSpec `ebpf:"overruns"`
+	Series          *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty     *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex     *ebpf.MapSpec `ebpf:"series_index"`
+	UsdtTaskStart   *ebpf.MapSpec `ebpf:"usdt_task_start"`
 }
 
 // InflightVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
+	UnusedInflightCandidate *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
 	UnusedInflightTaskSpans *ebpf.VariableSpec `ebpf:"unused_inflight_task_spans"`
 }
@@ -235,24 +306,30 @@ func (o *InflightObjects) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightMaps struct {
-	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
-	CgCreated     *ebpf.Map `ebpf:"cg_created"`
-	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased    *ebpf.Map `ebpf:"cg_released"`
-	Core          *ebpf.Map `ebpf:"core"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
-	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.Map `ebpf:"inflight_watch"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	Series        *ebpf.Map `ebpf:"series"`
-	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
-	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
+	BudgetGlobs     *ebpf.Map `ebpf:"budget_globs"`
+	Budgets         *ebpf.Map `ebpf:"budgets"`
+	CellDirty       *ebpf.Map `ebpf:"cell_dirty"`
+	Cells           *ebpf.Map `ebpf:"cells"`
+	CgCreated       *ebpf.Map `ebpf:"cg_created"`
+	CgQuota         *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased      *ebpf.Map `ebpf:"cg_released"`
+	Core            *ebpf.Map `ebpf:"core"`
+	Counters        *ebpf.Map `ebpf:"counters"`
+	FreeSlots       *ebpf.Map `ebpf:"free_slots"`
+	InflightCfg     *ebpf.Map `ebpf:"inflight_cfg"`
+	InflightExec    *ebpf.Map `ebpf:"inflight_exec"`
+	InflightGprocs  *ebpf.Map `ebpf:"inflight_gprocs"`
+	InflightParked  *ebpf.Map `ebpf:"inflight_parked"`
+	InflightScratch *ebpf.Map `ebpf:"inflight_scratch"`
+	InflightSlots   *ebpf.Map `ebpf:"inflight_slots"`
+	InflightWatch   *ebpf.Map `ebpf:"inflight_watch"`
+	InflightZero    *ebpf.Map `ebpf:"inflight_zero"`
+	Names           *ebpf.Map `ebpf:"names"`
+	Overruns        *ebpf.Map `ebpf:"overruns"`
+	Series          *ebpf.Map `ebpf:"series"`
+	SeriesDirty     *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex     *ebpf.Map `ebpf:"series_index"`
+	UsdtTaskStart   *ebpf.Map `ebpf:"usdt_task_start"`
 }
 
 func (m *InflightMaps) Close() error {
@@ -267,8 +344,14 @@ func (m *InflightMaps) Close() error {
 		m.Core,
 		m.Counters,
 		m.FreeSlots,
+		m.InflightCfg,
+		m.InflightExec,
+		m.InflightGprocs,
+		m.InflightParked,
+		m.InflightScratch,
 		m.InflightSlots,
 		m.InflightWatch,
+		m.InflightZero,
 		m.Names,
 		m.Overruns,
 		m.Series,
@@ -282,7 +365,10 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
+	UnusedInflightCandidate *ebpf.Variable `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.Variable `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
 	UnusedInflightTaskSpans *ebpf.Variable `ebpf:"unused_inflight_task_spans"`
 }
@@ -292,6 +378,7 @@ type InflightVariables struct {
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightPrograms struct {
 	InflightBlocked *ebpf.Program `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.Program `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.Program `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.Program `ebpf:"inflight_scan"`
@@ -300,6 +387,7 @@ type InflightPrograms struct {
 func (p *InflightPrograms) Close() error {
 	return _InflightClose(
 		p.InflightBlocked,
+		p.InflightList,
 		p.InflightOffCpu,
 		p.InflightOnCpu,
 		p.InflightScan,

@@ -95,6 +95,9 @@ type Config struct {
 	// refuses callers without it. A uprobe_multi link needs only CAP_BPF
 	// and CAP_PERFMON.
 	NoUprobeMulti bool
+	// Inflight configures the sampling of spans running past their
+	// budget: where their time goes, and spans that never end.
+	Inflight InflightConfig
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -129,6 +132,8 @@ type Collector struct {
 	reader     *seriesReader
 	lastAt     time.Time
 	mapBytes   uint64
+
+	inflight *inflightState // nil when off or unavailable
 
 	closers []func() error
 
@@ -286,6 +291,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.rb.run() }()
+	c.startInflight(runCtx)
 	if c.marker != nil {
 		if cfg.ScanInterval > 0 {
 			c.marker.scan()

@@ -157,6 +157,10 @@ type Overrun struct {
 	KernelStack []Frame `json:"kernel_stack,omitempty"`
 	// StackError says why the stack is missing or short, when it is.
 	StackError string `json:"stack_error,omitempty"`
+	// Samples are the stacks the in-flight sampler took while the span ran
+	// past its budget (see Sample): where its time went, where UserStack
+	// says only where it ended.
+	Samples []Sample `json:"samples,omitempty"`
 }
 
 // A Frame is one stack frame. Function is empty when the address could not
