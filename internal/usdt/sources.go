@@ -91,7 +91,11 @@ func ParseSources(filename string, node *yaml.Node) ([]SpanSource, error) {
 		return nil, nil
 	}
 	var out []SpanSource
-	d.mapping(node, "sources", []string{"usdt"}, func(key string, v *yaml.Node) {
+	// user_events: and eventheader: are internal/tpsource's to decode.
+	d.mapping(node, "sources", []string{"usdt", "user_events", "eventheader"}, func(key string, v *yaml.Node) {
+		if key != "usdt" {
+			return
+		}
 		v = deref(v)
 		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 			return

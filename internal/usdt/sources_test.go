@@ -80,7 +80,7 @@ func TestParseSourcesErrors(t *testing.T) {
 		name, doc string
 		want      []string
 	}{
-		{"unknown kind", "sources:\n  uprobes: []\n", []string{`f.yaml:2:3: sources: unknown key "uprobes" (known: usdt)`}},
+		{"unknown kind", "sources:\n  uprobes: []\n", []string{`f.yaml:2:3: sources: unknown key "uprobes" (known: usdt, user_events, eventheader)`}},
 		{"not a list", "sources:\n  usdt: {binary: x}\n", []string{"f.yaml:2:9: sources.usdt must be a list"}},
 		{"unknown key", "sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n      colour: red\n",
 			[]string{`f.yaml:7:7: usdt source: unknown key "colour"`}},
