@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,26 +15,57 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// benchSnapshot makes n series: 200 span names over n/200 cgroups, with
-// latencies and errors spread so that about 1% of series trip the rules.
+// benchHists are the windows' latency distributions the benchmark's
+// series draw from: 50 of normal traffic (50-148 spans around 8ms, a tail
+// to 20-69ms) and one slow (a fifth of the spans at 900ms), each with its
+// schema-6 histogram, exact extremes and quantiles as the collector makes
+// them.
+var benchHists = func() []snapshot.Series {
+	var out []snapshot.Series
+	for j := 0; j <= 50; j++ {
+		count := 50 + 2*j
+		var durs []uint64
+		for k := 0; k < count; k++ {
+			d := uint64(4e6 + (k*7919)%9000000) // 4-13ms
+			if k%20 == 0 {
+				d = uint64(20e6 + (j%50)*1e6) // the tail
+			}
+			if j == 50 && k%5 == 0 {
+				d = 900e6
+			}
+			durs = append(durs, d)
+		}
+		s := snapshot.Series{Count: uint64(count), Histogram: snapshot.DurationHistogram(durs), MinNs: slices.Min(durs), MaxNs: slices.Max(durs)}
+		for _, d := range durs {
+			s.SumNs += d
+		}
+		mn, mx := float64(s.MinNs), float64(s.MaxNs)
+		s.P50Ns = uint64(snapshot.Quantile(s.Histogram, 0.50, mn, mx))
+		s.P90Ns = uint64(snapshot.Quantile(s.Histogram, 0.90, mn, mx))
+		s.P99Ns = uint64(snapshot.Quantile(s.Histogram, 0.99, mn, mx))
+		out = append(out, s)
+	}
+	return out
+}()
+
+// benchSnapshot makes n series: 200 span names over n/200 cgroups, each
+// window with a real histogram, 1% of them slow and failing so that they
+// trip the rules.
 func benchSnapshot(n int, step int) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Duration(step) * 10 * time.Second), WindowNs: 10e9, Series: make([]snapshot.Series, n)}
 	for i := range s.Series {
-		count := uint64(50 + i%100)
+		h := benchHists[(i+step)%50]
 		errs := uint64(0)
-		p99 := uint64(20e6 + (i%50)*1e6)
 		if i%100 == 7 {
-			p99 = 900e6
-			errs = count / 5
+			h = benchHists[50]
+			errs = h.Count / 5
 		}
-		s.Series[i] = snapshot.Series{
-			Span:      fmt.Sprintf("svc%d.op%d", i%20, i%200),
-			CgroupID:  uint64(1000 + i/200),
-			Container: fmt.Sprintf("web-%d", i/200),
-			Process:   "api",
-			Count:     count, Rate: float64(count) / 10, Errors: errs, ErrorRatio: float64(errs) / float64(count),
-			SumNs: count * 10e6, P50Ns: 8e6, P90Ns: 15e6, P99Ns: p99, MaxNs: p99 + 1e6,
-		}
+		h.Span = fmt.Sprintf("svc%d.op%d", i%20, i%200)
+		h.CgroupID = uint64(1000 + i/200)
+		h.Container = fmt.Sprintf("web-%d", i/200)
+		h.Process = "api"
+		h.Errors, h.ErrorRatio, h.Rate = errs, float64(errs)/float64(h.Count), float64(h.Count)/10
+		s.Series[i] = h
 	}
 	return s
 }
@@ -103,26 +135,30 @@ func BenchmarkEvaluate(b *testing.B) {
 				d := New(Config{PolicyTimeout: time.Minute})
 				d.SetRules(benchRules(b, tc.policies))
 				ctx := context.Background()
-				// Warm up: baselines and alerts exist before timing.
-				for i := 0; i < 3; i++ {
+				// Warm up: baselines, alerts and a full minute of windows
+				// exist before timing.
+				for i := 0; i < 7; i++ {
 					if _, err := d.Evaluate(ctx, benchSnapshot(n, i)); err != nil {
 						b.Fatal(err)
 					}
 				}
-				snaps := []*snapshot.Snapshot{benchSnapshot(n, 3), benchSnapshot(n, 4)}
+				snaps := []*snapshot.Snapshot{benchSnapshot(n, 7), benchSnapshot(n, 8)}
 				b.ReportAllocs()
 				b.ResetTimer()
 				var ms0, ms1 runtime.MemStats
 				runtime.ReadMemStats(&ms0)
+				cpu0 := cpuTime()
 				for i := 0; i < b.N; i++ {
 					s := snaps[i%2]
-					s.Time = t0.Add(time.Duration(5+i) * 10 * time.Second)
+					s.Time = t0.Add(time.Duration(9+i) * 10 * time.Second)
 					if _, err := d.Evaluate(ctx, s); err != nil {
 						b.Fatal(err)
 					}
 				}
+				cpu := cpuTime() - cpu0
 				runtime.ReadMemStats(&ms1)
 				b.StopTimer()
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "cpu-ms/op")
 				if st := d.Stats(); st.PolicyErrors+st.RuleErrors > 0 {
 					b.Fatalf("errors during the benchmark: %+v", st)
 				}
@@ -134,8 +170,9 @@ func BenchmarkEvaluate(b *testing.B) {
 }
 
 // BenchmarkMemoryPerSeries measures the heap a detector keeps per series
-// (anomaly baselines of the 20 anomaly rules and alert state) after
-// several cycles, not counting the snapshot itself.
+// (anomaly baselines of the 20 anomaly rules, alert state, and a minute of
+// windows for the rules' default range) after several cycles, not counting
+// the snapshot itself.
 func BenchmarkMemoryPerSeries(b *testing.B) {
 	for _, n := range []int{10000, 100000} {
 		b.Run(fmt.Sprintf("series=%d", n), func(b *testing.B) {
@@ -148,7 +185,7 @@ func BenchmarkMemoryPerSeries(b *testing.B) {
 				runtime.ReadMemStats(&before)
 				d := New(Config{})
 				d.SetRules(cfg)
-				for step := 0; step < 4; step++ {
+				for step := 0; step < 8; step++ {
 					s := snaps[step%2]
 					s.Time = t0.Add(time.Duration(step) * 10 * time.Second)
 					d.Evaluate(context.Background(), s)
@@ -184,5 +221,32 @@ func BenchmarkOverrunFlood(b *testing.B) {
 	}
 	if st := d.Stats(); st.OverrunAlerts > uint64(16*(1+b.N/60_000_000)) {
 		b.Fatalf("sent %d alerts", st.OverrunAlerts)
+	}
+}
+
+// BenchmarkRange is the cost of the rules' default range alone: every
+// series of a snapshot aggregated over a minute of 10s windows, each with
+// a real histogram (merged exactly, three quantiles taken), against the
+// same series over the newest window alone (the snapshot's own series).
+func BenchmarkRange(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		for _, over := range []time.Duration{0, time.Minute} {
+			b.Run(fmt.Sprintf("series=%d/over=%v", n, over), func(b *testing.B) {
+				h := newHistory()
+				var s *snapshot.Snapshot
+				for step := 0; step < 8; step++ {
+					s = benchSnapshot(n, step)
+					h.observe(s, time.Minute)
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for r := range h.agg {
+						delete(h.agg, r)
+					}
+					h.aggregateAll(over)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/series")
+			})
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"runtime"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,12 +32,28 @@ type Config struct {
 	// GOMAXPROCS): policies are independent and share one read-only input.
 	PolicyWorkers int
 	// ResendInterval re-sends firing alerts to the notifier this often
-	// (0: only on state changes).
+	// (default 1m, Prometheus' --rules.alert.resend-delay). Each firing
+	// alert sent carries EndsAt = now + 4 x max(ResendInterval, the
+	// snapshot interval), as Prometheus sends them: Alertmanager keeps it
+	// firing while the resends keep coming, tolerates a few lost ones,
+	// and resolves it by itself if the agent goes away.
 	ResendInterval time.Duration
+	// ExternalLabels are added to every alert (rule, policy and overrun
+	// alerts) that does not set the label itself, so the same alert from
+	// two nodes stays two alerts in a clustered Alertmanager. The rule
+	// file's external_labels are applied over them (a label set to ""
+	// there removes one). Nil means DefaultExternalLabels ({node:
+	// NODE_NAME or the host name}); an empty map adds none.
+	ExternalLabels map[string]string
 	// OverrunInterval is how long an overrun alert for one span and
-	// process suppresses the next (default 1m); it is also how long the
-	// alert lasts (its EndsAt).
+	// process suppresses the next (default 1m).
 	OverrunInterval time.Duration
+	// OverrunResolveTimeout is how long an overrun alert lasts after the
+	// last one sent (its EndsAt; default 4 x OverrunInterval, at least
+	// OverrunInterval). Overruns that keep coming within it continue the
+	// same episode: the alert keeps its StartsAt, and each resend (at
+	// most one per OverrunInterval) moves its EndsAt on.
+	OverrunResolveTimeout time.Duration
 	// OverrunBurst caps overrun alerts over all spans per OverrunInterval
 	// (default 100).
 	OverrunBurst int
@@ -60,11 +75,16 @@ type Detector struct {
 	log   *slog.Logger
 	rules atomic.Pointer[policy.Config]
 
-	evalMu    sync.Mutex // serializes Evaluate; guards baselines
+	evalMu    sync.Mutex // serializes Evaluate; guards baselines and hist
 	baselines map[string]*baselineEntry
+	gcRules   *policy.Config // the rule set and time of the last gcBaselines
+	gcAt      time.Time
+	hist      *history
 
 	mu     sync.Mutex // guards groups
 	groups map[string]*group
+
+	ext externalLabels
 
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
@@ -93,10 +113,16 @@ type active struct {
 	a        *alert.Alert
 	activeAt time.Time
 	lastSent time.Time
+	// validUntil is the EndsAt of the last firing notification sent.
+	validUntil time.Time
 	// keepFiringSince is the first evaluation at which a firing alert's
 	// rule no longer held (zero while it holds), as in Prometheus.
 	keepFiringSince time.Time
 }
+
+// DefaultResendInterval is how often a firing alert is sent again when
+// Config.ResendInterval is 0.
+const DefaultResendInterval = time.Minute
 
 // New returns a Detector with no rules; call SetRules.
 func New(cfg Config) *Detector {
@@ -109,8 +135,18 @@ func New(cfg Config) *Detector {
 	if cfg.PolicyWorkers <= 0 {
 		cfg.PolicyWorkers = runtime.GOMAXPROCS(0)
 	}
+	if cfg.ResendInterval <= 0 {
+		cfg.ResendInterval = DefaultResendInterval
+	}
 	if cfg.OverrunInterval <= 0 {
 		cfg.OverrunInterval = time.Minute
+	}
+	if cfg.OverrunResolveTimeout <= 0 {
+		cfg.OverrunResolveTimeout = 4 * cfg.OverrunInterval
+	}
+	cfg.OverrunResolveTimeout = max(cfg.OverrunResolveTimeout, cfg.OverrunInterval)
+	if cfg.ExternalLabels == nil {
+		cfg.ExternalLabels = DefaultExternalLabels()
 	}
 	if cfg.OverrunBurst <= 0 {
 		cfg.OverrunBurst = 100
@@ -124,7 +160,9 @@ func New(cfg Config) *Detector {
 	return &Detector{
 		cfg:       cfg,
 		log:       cfg.Logger,
+		ext:       externalLabels{base: maps.Clone(cfg.ExternalLabels)},
 		baselines: map[string]*baselineEntry{},
+		hist:      newHistory(),
 		groups:    map[string]*group{},
 		ovSeen:    map[string]*overrunEntry{},
 	}
@@ -177,24 +215,78 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		now = d.cfg.Now()
 	}
 	cfg := d.rules.Load()
+	ext := d.ext.get(cfg)
+	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
 		idx := indexSpans(snap)
-		var buf []int32
-		for _, r := range cfg.Rules {
-			buf = idx.selectSeries(&r.Match, buf[:0])
-			outs = append(outs, d.evalRule(r, snap, buf, now))
+		// Select each rule's series first, so the series a range needs
+		// are aggregated together, on several goroutines when many.
+		sels := make([][]int32, len(cfg.Rules))
+		need := map[time.Duration][]bool{}
+		for i, r := range cfg.Rules {
+			sels[i] = idx.selectSeries(&r.Match, nil)
+			if r.Over > 0 {
+				n := need[r.Over]
+				if n == nil {
+					n = make([]bool, len(snap.Series))
+					need[r.Over] = n
+				}
+				for _, j := range sels[i] {
+					n[j] = true
+				}
+			}
+		}
+		for _, p := range cfg.Policies {
+			if p.Over > 0 {
+				need[p.Over] = nil // every series: the prefilter reads them all
+			}
+		}
+		for over, n := range need {
+			d.hist.prepare(over, n, d.cfg.PolicyWorkers)
+		}
+		for i, r := range cfg.Rules {
+			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
 		if len(cfg.Policies) > 0 {
-			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, policy.Input(snap))...)
+			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, d.policyInputs(snap, cfg.Policies), ext)...)
 		}
 		d.gcBaselines(cfg, now)
 	}
-	changed, send := d.advance(outs, now)
+	d.hist.release()
+	changed, send := d.advance(outs, now, d.validity(snap.Window()))
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
 	err := d.notify(ctx, send)
 	return changed, err
+}
+
+// longestRange is how far back the rule set's ranges reach.
+func longestRange(cfg *policy.Config) time.Duration {
+	var keep time.Duration
+	if cfg == nil {
+		return 0
+	}
+	for _, r := range cfg.Rules {
+		keep = max(keep, r.Over)
+	}
+	for _, p := range cfg.Policies {
+		keep = max(keep, p.Over)
+	}
+	return keep
+}
+
+// policyInputs makes each policy's input, indexed like pols: the series
+// over the policy's range, each converted at most once for all policies,
+// and only those the policy could read (policy.Batch).
+func (d *Detector) policyInputs(snap *snapshot.Snapshot, pols []*policy.Policy) []ast.Value {
+	b := policy.NewBatch(snap)
+	out := make([]ast.Value, len(pols))
+	for i, p := range pols {
+		series, covered := d.hist.aggregateAll(p.Over)
+		out[i] = b.Input(p, series, covered)
+	}
+	return out
 }
 
 // spanIndex groups a snapshot's series by span name, so each rule matches
@@ -242,23 +334,15 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 	return out
 }
 
-// seriesKey identifies a series for its anomaly baseline without building
-// its label map.
-func seriesKey(b []byte, s *snapshot.Series) []byte {
-	for _, f := range [...]string{s.Span, s.Cgroup, s.ContainerID, s.PodUID, s.Unit, s.Namespace, s.Pod, s.Container, s.Process} {
-		b = append(b, f...)
-		b = append(b, 0)
-	}
-	return strconv.AppendUint(b, s.CgroupID, 10)
-}
-
-func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []int32, now time.Time) *ruleOutput {
+// evalRule evaluates a rule over the selected series of the current
+// snapshot, each aggregated over the rule's range.
+func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
 	var key []byte
 	for _, i := range selected {
-		s := &snap.Series[i]
+		s := d.hist.aggregated(r.Over, int(i))
 		var data policy.TemplateData
 		switch r.Kind {
 		case policy.KindThreshold:
@@ -301,6 +385,7 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 			out.failed = true
 			continue
 		}
+		addExternal(labels, ext)
 		out.results[alert.Fingerprint(labels)] = result{labels: labels, annotations: annotations, value: data.Value}
 	}
 	if firstErr != nil {
@@ -311,12 +396,12 @@ func (d *Detector) evalRule(r *policy.Rule, snap *snapshot.Snapshot, selected []
 
 // evalPolicies evaluates the policies on up to PolicyWorkers goroutines,
 // returning their outputs in policy order.
-func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, input ast.Value) []*ruleOutput {
+func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inputs []ast.Value, ext map[string]string) []*ruleOutput {
 	outs := make([]*ruleOutput, len(pols))
 	workers := min(d.cfg.PolicyWorkers, len(pols))
 	if workers <= 1 {
 		for i, p := range pols {
-			outs[i] = d.evalPolicy(ctx, p, input)
+			outs[i] = d.evalPolicy(ctx, p, inputs[i], ext)
 		}
 		return outs
 	}
@@ -331,7 +416,7 @@ func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inpu
 				if i >= len(pols) {
 					return
 				}
-				outs[i] = d.evalPolicy(ctx, pols[i], input)
+				outs[i] = d.evalPolicy(ctx, pols[i], inputs[i], ext)
 			}
 		}()
 	}
@@ -339,7 +424,7 @@ func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inpu
 	return outs
 }
 
-func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value) *ruleOutput {
+func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
 	d.stats.policyEvaluations.Add(1)
 	ectx, cancel := context.WithTimeout(ctx, d.cfg.PolicyTimeout)
@@ -360,6 +445,7 @@ func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.V
 		return out
 	}
 	for _, a := range alerts {
+		addExternal(a.Labels, ext)
 		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}
 	}
 	return out
@@ -375,8 +461,13 @@ func (d *Detector) ruleError(name string, err error) {
 }
 
 // gcBaselines drops baselines of removed rules and of series unseen for
-// BaselineTTL.
+// BaselineTTL. It walks every baseline, so it runs when the rules change
+// and otherwise once per tenth of BaselineTTL.
 func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
+	if cfg == d.gcRules && now.Sub(d.gcAt) < d.cfg.BaselineTTL/10 && !now.Before(d.gcAt) {
+		return
+	}
+	d.gcRules, d.gcAt = cfg, now
 	names := make(map[string]policy.Metric, len(cfg.Rules))
 	for _, r := range cfg.Rules {
 		if r.Kind == policy.KindAnomaly {
@@ -390,9 +481,28 @@ func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
 	}
 }
 
+// validity is how long a firing alert sent now stays valid without being
+// sent again: 4 x max(ResendInterval, interval), as in Prometheus, so two
+// lost evaluations or notifications do not resolve it.
+func (d *Detector) validity(interval time.Duration) time.Duration {
+	return 4 * max(d.cfg.ResendInterval, interval)
+}
+
+// firingCopy is the copy of a firing alert that goes to the notifier: its
+// EndsAt is when Alertmanager may consider it resolved if no resend
+// arrives.
+func firingCopy(ac *active, now time.Time, valid time.Duration) *alert.Alert {
+	ac.lastSent = now
+	ac.validUntil = now.Add(valid)
+	c := clone(ac.a)
+	c.EndsAt = ac.validUntil
+	return c
+}
+
 // advance moves every alert to its state at now and returns the changes
-// and the alerts to send.
-func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*alert.Alert) {
+// and the alerts to send. A firing alert goes out when it starts firing
+// and again every ResendInterval, as Prometheus resends them.
+func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	live := make(map[string]bool, len(outs))
@@ -420,8 +530,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 				ac.a.Annotations, ac.a.Value = res.annotations, res.value
 				changed = append(changed, clone(ac.a))
 				if ac.a.State == alert.StateFiring {
-					ac.lastSent = now
-					send = append(send, clone(ac.a))
+					send = append(send, firingCopy(ac, now, valid))
 				}
 				continue
 			}
@@ -429,13 +538,13 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 			ac.keepFiringSince = time.Time{}
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
-				ac.a.State = alert.StateFiring
+				// StartsAt becomes the time it fired, as Prometheus sends
+				// it (FiredAt): pending alerts are never sent.
+				ac.a.State, ac.a.StartsAt = alert.StateFiring, now
 				changed = append(changed, clone(ac.a))
-				ac.lastSent = now
-				send = append(send, clone(ac.a))
-			case ac.a.State == alert.StateFiring && d.cfg.ResendInterval > 0 && now.Sub(ac.lastSent) >= d.cfg.ResendInterval:
-				ac.lastSent = now
-				send = append(send, clone(ac.a))
+				send = append(send, firingCopy(ac, now, valid))
+			case ac.a.State == alert.StateFiring && now.Sub(ac.lastSent) >= d.cfg.ResendInterval:
+				send = append(send, firingCopy(ac, now, valid))
 			}
 		}
 		if o.failed {
@@ -451,6 +560,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time) (changed, send []*
 					ac.keepFiringSince = now
 				}
 				if now.Sub(ac.keepFiringSince) < o.keepFiringFor {
+					if now.Sub(ac.lastSent) >= d.cfg.ResendInterval {
+						send = append(send, firingCopy(ac, now, valid))
+					}
 					continue
 				}
 			}

@@ -74,6 +74,7 @@ rules:
   - name: Slow
     span: checkout
     when: p99 > 200ms
+    over: 0s
     for: 30s
     keep_firing_for: %s
     annotations: {summary: "p99 {{ .Value }}"}
@@ -157,15 +158,24 @@ rules:
 				if got := states(changed); got != st.changed {
 					t.Errorf("step %d: changed %q, want %q", i, got, st.changed)
 				}
-				if got := states(rec.take()); got != st.sent {
+				sent := rec.take()
+				if got := states(sent); got != st.sent {
 					t.Errorf("step %d: sent %q, want %q", i, got, st.sent)
 				}
+				for _, a := range sent {
+					// Firing: valid for 4 x max(resend 1m, interval 10s).
+					if a.State == alert.StateFiring && !a.EndsAt.Equal(s.Time.Add(4*time.Minute)) {
+						t.Errorf("step %d: sent firing alert with EndsAt %v, want %v", i, a.EndsAt, s.Time.Add(4*time.Minute))
+					}
+				}
 				for _, a := range changed {
-					if a.State == alert.StatePending {
-						startsAt = a.StartsAt
+					// Pending: since the condition first held; firing and
+					// after: since it fired (Prometheus' FiredAt).
+					if a.State == alert.StatePending || a.State == alert.StateFiring {
+						startsAt = s.Time
 					}
 					if !a.StartsAt.Equal(startsAt) {
-						t.Errorf("step %d: StartsAt %v, want the activation time %v", i, a.StartsAt, startsAt)
+						t.Errorf("step %d: %s StartsAt %v, want %v", i, a.State, a.StartsAt, startsAt)
 					}
 					if a.State == alert.StateResolved && !a.EndsAt.Equal(s.Time) {
 						t.Errorf("step %d: EndsAt %v, want %v", i, a.EndsAt, s.Time)
@@ -198,7 +208,7 @@ rules:
 		t.Fatalf("changed = %d alerts, want 1", len(changed))
 	}
 	a := changed[0]
-	wantLabels := map[string]string{"alertname": "Slow", "span": "checkout", "container": "web-1", "cgroup_id": "42", "severity": "page"}
+	wantLabels := map[string]string{"alertname": "Slow", "span": "checkout", "container": "web-1", "cgroup_id": "42", "severity": "page", "node": NodeName()}
 	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
 		t.Errorf("labels = %v, want %v", a.Labels, wantLabels)
 	}
@@ -279,6 +289,7 @@ rules:
   - name: CheckoutAnomalous
     span: checkout
     anomaly: {metric: p99, sensitivity: 3, warmup: 5}
+    over: 0s
     annotations: {summary: "p99 {{ .Value }}, baseline {{ .Threshold }}"}
 `
 	d := New(Config{})
@@ -478,7 +489,7 @@ alerts contains {"labels": object.union(s.labels, {"alertname": "P%d"})} if {
 
 func TestPolicyFor(t *testing.T) {
 	dir := writeFiles(t, map[string]string{
-		"rules.yaml": "policies:\n  - {file: p.rego, for: 20s, keep_firing_for: 10s}\n",
+		"rules.yaml": "policies:\n  - {file: p.rego, over: 0s, for: 20s, keep_firing_for: 10s}\n",
 		"p.rego":     "package spanwatch\n\nalerts contains {\"labels\": {\"alertname\": \"Busy\", \"span\": s.span}, \"annotations\": {\"value\": sprintf(\"%d\", [s.count])}} if {\n\tsome s in input.series\n\ts.count > 50\n}\n",
 	})
 	cfg, err := policy.LoadFile(filepath.Join(dir, "rules.yaml"))

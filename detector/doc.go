@@ -2,11 +2,24 @@
 // snapshot and runs the alert lifecycle: an alert is pending while its rule
 // holds for less than the rule's "for", firing after that, and resolved once
 // the rule stops holding (after "keep_firing_for") or its series
-// disappears. Alerts are identified by the fingerprint of their labels.
+// disappears. Alerts are identified by the fingerprint of their labels,
+// which include the external labels (node: the node's name, by default),
+// so the same alert from two nodes stays two alerts in Alertmanager.
+//
+// Rules and policies see each series over their range (over:, default
+// 1m): the detector keeps the windows of each series that the longest
+// range reaches, adds their counts and merges their histograms bucket by
+// bucket, then takes quantiles, exactly as one long window would show.
+//
+// Firing alerts go to the notifier when they fire and again every
+// ResendInterval, each valid for 4 x max(ResendInterval, interval), as
+// Prometheus sends them: Alertmanager keeps a firing alert firing while
+// the resends come, and resolves it by itself if they stop.
 //
 // Overruns (single spans slower than their budget) bypass the snapshot
 // cycle: Detector.Overrun fires an alert at once, deduplicated per span and
-// process so a flood of slow spans does not flood the webhook.
+// process so a flood of slow spans does not flood the webhook; a span that
+// keeps overrunning is one alert, with the StartsAt of its first overrun.
 //
 // Anomaly baselines and alert state live in the Detector, not in the rule
 // set, so a reload (SetRules, or a Reloader watching the rule file) keeps

@@ -58,7 +58,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := New(Config{})
+	d := New(Config{ExternalLabels: map[string]string{}})
 	d.SetRules(cfg)
 	changed, err := d.Evaluate(context.Background(), snap(0, shop, other, sidecar))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/amtest"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -49,6 +50,7 @@ rules:
   - name: CheckoutSlow
     span: checkout
     when: p99 > 200ms
+    over: 0s
     labels: {severity: page}
     annotations: {summary: "p99 {{ .Value }}"}
 webhooks:
@@ -106,5 +108,208 @@ routing:
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// amAlert is the part of Alertmanager's GET /api/v2/alerts answer the
+// tests read.
+type amAlert struct {
+	Labels      map[string]string `json:"labels"`
+	Fingerprint string            `json:"fingerprint"`
+	StartsAt    time.Time         `json:"startsAt"`
+	EndsAt      time.Time         `json:"endsAt"`
+	Status      struct {
+		State string `json:"state"`
+	} `json:"status"`
+}
+
+func amAlerts(t *testing.T, url string) []amAlert {
+	t.Helper()
+	resp, err := http.Get(url + "/api/v2/alerts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []amAlert
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("decode alerts: %v", err)
+	}
+	return out
+}
+
+const amConfig = `
+route:
+  receiver: nobody
+  group_by: [alertname]
+  group_wait: 100ms
+  group_interval: 200ms
+  repeat_interval: 1h
+receivers:
+  - name: nobody
+`
+
+// agentRules is a rule file whose one webhook posts to a real
+// Alertmanager's API.
+func agentRules(t *testing.T, amURL, extra string) *policy.Config {
+	t.Helper()
+	src := fmt.Sprintf(`
+rules:
+  - {name: CheckoutSlow, span: checkout, when: p99 > 200ms, over: 0s}
+webhooks:
+  - name: am
+    url: %s/api/v2/alerts
+    format: alertmanager-api
+    group_wait: 0s
+    group_interval: 50ms
+    repeat_interval: 200ms
+    min_backoff: 10ms
+    max_backoff: 100ms
+routing:
+  outbox: {path: %s}
+%s`, amURL, filepath.Join(t.TempDir(), "outbox.db"), extra)
+	cfg, err := policy.Parse("spanwatch.yaml", []byte(src), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func dispatcherFor(t *testing.T, cfg *policy.Config) *notify.Dispatcher {
+	t.Helper()
+	ncfg, err := notify.ParseConfig(cfg.Name, &cfg.Webhooks, &cfg.Routing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disp, err := notify.New(ncfg, notify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { disp.Close() })
+	return disp
+}
+
+func slowCheckout(now time.Time, window time.Duration) *snapshot.Snapshot {
+	return &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window),
+		Series: []snapshot.Series{{Span: "checkout", Container: "web-1", Count: 100, P99Ns: 300e6}}}
+}
+
+// TestTwoNodesTwoAlerts runs two detectors, as on two nodes, with the same
+// rules over the same series, into one real Alertmanager: their node
+// labels keep the alerts apart, so Alertmanager holds two.
+func TestTwoNodesTwoAlerts(t *testing.T) {
+	am := amtest.Start(t, amConfig)
+	ctx := context.Background()
+	now := time.Now()
+	for _, node := range []string{"node-a", "node-b"} {
+		cfg := agentRules(t, am.URL, "")
+		d := detector.New(detector.Config{Notifier: dispatcherFor(t, cfg), ExternalLabels: map[string]string{detector.NodeLabel: node}})
+		d.SetRules(cfg)
+		if _, err := d.Evaluate(ctx, slowCheckout(now, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := amAlerts(t, am.URL)
+		if len(got) == 2 {
+			nodes := map[string]bool{}
+			for _, a := range got {
+				if a.Labels["alertname"] != "CheckoutSlow" || a.Labels["span"] != "checkout" || a.Status.State != "active" {
+					t.Errorf("alert %+v", a)
+				}
+				nodes[a.Labels["node"]] = true
+			}
+			if !nodes["node-a"] || !nodes["node-b"] || got[0].Fingerprint == got[1].Fingerprint {
+				t.Errorf("alerts %+v, want one from node-a and one from node-b", got)
+			}
+			return
+		}
+		if len(got) > 2 || time.Now().After(deadline) {
+			t.Fatalf("Alertmanager holds %d alerts, want 2: %+v", len(got), got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAlertmanagerKeepsFiring evaluates a rule that keeps holding for 5s,
+// with a 500ms resend interval (so each alert sent is valid for 2s),
+// while polling a real Alertmanager: once there, the alert stays active
+// without a gap, with one startsAt, while its endsAt moves on. When the
+// evaluations stop (the agent is gone), Alertmanager resolves it by itself
+// once the last endsAt passes.
+func TestAlertmanagerKeepsFiring(t *testing.T) {
+	am := amtest.Start(t, amConfig)
+	cfg := agentRules(t, am.URL, "")
+	const resend, window = 500 * time.Millisecond, 100 * time.Millisecond
+	d := detector.New(detector.Config{Notifier: dispatcherFor(t, cfg), ResendInterval: resend, ExternalLabels: map[string]string{}})
+	d.SetRules(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evalDone := make(chan struct{})
+	go func() {
+		defer close(evalDone)
+		stop := time.After(5 * time.Second)
+		tick := time.NewTicker(window)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				if _, err := d.Evaluate(ctx, slowCheckout(now, window)); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}()
+	var seen bool
+	var startsAt, lastEnds time.Time
+	endsMoved := 0
+	for polling := true; polling; {
+		select {
+		case <-evalDone:
+			polling = false
+		case <-time.After(50 * time.Millisecond):
+		}
+		got := amAlerts(t, am.URL)
+		switch {
+		case len(got) == 0 && seen && polling:
+			t.Fatalf("the alert left Alertmanager while the rule still held (last endsAt %v, now %v)", lastEnds, time.Now())
+		case len(got) == 0:
+			continue
+		case len(got) > 1:
+			t.Fatalf("%d alerts, want 1: %+v", len(got), got)
+		}
+		a := got[0]
+		if a.Status.State != "active" {
+			t.Fatalf("alert is %s while the rule holds", a.Status.State)
+		}
+		if !seen {
+			seen, startsAt = true, a.StartsAt
+		}
+		if !a.StartsAt.Equal(startsAt) {
+			t.Errorf("startsAt changed from %v to %v: Alertmanager sees a new alert", startsAt, a.StartsAt)
+		}
+		if a.EndsAt.After(lastEnds) {
+			if !lastEnds.IsZero() {
+				endsMoved++
+			}
+			lastEnds = a.EndsAt
+		}
+	}
+	if !seen || endsMoved < 3 {
+		t.Fatalf("seen %v, endsAt moved %d times; want the alert, resent every %v", seen, endsMoved, resend)
+	}
+	// The agent stopped: the alert ends at its last endsAt (at most
+	// 4 x 500ms after the last resend).
+	deadline := time.Now().Add(10 * time.Second)
+	for len(amAlerts(t, am.URL)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the alert outlived its endsAt %v by 10s", lastEnds)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if gone := time.Now(); gone.Before(lastEnds.Add(-100 * time.Millisecond)) {
+		t.Errorf("the alert left at %v, before its endsAt %v", gone, lastEnds)
 	}
 }

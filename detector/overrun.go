@@ -21,9 +21,15 @@ const OverrunAlertName = "SpanOverBudget"
 // alert's "stack" annotation carries.
 const stackFrames = 8
 
+// overrunEntry is the episode of one overrun alert (one label set).
 type overrunEntry struct {
-	last       time.Time
-	suppressed uint64
+	// startsAt is the episode's first overrun: every alert of the episode
+	// carries it.
+	startsAt time.Time
+	// last is when the last alert went out; endsAt is its EndsAt: the
+	// episode is open until then, as the receivers see it.
+	last, endsAt time.Time
+	suppressed   uint64
 }
 
 // Overrun fires an alert for one span slower than its budget, at once,
@@ -37,7 +43,13 @@ type overrunEntry struct {
 // overruns with the same labels within OverrunInterval are counted (and
 // reported in the next alert's "suppressed" annotation) but not sent, and
 // at most OverrunBurst overrun alerts go out per OverrunInterval in total.
-// Overrun returns the alert it sent, or nil when it sent none.
+//
+// An alert lasts OverrunResolveTimeout (its EndsAt). An overrun that comes
+// before the last alert of its label set has ended continues that
+// episode: the alert it sends keeps the episode's StartsAt and moves
+// EndsAt on, so a span that keeps overrunning is one alert in
+// Alertmanager, firing since its first overrun. Overrun returns the alert
+// it sent, or nil when it sent none.
 func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Alert, error) {
 	cfg := d.rules.Load()
 	entry := cfg.BudgetEntry(o.Span)
@@ -62,11 +74,14 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	if err := entry.ExpandLabels(data, labels); err != nil {
 		d.ruleError("budget "+entry.Span.String(), err)
 	}
+	addExternal(labels, d.ext.get(cfg))
 	fp := alert.Fingerprint(labels)
 
 	d.ovMu.Lock()
 	e := d.ovSeen[fp]
-	if e != nil && t.Sub(e.last) < d.cfg.OverrunInterval && !t.Before(e.last) {
+	// Within OverrunInterval of the last alert, either side (overruns from
+	// several CPUs arrive slightly out of order), the overrun is folded in.
+	if e != nil && t.Sub(e.last) < d.cfg.OverrunInterval && e.last.Sub(t) < d.cfg.OverrunInterval {
 		e.suppressed++
 		d.ovMu.Unlock()
 		d.stats.overrunsDeduped.Add(1)
@@ -86,12 +101,15 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		return nil, nil
 	}
 	d.ovInWin++
-	if e == nil {
-		e = &overrunEntry{}
+	if e == nil || !t.Before(e.endsAt) {
+		// A new episode: the first, or the last one's alert has ended.
+		e = &overrunEntry{startsAt: t}
 		d.ovSeen[fp] = e
+		d.stats.overrunEpisodes.Add(1)
 	}
 	suppressed := e.suppressed
-	e.last, e.suppressed = t, 0
+	e.last, e.endsAt, e.suppressed = t, t.Add(d.cfg.OverrunResolveTimeout), 0
+	startsAt, endsAt := e.startsAt, e.endsAt
 	d.ovMu.Unlock()
 
 	// Annotations are built only for alerts that go out: in a flood, the
@@ -130,8 +148,8 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		Labels:      labels,
 		Annotations: annotations,
 		State:       alert.StateFiring,
-		StartsAt:    t,
-		EndsAt:      t.Add(d.cfg.OverrunInterval),
+		StartsAt:    startsAt,
+		EndsAt:      endsAt,
 		Fingerprint: fp,
 		Value:       dur,
 		Overrun:     &oc,
@@ -140,11 +158,11 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	return a, d.notify(ctx, []*alert.Alert{a})
 }
 
-// gcOverruns forgets dedupe entries older than the interval. Called with
-// ovMu held, once per window.
+// gcOverruns forgets episodes whose alert has ended. Called with ovMu
+// held, once per OverrunInterval.
 func (d *Detector) gcOverruns(now time.Time) {
 	for k, e := range d.ovSeen {
-		if now.Sub(e.last) >= d.cfg.OverrunInterval {
+		if !now.Before(e.endsAt) && now.Sub(e.last) >= d.cfg.OverrunInterval {
 			delete(d.ovSeen, k)
 		}
 	}

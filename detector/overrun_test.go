@@ -33,7 +33,7 @@ func TestOverrunAlert(t *testing.T) {
 	if err != nil || a == nil {
 		t.Fatalf("Overrun = %v, %v", a, err)
 	}
-	wantLabels := map[string]string{"alertname": "SpanOverBudget", "span": "checkout", "process": "api", "container": "web-1", "severity": "page"}
+	wantLabels := map[string]string{"alertname": "SpanOverBudget", "span": "checkout", "process": "api", "container": "web-1", "severity": "page", "node": NodeName()}
 	if fmt.Sprint(a.Labels) != fmt.Sprint(wantLabels) {
 		t.Errorf("labels = %v, want %v", a.Labels, wantLabels)
 	}
@@ -51,7 +51,7 @@ func TestOverrunAlert(t *testing.T) {
 	if fmt.Sprint(a.Annotations) != fmt.Sprint(wantAnn) {
 		t.Errorf("annotations = %v\nwant %v", a.Annotations, wantAnn)
 	}
-	if a.State != alert.StateFiring || !a.StartsAt.Equal(t0) || !a.EndsAt.Equal(t0.Add(time.Minute)) || a.Overrun == nil || a.Overrun.TraceID == "" {
+	if a.State != alert.StateFiring || !a.StartsAt.Equal(t0) || !a.EndsAt.Equal(t0.Add(4*time.Minute)) || a.Overrun == nil || a.Overrun.TraceID == "" {
 		t.Errorf("alert = %+v", a)
 	}
 	if sent := rec.take(); len(sent) != 1 || sent[0].Fingerprint != a.Fingerprint {
@@ -183,6 +183,82 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if st := d.Stats(); st.Evaluations != 200 || st.OverrunAlerts == 0 {
 		t.Errorf("stats = %+v", st)
+	}
+}
+
+// TestOverrunEpisode drives one span that keeps overrunning for three
+// simulated minutes, then pauses, on an injected clock: every alert of the
+// episode carries the first overrun's time as StartsAt (Alertmanager shows
+// one alert firing since then), EndsAt moves on with each resend, and an
+// overrun after the last alert has ended starts a new episode.
+func TestOverrunEpisode(t *testing.T) {
+	type sent struct {
+		at, startsAt, endsAt time.Duration // from t0
+		suppressed           string
+	}
+	for _, tc := range []struct {
+		name string
+		// every is the spacing of overruns from 0 to until (inclusive);
+		// then one overrun comes at after.
+		every, until, after time.Duration
+		timeout             time.Duration // OverrunResolveTimeout (0: default 4m)
+		want                []sent
+	}{
+		{"every 5s for three minutes, then one 2m later", 5 * time.Second, 3 * time.Minute, 5 * time.Minute, 0, []sent{
+			{0, 0, 4 * time.Minute, ""},
+			{time.Minute, 0, 5 * time.Minute, "11"},
+			{2 * time.Minute, 0, 6 * time.Minute, "11"},
+			{3 * time.Minute, 0, 7 * time.Minute, "11"},
+			{5 * time.Minute, 0, 9 * time.Minute, ""}, // before 7m: the same episode
+		}},
+		{"every 20s for three minutes, then one after the alert ended", 20 * time.Second, 3 * time.Minute, 8 * time.Minute, 0, []sent{
+			{0, 0, 4 * time.Minute, ""},
+			{time.Minute, 0, 5 * time.Minute, "2"},
+			{2 * time.Minute, 0, 6 * time.Minute, "2"},
+			{3 * time.Minute, 0, 7 * time.Minute, "2"},
+			{8 * time.Minute, 8 * time.Minute, 12 * time.Minute, ""}, // 7m passed: a new episode
+		}},
+		{"resolve timeout shorter than the gap between overruns", 90 * time.Second, 3 * time.Minute, 4 * time.Minute, 80 * time.Second, []sent{
+			{0, 0, 80 * time.Second, ""},
+			{90 * time.Second, 90 * time.Second, 170 * time.Second, ""},
+			{180 * time.Second, 180 * time.Second, 260 * time.Second, ""}, // 170s passed
+			{4 * time.Minute, 180 * time.Second, 320 * time.Second, ""},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{}
+			var clock time.Time
+			d := New(Config{Notifier: rec, OverrunResolveTimeout: tc.timeout, Now: func() time.Time { return clock }})
+			d.SetRules(mustParse(t, "budgets:\n  - {span: checkout, budget: 250ms}\n"))
+			var times []time.Duration
+			for at := time.Duration(0); at <= tc.until; at += tc.every {
+				times = append(times, at)
+			}
+			times = append(times, tc.after)
+			var got []sent
+			for _, at := range times {
+				// The injected clock stamps overruns that come without a
+				// time of their own.
+				o := overrun(0, "checkout", "api")
+				o.Time, clock = time.Time{}, t0.Add(at)
+				a, err := d.Overrun(context.Background(), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a != nil {
+					got = append(got, sent{at, a.StartsAt.Sub(t0), a.EndsAt.Sub(t0), a.Annotations["suppressed"]})
+					if a.Fingerprint != alert.Fingerprint(a.Labels) {
+						t.Errorf("fingerprint %s does not match %v", a.Fingerprint, a.Labels)
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("sent (at, startsAt, endsAt, suppressed):\n got %v\nwant %v", got, tc.want)
+			}
+			if n := len(rec.take()); n != len(tc.want) {
+				t.Errorf("notifier got %d alerts, want %d", n, len(tc.want))
+			}
+		})
 	}
 }
 

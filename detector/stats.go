@@ -19,6 +19,7 @@ type counters struct {
 	notified          atomic.Uint64
 	notifyErrors      atomic.Uint64
 	overrunAlerts     atomic.Uint64
+	overrunEpisodes   atomic.Uint64
 	overrunsDeduped   atomic.Uint64
 	overrunsLimited   atomic.Uint64
 	overrunsIgnored   atomic.Uint64
@@ -39,6 +40,7 @@ type Stats struct {
 	Notified          uint64 // alerts handed to the notifier
 	NotifyErrors      uint64 // notifier calls that failed
 	OverrunAlerts     uint64 // overrun alerts sent
+	OverrunEpisodes   uint64 // overrun alerts with a new StartsAt (a label set's first, or after the last ended)
 	OverrunsDeduped   uint64 // overruns folded into a recent alert of the same span
 	OverrunsLimited   uint64 // overruns dropped by the OverrunBurst cap
 	OverrunsIgnored   uint64 // overruns whose budget says alert: false
@@ -61,6 +63,7 @@ func (d *Detector) Stats() Stats {
 		Notified:          d.stats.notified.Load(),
 		NotifyErrors:      d.stats.notifyErrors.Load(),
 		OverrunAlerts:     d.stats.overrunAlerts.Load(),
+		OverrunEpisodes:   d.stats.overrunEpisodes.Load(),
 		OverrunsDeduped:   d.stats.overrunsDeduped.Load(),
 		OverrunsLimited:   d.stats.overrunsLimited.Load(),
 		OverrunsIgnored:   d.stats.overrunsIgnored.Load(),

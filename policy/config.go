@@ -38,6 +38,13 @@ type Config struct {
 	ExternalURL yaml.Node
 	Metrics     yaml.Node
 
+	// ExternalLabels are added to every alert (rule, policy and overrun
+	// alerts) that does not set the label itself, as Prometheus adds its
+	// external labels. A label set to "" removes a default one (the
+	// detector adds node: NODE_NAME or the host name unless told
+	// otherwise). Nil when the file has no external_labels.
+	ExternalLabels map[string]string
+
 	// Files lists every file read from disk: the rule file first (when it
 	// came from a file), then each policy's Rego and data files. A
 	// reloader watches them all. It is empty when Options.FS was used.
@@ -118,6 +125,11 @@ type Rule struct {
 	Match   Matcher
 	When    *Condition // KindThreshold
 	Anomaly *Anomaly   // KindAnomaly
+	// Over is the range the rule's metrics are computed over: the counts
+	// and histograms of the windows in the range are merged exactly, then
+	// the quantiles and ratios taken (0: the newest window alone). It
+	// defaults to DefaultOver.
+	Over time.Duration
 	// For is how long the rule must hold before the alert fires (pending
 	// until then); KeepFiringFor keeps a firing alert firing that long
 	// after the rule stops holding.
@@ -153,7 +165,21 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
+var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
+
+// DefaultOver is the range of a rule or policy that does not set over:.
+// A quantile over one window flaps: a 10s window of a service doing 5
+// requests a second holds 50 spans, so its p99 is its slowest span, and
+// the next window's is another. One minute is six 10s windows (60 with
+// the demo's 1s interval), enough spans for a stable p99 at modest
+// traffic, and still short enough that an alert resolves within a minute
+// of the service recovering. It is the shortest range Prometheus users
+// commonly put in rate(...[1m]).
+const DefaultOver = time.Minute
+
+// MaxOver bounds a range: the detector keeps every window of the longest
+// range in memory.
+const MaxOver = time.Hour
 
 // Parse decodes and compiles a rule file. name is used in error messages
 // and, unless opts.Dir is set, to resolve relative paths. Every problem
@@ -162,7 +188,7 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 	if len(data) > MaxFileBytes {
 		return nil, ErrorList{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileBytes)}}
 	}
-	d := &decoder{file: name}
+	d := &decoder{file: name, lines: strings.Split(string(data), "\n")}
 	cfg := &Config{Name: name, exactBudgets: map[string]*Budget{}}
 	if opts.FS == nil {
 		cfg.Files = append(cfg.Files, name)
@@ -231,6 +257,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Sources = *v
 		case "collector":
 			cfg.Collector = *v
+		case "external_labels":
+			cfg.ExternalLabels = d.externalLabels(v)
 		case "external_url":
 			cfg.ExternalURL = *v
 		case "metrics":
@@ -392,11 +420,11 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := resolve(n)
-	r := &Rule{Pos: d.pos(rn)}
+	r := &Rule{Pos: d.pos(rn), Over: DefaultOver}
 	nerr := len(d.errs)
 	ok := d.fields(n, "rule", ruleKeys, func(key string, k, v *yaml.Node) {
 		switch key {
@@ -426,7 +454,12 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			if s, ok := d.name(v, "when"); ok {
 				c, err := ParseCondition(s)
 				if err != nil {
-					d.errorf(v, "when: %v", err)
+					var ce *ConditionError
+					if errors.As(err, &ce) {
+						d.errorAt(v, ce.Offset, "when: %s", ce.Msg)
+					} else {
+						d.errorf(v, "when: %v", err)
+					}
 					return
 				}
 				r.When = c
@@ -434,6 +467,8 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			}
 		case "anomaly":
 			r.Anomaly = d.anomaly(v)
+		case "over":
+			r.Over = d.over(v)
 		case "for":
 			r.For, _ = d.duration(v, "for")
 		case "keep_firing_for":
@@ -543,11 +578,11 @@ func (d *decoder) anomaly(n *yaml.Node) *Anomaly {
 	return a
 }
 
-var policyKeys = []string{"file", "data", "name", "for", "keep_firing_for"}
+var policyKeys = []string{"file", "data", "name", "over", "for", "keep_firing_for"}
 
 func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
 	rn := resolve(n)
-	spec := policySpec{pos: d.pos(rn)}
+	spec := policySpec{pos: d.pos(rn), over: DefaultOver}
 	nerr := len(d.errs)
 	if rn.Kind == yaml.ScalarNode {
 		spec.file, _ = d.name(rn, "policy file")
@@ -561,6 +596,8 @@ func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
 				spec.data = d.strList(v, "policy data")
 			case "name":
 				spec.name, _ = d.name(v, "policy name")
+			case "over":
+				spec.over = d.over(v)
 			case "for":
 				spec.forDur, _ = d.duration(v, "for")
 			case "keep_firing_for":
@@ -580,6 +617,49 @@ func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
 		return nil
 	}
 	return p
+}
+
+// over decodes a range: a duration up to MaxOver; 0 means the newest
+// window alone.
+func (d *decoder) over(n *yaml.Node) time.Duration {
+	v, ok := d.duration(n, "over")
+	if !ok {
+		return DefaultOver
+	}
+	if v > MaxOver {
+		d.errorf(n, "over: %s is longer than 1h, the longest range: the detector keeps every window of a range in memory", resolve(n).Value)
+		return DefaultOver
+	}
+	return v
+}
+
+// externalLabels decodes external_labels: label names to plain strings
+// (no templates: they are the same on every alert).
+func (d *decoder) externalLabels(n *yaml.Node) map[string]string {
+	n = resolve(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return map[string]string{}
+	}
+	out := map[string]string{}
+	d.fields(n, "external_labels", nil, func(key string, k, v *yaml.Node) {
+		switch {
+		case !labelNameRE.MatchString(key):
+			d.errorf(k, "external_labels: bad label name %q: want letters, digits and underscores, not starting with a digit", key)
+			return
+		case key == "alertname":
+			d.errorf(k, "external_labels: alertname is set by each rule, policy and budget, not for all alerts")
+			return
+		}
+		vn := resolve(v)
+		if vn.Kind == yaml.ScalarNode && vn.ShortTag() == "!!null" {
+			out[key] = "" // key: (nothing) removes a default label, like ""
+			return
+		}
+		if s, ok := d.str(v, "external_labels."+key); ok {
+			out[key] = s
+		}
+	})
+	return out
 }
 
 // fileReader reads the files a rule file refers to, from disk or from an

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -50,7 +51,13 @@ func TestLoadFull(t *testing.T) {
 		t.Errorf("Files = %v, want %v", cfg.Files, wantFiles)
 	}
 	// Raw sections keep their nodes for other packages.
-	if cfg.Webhooks.Kind != yaml.SequenceNode || cfg.Webhooks.Line != 46 {
+	if r.Over != DefaultOver || cfg.Rules[1].Over != 5*time.Minute || cfg.Policies[0].Over != DefaultOver {
+		t.Errorf("ranges %v %v %v, want the default, 5m and the default", r.Over, cfg.Rules[1].Over, cfg.Policies[0].Over)
+	}
+	if fmt.Sprint(cfg.ExternalLabels) != "map[cluster:eu1]" {
+		t.Errorf("external labels %v", cfg.ExternalLabels)
+	}
+	if cfg.Webhooks.Kind != yaml.SequenceNode || cfg.Webhooks.Line != 51 {
 		t.Errorf("webhooks node kind %v line %d", cfg.Webhooks.Kind, cfg.Webhooks.Line)
 	}
 	var hooks []struct{ Name, URL string }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 )
@@ -23,6 +24,9 @@ const (
 type decoder struct {
 	file string
 	errs ErrorList
+	// lines is the source, so an error inside a scalar (a condition) can
+	// point at its column.
+	lines []string
 }
 
 // checkTree walks the document, expanding aliases, and fails once it is
@@ -206,6 +210,35 @@ func (d *decoder) name(n *yaml.Node, what string) (string, bool) {
 		return "", false
 	}
 	return s, ok
+}
+
+// errorAt records an error at byte offset off inside scalar n's value. The
+// column is exact when the value is written on one line as it reads
+// (plain or quoted without escapes); otherwise the error points at the
+// scalar.
+func (d *decoder) errorAt(n *yaml.Node, off int, format string, a ...any) {
+	d.errorf(n, format, a...)
+	e := d.errs[len(d.errs)-1]
+	if n == nil || n.Line < 1 || n.Line > len(d.lines) || off < 0 || off > len(n.Value) {
+		return
+	}
+	line := d.lines[n.Line-1]
+	col := n.Column - 1 // 0-based, in runes
+	if n.Style == yaml.SingleQuotedStyle || n.Style == yaml.DoubleQuotedStyle {
+		col++
+	} else if n.Style != 0 {
+		return // block scalars start on the next line
+	}
+	// The line's text at the scalar, in runes as yaml.v3 counts columns.
+	runes := []rune(line)
+	if col > len(runes) {
+		return
+	}
+	prefix := n.Value[:off]
+	if !strings.HasPrefix(string(runes[col:]), prefix) {
+		return // escapes or folding: the value does not read as written
+	}
+	e.Col = col + utf8.RuneCountInString(prefix) + 1
 }
 
 func (d *decoder) duration(n *yaml.Node, what string) (time.Duration, bool) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -25,26 +26,33 @@ func TestParseThreshold(t *testing.T) {
 		{MetricP99, "1m30s", 90e9, ""},
 		{MetricP99, "0", 0, ""},
 		{MetricMax, "200", 0, "needs a unit"},
-		{MetricMean, "fast", 0, "bad duration"},
+		{MetricMean, "fast", 0, "is not a duration"},
+		{MetricP99, "200xs", 0, `unknown unit "xs"`},
+		{MetricP99, "200 ms", 0, "no space allowed"},
+		{MetricP99, "5%", 0, "p99 is a duration, not a percentage"},
 		{MetricP50, "-5ms", 0, "negative duration"},
 		{MetricRate, "100/s", 100, ""},
 		{MetricRate, "6000/m", 100, ""},
 		{MetricRate, "7200/h", 2, ""},
 		{MetricRate, "12.5", 12.5, ""},
-		{MetricRate, "10/d", 0, "unit must be"},
-		{MetricRate, "many/s", 0, "want a number"},
+		{MetricRate, "10/d", 0, `unknown unit "/d"`},
+		{MetricRate, "200ms", 0, "not a duration"},
+		{MetricRate, "many/s", 0, "is not a number"},
 		{MetricErrorRatio, "5%", 0.05, ""},
 		{MetricErrorRatio, "0.5%", 0.005, ""},
 		{MetricErrorRatio, "0.05", 0.05, ""},
 		{MetricErrorRatio, "1", 1, ""},
 		{MetricErrorRatio, "5", 0, "above 1"},
+		{MetricErrorRatio, "150%", 0, "above 100%"},
+		{MetricErrorRatio, "100%", 1, ""},
 		{MetricCount, "100", 100, ""},
 		{MetricCount, "1e3", 1000, ""},
 		{MetricErrors, "0", 0, ""},
 		{MetricOverBudget, "3", 3, ""},
 		{MetricCount, "100ms", 0, "plain number"},
 		{MetricCount, "NaN", 0, "plain number"},
-		{MetricCount, "-1", 0, "plain number"},
+		{MetricCount, "-1", 0, "negative number"},
+		{MetricCount, "5%", 0, "not a percentage"},
 	} {
 		got, err := parseThreshold(tc.metric, tc.in)
 		if tc.err != "" {
@@ -109,6 +117,51 @@ func TestConditionOperators(t *testing.T) {
 					t.Errorf("%s on %s=%v: holds=%v, want %v", expr, m, m.Value(s), got, w[i])
 				}
 			}
+		}
+	}
+}
+
+// TestConditionErrors checks that each malformed condition is refused with
+// a message that names the problem, at the offset of the offending part.
+func TestConditionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		off  int
+		msg  string
+	}{
+		{"", 0, "empty condition"},
+		{"p99 >> 200ms", 4, `unknown operator ">>"`},
+		{"p99 = 200ms", 4, "did you mean ==?"},
+		{"p99 => 200ms", 4, "did you mean >=?"},
+		{"p99 <> 200ms", 4, "did you mean !=?"},
+		{"p99 >", 5, "missing value after p99 >"},
+		{"p99 200ms", 4, "missing operator between p99 and \"200ms\""},
+		{"p99", 3, "missing operator and value"},
+		{"> 1s", 0, "missing metric"},
+		{"1s > p99", 0, "starts with the metric"},
+		{"latency > 1s", 0, "did you mean p99?"},
+		{"eror_ratio > 5%", 0, "did you mean error_ratio?"},
+		{"p99 > 200xs", 9, `unknown unit "xs"`},
+		{"p99 > 200 ms", 9, "no space allowed"},
+		{"p99 > 200ms foo", 12, `unexpected "foo"`},
+		{"p99 > fast", 6, "is not a duration"},
+		{"rate > 10/d", 9, `unknown unit "/d"`},
+		{"p99 > 1s or count > 3", 9, `"or" is not supported`},
+		{"p99 > 1s || count > 3", 9, `"||" is not supported`},
+		{"p99 > 1s and", 9, "the one after it is missing"},
+		{"and p99 > 1s", 0, "the one before it is missing"},
+		{"p99 > 1s and and count > 1", 9, "the one after it is missing"},
+		{"p99>1s&&count>", 14, "missing value after count >"},
+		{"count >> 3", 6, "unknown operator"},
+	} {
+		_, err := ParseCondition(tc.text)
+		var ce *ConditionError
+		if !errors.As(err, &ce) {
+			t.Errorf("ParseCondition(%q) = %v, want a *ConditionError", tc.text, err)
+			continue
+		}
+		if ce.Offset != tc.off || !strings.Contains(ce.Msg, tc.msg) {
+			t.Errorf("ParseCondition(%q): offset %d %q, want offset %d and %q", tc.text, ce.Offset, ce.Msg, tc.off, tc.msg)
 		}
 	}
 }

@@ -2,27 +2,25 @@ package policy
 
 import (
 	"math"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// Input converts a snapshot into the value every policy sees as input. The
-// detector converts each snapshot once and passes the same value to every
-// policy (rego.EvalParsedInput), instead of letting OPA convert it again per
-// policy.
-//
-// by_span indexes the same series by span name, so a policy about one span
-// looks its series up (input.by_span.checkout) instead of scanning them
-// all. The shape (histograms are left out):
+// Input converts a snapshot into the value a policy sees as input, every
+// series included: what a policy over the newest window alone (over: 0s)
+// would get without Batch's filtering. The shape (histograms are left
+// out):
 //
 //	{
 //	  "time": "2026-01-02T15:04:05Z", "time_ns": 1767366245000000000,
 //	  "window_ns": 10000000000, "window_seconds": 10, "host": "node1",
+//	  "range_ns": 60000000000, "range_seconds": 60,
 //	  "series": [{"span": "checkout", "cgroup_id": 1234, "cgroup": "...",
 //	              "container": "...", "pod": "...", "unit": "...", "process": "...",
 //	              "count": 100, "rate": 10, "errors": 2, "error_ratio": 0.02,
-//	              "sum_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
+//	              "sum_ns": ..., "min_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
 //	              "max_ns": ..., "window_max_ns": ..., "over_budget": 1,
 //	              "budget_ns": 250000000, "labels": {"span": "checkout", ...}}],
 //	  "by_span": {"checkout": [<the checkout series>], ...},
@@ -30,36 +28,58 @@ import (
 //	                "budget_ns": ..., "trace_id": ..., "container": ..., ...}],
 //	  "stats": {"events": ..., "ringbuf_drops": ..., ...}
 //	}
+//
+// by_span indexes the same series by span name, so a policy about one span
+// looks its series up (input.by_span.checkout) instead of scanning them
+// all.
 func Input(s *snapshot.Snapshot) ast.Value {
-	series := make([]*ast.Term, len(s.Series))
-	bySpan := map[string][]*ast.Term{}
-	var spans []string
-	for i := range s.Series {
-		series[i] = ast.NewTerm(seriesObject(&s.Series[i]))
-		name := s.Series[i].Span
-		if _, ok := bySpan[name]; !ok {
-			spans = append(spans, name)
-		}
-		bySpan[name] = append(bySpan[name], series[i])
-	}
-	// by_span shares the series terms: an index, not a copy.
-	spanItems := make([][2]*ast.Term, len(spans))
-	for i, name := range spans {
-		spanItems[i] = item(strTerm(name), ast.ArrayTerm(bySpan[name]...))
-	}
+	return RangeInput(s, s.Series, s.Window())
+}
+
+// RangeInput is Input with the series aggregated over a range (a policy's
+// over:), covering covered: input.series and input.by_span hold them, and
+// input.range_ns and input.range_seconds say how long the range is.
+func RangeInput(s *snapshot.Snapshot, ser []snapshot.Series, covered time.Duration) ast.Value {
+	b := NewBatch(s)
+	r := b.rangeInput(ser, covered)
+	return b.object(r, r.allTerm(), r.bySpanAll())
+}
+
+// A Batch is one evaluation's input for many policies. It converts the
+// snapshot-wide parts once and each series at most once, and only the
+// series a policy's input holds: a policy whose rules walk input.series
+// behind comparisons of a series field with a constant (s.count >= 10,
+// s.p99_ns > data.limit_ns) gets only the series that pass them, since no
+// other series could make those rules hold (see Policy.Prefilter); a
+// policy that reads input.by_span only by constant names gets only those
+// spans. The values Input returns are read-only and may be shared between
+// goroutines; the Batch itself is for one goroutine.
+type Batch struct {
+	snap   *snapshot.Snapshot
+	base   [][2]*ast.Term
+	ranges map[rangeKey]*rangeInput
+	sel    []int32
+}
+
+type rangeKey struct {
+	first   *snapshot.Series
+	n       int
+	covered time.Duration
+}
+
+// NewBatch starts the input of one evaluation of snapshot s.
+func NewBatch(s *snapshot.Snapshot) *Batch {
 	overruns := make([]*ast.Term, len(s.Overruns))
 	for i := range s.Overruns {
 		overruns[i] = ast.NewTerm(overrunObject(&s.Overruns[i]))
 	}
 	st := s.Stats
-	return ast.NewObject(
+	return &Batch{snap: s, ranges: map[rangeKey]*rangeInput{}, base: [][2]*ast.Term{
 		item(kTime, strTerm(s.Time.UTC().Format("2006-01-02T15:04:05.999999999Z07:00"))),
 		item(kTimeNs, ast.IntNumberTerm(int(s.Time.UnixNano()))),
 		item(kWindowNs, ast.IntNumberTerm(int(s.WindowNs))),
 		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
 		item(kHost, strTerm(s.Host)),
-		item(kSeries, ast.ArrayTerm(series...)),
-		item(kBySpan, ast.ObjectTerm(spanItems...)),
 		item(kOverruns, ast.ArrayTerm(overruns...)),
 		item(kStats, ast.ObjectTerm(
 			item(ast.StringTerm("events"), uintTerm(st.Events)),
@@ -68,7 +88,146 @@ func Input(s *snapshot.Snapshot) ast.Value {
 			item(ast.StringTerm("short_events"), uintTerm(st.ShortEvents)),
 			item(ast.StringTerm("overruns_dropped"), uintTerm(st.OverrunsDropped)),
 		)),
+	}}
+}
+
+// Input returns policy p's input with series, the snapshot's series
+// aggregated over the policy's range (which covers covered): every series
+// the policy could read, converted once for all the policies of the batch.
+func (b *Batch) Input(p *Policy, series []snapshot.Series, covered time.Duration) ast.Value {
+	r := b.rangeInput(series, covered)
+	var ser, by *ast.Term
+	switch p.needs.series {
+	case needNone:
+		ser = emptyArray
+	case needAll:
+		ser = r.allTerm()
+	default:
+		b.sel = p.needs.filter(series, b.sel[:0])
+		terms := make([]*ast.Term, len(b.sel))
+		for j, i := range b.sel {
+			terms[j] = r.term(int(i))
+		}
+		ser = ast.ArrayTerm(terms...)
+	}
+	switch p.needs.bySpan {
+	case needNone:
+		by = emptyObject
+	case needAll:
+		by = r.bySpanAll()
+	default:
+		by = r.bySpanOf(p.needs.spans)
+	}
+	return b.object(r, ser, by)
+}
+
+func (b *Batch) object(r *rangeInput, series, bySpan *ast.Term) ast.Value {
+	items := make([][2]*ast.Term, 0, len(b.base)+4)
+	items = append(items, b.base...)
+	items = append(items,
+		item(kRangeNs, ast.IntNumberTerm(int(r.covered))),
+		item(kRangeSeconds, ast.FloatNumberTerm(r.covered.Seconds())),
+		item(kSeries, series),
+		item(kBySpan, bySpan),
 	)
+	return ast.NewObject(items...)
+}
+
+var (
+	emptyArray  = ast.ArrayTerm()
+	emptyObject = ast.ObjectTerm()
+)
+
+// rangeInput is the series of one range, converted on demand.
+type rangeInput struct {
+	series  []snapshot.Series
+	covered time.Duration
+	terms   []*ast.Term // nil until converted
+	all     *ast.Term
+	byAll   *ast.Term
+	spans   map[string][]int32
+	order   []string
+}
+
+func (b *Batch) rangeInput(series []snapshot.Series, covered time.Duration) *rangeInput {
+	k := rangeKey{n: len(series), covered: covered}
+	if len(series) > 0 {
+		k.first = &series[0]
+	}
+	r := b.ranges[k]
+	if r == nil {
+		r = &rangeInput{series: series, covered: covered, terms: make([]*ast.Term, len(series))}
+		b.ranges[k] = r
+	}
+	return r
+}
+
+func (r *rangeInput) term(i int) *ast.Term {
+	if r.terms[i] == nil {
+		r.terms[i] = ast.NewTerm(seriesObject(&r.series[i]))
+	}
+	return r.terms[i]
+}
+
+func (r *rangeInput) allTerm() *ast.Term {
+	if r.all == nil {
+		terms := make([]*ast.Term, len(r.series))
+		for i := range r.series {
+			terms[i] = r.term(i)
+		}
+		r.all = ast.ArrayTerm(terms...)
+	}
+	return r.all
+}
+
+func (r *rangeInput) index() {
+	if r.spans != nil {
+		return
+	}
+	r.spans = map[string][]int32{}
+	for i := range r.series {
+		name := r.series[i].Span
+		l, ok := r.spans[name]
+		if !ok {
+			r.order = append(r.order, name)
+		}
+		r.spans[name] = append(l, int32(i))
+	}
+}
+
+// spanTerm is the array of one span's series: an index into the same
+// terms as input.series, not a copy.
+func (r *rangeInput) spanTerm(name string) *ast.Term {
+	idx := r.spans[name]
+	terms := make([]*ast.Term, len(idx))
+	for j, i := range idx {
+		terms[j] = r.term(int(i))
+	}
+	return ast.ArrayTerm(terms...)
+}
+
+func (r *rangeInput) bySpanAll() *ast.Term {
+	if r.byAll == nil {
+		r.index()
+		items := make([][2]*ast.Term, len(r.order))
+		for i, name := range r.order {
+			items[i] = item(strTerm(name), r.spanTerm(name))
+		}
+		r.byAll = ast.ObjectTerm(items...)
+	}
+	return r.byAll
+}
+
+// bySpanOf is by_span with only the named spans (those the snapshot has).
+func (r *rangeInput) bySpanOf(names []string) *ast.Term {
+	r.index()
+	items := make([][2]*ast.Term, 0, len(names))
+	for _, name := range names {
+		if _, ok := r.spans[name]; ok {
+			items = append(items, item(strTerm(name), r.spanTerm(name)))
+		}
+	}
+	return ast.ObjectTerm(items...)
 }
 
 func item(k, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{k, v} }
@@ -79,6 +238,8 @@ var (
 	kTimeNs        = ast.StringTerm("time_ns")
 	kWindowNs      = ast.StringTerm("window_ns")
 	kWindowSeconds = ast.StringTerm("window_seconds")
+	kRangeNs       = ast.StringTerm("range_ns")
+	kRangeSeconds  = ast.StringTerm("range_seconds")
 	kHost          = ast.StringTerm("host")
 	kSeries        = ast.StringTerm("series")
 	kBySpan        = ast.StringTerm("by_span")
@@ -100,6 +261,7 @@ var (
 	kErrors      = ast.StringTerm("errors")
 	kErrorRatio  = ast.StringTerm("error_ratio")
 	kSumNs       = ast.StringTerm("sum_ns")
+	kMinNs       = ast.StringTerm("min_ns")
 	kP50         = ast.StringTerm("p50_ns")
 	kP90         = ast.StringTerm("p90_ns")
 	kP99         = ast.StringTerm("p99_ns")
@@ -121,8 +283,87 @@ var (
 	kOverrunTime = ast.StringTerm("time")
 )
 
+// fieldKind is the type of a series field in the input.
+type fieldKind uint8
+
+const (
+	fieldUint fieldKind = iota
+	fieldFloat
+	fieldString
+)
+
+// A seriesField is one field of a series object in the input, with how to
+// read it from a snapshot.Series: Prefilter's guards read fields through
+// it, and TestSeriesFields checks it against seriesObject.
+type seriesField struct {
+	name string
+	key  *ast.Term
+	kind fieldKind
+	u    func(*snapshot.Series) uint64
+	f    func(*snapshot.Series) float64
+	s    func(*snapshot.Series) string
+}
+
+func (f *seriesField) term(s *snapshot.Series) *ast.Term {
+	switch f.kind {
+	case fieldUint:
+		return uintTerm(f.u(s))
+	case fieldFloat:
+		return ast.FloatNumberTerm(f.f(s))
+	}
+	return strTerm(f.s(s))
+}
+
+func strField(name string, g func(*snapshot.Series) string) seriesField {
+	return seriesField{name: name, key: ast.StringTerm(name), kind: fieldString, s: g}
+}
+
+func uintField(name string, g func(*snapshot.Series) uint64) seriesField {
+	return seriesField{name: name, key: ast.StringTerm(name), kind: fieldUint, u: g}
+}
+
+func floatField(name string, g func(*snapshot.Series) float64) seriesField {
+	return seriesField{name: name, key: ast.StringTerm(name), kind: fieldFloat, f: g}
+}
+
+// seriesFields are a series object's fields, labels aside.
+var seriesFields = []seriesField{
+	strField("span", func(s *snapshot.Series) string { return s.Span }),
+	uintField("cgroup_id", func(s *snapshot.Series) uint64 { return s.CgroupID }),
+	strField("cgroup", func(s *snapshot.Series) string { return s.Cgroup }),
+	strField("container_id", func(s *snapshot.Series) string { return s.ContainerID }),
+	strField("pod_uid", func(s *snapshot.Series) string { return s.PodUID }),
+	strField("unit", func(s *snapshot.Series) string { return s.Unit }),
+	strField("namespace", func(s *snapshot.Series) string { return s.Namespace }),
+	strField("pod", func(s *snapshot.Series) string { return s.Pod }),
+	strField("container", func(s *snapshot.Series) string { return s.Container }),
+	strField("process", func(s *snapshot.Series) string { return s.Process }),
+	uintField("count", func(s *snapshot.Series) uint64 { return s.Count }),
+	floatField("rate", func(s *snapshot.Series) float64 { return finite(s.Rate) }),
+	uintField("errors", func(s *snapshot.Series) uint64 { return s.Errors }),
+	floatField("error_ratio", func(s *snapshot.Series) float64 { return MetricErrorRatio.Value(s) }),
+	uintField("sum_ns", func(s *snapshot.Series) uint64 { return s.SumNs }),
+	uintField("min_ns", func(s *snapshot.Series) uint64 { return s.MinNs }),
+	uintField("p50_ns", func(s *snapshot.Series) uint64 { return s.P50Ns }),
+	uintField("p90_ns", func(s *snapshot.Series) uint64 { return s.P90Ns }),
+	uintField("p99_ns", func(s *snapshot.Series) uint64 { return s.P99Ns }),
+	uintField("max_ns", func(s *snapshot.Series) uint64 { return s.MaxNs }),
+	// window_max_ns is kept for policies written against version 1.
+	uintField("window_max_ns", func(s *snapshot.Series) uint64 { return s.MaxNs }),
+	uintField("over_budget", func(s *snapshot.Series) uint64 { return s.OverBudget }),
+	uintField("budget_ns", func(s *snapshot.Series) uint64 { return s.BudgetNs }),
+}
+
+var fieldByName = func() map[string]*seriesField {
+	m := map[string]*seriesField{}
+	for i := range seriesFields {
+		m[seriesFields[i].name] = &seriesFields[i]
+	}
+	return m
+}()
+
 func seriesObject(s *snapshot.Series) ast.Object {
-	labels := make([][2]*ast.Term, 0, 9)
+	labels := make([][2]*ast.Term, 0, 9+len(s.SourceLabels))
 	labels = append(labels, item(kSpan, strTerm(s.Span)))
 	for _, kv := range [...]struct {
 		k *ast.Term
@@ -133,6 +374,15 @@ func seriesObject(s *snapshot.Series) ast.Object {
 			labels = append(labels, item(kv.k, strTerm(kv.v)))
 		}
 	}
+	for k, v := range s.SourceLabels {
+		switch k {
+		case "span", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process":
+			continue // the series' own labels win, as in Series.Labels
+		}
+		labels = append(labels, item(ast.StringTerm(k), strTerm(v)))
+	}
+	// Written out, not a loop over seriesFields: this is the hot path of
+	// conversion. TestSeriesFields checks the two agree field by field.
 	return ast.NewObject(
 		item(kSpan, strTerm(s.Span)),
 		item(kCgroupID, uintTerm(s.CgroupID)),
@@ -149,11 +399,12 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kErrors, uintTerm(s.Errors)),
 		item(kErrorRatio, ast.FloatNumberTerm(MetricErrorRatio.Value(s))),
 		item(kSumNs, uintTerm(s.SumNs)),
+		item(kMinNs, uintTerm(s.MinNs)),
 		item(kP50, uintTerm(s.P50Ns)),
 		item(kP90, uintTerm(s.P90Ns)),
 		item(kP99, uintTerm(s.P99Ns)),
 		item(kMax, uintTerm(s.MaxNs)),
-		item(kWindowMax, uintTerm(s.MaxNs)), // kept for policies written against version 1
+		item(kWindowMax, uintTerm(s.MaxNs)),
 		item(kOverBudget, uintTerm(s.OverBudget)),
 		item(kBudgetNs, uintTerm(s.BudgetNs)),
 		item(kLabels, ast.ObjectTerm(labels...)),

@@ -3,9 +3,12 @@ package policy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -150,29 +153,77 @@ func formatDuration(ns float64) string {
 	}
 }
 
+// example is a threshold of the metric's kind, for error messages.
+func (m Metric) example() string {
+	switch m.unit() {
+	case unitDuration:
+		return "200ms"
+	case unitRate:
+		return "100/s"
+	case unitRatio:
+		return "5%"
+	default:
+		return "100"
+	}
+}
+
+// kindOf names what a threshold looks like ("a duration", "a rate", ...),
+// for telling a user which kind they wrote where another was wanted.
+func kindOf(s string) string {
+	switch {
+	case strings.HasSuffix(s, "%"):
+		return "a percentage"
+	case strings.Contains(s, "/"):
+		return "a rate"
+	case len(s) > 0 && (s[0] >= '0' && s[0] <= '9' || s[0] == '.') && strings.IndexFunc(s, unicode.IsLetter) > 0:
+		if _, err := duration.Parse(s); err == nil {
+			return "a duration"
+		}
+	}
+	return ""
+}
+
 // parseThreshold parses a threshold for metric m: a duration for latency
 // metrics ("200ms", "1.5s"), a rate for rate ("100/s", "6000/m", or a plain
 // number per second), a ratio for error_ratio ("5%" or "0.05"), a plain
-// number otherwise. The result is in the metric's base unit.
-func parseThreshold(m Metric, s string) (float64, error) {
+// number otherwise. The result is in the metric's base unit; an error's
+// offset is relative to s.
+func parseThreshold(m Metric, s string) (float64, *ConditionError) {
+	wrongKind := func() *ConditionError {
+		if k := kindOf(s); k != "" && !(k == "a duration" && m.unit() == unitDuration) &&
+			!(k == "a rate" && m.unit() == unitRate) && !(k == "a percentage" && m.unit() == unitRatio) {
+			return condErrorf(0, "%s is %s, not %s (%q): want e.g. %s", m, m.unitName(), k, s, m.example())
+		}
+		return nil
+	}
+	if e := wrongKind(); e != nil {
+		return 0, e
+	}
 	switch m.unit() {
 	case unitDuration:
 		if s == "0" {
 			return 0, nil
 		}
 		if _, err := strconv.ParseFloat(s, 64); err == nil {
-			return 0, fmt.Errorf("%s is a duration: %q needs a unit (%s), e.g. %sms", m, s, duration.Units, s)
+			if strings.HasPrefix(s, "-") {
+				return 0, condErrorf(0, "negative duration %q: a latency is never below 0", s)
+			}
+			return 0, condErrorf(0, "%s is a duration: %q needs a unit (%s), e.g. %sms", m, s, duration.Units, s)
 		}
-		d, err := parseDuration(s)
+		d, err := conditionDuration(s)
 		if err != nil {
 			return 0, err
 		}
 		return float64(d), nil
 	case unitRate:
 		num, per, hasPer := strings.Cut(s, "/")
-		f, err := parseNumber(strings.TrimSpace(num))
+		numT := strings.TrimSpace(num)
+		f, err := parseNumber(numT)
 		if err != nil {
-			return 0, fmt.Errorf("rate %q: want a number of spans per second or minute, e.g. 100/s or 6000/m", s)
+			if strings.HasPrefix(numT, "-") {
+				return 0, condErrorf(0, "negative rate %q: a rate is never below 0", s)
+			}
+			return 0, condErrorf(0, "rate %q: %q is not a number: want spans per second, minute or hour, e.g. 100/s or 6000/m", s, numT)
 		}
 		if hasPer {
 			switch strings.TrimSpace(per) {
@@ -182,33 +233,126 @@ func parseThreshold(m Metric, s string) (float64, error) {
 			case "h":
 				f /= 3600
 			default:
-				return 0, fmt.Errorf("rate %q: unit must be /s, /m or /h", s)
+				return 0, condErrorf(len(num), "rate %q: unknown unit \"/%s\": want /s, /m or /h", s, strings.TrimSpace(per))
 			}
 		}
 		return f, nil
 	case unitRatio:
 		if p, ok := strings.CutSuffix(s, "%"); ok {
-			f, err := parseNumber(strings.TrimSpace(p))
+			p = strings.TrimSpace(p)
+			f, err := parseNumber(p)
 			if err != nil {
-				return 0, fmt.Errorf("percentage %q: want a number followed by %%, e.g. 5%%", s)
+				if strings.HasPrefix(p, "-") {
+					return 0, condErrorf(0, "negative percentage %q: a ratio is between 0%% and 100%%", s)
+				}
+				return 0, condErrorf(0, "percentage %q: %q is not a number: want e.g. 5%%", s, p)
+			}
+			if f > 100 {
+				return 0, condErrorf(0, "percentage %q is above 100%%: an error ratio is between 0%% and 100%%", s)
 			}
 			return f / 100, nil
 		}
 		f, err := parseNumber(s)
 		if err != nil {
-			return 0, fmt.Errorf("ratio %q: want a fraction (0.05) or a percentage (5%%)", s)
+			if strings.HasPrefix(s, "-") {
+				return 0, condErrorf(0, "negative ratio %q: a ratio is between 0 and 1", s)
+			}
+			return 0, condErrorf(0, "ratio %q: want a fraction (0.05) or a percentage (5%%)", s)
 		}
 		if f > 1 {
-			return 0, fmt.Errorf("ratio %q is above 1: write a percentage as %s%%", s, s)
+			return 0, condErrorf(0, "ratio %q is above 1: write a percentage as %s%%", s, s)
 		}
 		return f, nil
 	default:
 		f, err := parseNumber(s)
 		if err != nil {
-			return 0, fmt.Errorf("%s is a plain number, not %q", m, s)
+			if strings.HasPrefix(s, "-") {
+				return 0, condErrorf(0, "negative number %q: %s is never below 0", s, m)
+			}
+			return 0, condErrorf(0, "%s is a plain number, not %q", m, s)
 		}
 		return f, nil
 	}
+}
+
+// unitName says what kind of quantity the metric is, for messages.
+func (m Metric) unitName() string {
+	switch m.unit() {
+	case unitDuration:
+		return "a duration"
+	case unitRate:
+		return "spans per second"
+	case unitRatio:
+		return "a ratio"
+	default:
+		return "a plain number"
+	}
+}
+
+// durationUnits are the units duration.Parse accepts.
+var durationUnits = []string{"ns", "us", "µs", "μs", "ms", "s", "m", "h", "d", "w", "y"}
+
+// conditionDuration parses a condition's duration, saying which part of
+// it is wrong: a space inside it, an unknown unit, a missing number, or
+// something after it.
+func conditionDuration(s string) (time.Duration, *ConditionError) {
+	if d, err := duration.Parse(s); err == nil {
+		return d, nil
+	}
+	if strings.HasPrefix(s, "-") {
+		return 0, condErrorf(0, "negative duration %q: a latency is never below 0", s)
+	}
+	i := 0
+	if s[0] == '+' {
+		i++
+	}
+	for i < len(s) {
+		numStart := i
+		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+			i++
+		}
+		unitStart := i
+		for i < len(s) {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsLetter(r) {
+				break
+			}
+			i += size
+		}
+		num, unit := s[numStart:unitStart], s[unitStart:i]
+		switch {
+		case num == "" && unit == "" && isSpace(s[i]):
+			return 0, condErrorf(i, "duration %q: no space allowed inside a duration (write %s)", s, strings.Join(strings.Fields(s), ""))
+		case num == "" && unit == "":
+			return 0, condErrorf(i, "duration %q: unexpected %q", s, s[i:])
+		case num == "":
+			if numStart == 0 {
+				return 0, condErrorf(0, "%q is not a duration: want a number with a unit, e.g. 200ms or 1.5s", s)
+			}
+			return 0, condErrorf(numStart, "duration %q: unit %q has no number before it", s, unit)
+		case unit == "" && i < len(s) && isSpace(s[i]):
+			rest := strings.TrimSpace(s[i:])
+			if slices.Contains(durationUnits, rest) {
+				return 0, condErrorf(i, "duration %q: no space allowed between the number and its unit (write %s%s)", s, num, rest)
+			}
+			return 0, condErrorf(i, "duration %q: %q needs a unit (%s)", s, num, duration.Units)
+		case unit == "":
+			return 0, condErrorf(unitStart, "duration %q: %q needs a unit (%s)", s, num, duration.Units)
+		case !slices.Contains(durationUnits, unit):
+			return 0, condErrorf(unitStart, "duration %q: unknown unit %q: want one of %s", s, unit, duration.Units)
+		case strings.Count(num, ".") > 1:
+			return 0, condErrorf(numStart, "duration %q: %q is not a number", s, num)
+		}
+		if i < len(s) && isSpace(s[i]) {
+			j := i
+			for j < len(s) && isSpace(s[j]) {
+				j++
+			}
+			return 0, condErrorf(j, "unexpected %q after the duration %s", s[j:], s[:i])
+		}
+	}
+	// Every part looked right, yet duration.Parse refused: it overflows.
+	return 0, condErrorf(0, "duration %q is too long: at most about 292y", s)
 }
 
 func parseNumber(s string) (float64, error) {

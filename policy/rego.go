@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +37,10 @@ type Policy struct {
 	// File is the Rego file's path as resolved; DataFiles likewise.
 	File      string
 	DataFiles []string
+	// Over is the range the policy's input series cover, as on YAML
+	// rules: input.series and input.by_span hold each series' counts and
+	// quantiles over it (default DefaultOver).
+	Over time.Duration
 	// For and KeepFiringFor work as on YAML rules.
 	For           time.Duration
 	KeepFiringFor time.Duration
@@ -42,6 +48,8 @@ type Policy struct {
 
 	files []string
 	query rego.PreparedEvalQuery
+	// needs is what the policy reads of input.series and input.by_span.
+	needs inputNeeds
 }
 
 type policySpec struct {
@@ -50,6 +58,7 @@ type policySpec struct {
 	fileNode      *yaml.Node
 	data          []string
 	name          string
+	over          time.Duration
 	forDur        time.Duration
 	keepFiringFor time.Duration
 }
@@ -89,7 +98,7 @@ var sandboxCaps = sandboxCapabilities()
 const sandboxWhy = "policies run inside the agent on every snapshot and must not reach outside it; compute from input and data instead"
 
 func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Policy, ErrorList) {
-	p := &Policy{Pos: spec.pos, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
+	p := &Policy{Pos: spec.pos, Over: spec.over, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
 	p.File = rd.path(spec.file)
 	p.Name = spec.name
 	if p.Name == "" {
@@ -161,7 +170,52 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 		return nil, astErrors(p.File, err)
 	}
 	p.query = pq
+	// The prefilter reads the module as OPA compiles it: in evaluation
+	// order, with every expression's operands made explicit.
+	c := ast.NewCompiler().WithCapabilities(sandboxCaps)
+	if c.Compile(map[string]*ast.Module{p.File: mod.Copy()}); c.Failed() {
+		return nil, astErrors(p.File, c.Errors)
+	}
+	p.needs = analyzeInput(c.Modules[p.File], data)
 	return p, nil
+}
+
+// Prefilter describes what the policy's input holds when a Batch makes
+// it: "all series", "the series passing N guard(s) in one of M
+// iteration(s)" or "no series", and likewise for by_span. For tests and
+// tools that explain a policy's cost.
+func (p *Policy) Prefilter() string {
+	var b strings.Builder
+	switch p.needs.series {
+	case needNone:
+		b.WriteString("series: none")
+	case needAll:
+		b.WriteString("series: all")
+	default:
+		b.WriteString("series: those passing")
+		for i, gs := range p.needs.iters {
+			if i > 0 {
+				b.WriteString(" or")
+			}
+			for j, g := range gs {
+				if j > 0 {
+					b.WriteString(" and")
+				}
+				fmt.Fprintf(&b, " %s %s %v", g.field.name, [...]string{">", ">=", "<", "<=", "==", "!="}[g.op], g.val)
+			}
+		}
+	}
+	switch p.needs.bySpan {
+	case needNone:
+		b.WriteString("; by_span: none")
+	case needAll:
+		b.WriteString("; by_span: all")
+	default:
+		spans := slices.Clone(p.needs.spans)
+		slices.Sort(spans)
+		fmt.Fprintf(&b, "; by_span: %s", strings.Join(spans, ", "))
+	}
+	return b.String()
 }
 
 func unwrapPathError(err error) error {
@@ -294,7 +348,10 @@ type PolicyAlert struct {
 // context's deadline. A policy that exceeds the deadline returns an error
 // wrapping ErrTimeout.
 func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, error) {
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input))
+	// The result stays an AST term: converting it to Go values and then
+	// to strings cost more than the evaluation when a policy fires for
+	// many series.
+	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm))
 	if err != nil {
 		if ctx.Err() != nil || topdown.IsCancel(err) {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, ErrTimeout)
@@ -304,29 +361,41 @@ func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, erro
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return nil, nil // undefined: no alerts
 	}
-	items, ok := rs[0].Expressions[0].Value.([]any)
-	if !ok {
-		return nil, fmt.Errorf("policy %s: alerts must be a set of objects, got %T", p.Name, rs[0].Expressions[0].Value)
+	t, _ := rs[0].Expressions[0].Value.(*ast.Term)
+	var items []*ast.Term
+	switch v := t.Value.(type) {
+	case ast.Set:
+		items = v.Slice()
+	case *ast.Array:
+		v.Foreach(func(x *ast.Term) { items = append(items, x) })
+	default:
+		return nil, fmt.Errorf("policy %s: alerts must be a set of objects, got %s", p.Name, ast.ValueName(t.Value))
 	}
 	out := make([]PolicyAlert, 0, len(items))
 	for i, it := range items {
-		obj, ok := it.(map[string]any)
+		obj, ok := it.Value.(ast.Object)
 		if !ok {
-			return nil, fmt.Errorf("policy %s: alert %d is %T, want an object with labels and annotations", p.Name, i, it)
+			return nil, fmt.Errorf("policy %s: alert %d is %s, want an object with labels and annotations", p.Name, i, ast.ValueName(it.Value))
 		}
 		var a PolicyAlert
-		for k, v := range obj {
-			switch k {
+		err := obj.Iter(func(k, v *ast.Term) error {
+			key, _ := k.Value.(ast.String)
+			var err error
+			switch key {
 			case "labels":
 				a.Labels, err = stringMap(v)
 			case "annotations":
 				a.Annotations, err = stringMap(v)
 			default:
-				err = fmt.Errorf("unknown key %q (want labels, annotations)", k)
+				return fmt.Errorf("unknown key %v (want labels, annotations)", k)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("policy %s: alert %d: %s: %w", p.Name, i, k, err)
+				return fmt.Errorf("%s: %w", key, err)
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("policy %s: alert %d: %w", p.Name, i, err)
 		}
 		if a.Labels["alertname"] == "" {
 			return nil, fmt.Errorf("policy %s: alert %d has no alertname label", p.Name, i)
@@ -336,23 +405,30 @@ func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, erro
 	return out, nil
 }
 
-func stringMap(v any) (map[string]string, error) {
-	m, ok := v.(map[string]any)
+func keepTerm(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }
+
+func stringMap(t *ast.Term) (map[string]string, error) {
+	obj, ok := t.Value.(ast.Object)
 	if !ok {
-		return nil, fmt.Errorf("want an object, got %T", v)
+		return nil, fmt.Errorf("want an object, got %s", ast.ValueName(t.Value))
 	}
-	out := make(map[string]string, len(m))
-	for k, x := range m {
-		switch s := x.(type) {
-		case string:
-			out[k] = s
-		case json.Number:
-			out[k] = s.String()
-		case bool:
-			out[k] = fmt.Sprint(s)
-		default:
-			return nil, fmt.Errorf("%s: values must be strings, got %T", k, x)
+	out := make(map[string]string, obj.Len())
+	err := obj.Iter(func(k, v *ast.Term) error {
+		ks, ok := k.Value.(ast.String)
+		if !ok {
+			return fmt.Errorf("keys must be strings, got %v", k)
 		}
-	}
-	return out, nil
+		switch x := v.Value.(type) {
+		case ast.String:
+			out[string(ks)] = string(x)
+		case ast.Number:
+			out[string(ks)] = string(x)
+		case ast.Boolean:
+			out[string(ks)] = strconv.FormatBool(bool(x))
+		default:
+			return fmt.Errorf("%s: values must be strings, got %s", ks, ast.ValueName(v.Value))
+		}
+		return nil
+	})
+	return out, err
 }

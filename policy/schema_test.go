@@ -58,6 +58,7 @@ func TestSchemaRejectsBadFiles(t *testing.T) {
 	for _, f := range []string{
 		"unknown_top_key", "unknown_rule_key", "wrong_types", "when_and_anomaly", "bad_label_name",
 		"bad_duration", "bad_anomaly", "empty_name", "budget_errors", "not_a_mapping", "bad_operator",
+		"bad_over", "bad_external_labels",
 	} {
 		if errs := matchSchema(t, Schema(), "testdata/bad/"+f+".yaml"); len(errs) == 0 {
 			t.Errorf("%s: schema accepts it", f)

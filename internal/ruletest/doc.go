@@ -15,6 +15,8 @@
 //	      - series:                  # one snapshot, inline
 //	          - {span: checkout, container: web-1, count: 100, p99: 250ms}
 //	        repeat: 4                # the same snapshot 4 times
+//	      - series:                  # spans by duration: a real histogram
+//	          - {span: checkout, container: web-1, latencies: {50ms: 95, 400ms: 5}}
 //	      - file: recorded.json      # JSON snapshots, one step each
 //	      - series: []               # an empty window
 //	        overruns:                # slow spans, fed to Detector.Overrun
@@ -29,4 +31,13 @@
 // After a step, the alerts compared are those pending or firing, those
 // resolved by that step, and the overrun alerts it sent. Labels must match
 // exactly; annotations are compared only when the expectation lists them.
+// Alerts carry the rule file's external_labels but no node label, so a
+// test passes on every machine.
+//
+// Steps are windows: a rule over a range (over:, default 1m) sees the
+// steps in its range merged, as the agent does with the collector's
+// windows. A recording or a series given by its latencies has histograms
+// that merge exactly; a series given by its quantiles (p99: 250ms) has
+// none, so over several windows each contributes its own quantile as a
+// bound and the range's quantile is the largest of them.
 package ruletest

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -74,8 +75,15 @@ type Series struct {
 	P99         string   `yaml:"p99"`
 	Max         string   `yaml:"max"`
 	Mean        string   `yaml:"mean"`
-	OverBudget  uint64   `yaml:"over_budget"`
-	Budget      string   `yaml:"budget"`
+	// Latencies are the window's spans by duration ("10ms": 98): the
+	// series gets a real histogram, and its count, sum, extremes and
+	// quantiles from it, the way the collector makes them, so it merges
+	// exactly over a rule's range. A series given by its quantiles alone
+	// has no histogram; over a range of several windows, each such window
+	// contributes its own quantile as a bound (the range's is the largest).
+	Latencies  map[string]uint64 `yaml:"latencies"`
+	OverBudget uint64            `yaml:"over_budget"`
+	Budget     string            `yaml:"budget"`
 }
 
 // Overrun is a snapshot.Overrun written for people.
@@ -204,7 +212,9 @@ func run(ctx context.Context, cfg *policy.Config, dir, fileInterval string, tc T
 		want[idx] = e
 	}
 
-	d := detector.New(detector.Config{})
+	// No node label: a test passes on every machine. The rule file's
+	// external_labels still apply.
+	d := detector.New(detector.Config{ExternalLabels: map[string]string{}})
 	d.SetRules(cfg)
 	for i, s := range snaps {
 		var got []*alert.Alert
@@ -403,6 +413,11 @@ func (in Series) series(window time.Duration) (snapshot.Series, error) {
 		return s, err
 	}
 	s.SumNs = mean * s.Count
+	if len(in.Latencies) > 0 {
+		if err := in.latencies(&s); err != nil {
+			return s, err
+		}
+	}
 	if in.Rate != nil {
 		s.Rate = *in.Rate
 	} else {
@@ -414,6 +429,38 @@ func (in Series) series(window time.Duration) (snapshot.Series, error) {
 		s.ErrorRatio = float64(s.Errors) / float64(s.Count)
 	}
 	return s, nil
+}
+
+// latencies sets the series' histogram and everything that follows from
+// it from the spans' durations.
+func (in Series) latencies(s *snapshot.Series) error {
+	if in.P50 != "" || in.P90 != "" || in.P99 != "" || in.Max != "" || in.Mean != "" {
+		return fmt.Errorf("latencies and p50, p90, p99, max or mean are exclusive: the quantiles come from the latencies")
+	}
+	var n uint64
+	s.MinNs, s.MaxNs, s.SumNs, s.Histogram = math.MaxUint64, 0, 0, nil
+	for k, c := range in.Latencies {
+		d, err := dur(k, "latency")
+		if err != nil {
+			return err
+		}
+		if c == 0 {
+			return fmt.Errorf("latencies: %s: a count of 0 spans", k)
+		}
+		n += c
+		s.SumNs += d * c
+		s.MinNs, s.MaxNs = min(s.MinNs, d), max(s.MaxNs, d)
+		s.Histogram = snapshot.MergeHistogram(s.Histogram, []snapshot.Bucket{snapshot.DurationBucket(d, c)})
+	}
+	if in.Count != 0 && in.Count != n {
+		return fmt.Errorf("count %d, but the latencies add up to %d spans", in.Count, n)
+	}
+	s.Count = n
+	mn, mx := float64(s.MinNs), float64(s.MaxNs)
+	s.P50Ns = uint64(snapshot.Quantile(s.Histogram, 0.50, mn, mx))
+	s.P90Ns = uint64(snapshot.Quantile(s.Histogram, 0.90, mn, mx))
+	s.P99Ns = uint64(snapshot.Quantile(s.Histogram, 0.99, mn, mx))
+	return nil
 }
 
 func (in Overrun) overrun() (snapshot.Overrun, error) {

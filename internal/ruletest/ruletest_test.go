@@ -13,12 +13,12 @@ import (
 )
 
 func TestRunFilePasses(t *testing.T) {
-	for _, f := range []string{"../../policy/testdata/good/full.test.yaml", "../../examples/rego/spanwatch.test.yaml"} {
+	for _, f := range []string{"../../policy/testdata/good/full.test.yaml", "../../examples/rego/spanwatch.test.yaml", "testdata/range.test.yaml"} {
 		results, err := RunFile(context.Background(), f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(results) < 2 {
+		if len(results) < 2 && f != "testdata/range.test.yaml" {
 			t.Errorf("%s: %d test cases", f, len(results))
 		}
 		for _, r := range results {
@@ -59,12 +59,15 @@ func TestRunFileErrors(t *testing.T) {
 	}{
 		{"unknown key", "rule_file: rules.yaml\ntests:\n  - name: x\n    stepz: []\n", "field stepz not found"},
 		{"no rule file", "tests: []\n", "rule_file is missing"},
-		{"bad rule file", "rule_file: bad_rules.yaml\ntests:\n  - steps: [{series: []}]\n", "bad_rules.yaml:3:11: when: comparison"},
+		{"bad rule file", "rule_file: bad_rules.yaml\ntests:\n  - steps: [{series: []}]\n", "bad_rules.yaml:3:16: when: missing value after p99 >"},
 		{"no steps", "rule_file: rules.yaml\ntests:\n  - name: x\n", "no steps"},
 		{"at between steps", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{at: 5s, alerts: []}]\n", "no step is evaluated then"},
 		{"step out of range", "rule_file: rules.yaml\ntests:\n  - steps: [{series: []}]\n    expect: [{step: 3, alerts: []}]\n", "steps 0 to 0"},
 		{"bad duration", "rule_file: rules.yaml\ntests:\n  - steps: [{series: [{span: a, p99: fast}]}]\n", `p99 "fast"`},
 		{"missing file", "rule_file: rules.yaml\ntests:\n  - steps: [{file: nope.json}]\n", "nope.json"},
+		{"latencies and quantiles", "rule_file: rules.yaml\ntests:\n  - steps: [{series: [{span: a, p99: 1s, latencies: {10ms: 3}}]}]\n", "latencies and p50, p90, p99, max or mean are exclusive"},
+		{"latencies and count", "rule_file: rules.yaml\ntests:\n  - steps: [{series: [{span: a, count: 5, latencies: {10ms: 3, 1s: 1}}]}]\n", "count 5, but the latencies add up to 4 spans"},
+		{"bad latency", "rule_file: rules.yaml\ntests:\n  - steps: [{series: [{span: a, latencies: {fast: 3}}]}]\n", `latency "fast"`},
 	} {
 		p := filepath.Join(dir, "t.yaml")
 		os.WriteFile(p, []byte(tc.src), 0o644)
@@ -89,6 +92,7 @@ func TestSchema(t *testing.T) {
 		{"../../policy/testdata/good/full.test.yaml", true},
 		{"../../examples/rego/spanwatch.test.yaml", true},
 		{"testdata/failing.test.yaml", true},
+		{"testdata/range.test.yaml", true},
 		{"testdata/invalid.test.yaml", false},
 	} {
 		raw, err := os.ReadFile(tc.file)

@@ -1,0 +1,428 @@
+package detector
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// history keeps every series' recent windows, as far back as the longest
+// range of the rule set reaches, so that a rule's metrics over a range are
+// computed exactly: counts summed, histograms merged bucket by bucket, then
+// quantiles taken. Snapshots themselves stay per window.
+//
+// A window is in a range when its midpoint is: walking back from the
+// newest window, a window counts while the time covered before it plus
+// half its length is within the range. The newest window always counts,
+// so a range shorter than the interval (or 0) is the newest window alone.
+//
+// Memory: a series keeps only its windows with spans in them (an idle
+// series costs its map entry, about 150 bytes), each 96 bytes plus
+// its packed histogram (2-4 bytes per non-empty bucket).
+type history struct {
+	wins   []windowInfo // evaluated windows, oldest first
+	series map[string]*seriesHist
+	seq    uint64
+	keyBuf []byte
+	// scratch is each aggregating goroutine's buffers; scratch[0] is the
+	// evaluation's own.
+	scratch []*aggScratch
+
+	// agg is the per-evaluation cache of range aggregates, by range.
+	agg map[time.Duration]*rangeAgg
+	// cur aligns the current snapshot's series with their histories.
+	cur  []*seriesHist
+	snap *snapshot.Snapshot
+}
+
+type windowInfo struct {
+	seq    uint64
+	end    time.Time
+	length time.Duration
+}
+
+// seriesHist is one series' windows with spans, oldest first.
+type seriesHist struct {
+	wins     []seriesWin
+	lastSeen uint64
+}
+
+// seriesWin is what a range needs of one window of one series (96
+// bytes, and its packed histogram). For a metric series, sum, min and max
+// hold int64 bits.
+type seriesWin struct {
+	seq                      uint64
+	count, errors, sum, over uint64
+	min, max                 uint64
+	histFirst, histLast      int32
+	// hist is the packed histogram. A window recorded without one (a
+	// hand-made test snapshot) keeps its own three quantiles in it
+	// instead, as uvarints (float64 bits for a metric), and noHist is set.
+	hist   []byte
+	noHist bool
+}
+
+// quantiles returns a window's own quantiles (noHist windows only).
+func (w *seriesWin) quantiles(metric bool) (q [3]float64) {
+	p := w.hist
+	for i := range q {
+		v, n := binary.Uvarint(p)
+		p = p[n:]
+		q[i] = float64(v)
+		if metric {
+			q[i] = math.Float64frombits(v)
+		}
+	}
+	return q
+}
+
+type aggScratch struct {
+	merger merger
+	withH  []*seriesWin
+}
+
+func newHistory() *history {
+	return &history{series: map[string]*seriesHist{}, agg: map[time.Duration]*rangeAgg{}, scratch: []*aggScratch{{}}}
+}
+
+// seriesKey identifies a series across windows (and for its anomaly
+// baselines) without building its label map.
+func seriesKey(b []byte, s *snapshot.Series) []byte {
+	b = append(b, s.Kind...)
+	b = append(b, 0)
+	for _, f := range [...]string{s.Span, s.Cgroup, s.ContainerID, s.PodUID, s.Unit, s.Namespace, s.Pod, s.Container, s.Process} {
+		b = append(b, f...)
+		b = append(b, 0)
+	}
+	b = strconv.AppendUint(b, s.CgroupID, 10)
+	if len(s.SourceLabels) > 0 {
+		keys := make([]string, 0, len(s.SourceLabels))
+		for k := range s.SourceLabels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = append(b, 0)
+			b = append(b, k...)
+			b = append(b, 0)
+			b = append(b, s.SourceLabels[k]...)
+		}
+	}
+	return b
+}
+
+// observe records a snapshot as the newest window, keeping what ranges up
+// to keep need, and prepares the range aggregates of this evaluation.
+func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
+	h.seq++
+	length := snap.Window()
+	if length <= 0 && len(h.wins) > 0 {
+		length = snap.Time.Sub(h.wins[len(h.wins)-1].end)
+	}
+	h.wins = append(h.wins, windowInfo{seq: h.seq, end: snap.Time, length: max(length, 0)})
+	first, _ := h.span(keep)
+	drop := 0
+	for drop < len(h.wins) && h.wins[drop].seq < first {
+		drop++
+	}
+	h.wins = append(h.wins[:0], h.wins[drop:]...)
+
+	h.snap = snap
+	h.cur = h.cur[:0]
+	if keep <= 0 {
+		// No range reaches back: nothing to keep, nothing to look up.
+		clear(h.series)
+		return
+	}
+	for i := range snap.Series {
+		s := &snap.Series[i]
+		h.keyBuf = seriesKey(h.keyBuf[:0], s)
+		sh := h.series[string(h.keyBuf)]
+		if sh == nil {
+			sh = &seriesHist{}
+			h.series[string(h.keyBuf)] = sh
+		}
+		sh.lastSeen = h.seq
+		sh.trim(first)
+		if s.Count > 0 && keep > 0 {
+			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
+		}
+		h.cur = append(h.cur, sh)
+	}
+	// Series that left the snapshot keep their windows until no range
+	// reaches them.
+	for k, sh := range h.series {
+		if sh.lastSeen == h.seq {
+			continue
+		}
+		sh.trim(first)
+		if len(sh.wins) == 0 {
+			delete(h.series, k)
+		}
+	}
+}
+
+// release drops the evaluation's range aggregates: between evaluations the
+// history keeps only the windows.
+func (h *history) release() {
+	clear(h.agg)
+	h.snap = nil
+	clear(h.cur)
+	h.cur = h.cur[:0]
+}
+
+func (sh *seriesHist) trim(first uint64) {
+	drop := 0
+	for drop < len(sh.wins) && sh.wins[drop].seq < first {
+		drop++
+	}
+	if drop > 0 {
+		clear(sh.wins[:drop])
+		sh.wins = sh.wins[drop:]
+		if len(sh.wins) == 0 {
+			sh.wins = nil
+		}
+	}
+}
+
+func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
+	w := seriesWin{seq: seq, count: s.Count, errors: s.Errors, over: s.OverBudget}
+	var qs [3]uint64
+	if s.IsMetric() {
+		w.sum, w.min, w.max = uint64(s.Sum), uint64(s.Min), uint64(s.Max)
+		qs = [3]uint64{math.Float64bits(s.P50), math.Float64bits(s.P90), math.Float64bits(s.P99)}
+	} else {
+		w.sum, w.min, w.max = s.SumNs, s.MinNs, s.MaxNs
+		qs = [3]uint64{s.P50Ns, s.P90Ns, s.P99Ns}
+	}
+	if len(s.Histogram) == 0 {
+		w.noHist = true
+		for _, q := range qs {
+			w.hist = binary.AppendUvarint(w.hist, q)
+		}
+		return w
+	}
+	{
+		var ok bool
+		w.hist, w.histFirst, w.histLast, ok = packHist(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
+		if !ok {
+			// Not sorted, or a bucket twice (a hand-made snapshot): pack
+			// a sorted copy with each bucket once.
+			h := slices.Clone(s.Histogram)
+			snapshot.SortBuckets(h)
+			j := 0
+			for i := range h {
+				if j > 0 && ord(&h[j-1]) == ord(&h[i]) {
+					h[j-1].Count += h[i].Count
+					continue
+				}
+				h[j] = h[i]
+				j++
+			}
+			w.hist, w.histFirst, w.histLast, _ = packHist(w.hist[:0], h[:j])
+		}
+	}
+	return w
+}
+
+// span returns the first window of a range ending at the newest window,
+// and the time the range's windows cover.
+func (h *history) span(over time.Duration) (first uint64, covered time.Duration) {
+	if len(h.wins) == 0 {
+		return h.seq, 0
+	}
+	n := len(h.wins) - 1
+	first, covered = h.wins[n].seq, h.wins[n].length
+	for i := n - 1; i >= 0; i-- {
+		w := h.wins[i]
+		if covered+w.length/2 > over {
+			break
+		}
+		first, covered = w.seq, covered+w.length
+	}
+	return first, covered
+}
+
+var quantileQs = [3]float64{0.50, 0.90, 0.99}
+
+// rangeAgg is the series of the current snapshot aggregated over one
+// range, computed on demand.
+type rangeAgg struct {
+	first   uint64
+	covered time.Duration
+	series  []snapshot.Series
+	done    []bool
+}
+
+func (h *history) rangeAgg(over time.Duration) *rangeAgg {
+	a := h.agg[over]
+	if a == nil {
+		a = &rangeAgg{}
+		a.first, a.covered = h.span(over)
+		a.series = make([]snapshot.Series, len(h.snap.Series))
+		a.done = make([]bool, len(h.snap.Series))
+		h.agg[over] = a
+	}
+	return a
+}
+
+// aggregated returns series i of the current snapshot over the range
+// over: the snapshot's own series when the range is the newest window
+// alone.
+func (h *history) aggregated(over time.Duration, i int) *snapshot.Series {
+	cur := &h.snap.Series[i]
+	if over <= 0 || len(h.wins) <= 1 {
+		return cur
+	}
+	a := h.rangeAgg(over)
+	if a.first == h.seq {
+		return cur
+	}
+	if !a.done[i] {
+		h.aggregate(h.scratch[0], &a.series[i], cur, h.cur[i], a.first, a.covered)
+		a.done[i] = true
+	}
+	return &a.series[i]
+}
+
+// parallelMin is the fewest series worth aggregating on several
+// goroutines.
+const parallelMin = 2048
+
+// prepare aggregates the series that need (nil: all) marks over a range,
+// on up to workers goroutines, so that aggregated finds them done. The
+// goroutines write disjoint series and use their own buffers.
+func (h *history) prepare(over time.Duration, need []bool, workers int) {
+	if over <= 0 || len(h.wins) <= 1 {
+		return
+	}
+	a := h.rangeAgg(over)
+	if a.first == h.seq {
+		return
+	}
+	var todo []int32
+	for i := range h.snap.Series {
+		if !a.done[i] && (need == nil || need[i]) {
+			todo = append(todo, int32(i))
+		}
+	}
+	workers = min(workers, len(todo)/parallelMin+1)
+	for len(h.scratch) < workers {
+		h.scratch = append(h.scratch, &aggScratch{})
+	}
+	run := func(sc *aggScratch, part []int32) {
+		for _, i := range part {
+			h.aggregate(sc, &a.series[i], &h.snap.Series[i], h.cur[i], a.first, a.covered)
+			a.done[i] = true
+		}
+	}
+	if workers <= 1 {
+		run(h.scratch[0], todo)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (len(todo) + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		part := todo[min(w*chunk, len(todo)):min((w+1)*chunk, len(todo))]
+		wg.Add(1)
+		go func(sc *aggScratch) {
+			defer wg.Done()
+			run(sc, part)
+		}(h.scratch[w])
+	}
+	wg.Wait()
+}
+
+// aggregateAll returns every series of the current snapshot over the range.
+func (h *history) aggregateAll(over time.Duration) ([]snapshot.Series, time.Duration) {
+	if over <= 0 || len(h.wins) <= 1 {
+		return h.snap.Series, h.snap.Window()
+	}
+	a := h.rangeAgg(over)
+	if a.first == h.seq {
+		return h.snap.Series, h.snap.Window()
+	}
+	h.prepare(over, nil, 1)
+	return a.series, a.covered
+}
+
+// aggregate sums the windows of sh from first on into out, starting from
+// the labels and budget of the current window cur, with sc's buffers.
+func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *seriesHist, first uint64, covered time.Duration) {
+	*out = *cur
+	out.Histogram = nil
+	out.Count, out.Errors, out.OverBudget, out.Rate, out.ErrorRatio = 0, 0, 0, 0, 0
+	out.SumNs, out.MinNs, out.MaxNs, out.P50Ns, out.P90Ns, out.P99Ns = 0, 0, 0, 0, 0, 0
+	out.Sum, out.Min, out.Max, out.P50, out.P90, out.P99 = 0, 0, 0, 0, 0, 0
+	k := len(sh.wins)
+	for k > 0 && sh.wins[k-1].seq >= first {
+		k--
+	}
+	wins := sh.wins[k:]
+	if len(wins) == 0 {
+		return
+	}
+	metric := cur.IsMetric()
+	var sum uint64
+	var isum int64
+	minU, maxU := uint64(math.MaxUint64), uint64(0)
+	minI, maxI := int64(math.MaxInt64), int64(math.MinInt64)
+	withHist := sc.withH[:0]
+	defer func() { clear(withHist); sc.withH = withHist[:0] }()
+	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
+	// Windows recorded without their histogram (hand-written test input)
+	// cannot be merged: each contributes its own quantiles as a bound.
+	noHist := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
+	for j := range wins {
+		w := &wins[j]
+		out.Count += w.count
+		out.Errors += w.errors
+		out.OverBudget += w.over
+		if metric {
+			isum += int64(w.sum)
+			minI, maxI = min(minI, int64(w.min)), max(maxI, int64(w.max))
+		} else {
+			sum += w.sum
+			minU, maxU = min(minU, w.min), max(maxU, w.max)
+		}
+		if !w.noHist {
+			withHist = append(withHist, w)
+			lo, hi = min(lo, w.histFirst), max(hi, w.histLast)
+		} else {
+			for q, v := range w.quantiles(metric) {
+				noHist[q] = max(noHist[q], v)
+			}
+		}
+	}
+	if out.Count > 0 {
+		out.ErrorRatio = float64(out.Errors) / float64(out.Count)
+	}
+	if covered > 0 {
+		out.Rate = float64(out.Count) / covered.Seconds()
+	}
+	var mn, mx float64
+	if metric {
+		mn, mx = float64(minI), float64(maxI)
+	} else {
+		mn, mx = float64(minU), float64(maxU)
+	}
+	qs := noHist
+	if len(withHist) > 0 {
+		merged := sc.merger.quantiles(withHist, int64(lo), int64(hi), mn, mx, metric, &quantileQs)
+		for q := range qs {
+			qs[q] = max(qs[q], merged[q])
+		}
+	}
+	if metric {
+		out.Sum, out.Min, out.Max = isum, minI, maxI
+		out.P50, out.P90, out.P99 = qs[0], qs[1], qs[2]
+	} else {
+		out.SumNs, out.MinNs, out.MaxNs = sum, minU, maxU
+		out.P50Ns, out.P90Ns, out.P99Ns = uint64(qs[0]), uint64(qs[1]), uint64(qs[2])
+	}
+}
