@@ -44,8 +44,9 @@ func TestMarkerExactUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func(pin bool, s *stream) {
 			defer wg.Done()
+			// Locked and never unlocked: the pinned thread ends with the
+			// goroutine instead of going back to the runtime pinned.
 			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			if pin {
 				var set unix.CPUSet
 				set.Set(0)

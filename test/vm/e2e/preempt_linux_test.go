@@ -41,8 +41,9 @@ func TestExactUnderPreemption(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			// Locked and never unlocked: the pinned thread ends with the
+			// goroutine instead of going back to the runtime pinned.
 			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			var set unix.CPUSet
 			set.Set(0)
 			if err := unix.SchedSetaffinity(0, &set); err != nil {
