@@ -32,6 +32,7 @@
  */
 
 #include "aggregate.h"
+#include "task_spans.h"
 #include <bpf/bpf_core_read.h>
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -105,25 +106,31 @@ static __always_inline int sample(void *ctx)
 }
 
 /*
- * The spans paired by thread in task storage. The layout and the map are
- * usdt.bpf.c's (USDT_TASK_SLOTS, struct usdt_task_spans); the collector
- * loads this object with a MapReplacement for usdt_task_start.
+ * The spans paired by thread in task storage: a stack per thread
+ * (task_spans.h). The maps are usdt.bpf.c's; the collector loads this
+ * object with MapReplacements for usdt_task_start and usdt_task_names.
  */
-#define INFLIGHT_TASK_SLOTS 16
-
-struct inflight_task_spans {
-	__u64 start_ns[INFLIGHT_TASK_SLOTS];
-};
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct usdt_task_spans);
+} usdt_task_start SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct inflight_task_spans);
-} usdt_task_start SEC(".maps");
+	__type(value, struct task_span_names);
+} usdt_task_names SEC(".maps");
 
-/* Per task slot: the source's span and budget, written by internal/inflight
- * from usdt_sources and budgets; budget_ns 0 means not watched. */
+/* USDT sources (usdt.bpf.c's usdt_sources indexes). */
+#define INFLIGHT_SOURCES 1024
+
+/* Per USDT source of fixed name: its span and budget, written by
+ * internal/inflight from usdt_sources and budgets; budget_ns 0 means not
+ * watched. Spans named by an argument take their name from usdt_task_names
+ * and their budget from budgets (exact names). */
 struct inflight_slot {
 	__u64 budget_ns;
 	__u64 name_id;
@@ -134,7 +141,7 @@ struct inflight_slot {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, INFLIGHT_TASK_SLOTS);
+	__uint(max_entries, INFLIGHT_SOURCES);
 	__type(key, __u32);
 	__type(value, struct inflight_slot);
 } inflight_slots SEC(".maps");
@@ -185,50 +192,105 @@ struct bpf_iter__task {
  * entry of ours whose span ended is removed. Task storage in tracing
  * programs and task iterators need kernel 5.11+ and BTF.
  */
+/* The open spans of a task, for inflight_scan's loop. */
+struct scan_state {
+	struct task_struct *task;
+	struct usdt_task_spans *ts;
+	struct inflight_target *w;
+	struct inflight_target *t;
+	__u64 now;
+	__u32 pos, depth;
+	int found;
+	int watched;
+};
+
+static long scan_one(__u32 d, struct scan_state *st)
+{
+	struct usdt_task_spans *ts = st->ts;
+	struct inflight_slot *sl;
+	__u64 budget, name_id;
+
+	if (d >= st->depth || !ts)
+		return 1;
+	__u32 i = (st->pos - 1 - d) & (TASK_SPANS_DEPTH - 1);
+	__u64 start = ts->s[i].start_ns;
+	__u32 source = ts->s[i].source;
+	__u32 flags = ts->s[i].flags;
+
+	if (!start || source == TASK_SPAN_TAKEN)
+		return 0;
+	if (st->w && (st->w->flags & TARGET_FROM_TASK) && st->w->start_ns == start) {
+		st->watched = 1; /* already watched, or sampled */
+		return 1;
+	}
+	sl = bpf_map_lookup_elem(&inflight_slots, &source);
+	if (!sl || st->now < start)
+		return 0;
+	budget = sl->budget_ns;
+	name_id = sl->name_id;
+	if (flags & TASK_SPAN_NAMED) {
+		struct task_span_names *tn = bpf_task_storage_get(&usdt_task_names, st->task, 0, 0);
+		struct budget *b;
+
+		/* The first overdue span is the one sampled: the target's
+		 * name is the scratch buffer until one is found. */
+		if (!tn || st->found || !st->t)
+			return 0;
+		__builtin_memcpy(st->t->name, tn->name[i].name, sizeof(st->t->name));
+		name_cut(st->t->name);
+		name_id = span_name_id(st->t->name);
+		b = bpf_map_lookup_elem(&budgets, &name_id);
+		budget = b ? b->budget_ns : 0;
+	}
+	if (!budget || st->now - start <= budget)
+		return 0;
+	if (!st->found && st->t) {
+		st->t->start_ns = start;
+		st->t->name_id = name_id;
+		st->t->budget_ns = budget;
+		st->t->samples = sl->samples;
+		if (!(flags & TASK_SPAN_NAMED))
+			__builtin_memcpy(st->t->name, sl->name, sizeof(sl->name));
+		st->found = 1;
+	}
+	return 0;
+}
+
+/*
+ * inflight_scan visits every task: a task whose stack of open USDT spans
+ * holds one over its budget gets an inflight_watch entry (once per span:
+ * an entry for the same start is left alone, even when its samples are
+ * used up); an entry of ours whose span ended is removed. Task storage in
+ * tracing programs and task iterators need kernel 5.11+ and BTF.
+ */
 SEC("iter/task")
 int inflight_scan(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	struct inflight_task_spans *ts;
-	struct inflight_target *w;
 	struct inflight_target t = {};
-	__u64 now = bpf_ktime_get_ns();
+	struct scan_state st = {.t = &t};
 	__u32 tid;
-	int found = 0;
 
 	if (!task)
 		return 0;
 	tid = task->pid;
-	w = bpf_map_lookup_elem(&inflight_watch, &tid);
-	ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
-	if (ts) {
-		for (__u32 i = 0; i < INFLIGHT_TASK_SLOTS; i++) {
-			__u64 start = ts->start_ns[i];
-			struct inflight_slot *sl;
-
-			if (!start)
-				continue;
-			if (w && (w->flags & TARGET_FROM_TASK) && w->start_ns == start)
-				return 0; /* already watched, or sampled */
-			sl = bpf_map_lookup_elem(&inflight_slots, &i);
-			if (!sl || !sl->budget_ns || now < start || now - start <= sl->budget_ns)
-				continue;
-			if (!found) {
-				t.start_ns = start;
-				t.name_id = sl->name_id;
-				t.budget_ns = sl->budget_ns;
-				t.samples = sl->samples;
-				__builtin_memcpy(t.name, sl->name, sizeof(t.name));
-				found = 1;
-			}
-		}
+	st.task = task;
+	st.now = bpf_ktime_get_ns();
+	st.w = bpf_map_lookup_elem(&inflight_watch, &tid);
+	st.ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+	if (st.ts) {
+		st.pos = st.ts->pos;
+		st.depth = st.ts->depth;
+		bpf_loop(TASK_SPANS_DEPTH, scan_one, &st, 0);
+		if (st.watched)
+			return 0;
 	}
-	if (found) {
+	if (st.found) {
 		t.pid = task->tgid;
 		t.source = SOURCE_USDT;
 		t.flags = TARGET_FROM_TASK;
 		bpf_map_update_elem(&inflight_watch, &tid, &t, BPF_ANY);
-	} else if (w && (w->flags & TARGET_FROM_TASK)) {
+	} else if (st.w && (st.w->flags & TARGET_FROM_TASK)) {
 		bpf_map_delete_elem(&inflight_watch, &tid);
 	}
 	return 0;
@@ -329,4 +391,5 @@ int inflight_off_cpu(void *ctx)
 /* Keep the types in BTF so bpf2go generates their Go mirrors. */
 const struct inflight_target *unused_inflight_target __attribute__((unused));
 const struct inflight_slot *unused_inflight_slot __attribute__((unused));
-const struct inflight_task_spans *unused_inflight_task_spans __attribute__((unused));
+const struct usdt_task_spans *unused_usdt_task_spans __attribute__((unused));
+const struct task_span *unused_task_span __attribute__((unused));

@@ -69,11 +69,6 @@ type InflightInflightTarget struct {
 	Name     [128]int8
 }
 
-type InflightInflightTaskSpans struct {
-	_       structs.HostLayout
-	StartNs [16]uint64
-}
-
 type InflightSeriesKey struct {
 	_        structs.HostLayout
 	NameId   uint64
@@ -103,35 +98,56 @@ type InflightSpanName struct {
 	Name [128]int8
 }
 
+type InflightTaskSpan struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Source  uint32
+	Flags   uint32
+}
+
+type InflightTaskSpanNames struct {
+	_    structs.HostLayout
+	Name [17]InflightSpanName
+}
+
+type InflightUsdtTaskSpans struct {
+	_     structs.HostLayout
+	Pos   uint32
+	Depth uint32
+	S     [16]InflightTaskSpan
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	InflightMapBudgetGlobs             = "budget_globs"
-	InflightMapBudgets                 = "budgets"
-	InflightMapCellDirty               = "cell_dirty"
-	InflightMapCells                   = "cells"
-	InflightMapCgCreated               = "cg_created"
-	InflightMapCgQuota                 = "cg_quota"
-	InflightMapCgReleased              = "cg_released"
-	InflightMapCore                    = "core"
-	InflightMapCounters                = "counters"
-	InflightMapFreeSlots               = "free_slots"
-	InflightMapInflightSlots           = "inflight_slots"
-	InflightMapInflightWatch           = "inflight_watch"
-	InflightMapNames                   = "names"
-	InflightMapOverruns                = "overruns"
-	InflightMapSeries                  = "series"
-	InflightMapSeriesDirty             = "series_dirty"
-	InflightMapSeriesIndex             = "series_index"
-	InflightMapUsdtTaskStart           = "usdt_task_start"
-	InflightProgInflightBlocked        = "inflight_blocked"
-	InflightProgInflightOffCpu         = "inflight_off_cpu"
-	InflightProgInflightOnCpu          = "inflight_on_cpu"
-	InflightProgInflightScan           = "inflight_scan"
-	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
-	InflightVarUnusedInflightTarget    = "unused_inflight_target"
-	InflightVarUnusedInflightTaskSpans = "unused_inflight_task_spans"
+	InflightMapBudgetGlobs          = "budget_globs"
+	InflightMapBudgets              = "budgets"
+	InflightMapCellDirty            = "cell_dirty"
+	InflightMapCells                = "cells"
+	InflightMapCgCreated            = "cg_created"
+	InflightMapCgQuota              = "cg_quota"
+	InflightMapCgReleased           = "cg_released"
+	InflightMapCore                 = "core"
+	InflightMapCounters             = "counters"
+	InflightMapFreeSlots            = "free_slots"
+	InflightMapInflightSlots        = "inflight_slots"
+	InflightMapInflightWatch        = "inflight_watch"
+	InflightMapNames                = "names"
+	InflightMapOverruns             = "overruns"
+	InflightMapSeries               = "series"
+	InflightMapSeriesDirty          = "series_dirty"
+	InflightMapSeriesIndex          = "series_index"
+	InflightMapUsdtTaskNames        = "usdt_task_names"
+	InflightMapUsdtTaskStart        = "usdt_task_start"
+	InflightProgInflightBlocked     = "inflight_blocked"
+	InflightProgInflightOffCpu      = "inflight_off_cpu"
+	InflightProgInflightOnCpu       = "inflight_on_cpu"
+	InflightProgInflightScan        = "inflight_scan"
+	InflightVarUnusedInflightSlot   = "unused_inflight_slot"
+	InflightVarUnusedInflightTarget = "unused_inflight_target"
+	InflightVarUnusedTaskSpan       = "unused_task_span"
+	InflightVarUnusedUsdtTaskSpans  = "unused_usdt_task_spans"
 )
 
 // LoadInflight returns the embedded CollectionSpec for Inflight.
@@ -203,6 +219,7 @@ type InflightMapSpecs struct {
 	Series        *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
+	UsdtTaskNames *ebpf.MapSpec `ebpf:"usdt_task_names"`
 	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
 }
 
@@ -210,9 +227,10 @@ type InflightMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
-	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
-	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
-	UnusedInflightTaskSpans *ebpf.VariableSpec `ebpf:"unused_inflight_task_spans"`
+	UnusedInflightSlot   *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightTarget *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
+	UnusedTaskSpan       *ebpf.VariableSpec `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans  *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightObjects contains all objects after they have been loaded into the kernel.
@@ -252,6 +270,7 @@ type InflightMaps struct {
 	Series        *ebpf.Map `ebpf:"series"`
 	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
+	UsdtTaskNames *ebpf.Map `ebpf:"usdt_task_names"`
 	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
 }
 
@@ -274,6 +293,7 @@ func (m *InflightMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.UsdtTaskNames,
 		m.UsdtTaskStart,
 	)
 }
@@ -282,9 +302,10 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
-	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
-	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
-	UnusedInflightTaskSpans *ebpf.Variable `ebpf:"unused_inflight_task_spans"`
+	UnusedInflightSlot   *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightTarget *ebpf.Variable `ebpf:"unused_inflight_target"`
+	UnusedTaskSpan       *ebpf.Variable `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans  *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightPrograms contains all programs after they have been loaded into the kernel.

@@ -114,6 +114,7 @@ type seriesReader struct {
 	maps        []*mapping
 	seriesMax   uint32
 	labelSets   sync.Map // uint16 -> LabelSet
+	resolvers   atomic.Pointer[nameResolvers]
 	names       map[uint64]string
 	pruned      map[uint64]string // names of pruned ids, in case one comes back
 	otherNameID uint64
@@ -123,6 +124,7 @@ type seriesReader struct {
 	series      map[bpf.SpanwatchSeriesKey]*seriesState
 	quarantine  []quarantined
 	budgets     *budgetTable
+	resolved    map[string]bool // names given by resolvers: their series may need merging
 	prevCount   [bpf.SpanwatchCounterCOUNTER_MAX]uint64
 	lastRead    time.Time
 }
@@ -202,6 +204,13 @@ func (r *seriesReader) nameOf(id uint64) string {
 		return fmt.Sprintf("name#%016x", id)
 	}
 	n := snapshot.NameString(int8Bytes(v.Name[:]))
+	if m, ok := r.resolveName(n); ok {
+		n = m
+		if r.resolved == nil {
+			r.resolved = map[string]bool{}
+		}
+		r.resolved[n] = true
+	}
 	r.names[id] = n
 	return n
 }
@@ -291,6 +300,9 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 	for key, st := range r.series {
 		s.Series = append(s.Series, r.build(key, st, window))
 		st.acc = winAcc{}
+	}
+	if len(r.resolved) > 0 {
+		s.Series = mergeSeries(s.Series, window, r.resolved)
 	}
 	sort.Slice(s.Series, func(i, j int) bool {
 		a, b := &s.Series[i], &s.Series[j]

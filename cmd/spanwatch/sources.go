@@ -55,6 +55,7 @@ func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Con
 		Inflight:  t.Map("usdt_inflight"),
 		Sources:   t.Map("usdt_sources"),
 		TaskStart: t.Map("usdt_task_start"),
+		TaskNames: t.Map("usdt_task_names"),
 		Budgets:   maps["budgets"],
 		Overruns:  maps["overruns"],
 		Counters:  maps["counters"],

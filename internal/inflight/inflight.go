@@ -52,10 +52,12 @@ type Config struct {
 	// Counters is the core's counters map, where ring buffer drops are
 	// counted; the watcher's own when nil.
 	Counters *ebpf.Map
-	// TaskStart is the USDT object's usdt_task_start, where spans paired
-	// by thread with a fixed name keep their start on kernels with task
-	// storage (5.11+); nil when it is not in use. A task iterator scans it.
+	// TaskStart and TaskNames are the USDT object's usdt_task_start and
+	// usdt_task_names, where spans paired by thread keep their starts
+	// (and names read from an argument) in task storage (5.11+); nil when
+	// they are not in use. A task iterator scans them.
 	TaskStart *ebpf.Map
+	TaskNames *ebpf.Map
 	// Interval is how often the in-flight spans are scanned; 100ms when
 	// zero. A stuck span is sampled within about Interval of its budget.
 	Interval time.Duration
@@ -82,7 +84,8 @@ type Watcher struct {
 	// supported.
 	blocked     *ebpf.Program
 	blockedIter *link.Iter
-	slots       [taskSlots]bpf.InflightInflightSlot // as last written
+	slots       map[uint32]bpf.InflightInflightSlot // as last written, by source
+	srcBuf      []bpf.UsdtUsdtSource
 
 	mu       sync.Mutex
 	watching map[uint32]spanKey // tid -> the span being sampled
@@ -161,7 +164,12 @@ func New(cfg Config) (*Watcher, error) {
 		w.loadBlocked(spec, repl)
 		return w, nil
 	}
+	if cfg.TaskNames == nil || cfg.TaskNames.Type() != ebpf.TaskStorage {
+		return nil, errors.New("inflight watcher: usdt_task_names is required with usdt_task_start")
+	}
 	repl["usdt_task_start"] = cfg.TaskStart
+	repl["usdt_task_names"] = cfg.TaskNames
+	repl["budgets"] = cfg.Budgets
 	w.task = &taskObjects{}
 	all := struct {
 		*objects
@@ -361,15 +369,29 @@ func (w *Watcher) Scan() error {
 	return nil
 }
 
-// scanTasks writes each task slot's span and budget and runs the task
-// iterator, which puts threads whose span in usdt_task_start is over its
-// budget in inflight_watch. Slot i belongs to source i when that source
-// pairs by thread with a fixed name (usdt.bpf.c, by_task). w.mu is held.
+// scanTasks writes the span and budget of each source paired by thread
+// with a fixed name into inflight_slots, and runs the task iterator,
+// which puts threads whose stack of open spans holds one over its budget
+// in inflight_watch (spans named by an argument are looked up there).
+// w.mu is held.
 func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
-	for i := uint32(0); i < taskSlots; i++ {
+	n := int(w.cfg.Sources.MaxEntries())
+	if len(w.srcBuf) != n {
+		w.srcBuf = make([]bpf.UsdtUsdtSource, n)
+	}
+	keys := make([]uint32, n)
+	var cursor ebpf.MapBatchCursor
+	got, err := w.cfg.Sources.BatchLookup(&cursor, keys, w.srcBuf, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("read usdt sources: %w", err)
+	}
+	if w.slots == nil {
+		w.slots = map[uint32]bpf.InflightInflightSlot{}
+	}
+	for j := 0; j < got; j++ {
+		i, src := keys[j], &w.srcBuf[j]
 		var slot bpf.InflightInflightSlot
-		var src bpf.UsdtUsdtSource
-		if err := w.cfg.Sources.Lookup(i, &src); err == nil && src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
+		if src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
 			id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&src.Name)))
 			budget, ok := budgets[id]
 			if !ok {
@@ -380,6 +402,8 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 				budgets[id] = budget
 			}
 			slot = bpf.InflightInflightSlot{BudgetNs: budget, NameId: id, Samples: int32(w.cfg.Samples), Name: src.Name}
+		} else if src.KeyArg == noArg && src.NameArg != noArg {
+			slot = bpf.InflightInflightSlot{Samples: int32(w.cfg.Samples)} // budget by name, in the kernel
 		}
 		if slot == w.slots[i] {
 			continue
@@ -394,9 +418,6 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 	}
 	return nil
 }
-
-// taskSlots is USDT_TASK_SLOTS in bpf/usdt.bpf.c.
-const taskSlots = 16
 
 // Watching returns the number of threads being sampled.
 func (w *Watcher) Watching() int {
