@@ -122,11 +122,13 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
-	mu       sync.Mutex // guards the read state below
-	closed   bool
-	reader   *seriesReader
-	lastAt   time.Time
-	mapBytes uint64
+	mu         sync.Mutex // guards the read state below
+	closed     bool
+	prevMisses uint64
+	quotaSeen  map[uint64]bool // cgroups whose (other) series was logged
+	reader     *seriesReader
+	lastAt     time.Time
+	mapBytes   uint64
 
 	closers []func() error
 
@@ -481,6 +483,39 @@ func (c *Collector) MapBytes() uint64 {
 // SeriesCapacity returns the number of series the kernel can hold.
 func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
 
+// recursionMisses sums the runs the kernel skipped because a BPF program
+// was already running on the CPU (fentry and kprobe recursion protection;
+// ProgramStats.RecursionMisses, 5.12+): spans lost, counted.
+func (c *Collector) recursionMisses() uint64 {
+	var n uint64
+	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker} {
+		if p == nil {
+			continue
+		}
+		if st, err := p.Stats(); err == nil {
+			n += st.RecursionMisses
+		}
+	}
+	return n
+}
+
+// logQuotas logs, once per cgroup, that a workload reached its series
+// quota: its new names now count in its "(other)" series.
+func (c *Collector) logQuotas(s *snapshot.Snapshot) {
+	for i := range s.Series {
+		sr := &s.Series[i]
+		if sr.NameID != c.reader.otherNameID || c.quotaSeen[sr.CgroupID] {
+			continue
+		}
+		if c.quotaSeen == nil {
+			c.quotaSeen = map[uint64]bool{}
+		}
+		c.quotaSeen[sr.CgroupID] = true
+		c.log.Warn("series_quota_reached", "cgroup_id", sr.CgroupID, "cgroup", sr.Cgroup, "quota", c.cfg.SeriesQuota,
+			"effect", "new span names of this workload are counted in its (other) series")
+	}
+}
+
 // ErrClosed is returned by a Collector's methods after Close.
 var ErrClosed = errors.New("collector closed")
 
@@ -499,6 +534,9 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	c.lastAt = now
 	s.Host = hostName()
 	s.Stats.BPFMapBytes = c.mapBytes
+	misses := c.recursionMisses()
+	s.Stats.RecursionMisses = misses - c.prevMisses
+	c.prevMisses = misses
 	for i := range s.Series {
 		sr := &s.Series[i]
 		if !sr.IsMetric() {
@@ -509,6 +547,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
 		}
 	}
+	c.logQuotas(s)
 	ovs, dropped := c.rb.take()
 	s.Overruns = ovs
 	s.Stats.OverrunsDropped = dropped

@@ -80,7 +80,7 @@ func TestCoreExact(t *testing.T) {
 			if e {
 				errs[name]++
 			}
-			es = append(es, entry{name: name, cgroup: 77, value: v, error: e})
+			es = append(es, entry{Name: name, Cgroup: 77, Value: v, Error: e})
 		}
 	}
 	rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
@@ -134,7 +134,7 @@ func TestCoreMetric(t *testing.T) {
 	var es []entry
 	var sum int64
 	for _, v := range vals {
-		es = append(es, entry{name: "bytes.delta", cgroup: 5, value: uint64(v), metric: true})
+		es = append(es, entry{Name: "bytes.delta", Cgroup: 5, Value: uint64(v), Metric: true})
 		sum += v
 	}
 	ct.aggregate(t, es)
@@ -204,7 +204,7 @@ func TestCoreGlobBudgetsFirstSight(t *testing.T) {
 	want := map[string]bool{}
 	for _, n := range names {
 		b := budgetOf(n)
-		es = append(es, entry{name: n, cgroup: 1, value: uint64(b) + 1000}) // just over its budget
+		es = append(es, entry{Name: n, Cgroup: 1, Value: uint64(b) + 1000}) // just over its budget
 		want[n] = b > 0
 	}
 	ct.aggregate(t, es)
@@ -244,11 +244,11 @@ func TestCoreQuota(t *testing.T) {
 	var es []entry
 	for i := 0; i < 25; i++ {
 		for j := 0; j <= i%3; j++ {
-			es = append(es, entry{name: fmt.Sprintf("greedy.%d", i), cgroup: 100, value: 1000})
+			es = append(es, entry{Name: fmt.Sprintf("greedy.%d", i), Cgroup: 100, Value: 1000})
 		}
 	}
 	for i := 0; i < 5; i++ {
-		es = append(es, entry{name: fmt.Sprintf("quiet.%d", i), cgroup: 200, value: 1000})
+		es = append(es, entry{Name: fmt.Sprintf("quiet.%d", i), Cgroup: 200, Value: 1000})
 	}
 	ct.aggregate(t, es)
 	s, _ := ct.snapshot(t)
@@ -286,7 +286,7 @@ func TestCoreNames(t *testing.T) {
 	}
 	var es []entry
 	for _, n := range names {
-		es = append(es, entry{name: n, cgroup: 1, value: 5})
+		es = append(es, entry{Name: n, Cgroup: 1, Value: 5})
 	}
 	ct.aggregate(t, es)
 	s, got := ct.snapshot(t)
@@ -316,7 +316,7 @@ func TestCoreEvictionReusesSlots(t *testing.T) {
 	ct := newCoreTest(t, Config{MaxSeries: 64, HistogramCells: 4096, IdleEvict: time.Nanosecond})
 	var es []entry
 	for i := 0; i < 64; i++ {
-		es = append(es, entry{name: fmt.Sprintf("old.%d", i), cgroup: 1, value: uint64(1000 + i)})
+		es = append(es, entry{Name: fmt.Sprintf("old.%d", i), Cgroup: 1, Value: uint64(1000 + i)})
 	}
 	ct.aggregate(t, es)
 	_, got := ct.snapshot(t)
@@ -333,7 +333,7 @@ func TestCoreEvictionReusesSlots(t *testing.T) {
 	}
 	es = es[:0]
 	for i := 0; i < 64; i++ {
-		es = append(es, entry{name: fmt.Sprintf("new.%d", i), cgroup: 2, value: 7})
+		es = append(es, entry{Name: fmt.Sprintf("new.%d", i), Cgroup: 2, Value: 7})
 	}
 	ct.aggregate(t, es)
 	s, got = ct.snapshot(t)

@@ -36,19 +36,20 @@ func (r *seriesReader) evict(now time.Time, idle time.Duration) {
 	if idle <= 0 {
 		return
 	}
-	for key, st := range r.series {
-		if now.Sub(st.lastChange) <= idle {
+	for _, st := range r.order {
+		if st.dead || now.Sub(st.lastChange) <= idle {
 			continue
 		}
-		k := key
+		k := st.key
 		if err := r.objs.SeriesIndex.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			r.log.Warn("series_evict_failed", "series", keyString(st.name, key), "error", err)
+			r.log.Warn("series_evict_failed", "series", keyString(st.name, st.key), "error", err)
 			continue
 		}
 		for _, slot := range st.slots {
-			r.quarantine = append(r.quarantine, quarantined{slot: slot, key: key, since: now})
+			r.quarantine = append(r.quarantine, quarantined{slot: slot, key: st.key, since: now})
+			r.nameRefs[st.key.NameId]++
 		}
-		delete(r.series, key)
+		r.forget(st)
 	}
 }
 
@@ -83,10 +84,19 @@ func (r *seriesReader) releaseQuarantined(now time.Time) {
 	}
 }
 
+// forget drops a series from the snapshots: it keeps its slots' states
+// until they are freed, so late values still find their key.
+func (r *seriesReader) forget(st *seriesState) {
+	delete(r.byKey, st.key)
+	st.dead = true
+	r.dead++
+	r.nameRefs[st.key.NameId]--
+}
+
 // drain takes what programs that found a quarantined slot before it left
 // the index added to it: they count for its series in the next snapshot.
 func (r *seriesReader) drain(slot uint32) {
-	pending := atomic.LoadUint64(&r.slots[slot].Count) != 0
+	pending := atomic.LoadUint64(&r.slots[slot].Count) != r.slotPrev[slot].count
 	for _, c := range r.slotCells[slot] {
 		if uint32(atomic.LoadUint64(&r.cells[c])) != 0 {
 			pending = true
@@ -95,27 +105,24 @@ func (r *seriesReader) drain(slot uint32) {
 	if !pending {
 		return
 	}
-	st := r.readSlot(slot, time.Time{})
+	// The late values go to the key's live series, made anew if need be.
+	key := r.slots[slot].Key
+	st := r.byKey[key]
 	if st == nil {
-		return
+		st = &seriesState{key: key, name: r.nameOf(key.NameId), lastChange: time.Now()}
+		r.byKey[key] = st
+		r.order = append(r.order, st)
+		r.nameRefs[key.NameId]++
 	}
+	a := &st.acc
+	r.take(slot, a)
 	for _, c := range r.slotCells[slot] {
-		key, n := swapCount(&r.cells[c])
-		if n == 0 || key>>cellFieldBits-1 != slot {
+		ck, n := swapCount(&r.cells[c])
+		if n == 0 || ck>>cellFieldBits-1 != slot {
 			continue
 		}
-		if st.acc.hist == nil {
-			st.acc.hist = map[uint32]uint64{}
-		}
-		st.acc.hist[key&(1<<cellFieldBits-1)] += uint64(n)
+		a.hist = append(a.hist, cellCount{ck & (1<<cellFieldBits - 1), uint64(n)})
 	}
-	slots := st.slots[:0]
-	for _, s := range st.slots {
-		if s != slot {
-			slots = append(slots, s)
-		}
-	}
-	st.slots = slots
 }
 
 func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
@@ -124,15 +131,24 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 			atomic.StoreUint64(&r.cells[c], 0)
 		}
 	}
-	delete(r.slotCells, slot)
+	r.slotCells[slot] = nil
+	r.slotPrev[slot] = slotTotals{}
 	sl := &r.slots[slot]
 	atomic.StoreUint64(&sl.State, 0)
 	for _, p := range []*uint64{&sl.Count, &sl.Errors, &sl.Sum, &sl.OverBudget, &sl.MinInv, &sl.Max, &sl.Budget} {
 		atomic.StoreUint64(p, 0)
 	}
 	sl.Key = bpf.SpanwatchSeriesKey{}
-	r.slotKnown[slot] = false
-	r.slotKey[slot] = bpf.SpanwatchSeriesKey{}
+	if st := r.slotState[slot]; st != nil {
+		slots := st.slots[:0]
+		for _, s := range st.slots {
+			if s != slot {
+				slots = append(slots, s)
+			}
+		}
+		st.slots = slots
+	}
+	r.slotState[slot] = nil
 	if key.NameId != r.otherNameID {
 		var released uint64
 		cg := key.CgroupId
@@ -148,6 +164,7 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 		// The slot is lost to reuse until restart; its memory is not.
 		r.log.Warn("slot_free_failed", "slot", slot, "error", err)
 	}
+	r.nameRefs[key.NameId]--
 	r.pruneName(key.NameId)
 }
 
@@ -155,16 +172,10 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 // entry and the cache. A program that creates a series of the name again
 // writes it again.
 func (r *seriesReader) pruneName(id uint64) {
-	for k := range r.series {
-		if k.NameId == id {
-			return
-		}
+	if r.nameRefs[id] > 0 || id == r.otherNameID {
+		return
 	}
-	for _, q := range r.quarantine {
-		if q.key.NameId == id {
-			return
-		}
-	}
+	delete(r.nameRefs, id)
 	if n, ok := r.names[id]; ok {
 		r.pruned[id] = n
 		if len(r.pruned) > 4096 {

@@ -3,11 +3,12 @@
 package collector
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,21 +75,35 @@ type LabelSet struct {
 	Signed []bool
 }
 
+// cellCount is one histogram cell's count taken in a window.
+type cellCount struct {
+	field uint32
+	n     uint64
+}
+
 // winAcc is one series' counts over the window being read.
 type winAcc struct {
-	key                      bpf.SpanwatchSeriesKey
 	count, errors, sum, over uint64
 	minInv, max              uint64
-	hist                     map[uint32]uint64 // cell field -> count
-	touched                  bool
+	hist                     []cellCount // usually a few: no map
+}
+
+// slotTotals are a slot's cumulative counters: the programs only add to
+// them, so a window is the difference of two plain reads (no locked
+// instruction per counter; the extremes are swapped, they cannot be
+// differenced).
+type slotTotals struct {
+	count, errors, sum, over uint64
 }
 
 // seriesState is what the reader keeps of a series between windows.
 type seriesState struct {
+	key        bpf.SpanwatchSeriesKey
 	name       string
 	lastChange time.Time
 	slots      []uint32 // the slots holding it (usually one)
 	acc        winAcc
+	dead       bool // evicted: left r.order at the next compaction
 }
 
 // quarantined is a slot whose series left series_index: it is freed once
@@ -118,10 +133,13 @@ type seriesReader struct {
 	names       map[uint64]string
 	pruned      map[uint64]string // names of pruned ids, in case one comes back
 	otherNameID uint64
-	slotKey     []bpf.SpanwatchSeriesKey // the key each slot was last seen live with
-	slotKnown   []bool
-	slotCells   map[uint32][]uint32 // slot -> cells seen holding it (freed with it)
-	series      map[bpf.SpanwatchSeriesKey]*seriesState
+	slotState   []*seriesState // slot -> the series it holds, once seen live
+	slotCells   [][]uint32     // slot -> cells seen holding it (freed with it)
+	slotPrev    []slotTotals   // slot -> its cumulative counters at the last read
+	byKey       map[bpf.SpanwatchSeriesKey]*seriesState
+	order       []*seriesState // in order of first sight; dead ones until compacted
+	dead        int
+	nameRefs    map[uint64]int // series and quarantined slots per name id
 	quarantine  []quarantined
 	budgets     *budgetTable
 	resolved    map[string]bool // names given by resolvers: their series may need merging
@@ -139,10 +157,11 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesRead
 		names:       map[uint64]string{},
 		pruned:      map[uint64]string{},
 		otherNameID: snapshot.NameID(snapshot.OtherName),
-		slotKey:     make([]bpf.SpanwatchSeriesKey, seriesMax),
-		slotKnown:   make([]bool, seriesMax),
-		slotCells:   map[uint32][]uint32{},
-		series:      map[bpf.SpanwatchSeriesKey]*seriesState{},
+		slotState:   make([]*seriesState, seriesMax),
+		slotCells:   make([][]uint32, seriesMax),
+		slotPrev:    make([]slotTotals, seriesMax),
+		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
+		nameRefs:    map[uint64]int{},
 	}
 	defer func() {
 		if err != nil {
@@ -230,15 +249,15 @@ func swapCount(p *uint64) (key, n uint32) {
 }
 
 // read builds the snapshot of one window: every live series, with the
-// counts of the window (0 for a series that had none).
+// counts of the window (0 for a series that had none), in the order the
+// series first appeared.
 func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.Duration) (*snapshot.Snapshot, error) {
 	start := time.Now()
-	s := &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window), Series: []snapshot.Series{}}
+	s := &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window)}
 	hwm := atomic.LoadUint64(&r.core.NextSlot)
 	if hwm > uint64(r.seriesMax) {
 		hwm = uint64(r.seriesMax)
 	}
-	touched := map[*seriesState]struct{}{}
 
 	// Slots whose counters changed: their dirty bits, swapped to zero
 	// before the counters are read, so a value added after its read sets
@@ -251,9 +270,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		for b != 0 {
 			slot := uint32(w*64 + bits.TrailingZeros64(b))
 			b &= b - 1
-			if st := r.readSlot(slot, now); st != nil {
-				touched[st] = struct{}{}
-			} else if slot < uint32(hwm) {
+			if r.readSlot(slot) == nil && slot < uint32(hwm) {
 				// Not published yet: look again next window.
 				r.markSlotDirty(slot)
 			}
@@ -282,35 +299,45 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					r.markCellDirty(uint32(chunk))
 					continue
 				}
-				if st.acc.hist == nil {
-					st.acc.hist = map[uint32]uint64{}
-				}
-				st.acc.hist[key&(1<<cellFieldBits-1)] += uint64(n)
+				st.acc.hist = append(st.acc.hist, cellCount{key & (1<<cellFieldBits - 1), uint64(n)})
 				r.noteCell(slot, uint32(i))
-				touched[st] = struct{}{}
 			}
 		}
 	}
-	for st := range touched {
+	if r.dead > len(r.order)/2 {
+		live := r.order[:0]
+		for _, st := range r.order {
+			if !st.dead {
+				live = append(live, st)
+			}
+		}
+		clear(r.order[len(live):])
+		r.order, r.dead = live, 0
+	}
+	s.Series = make([]snapshot.Series, 0, len(r.order)-r.dead)
+	// One backing array for every series' buckets: one allocation, not
+	// one per series.
+	nb := 0
+	for _, st := range r.order {
+		nb += len(st.acc.hist)
+	}
+	buckets := make([]snapshot.Bucket, 0, nb)
+	for _, st := range r.order {
+		if st.dead {
+			continue
+		}
 		if st.acc.count > 0 || len(st.acc.hist) > 0 {
 			st.lastChange = now
 		}
-	}
-	s.Series = make([]snapshot.Series, 0, len(r.series))
-	for key, st := range r.series {
-		s.Series = append(s.Series, r.build(key, st, window))
-		st.acc = winAcc{}
+		var sr snapshot.Series
+		sr, buckets = r.build(st, window, buckets)
+		s.Series = append(s.Series, sr)
+		h := st.acc.hist[:0]
+		st.acc = winAcc{hist: h}
 	}
 	if len(r.resolved) > 0 {
 		s.Series = mergeSeries(s.Series, window, r.resolved)
 	}
-	sort.Slice(s.Series, func(i, j int) bool {
-		a, b := &s.Series[i], &s.Series[j]
-		if a.Span != b.Span {
-			return a.Span < b.Span
-		}
-		return a.CgroupID < b.CgroupID
-	})
 	for i := range s.Series {
 		s.Stats.Events += s.Series[i].Count
 	}
@@ -318,7 +345,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		return nil, err
 	}
 	r.evict(now, idleEvict)
-	s.Stats.SeriesLive = uint64(len(r.series))
+	s.Stats.SeriesLive = uint64(len(r.byKey))
 	s.Stats.SeriesCapacity = uint64(r.seriesMax)
 	s.Stats.ReadNs = int64(time.Since(start))
 	return s, nil
@@ -348,24 +375,27 @@ func (r *seriesReader) stateOfSlot(slot uint32) *seriesState {
 	if slot >= r.seriesMax {
 		return nil
 	}
-	if !r.slotKnown[slot] {
-		sl := &r.slots[slot]
-		if atomic.LoadUint64(&sl.State) != slotLive {
-			return nil
-		}
-		r.learn(slot, sl.Key)
+	if st := r.slotState[slot]; st != nil {
+		return st
 	}
-	return r.series[r.slotKey[slot]]
+	sl := &r.slots[slot]
+	if atomic.LoadUint64(&sl.State) != slotLive {
+		return nil
+	}
+	return r.learn(slot, sl.Key)
 }
 
+// learn records that slot holds key's series, creating the series' state
+// on its first slot.
 func (r *seriesReader) learn(slot uint32, key bpf.SpanwatchSeriesKey) *seriesState {
-	r.slotKnown[slot] = true
-	r.slotKey[slot] = key
-	st := r.series[key]
+	st := r.byKey[key]
 	if st == nil {
-		st = &seriesState{name: r.nameOf(key.NameId)}
-		r.series[key] = st
+		st = &seriesState{key: key, name: r.nameOf(key.NameId)}
+		r.byKey[key] = st
+		r.order = append(r.order, st)
+		r.nameRefs[key.NameId]++
 	}
+	r.slotState[slot] = st
 	for _, s := range st.slots {
 		if s == slot {
 			return st
@@ -376,32 +406,43 @@ func (r *seriesReader) learn(slot uint32, key bpf.SpanwatchSeriesKey) *seriesSta
 }
 
 // readSlot takes a live slot's window counters.
-func (r *seriesReader) readSlot(slot uint32, now time.Time) *seriesState {
-	if slot >= r.seriesMax {
+func (r *seriesReader) readSlot(slot uint32) *seriesState {
+	st := r.stateOfSlot(slot)
+	if st == nil {
 		return nil
 	}
-	sl := &r.slots[slot]
-	if atomic.LoadUint64(&sl.State) != slotLive {
-		return nil
-	}
-	st := r.series[r.slotKey[slot]]
-	if !r.slotKnown[slot] || st == nil {
-		st = r.learn(slot, sl.Key)
-	}
-	a := &st.acc
-	n := atomic.SwapUint64(&sl.Count, 0)
-	a.count += n
-	a.errors += atomic.SwapUint64(&sl.Errors, 0)
-	a.sum += atomic.SwapUint64(&sl.Sum, 0)
-	a.over += atomic.SwapUint64(&sl.OverBudget, 0)
-	a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
-	a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	r.take(slot, &st.acc)
 	return st
 }
 
+// take adds a slot's window to acc: the counters' growth since the last
+// read, and the extremes, swapped out.
+func (r *seriesReader) take(slot uint32, a *winAcc) {
+	sl := &r.slots[slot]
+	p := &r.slotPrev[slot]
+	cur := slotTotals{
+		count:  atomic.LoadUint64(&sl.Count),
+		errors: atomic.LoadUint64(&sl.Errors),
+		sum:    atomic.LoadUint64(&sl.Sum),
+		over:   atomic.LoadUint64(&sl.OverBudget),
+	}
+	a.count += cur.count - p.count
+	a.errors += cur.errors - p.errors
+	a.sum += cur.sum - p.sum
+	a.over += cur.over - p.over
+	*p = cur
+	if atomic.LoadUint64(&sl.MinInv) != 0 {
+		a.minInv = max(a.minInv, atomic.SwapUint64(&sl.MinInv, 0))
+	}
+	if atomic.LoadUint64(&sl.Max) != 0 {
+		a.max = max(a.max, atomic.SwapUint64(&sl.Max, 0))
+	}
+}
+
 // build turns a series' window into its snapshot form.
-func (r *seriesReader) build(key bpf.SpanwatchSeriesKey, st *seriesState, window time.Duration) snapshot.Series {
+func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapshot.Bucket) (snapshot.Series, []snapshot.Bucket) {
 	a := &st.acc
+	key := st.key
 	sr := snapshot.Series{
 		Span:       st.name,
 		NameID:     key.NameId,
@@ -418,13 +459,15 @@ func (r *seriesReader) build(key bpf.SpanwatchSeriesKey, st *seriesState, window
 		sr.Kind = snapshot.KindMetric
 	}
 	if a.count == 0 {
-		return sr
+		return sr, buf
 	}
 	if window > 0 {
 		sr.Rate = float64(a.count) / window.Seconds()
 	}
 	sr.ErrorRatio = float64(a.errors) / float64(a.count)
-	sr.Histogram = histogram(a.hist, metric)
+	start := len(buf)
+	buf = histogram(buf, a.hist, metric)
+	sr.Histogram = buf[start:len(buf):len(buf)]
 	if metric {
 		sr.Sum = int64(a.sum)
 		var mn, mx float64
@@ -439,7 +482,7 @@ func (r *seriesReader) build(key bpf.SpanwatchSeriesKey, st *seriesState, window
 		sr.P50 = snapshot.Quantile(sr.Histogram, 0.50, mn, mx)
 		sr.P90 = snapshot.Quantile(sr.Histogram, 0.90, mn, mx)
 		sr.P99 = snapshot.Quantile(sr.Histogram, 0.99, mn, mx)
-		return sr
+		return sr, buf
 	}
 	sr.SumNs = a.sum
 	if a.minInv != 0 {
@@ -450,16 +493,25 @@ func (r *seriesReader) build(key bpf.SpanwatchSeriesKey, st *seriesState, window
 	sr.P50Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.50, mn, mx)))
 	sr.P90Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.90, mn, mx)))
 	sr.P99Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.99, mn, mx)))
-	return sr
+	return sr, buf
 }
 
-// histogram turns cell fields and counts into sorted buckets.
-func histogram(h map[uint32]uint64, metric bool) []snapshot.Bucket {
+// histogram appends to out the sorted buckets of cell fields and counts
+// (a field may come from two cells: their counts add up).
+func histogram(out []snapshot.Bucket, h []cellCount, metric bool) []snapshot.Bucket {
 	if len(h) == 0 {
-		return nil
+		return out
 	}
-	out := make([]snapshot.Bucket, 0, len(h))
-	for f, n := range h {
+	if len(h) > 1 {
+		slices.SortFunc(h, func(a, b cellCount) int { return cmp.Compare(a.field, b.field) })
+	}
+	first := len(out)
+	for i := 0; i < len(h); i++ {
+		f, n := h[i].field, h[i].n
+		for i+1 < len(h) && h[i+1].field == f {
+			i++
+			n += h[i].n
+		}
 		switch {
 		case f == 0:
 			out = append(out, snapshot.Bucket{Zero: true, Low: 0, High: 1, Count: n})
@@ -471,7 +523,9 @@ func histogram(h map[uint32]uint64, metric bool) []snapshot.Bucket {
 			out = append(out, snapshot.DurationBucketAt(int32(f)-cellIndexBias, n))
 		}
 	}
-	snapshot.SortBuckets(out)
+	if metric {
+		snapshot.SortBuckets(out[first:]) // negative buckets run downwards
+	}
 	return out
 }
 

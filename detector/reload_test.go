@@ -2,6 +2,7 @@ package detector
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +119,88 @@ func TestReloaderRun(t *testing.T) {
 	}
 	if len(d.Rules().Rules) != 1 {
 		t.Error("Run did not pick up the change")
+	}
+}
+
+// TestReloaderLoadHook checks the caller's loader: its commit runs before
+// the detector gets the rules, and when it fails nothing changes and the
+// failure is counted; an edit that lands while the loader reads is seen by
+// the next Check instead of being taken for what loaded.
+func TestReloaderLoadHook(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	tm := time.Now().Add(-time.Hour)
+	write(t, rules, "rules:\n  - {name: A, when: p99 > 1s}\n", tm)
+
+	d := New(Config{})
+	var (
+		commitErr  error
+		committed  []string
+		reloaded   int
+		duringLoad func()
+	)
+	r := NewReloader(ReloaderConfig{Path: rules, Detector: d, Interval: -1,
+		Load: func(path string) (*policy.Config, func() error, error) {
+			cfg, err := policy.LoadFile(path)
+			if duringLoad != nil {
+				duringLoad()
+				duringLoad = nil
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			return cfg, func() error {
+				if d.Rules() != nil && d.Rules() == cfg {
+					t.Error("commit ran after the detector had the rules")
+				}
+				if commitErr != nil {
+					return commitErr
+				}
+				committed = append(committed, cfg.Rules[0].Name)
+				return nil
+			}, nil
+		},
+		OnReload: func(*policy.Config) { reloaded++ },
+	})
+	if _, err := r.Load(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A commit that fails keeps everything.
+	commitErr = errors.New("webhooks refused")
+	write(t, rules, "rules:\n  - {name: B, when: p99 > 1s}\n", tm.Add(time.Second))
+	if r.Check() {
+		t.Error("a failed commit reported a reload")
+	}
+	if got := d.Rules().Rules[0].Name; got != "A" {
+		t.Errorf("rules after a failed commit: %s", got)
+	}
+	if st := r.Stats(); st.Failures != 1 || !errors.Is(st.LastError, commitErr) || reloaded != 1 {
+		t.Errorf("stats %+v, OnReload calls %d", st, reloaded)
+	}
+
+	// The same contents are not retried; once the commit works, an edit
+	// goes through.
+	commitErr = nil
+	if r.Check() {
+		t.Error("the same failed contents were retried")
+	}
+	write(t, rules, "rules:\n  - {name: C, when: p99 > 1s}\n", tm.Add(2*time.Second))
+	if !r.Check() || d.Rules().Rules[0].Name != "C" {
+		t.Fatalf("rules after a good edit: %s", d.Rules().Rules[0].Name)
+	}
+
+	// An edit while the loader reads: what loaded is C2, the file holds
+	// D; the next Check loads D.
+	write(t, rules, "rules:\n  - {name: C2, when: p99 > 1s}\n", tm.Add(3*time.Second))
+	duringLoad = func() { write(t, rules, "rules:\n  - {name: D, when: p99 > 1s}\n", tm.Add(4*time.Second)) }
+	if !r.Check() || d.Rules().Rules[0].Name != "C2" {
+		t.Fatalf("rules = %s, want C2", d.Rules().Rules[0].Name)
+	}
+	if !r.Check() || d.Rules().Rules[0].Name != "D" {
+		t.Errorf("the edit made during the load was lost: rules = %s", d.Rules().Rules[0].Name)
+	}
+	if want := []string{"A", "C", "C2", "D"}; strings.Join(committed, ",") != strings.Join(want, ",") {
+		t.Errorf("committed %v, want %v", committed, want)
 	}
 }

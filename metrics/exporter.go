@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -75,7 +77,8 @@ type Exporter struct {
 	descSpans, descErrors, descOverBudget, descDuration, descBudget, descMax *prometheus.Desc
 
 	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, snapshots prometheus.Counter
-	seriesGauge, lastSnapshot                                                          prometheus.Gauge
+	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses  prometheus.Counter
+	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                    prometheus.Gauge
 	readDuration, evalDuration                                                         prometheus.Histogram
 	ruleErrors                                                                         *prometheus.CounterVec
 }
@@ -149,13 +152,22 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	}
 	e.events = c("events_total", "Span events the BPF programs aggregated.")
 	e.ringbufDrops = c("ringbuf_drops_total", "Overrun records lost because the ring buffer was full.")
-	e.statsFull = c("stats_map_full_total", "Span events not aggregated because the stats map had no room for a new series.")
+	e.statsFull = c("stats_map_full_total", "Values not aggregated because the kernel had no room for a new series.")
+	e.readErrors = c("read_errors_total", "Payloads or probe arguments the BPF programs could not read: spans lost.")
+	e.histogramFull = c("histogram_full_total", "Values counted in their series but left out of its histogram: no free histogram cell.")
+	e.namesTruncated = c("span_names_truncated_total", "Span names cut to 127 bytes, on a UTF-8 character boundary.")
+	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota.")
+	e.namesFull = c("names_full_total", "New series whose name did not fit in the kernel's names map.")
+	e.recursionMisses = c("recursion_misses_total", "Program runs the kernel skipped because a BPF program was already running on the CPU: spans lost.")
 	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")
 	e.overruns = c("overruns_total", "Overrun records (slow spans with stacks) received.")
 	e.overrunsDropped = c("overruns_dropped_total", "Overrun records read but not kept for lack of room.")
 	e.snapshots = c("snapshots_total", "Snapshots observed.")
 	e.seriesGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series", Help: "Span series exported."})
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
+	e.seriesCapacity = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_capacity", Help: "Series (name, cgroup, labels) the kernel can hold; it does not depend on the CPU count."})
+	e.seriesLive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_live", Help: "Series the kernel holds now."})
+	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take (the kernel's memlock accounting)."})
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
@@ -164,7 +176,8 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	for _, col := range []prometheus.Collector{
 		(*spanCollector)(e),
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
-		e.seriesGauge, e.lastSnapshot, e.readDuration, e.evalDuration, e.ruleErrors,
+		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
+		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -188,7 +201,10 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	}
 	for i := range s.Series {
 		sr := &s.Series[i]
-		k := seriesKey{sr.Span, sr.Cgroup, sr.Container, sr.Pod, sr.Unit}
+		// Label values must be UTF-8 (a scrape of an invalid one fails
+		// as a whole); series whose names differ only in bytes that are
+		// not are one exported series.
+		k := seriesKey{valid(sr.Span), valid(sr.Cgroup), valid(sr.Container), valid(sr.Pod), valid(sr.Unit)}
 		st := e.series[k]
 		if st == nil {
 			st = &seriesState{
@@ -225,6 +241,19 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.ringbufDrops.Add(float64(s.Stats.RingbufDrops))
 	e.statsFull.Add(float64(s.Stats.StatsFull))
 	e.shortEvents.Add(float64(s.Stats.ShortEvents))
+	e.readErrors.Add(float64(s.Stats.ReadErrors))
+	e.histogramFull.Add(float64(s.Stats.HistogramFull))
+	e.namesTruncated.Add(float64(s.Stats.NamesTruncated))
+	e.quotaOther.Add(float64(s.Stats.QuotaOther))
+	e.namesFull.Add(float64(s.Stats.NamesFull))
+	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
+	if s.Stats.SeriesCapacity > 0 {
+		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
+		e.seriesLive.Set(float64(s.Stats.SeriesLive))
+	}
+	if s.Stats.BPFMapBytes > 0 {
+		e.mapBytes.Set(float64(s.Stats.BPFMapBytes))
+	}
 	e.overruns.Add(float64(len(s.Overruns)))
 	e.overrunsDropped.Add(float64(s.Stats.OverrunsDropped))
 	e.snapshots.Inc()
@@ -336,4 +365,12 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 		// _count agree even if a window's Count and histogram differ.
 		ch <- prometheus.MustNewConstHistogram(e.descDuration, cum, float64(st.sumNs)/1e9, buckets, st.labels...)
 	}
+}
+
+// valid returns s as valid UTF-8, with U+FFFD for bytes that are not.
+func valid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

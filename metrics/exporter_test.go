@@ -118,7 +118,8 @@ func TestExporterExactHistograms(t *testing.T) {
 					window("search", "/system.slice/shop.service", search, 0, 3),
 				},
 				Overruns: make([]snapshot.Overrun, 4),
-				Stats:    snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6},
+				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
+					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
@@ -190,11 +191,17 @@ func TestExporterExactHistograms(t *testing.T) {
 				}
 			}
 			for name, want := range map[string]float64{
-				"spanwatch_events_total":         8700,
-				"spanwatch_ringbuf_drops_total":  3,
-				"spanwatch_stats_map_full_total": 1,
-				"spanwatch_overruns_total":       4,
-				"spanwatch_snapshots_total":      2,
+				"spanwatch_events_total":                8700,
+				"spanwatch_ringbuf_drops_total":         3,
+				"spanwatch_stats_map_full_total":        1,
+				"spanwatch_overruns_total":              4,
+				"spanwatch_snapshots_total":             2,
+				"spanwatch_read_errors_total":           4,
+				"spanwatch_histogram_full_total":        5,
+				"spanwatch_span_names_truncated_total":  6,
+				"spanwatch_series_quota_overflow_total": 7,
+				"spanwatch_names_full_total":            8,
+				"spanwatch_recursion_misses_total":      9,
 			} {
 				if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)
@@ -202,6 +209,11 @@ func TestExporterExactHistograms(t *testing.T) {
 			}
 			if got := mfs["spanwatch_series"].GetMetric()[0].GetGauge().GetValue(); got != 2 {
 				t.Errorf("spanwatch_series = %v, want 2", got)
+			}
+			for name, want := range map[string]float64{"spanwatch_series_capacity": 131072, "spanwatch_series_live": 2, "spanwatch_bpf_map_bytes": 201070684} {
+				if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
 			}
 			if got := mfs["spanwatch_snapshot_read_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleSum(); got != 0.005 {
 				t.Errorf("read duration sum = %v, want 0.005", got)
@@ -295,4 +307,26 @@ func boundaries(idx ...int32) []time.Duration {
 		b = append(b, time.Duration(hi-1))
 	}
 	return b
+}
+
+// TestExporterAnyNameBytes checks that names with bytes that are not UTF-8,
+// and long UTF-8 names cut by the kernel, never break a scrape: /metrics
+// answers 200 with the names made valid, and two names that differ only in
+// such bytes are one exported series.
+func TestExporterAnyNameBytes(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := snapshot.TruncateName(strings.Repeat("é", 100))
+	e.Observe(&snapshot.Snapshot{Version: snapshot.Version, Time: time.Now(), WindowNs: 1e9, Series: []snapshot.Series{
+		window("bad\xffname", "/x", []uint64{1000}, 0, 0),
+		window("bad\xfename", "/x", []uint64{2000}, 0, 0),
+		window(long, "/x\xc3", []uint64{3000}, 0, 0),
+	}})
+	mfs := scrape(t, e.Handler()) // fails on anything but 200 and valid text
+	if got := find(t, mfs, "spanwatch_spans_total", "bad\uFFFDname").GetCounter().GetValue(); got != 2 {
+		t.Errorf("merged invalid names: %v spans, want 2", got)
+	}
+	find(t, mfs, "spanwatch_spans_total", long)
 }

@@ -59,7 +59,9 @@ type Routing struct {
 	// Outbox is where alerts wait until they are delivered.
 	Outbox Outbox `yaml:"outbox"`
 	// ExternalURL is sent as the payload's externalURL, e.g. a link to a
-	// dashboard for this host.
+	// dashboard for this host. The agent sets it to its own external URL
+	// (top-level external_url:, where alerts' generatorURLs point) when it
+	// is left out.
 	ExternalURL string `yaml:"external_url"`
 }
 
@@ -142,23 +144,47 @@ type TLSConfig struct {
 // may be nil), applies defaults and validates the result. Errors read
 // "file:line:col: message".
 func ParseConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
-	c := &Config{File: filename}
-	d := &decoder{file: filename}
-	// A zero Node (Kind 0) is a section the file does not have.
-	if webhooks != nil && webhooks.Kind != 0 {
-		if err := d.decode(webhooks, reflect.ValueOf(&c.Webhooks).Elem()); err != nil {
-			return nil, err
-		}
+	c, err := decodeConfig(filename, webhooks, routing)
+	if err != nil {
+		return nil, err
 	}
-	if routing != nil && routing.Kind != 0 {
-		if err := d.decode(routing, reflect.ValueOf(&c.Routing).Elem()); err != nil {
-			return nil, err
-		}
-	}
-	c.applyDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// ParseConfigWithFiles is ParseConfig followed by CheckFiles, reporting
+// the problems of both at once: what the agent checks before it starts.
+func ParseConfigWithFiles(filename string, webhooks, routing *yaml.Node) (*Config, error) {
+	c, err := decodeConfig(filename, webhooks, routing)
+	if err != nil {
+		return nil, err
+	}
+	if err := errors.Join(c.Validate(), c.CheckFiles()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeConfig decodes the sections and applies the defaults.
+func decodeConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
+	c := &Config{File: filename}
+	d := &decoder{file: filename}
+	// A zero Node (Kind 0) is a section the file does not have. Both
+	// sections are decoded, so that the mistakes of both are reported at
+	// once; Validate runs only on what decoded.
+	var errs []error
+	if webhooks != nil && webhooks.Kind != 0 {
+		errs = append(errs, d.decode(webhooks, reflect.ValueOf(&c.Webhooks).Elem()))
+	}
+	if routing != nil && routing.Kind != 0 {
+		errs = append(errs, d.decode(routing, reflect.ValueOf(&c.Routing).Elem()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c.applyDefaults()
 	return c, nil
 }
 

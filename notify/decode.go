@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -92,16 +93,24 @@ type decoder struct {
 	// aliases and depth bound the work an input can cause: YAML aliases
 	// can expand exponentially ("billion laughs") or refer to themselves.
 	aliases, depth int
+	// errors counts the errors reported; decoding goes on after an error,
+	// so that one pass reports every mistake, up to maxErrors.
+	errors int
 }
 
 const (
 	maxAliases = 1000
 	maxDepth   = 64
+	maxErrors  = 100
 )
 
 func (d *decoder) errorf(n *yaml.Node, format string, a ...any) error {
+	d.errors++
 	return &ConfigError{File: d.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)}
 }
+
+// full reports whether enough errors were found to stop.
+func (d *decoder) full() bool { return d.errors >= maxErrors }
 
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
@@ -183,32 +192,41 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value) error {
 			return d.errorf(n, "expected a list, got %s", kindName(n))
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		var errs []error
 		for i, c := range n.Content {
 			if err := d.decode(c, s.Index(i)); err != nil {
-				return err
+				if errs = append(errs, err); d.full() {
+					break
+				}
 			}
 		}
 		v.Set(s)
+		return errors.Join(errs...)
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
 			return d.errorf(n, "expected a mapping, got %s", kindName(n))
 		}
 		m := reflect.MakeMap(v.Type())
-		for i := 0; i+1 < len(n.Content); i += 2 {
+		var errs []error
+		for i := 0; i+1 < len(n.Content) && !d.full(); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode {
-				return d.errorf(k, "expected a string key, got %s", kindName(k))
+				errs = append(errs, d.errorf(k, "expected a string key, got %s", kindName(k)))
+				continue
 			}
 			if m.MapIndex(reflect.ValueOf(k.Value)).IsValid() {
-				return d.errorf(k, "key %q set twice", k.Value)
+				errs = append(errs, d.errorf(k, "key %q set twice", k.Value))
+				continue
 			}
 			e := reflect.New(v.Type().Elem()).Elem()
 			if err := d.decode(val, e); err != nil {
-				return err
+				errs = append(errs, err)
+				continue
 			}
 			m.SetMapIndex(reflect.ValueOf(k.Value), e)
 		}
 		v.Set(m)
+		return errors.Join(errs...)
 	case reflect.Struct:
 		return d.decodeStruct(n, v)
 	default:
@@ -230,10 +248,12 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value) error {
 		}
 	}
 	fields := map[string]position{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
+	var errs []error
+	for i := 0; i+1 < len(n.Content) && !d.full(); i += 2 {
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			return d.errorf(k, "expected a key, got %s", kindName(k))
+			errs = append(errs, d.errorf(k, "expected a key, got %s", kindName(k)))
+			continue
 		}
 		idx, ok := byKey[k.Value]
 		if !ok {
@@ -242,18 +262,20 @@ func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value) error {
 				known = append(known, key)
 			}
 			sort.Strings(known)
-			return d.errorf(k, "unknown key %q (known keys: %s)", k.Value, strings.Join(known, ", "))
+			errs = append(errs, d.errorf(k, "unknown key %q (known keys: %s)", k.Value, strings.Join(known, ", ")))
+			continue
 		}
 		if _, dup := fields[k.Value]; dup {
-			return d.errorf(k, "key %q set twice", k.Value)
+			errs = append(errs, d.errorf(k, "key %q set twice", k.Value))
+			continue
 		}
 		fields[k.Value] = position{k.Line, k.Column}
 		if err := d.decode(val, v.Field(idx)); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
 	if v.CanAddr() && v.Addr().Type().Implements(metaType) {
 		v.Addr().Interface().(metaSetter).setMeta(position{n.Line, n.Column}, fields)
 	}
-	return nil
+	return errors.Join(errs...)
 }

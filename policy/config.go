@@ -28,12 +28,13 @@ type Config struct {
 	Policies []*Policy
 
 	// The sections other packages decode, as written: Webhooks and Routing
-	// (package notify), Sources and Collector (package collector). A
-	// section that is absent has Kind 0.
-	Webhooks  yaml.Node
-	Routing   yaml.Node
-	Sources   yaml.Node
-	Collector yaml.Node
+	// (package notify), Sources (internal/usdt), Collector and ExternalURL
+	// (package agent). A section that is absent has Kind 0.
+	Webhooks    yaml.Node
+	Routing     yaml.Node
+	Sources     yaml.Node
+	Collector   yaml.Node
+	ExternalURL yaml.Node
 
 	// Files lists every file read from disk: the rule file first (when it
 	// came from a file), then each policy's Rego and data files. A
@@ -147,7 +148,7 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector"}
+var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "external_url"}
 
 // Parse decodes and compiles a rule file. name is used in error messages
 // and, unless opts.Dir is set, to resolve relative paths. Every problem
@@ -225,6 +226,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Sources = *v
 		case "collector":
 			cfg.Collector = *v
+		case "external_url":
+			cfg.ExternalURL = *v
 		}
 	})
 	for _, b := range cfg.Budgets {

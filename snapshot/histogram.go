@@ -123,21 +123,19 @@ func shl(v uint64, n int) uint64 {
 // saturated at the maximum uint64.
 func (s *scale) bound(i int32) uint64 {
 	q := floorDiv(i, HistPerOctave)
-	r := i - q*HistPerOctave
-	t := new(big.Int).SetUint64(s.table[r])
+	t := s.table[i-q*HistPerOctave]
 	sh := int(q) - int(s.k)
-	if sh >= 0 {
-		t.Lsh(t, uint(sh))
-	} else {
-		// table[r] = floor(S*2^(r/64)*2^k); shifting it right by k-q
-		// gives floor(S*2^(r/64)*2^q) exactly (floor of floor/2^n is
-		// floor/2^n).
-		t.Rsh(t, uint(-sh))
-	}
-	if !t.IsUint64() {
+	switch {
+	case sh >= 64 || (sh > 0 && t > math.MaxUint64>>uint(sh)):
 		return math.MaxUint64
+	case sh >= 0:
+		return t << uint(sh)
+	case sh <= -64:
+		return 0
 	}
-	return t.Uint64()
+	// table[r] = floor(S*2^(r/64)*2^k); shifting it right by k-q gives
+	// floor(S*2^(r/64)*2^q) exactly (floor of floor/2^n is floor/2^n).
+	return t >> uint(-sh)
 }
 
 func floorDiv(a, b int32) int32 {

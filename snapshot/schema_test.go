@@ -44,13 +44,14 @@ func full() *Snapshot {
 		}},
 		Overruns: []Overrun{{
 			Time: time.Date(2026, 12, 2, 9, 59, 59, 0, time.UTC), Span: "checkout", NameID: 1, PID: 7, TID: 8, Comm: "shop",
-			CgroupID: 42, Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service", DurationNs: 1e6, BudgetNs: 5e5,
+			CgroupID: 42, Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service", SourceLabels: map[string]string{"status": "503"}, DurationNs: 1e6, BudgetNs: 5e5,
 			Error: true, TraceID: strings.Repeat("ab", 16), SpanID: strings.Repeat("cd", 8), StillRunning: true, Source: "marker",
 			UserStack:   []Frame{{Addr: 0x401000, Function: "main.slow", File: "main.go", Line: 3, Module: "/bin/shop", Offset: 0x1000, BuildID: "ff"}},
 			KernelStack: []Frame{{Addr: 0xffffffff81000000, Function: "do_nanosleep"}},
 			StackError:  "short",
 		}},
-		Stats: Stats{Events: 3, RingbufDrops: 1, StatsFull: 1, ShortEvents: 1, ReadErrors: 1, OverrunsDropped: 1, ReadNs: 100},
+		Stats: Stats{Events: 3, RingbufDrops: 1, StatsFull: 1, ShortEvents: 1, ReadErrors: 1, OverrunsDropped: 1, ReadNs: 100,
+			HistogramFull: 1, NamesTruncated: 1, QuotaOther: 1, NamesFull: 1, RecursionMisses: 1, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 1 << 27},
 	}
 }
 

@@ -201,6 +201,9 @@ type Stats struct {
 	// NamesFull counts new series whose name did not fit in the kernel's
 	// names map (they show as name#ID).
 	NamesFull uint64 `json:"names_full,omitempty"`
+	// RecursionMisses counts program runs the kernel skipped because a
+	// BPF program was already running on that CPU: spans lost.
+	RecursionMisses uint64 `json:"recursion_misses,omitempty"`
 	// SeriesLive and SeriesCapacity are the series the kernel holds now
 	// and can hold; BPFMapBytes is the memory its maps take.
 	SeriesLive     uint64 `json:"series_live,omitempty"`

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
@@ -17,28 +17,31 @@ func init() {
 	register(&command{
 		name:    "check",
 		args:    "[--schema] FILE...",
-		summary: "validate rule files: budgets, rules, Rego policies and the files they name",
+		summary: "validate configuration files the way run loads them, without BPF",
 		help: `
-check loads each rule file the way run does, compiling every condition,
-template, glob and Rego policy (and reading the policies' data files), and
-checks the webhooks and routing sections as the notifier will, and prints
-"FILE: OK (N rules, M policies, K budgets)" or every problem found as
-"file:line:col: message". It exits 1 if any file has a problem, so it can
-gate a deploy or a CI job.
+check loads each configuration file the way run does, everything but the
+kernel: it compiles every condition, template, glob and Rego policy (reading
+the policies' data files), validates the collector: section (values the
+kernel would refuse included), the USDT sources:, the webhooks and routing
+as the notifier will (with the outbox's directory and every credentials file
+they name), and external_url. It prints "FILE: OK (N rules, M policies, K
+budgets)" or every problem found, at once, as "file:line:col: message". A
+file check accepts, run accepts too, until the kernel has its say. It exits
+1 if any file has a problem, so it can gate a deploy or a CI job.
 
 Examples:
   spanwatch check /etc/spanwatch/spanwatch.yaml
   spanwatch check examples/*/spanwatch.yaml
   spanwatch check --schema > spanwatch.schema.json   # JSON Schema for editors`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			printSchema := fs.Bool("schema", false, "print the rule file's JSON Schema and exit")
+			printSchema := fs.Bool("schema", false, "print the configuration file's JSON Schema and exit")
 			return func(ctx context.Context, args []string) error {
 				if *printSchema {
 					_, err := os.Stdout.Write(policy.Schema())
 					return err
 				}
 				if len(args) == 0 {
-					return usageErrorf("no rule files given")
+					return usageErrorf("no configuration files given")
 				}
 				return checkFiles(os.Stdout, args)
 			}
@@ -50,31 +53,44 @@ Examples:
 func checkFiles(w io.Writer, files []string) error {
 	failed := 0
 	for _, f := range files {
-		cfg, err := policy.LoadFile(f)
+		cfg, err := agent.Load(f, agent.LoadOptions{})
 		if err != nil {
 			failed++
 			fmt.Fprintf(w, "%s: FAILED\n", f)
-			var list policy.ErrorList
-			if errors.As(err, &list) {
-				for _, e := range list {
-					fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(e.Error(), "\n", "\n  "))
-				}
-			} else {
-				fmt.Fprintf(w, "  %v\n", err)
+			for _, line := range errorLines(err) {
+				fmt.Fprintf(w, "  %s\n", line)
 			}
 			continue
 		}
-		// The delivery sections belong to package notify: check them the
-		// way run will, so a typo in a webhook fails here, not at start.
-		if _, err := notify.ParseConfig(f, &cfg.Webhooks, &cfg.Routing); err != nil {
-			failed++
-			fmt.Fprintf(w, "%s: FAILED\n  %s\n", f, strings.ReplaceAll(err.Error(), "\n", "\n  "))
-			continue
-		}
-		fmt.Fprintf(w, "%s: OK (%d rules, %d policies, %d budgets)\n", f, len(cfg.Rules), len(cfg.Policies), len(cfg.Budgets))
+		r := cfg.Rules
+		fmt.Fprintf(w, "%s: OK (%d rules, %d policies, %d budgets)\n", f, len(r.Rules), len(r.Policies), len(r.Budgets))
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d files failed", failed, len(files))
 	}
 	return nil
+}
+
+// errorLines splits a configuration error into its problems, one per
+// line; a problem's own line breaks (a Rego compiler's) are indented.
+func errorLines(err error) []string {
+	var list agent.ErrorList
+	if !errors.As(err, &list) {
+		return []string{strings.ReplaceAll(err.Error(), "\n", "\n  ")}
+	}
+	out := make([]string, len(list))
+	for i, e := range list {
+		out[i] = strings.ReplaceAll(e.Error(), "\n", "\n  ")
+	}
+	return out
+}
+
+// configError formats a configuration's problems for run's exit message,
+// the same lines check prints.
+func configError(err error) error {
+	lines := errorLines(err)
+	if len(lines) == 1 {
+		return errors.New(lines[0])
+	}
+	return fmt.Errorf("%d problems:\n  %s", len(lines), strings.Join(lines, "\n  "))
 }

@@ -11,24 +11,24 @@ import (
 
 func TestCheckFiles(t *testing.T) {
 	var out bytes.Buffer
-	err := checkFiles(&out, []string{"../../policy/testdata/good/full.yaml", "../../examples/rego/spanwatch.yaml"})
+	err := checkFiles(&out, []string{"../../agent/testdata/good/minimal.yaml", "../../examples/rego/spanwatch.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "../../policy/testdata/good/full.yaml: OK (4 rules, 2 policies, 3 budgets)\n" +
+	want := "../../agent/testdata/good/minimal.yaml: OK (1 rules, 0 policies, 0 budgets)\n" +
 		"../../examples/rego/spanwatch.yaml: OK (1 rules, 1 policies, 2 budgets)\n"
 	if out.String() != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
 
 	out.Reset()
-	err = checkFiles(&out, []string{"../../policy/testdata/bad/duplicate_rule.yaml", "../../policy/testdata/good/full.yaml", "../../policy/testdata/bad/rego_http_send.yaml"})
+	err = checkFiles(&out, []string{"../../policy/testdata/bad/duplicate_rule.yaml", "../../agent/testdata/good/minimal.yaml", "../../policy/testdata/bad/rego_http_send.yaml"})
 	if err == nil || err.Error() != "2 of 3 files failed" {
 		t.Errorf("err = %v", err)
 	}
 	for _, want := range []string{
 		"../../policy/testdata/bad/duplicate_rule.yaml: FAILED\n  ../../policy/testdata/bad/duplicate_rule.yaml:6:5: duplicate rule name \"CheckoutSlow\" (first defined at line 2)\n",
-		"full.yaml: OK",
+		"minimal.yaml: OK",
 		"../../policy/testdata/bad/http_send.rego:4:10: http.send is not allowed",
 	} {
 		if !strings.Contains(out.String(), want) {

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,10 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
-	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -44,6 +45,10 @@ It works on kernels with user_events (6.4+, CONFIG_USER_EVENTS) and without
 (the SDK then calls a nop marker that spanwatch uprobes). Needs root, or
 CAP_BPF + CAP_PERFMON.
 
+With --json, stdout carries only JSON lines: each snapshot (see
+snapshot/schema.json) and, for each alert that changes state, {"alert":
+ALERT}; everything meant for people goes to stderr.
+
 Examples:
   sudo spanwatch demo
   sudo spanwatch demo --duration 30s --json
@@ -52,17 +57,15 @@ Examples:
 			duration := fs.Duration("duration", 10*time.Second, "run for `DURATION` (0: until interrupted)")
 			printConfig := fs.Bool("print-config", false, "print the built-in rule file and exit")
 			config := fs.String("config", "", "use this rule `FILE` instead of the built-in one (its webhooks get the alerts)")
-			jsonOut := fs.Bool("json", false, "print snapshots as JSON lines instead of tables")
+			jsonOut := fs.Bool("json", false, "print only JSON lines on stdout: snapshots, and {\"alert\": ...} for each alert")
 			verbose := fs.Bool("v", false, "log debug messages")
-			var opts collectorOptions
-			opts.flags(fs)
+			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *printConfig {
 					_, err := os.Stdout.Write(demoConfig)
 					return err
 				}
-				opts.set = setFlags(fs)
-				return runDemo(ctx, os.Stdout, demoOptions{duration: *duration, json: *jsonOut, verbose: *verbose, opts: opts, config: *config})
+				return runDemo(ctx, os.Stdout, os.Stderr, demoOptions{duration: *duration, json: *jsonOut, verbose: *verbose, load: cflags.loadOptions(), config: *config})
 			}
 		},
 	})
@@ -73,25 +76,18 @@ type demoOptions struct {
 	duration time.Duration
 	json     bool
 	verbose  bool
-	opts     collectorOptions
+	load     agent.LoadOptions
 }
 
-func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
+// runDemo runs the agent over the built-in workload. Tables, alerts and
+// the summary go to w; with json, w gets only JSON lines and the human
+// text goes to errw.
+func runDemo(ctx context.Context, w, errw io.Writer, o demoOptions) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo loads BPF programs: run it as root (or with CAP_BPF and CAP_PERFMON)")
 	}
 	if emit.Mode() == "off" {
 		return errors.New("SPANWATCH_EMIT=off disables the span SDK, and with it the demo's workload")
-	}
-	var rules *policy.Config
-	var err error
-	if o.config != "" {
-		rules, err = policy.LoadFile(o.config)
-	} else {
-		rules, err = policy.Parse("demo.yaml (built-in)", demoConfig, policy.Options{Dir: "."})
-	}
-	if err != nil {
-		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -99,8 +95,24 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	}
 	// The workload runs in this process: uprobe our own marker, and leave
 	// the rest of the host alone.
-	o.opts.Binaries = append(o.opts.Binaries, exe)
-	o.opts.ScanInterval = -1
+	lo := o.load
+	lo.Collector.Binaries = append(lo.Collector.Binaries, exe)
+	lo.Collector.ScanInterval = -1
+	lo.Flags["scan_interval"] = "demo"
+	var cfg *agent.Config
+	if o.config != "" {
+		cfg, err = agent.Load(o.config, lo)
+	} else {
+		lo.Dir = "."
+		cfg, err = agent.Parse("demo.yaml (built-in)", demoConfig, lo)
+	}
+	if err != nil {
+		return configError(err)
+	}
+	text := w
+	if o.json {
+		text = errw
+	}
 
 	var mu sync.Mutex // serializes output
 	var spans, overruns, withStack atomic.Uint64
@@ -109,23 +121,19 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	defer wg.Wait()
 	defer close(stop)
 
-	printer := &printNotifier{w: w, mu: &mu}
-	cfg := agentConfig{
-		log:   newLogger(o.verbose),
-		rules: rules,
-		path:  o.config,
-		opts:  o.opts,
-		stop:  o.duration,
-		ready: func(c *collector.Collector) {
+	printer := &printNotifier{w: w, mu: &mu, json: o.json}
+	opts := agent.Options{
+		Logger: newLogger(o.verbose),
+		OnReady: func(c *collector.Collector) {
 			how := "marker (uprobe on the span SDK's nop)"
 			if ok, m := c.UserEventsAttached(); ok && emit.Mode() == "user_events" {
 				how = "user_events (" + m + " on perf_tp_event)"
 			}
-			fmt.Fprintf(w, "spanwatch demo: workload emits through %s; Ctrl-C to stop\n\n", how)
+			fmt.Fprintf(text, "spanwatch demo: workload emits through %s; Ctrl-C to stop\n\n", how)
 			wg.Add(1)
 			go func() { defer wg.Done(); demoWorkload(stop) }()
 		},
-		onSnapshot: func(s *snapshot.Snapshot) {
+		OnSnapshot: func(s *snapshot.Snapshot) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, sr := range s.Series {
@@ -138,7 +146,7 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 				}
 			}
 			if o.json {
-				s.Encode(w)
+				json.NewEncoder(w).Encode(s) // one line, unlike Snapshot.Encode
 				return
 			}
 			fmt.Fprintf(w, "── %s ──\n", s.Time.Format("15:04:05"))
@@ -146,15 +154,24 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 			fmt.Fprintln(w)
 		},
 	}
-	if rules.Webhooks.Kind == 0 {
-		cfg.notifier = printer // no webhooks: print the alerts
+	if cfg.Notify == nil {
+		opts.Notifier = printer // no webhooks: print the alerts
 	} else {
-		cfg.onAlerts = func(as []*alert.Alert) { printer.Notify(ctx, as...) } // print what goes to the webhooks
+		opts.OnAlerts = func(as []*alert.Alert) { printer.Notify(ctx, as...) } // print what goes to the webhooks
 	}
-	if err := runAgent(ctx, cfg); err != nil {
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	a, err := agent.New(cfg, opts)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "demo done: %d spans aggregated in the kernel, %d over budget, %d with a user stack; %d alerts sent\n",
+	if err := a.Run(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(text, "demo done: %d spans aggregated in the kernel, %d over budget, %d with a user stack; %d alerts sent\n",
 		spans.Load(), overruns.Load(), withStack.Load(), printer.sent.Load())
 	if spans.Load() == 0 {
 		return errors.New("no spans arrived: run with -v to see why the sources did not attach")
@@ -162,10 +179,12 @@ func runDemo(ctx context.Context, w io.Writer, o demoOptions) error {
 	return nil
 }
 
-// printNotifier prints alerts instead of delivering them.
+// printNotifier prints alerts instead of delivering them: as text, or as
+// one JSON object per line, {"alert": ALERT}.
 type printNotifier struct {
 	w    io.Writer
 	mu   *sync.Mutex
+	json bool
 	sent atomic.Uint64
 }
 
@@ -174,6 +193,14 @@ func (p *printNotifier) Notify(ctx context.Context, alerts ...*alert.Alert) (boo
 	defer p.mu.Unlock()
 	for _, a := range alerts {
 		p.sent.Add(1)
+		if p.json {
+			if err := json.NewEncoder(p.w).Encode(struct {
+				Alert *alert.Alert `json:"alert"`
+			}{a}); err != nil {
+				return false, err
+			}
+			continue
+		}
 		var stack []snapshot.Frame
 		if a.Overrun != nil {
 			stack = a.Overrun.UserStack

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -15,8 +16,8 @@ import (
 func init() {
 	register(&command{
 		name:    "notify",
-		args:    "test --config FILE --webhook NAME",
-		summary: "send a sample alert to a configured webhook and show what it answered",
+		args:    "test --config FILE --webhook NAME | dead-letters --config FILE",
+		summary: "send a sample alert to a configured webhook; list the outbox's dead letters",
 		help: `
 notify test sends one sample alert (a firing overrun alert with a stack and a
 trace id) to the webhook named by --webhook, exactly the way the agent would:
@@ -29,17 +30,24 @@ a 2xx answer and 1 otherwise.
 The sample alert is labelled alertname=SpanwatchTest and
 source=spanwatch-notify-test, so receivers can tell it from a real one.
 
+notify dead-letters prints the notifications the outbox gave up on (refused
+by their receiver, expired, or impossible to render), one JSON object per
+line, oldest first, with the receiver's answer and the body. It reads the
+outbox file, which a running agent holds locked: ask the agent's listener
+instead (GET /api/dead-letters).
+
 Examples:
   spanwatch notify test --config /etc/spanwatch/spanwatch.yaml --webhook ops
-  spanwatch notify test --config spanwatch.yaml --webhook ops --show-body`,
+  spanwatch notify test --config spanwatch.yaml --webhook ops --show-body
+  spanwatch notify dead-letters --config spanwatch.yaml | jq .error`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			config := fs.String("config", "", "the configuration `FILE` holding the webhooks: section")
 			webhook := fs.String("webhook", "", "the `NAME` of the webhook to test")
 			timeout := fs.Duration("timeout", 0, "override the webhook's timeout (0: use the configured one)")
 			showBody := fs.Bool("show-body", false, "print the request body that was sent")
 			return func(ctx context.Context, args []string) error {
-				if len(args) == 0 || args[0] != "test" {
-					return usageErrorf("expected the subcommand \"test\"")
+				if len(args) == 0 || (args[0] != "test" && args[0] != "dead-letters") {
+					return usageErrorf("expected the subcommand \"test\" or \"dead-letters\"")
 				}
 				// Flags may follow "test": the flag package stops at the
 				// first argument, so parse the rest again.
@@ -48,6 +56,12 @@ Examples:
 				}
 				if fs.NArg() > 0 {
 					return usageErrorf("unexpected arguments %q", fs.Args())
+				}
+				if args[0] == "dead-letters" {
+					if *config == "" {
+						return usageErrorf("--config is required")
+					}
+					return printDeadLetters(os.Stdout, *config)
 				}
 				if *config == "" || *webhook == "" {
 					return usageErrorf("--config and --webhook are required")
@@ -123,6 +137,30 @@ func notifyTest(ctx context.Context, out io.Writer, file, name string, timeout t
 			what = "the agent would retry it"
 		}
 		return fmt.Errorf("receiver refused the alert (%s; %s)", resp.Reason, what)
+	}
+	return nil
+}
+
+// printDeadLetters prints the dead letters of the outbox the configuration
+// file names, one JSON object per line.
+func printDeadLetters(out io.Writer, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	cfg, err := notify.ParseConfigFile(file, data)
+	if err != nil {
+		return err
+	}
+	list, err := notify.ReadDeadLetters(cfg.Routing.Outbox.Path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(out)
+	for _, dl := range list {
+		if err := enc.Encode(dl); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/notify"
 )
 
@@ -85,5 +87,54 @@ webhooks:
 		if code := run(strings.Fields(args), io.Discard, io.Discard); code != want {
 			t.Errorf("spanwatch %s: exit %d, want %d", args, code, want)
 		}
+	}
+}
+
+// TestNotifyDeadLetters has a receiver refuse an alert, then lists the
+// outbox's dead letters from the command line once the dispatcher closed.
+func TestNotifyDeadLetters(t *testing.T) {
+	dir := t.TempDir()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "unknown tenant", http.StatusForbidden)
+	}))
+	defer srv.Close()
+	cfgPath := filepath.Join(dir, "spanwatch.yaml")
+	os.WriteFile(cfgPath, []byte("webhooks:\n  - {name: ops, url: "+srv.URL+", group_wait: 0s}\nrouting:\n  outbox: {path: "+filepath.Join(dir, "outbox.db")+"}\n"), 0o600)
+	data, _ := os.ReadFile(cfgPath)
+	cfg, err := notify.ParseConfigFile(cfgPath, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := notify.New(cfg, notify.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"alertname": "Slow", "span": "checkout"}
+	if _, err := d.Notify(context.Background(), &alert.Alert{Labels: labels, State: alert.StateFiring, StartsAt: time.Now(), Fingerprint: alert.Fingerprint(labels)}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if l, _ := d.DeadLetters(); len(l) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no dead letter")
+		}
+	}
+	var busy bytes.Buffer
+	if err := printDeadLetters(&busy, cfgPath); !errors.Is(err, notify.ErrOutboxInUse) {
+		t.Errorf("while the outbox is held: %v", err)
+	}
+	d.Close()
+	var out bytes.Buffer
+	if err := printDeadLetters(&out, cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	var dl notify.DeadLetter
+	if err := json.Unmarshal(out.Bytes(), &dl); err != nil || dl.Webhook != "ops" || dl.Reason != notify.ReasonHTTP4xx || !strings.Contains(dl.Error, "unknown tenant") {
+		t.Errorf("printed %q (%v)", out.String(), err)
+	}
+	if code := run([]string{"notify", "dead-letters"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("dead-letters without --config: exit %d", code)
 	}
 }

@@ -5,42 +5,42 @@ package main
 import (
 	"flag"
 	"testing"
+	"time"
 
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/agent"
 )
 
-// TestNoUprobeMulti checks that the perf-uprobe escape hatch reaches the
-// collector's config from the flag and from the rule file.
-func TestNoUprobeMulti(t *testing.T) {
+// TestCollectorFlags checks that the collector flags reach the agent's
+// settings, over the file's values or under them when not given.
+func TestCollectorFlags(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		args  []string
-		rules string
-		want  bool
+		name     string
+		args     []string
+		file     string
+		multi    bool
+		interval time.Duration
+		series   uint32
 	}{
-		{"default", nil, "budgets: []\n", false},
-		{"flag", []string{"-no-uprobe-multi"}, "budgets: []\n", true},
-		{"rule file", nil, "collector:\n  no_uprobe_multi: true\n", true},
-		{"rule file off", nil, "collector:\n  no_uprobe_multi: false\n", false},
+		{"defaults", nil, "budgets: []\n", false, agent.DefaultInterval, 0},
+		{"flag", []string{"-no-uprobe-multi"}, "budgets: []\n", true, agent.DefaultInterval, 0},
+		{"file", nil, "collector:\n  no_uprobe_multi: true\n  interval: 2s\n", true, 2 * time.Second, 0},
+		{"file off", nil, "collector:\n  no_uprobe_multi: false\n", false, agent.DefaultInterval, 0},
+		{"flag over file", []string{"-interval", "3s", "-max-series", "100"}, "collector:\n  interval: 2s\n  max_series: 500\n", false, 3 * time.Second, 100},
+		{"file over default", nil, "collector:\n  max_series: 500\n", false, agent.DefaultInterval, 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("run", flag.ContinueOnError)
-			var o collectorOptions
-			o.flags(fs)
+			cf := newCollectorFlags(fs)
 			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			o.set = setFlags(fs)
-			rules, err := policy.Parse("rules.yaml", []byte(tc.rules), policy.Options{})
+			cfg, err := agent.Parse("rules.yaml", []byte(tc.file), cf.loadOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
-			merged, err := o.merge(rules)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := merged.collectorConfig(nil).NoUprobeMulti; got != tc.want {
-				t.Errorf("collector.Config.NoUprobeMulti = %v, want %v", got, tc.want)
+			c := cfg.Collector
+			if c.NoUprobeMulti != tc.multi || c.Interval != tc.interval || c.MaxSeries != tc.series {
+				t.Errorf("settings = %+v, want no_uprobe_multi %v, interval %s, max_series %d", c, tc.multi, tc.interval, tc.series)
 			}
 		})
 	}

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/agent"
 )
 
 func init() {
@@ -25,10 +25,19 @@ aggregates into a snapshot, evaluates the rule file's rules and Rego
 policies over it, and sends alerts to its webhooks. A span slower than its
 budget raises an alert at once, with the stack of the thread that ran it.
 
-Each snapshot is written as one JSON line to --output (see
-snapshot/schema.json); spanwatch test and spanwatch stacks read them back.
-The rule file is reloaded on SIGHUP and when it or a file it references
-changes; a bad file keeps the old rules running.
+Before it loads anything into the kernel, run validates the whole file the
+way "spanwatch check" does, and stops on any problem. Each snapshot is
+written as one JSON line to --output (see snapshot/schema.json); spanwatch
+test and spanwatch stacks read them back. The file is reloaded on SIGHUP and
+when it or a file it references changes (polled every second); a bad file
+keeps the running configuration; settings that need a restart are logged as
+errors and wait for it while the rest applies. On SIGTERM or SIGINT, run
+takes a final snapshot, evaluates it, writes its alerts to the outbox and
+exits.
+
+With --metrics-addr, run serves /metrics (Prometheus), /snapshot (the
+newest snapshot; ?span=NAME&cgroup_id=ID for one series, which alerts link
+to in their generatorURL), /api/alerts, /api/status and /api/dead-letters.
 
 Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to see processes of
 other users and containers). Uprobes (the SDK's marker, USDT probes) attach as
@@ -37,14 +46,15 @@ go through the perf_uprobe PMU, which also needs CAP_SYS_ADMIN.
 
 Examples:
   spanwatch run --config /etc/spanwatch/rules.yaml
-  spanwatch run --config rules.yaml --output snapshots.jsonl --metrics-addr 127.0.0.1:9464`,
+  spanwatch run --config rules.yaml --output snapshots.jsonl --metrics-addr 127.0.0.1:9464
+  spanwatch run --config rules.yaml --metrics-addr :9464 --external-url http://$NODE_IP:9464`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			config := fs.String("config", "", "the rule `FILE` (budgets, rules, policies, webhooks, sources)")
+			config := fs.String("config", "", "the configuration `FILE` (budgets, rules, policies, webhooks, sources, collector)")
 			output := fs.String("output", "", "write each snapshot as a JSON line to `FILE` (- for stdout)")
-			metricsAddr := fs.String("metrics-addr", "", "serve /metrics (Prometheus) and /snapshot on `ADDR`, e.g. 127.0.0.1:9464")
+			metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /snapshot and /api/* on `ADDR`, e.g. 127.0.0.1:9464")
+			externalURL := fs.String("external-url", "", "the listener as seen from outside, for alerts' generatorURL (`URL`; overrides external_url:)")
 			verbose := fs.Bool("v", false, "log debug messages")
-			var opts collectorOptions
-			opts.flags(fs)
+			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *config == "" {
 					return usageErrorf("--config FILE is required (try \"spanwatch demo\" for a built-in one)")
@@ -52,11 +62,11 @@ Examples:
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
 				}
-				opts.set = setFlags(fs)
-				log := newLogger(*verbose)
-				rules, err := policy.LoadFile(*config)
+				lo := cflags.loadOptions()
+				lo.ExternalURL = *externalURL
+				cfg, err := agent.Load(*config, lo)
 				if err != nil {
-					return err
+					return configError(err)
 				}
 				var out io.Writer
 				switch *output {
@@ -71,16 +81,20 @@ Examples:
 					defer f.Close()
 					out = f
 				}
-				return runAgent(ctx, agentConfig{log: log, rules: rules, path: *config, opts: opts, output: out, metricsAddr: *metricsAddr})
+				return startAgent(ctx, cfg, agent.Options{Logger: newLogger(*verbose), Output: out, ListenAddr: *metricsAddr})
 			}
 		},
 	})
 }
 
-func setFlags(fs *flag.FlagSet) map[string]bool {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set
+// startAgent starts the agent and runs it until ctx ends; tests replace it
+// to see that a bad file stops run before anything is loaded.
+var startAgent = func(ctx context.Context, cfg *agent.Config, opts agent.Options) error {
+	a, err := agent.New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
 }
 
 func newLogger(verbose bool) *slog.Logger {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -34,29 +34,29 @@ Examples:
 			rows := fs.Int("rows", 30, "show at most `N` spans")
 			n := fs.Int("n", 0, "exit after `N` refreshes (0: until interrupted); output is plain text")
 			verbose := fs.Bool("v", false, "log debug messages")
-			var opts collectorOptions
-			opts.flags(fs)
+			cflags := newCollectorFlags(fs)
 			fs.Lookup("interval").DefValue = "1s"
-			opts.Interval = time.Second
+			cflags.s.Interval = time.Second
 			return func(ctx context.Context, args []string) error {
-				opts.set = setFlags(fs)
-				rules := &policy.Config{Name: "(none)"}
+				lo := cflags.loadOptions()
+				cfg, err := agent.Parse("(none)", nil, lo)
 				if *config != "" {
-					var err error
-					if rules, err = policy.LoadFile(*config); err != nil {
-						return err
-					}
-					rules.Rules, rules.Policies = nil, nil
-					rules.Webhooks.Kind = 0
+					cfg, err = agent.Load(*config, lo)
+				}
+				if err != nil {
+					return configError(err)
 				}
 				term := *n == 0 && isTerminal(os.Stdout)
 				count := 0
 				ctx, cancel := context.WithCancel(ctx)
 				defer cancel()
-				return runAgent(ctx, agentConfig{
-					log: newLogger(*verbose), rules: rules, opts: opts,
-					notifier: &printNotifier{w: os.Stderr, mu: new(sync.Mutex)},
-					onSnapshot: func(s *snapshot.Snapshot) {
+				a, err := agent.New(cfg.BudgetsOnly(), agent.Options{
+					Logger:   newLogger(*verbose),
+					Notifier: &printNotifier{w: os.Stderr, mu: new(sync.Mutex)},
+					OnSnapshot: func(s *snapshot.Snapshot) {
+						if ctx.Err() != nil {
+							return // the final snapshot at exit
+						}
 						if term {
 							fmt.Print("\033[H\033[2J")
 						}
@@ -69,6 +69,10 @@ Examples:
 						}
 					},
 				})
+				if err != nil {
+					return err
+				}
+				return a.Run(ctx)
 			}
 		},
 	})

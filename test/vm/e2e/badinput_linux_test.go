@@ -12,6 +12,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -63,9 +64,9 @@ func TestBadInputUserEvents(t *testing.T) {
 			unix.Close(fd)
 		}
 	}()
-	payload := make([]byte, 112)    // sizeof(struct span_event)
+	payload := make([]byte, 184)    // sizeof(struct span_event)
 	payload[0] = 0x40               // duration 64 ns
-	copy(payload[48:], "unwatched") // name
+	copy(payload[56:], "unwatched") // name
 	for deadline := time.Now().Add(2 * time.Second); !other.Enabled(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("spanwatch_e2e_other never enabled by its perf events")
@@ -77,17 +78,20 @@ func TestBadInputUserEvents(t *testing.T) {
 		}
 	}
 
-	long := strings.Repeat("x", 64)
+	long := strings.Repeat("x", 200) // fills the payload's 128 bytes, no NUL
 	recordSpans("good", 100)
 	recordSpans(long, 5)
 	got, s := snapshotSeries(t, c)
 	checkSeries(t, got, "good", wantFor(100))
-	checkSeries(t, got, long, wantFor(5))
+	checkSeries(t, got, snapshot.TruncateName(long), wantFor(5))
+	if s.Stats.NamesTruncated != 5 {
+		t.Errorf("names truncated %d, want 5", s.Stats.NamesTruncated)
+	}
 	if w, ok := got["unwatched"]; ok {
 		t.Errorf("a payload on an unwatched event id was aggregated: %+v", w)
 	}
 	if len(got) != 2 {
-		t.Errorf("series %v, want only good and the 64-byte name", got)
+		t.Errorf("series %v, want only good and the cut long name", got)
 	}
 	if shortErr == nil && s.Stats.ShortEvents != 1 {
 		t.Errorf("the kernel took a 16-byte payload but short_events = %d, want 1", s.Stats.ShortEvents)

@@ -1,16 +1,19 @@
 //go:build linux
 
-package main
+package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/notify"
 )
 
-// registerAgentMetrics exports the detector's counters and the rule
-// reloads, beside the exporter's span metrics.
-func registerAgentMetrics(reg *prometheus.Registry, det *detector.Detector) {
+// registerMetrics exports the detector's, the reloader's and the
+// dispatcher's counters beside the exporter's span metrics.
+func (a *Agent) registerMetrics() {
+	reg := a.exporter.Registry()
+	det := a.det
 	counter := func(name, help string, f func(detector.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spanwatch", Name: name, Help: help},
 			func() float64 { return float64(f(det.Stats())) })
@@ -21,8 +24,14 @@ func registerAgentMetrics(reg *prometheus.Registry, det *detector.Detector) {
 	}
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spanwatch", Name: "rule_reload_failures_total",
-			Help: "Reloads of the rule file that failed and kept the previous configuration."},
-			func() float64 { return float64(reloadFailures.Load()) }),
+			Help: "Reloads of the configuration file that failed and kept the previous configuration."},
+			func() float64 { return float64(a.ReloadStats().Failures) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spanwatch", Name: "rule_reloads_total",
+			Help: "Reloads of the configuration file that applied (after the first load)."},
+			func() float64 { return float64(a.ReloadStats().Reloads) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spanwatch", Name: "config_restart_pending",
+			Help: "Settings the configuration file changes that only a restart applies (GET /api/status lists them)."},
+			func() float64 { return float64(len(a.PendingRestart())) }),
 		counter("detector_evaluations_total", "Snapshots evaluated.", func(s detector.Stats) uint64 { return s.Evaluations }),
 		counter("detector_rule_failures_total", "Rule evaluations that failed (template errors).", func(s detector.Stats) uint64 { return s.RuleErrors }),
 		counter("detector_policy_failures_total", "Rego policy evaluations that failed, timeouts included.", func(s detector.Stats) uint64 { return s.PolicyErrors }),
@@ -33,4 +42,7 @@ func registerAgentMetrics(reg *prometheus.Registry, det *detector.Detector) {
 		gauge("alerts_pending", "Alerts pending now.", func(s detector.Stats) float64 { return float64(s.Pending) }),
 		gauge("alerts_firing", "Alerts firing now.", func(s detector.Stats) float64 { return float64(s.Firing) }),
 	)
+	if a.dispatcher != nil {
+		reg.MustRegister(notify.NewCollector(a.dispatcher))
+	}
 }

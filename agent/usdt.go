@@ -1,6 +1,6 @@
-//go:build linux
+//go:build linux && amd64
 
-package main
+package agent
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/inflight"
 	"github.com/spanwatch/spanwatch/internal/usdt"
-	"github.com/spanwatch/spanwatch/policy"
 )
 
 // usdtSources are the attached USDT span sources and the watcher that
@@ -26,22 +25,14 @@ func (u *usdtSources) Close() error {
 	return u.tracer.Close()
 }
 
-// attachUSDT attaches the USDT span sources of the rule file's sources:
-// section to the collector's aggregation core, and starts watching their
-// in-flight spans. It returns nil when there are none.
-func attachUSDT(ctx context.Context, col *collector.Collector, rules *policy.Config, log *slog.Logger) (*usdtSources, error) {
-	if rules.Sources.Kind == 0 {
-		return nil, nil
-	}
-	srcs, err := usdt.ParseSources(rules.Name, &rules.Sources)
-	if err != nil {
-		return nil, err
-	}
+// attachUSDT attaches the USDT span sources to the collector's aggregation
+// core and starts watching their in-flight spans until ctx ends. It
+// returns nil when there are none. The agent fails on any source that does
+// not attach, rather than run with part of what the file asks for.
+func attachUSDT(ctx context.Context, col *collector.Collector, srcs []usdt.SpanSource, log *slog.Logger) (*usdtSources, error) {
 	if len(srcs) == 0 {
 		return nil, nil
 	}
-	// run fails on any source that does not attach, rather than run with
-	// part of what the rule file asks for.
 	t, err := col.AttachUSDT(ctx, srcs)
 	if err != nil {
 		if t != nil {

@@ -1,0 +1,49 @@
+//go:build linux
+
+package agent
+
+import (
+	"log/slog"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/policy"
+)
+
+// collectorConfig turns the collector: settings into the collector's
+// configuration.
+func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
+	cfg := collector.Config{
+		Logger:         log,
+		ForceKprobe:    s.ForceKprobe,
+		NoUprobeMulti:  s.NoUprobeMulti,
+		MaxSeries:      s.MaxSeries,
+		HistogramCells: s.HistogramCells,
+		SeriesQuota:    s.SeriesQuota,
+		RingbufBytes:   s.RingbufBytes,
+		MarkerBinaries: s.Binaries,
+		ScanInterval:   s.ScanInterval,
+	}
+	for _, src := range s.Sources {
+		switch src {
+		case "user_events":
+			cfg.Sources.UserEvents = true
+		case "marker":
+			cfg.Sources.Marker = true
+		}
+	}
+	return cfg
+}
+
+// applyBudgets pushes the configuration's budgets into the kernel, in
+// file order (exact names win over globs; among globs the first wins).
+func applyBudgets(col *collector.Collector, rules *policy.Config) error {
+	return col.SetBudgets(budgetRules(rules))
+}
+
+func budgetRules(rules *policy.Config) []collector.BudgetRule {
+	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
+	for _, b := range rules.Budgets {
+		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack})
+	}
+	return out
+}

@@ -1,0 +1,3 @@
+package spanwatch
+
+alerts contains {"labels": {"alertname": "X"} if {

@@ -1,0 +1,145 @@
+//go:build linux
+
+// Package coretest drives spanwatch's aggregation core without a probe:
+// bpf/coretest.bpf.c, loaded beside a collector with its maps, aggregates
+// entries written to its input map through BPF_PROG_TEST_RUN (raw
+// tracepoint programs, 5.10+). Tests and benchmarks use it to check the
+// core against Go and to fill the maps quickly; nothing in the agent does.
+package coretest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/bpf"
+)
+
+// A Core is the test object loaded beside a collector.
+type Core struct {
+	objs bpf.CoretestObjects
+}
+
+// Load loads the test object with the core's maps (collector.Maps()).
+func Load(maps map[string]*ebpf.Map) (*Core, error) {
+	spec, err := bpf.LoadCoretest()
+	if err != nil {
+		return nil, err
+	}
+	repl, err := bpf.ShareCore(spec, maps)
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{}
+	if err := spec.LoadAndAssign(&c.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load coretest: %+v", verr)
+		}
+		return nil, fmt.Errorf("load coretest: %w", err)
+	}
+	return c, nil
+}
+
+// Close releases the test object.
+func (c *Core) Close() error { return c.objs.Close() }
+
+// Entry is one value for the core: a span's duration or a metric value.
+type Entry struct {
+	Name     string
+	Cgroup   uint64
+	Value    uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Metric   bool
+	Error    bool
+}
+
+// Batch is the most entries one Put holds.
+const Batch = 1 << 16
+
+// Put writes entries at input index first.. (at most Batch); a name is
+// copied raw into the 128-byte field (a longer one fills it, as a payload
+// would).
+func (c *Core) Put(first int, es []Entry) error {
+	keys := make([]uint32, len(es))
+	vals := make([]bpf.CoretestCoretestIn, len(es))
+	for i, e := range es {
+		keys[i] = uint32(first + i)
+		v := &vals[i]
+		for j := 0; j < len(e.Name) && j < len(v.Name); j++ {
+			v.Name[j] = int8(e.Name[j])
+		}
+		v.CgroupId, v.Value, v.Labels, v.Labelset = e.Cgroup, e.Value, e.Labels, e.Labelset
+		if e.Metric {
+			v.Kind = uint8(bpf.SpanwatchSeriesKindSERIES_METRIC)
+		}
+		if e.Error {
+			v.Error = 1
+		}
+	}
+	if _, err := c.objs.CoretestInput.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("write coretest input: %w", err)
+	}
+	return nil
+}
+
+// Run aggregates entries [first, first+n), repeat times over.
+func (c *Core) Run(first, n, repeat int) error {
+	ctx := make([]byte, 3*8)
+	binary.LittleEndian.PutUint64(ctx[0:], uint64(first))
+	binary.LittleEndian.PutUint64(ctx[8:], uint64(n))
+	binary.LittleEndian.PutUint64(ctx[16:], uint64(repeat))
+	if _, err := c.objs.CoretestRun.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+		return fmt.Errorf("run coretest: %w", err)
+	}
+	return nil
+}
+
+// Aggregate writes and aggregates entries once each.
+func (c *Core) Aggregate(es []Entry) error {
+	for off := 0; off < len(es); off += Batch {
+		end := min(off+Batch, len(es))
+		if err := c.Put(0, es[off:end]); err != nil {
+			return err
+		}
+		if err := c.Run(0, end-off, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Indexes returns the kernel's bucket index of each value (at most Batch):
+// hist_value_index for metric values, else hist_duration_index.
+func (c *Core) Indexes(vals []uint64, metric bool) ([]int32, error) {
+	keys := make([]uint32, len(vals))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := c.objs.CoretestVals.BatchUpdate(keys, vals, nil); err != nil {
+		return nil, err
+	}
+	ctx := make([]byte, 16)
+	binary.LittleEndian.PutUint64(ctx[0:], uint64(len(vals)))
+	if metric {
+		binary.LittleEndian.PutUint64(ctx[8:], 1)
+	}
+	if _, err := c.objs.CoretestIndex.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(vals))
+	okeys := make([]uint32, len(vals))
+	var cursor ebpf.MapBatchCursor
+	n, err := c.objs.CoretestIdx.BatchLookup(&cursor, okeys, out, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, err
+	}
+	got := make([]int32, 0, n)
+	for i := 0; i < n && i < len(vals); i++ {
+		got = append(got, int32(out[i]))
+	}
+	return got, nil
+}

@@ -1,0 +1,105 @@
+package notify
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// A DeadLetter is a notification given up on: refused by its receiver (a
+// 4xx other than 429), expired (max_age or max_attempts), or one that could
+// not be rendered. The outbox keeps the last 256 per webhook.
+type DeadLetter struct {
+	Webhook string `json:"webhook"`
+	// ID is the notification's idempotency key, as sent in
+	// X-Spanwatch-Idempotency-Key.
+	ID      string    `json:"id"`
+	Group   string    `json:"group"`
+	Created time.Time `json:"created"`
+	// Oldest is when the oldest alert in it was accepted.
+	Oldest time.Time `json:"oldest"`
+	Alerts int       `json:"alerts"`
+	// Reason is the failure reason (http_4xx, expired, render, ...) and
+	// Error what the last attempt said; At is when it was given up.
+	Reason string    `json:"reason"`
+	Error  string    `json:"error"`
+	At     time.Time `json:"at"`
+	// Body is the request body that was to be sent: the payload itself
+	// when it is JSON, else a JSON string.
+	Body json.RawMessage `json:"body"`
+}
+
+// DeadLetters returns the dead letters of every webhook in the outbox,
+// including webhooks no longer configured, oldest first. It reads the
+// running Dispatcher's outbox, whose file no other process can open while
+// the agent holds it.
+func (d *Dispatcher) DeadLetters() ([]DeadLetter, error) {
+	var out []DeadLetter
+	err := d.db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = readDeadLetters(tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	return out, nil
+}
+
+func readDeadLetters(tx *bolt.Tx) ([]DeadLetter, error) {
+	var out []DeadLetter
+	top := tx.Bucket(bucketDead)
+	if top == nil {
+		return nil, nil
+	}
+	err := top.ForEachBucket(func(name []byte) error {
+		return top.Bucket(name).ForEach(func(k, v []byte) error {
+			var dl deadLetter
+			if err := json.Unmarshal(v, &dl); err != nil {
+				out = append(out, DeadLetter{Webhook: string(name), Reason: "unreadable", Error: fmt.Sprintf("dead letter %x: %v", k, err)})
+				return nil
+			}
+			body := json.RawMessage(dl.Body)
+			if !json.Valid(body) {
+				body, _ = json.Marshal(string(dl.Body))
+			}
+			out = append(out, DeadLetter{
+				Webhook: string(name), ID: dl.ID, Group: dl.Group, Created: dl.Created, Oldest: dl.Oldest,
+				Alerts: dl.Alerts, Reason: dl.Reason, Error: dl.Error, At: dl.At, Body: body,
+			})
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, err
+}
+
+// ReadDeadLetters lists the dead letters of the outbox file at path while
+// no agent runs on it (a running agent holds the file's lock: ask its
+// listener instead, GET /api/dead-letters). It opens the file read-only
+// and changes nothing.
+func ReadDeadLetters(path string) ([]DeadLetter, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("open outbox %s: %w: ask the agent's listener (GET /api/dead-letters)", path, ErrOutboxInUse)
+		}
+		return nil, fmt.Errorf("open outbox %s: %w", path, err)
+	}
+	defer db.Close()
+	var out []DeadLetter
+	err = db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = readDeadLetters(tx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read dead letters: %w", err)
+	}
+	return out, nil
+}
