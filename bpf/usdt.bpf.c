@@ -543,28 +543,39 @@ int usdt_start_s(struct pt_regs *ctx)
 
 /*
  * finish evaluates the source's error predicate and labels over the
- * operands and hands the value to the core. in carries the name, its id,
- * the cgroup and the value.
+ * operands (ops is NULL when the source has neither) and hands the value
+ * to the core. in carries the name, its id, the cgroup and the value.
  */
 static __always_inline void finish(struct pt_regs *ctx, const struct usdt_source *src,
 				   const struct src_operands *ops, struct agg_in *in)
 {
-	if (src->flags & USDT_SRC_ERROR)
-		in->error = src_pred_holds(&src->error, ops);
-	if (src->labels.labelset)
-		src_labels_apply(&src->labels, ops, &in->key);
+	if (ops) {
+		if (src->flags & USDT_SRC_ERROR)
+			in->error = src_pred_holds(&src->error, ops);
+		if (src->labels.labelset)
+			src_labels_apply(&src->labels, ops, &in->key);
+	}
 	in->source = SOURCE_USDT;
 	series_aggregate(ctx, in);
 }
 
+/*
+ * usdt_end ends the newest open span of the site's source on the thread's
+ * stack (or, for a source paired by a key argument, the span of that key).
+ * On the fast path (USDT_COOKIE_FAST: a source paired by thread with a
+ * fixed name, no predicate, labels or metric) it reads no spec and no
+ * argument. One call of the core, so the verifier walks it once.
+ */
 SEC("uprobe")
 int usdt_end(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = usdt_cookie(ctx);
 	struct task_struct *task = bpf_get_current_task_btf();
+	struct usdt_inflight *inf = 0;
+	struct usdt_inflight_key k;
 	struct usdt_task_spans *ts;
-	struct src_operands ops = {};
+	struct src_operands ops, *opsp = 0;
 	struct usdt_source *src;
 	struct usdt_spec *spec = 0;
 	struct agg_in in = {};
@@ -582,11 +593,10 @@ int usdt_end(struct pt_regs *ctx)
 	src = bpf_map_lookup_elem(&usdt_sources, &source);
 	if (!src)
 		return 0;
-	if (src->key_arg != USDT_NO_ARG) {
-		struct usdt_inflight_key k;
-		struct usdt_inflight *inf;
-
-		if (!spec || inflight_key(ctx, spec, src, &k))
+	in.name = src->name;
+	in.key.name_id = src->name_id;
+	if (spec && src->key_arg != USDT_NO_ARG) {
+		if (inflight_key(ctx, spec, src, &k))
 			return 0;
 		inf = bpf_map_lookup_elem(&usdt_inflight, &k);
 		if (!inf) {
@@ -597,43 +607,39 @@ int usdt_end(struct pt_regs *ctx)
 		if (src->name_arg != USDT_NO_ARG) {
 			in.name = inf->name;
 			in.key.name_id = usdt_name_id((struct span_name *)inf->name);
-		} else {
-			in.name = src->name;
-			in.key.name_id = src->name_id;
 		}
-		in.key.cgroup_id = task_cgroup_id(task);
-		usdt_fetch(ctx, spec, src->end_args, &ops);
-		finish(ctx, src, &ops, &in);
-		bpf_map_delete_elem(&usdt_inflight, &k);
-		return 0;
+	} else {
+		ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		if (!ts || spans_take(ts, source, &t)) {
+			usdt_count(USDT_COUNTER_UNPAIRED);
+			return 0;
+		}
+		in.value = now - t.start_ns;
+		if (t.flags & TASK_SPAN_NAMED) {
+			struct task_span_names *tn = names_get(0);
+			if (tn) {
+				struct span_name *n = &tn->name[t.idx & (TASK_SPANS_DEPTH - 1)];
+				in.name = n->name;
+				in.key.name_id = usdt_name_id(n);
+			}
+		}
 	}
-	ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
-	if (!ts || spans_take(ts, source, &t)) {
-		usdt_count(USDT_COUNTER_UNPAIRED);
-		return 0;
-	}
-	in.value = now - t.start_ns;
-	in.name = src->name;
-	in.key.name_id = src->name_id;
 	in.key.cgroup_id = task_cgroup_id(task);
-	if (t.flags & TASK_SPAN_NAMED) {
-		struct task_span_names *tn = names_get(0);
-		if (tn) {
-			struct span_name *n = &tn->name[t.idx & (TASK_SPANS_DEPTH - 1)];
-			in.name = n->name;
-			in.key.name_id = usdt_name_id(n);
-		}
-	}
-	if (spec && src->end_args)
+	if (spec && src->end_args) {
+		__builtin_memset(&ops, 0, sizeof(ops));
 		usdt_fetch(ctx, spec, src->end_args, &ops);
-	finish(ctx, src, &ops, &in);
+		opsp = &ops;
+	}
+	finish(ctx, src, opsp, &in);
+	if (inf)
+		bpf_map_delete_elem(&usdt_inflight, &k);
 	return 0;
 }
 
 static __always_inline int single(struct pt_regs *ctx, int sleepable)
 {
 	struct usdt_spec *spec = usdt_spec(ctx);
-	struct src_operands ops = {};
+	struct src_operands ops, *opsp = 0;
 	struct usdt_source *src;
 	struct agg_in in = {};
 
@@ -642,12 +648,16 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
 	if (!src)
 		return 0;
-	usdt_fetch(ctx, spec, src->end_args, &ops);
-	if (src->value_arg != USDT_NO_ARG) {
-		__u32 k = src->value_arg & (SRC_OPERANDS - 1);
-		if (!((ops.ok >> k) & 1))
-			return 0; /* counted by usdt_fetch */
-		in.value = ops.v[k];
+	if (src->end_args) {
+		__builtin_memset(&ops, 0, sizeof(ops));
+		usdt_fetch(ctx, spec, src->end_args, &ops);
+		opsp = &ops;
+		if (src->value_arg != USDT_NO_ARG) {
+			__u32 k = src->value_arg & (SRC_OPERANDS - 1);
+			if (!((ops.ok >> k) & 1))
+				return 0; /* counted by usdt_fetch */
+			in.value = ops.v[k];
+		}
 	}
 	if (src->flags & USDT_SRC_METRIC)
 		in.key.kind = SERIES_METRIC;
@@ -665,7 +675,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 		in.key.name_id = usdt_name_id(n);
 	}
 	in.key.cgroup_id = task_cgroup_id(bpf_get_current_task_btf());
-	finish(ctx, src, &ops, &in);
+	finish(ctx, src, opsp, &in);
 	return 0;
 }
 
