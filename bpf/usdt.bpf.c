@@ -264,7 +264,12 @@ __noinline int usdt_name_unread(__u64 addr, struct span_name *dst)
 		return 0;
 	cached = bpf_map_lookup_elem(&usdt_names, &k);
 	if (cached) {
-		__builtin_memcpy(dst, cached, sizeof(*dst));
+		/* By words: both are 8-byte aligned (map values, and names at
+		 * multiples of 8 in them). */
+		__u64 *d = (__u64 *)dst, *c = (__u64 *)cached;
+#pragma unroll
+		for (int i = 0; i < SPAN_NAME_LEN / 8; i++)
+			d[i] = c[i];
 		usdt_count(USDT_COUNTER_NAME_CACHED);
 		return 0;
 	}
