@@ -179,24 +179,33 @@ func bpftraceScript(loop string) string {
 usdt:%[1]s:bench:done { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }`, loop)
 }
 
-func progIDs() map[ebpf.ProgramID]bool {
-	ids := map[ebpf.ProgramID]bool{}
-	var id ebpf.ProgramID
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
+// progIDsOf returns the BPF programs process pid holds open (the
+// prog_id of each fd's fdinfo): bpftrace's own, not those of another
+// tracer that happens to start at the same time.
+func progIDsOf(pid int) []ebpf.ProgramID {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, _ := os.ReadDir(dir)
+	var ids []ebpf.ProgramID
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return ids
+			continue
 		}
-		ids[next] = true
-		id = next
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
+				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+					ids = append(ids, ebpf.ProgramID(id))
+				}
+			}
+		}
 	}
+	return ids
 }
 
 // attachBpftrace runs bpftrace on loop's probes. Its programs are the
-// kprobe-type programs named start and done that appeared as it attached.
+// kprobe-type programs named start and done that its process holds.
 func attachBpftrace(b *testing.B, loop string) tracer {
 	b.Helper()
-	before := progIDs()
 	cmd := exec.Command("bpftrace", "-e", bpftraceScript(loop))
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -219,10 +228,7 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	progs := map[string]*ebpf.Program{}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(progs) < 2 && time.Now().Before(deadline) {
-		for id := range progIDs() {
-			if before[id] {
-				continue
-			}
+		for _, id := range progIDsOf(cmd.Process.Pid) {
 			p, err := ebpf.NewProgramFromID(id)
 			if err != nil {
 				continue
@@ -356,7 +362,7 @@ func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 }
 
 // attachNamed loads a collector core and one USDT source named by the
-// start probe's string argument (bench:nstart/bench:done, paired by
+// start probe's string argument (bench:nstart/bench:ndone, paired by
 // thread) on loop, reading names as cfg says.
 func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usdt.Tracer) {
 	b.Helper()
@@ -368,7 +374,7 @@ func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usd
 	tr, err := col.AttachUSDTWith(ctx, cfg, []usdt.SpanSource{{
 		Binary: loop, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
 		Start: usdt.ProbeRef{Provider: "bench", Name: "nstart"},
-		End:   usdt.ProbeRef{Provider: "bench", Name: "done"},
+		End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
 	}})
 	if err != nil {
 		col.Close()
@@ -402,7 +408,7 @@ func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usd
 // argument is read, in one run: a sleepable program (uprobe.s, faulting
 // the page in when it is absent; kernel 6.0+) against an ordinary one
 // (bpf_probe_read_user_str), each tracing its own copy of the loop with
-// bench:nstart("bench_named")/bench:done, the copies run in turn with a
+// bench:nstart("bench_named")/bench:ndone, the copies run in turn with a
 // bare one. "resident": the loop read the name first, so this is the cost
 // of the sleepable path where nothing needs faulting. "absent": the loop
 // never reads it; the sleepable program faults the page in at the first

@@ -2,13 +2,13 @@
  * The benchmark's traced program: N start/done USDT pairs in a tight loop
  * (bench:start and bench:done, each with the iteration as argument). Prints
  * the nanoseconds per pair, timed in the process so start-up is excluded.
- * Usage: loop N [named]
+ * Usage: loop N [named | named-touched]
  *
- * With "named", the start probe is bench:nstart with a pointer to the span
- * name as its argument (a string literal), for sources with name_arg; the
- * program never reads the string, so its page is absent until a tracer
- * faults it in. With "named-touched", the program reads it first, so it is
- * resident.
+ * With "named", the probes are bench:nstart, whose argument points at the
+ * span name (a string literal), and bench:ndone: for sources with
+ * name_arg. The program never reads the string, so its page is absent
+ * until a tracer faults it in; with "named-touched" it reads it first, so
+ * it is resident.
  *
  * Built with -DNOP5, each probe is "nop; nop5" as newer sys/sdt.h headers
  * emit it, so a tracer can attach to the nop5, which kernels with the
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
 	if (named) {
 		for (long i = 0; i < n; i++) {
 			STAP_PROBE1(bench, nstart, name);
-			STAP_PROBE1(bench, done, i);
+			STAP_PROBE1(bench, ndone, i);
 		}
 	} else {
 		for (long i = 0; i < n; i++) {
