@@ -369,6 +369,14 @@ sources:
       start: {provider: svc, probe: rec__enter}
       end: {provider: svc, probe: rec__exit}
       labels: {depth: arg0}
+    - binary: %[1]s
+      span: op
+      start: {provider: svc, probe: op__start}
+      end: {provider: svc, probe: op__done}
+    - binary: %[1]s
+      span: txn
+      start: {provider: svc, probe: txn__start}
+      end: {provider: svc, probe: txn__done}
 `, bin))
 	tr, err := c.AttachUSDT(context.Background(), srcs)
 	if err != nil {
@@ -437,6 +445,34 @@ sources:
 	}
 	if st, _ := tr.Stats(); st.Unpaired != 0 || st.NestOverflow != 0 {
 		t.Errorf("unpaired %d, overflow %d; want none", st.Unpaired, st.NestOverflow)
+	}
+
+	// Spans of two sources that interleave on one thread (op ends inside
+	// txn, which began after it), for more rounds than a stack holds:
+	// each pairs with its own start, and no round leaves anything behind.
+	const rounds2 = 40
+	var opIn, opOut, txIn, txOut []uint64
+	for _, f := range svc.do(fmt.Sprintf("x %d %d", rounds2, 200)) {
+		opIn, opOut = append(opIn, uint64(atoi(f[1]))), append(opOut, uint64(atoi(f[2])))
+		txIn, txOut = append(txIn, uint64(atoi(f[3]))), append(txOut, uint64(atoi(f[4])))
+	}
+	s, err = c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := seriesByName(s)
+	for _, w := range []struct {
+		name    string
+		in, out []uint64
+	}{{"op", opIn, opOut}, {"txn", txIn, txOut}} {
+		sr := byName[w.name]
+		lo, hi := sorted(w.in), sorted(w.out)
+		if sr.Count != rounds2 || sr.MinNs < lo[0] || sr.MinNs > hi[0] || sr.MaxNs < lo[len(lo)-1] || sr.MaxNs > hi[len(hi)-1] {
+			t.Errorf("%s: count %d min %d max %d; want %d, min in [%d, %d], max in [%d, %d]", w.name, sr.Count, sr.MinNs, sr.MaxNs, rounds2, lo[0], hi[0], lo[len(lo)-1], hi[len(hi)-1])
+		}
+	}
+	if st, _ := tr.Stats(); st.Unpaired != 0 || st.NestOverflow != 0 {
+		t.Errorf("after interleaved spans: unpaired %d, overflow %d; want none", st.Unpaired, st.NestOverflow)
 	}
 
 	// Deeper than a thread's stack (16): the 4 outermost starts of each

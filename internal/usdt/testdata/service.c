@@ -15,6 +15,8 @@
  *   svc:queue(int64 delta)                  a signed quantity
  *   svc:rec__enter(int32 depth)             recursion, paired by thread
  *   svc:rec__exit(int32 depth)
+ *   svc:op__start, svc:op__done             two spans of different sources
+ *   svc:txn__start, svc:txn__done           that interleave on one thread
  *
  * Commands, one per line on stdin; each prints its records then "ok":
  *   r N BASE_US    N requests: route i % 4 (0 "GET /api/orders",
@@ -29,6 +31,10 @@
  *   d D R BASE_US  R rounds of a recursion D deep, each level sleeping
  *                  BASE_US before and after the next one; prints
  *                  "d DEPTH INNER OUTER" per level and round
+ *   x N BASE_US    N rounds of op__start, txn__start, (sleep BASE_US),
+ *                  op__done, (sleep 2 * BASE_US), txn__done: the op span
+ *                  ends inside the txn span that began after it; prints
+ *                  "x OP_INNER OP_OUTER TXN_INNER TXN_OUTER" per round
  *   m I            prints one of the rarely read messages
  *   z              drops the process's mapping of the pages holding the
  *                  route names (madvise MADV_DONTNEED: the next read
@@ -231,6 +237,36 @@ __attribute__((noinline)) void rec(int32_t depth, int32_t max, long base)
 	flush();
 }
 
+__attribute__((noinline)) void interleave(int n, long base)
+{
+	for (int i = 0; i < n; i++) {
+		int64_t a0 = now_ns();
+		STAP_PROBE(svc, op__start);
+		int64_t a0i = now_ns();
+		int64_t b0 = now_ns();
+		STAP_PROBE(svc, txn__start);
+		int64_t b0i = now_ns();
+		sleep_us(base);
+		int64_t a1i = now_ns();
+		STAP_PROBE(svc, op__done);
+		int64_t a1 = now_ns();
+		sleep_us(2 * base);
+		int64_t b1i = now_ns();
+		STAP_PROBE(svc, txn__done);
+		int64_t b1 = now_ns();
+		put_c('x');
+		put_c(' ');
+		put_i(a1i - a0i);
+		put_c(' ');
+		put_i(a1 - a0);
+		put_c(' ');
+		put_i(b1i - b0i);
+		put_c(' ');
+		put_i(b1 - b0);
+		flush();
+	}
+}
+
 /* next_int parses the next decimal number of a line. */
 static long next_int(char **p)
 {
@@ -269,6 +305,9 @@ int main(void)
 			long d = next_int(&p), r = next_int(&p), base = next_int(&p);
 			for (long i = 0; i < r; i++)
 				rec(0, d, base);
+		} else if (line[0] == 'x') {
+			long k = next_int(&p), base = next_int(&p);
+			interleave(k, base);
 		} else if (line[0] == 'z') {
 			zap();
 		} else if (line[0] == 'b') {
