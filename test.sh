@@ -49,6 +49,11 @@ if [[ $status -ne 0 ]]; then
 	exit "$status"
 fi
 
+step "container image (deploy/image.sh --smoke: FROM scratch, nothing pulled)"
+# Builds the static, version-stamped binary and, where a Docker daemon
+# runs, the image, then runs it; where none runs it says so.
+deploy/image.sh --smoke --tag spanwatch-ci:latest
+
 step "spanwatch demo (built-in config and workload)"
 if [[ $(id -u) -eq 0 ]]; then
 	go run ./cmd/spanwatch demo --duration 3s > /tmp/spanwatch-demo.log 2>&1 || { cat /tmp/spanwatch-demo.log; exit 1; }

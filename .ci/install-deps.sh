@@ -3,8 +3,10 @@
 # clang and libbpf headers (go generate ./bpf/...), the USDT header and
 # bpftrace (USDT tests and benchmarks), PostgreSQL 15 and CPython 3.11 (USDT
 # tests against programs we did not write), qemu, busybox and the kernel source
-# (the user_events VM tests), Alertmanager (delivery tests), and util-linux
-# and libcap tools (capability tests). Idempotent: installs only what is
+# (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
+# promtool (exporter and shipped-rules tests), util-linux and libcap tools
+# (capability tests), zsh (the completion script's test) and Chromium (the
+# flame graph seen in a browser). Idempotent: installs only what is
 # missing, and runs apt-get update at most once.
 set -euo pipefail
 
@@ -13,7 +15,8 @@ pkgs=(
 	postgresql-15 postgresql-client-15 python3.11
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
-	prometheus-alertmanager libcap2-bin util-linux systemd
+	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
+	chromium
 )
 
 missing=()

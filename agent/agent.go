@@ -105,7 +105,9 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		}
 	}()
 	if opts.ListenAddr != "" {
-		if a.exporter, err = metrics.NewExporter(metrics.Config{Logger: a.log}); err != nil {
+		mcfg := cfg.Metrics
+		mcfg.Logger = a.log
+		if a.exporter, err = metrics.NewExporter(mcfg); err != nil {
 			return nil, err
 		}
 	}
@@ -400,10 +402,10 @@ func (o *output) write(s *snapshot.Snapshot) error {
 	return nil
 }
 
-// sync flushes a file's writes to its disk; pipes and terminals have
-// nothing to sync.
+// sync flushes a file's writes to its disk (an *os.File, or a rotated
+// file); pipes and terminals have nothing to sync.
 func (o *output) sync() error {
-	f, ok := o.w.(*os.File)
+	f, ok := o.w.(interface{ Sync() error })
 	if !ok {
 		return nil
 	}

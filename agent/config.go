@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/internal/usdt"
+	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
 )
@@ -35,6 +36,9 @@ type Config struct {
 	Notify *notify.Config
 	// Sources are the USDT span sources of the sources: section.
 	Sources []usdt.SpanSource
+	// Metrics is the metrics: section: the exporter's classic buckets,
+	// native histograms and series TTL (a restart applies changes).
+	Metrics metrics.Config
 	// ExternalURL is the agent's listener as seen from outside (from the
 	// command line, else the file's external_url:); empty when neither
 	// sets it. Alerts link to it in their generatorURL.
@@ -92,7 +96,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	rules, err := policy.Parse(name, data, policy.Options{Dir: opts.Dir, FS: opts.FS})
 	var sec sections
 	if err == nil {
-		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL}
+		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL, metrics: &rules.Metrics}
 	} else {
 		ec.add(err)
 		// The rules are broken; the other sections are still checked, so
@@ -104,6 +108,12 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	file := decodeCollector(ec, sec.collector)
 	checkFlags(ec, opts.Collector, opts.Flags)
 	cfg.Collector = merge(opts.Collector, opts.Flags, file)
+
+	if sec.metrics != nil {
+		mcfg, err := metrics.ParseConfig(name, deref(sec.metrics))
+		ec.add(err)
+		cfg.Metrics = mcfg
+	}
 
 	if sec.sources != nil && sec.sources.Kind != 0 {
 		srcs, err := usdt.ParseSources(name, sec.sources)
@@ -171,7 +181,7 @@ func checkExternalURL(s string) error {
 // sections are the top-level sections of a file that policy does not
 // decode itself.
 type sections struct {
-	webhooks, routing, sources, collector, externalURL *yaml.Node
+	webhooks, routing, sources, collector, externalURL, metrics *yaml.Node
 }
 
 // splitSections finds the sections in a file whose rules did not load.
@@ -208,6 +218,8 @@ func splitSections(data []byte) sections {
 			sec.collector = v
 		case "external_url":
 			sec.externalURL = v
+		case "metrics":
+			sec.metrics = v
 		}
 	}
 	return sec
@@ -247,6 +259,18 @@ func restartChanges(running, next *Config) []RestartChange {
 	field("force_kprobe", a.ForceKprobe, b.ForceKprobe)
 	field("no_uprobe_multi", a.NoUprobeMulti, b.NoUprobeMulti)
 	field("scan_interval", a.ScanInterval, b.ScanInterval)
+	for _, m := range []struct {
+		key  string
+		x, y any
+	}{
+		{"buckets", running.Metrics.Bounds, next.Metrics.Bounds},
+		{"native_histograms", !running.Metrics.NoNativeHistograms, !next.Metrics.NoNativeHistograms},
+		{"series_ttl", running.Metrics.SeriesTTL, next.Metrics.SeriesTTL},
+	} {
+		if !reflect.DeepEqual(m.x, m.y) {
+			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})
+		}
+	}
 	if !sameSources(running.Sources, next.Sources) {
 		out = append(out, RestartChange{Key: "sources", Old: describeSources(running.Sources), New: describeSources(next.Sources)})
 	}
@@ -270,6 +294,7 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Collector = running.Collector
 	out.Collector.Interval = interval
 	out.Sources = running.Sources
+	out.Metrics = running.Metrics
 	if next.Notify != nil {
 		if running.Notify == nil {
 			out.Notify = nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/internal/usdt"
+	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
 )
 
@@ -119,6 +120,10 @@ func TestGoodFile(t *testing.T) {
 	}
 	if cfg.ExternalURL != "https://node1.example:9464/spanwatch/" {
 		t.Errorf("external URL = %q", cfg.ExternalURL)
+	}
+	wantMetrics := metrics.Config{Bounds: []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second, 10 * time.Second}, SeriesTTL: 24 * time.Hour}
+	if !reflect.DeepEqual(cfg.Metrics, wantMetrics) {
+		t.Errorf("metrics = %+v\nwant %+v", cfg.Metrics, wantMetrics)
 	}
 	// The payload's externalURL follows the agent's unless routing: sets
 	// its own.
@@ -246,6 +251,9 @@ func TestRestartChanges(t *testing.T) {
 		{"collector sources", func(c *Config) { c.Collector.Sources = nil }, []string{"collector.sources"}},
 		{"usdt sources", func(c *Config) { c.Sources = nil }, []string{"sources"}},
 		{"outbox path", func(c *Config) { c.Notify.Routing.Outbox.Path = "/b/outbox.db" }, []string{"routing.outbox.path"}},
+		{"metrics", func(c *Config) {
+			c.Metrics = metrics.Config{Bounds: []time.Duration{time.Second}, NoNativeHistograms: true, SeriesTTL: time.Minute}
+		}, []string{"metrics.buckets", "metrics.native_histograms", "metrics.series_ttl"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			running, next := base(), base()

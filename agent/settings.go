@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	durationpkg "github.com/spanwatch/spanwatch/internal/duration"
 )
 
 // Defaults of the collector: section.
@@ -119,7 +120,7 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 				s.Interval = d
 			}
 		case "scan_interval":
-			if d, ok := duration(v, bad); ok {
+			if d, ok := duration(v, bad, true); ok {
 				if err := checkScanInterval(d); err != nil {
 					bad("%v", err)
 				}
@@ -377,24 +378,34 @@ func kindName(n *yaml.Node) string {
 	return "an alias"
 }
 
-// duration reads a duration the way the notify section writes them: Go's
-// syntax (1m30s) or Prometheus' (1d, 1w).
-func duration(n *yaml.Node, bad func(string, ...any)) (time.Duration, bool) {
+// duration reads a duration in spanwatch's one syntax (internal/duration:
+// Go's units and Prometheus' d, w, y). negative allows a leading '-' (a
+// setting that means "off" when negative).
+func duration(n *yaml.Node, bad func(string, ...any), negative ...bool) (time.Duration, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		bad("want a duration such as 10s, not %s", kindName(n))
 		return 0, false
 	}
-	if d, err := time.ParseDuration(n.Value); err == nil {
-		return d, true
+	s, neg := n.Value, false
+	if len(negative) > 0 && negative[0] {
+		s, neg = strings.CutPrefix(s, "-")
 	}
-	if d, err := model.ParseDuration(n.Value); err == nil {
-		return time.Duration(d), true
+	d, err := durationpkg.Parse(s)
+	if err == nil {
+		if neg {
+			d = -d
+		}
+		return d, true
 	}
 	if _, err := strconv.ParseFloat(n.Value, 64); err == nil {
 		bad("%s has no unit: write it with one, e.g. %ss", n.Value, n.Value)
 		return 0, false
 	}
-	bad("bad duration %q: use a number with a unit, e.g. 500ms, 10s, 5m", n.Value)
+	if strings.HasPrefix(n.Value, "-") {
+		bad("%v", err)
+		return 0, false
+	}
+	bad("bad duration %q: use a number with a unit (%s), e.g. 500ms, 10s, 5m, 1d", n.Value, durationpkg.Units)
 	return 0, false
 }
 

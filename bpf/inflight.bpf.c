@@ -2,113 +2,123 @@
 //go:build ignore
 
 /*
- * Stacks of spans that are still running past their budget.
+ * Stacks of spans that are still running past their budget: where a slow
+ * span's time goes, and where a span that never ends is stuck.
  *
- * A span that never ends (a request stuck on a lock, a query that hangs)
- * never reaches span_aggregate(), so it would capture no stack. USDT spans
- * with a start probe are known in the kernel while they run: in
- * usdt_inflight, or, for spans paired by thread with a fixed name on 5.11+,
- * in the task storage usdt_task_start (see usdt.bpf.c). internal/inflight
- * scans the first from user space and the second with inflight_scan, a task
- * iterator, and puts each thread whose span is over its budget in
- * inflight_watch with a number of samples to take. Two programs then sample
- * that thread:
+ * Spans are known in the kernel while they run: SDK spans (user_events, the
+ * marker) in inflight_exec, a stack of open spans per thread of execution
+ * (a goroutine or a thread, see inflight.h); USDT spans in usdt_inflight
+ * or, paired by thread with a fixed name on 5.11+, in the task storage
+ * usdt_task_start (usdt.bpf.c). internal/inflight scans them (the first
+ * two from user space, the third with inflight_scan, a task iterator) and
+ * puts each thread of execution with spans over their budget in
+ * inflight_watch, with a number of samples to take. The samplers then take
+ * its stacks, one overrun record per overdue span it has open:
  *
  *  - inflight_on_cpu: a perf event program on a CPU clock, attached to every
- *    CPU only while inflight_watch is not empty: the thread is running.
- *  - inflight_off_cpu: a raw tracepoint on sched_switch: the thread is going
- *    off the CPU (blocking, or preempted); the kernel stack says on what.
- *  - inflight_blocked: a sleepable task iterator, run by each scan while a
- *    thread is watched, for a thread that blocked before it was watched and
- *    stays blocked (a deadlock): it walks the thread's user frame pointers
- *    from its saved registers (bpf_task_pt_regs, bpf_copy_from_user_task:
- *    5.18+) and takes its kernel stack with bpf_get_task_stack.
+ *    CPU only while inflight_watch is not empty: the thread (or the thread
+ *    running the goroutine) is on the CPU.
+ *  - inflight_off_cpu: a raw tracepoint on sched_switch: the thread blocks
+ *    (not when it is preempted); the kernel stack says on what. At most one
+ *    such sample per period_ns, so many short waits do not use up the
+ *    samples.
+ *  - inflight_blocked: a sleepable task iterator, run by each scan while
+ *    something is watched: a thread that stays blocked (a deadlock, a read
+ *    that never returns) is sampled from its saved registers (user frame
+ *    pointers, bpf_copy_from_user_task: 5.18+) and its kernel stack; a
+ *    goroutine the Go scheduler parked (a channel, a lock, time.Sleep) is
+ *    on no thread: it is sampled from its saved context in the runtime's g
+ *    (g.sched), which is what Go's own tracebacks read.
+ *
+ * A goroutine is matched by the g pointer the Go runtime keeps in the
+ * thread's TLS (at the offset inflight.h learned, fs base relative), so its
+ * samples follow it from thread to thread and never belong to another
+ * goroutine the thread runs next.
  *
  * Each sample is an ordinary struct overrun in the core's ring buffer with
- * OVERRUN_STILL_RUNNING set in status and the time run so far as duration,
- * plus the user and kernel stacks. The object is loaded with MapReplacements
- * for the core's overruns and counters maps. Needs kernel 5.8+ (ring buffer)
+ * OVERRUN_STILL_RUNNING (and OVERRUN_OFF_CPU off the CPU) in status, the time
+ * run so far as duration and the span's start (CLOCK_REALTIME, from its
+ * start event) as start_ns, plus the user and kernel stacks. The object is
+ * loaded with MapReplacements for the core's overruns, counters,
+ * inflight_exec and inflight_gprocs maps. Needs kernel 5.8+ (ring buffer)
  * and CAP_BPF with CAP_PERFMON, or root.
  */
 
 #include "aggregate.h"
+#include "inflight.h"
 #include "task_spans.h"
-#include <bpf/bpf_core_read.h>
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-/* Set in struct overrun's status: the span had not ended when sampled. */
+/* Set in struct overrun's status: the span had not ended when sampled,
+ * and the thread was off the CPU. Mirrored in internal/inflight. */
 #define OVERRUN_STILL_RUNNING 0x80000000u
+#define OVERRUN_OFF_CPU 0x40000000u
 
 #define INFLIGHT_MAX_WATCH 1024
+#define INFLIGHT_TARGET_SPANS 4
 
-/* inflight_target.flags: the entry was made by inflight_scan, which also
- * removes it when the span ends. */
-#define TARGET_FROM_TASK 1
+/* inflight_target.flags */
+#define TARGET_FROM_TASK 1 /* made by inflight_scan, which removes it too */
+#define TARGET_SDK 2	   /* spans of inflight_exec: slot is their depth */
+#define TARGET_GOROUTINE 4 /* the key's exec is a g pointer */
 
-/* One thread to sample, written by internal/inflight or inflight_scan. */
-struct inflight_target {
-	__u64 start_ns;	 /* bpf_ktime_get_ns() at the span's start */
+/* One overdue span of a watched thread of execution. */
+struct inflight_tspan {
+	__u64 start_ns;	  /* bpf_ktime_get_ns() at its start */
+	__u64 start_real; /* CLOCK_REALTIME start from its start event, or 0 */
 	__u64 name_id;
 	__u64 budget_ns;
-	__u32 pid;	 /* the thread's process, to ignore a reused tid */
-	__u32 source;	 /* SOURCE_* of the span */
-	__s32 samples;	 /* samples left to take; 0 or less: done */
-	__u32 flags;	 /* TARGET_* */
+	__u32 slot;	  /* its depth in inflight_exec, or its task slot */
+	__u32 source;	  /* SOURCE_* */
 	char name[SPAN_NAME_LEN];
 };
 
-/* LRU: entries of threads that died mid-span cannot fill it. */
+/* A thread of execution to sample, written by internal/inflight or
+ * inflight_scan. */
+struct inflight_target {
+	__u32 pid;	  /* its process, to ignore a reused tid */
+	__u32 flags;	  /* TARGET_* */
+	__s32 samples;	  /* samples left to take; 0 or less: done */
+	__u32 nspans;
+	__u64 last_ns;	  /* when it was last sampled */
+	__u64 period_ns;  /* off-CPU samples at least this far apart */
+	struct inflight_tspan spans[INFLIGHT_TARGET_SPANS];
+};
+
+/* LRU: entries of threads that died mid-span cannot fill it. Keyed like
+ * inflight_exec: the goroutine's g pointer, or the thread id. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, INFLIGHT_MAX_WATCH);
-	__type(key, __u32); /* thread id */
+	__type(key, struct inflight_exec_key);
 	__type(value, struct inflight_target);
 } inflight_watch SEC(".maps");
 
-static __always_inline int sample(void *ctx)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)pid_tgid;
-	struct inflight_target *w;
-	struct overrun *r;
+/* inflight_scan builds a target here: too large for the BPF stack. Only
+ * the scan uses it, and scans do not run at once (internal/inflight). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct inflight_target);
+} inflight_scratch SEC(".maps");
 
-	w = bpf_map_lookup_elem(&inflight_watch, &tid);
-	if (!w || w->pid != pid_tgid >> 32 || w->samples <= 0)
-		return 0;
-	/* Two CPUs may race between the test and the decrement: at most one
-	 * sample too many. (Using the value XADD returns needs -mcpu=v3.) */
-	__sync_fetch_and_add(&w->samples, -1);
+/* Watched goroutines, for inflight_blocked to find the parked ones:
+ * written by internal/inflight at each scan, ended by a zero tgid. */
+#define INFLIGHT_MAX_PARKED 16
 
-	r = bpf_ringbuf_reserve(&overruns, sizeof(*r), 0);
-	if (!r) {
-		count(COUNTER_RINGBUF_DROPS);
-		return 0;
-	}
-	r->ts_ns = bpf_ktime_get_ns();
-	r->name_id = w->name_id;
-	r->cgroup_id = bpf_get_current_cgroup_id();
-	r->duration_ns = r->ts_ns - w->start_ns;
-	r->budget_ns = w->budget_ns;
-	r->start_ns = 0;
-	r->pid = pid_tgid >> 32;
-	r->tid = tid;
-	r->status = OVERRUN_STILL_RUNNING;
-	r->source = w->source;
-	__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
-	__builtin_memset(r->span_id, 0, sizeof(r->span_id));
-	__builtin_memcpy(r->name, w->name, sizeof(r->name));
-	bpf_get_current_comm(r->comm, sizeof(r->comm));
-	r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
-	r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
-	bpf_ringbuf_submit(r, 0);
-	return 0;
-}
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INFLIGHT_MAX_PARKED);
+	__type(key, __u32);
+	__type(value, struct inflight_exec_key);
+} inflight_parked SEC(".maps");
 
 /*
- * The spans paired by thread in task storage: a stack per thread
- * (task_spans.h). The maps are usdt.bpf.c's; the collector loads this
- * object with MapReplacements for usdt_task_start and usdt_task_names.
+ * The spans paired by thread in task storage: a stack of open spans per
+ * thread (task_spans.h). The maps are usdt.bpf.c's; the collector loads
+ * this object with MapReplacements for usdt_task_start and usdt_task_names.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -124,18 +134,20 @@ struct {
 	__type(value, struct task_span_names);
 } usdt_task_names SEC(".maps");
 
-/* USDT sources (usdt.bpf.c's usdt_sources indexes). */
+/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
 #define INFLIGHT_SOURCES 1024
 
-/* Per USDT source of fixed name: its span and budget, written by
+/* Per USDT source paired by thread: its span and budget, written by
  * internal/inflight from usdt_sources and budgets; budget_ns 0 means not
- * watched. Spans named by an argument take their name from usdt_task_names
- * and their budget from budgets (exact names). */
+ * watched. A source named by an argument has no name here: its spans'
+ * names come from usdt_task_names and their budgets from budgets (exact
+ * names). */
 struct inflight_slot {
 	__u64 budget_ns;
 	__u64 name_id;
 	__s32 samples;
 	__u32 _pad;
+	__u64 period_ns;
 	char name[SPAN_NAME_LEN];
 };
 
@@ -146,7 +158,7 @@ struct {
 	__type(value, struct inflight_slot);
 } inflight_slots SEC(".maps");
 
-/* The few kernel types the iterator reads, relocated against the running
+/* The few kernel types the programs read, relocated against the running
  * kernel's BTF (CO-RE). */
 struct kernfs_node {
 	__u64 id;
@@ -185,122 +197,361 @@ struct bpf_iter__task {
 	struct task_struct *task;
 } __attribute__((preserve_access_index));
 
-/*
- * inflight_scan visits every task: a task whose storage holds a span over
- * its slot's budget gets an inflight_watch entry (once per span: an entry
- * for the same start is left alone, even when its samples are used up); an
- * entry of ours whose span ended is removed. Task storage in tracing
- * programs and task iterators need kernel 5.11+ and BTF.
- */
-/* The open spans of a task, for inflight_scan's loop. */
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(((struct task_struct___new *)t)->__state))
+		return BPF_CORE_READ((struct task_struct___new *)t, __state);
+	return BPF_CORE_READ((struct task_struct___old *)t, state);
+}
+
+/* span_open reports whether the target's span s is still open: its start
+ * is where the target saw it. Task storage cannot be read from the CPU
+ * clock's interrupt or from sched_switch (bpf_task_storage_get returns
+ * NULL there, seen on 6.18): those callers pass no task, and a USDT span
+ * that ended since the last scan may get a sample or two more, which the
+ * collector's Joiner drops (they follow the span's end). Targets that
+ * usdt_inflight holds (neither flag) are checked by the scan only. */
+static __always_inline int span_open(struct inflight_exec_key *k, struct inflight_target *w, struct inflight_tspan *s,
+				     struct task_struct *task)
+{
+	if (w->flags & TARGET_SDK) {
+		struct inflight_stack *e = bpf_map_lookup_elem(&inflight_exec, k);
+		__u32 i = s->slot;
+
+		if (!e || i >= INFLIGHT_DEPTH || i >= e->depth)
+			return 0;
+		return e->spans[i].start_ns == s->start_ns;
+	}
+	if ((w->flags & TARGET_FROM_TASK) && task) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		__u32 i = s->slot & (TASK_SPANS_DEPTH - 1);
+
+		if (!ts)
+			return 0;
+		/* Still on the stack (below the top), and not taken. */
+		return ((ts->pos - 1 - i) & (TASK_SPANS_DEPTH - 1)) < ts->depth &&
+		       ts->s[i].source != TASK_SPAN_TAKEN && ts->s[i].start_ns == s->start_ns;
+	}
+	return 1;
+}
+
+/* take decides whether a watched thread of execution is sampled now: it has
+ * samples left, and, when paced (sched_switch), the last sample is a period
+ * old. The iterator's samples are paced by the scans. */
+static __always_inline int take(struct inflight_target *w, __u32 tgid, __u64 now, int paced)
+{
+	if (w->pid != tgid || w->samples <= 0)
+		return 0;
+	if (paced && now - w->last_ns < w->period_ns)
+		return 0;
+	w->last_ns = now;
+	/* Two CPUs may race between the test and the decrement: at most one
+	 * sample too many. (Using the value XADD returns needs -mcpu=v3.) */
+	__sync_fetch_and_add(&w->samples, -1);
+	return 1;
+}
+
+/* record reserves and fills an overrun record for span s, stacks left to
+ * the caller; NULL when the ring buffer is full (counted). */
+static __always_inline struct overrun *record(struct inflight_tspan *s, __u64 now, __u32 tgid, __u32 tid, __u32 status,
+					      __u64 cgroup_id)
+{
+	struct overrun *r = bpf_ringbuf_reserve(&overruns, sizeof(*r), 0);
+
+	if (!r) {
+		count(COUNTER_RINGBUF_DROPS);
+		return 0;
+	}
+	r->ts_ns = now;
+	r->name_id = s->name_id;
+	r->cgroup_id = cgroup_id;
+	r->duration_ns = now - s->start_ns;
+	r->budget_ns = s->budget_ns;
+	r->start_ns = s->start_real;
+	r->pid = tgid;
+	r->tid = tid;
+	r->status = OVERRUN_STILL_RUNNING | status;
+	r->source = s->source;
+	__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
+	__builtin_memset(r->span_id, 0, sizeof(r->span_id));
+	__builtin_memcpy(r->name, s->name, sizeof(r->name));
+	__builtin_memset(r->labels, 0, sizeof(r->labels));
+	r->labelset = 0;
+	r->kind = SERIES_SPAN;
+	r->other = 0;
+	r->_pad = 0;
+	return r;
+}
+
+/* sample_current samples the target of the current thread's k: one record
+ * per overdue span still open, with the current stacks. */
+static __always_inline void sample_current(void *ctx, struct inflight_exec_key *k, struct inflight_target *w,
+					   __u32 tid, __u32 status, __u64 now)
+{
+	if (!take(w, k->tgid, now, status & OVERRUN_OFF_CPU))
+		return;
+	for (__u32 i = 0; i < INFLIGHT_TARGET_SPANS; i++) {
+		struct inflight_tspan *s = &w->spans[i];
+		struct overrun *r;
+
+		if (i >= w->nspans)
+			break;
+		if (!span_open(k, w, s, 0))
+			continue;
+		r = record(s, now, k->tgid, tid, status, bpf_get_current_cgroup_id());
+		if (!r)
+			return;
+		bpf_get_current_comm(r->comm, sizeof(r->comm));
+		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
+		bpf_ringbuf_submit(r, 0);
+	}
+}
+
+/* still_runnable reports whether the thread sched_switch switches out
+ * (prev) is still runnable: preempted, not blocked. */
+static __always_inline int still_runnable(struct bpf_raw_tracepoint_args *ctx)
+{
+	return ctx->args[0] || task_state((struct task_struct *)ctx->args[1]) == 0;
+}
+
+/* sample looks up the current thread, and the goroutine it runs, among the
+ * watched ones. With switch_ctx (sched_switch), a thread that is still
+ * runnable is not sampled: checked only for a watched one, as the lookups
+ * that miss are what every other context switch pays. */
+static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracepoint_args *switch_ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct inflight_exec_key k = {.tgid = pid_tgid >> 32, .exec = (__u32)pid_tgid};
+	struct inflight_target *w;
+	__u64 now;
+	__s64 *off;
+
+	w = bpf_map_lookup_elem(&inflight_watch, &k);
+	off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
+	/* Keep clang from testing w | off: the verifier refuses pointer
+	 * arithmetic. */
+	asm volatile("" : "+r"(w));
+	if (!w && !off)
+		return 0;
+	if (switch_ctx && still_runnable(switch_ctx))
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (w)
+		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
+	if (!off)
+		return 0;
+	__u64 fs = task_fsbase((void *)bpf_get_current_task());
+	__u64 g = 0;
+	if (!fs || bpf_probe_read_user(&g, sizeof(g), (void *)(fs + *off)) || !g)
+		return 0;
+	k.exec = g;
+	w = bpf_map_lookup_elem(&inflight_watch, &k);
+	if (w && (w->flags & TARGET_GOROUTINE))
+		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
+	return 0;
+}
+
+SEC("perf_event")
+int inflight_on_cpu(void *ctx)
+{
+	return sample(ctx, 0, 0);
+}
+
+/* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next):
+ * it runs in prev's context, so "current" is the thread going off the CPU.
+ * A thread still runnable (preempted, also where preempt is false, as on
+ * the way back to user space) is the CPU clock's to sample: only one that
+ * blocks is sampled here. */
+SEC("raw_tp/sched_switch")
+int inflight_off_cpu(struct bpf_raw_tracepoint_args *ctx)
+{
+	return sample(ctx, OVERRUN_OFF_CPU, ctx);
+}
+
+/* inflight_scan's walk of one task's stack of open spans. */
 struct scan_state {
 	struct task_struct *task;
 	struct usdt_task_spans *ts;
-	struct inflight_target *w;
 	struct inflight_target *t;
 	__u64 now;
 	__u32 pos, depth;
-	int found;
-	int watched;
+	__u32 n;
 };
 
-static long scan_one(__u32 d, struct scan_state *st)
+/* scan_one looks at the j-th oldest open span of the task. */
+static long scan_one(__u32 j, struct scan_state *st)
 {
 	struct usdt_task_spans *ts = st->ts;
+	struct inflight_target *t = st->t;
 	struct inflight_slot *sl;
 	__u64 budget, name_id;
 
-	if (d >= st->depth || !ts)
+	if (!ts || !t || j >= st->depth || st->n >= INFLIGHT_TARGET_SPANS)
 		return 1;
-	__u32 i = (st->pos - 1 - d) & (TASK_SPANS_DEPTH - 1);
+	__u32 i = (st->pos - st->depth + j) & (TASK_SPANS_DEPTH - 1);
 	__u64 start = ts->s[i].start_ns;
 	__u32 source = ts->s[i].source;
 	__u32 flags = ts->s[i].flags;
 
-	if (!start || source == TASK_SPAN_TAKEN)
+	if (!start || source == TASK_SPAN_TAKEN || st->now < start)
 		return 0;
-	if (st->w && (st->w->flags & TARGET_FROM_TASK) && st->w->start_ns == start) {
-		st->watched = 1; /* already watched, or sampled */
-		return 1;
-	}
 	sl = bpf_map_lookup_elem(&inflight_slots, &source);
-	if (!sl || st->now < start)
+	if (!sl)
 		return 0;
+	struct inflight_tspan *s = &t->spans[st->n & (INFLIGHT_TARGET_SPANS - 1)];
 	budget = sl->budget_ns;
 	name_id = sl->name_id;
 	if (flags & TASK_SPAN_NAMED) {
 		struct task_span_names *tn = bpf_task_storage_get(&usdt_task_names, st->task, 0, 0);
 		struct budget *b;
 
-		/* The first overdue span is the one sampled: the target's
-		 * name is the scratch buffer until one is found. */
-		if (!tn || st->found || !st->t)
+		if (!tn)
 			return 0;
-		__builtin_memcpy(st->t->name, tn->name[i].name, sizeof(st->t->name));
-		name_cut(st->t->name);
-		name_id = span_name_id(st->t->name);
+		/* The target's name is the scratch buffer. */
+		__builtin_memcpy(s->name, tn->name[i].name, sizeof(s->name));
+		name_cut(s->name);
+		name_id = span_name_id(s->name);
 		b = bpf_map_lookup_elem(&budgets, &name_id);
 		budget = b ? b->budget_ns : 0;
 	}
 	if (!budget || st->now - start <= budget)
 		return 0;
-	if (!st->found && st->t) {
-		st->t->start_ns = start;
-		st->t->name_id = name_id;
-		st->t->budget_ns = budget;
-		st->t->samples = sl->samples;
-		if (!(flags & TASK_SPAN_NAMED))
-			__builtin_memcpy(st->t->name, sl->name, sizeof(sl->name));
-		st->found = 1;
-	}
+	if (!(flags & TASK_SPAN_NAMED))
+		__builtin_memcpy(s->name, sl->name, sizeof(s->name));
+	s->start_ns = start;
+	s->name_id = name_id;
+	s->budget_ns = budget;
+	s->slot = i;
+	s->source = SOURCE_USDT;
+	t->samples = sl->samples;
+	t->period_ns = sl->period_ns;
+	st->n++;
 	return 0;
 }
 
 /*
  * inflight_scan visits every task: a task whose stack of open USDT spans
- * holds one over its budget gets an inflight_watch entry (once per span:
- * an entry for the same start is left alone, even when its samples are
- * used up); an entry of ours whose span ended is removed. Task storage in
- * tracing programs and task iterators need kernel 5.11+ and BTF.
+ * holds spans over their budgets (the oldest first) gets an
+ * inflight_watch entry (once per span: an entry for the same starts is
+ * left alone, even when its samples are used up); an entry of ours whose
+ * spans all ended is removed. Task storage in tracing programs and task
+ * iterators need kernel 5.11+ and BTF.
  */
 SEC("iter/task")
 int inflight_scan(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	struct inflight_target t = {};
-	struct scan_state st = {.t = &t};
-	__u32 tid;
+	struct inflight_target *w, *t;
+	struct inflight_exec_key k = {};
+	struct scan_state st = {};
+	__u32 n = 0, zero = 0;
 
 	if (!task)
 		return 0;
-	tid = task->pid;
-	st.task = task;
-	st.now = bpf_ktime_get_ns();
-	st.w = bpf_map_lookup_elem(&inflight_watch, &tid);
+	t = bpf_map_lookup_elem(&inflight_scratch, &zero);
+	if (!t)
+		return 0;
+	k.tgid = task->tgid;
+	k.exec = (__u32)task->pid;
+	w = bpf_map_lookup_elem(&inflight_watch, &k);
+	if (w && !(w->flags & TARGET_FROM_TASK))
+		return 0; /* the watcher's own */
 	st.ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
 	if (st.ts) {
+		st.task = task;
+		st.t = t;
+		st.now = bpf_ktime_get_ns();
 		st.pos = st.ts->pos;
 		st.depth = st.ts->depth;
 		bpf_loop(TASK_SPANS_DEPTH, scan_one, &st, 0);
-		if (st.watched)
-			return 0;
+		n = st.n;
 	}
-	if (st.found) {
-		t.pid = task->tgid;
-		t.source = SOURCE_USDT;
-		t.flags = TARGET_FROM_TASK;
-		bpf_map_update_elem(&inflight_watch, &tid, &t, BPF_ANY);
-	} else if (st.w && (st.w->flags & TARGET_FROM_TASK)) {
-		bpf_map_delete_elem(&inflight_watch, &tid);
+	if (!n) {
+		if (w)
+			bpf_map_delete_elem(&inflight_watch, &k);
+		return 0;
 	}
+	/* The same spans as watched already: keep its samples count. */
+	if (w && w->nspans == n && w->spans[0].start_ns == t->spans[0].start_ns)
+		return 0;
+	t->pid = task->tgid;
+	t->flags = TARGET_FROM_TASK;
+	t->nspans = n;
+	t->last_ns = 0;
+	bpf_map_update_elem(&inflight_watch, &k, t, BPF_ANY);
 	return 0;
 }
 
-static __always_inline long task_state(struct task_struct *t)
+/* What inflight_list reports of a span open at least min_age_ns. */
+struct inflight_candidate {
+	struct inflight_exec_key key;
+	__u32 slot; /* its depth */
+	__u32 goroutine;
+	__u32 tid;  /* the thread that started the newest span */
+	__u32 source;
+	__u32 flags; /* the start event's SPAN_F_* */
+	__u32 _pad2;
+	__u64 start_ns;
+	__u64 start_real;
+	__u64 name_id;
+	char name[SPAN_NAME_LEN];
+};
+
+/* inflight_list's settings: [0] the least age of a span it reports (the
+ * smallest budget), written by internal/inflight before each scan. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} inflight_cfg SEC(".maps");
+
+struct bpf_iter__bpf_map_elem {
+	struct bpf_iter_meta *meta;
+	void *map;
+	void *key;
+	void *value;
+} __attribute__((preserve_access_index));
+
+/*
+ * inflight_list walks inflight_exec in the kernel and writes out the open
+ * spans old enough to be over some budget, so that a scan reads a few
+ * records instead of every thread of execution's stack. Map element
+ * iterators need kernel 5.9+.
+ */
+SEC("iter/bpf_map_elem")
+int inflight_list(struct bpf_iter__bpf_map_elem *ctx)
 {
-	if (bpf_core_field_exists(((struct task_struct___new *)t)->__state))
-		return BPF_CORE_READ((struct task_struct___new *)t, __state);
-	return BPF_CORE_READ((struct task_struct___old *)t, state);
+	struct inflight_exec_key *k = ctx->key;
+	struct inflight_stack *e = ctx->value;
+	struct inflight_candidate c = {};
+	__u32 zero = 0;
+	__u64 *min_age = bpf_map_lookup_elem(&inflight_cfg, &zero);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!k || !e || !min_age)
+		return 0;
+	for (__u32 i = 0; i < INFLIGHT_DEPTH; i++) {
+		struct inflight_open *o = &e->spans[i];
+
+		if (i >= e->depth)
+			break;
+		if (now < o->start_ns || now - o->start_ns < *min_age)
+			continue;
+		c.key = *k;
+		c.slot = i;
+		c.goroutine = e->goroutine != 0;
+		c.tid = e->tid;
+		c.source = o->source;
+		c.flags = o->flags;
+		c.start_ns = o->start_ns;
+		c.start_real = o->start_real;
+		c.name_id = o->name_id;
+		__builtin_memcpy(c.name, o->name, sizeof(c.name));
+		bpf_seq_write(ctx->meta->seq, &c, sizeof(c));
+	}
+	return 0;
 }
 
 /* One user frame as frame pointers lay it out: the caller's saved frame
@@ -310,55 +561,15 @@ struct user_frame {
 	__u64 ret;
 };
 
-SEC("iter.s/task")
-int inflight_blocked(struct bpf_iter__task *ctx)
+/* walk fills r's user stack from pc and a frame pointer, reading the
+ * task's memory: the frame-pointer walk the kernel does for the current
+ * thread (perf_callchain_user), done for a thread that is not running. */
+static __always_inline void walk(struct overrun *r, struct task_struct *task, __u64 pc, __u64 bp)
 {
-	struct task_struct *task = ctx->task;
-	struct inflight_target *w;
 	struct user_frame fr;
-	struct pt_regs *regs;
-	struct overrun *r;
-	__u64 bp, n = 1;
-	__u32 tid;
+	__u64 n = 1;
 
-	if (!task)
-		return 0;
-	tid = task->pid;
-	w = bpf_map_lookup_elem(&inflight_watch, &tid);
-	if (!w || w->pid != task->tgid || w->samples <= 0)
-		return 0;
-	/* A running or runnable thread is the CPU clock's to sample. */
-	if (task_state(task) == 0)
-		return 0;
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	if (!regs)
-		return 0;
-	__sync_fetch_and_add(&w->samples, -1);
-
-	r = bpf_ringbuf_reserve(&overruns, sizeof(*r), 0);
-	if (!r) {
-		count(COUNTER_RINGBUF_DROPS);
-		return 0;
-	}
-	r->ts_ns = bpf_ktime_get_ns();
-	r->name_id = w->name_id;
-	r->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
-	r->duration_ns = r->ts_ns - w->start_ns;
-	r->budget_ns = w->budget_ns;
-	r->start_ns = 0;
-	r->pid = task->tgid;
-	r->tid = tid;
-	r->status = OVERRUN_STILL_RUNNING;
-	r->source = w->source;
-	__builtin_memset(r->trace_id, 0, sizeof(r->trace_id));
-	__builtin_memset(r->span_id, 0, sizeof(r->span_id));
-	__builtin_memcpy(r->name, w->name, sizeof(r->name));
-	bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
-
-	/* The user frame-pointer walk the kernel does for the current thread
-	 * (perf_callchain_user), done here for a sleeping one. */
-	bpf_probe_read_kernel(&r->ustack[0], sizeof(r->ustack[0]), &regs->ip);
-	bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
+	r->ustack[0] = pc;
 	for (int i = 1; i < MAX_USTACK; i++) {
 		if (!bp || bpf_copy_from_user_task(&fr, sizeof(fr), (void *)bp, task, 0) || !fr.ret)
 			break;
@@ -369,23 +580,149 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 		bp = fr.next;
 	}
 	r->ustack_len = n * sizeof(__u64);
-	r->kstack_len = bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0);
-	bpf_ringbuf_submit(r, 0);
+}
+
+/*
+ * sample_asleep samples the spans of a thread of execution that is not on
+ * a CPU, from a saved context (pc, bp), reading its memory through task:
+ * one record per span still open, the stack walked once (into the first)
+ * and copied. kernel says whether the task's kernel stack belongs to it (a
+ * thread blocked in the kernel; not a parked goroutine). The walk is the
+ * costly part of verifying this program: it appears once per call site.
+ */
+static __always_inline void sample_asleep(struct task_struct *task, struct inflight_exec_key *k, struct inflight_target *w,
+					  __u64 now, __u32 tid, __u64 pc, __u64 bp, int kernel)
+{
+	struct overrun *first = 0;
+	__u64 cg = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+
+	if (!take(w, k->tgid, now, 0))
+		return;
+	for (__u32 i = 0; i < INFLIGHT_TARGET_SPANS; i++) {
+		struct inflight_tspan *s = &w->spans[i];
+		struct overrun *r;
+
+		if (i >= w->nspans)
+			break;
+		if (!span_open(k, w, s, task))
+			continue;
+		r = record(s, now, k->tgid, tid, OVERRUN_OFF_CPU, cg);
+		if (!r)
+			break;
+		bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
+		r->kstack_len = kernel ? bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0) : 0;
+		if (!first) {
+			walk(r, task, pc, bp);
+			first = r;
+			continue;
+		}
+		for (int j = 0; j < MAX_USTACK; j++)
+			r->ustack[j] = first->ustack[j];
+		r->ustack_len = first->ustack_len;
+		bpf_ringbuf_submit(r, 0);
+	}
+	if (first)
+		bpf_ringbuf_submit(first, 0);
+}
+
+/* The start of the Go runtime's struct g (runtime/runtime2.go), stable on
+ * amd64 since Go 1.5: stack bounds, the stack guards, _panic, _defer, m,
+ * and the saved context sched (gobuf: sp, pc, g, ctxt, then lr and bp,
+ * with a ret word between ctxt and lr before Go 1.25). */
+#define G_WORDS 14
+#define G_STACK_LO 0
+#define G_STACK_HI 1
+#define G_M 6
+#define G_SCHED_SP 7
+#define G_SCHED_PC 8
+#define G_SCHED_BP_NEW 12 /* Go 1.25+ */
+#define G_SCHED_BP_OLD 13 /* before: lr at 12 is 0 on amd64 */
+
+/*
+ * inflight_blocked samples, at each scan, what the clock and sched_switch
+ * cannot see: a watched thread that sleeps (or the watched goroutine
+ * blocked in a system call on it), from its saved registers; and, at each
+ * process's main thread, the first of its watched goroutines that the Go
+ * scheduler parked (it has no m), from its saved context in the runtime's
+ * g (g.sched), which Go's own tracebacks read.
+ */
+SEC("iter.s/task")
+int inflight_blocked(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct inflight_exec_key k = {};
+	struct inflight_target *w = 0;
+	__u64 now = bpf_ktime_get_ns();
+	__s64 *off;
+
+	if (!task)
+		return 0;
+	k.tgid = task->tgid;
+	/* A running or runnable thread is the CPU clock's to sample. */
+	if (task_state(task) != 0) {
+		struct inflight_target *t;
+
+		k.exec = (__u32)task->pid;
+		t = bpf_map_lookup_elem(&inflight_watch, &k);
+		if (t && !(t->flags & TARGET_GOROUTINE))
+			w = t;
+		off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
+		if (!w && off) {
+			__u64 fs = task_fsbase(task);
+			__u64 g = 0;
+
+			if (fs && !bpf_copy_from_user_task(&g, sizeof(g), (void *)(fs + *off), task, 0) && g) {
+				k.exec = g;
+				t = bpf_map_lookup_elem(&inflight_watch, &k);
+				if (t && (t->flags & TARGET_GOROUTINE))
+					w = t;
+			}
+		}
+		if (w) {
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+			__u64 ip = 0, bp = 0;
+
+			if (regs) {
+				bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
+				bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
+				sample_asleep(task, &k, w, now, task->pid, ip, bp, 1);
+			}
+		}
+	}
+	if (task->pid != task->tgid)
+		return 0;
+	/* Parked goroutines of this process: the first watched one with
+	 * samples left (one a scan, so the walk is verified once). */
+	__u64 gw[G_WORDS];
+	w = 0;
+	for (__u32 i = 0; i < INFLIGHT_MAX_PARKED; i++) {
+		struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &i);
+		struct inflight_target *t;
+
+		if (!p || !p->tgid)
+			break;
+		if (p->tgid != k.tgid)
+			continue;
+		k.exec = p->exec;
+		t = bpf_map_lookup_elem(&inflight_watch, &k);
+		if (!t || !(t->flags & TARGET_GOROUTINE) || t->samples <= 0)
+			continue;
+		if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k.exec, task, 0))
+			continue;
+		if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
+			continue; /* on a thread: the thread samplers see it */
+		w = t;
+		break;
+	}
+	if (!w)
+		return 0;
+	__u64 bp = gw[G_SCHED_BP_NEW];
+	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+		bp = gw[G_SCHED_BP_OLD];
+	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+		return 0;
+	sample_asleep(task, &k, w, now, 0, gw[G_SCHED_PC], bp, 0);
 	return 0;
-}
-
-SEC("perf_event")
-int inflight_on_cpu(void *ctx)
-{
-	return sample(ctx);
-}
-
-/* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next):
- * it runs in prev's context, so "current" is the thread going off the CPU. */
-SEC("raw_tp/sched_switch")
-int inflight_off_cpu(void *ctx)
-{
-	return sample(ctx);
 }
 
 /* Keep the types in BTF so bpf2go generates their Go mirrors. */
@@ -393,3 +730,6 @@ const struct inflight_target *unused_inflight_target __attribute__((unused));
 const struct inflight_slot *unused_inflight_slot __attribute__((unused));
 const struct usdt_task_spans *unused_usdt_task_spans __attribute__((unused));
 const struct task_span *unused_task_span __attribute__((unused));
+const struct inflight_stack *unused_inflight_stack __attribute__((unused));
+const struct inflight_exec_key *unused_inflight_exec_key __attribute__((unused));
+const struct inflight_candidate *unused_inflight_candidate __attribute__((unused));

@@ -48,25 +48,76 @@ type InflightCoreState struct {
 	Pad            uint32
 }
 
+type InflightInflightCandidate struct {
+	_         structs.HostLayout
+	Key       InflightInflightExecKey
+	Slot      uint32
+	Goroutine uint32
+	Tid       uint32
+	Source    uint32
+	Flags     uint32
+	Pad2      uint32
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Name      [128]int8
+}
+
+type InflightInflightExecKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Exec uint64
+}
+
+type InflightInflightOpen struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	Source    uint32
+	Flags     uint32
+	Name      [128]int8
+}
+
 type InflightInflightSlot struct {
 	_        structs.HostLayout
 	BudgetNs uint64
 	NameId   uint64
 	Samples  int32
 	Pad      uint32
+	PeriodNs uint64
 	Name     [128]int8
+}
+
+type InflightInflightStack struct {
+	_         structs.HostLayout
+	Depth     uint32
+	Tid       uint32
+	Goroutine uint64
+	Spans     [4]InflightInflightOpen
 }
 
 type InflightInflightTarget struct {
 	_        structs.HostLayout
-	StartNs  uint64
-	NameId   uint64
-	BudgetNs uint64
 	Pid      uint32
-	Source   uint32
-	Samples  int32
 	Flags    uint32
-	Name     [128]int8
+	Samples  int32
+	Nspans   uint32
+	LastNs   uint64
+	PeriodNs uint64
+	Spans    [4]InflightInflightTspan
+}
+
+type InflightInflightTspan struct {
+	_         structs.HostLayout
+	StartNs   uint64
+	StartReal uint64
+	NameId    uint64
+	BudgetNs  uint64
+	Slot      uint32
+	Source    uint32
+	Name      [128]int8
 }
 
 type InflightSeriesKey struct {
@@ -121,33 +172,43 @@ type InflightUsdtTaskSpans struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	InflightMapBudgetGlobs          = "budget_globs"
-	InflightMapBudgets              = "budgets"
-	InflightMapCellDirty            = "cell_dirty"
-	InflightMapCells                = "cells"
-	InflightMapCgCreated            = "cg_created"
-	InflightMapCgQuota              = "cg_quota"
-	InflightMapCgReleased           = "cg_released"
-	InflightMapCore                 = "core"
-	InflightMapCounters             = "counters"
-	InflightMapFreeSlots            = "free_slots"
-	InflightMapInflightSlots        = "inflight_slots"
-	InflightMapInflightWatch        = "inflight_watch"
-	InflightMapNames                = "names"
-	InflightMapOverruns             = "overruns"
-	InflightMapSeries               = "series"
-	InflightMapSeriesDirty          = "series_dirty"
-	InflightMapSeriesIndex          = "series_index"
-	InflightMapUsdtTaskNames        = "usdt_task_names"
-	InflightMapUsdtTaskStart        = "usdt_task_start"
-	InflightProgInflightBlocked     = "inflight_blocked"
-	InflightProgInflightOffCpu      = "inflight_off_cpu"
-	InflightProgInflightOnCpu       = "inflight_on_cpu"
-	InflightProgInflightScan        = "inflight_scan"
-	InflightVarUnusedInflightSlot   = "unused_inflight_slot"
-	InflightVarUnusedInflightTarget = "unused_inflight_target"
-	InflightVarUnusedTaskSpan       = "unused_task_span"
-	InflightVarUnusedUsdtTaskSpans  = "unused_usdt_task_spans"
+	InflightMapBudgetGlobs             = "budget_globs"
+	InflightMapBudgets                 = "budgets"
+	InflightMapCellDirty               = "cell_dirty"
+	InflightMapCells                   = "cells"
+	InflightMapCgCreated               = "cg_created"
+	InflightMapCgQuota                 = "cg_quota"
+	InflightMapCgReleased              = "cg_released"
+	InflightMapCore                    = "core"
+	InflightMapCounters                = "counters"
+	InflightMapFreeSlots               = "free_slots"
+	InflightMapInflightCfg             = "inflight_cfg"
+	InflightMapInflightExec            = "inflight_exec"
+	InflightMapInflightGprocs          = "inflight_gprocs"
+	InflightMapInflightParked          = "inflight_parked"
+	InflightMapInflightScratch         = "inflight_scratch"
+	InflightMapInflightSlots           = "inflight_slots"
+	InflightMapInflightWatch           = "inflight_watch"
+	InflightMapInflightZero            = "inflight_zero"
+	InflightMapNames                   = "names"
+	InflightMapOverruns                = "overruns"
+	InflightMapSeries                  = "series"
+	InflightMapSeriesDirty             = "series_dirty"
+	InflightMapSeriesIndex             = "series_index"
+	InflightMapUsdtTaskNames           = "usdt_task_names"
+	InflightMapUsdtTaskStart           = "usdt_task_start"
+	InflightProgInflightBlocked        = "inflight_blocked"
+	InflightProgInflightList           = "inflight_list"
+	InflightProgInflightOffCpu         = "inflight_off_cpu"
+	InflightProgInflightOnCpu          = "inflight_on_cpu"
+	InflightProgInflightScan           = "inflight_scan"
+	InflightVarUnusedInflightCandidate = "unused_inflight_candidate"
+	InflightVarUnusedInflightExecKey   = "unused_inflight_exec_key"
+	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
+	InflightVarUnusedInflightStack     = "unused_inflight_stack"
+	InflightVarUnusedInflightTarget    = "unused_inflight_target"
+	InflightVarUnusedTaskSpan          = "unused_task_span"
+	InflightVarUnusedUsdtTaskSpans     = "unused_usdt_task_spans"
 )
 
 // LoadInflight returns the embedded CollectionSpec for Inflight.
@@ -193,6 +254,7 @@ type InflightSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightProgramSpecs struct {
 	InflightBlocked *ebpf.ProgramSpec `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.ProgramSpec `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.ProgramSpec `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.ProgramSpec `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.ProgramSpec `ebpf:"inflight_scan"`
@@ -202,35 +264,44 @@ type InflightProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightMapSpecs struct {
-	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
-	Core          *ebpf.MapSpec `ebpf:"core"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
-	InflightSlots *ebpf.MapSpec `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.MapSpec `ebpf:"inflight_watch"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	Series        *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
-	UsdtTaskNames *ebpf.MapSpec `ebpf:"usdt_task_names"`
-	UsdtTaskStart *ebpf.MapSpec `ebpf:"usdt_task_start"`
+	BudgetGlobs     *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets         *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty       *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells           *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota         *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased      *ebpf.MapSpec `ebpf:"cg_released"`
+	Core            *ebpf.MapSpec `ebpf:"core"`
+	Counters        *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots       *ebpf.MapSpec `ebpf:"free_slots"`
+	InflightCfg     *ebpf.MapSpec `ebpf:"inflight_cfg"`
+	InflightExec    *ebpf.MapSpec `ebpf:"inflight_exec"`
+	InflightGprocs  *ebpf.MapSpec `ebpf:"inflight_gprocs"`
+	InflightParked  *ebpf.MapSpec `ebpf:"inflight_parked"`
+	InflightScratch *ebpf.MapSpec `ebpf:"inflight_scratch"`
+	InflightSlots   *ebpf.MapSpec `ebpf:"inflight_slots"`
+	InflightWatch   *ebpf.MapSpec `ebpf:"inflight_watch"`
+	InflightZero    *ebpf.MapSpec `ebpf:"inflight_zero"`
+	Names           *ebpf.MapSpec `ebpf:"names"`
+	Overruns        *ebpf.MapSpec `ebpf:"overruns"`
+	Series          *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty     *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex     *ebpf.MapSpec `ebpf:"series_index"`
+	UsdtTaskNames   *ebpf.MapSpec `ebpf:"usdt_task_names"`
+	UsdtTaskStart   *ebpf.MapSpec `ebpf:"usdt_task_start"`
 }
 
 // InflightVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
-	UnusedInflightSlot   *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
-	UnusedInflightTarget *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
-	UnusedTaskSpan       *ebpf.VariableSpec `ebpf:"unused_task_span"`
-	UnusedUsdtTaskSpans  *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
+	UnusedInflightCandidate *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
+	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
+	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
+	UnusedTaskSpan          *ebpf.VariableSpec `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans     *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightObjects contains all objects after they have been loaded into the kernel.
@@ -253,25 +324,31 @@ func (o *InflightObjects) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightMaps struct {
-	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
-	CgCreated     *ebpf.Map `ebpf:"cg_created"`
-	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased    *ebpf.Map `ebpf:"cg_released"`
-	Core          *ebpf.Map `ebpf:"core"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
-	InflightSlots *ebpf.Map `ebpf:"inflight_slots"`
-	InflightWatch *ebpf.Map `ebpf:"inflight_watch"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	Series        *ebpf.Map `ebpf:"series"`
-	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
-	UsdtTaskNames *ebpf.Map `ebpf:"usdt_task_names"`
-	UsdtTaskStart *ebpf.Map `ebpf:"usdt_task_start"`
+	BudgetGlobs     *ebpf.Map `ebpf:"budget_globs"`
+	Budgets         *ebpf.Map `ebpf:"budgets"`
+	CellDirty       *ebpf.Map `ebpf:"cell_dirty"`
+	Cells           *ebpf.Map `ebpf:"cells"`
+	CgCreated       *ebpf.Map `ebpf:"cg_created"`
+	CgQuota         *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased      *ebpf.Map `ebpf:"cg_released"`
+	Core            *ebpf.Map `ebpf:"core"`
+	Counters        *ebpf.Map `ebpf:"counters"`
+	FreeSlots       *ebpf.Map `ebpf:"free_slots"`
+	InflightCfg     *ebpf.Map `ebpf:"inflight_cfg"`
+	InflightExec    *ebpf.Map `ebpf:"inflight_exec"`
+	InflightGprocs  *ebpf.Map `ebpf:"inflight_gprocs"`
+	InflightParked  *ebpf.Map `ebpf:"inflight_parked"`
+	InflightScratch *ebpf.Map `ebpf:"inflight_scratch"`
+	InflightSlots   *ebpf.Map `ebpf:"inflight_slots"`
+	InflightWatch   *ebpf.Map `ebpf:"inflight_watch"`
+	InflightZero    *ebpf.Map `ebpf:"inflight_zero"`
+	Names           *ebpf.Map `ebpf:"names"`
+	Overruns        *ebpf.Map `ebpf:"overruns"`
+	Series          *ebpf.Map `ebpf:"series"`
+	SeriesDirty     *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex     *ebpf.Map `ebpf:"series_index"`
+	UsdtTaskNames   *ebpf.Map `ebpf:"usdt_task_names"`
+	UsdtTaskStart   *ebpf.Map `ebpf:"usdt_task_start"`
 }
 
 func (m *InflightMaps) Close() error {
@@ -286,8 +363,14 @@ func (m *InflightMaps) Close() error {
 		m.Core,
 		m.Counters,
 		m.FreeSlots,
+		m.InflightCfg,
+		m.InflightExec,
+		m.InflightGprocs,
+		m.InflightParked,
+		m.InflightScratch,
 		m.InflightSlots,
 		m.InflightWatch,
+		m.InflightZero,
 		m.Names,
 		m.Overruns,
 		m.Series,
@@ -302,10 +385,13 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
-	UnusedInflightSlot   *ebpf.Variable `ebpf:"unused_inflight_slot"`
-	UnusedInflightTarget *ebpf.Variable `ebpf:"unused_inflight_target"`
-	UnusedTaskSpan       *ebpf.Variable `ebpf:"unused_task_span"`
-	UnusedUsdtTaskSpans  *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
+	UnusedInflightCandidate *ebpf.Variable `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey   *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
+	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack     *ebpf.Variable `ebpf:"unused_inflight_stack"`
+	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
+	UnusedTaskSpan          *ebpf.Variable `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans     *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightPrograms contains all programs after they have been loaded into the kernel.
@@ -313,6 +399,7 @@ type InflightVariables struct {
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightPrograms struct {
 	InflightBlocked *ebpf.Program `ebpf:"inflight_blocked"`
+	InflightList    *ebpf.Program `ebpf:"inflight_list"`
 	InflightOffCpu  *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightOnCpu   *ebpf.Program `ebpf:"inflight_on_cpu"`
 	InflightScan    *ebpf.Program `ebpf:"inflight_scan"`
@@ -321,6 +408,7 @@ type InflightPrograms struct {
 func (p *InflightPrograms) Close() error {
 	return _InflightClose(
 		p.InflightBlocked,
+		p.InflightList,
 		p.InflightOffCpu,
 		p.InflightOnCpu,
 		p.InflightScan,

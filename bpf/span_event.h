@@ -32,6 +32,11 @@ enum span_flags {
 	 * with the same span_id. Such events feed the in-flight sampler,
 	 * never the aggregates. */
 	SPAN_F_START = 1,
+	/* With SPAN_F_START: the span's final name may extend this one (a
+	 * name the tracing library completes when the span ends, such as an
+	 * OpenTelemetry processor's Fold); while it runs it is judged by the
+	 * budgets such a name could have. */
+	SPAN_F_NAME_PREFIX = 2,
 };
 
 /* The user_events name the SDK registers and the collector watches. */

@@ -18,6 +18,7 @@
  */
 
 #include "aggregate.h"
+#include "inflight.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -46,8 +47,11 @@ static __always_inline int on_tp_event(void *ctx, __u16 event_type, void *record
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
-	if (ev.flags & SPAN_F_START)
-		return 0; /* a span began: for the in-flight sampler only */
+	if (ev.flags & SPAN_F_START) {
+		inflight_start(&ev, SOURCE_USER_EVENTS);
+		return 0;
+	}
+	inflight_end(&ev);
 	span_aggregate(ctx, &ev, SOURCE_USER_EVENTS);
 	return 0;
 }
@@ -76,8 +80,11 @@ int uprobe_marker(struct pt_regs *ctx)
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
-	if (ev.flags & SPAN_F_START)
-		return 0; /* a span began: for the in-flight sampler only */
+	if (ev.flags & SPAN_F_START) {
+		inflight_start(&ev, SOURCE_MARKER);
+		return 0;
+	}
+	inflight_end(&ev);
 	span_aggregate(ctx, &ev, SOURCE_MARKER);
 	return 0;
 }

@@ -86,6 +86,29 @@ const (
 	SpanwatchCounterCOUNTER_MAX            SpanwatchCounter = 16
 )
 
+type SpanwatchInflightExecKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Exec uint64
+}
+
+type SpanwatchInflightStack struct {
+	_         structs.HostLayout
+	Depth     uint32
+	Tid       uint32
+	Goroutine uint64
+	Spans     [4]struct {
+		_         structs.HostLayout
+		StartNs   uint64
+		StartReal uint64
+		NameId    uint64
+		Source    uint32
+		Flags     uint32
+		Name      [128]int8
+	}
+}
+
 type SpanwatchOverrun struct {
 	_          structs.HostLayout
 	TsNs       uint64
@@ -174,7 +197,8 @@ const (
 type SpanwatchSpanFlags uint32
 
 const (
-	SpanwatchSpanFlagsSPAN_F_START SpanwatchSpanFlags = 1
+	SpanwatchSpanFlagsSPAN_F_START       SpanwatchSpanFlags = 1
+	SpanwatchSpanFlagsSPAN_F_NAME_PREFIX SpanwatchSpanFlags = 2
 )
 
 type SpanwatchSpanName struct {
@@ -212,6 +236,9 @@ const (
 	SpanwatchMapCore                 = "core"
 	SpanwatchMapCounters             = "counters"
 	SpanwatchMapFreeSlots            = "free_slots"
+	SpanwatchMapInflightExec         = "inflight_exec"
+	SpanwatchMapInflightGprocs       = "inflight_gprocs"
+	SpanwatchMapInflightZero         = "inflight_zero"
 	SpanwatchMapNames                = "names"
 	SpanwatchMapOverruns             = "overruns"
 	SpanwatchMapSeries               = "series"
@@ -288,22 +315,25 @@ type SpanwatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchMapSpecs struct {
-	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
-	Core          *ebpf.MapSpec `ebpf:"core"`
-	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots     *ebpf.MapSpec `ebpf:"free_slots"`
-	Names         *ebpf.MapSpec `ebpf:"names"`
-	Overruns      *ebpf.MapSpec `ebpf:"overruns"`
-	Series        *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
-	WatchedEvents *ebpf.MapSpec `ebpf:"watched_events"`
+	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells          *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	Core           *ebpf.MapSpec `ebpf:"core"`
+	Counters       *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
+	InflightExec   *ebpf.MapSpec `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.MapSpec `ebpf:"inflight_gprocs"`
+	InflightZero   *ebpf.MapSpec `ebpf:"inflight_zero"`
+	Names          *ebpf.MapSpec `ebpf:"names"`
+	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
+	Series         *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	WatchedEvents  *ebpf.MapSpec `ebpf:"watched_events"`
 }
 
 // SpanwatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -346,22 +376,25 @@ func (o *SpanwatchObjects) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchMaps struct {
-	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
-	Budgets       *ebpf.Map `ebpf:"budgets"`
-	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
-	CgCreated     *ebpf.Map `ebpf:"cg_created"`
-	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased    *ebpf.Map `ebpf:"cg_released"`
-	Core          *ebpf.Map `ebpf:"core"`
-	Counters      *ebpf.Map `ebpf:"counters"`
-	FreeSlots     *ebpf.Map `ebpf:"free_slots"`
-	Names         *ebpf.Map `ebpf:"names"`
-	Overruns      *ebpf.Map `ebpf:"overruns"`
-	Series        *ebpf.Map `ebpf:"series"`
-	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
-	WatchedEvents *ebpf.Map `ebpf:"watched_events"`
+	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
+	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
+	Cells          *ebpf.Map `ebpf:"cells"`
+	CgCreated      *ebpf.Map `ebpf:"cg_created"`
+	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	Core           *ebpf.Map `ebpf:"core"`
+	Counters       *ebpf.Map `ebpf:"counters"`
+	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
+	InflightExec   *ebpf.Map `ebpf:"inflight_exec"`
+	InflightGprocs *ebpf.Map `ebpf:"inflight_gprocs"`
+	InflightZero   *ebpf.Map `ebpf:"inflight_zero"`
+	Names          *ebpf.Map `ebpf:"names"`
+	Overruns       *ebpf.Map `ebpf:"overruns"`
+	Series         *ebpf.Map `ebpf:"series"`
+	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	WatchedEvents  *ebpf.Map `ebpf:"watched_events"`
 }
 
 func (m *SpanwatchMaps) Close() error {
@@ -376,6 +409,9 @@ func (m *SpanwatchMaps) Close() error {
 		m.Core,
 		m.Counters,
 		m.FreeSlots,
+		m.InflightExec,
+		m.InflightGprocs,
+		m.InflightZero,
 		m.Names,
 		m.Overruns,
 		m.Series,

@@ -95,6 +95,9 @@ type Config struct {
 	// refuses callers without it. A uprobe_multi link needs only CAP_BPF
 	// and CAP_PERFMON.
 	NoUprobeMulti bool
+	// Inflight configures the sampling of spans running past their
+	// budget: where their time goes, and spans that never end.
+	Inflight InflightConfig
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -129,6 +132,8 @@ type Collector struct {
 	reader     *seriesReader
 	lastAt     time.Time
 	mapBytes   uint64
+
+	inflight *inflightState // nil when off or unavailable
 
 	closers []func() error
 
@@ -165,7 +170,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		closers = append(closers, sym.Close)
 	}
 	if cfg.Resolver == nil {
-		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger}); err == nil {
+		if r, err := cgroup.NewResolver(cgroup.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot}); err == nil {
 			cfg.Resolver = r
 		} else {
 			cfg.Logger.Info("cgroup_names_unavailable", "error", err)
@@ -286,6 +291,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.rb.run() }()
+	c.startInflight(runCtx)
 	if c.marker != nil {
 		if cfg.ScanInterval > 0 {
 			c.marker.scan()
@@ -544,7 +550,8 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		}
 		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
 			info := c.cfg.Resolver.Resolve(sr.CgroupID)
-			sr.Cgroup, sr.Container, sr.Pod, sr.Unit = info.Path, info.Container, info.Pod, info.Unit
+			sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+			sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 		}
 	}
 	c.logQuotas(s)

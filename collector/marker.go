@@ -21,8 +21,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // The span SDK's marker function and enable word (emit/probe.go).
@@ -42,16 +40,6 @@ type fileKey struct {
 type markerBinary struct {
 	path string // where it was first seen
 	link link.Link
-
-	// For symbolizing stacks of processes that exited before the
-	// symbolizer captured their maps: the binary stays open, and the
-	// marker's address tells a stack's load bias.
-	file       *os.File
-	markerAddr uint64
-	pie        bool
-
-	tabOnce sync.Once
-	tab     *gosym.Table
 }
 
 // markerSource uprobes the span SDK's marker in every binary that has it.
@@ -127,7 +115,7 @@ func (m *markerSource) attachPath(path string) error {
 	if seen {
 		return nil
 	}
-	markerOff, semOff, markerAddr, pie, err := findMarker(path)
+	markerOff, semOff, markerAddr, _, err := findMarker(path)
 	if err != nil {
 		m.mu.Lock()
 		m.binaries[key] = nil
@@ -157,13 +145,11 @@ func (m *markerSource) attachPath(path string) error {
 	if real == "" {
 		real = path
 	}
-	file, err := os.Open(path)
-	if err != nil {
-		l.Close()
-		return fmt.Errorf("open %s: %w", path, err)
-	}
+	// Stacks of processes that exit before their maps are read are
+	// named from the binary: the marker's address gives the load bias.
+	addAnchor(m.cfg, real, path, markerAddr)
 	m.mu.Lock()
-	m.binaries[key] = &markerBinary{path: real, link: l, file: file, markerAddr: markerAddr, pie: pie}
+	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()
 	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff, "method", m.method())
 	return nil
@@ -188,7 +174,6 @@ func (m *markerSource) close() {
 	for k, b := range m.binaries {
 		if b != nil {
 			b.link.Close()
-			b.file.Close()
 		}
 		delete(m.binaries, k)
 	}
@@ -322,55 +307,4 @@ func fileOffset(f *elf.File, addr uint64) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("address 0x%x is in no file-backed segment", addr)
-}
-
-// symbolizeExited names the frames of a marker span's stack whose process
-// exited before the symbolizer captured its maps: the stack's first frame is
-// the marker, whose address in the binary is known, which gives the load
-// bias; the binary's pclntab names the rest. Frames outside the binary keep
-// their address. It reports false when no attached binary fits.
-func (m *markerSource) symbolizeExited(frames []snapshot.Frame) bool {
-	if len(frames) == 0 {
-		return false
-	}
-	m.mu.Lock()
-	var bin *markerBinary
-	var bias uint64
-	for _, b := range m.binaries {
-		if b == nil {
-			continue
-		}
-		d := frames[0].Addr - b.markerAddr
-		if (!b.pie && d == 0) || (b.pie && d%uint64(os.Getpagesize()) == 0) {
-			bin, bias = b, d
-			break
-		}
-	}
-	m.mu.Unlock()
-	if bin == nil {
-		return false
-	}
-	bin.tabOnce.Do(func() {
-		if f, err := elf.NewFile(bin.file); err == nil {
-			bin.tab = pclnTable(f)
-		}
-	})
-	if bin.tab == nil {
-		return false
-	}
-	named := false
-	for i := range frames {
-		pc := frames[i].Addr - bias
-		if i > 0 {
-			pc-- // a return address: look up the call
-		}
-		file, line, fn := bin.tab.PCToLine(pc)
-		if fn == nil {
-			continue
-		}
-		frames[i].Function, frames[i].File, frames[i].Line = fn.Name, file, line
-		frames[i].Module, frames[i].Offset = bin.path, frames[i].Addr-bias
-		named = true
-	}
-	return named
 }

@@ -35,6 +35,7 @@ type overrunReader struct {
 	cfg    Config
 	marker *markerSource // set when the marker source is on
 	series *seriesReader // for label names
+	joiner *inflight.Joiner
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
@@ -46,7 +47,7 @@ func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader,
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg, series: r}, nil
+	return &overrunReader{rd: rd, cfg: cfg, series: r, joiner: inflight.NewJoiner(inflight.JoinConfig{})}, nil
 }
 
 func (o *overrunReader) run() {
@@ -62,6 +63,12 @@ func (o *overrunReader) run() {
 		ov, err := o.decode(rec.RawSample)
 		if err != nil {
 			o.cfg.Logger.Warn("overrun_decode_failed", "error", err)
+			continue
+		}
+		// In-span samples wait for their span's end; the first one of a
+		// span is reported at once, as the span still running.
+		var ok bool
+		if ov, ok = o.join(rec.RawSample, ov); !ok {
 			continue
 		}
 		if o.cfg.OnOverrun != nil {
@@ -122,7 +129,8 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	}
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
 		info := c.Resolve(ov.CgroupID)
-		ov.Cgroup, ov.Container, ov.Pod, ov.Unit = info.Path, info.Container, info.Pod, info.Unit
+		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
 	}
 	ustack := stackAddrs(r.Ustack[:], r.UstackLen)
 	kstack := stackAddrs(r.Kstack[:], r.KstackLen)
@@ -133,10 +141,6 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	var err error
 	ov.UserStack, err = s.User(ov.PID, ustack)
 	switch {
-	case (err != nil || !anyNamed(ov.UserStack)) && r.Source == sourceMarker && o.marker != nil && o.marker.symbolizeExited(ov.UserStack):
-		// The process exited (or was exiting) before its maps and files
-		// could be read; the marker's binary is still open here.
-		ov.StackError = "process exited before its maps were read: symbolized from the binary the marker is attached in"
 	case err != nil:
 		ov.StackError = err.Error()
 	case r.UstackLen < 0:
@@ -144,21 +148,13 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	default:
 		ov.StackError = symbolize.Hint(ov.UserStack)
 	}
+	ov.StackError = joinErr(ov.StackError, explain(s, ov.UserStack))
 	if len(kstack) > 0 {
 		if ov.KernelStack, err = s.Kernel(kstack); err != nil && ov.StackError == "" {
 			ov.StackError = err.Error()
 		}
 	}
 	return ov, nil
-}
-
-func anyNamed(frames []snapshot.Frame) bool {
-	for _, f := range frames {
-		if f.Function != "" {
-			return true
-		}
-	}
-	return false
 }
 
 func stackAddrs(stack []uint64, n int32) []uint64 {

@@ -47,5 +47,13 @@ func (c *Collector) AttachUSDTWith(ctx context.Context, cfg usdt.TracerConfig, s
 		}
 		c.log.Info("usdt_source_attached", "source", s.Describe())
 	}
+	c.watchUSDT(tr)
+	// Stacks are taken at end and single probes: their sites name the
+	// frames of processes that exit before their maps are read.
+	for _, site := range tr.Sites() {
+		if site.Role == "end" || site.Role == "single" {
+			addAnchor(c.cfg, site.Path, "", site.Probe.Address)
+		}
+	}
 	return tr, errors.Join(errs...)
 }

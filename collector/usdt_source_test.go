@@ -263,6 +263,9 @@ func testUSDTSpans(t *testing.T, prog string, attach func(*Collector, []usdt.Spa
 	}
 	n := 0
 	for _, o := range overruns {
+		if o.StillRunning {
+			continue // sampled while running: its end is counted
+		}
 		if o.Span != "tspan" {
 			t.Errorf("overrun for %q: only tspan has a budget", o.Span)
 			continue

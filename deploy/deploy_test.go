@@ -228,6 +228,10 @@ func TestManifestPrivileges(t *testing.T) {
 		readOnly            bool
 	}{
 		{"/sys/kernel/tracing", "/sys/kernel/tracing", false},
+		// The kubelet's log directories name pods and containers
+		// (internal/cgroup.Names), read-only.
+		{cgroup.DefaultPodLogDir, "/var/log/pods", true},
+		{cgroup.DefaultContainerLogDir, "/var/log/containers", true},
 		{"/host/sys/fs/cgroup", "/sys/fs/cgroup", true},
 		{"/var/lib/spanwatch", "/var/lib/spanwatch", false},
 	} {

@@ -245,7 +245,7 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 // seriesKey identifies a series for its anomaly baseline without building
 // its label map.
 func seriesKey(b []byte, s *snapshot.Series) []byte {
-	for _, f := range [...]string{s.Span, s.Cgroup, s.Container, s.Pod, s.Unit, s.Process} {
+	for _, f := range [...]string{s.Span, s.Cgroup, s.ContainerID, s.PodUID, s.Unit, s.Namespace, s.Pod, s.Container, s.Process} {
 		b = append(b, f...)
 		b = append(b, 0)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -52,7 +53,8 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	for k, v := range o.SourceLabels { // a source's labels (docs/sources.md)
 		labels[k] = v
 	}
-	for k, v := range map[string]string{"process": o.Comm, "container": o.Container, "pod": o.Pod, "unit": o.Unit, "cgroup": o.Cgroup} {
+	for k, v := range map[string]string{"process": o.Comm, "container_id": o.ContainerID, "pod_uid": o.PodUID, "unit": o.Unit, "cgroup": o.Cgroup,
+		"namespace": o.Namespace, "pod": o.Pod, "container": o.Container} {
 		if v != "" {
 			labels[k] = v
 		}
@@ -114,7 +116,7 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	if o.SpanID != "" {
 		annotations["span_id"] = o.SpanID
 	}
-	if st := stackText(o.UserStack); st != "" {
+	if st := stackText(&o); st != "" {
 		annotations["stack"] = st
 	} else if o.StackError != "" {
 		annotations["stack"] = "(no stack: " + o.StackError + ")"
@@ -151,17 +153,51 @@ func (d *Detector) gcOverruns(now time.Time) {
 	}
 }
 
-func stackText(frames []snapshot.Frame) string {
+// hotFrames is how many of the hottest frames of the in-span samples the
+// "stack" annotation leads with.
+const hotFrames = 3
+
+// stackText is the "stack" annotation: where the span's time went, when it
+// was sampled while it ran (the hottest application frames, with their
+// share of the duration), then its innermost user frames where it ended
+// (or stood, still running), without the span SDKs' own frames at the top
+// (the overrun record keeps them).
+func stackText(o *snapshot.Overrun) string {
+	frames, _ := profile.TrimOwn(o.UserStack)
+	var b strings.Builder
+	if hot := profile.Hottest(o.Samples, hotFrames); len(hot) > 0 {
+		var n uint64
+		for _, s := range o.Samples {
+			n += s.Count
+		}
+		noun := "samples"
+		if n == 1 {
+			noun = "sample"
+		}
+		fmt.Fprintf(&b, "where the time went (%d %s, %v of %v):\n%s",
+			n, noun, time.Duration(o.SampledNs()).Round(time.Millisecond), time.Duration(o.DurationNs).Round(time.Millisecond),
+			profile.FormatHottest(hot, o.DurationNs))
+		if len(frames) == 0 {
+			return b.String()
+		}
+		if o.StillRunning {
+			b.WriteString("\nrunning at:\n")
+		} else {
+			b.WriteString("\nended at:\n")
+		}
+	}
 	if len(frames) == 0 {
 		return ""
 	}
 	n := min(len(frames), stackFrames)
-	lines := make([]string, 0, n+1)
-	for _, f := range frames[:n] {
-		lines = append(lines, f.String())
+	for i, f := range frames[:n] {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(f.String())
 	}
 	if len(frames) > n {
-		lines = append(lines, fmt.Sprintf("... %d more frames", len(frames)-n))
+		fmt.Fprintf(&b, "\n... %d more frames", len(frames)-n)
 	}
-	return strings.Join(lines, "\n")
+	return b.String()
 }

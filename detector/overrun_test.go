@@ -185,3 +185,59 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("stats = %+v", st)
 	}
 }
+
+// TestOverrunStackAnnotation checks that the "stack" annotation leads with
+// where the span's time went (the hottest application frames of its
+// in-span samples) and shows the end stack without the span SDKs' frames.
+func TestOverrunStackAnnotation(t *testing.T) {
+	f := func(fn, file string, line int) snapshot.Frame {
+		return snapshot.Frame{Function: fn, File: file, Line: line}
+	}
+	sdk := []snapshot.Frame{
+		f("github.com/spanwatch/spanwatch/emit.marker", "marker_amd64.s", 7),
+		f("github.com/spanwatch/spanwatch/emit.Record", "emit.go", 60),
+		f("github.com/spanwatch/spanwatch/emit/otel.(*SpanProcessor).OnEnd", "processor.go", 70),
+		f("go.opentelemetry.io/otel/sdk/trace.(*recordingSpan).End", "span.go", 400),
+	}
+	end := []snapshot.Frame{f("main.loadOrder", "/src/main.go", 120), f("main.handler", "/src/main.go", 90)}
+	spin := []snapshot.Frame{f("time.Now", "/go/src/time/time.go", 1), f("main.hash", "/src/main.go", 50), f("main.loadOrder", "/src/main.go", 118)}
+	sleep := []snapshot.Frame{f("runtime.gopark", "/go/src/runtime/proc.go", 1), f("time.Sleep", "/go/src/runtime/time.go", 1), f("main.loadOrder", "/src/main.go", 119)}
+	for _, tc := range []struct {
+		name    string
+		stack   []snapshot.Frame
+		samples []snapshot.Sample
+		running bool
+		want    string
+	}{
+		{"end stack trimmed", append(append([]snapshot.Frame(nil), sdk...), end...), nil, false,
+			"main.loadOrder (/src/main.go:120)\nmain.handler (/src/main.go:90)"},
+		{"hottest first", append(append([]snapshot.Frame(nil), sdk...), end...), []snapshot.Sample{
+			{Count: 20, WeightNs: 200e6, UserStack: spin},
+			{Count: 2, WeightNs: 100e6, OffCPU: true, UserStack: sleep},
+		}, false, "where the time went (22 samples, 300ms of 312ms):\n" +
+			" 64% main.hash (/src/main.go:50) on-CPU, in time.Now\n" +
+			" 32% main.loadOrder (/src/main.go:119) off-CPU, in runtime.gopark\n" +
+			"ended at:\nmain.loadOrder (/src/main.go:120)\nmain.handler (/src/main.go:90)"},
+		{"still running", end, []snapshot.Sample{{Count: 1, UserStack: sleep}}, true,
+			"where the time went (1 sample, 0s of 312ms):\n1× main.loadOrder (/src/main.go:119), in runtime.gopark\n" +
+				"running at:\nmain.loadOrder (/src/main.go:120)\nmain.handler (/src/main.go:90)"},
+		{"samples without an end stack", nil, []snapshot.Sample{{Count: 5, WeightNs: 50e6, UserStack: spin}}, false,
+			"where the time went (5 samples, 50ms of 312ms):\n 16% main.hash (/src/main.go:50) on-CPU, in time.Now"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := New(Config{})
+			o := overrun(0, "db.query", "api")
+			o.UserStack, o.Samples, o.StillRunning = tc.stack, tc.samples, tc.running
+			a, err := d.Overrun(context.Background(), o)
+			if err != nil || a == nil {
+				t.Fatalf("alert %v, %v", a, err)
+			}
+			if got := a.Annotations["stack"]; got != tc.want {
+				t.Errorf("stack annotation:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if len(a.Overrun.UserStack) != len(tc.stack) {
+				t.Errorf("the alert's overrun lost frames: %d, want %d", len(a.Overrun.UserStack), len(tc.stack))
+			}
+		})
+	}
+}

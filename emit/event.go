@@ -30,6 +30,12 @@ const Format = "spanwatch_span u64 duration_ns; u64 start_ns; u32 status; u32 fl
 // EventName is the user_event's name.
 const EventName = "spanwatch_span"
 
+// Flags of the span event (SPAN_F_* in bpf/span_event.h).
+const (
+	flagStart      = 1 // a span's start
+	flagNamePrefix = 2 // its final name may extend the start's
+)
+
 // Status values.
 const (
 	statusOK    = 0
@@ -47,6 +53,14 @@ type Finished struct {
 	Error    bool
 	TraceID  [16]byte
 	SpanID   [8]byte
+	// Goroutine is what Started returned for the span: the goroutine it
+	// started on, when it may end on another; 0 means the caller's.
+	Goroutine uint64
+	// NamePrefix, for Started, says the span's final name may extend
+	// Name with a space and more (a name completed when the span ends):
+	// while it runs it is judged by the smallest budget such a name could
+	// have.
+	NamePrefix bool
 }
 
 func (e *event) fill(name string, start time.Time, d time.Duration, isErr bool) {

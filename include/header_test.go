@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spanwatch/spanwatch/emit"
 )
@@ -134,6 +135,45 @@ func TestPayloadBytes(t *testing.T) {
 		if !bytes.Equal([]byte(out), want.Bytes()) {
 			t.Errorf("name %q: payload\n got  %x\n want %x", name, out, want.Bytes())
 		}
+	}
+}
+
+// TestBeginPayload checks the start event spanwatch_span_begin writes:
+// SPANWATCH_F_START, duration 0, the start time (CLOCK_REALTIME) that the
+// end repeats, the name, no ids.
+func TestBeginPayload(t *testing.T) {
+	bin := build(t, "gcc")
+	out, code := run(t, bin, "begin", "checkout")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	le := binary.LittleEndian
+	const size = 4 + 184
+	if len(out) != 2*size {
+		t.Fatalf("%d bytes written, want two payloads of %d", len(out), size)
+	}
+	var want bytes.Buffer
+	want.Write(le.AppendUint32(nil, 7))  // write_index
+	want.Write(le.AppendUint64(nil, 0))  // duration_ns
+	want.Write(le.AppendUint64(nil, 42)) // start_ns
+	want.Write(le.AppendUint32(nil, 0))  // status
+	want.Write(le.AppendUint32(nil, 1))  // flags: SPANWATCH_F_START
+	want.Write(make([]byte, 16+8+8))     // trace_id, span_id, exec_id
+	var n [128]byte
+	copy(n[:], "checkout")
+	want.Write(n[:])
+	if got := []byte(out[:size]); !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("begin payload\n got  %x\n want %x", got, want.Bytes())
+	}
+	// spanwatch_span_begin itself: the clock's start time, else the same.
+	got := []byte(out[size:])
+	start := le.Uint64(got[12:20])
+	if now := uint64(time.Now().UnixNano()); start > now || now-start > uint64(time.Minute) {
+		t.Errorf("begin start_ns %d, want about now (%d)", start, now)
+	}
+	copy(got[12:20], want.Bytes()[12:20])
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("spanwatch_span_begin payload\n got  %x\n want %x (but start_ns)", got, want.Bytes())
 	}
 }
 

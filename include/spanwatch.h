@@ -9,16 +9,19 @@
  *     spanwatch_open(&sw);                   // once; failure leaves a no-op
  *
  *     struct spanwatch_span s;
- *     spanwatch_span_start(&s, "checkout");
+ *     spanwatch_span_begin(&sw, &s, "checkout");
  *     ... the work ...
- *     spanwatch_span_end(&sw, &s, failed);   // one load and a branch when
- *                                            // nobody listens
+ *     spanwatch_span_end(&sw, &s, failed);   // one load and a branch each
+ *                                            // when nobody listens
  *     spanwatch_close(&sw);                  // at exit; idempotent
  *
  * The payload is struct span_event of bpf/span_event.h, registered with the
  * same user_events format string as the Go SDK (emit.Format), so the
  * spanwatch agent treats C and Go spans alike. Trace and span ids are
- * optional (zero when unknown).
+ * optional (zero when unknown). spanwatch_span_begin tells the agent a span
+ * began (a payload with SPANWATCH_F_START), so it can sample the thread
+ * while the span runs past its budget and report a span that never ends;
+ * spanwatch_span_start only starts the clock.
  *
  * Needs kernel 6.4+ with CONFIG_USER_EVENTS and write access to
  * <tracefs>/user_events_data (root's by default). Where either is missing,
@@ -60,6 +63,7 @@ extern "C" {
 	"char[16] trace_id; char[8] span_id; u64 exec_id; char[128] name"
 
 #define SPANWATCH_NAME_LEN 128
+#define SPANWATCH_F_START 1 /* flags: a span began (duration 0) */
 #define SPANWATCH_STATUS_OK 0
 #define SPANWATCH_STATUS_ERROR 1
 
@@ -235,7 +239,26 @@ static inline void spanwatch_span_start(struct spanwatch_span *s, const char *na
 	s->start_real_ns = spanwatch_clock_ns_(CLOCK_REALTIME);
 }
 
-/* spanwatch_span_end ends a span and emits it; error marks it failed. */
+/* spanwatch_span_begin is spanwatch_span_start, and tells the agent the span
+ * began (while someone listens: else one load and a branch). The thread
+ * that begins a span must end it. It returns as spanwatch_emit_event. */
+static inline int spanwatch_span_begin(const struct spanwatch *sw, struct spanwatch_span *s, const char *name)
+{
+	struct spanwatch_event ev;
+
+	spanwatch_span_start(s, name);
+	if (!spanwatch_enabled(sw))
+		return 0;
+	memset(&ev, 0, sizeof(ev));
+	ev.start_ns = s->start_real_ns;
+	ev.flags = SPANWATCH_F_START;
+	memcpy(ev.name, name, strnlen(name, sizeof(ev.name)));
+	return spanwatch_emit_event(sw, &ev);
+}
+
+/* spanwatch_span_end ends a span and emits it; error marks it failed. A
+ * span begun with spanwatch_span_begin is matched to its start by its start
+ * time. */
 static inline int spanwatch_span_end(const struct spanwatch *sw, const struct spanwatch_span *s, int error)
 {
 	if (!spanwatch_enabled(sw))

@@ -1,9 +1,20 @@
 // Package metrics exports what spanwatch sees to Prometheus: per span and
-// cgroup, counters of spans, errors and over-budget spans, and a latency
-// histogram whose bucket bounds are the exact bounds of spanwatch's own
-// log-linear histogram (snapshot.BucketBounds), so every exported bucket
-// count is exact; plus spanwatch's own health (events, drops, read and
-// evaluation durations, rule errors).
+// workload (namespace, pod, container, process, unit, cgroup, and a
+// source's labels), counters of spans, errors and over-budget spans, and a
+// latency histogram; plus spanwatch's own health (events, every kind of
+// lost data, read and evaluation durations, rule errors, build info).
+//
+// The latency histogram is exported in both of Prometheus' forms, in one
+// metric family. To a scraper that negotiates protobuf it is a native
+// histogram of schema 6: exactly spanwatch's own buckets
+// (snapshot.HistSchema), so histogram_quantile agrees with spanwatch's
+// quantiles to within a bucket (1.09%), and Prometheus stores one series
+// for it. To every scraper it also carries classic buckets, whose le
+// bounds are bucket boundaries of the same scheme (SnapBound moves a
+// configured bound to the nearest one, by at most 0.55%), so every classic
+// count is exact too. Config (or the rule file's metrics: section,
+// ParseConfig) chooses the classic bounds, turns the native form off, and
+// sets how long a series that stopped appearing stays.
 //
 // Snapshots are deltas over a window; the Exporter adds them up, so its
 // counters and histograms are cumulative, as Prometheus expects. Other

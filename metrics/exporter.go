@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
 
+	"github.com/spanwatch/spanwatch/internal/buildinfo"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -28,16 +32,24 @@ const DefaultAddr = "127.0.0.1:9464"
 // snapshots stays exported.
 const DefaultSeriesTTL = time.Hour
 
-// seriesLabels are the labels of every per-span metric, in order.
-var seriesLabels = []string{"span", "cgroup", "container", "pod", "unit"}
+// seriesLabels are the labels of every per-span metric, in order: the
+// span, then the names people know (Kubernetes namespace, pod, container;
+// the executable; the systemd unit), then the cgroup path, which tells
+// apart what the names do not. The ids (container_id, pod_uid) are left
+// out: the cgroup path holds them, and they change at every restart.
+var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup"}
 
 // Config configures an Exporter.
 type Config struct {
-	// Bounds are the histogram bucket upper bounds. Each must be the
-	// largest whole nanosecond of a bucket of spanwatch's histogram
-	// (snapshot.DurationBounds), so the exported counts are exact; nil
-	// means DefaultBounds.
+	// Bounds are the classic histogram's bucket upper bounds (le), each
+	// moved to the nearest bucket boundary of spanwatch's histogram (see
+	// SnapBound), so the exported counts are exact. nil means
+	// DefaultBounds; an empty, non-nil slice exports no classic buckets
+	// (native histograms and _count and _sum only).
 	Bounds []time.Duration
+	// NoNativeHistograms leaves the native histograms out of the
+	// protobuf form, so every scraper gets the classic buckets only.
+	NoNativeHistograms bool
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
 	// forever.
@@ -49,15 +61,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultBounds returns one bucket bound per power of two seconds from
-// 2^-20 s (953 ns) to 2^7 s (128 s): 28 buckets plus +Inf. Each is the
-// largest whole nanosecond at or below a bound of spanwatch's histogram
-// (2^(i/64) s with i a multiple of 64), so the exported counts are exact.
+// DefaultBounds returns one classic bucket bound per power of two seconds
+// from 2^-20 s (954 ns) to 2^7 s (128 s): 28 buckets plus +Inf, each a
+// boundary of spanwatch's histogram.
 func DefaultBounds() []time.Duration {
 	b := make([]time.Duration, 0, 28)
 	for e := -20; e <= 7; e++ {
-		_, hi := snapshot.DurationBounds(int32(e * snapshot.HistPerOctave))
-		b = append(b, time.Duration(hi-1))
+		b = append(b, time.Duration(math.Ldexp(1e9, e)))
 	}
 	return b
 }
@@ -65,16 +75,16 @@ func DefaultBounds() []time.Duration {
 // An Exporter turns snapshots into Prometheus metrics. It is safe for
 // concurrent use: Observe runs in the collection loop while scrapes read.
 type Exporter struct {
-	boundsNs []uint64
-	les      []float64 // upper bound in seconds of each bound, see leSeconds
-	ttl      time.Duration
-	reg      *prometheus.Registry
-	log      *slog.Logger
+	classic *classicBounds
+	native  bool
+	ttl     time.Duration
+	reg     *prometheus.Registry
+	log     *slog.Logger
 
 	mu     sync.Mutex
-	series map[seriesKey]*seriesState
-
-	descSpans, descErrors, descOverBudget, descDuration, descBudget, descMax *prometheus.Desc
+	keyBuf []byte // Observe's scratch for series keys
+	series map[string]*seriesState
+	descs  map[string]*seriesDescs // by the source label names, joined
 
 	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, snapshots prometheus.Counter
 	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses  prometheus.Counter
@@ -83,11 +93,14 @@ type Exporter struct {
 	ruleErrors                                                                         *prometheus.CounterVec
 }
 
-type seriesKey struct {
-	span, cgroup, container, pod, unit string
+// seriesDescs are the per-span metrics' descriptions for one set of label
+// names.
+type seriesDescs struct {
+	spans, errors, overBudget, duration, budget, max *prometheus.Desc
 }
 
 type seriesState struct {
+	descs      *seriesDescs
 	labels     []string
 	count      uint64
 	errors     uint64
@@ -95,36 +108,40 @@ type seriesState struct {
 	sumNs      uint64
 	budgetNs   uint64
 	maxNs      uint64
-	// buckets[i] counts durations in [bounds[i-1], bounds[i]); the last
-	// slot counts those at or above the last bound.
-	buckets  []uint64
+	// zero and hist are the cumulative histogram: spans of 0 ns, and the
+	// schema-6 buckets, sorted. Observe adds to hist in place; a scrape
+	// copies it under the lock.
+	zero     uint64
+	hist     []snapshot.Bucket
+	created  time.Time
 	lastSeen time.Time
 }
 
 // NewExporter returns an Exporter with its collectors registered.
 func NewExporter(cfg Config) (*Exporter, error) {
+	e := &Exporter{
+		native: !cfg.NoNativeHistograms,
+		ttl:    cfg.SeriesTTL,
+		reg:    cfg.Registry,
+		log:    cfg.Logger,
+		series: map[string]*seriesState{},
+		descs:  map[string]*seriesDescs{},
+	}
 	bounds := cfg.Bounds
 	if bounds == nil {
 		bounds = DefaultBounds()
 	}
-	e := &Exporter{
-		ttl:    cfg.SeriesTTL,
-		reg:    cfg.Registry,
-		log:    cfg.Logger,
-		series: map[seriesKey]*seriesState{},
+	for i, b := range bounds {
+		if b <= 0 {
+			return nil, fmt.Errorf("metrics bounds: %v: bounds must be positive", b)
+		}
+		if i > 0 && b <= bounds[i-1] {
+			return nil, fmt.Errorf("metrics bounds: %v after %v: bounds must increase", b, bounds[i-1])
+		}
 	}
-	var prev uint64
-	for _, b := range bounds {
-		ns := uint64(b)
-		if b <= 0 || ns <= prev {
-			return nil, fmt.Errorf("metrics bounds: %v: bounds must be positive and increasing", b)
-		}
-		if lo, hi := snapshot.DurationBounds(snapshot.DurationIndex(ns)); hi-1 != ns {
-			return nil, fmt.Errorf("metrics bounds: %v is not a bucket boundary of spanwatch's histogram; the nearest below is %v", b, time.Duration(lo-1))
-		}
-		prev = ns
-		e.boundsNs = append(e.boundsNs, ns)
-		e.les = append(e.les, leSeconds(ns))
+	if len(bounds) > 0 {
+		c := snapBounds(bounds)
+		e.classic = &c
 	}
 	if e.ttl == 0 {
 		e.ttl = DefaultSeriesTTL
@@ -136,16 +153,6 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		e.reg = prometheus.NewRegistry()
 		e.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("spanwatch_"+name, help, seriesLabels, nil)
-	}
-	e.descSpans = d("spans_total", "Spans that ended, per span name and cgroup.")
-	e.descErrors = d("span_errors_total", "Spans that ended with an error status.")
-	e.descOverBudget = d("span_over_budget_total", "Spans slower than their budget.")
-	e.descDuration = d("span_duration_seconds", "Span durations. Bucket counts are exact: le is the largest whole nanosecond below a bucket boundary of spanwatch's histogram.")
-	e.descBudget = d("span_budget_seconds", "The span's budget, when one is set.")
-	e.descMax = d("span_max_duration_seconds", "The longest span seen since the series began.")
 
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "spanwatch_" + name, Help: help})
@@ -172,12 +179,19 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
 	e.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_rule_errors_total", Help: "Rule or policy evaluations that failed."}, []string{"rule"})
+	bi := buildinfo.Get()
+	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "spanwatch_build_info",
+		Help:        "Always 1; the labels say which spanwatch runs (internal/buildinfo).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	}, func() float64 { return 1 })
 
 	for _, col := range []prometheus.Collector{
 		(*spanCollector)(e),
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors,
+		buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -186,12 +200,50 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	return e, nil
 }
 
-// leSeconds is the exported upper bound of a bucket that ends (exclusive)
-// at ns: durations are whole nanoseconds, so "below ns" is exactly "at most
-// ns-1", which is what Prometheus's le means.
-func leSeconds(ns uint64) float64 { return float64(ns-1) / 1e9 }
+// descsFor returns the per-span descriptions for series with the given
+// extra (source) label names, sorted. e.mu is held, or e is being built.
+func (e *Exporter) descsFor(extra []string) *seriesDescs {
+	key := strings.Join(extra, ",")
+	if d := e.descs[key]; d != nil {
+		return d
+	}
+	labels := append(append([]string{}, seriesLabels...), extra...)
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc("spanwatch_"+name, help, labels, nil)
+	}
+	sd := &seriesDescs{
+		spans:      d("spans_total", "Spans that ended, per span name and cgroup."),
+		errors:     d("span_errors_total", "Spans that ended with an error status."),
+		overBudget: d("span_over_budget_total", "Spans slower than their budget."),
+		duration: d("span_duration_seconds", "Span durations: a native histogram of schema 6 (exactly spanwatch's buckets) "+
+			"to scrapers that negotiate protobuf, and classic buckets whose le are boundaries of those buckets, so every count is exact."),
+		budget: d("span_budget_seconds", "The span's budget, when one is set."),
+		max:    d("span_max_duration_seconds", "The longest span seen since the series began."),
+	}
+	e.descs[key] = sd
+	return sd
+}
+
+// sourceLabelNames returns a series' source label names that can be
+// exported, sorted: valid Prometheus label names that are not one of
+// seriesLabels.
+func sourceLabelNames(l map[string]string) []string {
+	if len(l) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(l))
+	for k := range l {
+		if model.LabelName(k).IsValidLegacy() && !slices.Contains(seriesLabels, k) && !strings.HasPrefix(k, "__") {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
 
 // Observe adds one snapshot's deltas to the cumulative metrics.
+// Argument metrics (series of Kind "metric") are not span durations and
+// are left out.
 func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -199,19 +251,34 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	key := e.keyBuf[:0]
 	for i := range s.Series {
 		sr := &s.Series[i]
+		if sr.IsMetric() {
+			continue
+		}
+		var extra []string
+		if len(sr.SourceLabels) > 0 {
+			extra = sourceLabelNames(sr.SourceLabels)
+		}
+		key = key[:0]
 		// Label values must be UTF-8 (a scrape of an invalid one fails
 		// as a whole); series whose names differ only in bytes that are
 		// not are one exported series.
-		k := seriesKey{valid(sr.Span), valid(sr.Cgroup), valid(sr.Container), valid(sr.Pod), valid(sr.Unit)}
-		st := e.series[k]
+		for _, v := range [...]string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup} {
+			key = append(append(key, valid(v)...), 0)
+		}
+		for _, k := range extra {
+			key = append(append(append(append(key, k...), 1), valid(sr.SourceLabels[k])...), 0)
+		}
+		st := e.series[string(key)] // no allocation: the compiler converts in place
 		if st == nil {
-			st = &seriesState{
-				labels:  []string{k.span, k.cgroup, k.container, k.pod, k.unit},
-				buckets: make([]uint64, len(e.boundsNs)+1),
+			values := []string{valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup)}
+			for _, k := range extra {
+				values = append(values, valid(sr.SourceLabels[k]))
 			}
-			e.series[k] = st
+			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now}
+			e.series[string(key)] = st
 		}
 		st.count += sr.Count
 		st.errors += sr.Errors
@@ -220,14 +287,14 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 		st.budgetNs = sr.BudgetNs
 		st.maxNs = max(st.maxNs, sr.MaxNs)
 		st.lastSeen = now
-		for _, b := range sr.Histogram {
-			// The first bound at or above the bucket's end: bounds
-			// are bucket boundaries, so the bucket lies wholly below
-			// it and wholly at or above the bound before it.
-			j := sort.Search(len(e.boundsNs), func(j int) bool { return e.boundsNs[j] >= b.High-1 })
-			st.buckets[j] += b.Count
+		positive := sr.Histogram
+		if len(positive) > 0 && positive[0].Zero {
+			st.zero += positive[0].Count
+			positive = positive[1:]
 		}
+		st.hist = addHistogram(st.hist, positive)
 	}
+	e.keyBuf = key
 	if e.ttl > 0 {
 		for k, st := range e.series {
 			if now.Sub(st.lastSeen) > e.ttl {
@@ -323,11 +390,10 @@ func (e *Exporter) ListenAndServe(ctx context.Context, addr string) error {
 // time.
 type spanCollector Exporter
 
-func (c *spanCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.descSpans, c.descErrors, c.descOverBudget, c.descDuration, c.descBudget, c.descMax} {
-		ch <- d
-	}
-}
+// Describe describes nothing: the collector is unchecked, since series
+// with source labels bring label names (and so descriptions) that appear
+// only as snapshots arrive.
+func (c *spanCollector) Describe(chan<- *prometheus.Desc) {}
 
 func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	e := (*Exporter)(c)
@@ -335,36 +401,65 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	// a scrape of many series does not hold up Observe.
 	e.mu.Lock()
 	states := make([]seriesState, 0, len(e.series))
-	counts := make([]uint64, 0, len(e.series)*(len(e.les)+1))
+	n := 0
+	for _, st := range e.series {
+		n += len(st.hist)
+	}
+	buckets := make([]snapshot.Bucket, 0, n)
 	for _, st := range e.series {
 		cp := *st
-		n := len(counts)
-		counts = append(counts, st.buckets...)
-		cp.buckets = counts[n:len(counts):len(counts)]
+		k := len(buckets)
+		buckets = append(buckets, st.hist...)
+		cp.hist = buckets[k:len(buckets):len(buckets)]
 		states = append(states, cp)
 	}
 	e.mu.Unlock()
 
 	for i := range states {
 		st := &states[i]
-		ch <- prometheus.MustNewConstMetric(e.descSpans, prometheus.CounterValue, float64(st.count), st.labels...)
-		ch <- prometheus.MustNewConstMetric(e.descErrors, prometheus.CounterValue, float64(st.errors), st.labels...)
-		ch <- prometheus.MustNewConstMetric(e.descOverBudget, prometheus.CounterValue, float64(st.overBudget), st.labels...)
-		ch <- prometheus.MustNewConstMetric(e.descMax, prometheus.GaugeValue, float64(st.maxNs)/1e9, st.labels...)
+		d := st.descs
+		ch <- prometheus.MustNewConstMetric(d.spans, prometheus.CounterValue, float64(st.count), st.labels...)
+		ch <- prometheus.MustNewConstMetric(d.errors, prometheus.CounterValue, float64(st.errors), st.labels...)
+		ch <- prometheus.MustNewConstMetric(d.overBudget, prometheus.CounterValue, float64(st.overBudget), st.labels...)
+		ch <- prometheus.MustNewConstMetric(d.max, prometheus.GaugeValue, float64(st.maxNs)/1e9, st.labels...)
 		if st.budgetNs > 0 {
-			ch <- prometheus.MustNewConstMetric(e.descBudget, prometheus.GaugeValue, float64(st.budgetNs)/1e9, st.labels...)
+			ch <- prometheus.MustNewConstMetric(d.budget, prometheus.GaugeValue, float64(st.budgetNs)/1e9, st.labels...)
 		}
-		buckets := make(map[float64]uint64, len(e.les))
-		var cum uint64
-		for i, le := range e.les {
-			cum += st.buckets[i]
-			buckets[le] = cum
-		}
-		cum += st.buckets[len(e.les)]
 		// The count is the histogram's total, so the +Inf bucket and
 		// _count agree even if a window's Count and histogram differ.
-		ch <- prometheus.MustNewConstHistogram(e.descDuration, cum, float64(st.sumNs)/1e9, buckets, st.labels...)
+		total := st.zero
+		for _, b := range st.hist {
+			total += b.Count
+		}
+		ch <- &durationHistogram{
+			desc: d.duration, labels: prometheus.MakeLabelPairs(d.duration, st.labels),
+			count: total, sumSec: float64(st.sumNs) / 1e9, zero: st.zero, buckets: st.hist,
+			classic: e.classic, native: e.native, created: st.created,
+		}
 	}
+}
+
+// addHistogram adds src's counts to dst, both sorted, in place when every
+// bucket of src is already in dst (a series' usual window), else into a
+// new merged slice.
+func addHistogram(dst, src []snapshot.Bucket) []snapshot.Bucket {
+	j := 0
+	for i := range src {
+		for j < len(dst) && dst[j].Index < src[i].Index {
+			j++
+		}
+		if j == len(dst) || dst[j].Index != src[i].Index {
+			return snapshot.MergeHistogram(dst, src)
+		}
+	}
+	j = 0
+	for i := range src {
+		for dst[j].Index < src[i].Index {
+			j++
+		}
+		dst[j].Count += src[i].Count
+	}
+	return dst
 }
 
 // valid returns s as valid UTF-8, with U+FFFD for bytes that are not.

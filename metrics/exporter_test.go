@@ -3,11 +3,14 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -33,11 +36,24 @@ func window(span, cgroup string, durs []uint64, errs, over uint64) snapshot.Seri
 	}
 }
 
+// scrape GETs /metrics as text, or as protobuf (what a Prometheus with
+// native histograms asks for), and parses it.
 func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
+	return scrapeAs(t, h, false)
+}
+
+func scrapeAs(t *testing.T, h http.Handler, protobuf bool) map[string]*dto.MetricFamily {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	resp, err := http.Get(srv.URL)
+	req, err := http.NewRequest("GET", srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if protobuf {
+		req.Header.Set("Accept", `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited`)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +61,28 @@ func scrape(t *testing.T, h http.Handler) map[string]*dto.MetricFamily {
 	if resp.StatusCode != 200 {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
+	if !protobuf {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		mfs, err := p.TextToMetricFamilies(resp.Body)
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		return mfs
 	}
-	return mfs
+	if ct := resp.Header.Get("Content-Type"); !strings.Contains(ct, "protobuf") {
+		t.Fatalf("asked for protobuf, got %s", ct)
+	}
+	mfs := map[string]*dto.MetricFamily{}
+	dec := expfmt.NewDecoder(resp.Body, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for {
+		mf := &dto.MetricFamily{}
+		if err := dec.Decode(mf); err == io.EOF {
+			return mfs
+		} else if err != nil {
+			t.Fatalf("decode protobuf /metrics: %v", err)
+		}
+		mfs[mf.GetName()] = mf
+	}
 }
 
 func labelsOf(m *dto.Metric) map[string]string {
@@ -98,11 +130,16 @@ func TestExporterExactHistograms(t *testing.T) {
 		return d
 	}
 	for _, tc := range []struct {
-		name   string
-		bounds []time.Duration
+		name     string
+		bounds   []time.Duration
+		protobuf bool
 	}{
-		{"default", nil},
-		{"fine", boundaries(-1280, -1279, -1000, -640, 0, 1, 64, 448)},
+		{"default", nil, false},
+		{"default/protobuf", nil, true},
+		{"fine", boundaries(-1280, -1279, -1000, -640, 0, 1, 64, 448), false},
+		// Round figures, snapped to the nearest boundaries.
+		{"snapped", []time.Duration{time.Microsecond, 100 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 250 * time.Millisecond, time.Second, 10 * time.Second}, true},
+		{"no classic buckets", []time.Duration{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := NewExporter(Config{Bounds: tc.bounds})
@@ -128,7 +165,7 @@ func TestExporterExactHistograms(t *testing.T) {
 			})
 			e.ObserveEvaluation(4 * time.Millisecond)
 			e.RuleError("CheckoutSlow")
-			mfs := scrape(t, e.Handler())
+			mfs := scrapeAs(t, e.Handler(), tc.protobuf)
 
 			bounds := tc.bounds
 			if bounds == nil {
@@ -158,27 +195,11 @@ func TestExporterExactHistograms(t *testing.T) {
 				if got, want := h.GetSampleSum(), float64(sum)/1e9; got != want {
 					t.Errorf("%s: _sum = %v, want %v", s.span, got, want)
 				}
-				// The text form lists the +Inf bucket too.
-				if got, want := len(h.GetBucket()), len(bounds)+1; got != want {
-					t.Fatalf("%s: %d buckets, want %d", s.span, got, want)
-				}
-				if inf := h.GetBucket()[len(bounds)]; !math.IsInf(inf.GetUpperBound(), 1) || inf.GetCumulativeCount() != uint64(len(s.durs)) {
-					t.Errorf("%s: last bucket le=%v count=%d, want +Inf and %d", s.span, inf.GetUpperBound(), inf.GetCumulativeCount(), len(s.durs))
-				}
-				for i, b := range h.GetBucket()[:len(bounds)] {
-					bound := uint64(bounds[i])
-					var want uint64
-					for _, d := range s.durs {
-						if d < bound {
-							want++
-						}
-					}
-					if le := b.GetUpperBound(); le != float64(bound-1)/1e9 {
-						t.Errorf("%s: bucket %d le = %v, want %v", s.span, i, le, float64(bound-1)/1e9)
-					}
-					if b.GetCumulativeCount() != want {
-						t.Errorf("%s: le=%v count = %d, want %d (durations below %d ns)", s.span, b.GetUpperBound(), b.GetCumulativeCount(), want, bound)
-					}
+				checkClassic(t, s.span, h, bounds, s.durs, tc.protobuf)
+				if tc.protobuf {
+					checkNative(t, s.span, h, s.durs)
+				} else if h.Schema != nil || len(h.GetPositiveSpan()) > 0 {
+					t.Errorf("%s: the text form carries a native histogram", s.span)
 				}
 				for name, want := range map[string]uint64{
 					"spanwatch_spans_total":            uint64(len(s.durs)),
@@ -207,13 +228,13 @@ func TestExporterExactHistograms(t *testing.T) {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
 			}
-			if got := mfs["spanwatch_series"].GetMetric()[0].GetGauge().GetValue(); got != 2 {
-				t.Errorf("spanwatch_series = %v, want 2", got)
-			}
 			for name, want := range map[string]float64{"spanwatch_series_capacity": 131072, "spanwatch_series_live": 2, "spanwatch_bpf_map_bytes": 201070684} {
 				if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
+			}
+			if got := mfs["spanwatch_series"].GetMetric()[0].GetGauge().GetValue(); got != 2 {
+				t.Errorf("spanwatch_series = %v, want 2", got)
 			}
 			if got := mfs["spanwatch_snapshot_read_duration_seconds"].GetMetric()[0].GetHistogram().GetSampleSum(); got != 0.005 {
 				t.Errorf("read duration sum = %v, want 0.005", got)
@@ -234,13 +255,50 @@ func TestExporterExactHistograms(t *testing.T) {
 
 func TestExporterBadBounds(t *testing.T) {
 	for _, b := range [][]time.Duration{
-		{1000, 1001},            // 1001 ns is inside a bucket
-		{time.Millisecond},      // 1e6 ns is not a boundary
-		{1999999999, 999999999}, // not increasing
-		{0},                     // not positive
+		{time.Second, time.Millisecond}, // not increasing
+		{time.Second, time.Second},      // not increasing
+		{0},                             // not positive
+		{-time.Second},
 	} {
 		if _, err := NewExporter(Config{Bounds: b}); err == nil {
 			t.Errorf("NewExporter(bounds %v) succeeded, want an error", b)
+		}
+	}
+}
+
+// TestSnapBound checks that a bound moves to the nearest schema-6 bucket
+// boundary, by at most half a bucket (0.55%), and that the boundaries
+// Prometheus itself computes for schema 6 are what the exporter writes.
+func TestSnapBound(t *testing.T) {
+	for _, tc := range []struct {
+		d     time.Duration
+		index int32
+		le    float64
+	}{
+		{time.Second, 0, 1},
+		{250 * time.Millisecond, -128, 0.25},
+		{time.Millisecond, -638, 0.0009979464342325358},
+		{1500 * time.Millisecond, 37, 1.4929077282912648},
+		{time.Minute, 378, 59.9733642915296},
+		{953, -1280, 9.5367431640625e-07}, // the largest whole ns of 2^-20 s's bucket
+	} {
+		i, le := SnapBound(tc.d)
+		if i != tc.index || math.Abs(le-tc.le) > 1e-15*tc.le {
+			t.Errorf("SnapBound(%v) = %d, %v; want %d, %v", tc.d, i, le, tc.index, tc.le)
+		}
+	}
+	rng := rand.New(rand.NewSource(3))
+	for range 10000 {
+		d := time.Duration(1 + rng.Int63n(int64(time.Hour)))
+		i, le := SnapBound(d)
+		if r := le / d.Seconds(); r < 1/1.0055 || r > 1.0055 {
+			t.Fatalf("SnapBound(%v) = %v s: moved by %.3f%%", d, le, 100*(r-1))
+		}
+		// le is Prometheus' upper bound of native bucket i: the
+		// integer nanoseconds at or below it are exactly those of
+		// spanwatch's bucket i and below.
+		if _, hi := snapshot.DurationBounds(i); hi > 1 && (float64(hi-1)/1e9 > le*(1+1e-15) || float64(hi)/1e9 <= le) {
+			t.Fatalf("bucket %d holds up to %d ns, le %v", i, hi-1, le)
 		}
 	}
 }
@@ -307,6 +365,182 @@ func boundaries(idx ...int32) []time.Duration {
 		b = append(b, time.Duration(hi-1))
 	}
 	return b
+}
+
+// checkClassic checks the classic buckets: one per configured bound (after
+// snapping), each counting exactly the durations at or below its le, then
+// +Inf (in the text form; the protobuf form leaves +Inf implicit).
+func checkClassic(t *testing.T, span string, h *dto.Histogram, bounds []time.Duration, durs []uint64, protobuf bool) {
+	t.Helper()
+	c := snapBounds(bounds)
+	got := h.GetBucket()
+	if n := len(got); !protobuf && len(c.index) > 0 {
+		if n == 0 || !math.IsInf(got[n-1].GetUpperBound(), 1) || got[n-1].GetCumulativeCount() != uint64(len(durs)) {
+			t.Errorf("%s: no +Inf bucket counting all %d spans: %v", span, len(durs), got)
+			return
+		}
+		got = got[:n-1]
+	}
+	if !protobuf && len(c.index) == 0 {
+		got = nil // the text form always writes +Inf
+	}
+	if len(got) != len(c.index) {
+		t.Fatalf("%s: %d classic buckets, want %d", span, len(got), len(c.index))
+	}
+	for k, b := range got {
+		_, hi := snapshot.DurationBounds(c.index[k])
+		var want uint64
+		for _, d := range durs {
+			if d <= hi-1 {
+				want++
+			}
+		}
+		if b.GetUpperBound() != c.le[k] {
+			t.Errorf("%s: bucket %d le = %v, want %v", span, k, b.GetUpperBound(), c.le[k])
+		}
+		if b.GetCumulativeCount() != want {
+			t.Errorf("%s: le=%v count = %d, want %d (durations up to %d ns)", span, b.GetUpperBound(), b.GetCumulativeCount(), want, hi-1)
+		}
+	}
+}
+
+// checkNative decodes the native histogram (schema, zero bucket, spans and
+// deltas) and checks that it holds exactly the durations' schema-6 buckets.
+func checkNative(t *testing.T, span string, h *dto.Histogram, durs []uint64) {
+	t.Helper()
+	if h.GetSchema() != 6 {
+		t.Fatalf("%s: schema %d, want 6", span, h.GetSchema())
+	}
+	want := map[int32]uint64{}
+	var zero uint64
+	for _, d := range durs {
+		if d == 0 {
+			zero++
+		} else {
+			want[snapshot.DurationIndex(d)]++
+		}
+	}
+	if h.GetZeroCount() != zero || h.GetZeroThreshold() <= 0 || h.GetZeroThreshold() >= 1e-9 {
+		t.Errorf("%s: zero bucket %d (threshold %v), want %d below 1 ns", span, h.GetZeroCount(), h.GetZeroThreshold(), zero)
+	}
+	got := map[int32]uint64{}
+	var idx int32
+	var count int64
+	k := 0
+	for si, sp := range h.GetPositiveSpan() {
+		if si == 0 {
+			idx = sp.GetOffset()
+		} else {
+			idx += sp.GetOffset()
+		}
+		for range sp.GetLength() {
+			count += h.GetPositiveDelta()[k]
+			k++
+			got[idx] = uint64(count)
+			idx++
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: native buckets\n got  %v\n want %v", span, got, want)
+	}
+}
+
+// TestExporterLabels checks the labels of the span metrics: the names
+// people know, the cgroup, and a source's labels (each set of label names
+// its own series), and that argument metrics and clashing source labels
+// stay out.
+func TestExporterLabels(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := window("GET", "/kubepods.slice/x.scope", []uint64{1e6}, 0, 0)
+	base.Namespace, base.Pod, base.Container, base.Process, base.Unit = "shop", "web-0", "server", "web", ""
+	base.ContainerID, base.PodUID = "3f4b8c2a9d1e", "0d1c2b3a-4f5e-6d7c-8b9a-a1b2c3d4e5f6"
+	a, b, c := base, base, base
+	a.SourceLabels = map[string]string{"route": "/a"}
+	b.SourceLabels = map[string]string{"route": "/b", "pod": "clash", "bad-name": "x"}
+	metric := base
+	metric.Kind, metric.Span = snapshot.KindMetric, "queue.depth"
+	e.Observe(&snapshot.Snapshot{Time: time.Now(), Series: []snapshot.Series{a, b, c, metric}})
+
+	mfs := scrape(t, e.Handler())
+	var got []string
+	for _, m := range mfs["spanwatch_spans_total"].GetMetric() {
+		l := labelsOf(m)
+		got = append(got, fmt.Sprintf("%s %s/%s/%s process=%s route=%q ids=%q%q", l["span"], l["namespace"], l["pod"], l["container"], l["process"], l["route"], l["container_id"], l["pod_uid"]))
+	}
+	sort.Strings(got)
+	want := []string{
+		`GET shop/web-0/server process=web route="" ids=""""`,
+		`GET shop/web-0/server process=web route="/a" ids=""""`,
+		`GET shop/web-0/server process=web route="/b" ids=""""`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("series\n got  %q\n want %q", got, want)
+	}
+	bi := mfs["spanwatch_build_info"]
+	if bi == nil || len(bi.GetMetric()) != 1 || bi.GetMetric()[0].GetGauge().GetValue() != 1 || labelsOf(bi.GetMetric()[0])["version"] == "" {
+		t.Errorf("spanwatch_build_info = %v", bi)
+	}
+}
+
+func TestAddHistogram(t *testing.T) {
+	b := func(pairs ...int) []snapshot.Bucket {
+		var h []snapshot.Bucket
+		for i := 0; i+1 < len(pairs); i += 2 {
+			h = append(h, snapshot.DurationBucketAt(int32(pairs[i]), uint64(pairs[i+1])))
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		dst, src, want []snapshot.Bucket
+		inPlace        bool
+	}{
+		{b(1, 1, 5, 2, 9, 3), b(5, 10), b(1, 1, 5, 12, 9, 3), true},
+		{b(1, 1, 5, 2, 9, 3), b(1, 1, 9, 1), b(1, 2, 5, 2, 9, 4), true},
+		{b(1, 1, 5, 2), b(3, 7), b(1, 1, 3, 7, 5, 2), false},
+		{b(1, 1), b(1, 1, 2, 2), b(1, 2, 2, 2), false},
+		{nil, b(4, 4), b(4, 4), false},
+		{b(4, 4), nil, b(4, 4), true},
+	} {
+		dst := slices.Clone(tc.dst)
+		got := addHistogram(dst, tc.src)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("addHistogram(%v, %v) = %v, want %v", tc.dst, tc.src, got, tc.want)
+		}
+		if inPlace := len(dst) > 0 && len(got) > 0 && &got[0] == &dst[0]; inPlace != tc.inPlace {
+			t.Errorf("addHistogram(%v, %v): in place %v, want %v", tc.dst, tc.src, inPlace, tc.inPlace)
+		}
+	}
+}
+
+// TestExporterConcurrentScrape observes and scrapes at once (run with
+// -race): a scrape copies the histograms Observe adds to in place.
+func TestExporterConcurrentScrape(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := manySeries(200)
+	e.Observe(s)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			e.Observe(s)
+		}
+	}()
+	for range 5 {
+		scrapeAs(t, e.Handler(), true)
+	}
+	<-done
+	mfs := scrapeAs(t, e.Handler(), true)
+	for _, m := range mfs["spanwatch_span_duration_seconds"].GetMetric() {
+		if h := m.GetHistogram(); h.GetSampleCount() != 51*20 {
+			t.Fatalf("count %d, want %d", h.GetSampleCount(), 51*20)
+		}
+	}
 }
 
 // TestExporterAnyNameBytes checks that names with bytes that are not UTF-8,

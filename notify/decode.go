@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/internal/duration"
 )
 
 // A ConfigError is a mistake in the configuration file, located at the
@@ -65,16 +66,14 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
+// parseDuration reads spanwatch's one duration syntax (internal/duration).
 func parseDuration(s string) (Duration, error) {
-	if v, err := time.ParseDuration(s); err == nil {
-		if v < 0 {
+	v, err := duration.Parse(s)
+	if err != nil {
+		if strings.HasPrefix(s, "-") {
 			return 0, fmt.Errorf("negative duration %q", s)
 		}
-		return Duration(v), nil
-	}
-	v, err := model.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q: use a number with a unit, e.g. 500ms, 10s, 5m, 4h, 1d", s)
+		return 0, fmt.Errorf("invalid duration %q: use a number with a unit (%s), e.g. 500ms, 10s, 5m, 4h, 1d", s, duration.Units)
 	}
 	return Duration(v), nil
 }

@@ -29,12 +29,14 @@ type Config struct {
 
 	// The sections other packages decode, as written: Webhooks and Routing
 	// (package notify), Sources (internal/usdt), Collector and ExternalURL
-	// (package agent). A section that is absent has Kind 0.
+	// (package agent), Metrics (package metrics: the Prometheus exporter).
+	// A section that is absent has Kind 0.
 	Webhooks    yaml.Node
 	Routing     yaml.Node
 	Sources     yaml.Node
 	Collector   yaml.Node
 	ExternalURL yaml.Node
+	Metrics     yaml.Node
 
 	// Files lists every file read from disk: the rule file first (when it
 	// came from a file), then each policy's Rego and data files. A
@@ -148,7 +150,7 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "external_url"}
+var topKeys = []string{"budgets", "rules", "policies", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
 
 // Parse decodes and compiles a rule file. name is used in error messages
 // and, unless opts.Dir is set, to resolve relative paths. Every problem
@@ -228,6 +230,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Collector = *v
 		case "external_url":
 			cfg.ExternalURL = *v
+		case "metrics":
+			cfg.Metrics = *v
 		}
 	})
 	for _, b := range cfg.Budgets {
@@ -383,7 +387,7 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "pod", "unit", "process", "match", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "match", "when", "anomaly", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := resolve(n)
@@ -407,6 +411,12 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			r.Match.Container = d.glob(v, "container")
 		case "pod":
 			r.Match.Pod = d.glob(v, "pod")
+		case "container_id":
+			r.Match.ContainerID = d.glob(v, "container_id")
+		case "pod_uid":
+			r.Match.PodUID = d.glob(v, "pod_uid")
+		case "namespace":
+			r.Match.Namespace = d.glob(v, "namespace")
 		case "unit":
 			r.Match.Unit = d.glob(v, "unit")
 		case "process":

@@ -39,8 +39,8 @@ rules:
 `), policy.Options{})
 	fmt.Println(err)
 	// Output:
-	// rules.yaml:4:11: when: p99 is a duration: "200" needs a unit (ns, us, µs, ms, s, m, h), e.g. 200ms
-	// rules.yaml:5:10: for: bad duration "30 seconds": want a number with a unit (ns, us, µs, ms, s, m, h), e.g. 250ms or 1m30s
+	// rules.yaml:4:11: when: p99 is a duration: "200" needs a unit (ns, us, µs, ms, s, m, h, d, w, y), e.g. 200ms
+	// rules.yaml:5:10: for: bad duration "30 seconds": want a number with a unit (ns, us, µs, ms, s, m, h, d, w, y), e.g. 250ms, 1m30s or 1d
 }
 
 func ExamplePolicy_Eval() {

@@ -93,6 +93,9 @@ var (
 	kCgroup      = ast.StringTerm("cgroup")
 	kContainer   = ast.StringTerm("container")
 	kPod         = ast.StringTerm("pod")
+	kContainerID = ast.StringTerm("container_id")
+	kPodUID      = ast.StringTerm("pod_uid")
+	kNamespace   = ast.StringTerm("namespace")
 	kUnit        = ast.StringTerm("unit")
 	kProcess     = ast.StringTerm("process")
 	kCount       = ast.StringTerm("count")
@@ -122,12 +125,13 @@ var (
 )
 
 func seriesObject(s *snapshot.Series) ast.Object {
-	labels := make([][2]*ast.Term, 0, 6)
+	labels := make([][2]*ast.Term, 0, 9)
 	labels = append(labels, item(kSpan, strTerm(s.Span)))
 	for _, kv := range [...]struct {
 		k *ast.Term
 		v string
-	}{{kCgroup, s.Cgroup}, {kContainer, s.Container}, {kPod, s.Pod}, {kUnit, s.Unit}, {kProcess, s.Process}} {
+	}{{kCgroup, s.Cgroup}, {kContainerID, s.ContainerID}, {kPodUID, s.PodUID}, {kUnit, s.Unit},
+		{kNamespace, s.Namespace}, {kPod, s.Pod}, {kContainer, s.Container}, {kProcess, s.Process}} {
 		if kv.v != "" {
 			labels = append(labels, item(kv.k, strTerm(kv.v)))
 		}
@@ -139,9 +143,12 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kSpan, strTerm(s.Span)),
 		item(kCgroupID, uintTerm(s.CgroupID)),
 		item(kCgroup, strTerm(s.Cgroup)),
-		item(kContainer, strTerm(s.Container)),
-		item(kPod, strTerm(s.Pod)),
+		item(kContainerID, strTerm(s.ContainerID)),
+		item(kPodUID, strTerm(s.PodUID)),
 		item(kUnit, strTerm(s.Unit)),
+		item(kNamespace, strTerm(s.Namespace)),
+		item(kPod, strTerm(s.Pod)),
+		item(kContainer, strTerm(s.Container)),
 		item(kProcess, strTerm(s.Process)),
 		item(kCount, uintTerm(s.Count)),
 		item(kRate, ast.FloatNumberTerm(finite(s.Rate))),
@@ -176,9 +183,12 @@ func overrunObject(o *snapshot.Overrun) ast.Object {
 		item(kComm, strTerm(o.Comm)),
 		item(kCgroupID, uintTerm(o.CgroupID)),
 		item(kCgroup, strTerm(o.Cgroup)),
-		item(kContainer, strTerm(o.Container)),
-		item(kPod, strTerm(o.Pod)),
+		item(kContainerID, strTerm(o.ContainerID)),
+		item(kPodUID, strTerm(o.PodUID)),
 		item(kUnit, strTerm(o.Unit)),
+		item(kNamespace, strTerm(o.Namespace)),
+		item(kPod, strTerm(o.Pod)),
+		item(kContainer, strTerm(o.Container)),
 		item(kDurationNs, uintTerm(o.DurationNs)),
 		item(kBudgetNs, uintTerm(o.BudgetNs)),
 		item(kError, ast.BooleanTerm(o.Error)),

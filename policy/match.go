@@ -19,14 +19,17 @@ type Matcher struct {
 	Span *Glob
 	// Metric selects argument metrics (series of kind "metric") by
 	// name instead of spans: a matcher selects one kind or the other.
-	Metric    *Glob
-	Cgroup    *Glob
-	Container *Glob
-	Pod       *Glob
-	Unit      *Glob
-	Process   *Glob
+	Metric      *Glob
+	Cgroup      *Glob
+	ContainerID *Glob
+	PodUID      *Glob
+	Unit        *Glob
+	Namespace   *Glob
+	Pod         *Glob
+	Container   *Glob
+	Process     *Glob
 	// Labels match label values by name (match: in a rule): a source's
-	// labels, or cgroup, container, pod, unit, process.
+	// labels, or any of the series' other labels.
 	Labels map[string]*Glob
 }
 
@@ -50,8 +53,9 @@ func (m *Matcher) MatchSpan(span string) bool {
 // labels.
 func (m *Matcher) MatchOther(s *snapshot.Series) bool {
 	return (m.Metric != nil) == s.IsMetric() &&
-		globOK(m.Cgroup, s.Cgroup) && globOK(m.Container, s.Container) &&
-		globOK(m.Pod, s.Pod) && globOK(m.Unit, s.Unit) && globOK(m.Process, s.Process) &&
+		globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
+		globOK(m.PodUID, s.PodUID) && globOK(m.Unit, s.Unit) && globOK(m.Namespace, s.Namespace) &&
+		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process) &&
 		m.matchLabels(s)
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -168,7 +169,7 @@ func parseThreshold(m Metric, s string) (float64, error) {
 			return 0, nil
 		}
 		if _, err := strconv.ParseFloat(s, 64); err == nil {
-			return 0, fmt.Errorf("%s is a duration: %q needs a unit (ns, us, µs, ms, s, m, h), e.g. %sms", m, s, s)
+			return 0, fmt.Errorf("%s is a duration: %q needs a unit (%s), e.g. %sms", m, s, duration.Units, s)
 		}
 		d, err := parseDuration(s)
 		if err != nil {
@@ -229,18 +230,19 @@ func parseNumber(s string) (float64, error) {
 	return f, nil
 }
 
-// parseDuration is time.ParseDuration without negative durations, with a
-// message that names the accepted units.
+// parseDuration reads spanwatch's one duration syntax (internal/duration:
+// Go's units plus d, w, y; never negative), with a message that names the
+// accepted units.
 func parseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
+	d, err := duration.Parse(s)
 	if err != nil {
-		if s == "" {
+		switch {
+		case s == "":
 			return 0, fmt.Errorf("empty duration")
+		case strings.HasPrefix(s, "-"):
+			return 0, fmt.Errorf("negative duration %q", s)
 		}
-		return 0, fmt.Errorf("bad duration %q: want a number with a unit (ns, us, µs, ms, s, m, h), e.g. 250ms or 1m30s", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("negative duration %q", s)
+		return 0, fmt.Errorf("bad duration %q: want a number with a unit (%s), e.g. 250ms, 1m30s or 1d", s, duration.Units)
 	}
 	return d, nil
 }

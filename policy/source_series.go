@@ -134,7 +134,8 @@ func parseValueCondition(text string) (*Condition, error) {
 }
 
 // labelMatchers decodes match: {label: glob, ...}: every label (a source's
-// label, or cgroup, container, pod, unit, process) must match its glob.
+// label, or any other label of the series: cgroup, container, pod...) must
+// match its glob.
 func (d *decoder) labelMatchers(n *yaml.Node) map[string]*Glob {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
@@ -179,22 +180,7 @@ func (m *Matcher) matchLabels(s *snapshot.Series) bool {
 	for name, g := range m.Labels {
 		v, ok := s.SourceLabels[name]
 		if !ok {
-			switch name {
-			case "cgroup":
-				v = s.Cgroup
-			case "container":
-				v = s.Container
-			case "pod":
-				v = s.Pod
-			case "unit":
-				v = s.Unit
-			case "process":
-				v = s.Process
-			case "cgroup_id":
-				if s.CgroupID != 0 {
-					v = strconv.FormatUint(s.CgroupID, 10)
-				}
-			}
+			v = s.Labels()[name]
 		}
 		if !g.Match(v) {
 			return false

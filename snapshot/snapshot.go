@@ -13,7 +13,9 @@ import (
 // (schema-6 histograms with exact window extremes) changed the histogram's
 // buckets, made max_ns the window's exact maximum (it was the series'
 // running maximum, with window_max_ns the window's estimate) and added
-// min_ns, metric series and labels. Decode still reads version 1.
+// min_ns, metric series and labels; container and pod became the
+// Kubernetes names, with the ids in container_id and pod_uid. Decode still
+// reads version 1.
 const Version = 2
 
 // A Snapshot is what the collector saw over one window: one Series per span
@@ -52,13 +54,19 @@ type Series struct {
 	SourceLabels map[string]string `json:"labels,omitempty"`
 	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
 	Cgroup string `json:"cgroup,omitempty"`
-	// Container, Pod and Unit are resolved from the cgroup path where the
+	// ContainerID, PodUID and Unit are read from the cgroup path where the
 	// path names them (docker, containerd, CRI-O; Kubernetes; systemd).
-	Container string `json:"container,omitempty"`
+	ContainerID string `json:"container_id,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+	// Namespace, Pod and Container are the Kubernetes names of the pod
+	// and the container, where the node tells them (the kubelet's log
+	// directories, the CRI runtime's container configs).
+	Namespace string `json:"namespace,omitempty"`
 	Pod       string `json:"pod,omitempty"`
-	Unit      string `json:"unit,omitempty"`
-	// Process is the command name of the last process seen emitting this
-	// series, when known.
+	Container string `json:"container,omitempty"`
+	// Process is the executable name of the cgroup's processes, when they
+	// all run one executable.
 	Process string `json:"process,omitempty"`
 
 	Count      uint64  `json:"count"`
@@ -105,7 +113,8 @@ func (s *Series) Labels() map[string]string {
 	for k, v := range s.SourceLabels {
 		l[k] = v
 	}
-	for k, v := range map[string]string{"cgroup": s.Cgroup, "container": s.Container, "pod": s.Pod, "unit": s.Unit, "process": s.Process} {
+	for k, v := range map[string]string{"cgroup": s.Cgroup, "container_id": s.ContainerID, "pod_uid": s.PodUID, "unit": s.Unit,
+		"namespace": s.Namespace, "pod": s.Pod, "container": s.Container, "process": s.Process} {
 		if v != "" {
 			l[k] = v
 		}
@@ -117,17 +126,22 @@ func (s *Series) Labels() map[string]string {
 // BPF program at the moment the span ended (or, with StillRunning, while it
 // was still running).
 type Overrun struct {
-	Time      time.Time `json:"time"`
-	Span      string    `json:"span"`
-	NameID    uint64    `json:"name_id,omitempty"`
-	PID       uint32    `json:"pid"`
-	TID       uint32    `json:"tid"`
-	Comm      string    `json:"comm"`
-	CgroupID  uint64    `json:"cgroup_id"`
-	Cgroup    string    `json:"cgroup,omitempty"`
-	Container string    `json:"container,omitempty"`
-	Pod       string    `json:"pod,omitempty"`
-	Unit      string    `json:"unit,omitempty"`
+	Time     time.Time `json:"time"`
+	Span     string    `json:"span"`
+	NameID   uint64    `json:"name_id,omitempty"`
+	PID      uint32    `json:"pid"`
+	TID      uint32    `json:"tid"`
+	Comm     string    `json:"comm"`
+	CgroupID uint64    `json:"cgroup_id"`
+	Cgroup   string    `json:"cgroup,omitempty"`
+	// ContainerID, PodUID, Unit, Namespace, Pod and Container are as in
+	// Series.
+	ContainerID string `json:"container_id,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Pod         string `json:"pod,omitempty"`
+	Container   string `json:"container,omitempty"`
 	// SourceLabels are the span's source labels, as on its series.
 	SourceLabels map[string]string `json:"labels,omitempty"`
 	DurationNs   uint64            `json:"duration_ns"`
@@ -143,6 +157,10 @@ type Overrun struct {
 	KernelStack []Frame `json:"kernel_stack,omitempty"`
 	// StackError says why the stack is missing or short, when it is.
 	StackError string `json:"stack_error,omitempty"`
+	// Samples are the stacks the in-flight sampler took while the span ran
+	// past its budget (see Sample): where its time went, where UserStack
+	// says only where it ended.
+	Samples []Sample `json:"samples,omitempty"`
 }
 
 // A Frame is one stack frame. Function is empty when the address could not

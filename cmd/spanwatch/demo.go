@@ -20,6 +20,7 @@ import (
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -54,18 +55,18 @@ Examples:
   sudo spanwatch demo --duration 30s --json
   sudo spanwatch demo --config my-rules.yaml   # the workload against your rules and webhooks`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			duration := fs.Duration("duration", 10*time.Second, "run for `DURATION` (0: until interrupted)")
+			runFor := duration.Flag(fs, "duration", 10*time.Second, "run for `DURATION` (0: until interrupted)")
 			printConfig := fs.Bool("print-config", false, "print the built-in rule file and exit")
 			config := fs.String("config", "", "use this rule `FILE` instead of the built-in one (its webhooks get the alerts)")
 			jsonOut := fs.Bool("json", false, "print only JSON lines on stdout: snapshots, and {\"alert\": ...} for each alert")
-			verbose := fs.Bool("v", false, "log debug messages")
+			logs := newLogFlags(fs)
 			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *printConfig {
 					_, err := os.Stdout.Write(demoConfig)
 					return err
 				}
-				return runDemo(ctx, os.Stdout, os.Stderr, demoOptions{duration: *duration, json: *jsonOut, verbose: *verbose, load: cflags.loadOptions(), config: *config})
+				return runDemo(ctx, os.Stdout, os.Stderr, demoOptions{duration: *runFor, json: *jsonOut, logs: logs, load: cflags.loadOptions(), config: *config})
 			}
 		},
 	})
@@ -75,7 +76,7 @@ type demoOptions struct {
 	config   string
 	duration time.Duration
 	json     bool
-	verbose  bool
+	logs     *logFlags
 	load     agent.LoadOptions
 }
 
@@ -123,7 +124,7 @@ func runDemo(ctx context.Context, w, errw io.Writer, o demoOptions) error {
 
 	printer := &printNotifier{w: w, mu: &mu, json: o.json}
 	opts := agent.Options{
-		Logger: newLogger(o.verbose),
+		Logger: o.logs.logger(),
 		OnReady: func(c *collector.Collector) {
 			how := "marker (uprobe on the span SDK's nop)"
 			if ok, m := c.UserEventsAttached(); ok && emit.Mode() == "user_events" {

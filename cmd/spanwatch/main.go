@@ -41,6 +41,11 @@ func register(c *command) {
 // errUsage marks an error in how the command was called: exit status 2.
 var errUsage = errors.New("usage")
 
+// errHelpShown is returned by a command that printed its help when asked
+// for it after parsing its own arguments (as "notify test --help" does):
+// exit status 0.
+var errHelpShown = errors.New("help shown")
+
 func usageErrorf(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
 }
@@ -50,6 +55,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		printVersion(stdout)
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
 		if len(args) > 1 {
 			if c, ok := commands[args[1]]; ok {
@@ -82,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := runFn(ctx, fs.Args()); err != nil {
+		if errors.Is(err, errHelpShown) {
+			return 0
+		}
 		fmt.Fprintf(stderr, "spanwatch %s: %v\n", c.name, err)
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "run \"spanwatch %s --help\" for usage\n", c.name)
@@ -120,6 +132,7 @@ Usage: spanwatch COMMAND [flags] [args]
 
 Commands:
 `)
+	defer fmt.Fprintf(w, "\nspanwatch --version prints the version.\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/notify"
 )
 
@@ -43,7 +45,7 @@ Examples:
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			config := fs.String("config", "", "the configuration `FILE` holding the webhooks: section")
 			webhook := fs.String("webhook", "", "the `NAME` of the webhook to test")
-			timeout := fs.Duration("timeout", 0, "override the webhook's timeout (0: use the configured one)")
+			timeout := duration.Flag(fs, "timeout", 0, "override the webhook's timeout with `DURATION` (0: use the configured one)")
 			showBody := fs.Bool("show-body", false, "print the request body that was sent")
 			return func(ctx context.Context, args []string) error {
 				if len(args) == 0 || (args[0] != "test" && args[0] != "dead-letters") {
@@ -52,6 +54,9 @@ Examples:
 				// Flags may follow "test": the flag package stops at the
 				// first argument, so parse the rest again.
 				if err := fs.Parse(args[1:]); err != nil {
+					if errors.Is(err, flag.ErrHelp) {
+						return errHelpShown // fs printed the help
+					}
 					return usageErrorf("%v", err)
 				}
 				if fs.NArg() > 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/internal/duration"
 )
 
 // collectorFlags are the flags that override the configuration file's
@@ -25,7 +26,7 @@ var flagKeys = map[string]string{
 
 func newCollectorFlags(fs *flag.FlagSet) *collectorFlags {
 	o := &collectorFlags{fs: fs}
-	fs.DurationVar(&o.s.Interval, "interval", agent.DefaultInterval, "snapshot and evaluate every `DURATION`")
+	duration.Var(fs, &o.s.Interval, "interval", agent.DefaultInterval, "snapshot and evaluate every `DURATION`")
 	fs.Func("source", "span sources to attach: user_events, marker (repeat or comma-separate; default both)", func(s string) error {
 		for _, x := range strings.Split(s, ",") {
 			o.s.Sources = append(o.s.Sources, strings.TrimSpace(x))

@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
@@ -41,19 +41,21 @@ Examples:
 `,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			pid := fs.Int("pid", 0, "list the probes of process `PID` (its executable and mapped libraries)")
-			filter := fs.String("filter", "", "only probes whose provider:name matches this `glob`")
+			filter := fs.String("filter", "", "only probes whose provider:name matches this `glob` (docs/syntax.md)")
 			asJSON := fs.Bool("json", false, "print JSON")
 			verbose := fs.Bool("v", false, "show the parsed argument specs")
 			return func(ctx context.Context, args []string) error {
 				if (*pid == 0) == (len(args) == 0) {
 					return usageErrorf("give PATH... or --pid PID")
 				}
+				var match *glob.Glob
 				if *filter != "" {
-					if _, err := path.Match(*filter, ""); err != nil {
-						return usageErrorf("bad --filter pattern %q: %v", *filter, err)
+					var err error
+					if match, err = glob.Compile(*filter); err != nil {
+						return usageErrorf("bad --filter pattern: %v", err)
 					}
 				}
-				return listProbes(os.Stdout, args, *pid, *filter, *asJSON, *verbose)
+				return listProbes(os.Stdout, args, *pid, match, *asJSON, *verbose)
 			}
 		},
 	})
@@ -78,7 +80,7 @@ type probeSite struct {
 	ArgError        string   `json:"arg_error,omitempty"`
 }
 
-func listProbes(w io.Writer, paths []string, pid int, filter string, asJSON, verbose bool) error {
+func listProbes(w io.Writer, paths []string, pid int, filter *glob.Glob, asJSON, verbose bool) error {
 	explicit := pid == 0
 	if pid != 0 {
 		libs, err := usdt.ProcessFiles("/proc", pid)
@@ -120,10 +122,8 @@ func listProbes(w io.Writer, paths []string, pid int, filter string, asJSON, ver
 		}
 		l := probeListing{Path: p, Arch: string(f.Arch)}
 		for _, pr := range f.Probes {
-			if filter != "" {
-				if ok, _ := path.Match(filter, pr.FullName()); !ok {
-					continue
-				}
+			if filter != nil && !filter.Match(pr.FullName()) {
+				continue
 			}
 			s := probeSite{
 				Provider: pr.Provider,
@@ -160,7 +160,7 @@ func listProbes(w io.Writer, paths []string, pid int, filter string, asJSON, ver
 	} else {
 		printProbeListings(w, listings, verbose)
 	}
-	if len(listings) == 0 && len(errs) == 0 && filter != "" {
+	if len(listings) == 0 && len(errs) == 0 && filter != nil {
 		return fmt.Errorf("no probe matches %q", filter)
 	}
 	return errors.Join(errs...)

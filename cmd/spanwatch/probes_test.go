@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spanwatch/spanwatch/internal/glob"
 )
 
 // buildSDTProg builds the USDT test program and its library from
@@ -59,7 +61,7 @@ func TestProbesCommand(t *testing.T) {
 	prog, lib := buildSDTProg(t)
 
 	var out bytes.Buffer
-	if err := listProbes(&out, []string{prog, lib}, 0, "", true, true); err != nil {
+	if err := listProbes(&out, []string{prog, lib}, 0, nil, true, true); err != nil {
 		t.Fatal(err)
 	}
 	ls := decodeListings(t, out.Bytes())
@@ -84,7 +86,7 @@ func TestProbesCommand(t *testing.T) {
 
 	// Text form, filtered.
 	out.Reset()
-	if err := listProbes(&out, []string{prog}, 0, "sw:consts", false, true); err != nil {
+	if err := listProbes(&out, []string{prog}, 0, mustGlob(t, "sw:consts"), false, true); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "sw:consts") || !strings.Contains(out.String(), "[u8 200, s8 -100, u16 60000") || strings.Contains(out.String(), "sw:a1") {
@@ -103,7 +105,7 @@ func TestProbesCommand(t *testing.T) {
 		t.Fatalf("program said %q", line)
 	}
 	out.Reset()
-	if err := listProbes(&out, nil, cmd.Process.Pid, "", true, false); err != nil {
+	if err := listProbes(&out, nil, cmd.Process.Pid, nil, true, false); err != nil {
 		t.Fatal(err)
 	}
 	ls = decodeListings(t, out.Bytes())
@@ -130,7 +132,16 @@ func TestProbesCommandErrors(t *testing.T) {
 		t.Errorf("binary without probes: exit %d, %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := run([]string{"probes", "--filter", "[", exe}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "bad --filter") {
+	if code := run([]string{"probes", "--filter", `app:\`, exe}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "bad --filter") {
 		t.Errorf("bad filter: exit %d, %q", code, stderr.String())
 	}
+}
+
+func mustGlob(t *testing.T, p string) *glob.Glob {
+	t.Helper()
+	g, err := glob.Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

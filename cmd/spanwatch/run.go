@@ -3,13 +3,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"io"
-	"log/slog"
 	"os"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/internal/rotate"
 )
 
 func init() {
@@ -28,7 +30,10 @@ budget raises an alert at once, with the stack of the thread that ran it.
 Before it loads anything into the kernel, run validates the whole file the
 way "spanwatch check" does, and stops on any problem. Each snapshot is
 written as one JSON line to --output (see snapshot/schema.json); spanwatch
-test and spanwatch stacks read them back. The file is reloaded on SIGHUP and
+test and spanwatch stacks read them back. With --output-max-size the file
+rotates before it would pass that size: FILE becomes FILE.1, FILE.1
+FILE.2, and so on, --output-keep of them kept, each holding whole lines
+(read them oldest first: cat FILE.2 FILE.1 FILE | spanwatch stacks). The file is reloaded on SIGHUP and
 when it or a file it references changes (polled every second); a bad file
 keeps the running configuration; settings that need a restart are logged as
 errors and wait for it while the rest applies. On SIGTERM or SIGINT, run
@@ -47,13 +52,17 @@ go through the perf_uprobe PMU, which also needs CAP_SYS_ADMIN.
 Examples:
   spanwatch run --config /etc/spanwatch/rules.yaml
   spanwatch run --config rules.yaml --output snapshots.jsonl --metrics-addr 127.0.0.1:9464
+  spanwatch run --config rules.yaml --output /var/log/spanwatch/snapshots.jsonl --output-max-size 100M --output-keep 5
+  spanwatch run --config rules.yaml --log-format json
   spanwatch run --config rules.yaml --metrics-addr :9464 --external-url http://$NODE_IP:9464`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			config := fs.String("config", "", "the configuration `FILE` (budgets, rules, policies, webhooks, sources, collector)")
 			output := fs.String("output", "", "write each snapshot as a JSON line to `FILE` (- for stdout)")
 			metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /snapshot and /api/* on `ADDR`, e.g. 127.0.0.1:9464")
 			externalURL := fs.String("external-url", "", "the listener as seen from outside, for alerts' generatorURL (`URL`; overrides external_url:)")
-			verbose := fs.Bool("v", false, "log debug messages")
+			logs := newLogFlags(fs)
+			maxSize := fs.String("output-max-size", "", "rotate --output when it would grow past `SIZE` (e.g. 100M, 1GiB; default: never)")
+			keep := fs.Int("output-keep", 5, "keep `N` rotated files of --output (FILE.1 the newest ... FILE.N)")
 			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *config == "" {
@@ -68,20 +77,32 @@ Examples:
 				if err != nil {
 					return configError(err)
 				}
+				var limit int64
+				if *maxSize != "" {
+					if *output == "" || *output == "-" {
+						return usageErrorf("--output-max-size rotates a file: give --output FILE")
+					}
+					if limit, err = rotate.ParseSize(*maxSize); err != nil || limit <= 0 {
+						return usageErrorf("--output-max-size: %v", cmp.Or(err, fmt.Errorf("must be positive")))
+					}
+				}
+				if *keep < 0 {
+					return usageErrorf("--output-keep must not be negative, not %d", *keep)
+				}
 				var out io.Writer
 				switch *output {
 				case "":
 				case "-":
 					out = os.Stdout
 				default:
-					f, err := os.OpenFile(*output, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+					f, err := rotate.Open(*output, limit, *keep)
 					if err != nil {
 						return err
 					}
 					defer f.Close()
 					out = f
 				}
-				return startAgent(ctx, cfg, agent.Options{Logger: newLogger(*verbose), Output: out, ListenAddr: *metricsAddr})
+				return startAgent(ctx, cfg, agent.Options{Logger: logs.logger(), Output: out, ListenAddr: *metricsAddr})
 			}
 		},
 	})
@@ -95,12 +116,4 @@ var startAgent = func(ctx context.Context, cfg *agent.Config, opts agent.Options
 		return err
 	}
 	return a.Run(ctx)
-}
-
-func newLogger(verbose bool) *slog.Logger {
-	level := slog.LevelInfo
-	if verbose {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

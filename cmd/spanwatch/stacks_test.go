@@ -71,8 +71,8 @@ func TestStacks(t *testing.T) {
 	}
 	t.Run("folded", func(t *testing.T) {
 		out := filepath.Join(dir, "checkout.folded")
-		runOK(t, "stacks", "--input", input, "--span", "checkout", "--format", "folded", "--value", "duration", "--output", out)
-		want := strings.Join(folded, ";") + " 500000000\n"
+		runOK(t, "stacks", "--input", input, "--span", "checkout", "--format", "folded", "--output", out)
+		want := "checkout;[stack at span end];" + strings.Join(folded, ";") + " 500000000\n"
 		if got := readFile(t, out); got != want {
 			t.Errorf("folded:\n%s\nwant:\n%s", got, want)
 		}
@@ -82,6 +82,7 @@ func TestStacks(t *testing.T) {
 		runOK(t, "stacks", "--input", input, "--format", "json", "--output", out)
 		var r struct {
 			Overruns int
+			Spans    []struct{ Span string }
 			Stacks   []struct {
 				Span    string
 				Count   int
@@ -91,13 +92,13 @@ func TestStacks(t *testing.T) {
 		if err := json.Unmarshal([]byte(readFile(t, out)), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Overruns != 3 || len(r.Stacks) != 2 || r.Stacks[0].Span != "checkout" || r.Stacks[0].Count != 2 || r.Stacks[0].TotalNs != 500e6 || r.Stacks[1].Span != "search" {
+		if r.Overruns != 3 || len(r.Stacks) != 2 || r.Stacks[0].Span != "checkout" || r.Stacks[0].Count != 2 || r.Stacks[0].TotalNs != 500e6 || r.Stacks[1].Span != "search" || len(r.Spans) != 2 {
 			t.Errorf("json report: %+v", r)
 		}
 	})
 	t.Run("pprof", func(t *testing.T) {
 		out := filepath.Join(dir, "checkout.pb.gz")
-		runOK(t, "stacks", "--input", input, "--span", "check*", "--format", "pprof", "--output", out)
+		runOK(t, "stacks", "--input", input, "--span", "check*", "--glob", "--format", "pprof", "--output", out)
 		gobin, err := exec.LookPath("go")
 		if err != nil {
 			t.Skipf("skipping go tool pprof: %v", err)
@@ -121,9 +122,24 @@ func TestStacks(t *testing.T) {
 	t.Run("text", func(t *testing.T) {
 		out := filepath.Join(dir, "search.txt")
 		runOK(t, "stacks", "--input", input, "--span", "search", "--format", "text", "--depth", "1", "--output", out)
-		want := fmt.Sprintf("search (shop): 1 overrun, 100ms total, 100ms max\n    %s\n    ... %d more\n", frames[1], len(frames)-2)
+		want := fmt.Sprintf("search: 1 overrun, 100ms total, 100ms max\n  at the end: 1 overrun, 100ms total, 100ms max (shop)\n      %s\n      ... %d more\n", frames[1], len(frames)-2)
 		if got := readFile(t, out); got != want {
 			t.Errorf("text:\n%s\nwant:\n%s", got, want)
+		}
+	})
+	t.Run("svg", func(t *testing.T) {
+		out := filepath.Join(dir, "all.svg")
+		runOK(t, "stacks", "--input", input, "--format", "svg", "--output", out)
+		svg := readFile(t, out)
+		for _, want := range []string{"<svg ", "Where the time went: all spans, 2026-12-02 12:00:00 to 12:00:01", "<title>checkout — 500ms (83.3%)</title>", "</svg>"} {
+			if !strings.Contains(svg, want) {
+				t.Errorf("svg lacks %q", want)
+			}
+		}
+		out = filepath.Join(dir, "search.html")
+		runOK(t, "stacks", "--input", input, "--span", "search", "--format", "html", "--title", "search stacks", "--output", out)
+		if page := readFile(t, out); !strings.Contains(page, "<title>search stacks</title>") || !strings.Contains(page, "<td>search</td>") || strings.Contains(page, "<td>checkout</td>") {
+			t.Errorf("html page:\n%s", page)
 		}
 	})
 	t.Run("errors", func(t *testing.T) {
@@ -133,7 +149,9 @@ func TestStacks(t *testing.T) {
 			want string
 		}{
 			{[]string{"stacks", "--input", input, "--span", "nothing"}, 1, "it has overruns of: checkout, search"},
-			{[]string{"stacks", "--input", input, "--format", "svg"}, 2, "want folded, pprof, json or text"},
+			{[]string{"stacks", "--input", input, "--format", "png"}, 2, "want folded, pprof, json, text, svg or html"},
+			{[]string{"stacks", "--input", input, "--span", "check*"}, 1, "add --glob to match it as a glob"},
+			{[]string{"stacks", "--input", input, "--value", "bytes"}, 2, "want \"duration\", \"count\" or \"samples\""},
 			{[]string{"stacks", "--input", filepath.Join(dir, "missing")}, 1, "no such file"},
 		} {
 			var stdout, stderr bytes.Buffer

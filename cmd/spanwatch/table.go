@@ -14,31 +14,57 @@ import (
 // renderTable writes a snapshot's series as a table, busiest first, the
 // way top shows processes.
 func renderTable(w io.Writer, s *snapshot.Snapshot, limit int) {
+	renderTableView(w, s, tableView{limit: limit})
+}
+
+// tableView says which series a table shows and in what order.
+type tableView struct {
+	limit   int
+	sort    sortKey // "" means rate
+	reverse bool    // smallest (or, for names, last) first
+	filter  *seriesFilter
+}
+
+// renderTableView writes the series view selects, sorted by its key.
+func renderTableView(w io.Writer, s *snapshot.Snapshot, view tableView) {
 	series := make([]snapshot.Series, 0, len(s.Series))
 	for _, sr := range s.Series {
-		if sr.Count > 0 {
+		if sr.Count > 0 && view.filter.match(&sr) {
 			series = append(series, sr)
 		}
 	}
-	sort.Slice(series, func(i, j int) bool {
-		if series[i].Rate != series[j].Rate {
-			return series[i].Rate > series[j].Rate
+	key := view.sort
+	if key == "" {
+		key = sortRate
+	}
+	less := sortKeys[key].less
+	sort.SliceStable(series, func(i, j int) bool {
+		a, b := &series[i], &series[j]
+		if view.reverse {
+			a, b = b, a
+		}
+		if less(a, b) != less(b, a) {
+			return less(a, b)
 		}
 		return series[i].Span < series[j].Span
 	})
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "SPAN\tWHERE\tRATE/s\tERR%%\tP50\tP90\tP99\tMAX\tOVER\tBUDGET\t\n")
+	fmt.Fprintf(tw, "SPAN\tPROCESS\tWHERE\tRATE/s\tERR%%\tP50\tP90\tP99\tMAX\tOVER\tBUDGET\t\n")
 	for i, sr := range series {
-		if limit > 0 && i == limit {
-			fmt.Fprintf(tw, "… %d more\t\t\t\t\t\t\t\t\t\t\n", len(series)-limit)
+		if view.limit > 0 && i == view.limit {
+			fmt.Fprintf(tw, "… %d more\t\t\t\t\t\t\t\t\t\t\t\n", len(series)-view.limit)
 			break
 		}
 		budget := "-"
 		if sr.BudgetNs > 0 {
 			budget = fmtDur(sr.BudgetNs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
-			trunc(sr.Span, 32), trunc(where(&sr), 28), sr.Rate, 100*sr.ErrorRatio,
+		process := sr.Process
+		if process == "" {
+			process = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t%s\t\n",
+			trunc(sr.Span, 32), trunc(process, 16), trunc(where(&sr), 40), sr.Rate, 100*sr.ErrorRatio,
 			fmtDur(sr.P50Ns), fmtDur(sr.P90Ns), fmtDur(sr.P99Ns), fmtDur(sr.MaxNs), sr.OverBudget, budget)
 	}
 	tw.Flush()
@@ -47,10 +73,19 @@ func renderTable(w io.Writer, s *snapshot.Snapshot, limit int) {
 		len(series), st.Events, s.Window().Round(time.Millisecond), st.RingbufDrops, st.StatsFull, st.ShortEvents, st.ReadErrors)
 }
 
+// where names the place a series runs, the way people know it: the
+// Kubernetes namespace/pod/container, else the container id, the systemd
+// unit, or the cgroup path.
 func where(s *snapshot.Series) string {
 	switch {
-	case s.Container != "":
-		return "ctr:" + s.Container[:min(12, len(s.Container))]
+	case s.Pod != "":
+		w := s.Namespace + "/" + s.Pod
+		if s.Container != "" {
+			w += "/" + s.Container
+		}
+		return w
+	case s.ContainerID != "":
+		return "ctr:" + s.ContainerID[:min(12, len(s.ContainerID))]
 	case s.Unit != "":
 		return s.Unit
 	case s.Cgroup != "":

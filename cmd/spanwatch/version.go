@@ -4,44 +4,34 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"runtime"
-	"runtime/debug"
-)
 
-// version is set by the linker (-X main.version=...) for releases; otherwise
-// it comes from the module's build info.
-var version = ""
+	"github.com/spanwatch/spanwatch/internal/buildinfo"
+)
 
 func init() {
 	register(&command{
 		name:    "version",
 		args:    "",
-		summary: "print spanwatch's version and build details",
+		summary: "print spanwatch's version and build details (also: spanwatch --version)",
+		help: `
+version prints the version stamped at build time, the source revision, the
+commit time, and the Go toolchain and platform. "go install
+github.com/spanwatch/spanwatch/cmd/spanwatch@v0.2.0" stamps v0.2.0; release
+builds stamp theirs with -ldflags (see the README); a build from a git
+checkout records a pseudo-version and the commit. /metrics serves the same
+as spanwatch_build_info.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			return func(ctx context.Context, args []string) error {
-				v := version
-				rev := ""
-				if bi, ok := debug.ReadBuildInfo(); ok {
-					if v == "" {
-						v = bi.Main.Version
-					}
-					for _, s := range bi.Settings {
-						if s.Key == "vcs.revision" {
-							rev = s.Value
-						}
-					}
+				if len(args) > 0 {
+					return usageErrorf("unexpected arguments %q", args)
 				}
-				if v == "" {
-					v = "(devel)"
-				}
-				fmt.Fprintf(os.Stdout, "spanwatch %s", v)
-				if rev != "" {
-					fmt.Fprintf(os.Stdout, " (%s)", rev)
-				}
-				fmt.Fprintf(os.Stdout, " %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+				printVersion(os.Stdout)
 				return nil
 			}
 		},
 	})
 }
+
+func printVersion(w io.Writer) { fmt.Fprintln(w, buildinfo.Get()) }

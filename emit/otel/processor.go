@@ -2,7 +2,9 @@ package otel
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -30,17 +32,39 @@ type Config struct {
 	Kinds []trace.SpanKind
 }
 
-// A SpanProcessor hands ended spans to spanwatch. It keeps nothing, so
-// Shutdown and ForceFlush have nothing to do.
+// A SpanProcessor hands spans to spanwatch: their start (so that spanwatch
+// samples a span while it runs past its budget, on whatever thread its
+// goroutine runs) and their end. It keeps no spans, so Shutdown and
+// ForceFlush have nothing to do.
+//
+// A span is watched while it runs by the name it has when it starts: a
+// name completed later (Fold of an attribute set during the span, such as
+// otelhttp's http.route, or a span renamed with SetName) is judged by the
+// budget of its start name while it runs, and by its final name when it
+// ends.
 type SpanProcessor struct {
 	fold  []attribute.Key
 	name  func(sdktrace.ReadOnlySpan) string
 	kinds uint32 // bit k set: pass trace.SpanKind(k); 0 passes all
 
-	// Tests set record to see what would be sent (and always to send
-	// while no collector listens); nil means emit.Record.
-	record func(*emit.Finished)
-	always bool
+	// starts remembers the goroutine each span started on, by span id,
+	// for spans that end on another goroutine: a fixed table, no
+	// allocation; a collision only loses that (see OnEnd).
+	starts [startSlots]startSlot
+
+	// Tests set record and started to see what would be sent (and always
+	// to send while no collector listens); nil means emit.Record and
+	// emit.Started.
+	record  func(*emit.Finished)
+	started func(*emit.Finished) uint64
+	always  bool
+}
+
+const startSlots = 4096
+
+type startSlot struct {
+	span atomic.Uint64 // the span id
+	g    atomic.Uint64 // emit.Started's goroutine id
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -56,8 +80,55 @@ func NewSpanProcessor(cfg Config) *SpanProcessor {
 	return p
 }
 
-// OnStart does nothing: a span is recorded when it ends.
-func (p *SpanProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+// OnStart tells spanwatch the span began; while no collector listens it
+// costs one load and a branch.
+func (p *SpanProcessor) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	if !emit.Enabled() && !p.always {
+		return
+	}
+	p.start(s)
+}
+
+// start is OnStart's enabled path.
+func (p *SpanProcessor) start(s sdktrace.ReadWriteSpan) {
+	if p.kinds != 0 && p.kinds&(1<<uint(s.SpanKind())) == 0 {
+		return
+	}
+	name := p.spanName(s)
+	if name == "" {
+		return
+	}
+	sc := s.SpanContext()
+	// With Fold, the name may grow when the span ends (an attribute set
+	// during the span, such as otelhttp's http.route).
+	f := emit.Finished{Name: name, Start: s.StartTime(), TraceID: sc.TraceID(), SpanID: sc.SpanID(),
+		NamePrefix: p.name == nil && len(p.fold) > 0}
+	var g uint64
+	if p.started != nil {
+		g = p.started(&f)
+	} else {
+		g = emit.Started(&f)
+	}
+	if g != 0 {
+		id := spanKey(f.SpanID)
+		slot := &p.starts[id%startSlots]
+		slot.g.Store(g)
+		slot.span.Store(id)
+	}
+}
+
+func spanKey(id [8]byte) uint64 { return binary.LittleEndian.Uint64(id[:]) | 1 }
+
+// spanName is the name the span is sent with, "" to drop it.
+func (p *SpanProcessor) spanName(s sdktrace.ReadOnlySpan) string {
+	switch {
+	case p.name != nil:
+		return p.name(s)
+	case len(p.fold) > 0:
+		return foldName(s.Name(), s.Attributes(), p.fold)
+	}
+	return s.Name()
+}
 
 // OnEnd records the span through emit.
 func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
@@ -73,17 +144,9 @@ func (p *SpanProcessor) send(s sdktrace.ReadOnlySpan) {
 	if p.kinds != 0 && p.kinds&(1<<uint(s.SpanKind())) == 0 {
 		return
 	}
-	var name string
-	switch {
-	case p.name != nil:
-		name = p.name(s)
-		if name == "" {
-			return
-		}
-	case len(p.fold) > 0:
-		name = foldName(s.Name(), s.Attributes(), p.fold)
-	default:
-		name = s.Name()
+	name := p.spanName(s)
+	if name == "" {
+		return
 	}
 	start := s.StartTime()
 	sc := s.SpanContext()
@@ -94,6 +157,13 @@ func (p *SpanProcessor) send(s sdktrace.ReadOnlySpan) {
 		Error:    s.Status().Code == codes.Error,
 		TraceID:  sc.TraceID(),
 		SpanID:   sc.SpanID(),
+	}
+	// The goroutine the span started on, if it ends on another: its start
+	// is kept there. A lost slot (a collision) leaves the start open on
+	// its goroutine until that goroutine's next span ends over it.
+	id := spanKey(f.SpanID)
+	if slot := &p.starts[id%startSlots]; slot.span.Load() == id {
+		f.Goroutine = slot.g.Load()
 	}
 	if p.record != nil {
 		p.record(&f)

@@ -148,3 +148,80 @@ func TestDisabledSendsNothing(t *testing.T) {
 		t.Fatalf("disabled OnEnd allocates %v times, want 0", n)
 	}
 }
+
+// TestOnStartSendsTheStart checks the start the processor hands to emit:
+// the span's name and start time as OnEnd will repeat them, and that a span
+// ended on another goroutine names the goroutine it started on.
+func TestOnStartSendsTheStart(t *testing.T) {
+	p := NewSpanProcessor(Config{Kinds: []trace.SpanKind{trace.SpanKindServer, trace.SpanKindClient}})
+	var mu sync.Mutex
+	var starts []emit.Finished
+	next := uint64(100)
+	p.started = func(f *emit.Finished) uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		starts = append(starts, *f)
+		next++
+		return next // the goroutine id emit.Started would return
+	}
+	tp, rec, sr := newProvider(t, p)
+	tr := tp.Tracer("test")
+	ctx, server := tr.Start(context.Background(), "GET", trace.WithSpanKind(trace.SpanKindServer))
+	_, internal := tr.Start(ctx, "parse") // an internal span: not passed
+	internal.End()
+	_, db := tr.Start(ctx, "db.query", trace.WithSpanKind(trace.SpanKindClient))
+	done := make(chan struct{})
+	go func() { db.End(); close(done) }() // ended elsewhere
+	<-done
+	server.SetName("GET /orders/{id}")
+	server.End()
+
+	if len(starts) != 2 || starts[0].Name != "GET" || starts[1].Name != "db.query" {
+		t.Fatalf("starts %+v, want GET and db.query", starts)
+	}
+	ended := sr.Ended()
+	byName := map[string]emit.Finished{}
+	for _, f := range rec.got {
+		byName[f.Name] = f
+	}
+	for i, want := range []struct {
+		start string
+		end   string
+		g     uint64
+	}{{"GET", "GET /orders/{id}", 101}, {"db.query", "db.query", 102}} {
+		got, ok := byName[want.end]
+		if !ok {
+			t.Fatalf("no end for %s in %+v", want.end, rec.got)
+		}
+		if !got.Start.Equal(starts[i].Start) || got.SpanID != starts[i].SpanID || got.TraceID != starts[i].TraceID {
+			t.Errorf("%s: end start %v ids %x/%x, start event %v %x/%x: they must agree", want.end, got.Start, got.TraceID, got.SpanID, starts[i].Start, starts[i].TraceID, starts[i].SpanID)
+		}
+		if got.Goroutine != want.g {
+			t.Errorf("%s: end names goroutine %d, want %d (the one it started on)", want.end, got.Goroutine, want.g)
+		}
+	}
+	if len(ended) != 3 || len(rec.got) != 2 {
+		t.Errorf("OpenTelemetry ended %d spans, the processor sent %d; want 3 and 2 (the internal span is not passed)", len(ended), len(rec.got))
+	}
+}
+
+// TestOnStartIdle checks that OnStart costs nothing while no collector
+// listens.
+func TestOnStartIdle(t *testing.T) {
+	if emit.Enabled() {
+		t.Skip("a collector is listening")
+	}
+	p := NewSpanProcessor(Config{})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))
+	defer tp.Shutdown(context.Background())
+	_, sp := tp.Tracer("t").Start(context.Background(), "x")
+	rw := sp.(sdktrace.ReadWriteSpan)
+	if n := testing.AllocsPerRun(1000, func() { p.OnStart(context.Background(), rw) }); n != 0 {
+		t.Errorf("idle OnStart allocates %v times", n)
+	}
+	for i := range p.starts {
+		if p.starts[i].span.Load() != 0 {
+			t.Fatal("idle OnStart wrote its start table")
+		}
+	}
+}

@@ -8,9 +8,13 @@
 //	go run ./examples/go-http -load 30s -target http://127.0.0.1:8080
 //
 // Routes: /checkout (usually 2-6 ms; it calls chargeCard, a span of its
-// own, "payment.charge", which 1 time in 50 takes 300 ms: over its 100 ms
-// budget and checkout's 250 ms, so spanwatch captures both stacks) and
-// /search (1-2 ms, 1 in 20 fails with 503).
+// own, "payment.charge", which 1 time in 50 spins on the CPU for 300 ms:
+// over its 100 ms budget and checkout's 250 ms, so spanwatch samples it
+// while it runs and captures both stacks), /report (a span
+// "report.build" that 1 time in 10 waits 300 ms for its data: time off the
+// CPU, in time.Sleep), /export (a span "export" that waits for a lock a
+// stuck job holds: it never ends, and spanwatch reports it while it runs)
+// and /search (1-2 ms, 1 in 20 fails with 503).
 package main
 
 import (
@@ -24,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,6 +67,8 @@ func newMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/checkout", spanned("checkout", http.HandlerFunc(checkout)))
 	mux.Handle("/search", spanned("search", http.HandlerFunc(search)))
+	mux.Handle("/report", spanned("report.build", http.HandlerFunc(report)))
+	mux.Handle("/export", spanned("export", http.HandlerFunc(export)))
 	return mux
 }
 
@@ -135,6 +142,48 @@ func chargeCard() error {
 	return nil
 }
 
+var reports atomic.Uint64
+
+func report(w http.ResponseWriter, r *http.Request) {
+	rows := fetchReportData(reports.Add(1)%10 == 0)
+	fmt.Fprintf(w, "%d rows\n", rows)
+}
+
+// fetchReportData waits for a slow backend 1 time in 10: 300 ms off the
+// CPU, which spanwatch's samples show at the time.Sleep here.
+//
+//go:noinline
+func fetchReportData(slow bool) int {
+	if slow {
+		time.Sleep(300 * time.Millisecond)
+	} else {
+		time.Sleep(time.Millisecond)
+	}
+	return 42
+}
+
+// exportLock is held by a job that never finishes (the bug this route
+// demonstrates): every export waits for it forever.
+var exportLock sync.Mutex
+
+func init() {
+	exportLock.Lock() // the stuck job
+}
+
+func export(w http.ResponseWriter, r *http.Request) {
+	writeExport(w)
+}
+
+// writeExport waits for the export lock: its span never ends, and
+// spanwatch reports it as still running, with this stack.
+//
+//go:noinline
+func writeExport(w http.ResponseWriter) {
+	exportLock.Lock()
+	defer exportLock.Unlock()
+	fmt.Fprintln(w, "exported")
+}
+
 var searches atomic.Uint64
 
 func search(w http.ResponseWriter, r *http.Request) {
@@ -146,10 +195,17 @@ func search(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "3 results")
 }
 
-// generateLoad sends requests, 9 of 10 to /search, at rate per second
-// until ctx ends.
+// generateLoad sends requests, 8 of 10 to /search, 1 to /checkout, 1 to
+// /report, at rate per second until ctx ends, and one to /export, which
+// never answers.
 func generateLoad(ctx context.Context, target string, rate int) (sent, failed int) {
 	client := &http.Client{Timeout: 5 * time.Second}
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "GET", target+"/export", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
 	tick := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
 	defer tick.Stop()
 	for i := 0; ; i++ {
@@ -159,8 +215,11 @@ func generateLoad(ctx context.Context, target string, rate int) (sent, failed in
 		case <-tick.C:
 		}
 		path := "/search"
-		if i%10 == 0 {
+		switch i % 10 {
+		case 0:
 			path = "/checkout"
+		case 5:
+			path = "/report"
 		}
 		resp, err := client.Get(target + path)
 		sent++

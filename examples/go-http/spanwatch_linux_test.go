@@ -12,14 +12,17 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // TestUnderSpanwatch runs the example under a real collector with the
-// budgets of rules.yaml: spanwatch counts every request, the slow charge
-// and its checkout are over budget, and the charge's overrun stack names
-// chargeCard.
+// budgets of rules.yaml: spanwatch counts every request; the slow charge,
+// its checkout and the slow reports are over budget; the charge's overrun
+// says its time went on the CPU in chargeCard, a slow report's that it
+// went waiting in time.Sleep in fetchReportData; and the export that never
+// ends is reported while it runs, waiting for its lock in writeExport.
 func TestUnderSpanwatch(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
@@ -29,6 +32,9 @@ func TestUnderSpanwatch(t *testing.T) {
 		Sources:        collector.Sources{Marker: true},
 		ScanInterval:   -1,
 		MarkerBinaries: []string{bin},
+		// Scans every 20ms, not 100ms: the slow spans (300ms against
+		// 100ms) are sampled even when the machine is slow.
+		Inflight: collector.InflightConfig{Interval: 20 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatalf("collector: %v", err)
@@ -51,20 +57,36 @@ func TestUnderSpanwatch(t *testing.T) {
 	if _, err := c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 50; i++ {
-		for _, path := range []string{"/checkout", "/search"} {
-			resp, err := http.Get(url + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(io.Discard, resp.Body)
+	get := func(path string) {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // never answers
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/export", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
+		}
+	}()
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		get("/checkout")
+		get("/search")
+		if i < 20 {
+			get("/report")
 		}
 	}
 	got := map[string]*snapshot.Series{}
-	var overruns []snapshot.Overrun
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && (got["checkout"] == nil || got["search"] == nil || got["checkout"].Count < 50 || got["search"].Count < 50 || len(overruns) < 2) {
+	var ended, running []snapshot.Overrun
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && (got["checkout"] == nil || got["search"] == nil || got["report.build"] == nil ||
+		got["checkout"].Count < 50 || got["search"].Count < 50 || got["report.build"].Count < 20 || len(ended) < 4 ||
+		!slices.ContainsFunc(running, func(o snapshot.Overrun) bool { return o.Span == "export" }) || time.Since(start) < 1500*time.Millisecond) {
 		time.Sleep(100 * time.Millisecond)
 		s, err := c.Snapshot()
 		if err != nil {
@@ -79,9 +101,15 @@ func TestUnderSpanwatch(t *testing.T) {
 			g.Errors += sr.Errors
 			g.OverBudget += sr.OverBudget
 		}
-		overruns = append(overruns, s.Overruns...)
+		for _, o := range s.Overruns {
+			if o.StillRunning {
+				running = append(running, o)
+			} else {
+				ended = append(ended, o)
+			}
+		}
 	}
-	for span, want := range map[string][3]uint64{"checkout": {50, 0, 1}, "payment.charge": {50, 0, 1}, "search": {50, 2, 0}} {
+	for span, want := range map[string][3]uint64{"checkout": {50, 0, 1}, "payment.charge": {50, 0, 1}, "search": {50, 2, 0}, "report.build": {20, 0, 2}} {
 		g := got[span]
 		if g == nil {
 			t.Fatalf("no %s series", span)
@@ -90,19 +118,60 @@ func TestUnderSpanwatch(t *testing.T) {
 			t.Errorf("%s: count %d errors %d over budget %d, want %v", span, g.Count, g.Errors, g.OverBudget, want)
 		}
 	}
-	if len(overruns) != 2 {
-		t.Fatalf("%d overruns, want 2 (checkout and payment.charge)", len(overruns))
+	if g := got["export"]; g != nil && g.Count != 0 {
+		t.Errorf("export counted %d times: it never ends", g.Count)
 	}
-	for _, ov := range overruns {
-		var funcs []string
-		for _, f := range ov.UserStack {
-			funcs = append(funcs, f.Function)
-		}
+	if len(ended) != 4 {
+		t.Fatalf("%d overruns of ended spans, want 4 (checkout, payment.charge, 2 report.build)", len(ended))
+	}
+	for _, ov := range ended {
 		if ov.DurationNs < uint64(300*time.Millisecond) {
 			t.Errorf("%s overrun lasted %v, want at least 300ms", ov.Span, time.Duration(ov.DurationNs))
 		}
-		if ov.Span == "payment.charge" && !slices.Contains(funcs, "main.chargeCard") {
-			t.Errorf("payment.charge overrun stack %v does not name main.chargeCard", funcs)
+		hot := profile.Hottest(ov.Samples, 1)
+		t.Logf("%s: %v, %d sample stacks; hottest: %s", ov.Span, time.Duration(ov.DurationNs), len(ov.Samples), profile.FormatHottest(hot, ov.DurationNs))
+		switch ov.Span {
+		case "payment.charge":
+			// A 300 ms busy loop past a 100 ms budget: samples on the
+			// CPU, in chargeCard (the loop is inlined there). How many
+			// depends on how much CPU the loop gets on this machine.
+			if len(hot) == 0 || hot[0].Frame.Function != "main.chargeCard" || hot[0].OffCPUNs != 0 || hot[0].WeightNs == 0 {
+				t.Errorf("payment.charge: hottest %+v, want main.chargeCard on the CPU", hot)
+			}
+		case "report.build":
+			// 300 ms in time.Sleep: off the CPU, at the sleep, sampled
+			// from about 100ms (the budget) on, as soon as a scan runs
+			// (later on a loaded machine).
+			if len(hot) == 0 || hot[0].Frame.Function != "main.fetchReportData" || hot[0].OffCPUNs == 0 || hot[0].OffCPUNs != hot[0].WeightNs {
+				t.Errorf("report.build: hottest %+v, want main.fetchReportData, all off the CPU", hot)
+			}
+			if !slices.ContainsFunc(ov.Samples, func(s snapshot.Sample) bool { return s.OffCPU && hasFunc(s.UserStack, "time.Sleep") }) {
+				t.Errorf("report.build: no off-CPU sample in time.Sleep")
+			}
 		}
 	}
+	var export *snapshot.Overrun
+	for i := range running {
+		if running[i].Span == "export" {
+			export = &running[i]
+		}
+	}
+	if export == nil {
+		t.Fatalf("the export that never ends was not reported while running (still running: %d others)", len(running))
+	}
+	if !hasFunc(export.UserStack, "main.writeExport") || !hasFunc(export.UserStack, "sync.(*Mutex).Lock") || export.DurationNs < uint64(time.Second) {
+		t.Errorf("export reported after %v at %v, want past 1s in sync.(*Mutex).Lock called by main.writeExport", time.Duration(export.DurationNs), funcs(export.UserStack))
+	}
+}
+
+func funcs(frames []snapshot.Frame) []string {
+	var out []string
+	for _, f := range frames {
+		out = append(out, f.Function)
+	}
+	return out
+}
+
+func hasFunc(frames []snapshot.Frame, fn string) bool {
+	return slices.Contains(funcs(frames), fn)
 }

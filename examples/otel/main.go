@@ -10,8 +10,8 @@
 //	go run ./examples/otel -load 30s -target http://127.0.0.1:8081
 //
 // Routes: GET /orders/{id} (a db.query child span of 1-3 ms; every 25th
-// query takes 150 ms, over its 50 ms budget; every 10th order answers 500)
-// and GET /health (no database).
+// query waits 300 ms for a lock, over its 50 ms budget and the request's
+// 100 ms; every 10th order answers 500) and GET /health (no database).
 package main
 
 import (
@@ -122,7 +122,7 @@ func loadOrder(ctx context.Context, tracer trace.Tracer, id string) (string, err
 		trace.WithAttributes(attribute.String("db.operation.name", "SELECT")))
 	defer sp.End()
 	if queries.Add(1)%25 == 0 {
-		time.Sleep(150 * time.Millisecond) // a lock wait
+		time.Sleep(300 * time.Millisecond) // a lock wait
 	} else {
 		time.Sleep(time.Millisecond + rand.N(2*time.Millisecond))
 	}

@@ -8,17 +8,22 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // TestUnderSpanwatch runs the example under a real collector with the
-// budgets of rules.yaml: spanwatch counts the OpenTelemetry spans, and each
-// overrun carries the trace id the service reported for that request.
+// budgets of rules.yaml: spanwatch counts the OpenTelemetry spans, each
+// overrun carries the trace id the service reported for that request, and
+// the first frame its report shows is the service's own code (main.), not
+// the span SDKs' or OpenTelemetry's: the hottest frame of the samples
+// taken while the span ran, or the end stack without their frames.
 func TestUnderSpanwatch(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
@@ -28,6 +33,9 @@ func TestUnderSpanwatch(t *testing.T) {
 		Sources:        collector.Sources{Marker: true},
 		ScanInterval:   -1,
 		MarkerBinaries: []string{bin},
+		// Scans every 20ms, not 100ms: the slow query (300ms against
+		// 50ms) is sampled even when the machine is slow.
+		Inflight: collector.InflightConfig{Interval: 20 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatalf("collector: %v", err)
@@ -87,7 +95,11 @@ func TestUnderSpanwatch(t *testing.T) {
 			g.Errors += sr.Errors
 			g.OverBudget += sr.OverBudget
 		}
-		overruns = append(overruns, s.Overruns...)
+		for _, o := range s.Overruns {
+			if !o.StillRunning { // reported while running: its end follows
+				overruns = append(overruns, o)
+			}
+		}
 	}
 	// Requests 2..50: orders 10, 20, 30, 40, 50 fail, in both spans.
 	for span, want := range map[string][3]uint64{"GET /orders/{id}": {49, 5, 2}, "db.query": {49, 5, 2}} {
@@ -106,5 +118,30 @@ func TestUnderSpanwatch(t *testing.T) {
 		if !slow[ov.TraceID] {
 			t.Errorf("%s overrun has trace id %q, not one of the slow requests' %v", ov.Span, ov.TraceID, slow)
 		}
+		// What the report shows first: the hottest frame of the
+		// samples, else the end stack's first frame once the SDK's and
+		// OpenTelemetry's are trimmed (the record keeps them).
+		end, trimmed := profile.TrimOwn(ov.UserStack)
+		var first snapshot.Frame
+		if hot := profile.Hottest(ov.Samples, 1); len(hot) > 0 {
+			first = hot[0].Frame
+		} else if len(end) > 0 {
+			first = end[0]
+		}
+		t.Logf("%s: first frame shown %s (%d samples, %d own frames trimmed from the end stack of %d)", ov.Span, first, len(ov.Samples), trimmed, len(ov.UserStack))
+		if !strings.HasPrefix(first.Function, "main.") {
+			t.Errorf("%s overrun shows %s first, want the service's code (main.): end stack %v", ov.Span, first, funcNames(ov.UserStack))
+		}
+		if ov.Span == "db.query" && (len(end) == 0 || !strings.HasPrefix(end[0].Function, "main.loadOrder") || trimmed == 0) {
+			t.Errorf("db.query end stack without own frames starts %v, want main.loadOrder (%d trimmed)", funcNames(end), trimmed)
+		}
 	}
+}
+
+func funcNames(frames []snapshot.Frame) []string {
+	var out []string
+	for _, f := range frames {
+		out = append(out, f.Function)
+	}
+	return out
 }

@@ -11,6 +11,8 @@
  *                                 42, error, ids as below) to stdout as if
  *                                 stdout were user_events_data with write
  *                                 index 7: the exact bytes the kernel gets
+ *   spanwatch_test begin NAME     the same for the start of a span named NAME
+ *                                 (spanwatch_span_begin, start time 42)
  *   spanwatch_test emit N NAME    register, then emit N spans named NAME
  *                                 (1 ms each, every 10th an error, trace id
  *                                 bytes 1..16, span id bytes 0xa1..0xa8)
@@ -40,6 +42,7 @@ SAME_FIELD(trace_id);
 SAME_FIELD(span_id);
 SAME_FIELD(exec_id);
 SAME_FIELD(name);
+_Static_assert(SPANWATCH_F_START == SPAN_F_START, "start flag");
 _Static_assert(sizeof(struct spanwatch_event) == sizeof(struct span_event), "struct size");
 _Static_assert(SPANWATCH_NAME_LEN == SPAN_NAME_LEN, "name length");
 _Static_assert(SPANWATCH_STATUS_ERROR == SPAN_STATUS_ERROR, "error status");
@@ -116,8 +119,31 @@ static int to_stdout(const char *name)
 	return spanwatch_emit(&sw, name, 1234567, 42, 1, trace, span) == 0 ? 0 : 1;
 }
 
+static int begin_to_stdout(const char *name)
+{
+	struct spanwatch sw = {.enabled = 1, .write_index = 7, .fd = 1, .error = 0};
+	struct spanwatch_span s;
+	struct spanwatch_event ev;
+
+	/* spanwatch_span_begin with the clock read stubbed: start time 42. */
+	spanwatch_span_start(&s, name);
+	s.start_real_ns = 42;
+	memset(&ev, 0, sizeof(ev));
+	ev.start_ns = s.start_real_ns;
+	ev.flags = SPANWATCH_F_START;
+	memcpy(ev.name, name, strnlen(name, sizeof(ev.name)));
+	fflush(stdout);
+	if (spanwatch_emit_event(&sw, &ev) != 0)
+		return 1;
+	/* And the function itself, whose start time is the clock's: the same
+	 * bytes but for start_ns. */
+	return spanwatch_span_begin(&sw, &s, name) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc >= 3 && !strcmp(argv[1], "begin"))
+		return begin_to_stdout(argv[2]);
 	if (argc >= 3 && !strcmp(argv[1], "stdout"))
 		return to_stdout(argv[2]);
 	if (argc >= 2 && !strcmp(argv[1], "format")) {
@@ -140,6 +166,6 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 4 && !strcmp(argv[1], "emit"))
 		return emit(atol(argv[2]), argv[3]);
-	fprintf(stderr, "usage: %s format | fallback PATH | open | stdout NAME | emit N NAME\n", argv[0]);
+	fprintf(stderr, "usage: %s format | fallback PATH | open | stdout NAME | begin NAME | emit N NAME\n", argv[0]);
 	return 2;
 }

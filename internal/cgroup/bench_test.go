@@ -31,7 +31,7 @@ func BenchmarkResolver(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if info := r.Resolve(ids[0]); info.Container == "" || info.Pod == "" {
+	if info := r.Resolve(ids[0]); info.ContainerID == "" || info.PodUID == "" {
 		b.Fatalf("Resolve = %+v", info)
 	}
 	b.Run("hit", func(b *testing.B) {

@@ -6,9 +6,15 @@
 //
 // From the path, ParsePath reads what the path names: a container id (docker,
 // containerd, CRI-O, podman, with the systemd or the cgroupfs cgroup driver),
-// a Kubernetes pod UID, and a systemd unit.
+// a Kubernetes pod UID, and a systemd unit. Names turns the ids into the
+// names people know, from what the node keeps on disk, without the API
+// server: the kubelet's log directories (/var/log/pods, /var/log/containers)
+// and the CRI runtime's container configs. ProcessName names the executable
+// the cgroup's processes run, when they all run one.
 //
 // The package needs no privilege beyond reading the cgroup2 mount, which is
-// world-readable by default. On a hybrid host (cgroup v1 controllers with the
+// world-readable by default, and the kubelet's log directories (root's);
+// reading other users' /proc/PID/exe needs CAP_SYS_PTRACE (without it the
+// command name stands in). On a hybrid host (cgroup v1 controllers with the
 // v2 hierarchy at /sys/fs/cgroup/unified) FindRoot finds the v2 mount.
 package cgroup

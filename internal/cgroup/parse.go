@@ -2,21 +2,31 @@ package cgroup
 
 import "strings"
 
-// Info is what a cgroup path says about the processes in it.
+// Info is what is known about a cgroup and the processes in it.
 type Info struct {
 	// Path is the cgroup's path relative to the cgroup2 mount, starting
 	// with "/" (the form /proc/PID/cgroup shows); empty when unknown.
 	Path string `json:"path,omitempty"`
-	// Container is the container id (usually 64 hex digits) when the path
-	// is a container's cgroup or lies below one.
-	Container string `json:"container,omitempty"`
-	// Pod is the Kubernetes pod UID, with dashes, when the path lies in a
-	// pod's cgroup.
-	Pod string `json:"pod,omitempty"`
+	// ContainerID is the container id (usually 64 hex digits) when the
+	// path is a container's cgroup or lies below one.
+	ContainerID string `json:"container_id,omitempty"`
+	// PodUID is the Kubernetes pod UID, with dashes, when the path lies in
+	// a pod's cgroup.
+	PodUID string `json:"pod_uid,omitempty"`
 	// Unit is the innermost systemd unit (a .service, or a .scope that is
 	// not a container's) below any container or pod in the path, so a
 	// container's processes are not attributed to the runtime's service.
 	Unit string `json:"unit,omitempty"`
+
+	// Namespace, Pod and Container are the Kubernetes names of the pod
+	// and container, where the node tells them (see Names); ParsePath
+	// leaves them empty.
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	// Process is the executable name of the cgroup's processes when they
+	// all run one executable (see ProcessName); ParsePath leaves it empty.
+	Process string `json:"process,omitempty"`
 }
 
 // containerScopePrefixes are the prefixes container runtimes give the
@@ -62,10 +72,10 @@ func ParsePath(path string) Info {
 			}
 		}
 		if pod != "" {
-			info.Pod = pod
+			info.PodUID = pod
 		}
 		if id != "" {
-			info.Container = id
+			info.ContainerID = id
 		}
 		if pod != "" || id != "" {
 			info.Unit = ""

@@ -20,6 +20,10 @@ import (
 // again because it met an unknown id.
 const DefaultMinRefresh = time.Second
 
+// DefaultDetailsTTL is how long a Resolver keeps a cgroup's Kubernetes
+// names and process name before it reads them again.
+const DefaultDetailsTTL = 30 * time.Second
+
 // Config configures a Resolver.
 type Config struct {
 	// Root is the cgroup2 mount. Empty means FindRoot's answer.
@@ -30,6 +34,16 @@ type Config struct {
 	MinRefresh time.Duration
 	// Logger receives walk errors; nil discards them.
 	Logger *slog.Logger
+	// ProcRoot is where processes are read (/proc/PID/exe, comm) for
+	// Info.Process; empty means /proc.
+	ProcRoot string
+	// Names finds the Kubernetes names of containers and pods; nil means
+	// NewNames over the default directories, with MinRefresh.
+	Names *Names
+	// DetailsTTL is how long a cgroup's names and process name are kept
+	// before they are read again (a cgroup's processes change); 0 means
+	// DefaultDetailsTTL, negative never reads process names.
+	DetailsTTL time.Duration
 }
 
 // A Resolver maps cgroup v2 ids to paths and what the paths name. It is
@@ -39,11 +53,22 @@ type Resolver struct {
 	minRefresh time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+	procRoot   string
+	names      *Names
+	detailsTTL time.Duration
 
 	mu       sync.RWMutex
-	byID     map[uint64]Info
+	byID     map[uint64]Info // what the paths say, from the last walk
+	details  map[uint64]details
 	lastWalk time.Time
 	walks    int
+}
+
+// details is a cgroup's Info completed with names and its process, and
+// when that was read.
+type details struct {
+	info Info
+	at   time.Time
 }
 
 // NewResolver returns a Resolver for cfg.Root and walks it once, so the
@@ -67,9 +92,22 @@ func NewResolver(cfg Config) (*Resolver, error) {
 		log:        cfg.Logger,
 		now:        time.Now,
 		byID:       map[uint64]Info{},
+		details:    map[uint64]details{},
+		procRoot:   cfg.ProcRoot,
+		names:      cfg.Names,
+		detailsTTL: cfg.DetailsTTL,
 	}
 	if r.minRefresh <= 0 {
 		r.minRefresh = DefaultMinRefresh
+	}
+	if r.procRoot == "" {
+		r.procRoot = "/proc"
+	}
+	if r.names == nil {
+		r.names = NewNames(NamesConfig{MinRefresh: r.minRefresh})
+	}
+	if r.detailsTTL == 0 {
+		r.detailsTTL = DefaultDetailsTTL
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -85,26 +123,53 @@ func (r *Resolver) Root() string { return r.root }
 
 // Resolve returns what is known about cgroup id. An id not seen in the last
 // walk triggers a new walk, unless one ran less than MinRefresh ago; an id
-// still unknown after that gets an Info with an empty Path.
+// still unknown after that gets an Info with an empty Path. The names and
+// the process of a known id are read on its first Resolve and again once
+// they are older than DetailsTTL.
 func (r *Resolver) Resolve(id uint64) Info {
+	now := r.now()
 	r.mu.RLock()
-	info, ok := r.byID[id]
+	d, ok := r.details[id]
 	r.mu.RUnlock()
-	if ok {
-		return info
+	if ok && now.Sub(d.at) < r.ttl() {
+		return d.info
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if info, ok := r.byID[id]; ok {
-		return info // another goroutine's walk found it
+	if d, ok := r.details[id]; ok && now.Sub(d.at) < r.ttl() {
+		return d.info // another goroutine read it
 	}
-	if r.now().Sub(r.lastWalk) < r.minRefresh {
-		return Info{}
+	info, ok := r.byID[id]
+	if !ok {
+		if now.Sub(r.lastWalk) < r.minRefresh {
+			return Info{}
+		}
+		if err := r.walkLocked(); err != nil {
+			r.log.Warn("cgroup_walk_failed", "root", r.root, "error", err)
+		}
+		if info, ok = r.byID[id]; !ok {
+			return Info{}
+		}
 	}
-	if err := r.walkLocked(); err != nil {
-		r.log.Warn("cgroup_walk_failed", "root", r.root, "error", err)
+	k := r.names.Lookup(info.ContainerID, info.PodUID)
+	info.Namespace, info.Pod, info.Container = k.Namespace, k.Pod, k.Container
+	if r.detailsTTL > 0 {
+		info.Process = ProcessName(r.procRoot, filepath.Join(r.root, info.Path))
+		if info.Process == "" {
+			// The cgroup emptied (its processes exited between the span
+			// and this read): the name it had still says who sent it.
+			info.Process = r.details[id].info.Process
+		}
 	}
-	return r.byID[id]
+	r.details[id] = details{info: info, at: now}
+	return info
+}
+
+func (r *Resolver) ttl() time.Duration {
+	if r.detailsTTL < 0 {
+		return DefaultDetailsTTL
+	}
+	return r.detailsTTL
 }
 
 // Refresh walks the cgroup tree now, regardless of MinRefresh.
@@ -160,6 +225,11 @@ func (r *Resolver) walkLocked() error {
 		return fmt.Errorf("walk cgroups under %s: %w", r.root, err)
 	}
 	r.byID = byID
+	for id := range r.details {
+		if _, ok := byID[id]; !ok {
+			delete(r.details, id)
+		}
+	}
 	return nil
 }
 

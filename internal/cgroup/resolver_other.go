@@ -12,6 +12,10 @@ import (
 // again because it met an unknown id.
 const DefaultMinRefresh = time.Second
 
+// DefaultDetailsTTL is how long a Resolver keeps a cgroup's names and
+// process name before it reads them again.
+const DefaultDetailsTTL = 30 * time.Second
+
 // RootEnv names the environment variable that overrides FindRoot.
 const RootEnv = "SPANWATCH_CGROUP_ROOT"
 
@@ -20,6 +24,9 @@ type Config struct {
 	Root       string
 	MinRefresh time.Duration
 	Logger     *slog.Logger
+	ProcRoot   string
+	Names      *Names
+	DetailsTTL time.Duration
 }
 
 // A Resolver maps cgroup v2 ids to paths; cgroups exist only on Linux.

@@ -38,7 +38,7 @@ func TestResolverTree(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := NewResolver(Config{Root: root, MinRefresh: time.Hour})
+	r, err := NewResolver(Config{Root: root, MinRefresh: time.Hour, Names: noNames()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestResolverTree(t *testing.T) {
 	}{
 		{rootID, Info{Path: "/"}},
 		{svc, Info{Path: "/system.slice/nginx.service", Unit: "nginx.service"}},
-		{ctr, Info{Path: "/system.slice/docker-" + id + ".scope", Container: id}},
+		{ctr, Info{Path: "/system.slice/docker-" + id + ".scope", ContainerID: id}},
 	} {
 		if got := r.Resolve(tc.id); got != tc.want {
 			t.Errorf("Resolve(%d) = %+v, want %+v", tc.id, got, tc.want)
@@ -128,7 +128,7 @@ func TestResolverRealCgroup(t *testing.T) {
 		os.Remove(filepath.Join(root, name))
 	})
 
-	r, err := NewResolver(Config{Root: root, MinRefresh: time.Millisecond})
+	r, err := NewResolver(Config{Root: root, MinRefresh: time.Millisecond, Names: noNames()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestResolverRealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Millisecond) // past MinRefresh: the miss walks
-	want := Info{Path: wantPath, Unit: "probe.service"}
+	want := Info{Path: wantPath, Unit: "probe.service", Process: "sleep"}
 	if got := r.Resolve(id); got != want {
 		t.Fatalf("Resolve(%d) = %+v, want %+v", id, got, want)
 	}
@@ -196,4 +196,9 @@ func TestFindRootEnv(t *testing.T) {
 	if got, err := FindRoot(); err == nil {
 		t.Fatalf("FindRoot with %s naming a plain directory: %q, want an error", RootEnv, got)
 	}
+}
+
+// noNames is a Names that reads nothing of the host's.
+func noNames() *Names {
+	return NewNames(NamesConfig{PodLogDir: "-", ContainerLogDir: "-", CRIConfigs: []string{"-"}})
 }

@@ -5,6 +5,7 @@ package inflight
 import (
 	"os"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // pingPong passes a byte back and forth n times between two OS threads
@@ -64,7 +66,7 @@ func BenchmarkOffCPUSampler(b *testing.B) {
 	}
 	defer stats.Close()
 	// A watched thread that never runs: every call is the common case.
-	if err := w.objs.InflightWatch.Put(uint32(1<<30), &bpf.InflightInflightTarget{Pid: 1 << 30, Samples: 1}); err != nil {
+	if err := w.objs.InflightWatch.Put(&bpf.InflightInflightExecKey{Tgid: 1 << 30, Exec: 1 << 30}, &bpf.InflightInflightTarget{Pid: 1 << 30, Samples: 1}); err != nil {
 		b.Fatal(err)
 	}
 	n := max(b.N, 20000)
@@ -116,4 +118,72 @@ func BenchmarkScan(b *testing.B) {
 	}
 	b.ReportMetric(float64(tasks), "tasks")
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/scan")
+}
+
+// BenchmarkScanSDK measures one scan of the SDKs' open spans: entries
+// threads of execution (goroutines) with a span open each, none overdue,
+// or with none open (idle: the batch scan deletes them at its first pass),
+// read with the map iterator where it loads, else with batch lookups.
+func BenchmarkScanSDK(b *testing.B) {
+	for _, tc := range []struct {
+		entries int
+		idle    bool
+	}{{100, false}, {1000, false}, {8000, false}, {8000, true}} {
+		entries := tc.entries
+		name := strconv.Itoa(entries) + "-open"
+		if tc.idle {
+			name = strconv.Itoa(entries) + "-idle"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := newMaps(b)
+			core, err := bpf.LoadSpanwatch()
+			if err != nil {
+				b.Fatal(err)
+			}
+			exec, err := ebpf.NewMap(core.Maps["inflight_exec"])
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer exec.Close()
+			gprocs, err := ebpf.NewMap(core.Maps["inflight_gprocs"])
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer gprocs.Close()
+			w, err := New(Config{Exec: exec, GProcs: gprocs, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters})
+			if err != nil {
+				b.Skipf("skipping: %v", err)
+			}
+			defer w.Close()
+			if err := m.budgets.Put(snapshot.NameID("op"), &bpf.SpanwatchBudget{BudgetNs: uint64(time.Hour), Flags: captureUser}); err != nil {
+				b.Fatal(err)
+			}
+			now, _ := monotonicNs()
+			for i := 0; i < entries; i++ {
+				v := bpf.InflightInflightStack{Depth: 1, Tid: 1, Goroutine: 1}
+				if tc.idle {
+					v.Depth = 0
+				}
+				v.Spans[0] = bpf.InflightInflightOpen{StartNs: now, StartReal: uint64(i + 1), NameId: snapshot.NameID("op"), Name: nameBytes("op")}
+				if err := exec.Put(&bpf.InflightInflightExecKey{Tgid: 1, Exec: uint64(0xc000000000 + i*0x1000)}, &v); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := w.Scan(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if w.Watching() != 0 {
+				b.Fatalf("%d watched, want none (nothing is overdue)", w.Watching())
+			}
+			method := "iterator"
+			if w.list == nil {
+				method = "batch"
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/scan")
+			b.Logf("%d entries, read by %s", entries, method)
+		})
+	}
 }

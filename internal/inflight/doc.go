@@ -1,35 +1,47 @@
-// Package inflight captures the stacks of spans that are still running past
-// their budget.
+// Package inflight samples spans while they run past their budget: where a
+// slow span's time goes, and where a span that never ends is stuck.
 //
-// A span that never ends (a request stuck on a lock, a query that hangs)
-// never reaches the aggregation core, so the core captures no stack for it.
-// USDT spans with a start probe are known in the kernel while they run: in
-// the usdt_inflight map, or, for spans paired by thread with a fixed name on
-// kernels with task storage (5.11+), in the task storage usdt_task_start. A
-// Watcher scans the first from user space and the second with a BPF task
-// iterator; for each span paired by thread that has run longer than its
-// budget, it asks the BPF programs of bpf/inflight.bpf.c to sample that
-// thread: on the CPU through a perf event clock, off the CPU at
-// sched_switch (where the kernel stack shows what it waits on), and, when
-// it stays blocked, from a sleepable task iterator that walks its user
-// frame pointers from its saved registers (5.18+). Each sample is an
-// ordinary overrun record in the core's ring buffer, with
-// StatusStillRunning set in its status and the time run so far as its
-// duration, so the collector decodes it like any other, as an overrun with
-// still_running set (see DecodeStatus). The samplers are attached only
-// while some thread is watched.
+// Spans are known in the kernel while they run. The span SDKs send a
+// start event (emit.Start, the OpenTelemetry processor's OnStart, the C
+// header's spanwatch_span_begin); bpf/inflight.h keeps a stack of open spans
+// per thread of execution in inflight_exec: per goroutine for Go (the
+// event's exec_id, its g pointer), per OS thread otherwise. USDT spans with
+// a start probe are in usdt_inflight, or, paired by thread with a fixed name
+// on 5.11+, in the task storage usdt_task_start.
+//
+// A Watcher scans them every Interval (inflight_exec with a BPF map
+// iterator, or batch lookups where the kernel refuses the iterator;
+// usdt_inflight from user space; the task storage with a task iterator)
+// and, for each goroutine or thread with spans past their budgets, asks the
+// programs of bpf/inflight.bpf.c to sample it: on the CPU through a perf
+// event clock, off the CPU at sched_switch when it blocks (the kernel stack
+// shows on what), and at each scan, from a sleepable task iterator, a
+// thread that stays blocked (from its saved registers, 5.18+) or a
+// goroutine the Go scheduler parked (from its saved context in the
+// runtime's g). A goroutine is matched by the g pointer the runtime keeps in
+// its thread's TLS, so its samples follow it from thread to thread. Each
+// sample is an overrun record in the core's ring buffer, one per overdue
+// span, with StatusStillRunning (and StatusOffCPU) set and the time run so
+// far as its duration. The samplers are attached only while something is
+// watched.
+//
+// A Joiner, in the collector's ring buffer reader, reports a span's first
+// sample at once (an overrun with still_running set: a span that never ends
+// is reported while it runs) and attaches the others to the span's overrun
+// when it ends, as snapshot.Sample, each weighed by the span time it stands
+// for.
 //
 //	w, err := inflight.New(inflight.Config{Logger: log,
-//		Inflight: tracer.Map("usdt_inflight"), Sources: tracer.Map("usdt_sources"),
-//		TaskStart: tracer.Map("usdt_task_start"), // nil without task storage
+//		Exec: maps.InflightExec, GProcs: maps.InflightGprocs, // the core's
 //		Budgets: budgets, Overruns: overruns, Counters: counters})
 //	defer w.Close()
+//	w.AddUSDT(inflight.USDTMaps{Inflight: ..., Sources: ..., TaskStart: ...})
 //	go w.Run(ctx)
 //
 // Spans paired by an argument (a request id) rather than a thread are not
-// sampled: nothing says which thread is working on them. Spans from the SDK
-// (user_events or the marker) have no start event, so they cannot be seen
-// while they run.
+// sampled: nothing says which thread is working on them.
 //
-// Needs kernel 5.8+ (ring buffer) and CAP_BPF with CAP_PERFMON, or root.
+// Needs kernel 5.8+ (ring buffer), 5.6+ for batch lookups or 5.9+ for the
+// map iterator, 5.11+ for task storage, 5.18+ for the blocked sampler, and
+// CAP_BPF with CAP_PERFMON, or root.
 package inflight

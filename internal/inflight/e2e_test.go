@@ -70,7 +70,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
+	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 		t.Fatal(err)
 	}
 	if budgetGen != nil {
@@ -80,7 +80,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}
 	w, err := New(Config{
 		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names"),
-		Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters,
+		Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, Samples: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 		t.Fatal(err)
 	}
 	r := read()
-	if r.Pid != pid || r.Status != StatusStillRunning || r.NameId != snapshot.NameID(span) || r.DurationNs <= uint64(budget) {
+	if r.Pid != pid || r.Status&^StatusOffCPU != StatusStillRunning || r.NameId != snapshot.NameID(span) || r.DurationNs <= uint64(budget) {
 		t.Fatalf("still running sample: pid %d status %#x name id %#x duration %v", r.Pid, r.Status, r.NameId, time.Duration(r.DurationNs))
 	}
 	frames, err := sym.User(pid, r.Ustack[:max(0, r.UstackLen)/8])

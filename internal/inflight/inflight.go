@@ -3,11 +3,13 @@
 package inflight
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+
 	"sync"
 	"time"
 	"unsafe"
@@ -20,19 +22,6 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// StatusStillRunning is set in an overrun record's status (struct overrun,
-// bpf/aggregate.h) by a sample of a span that had not ended: the collector
-// sets snapshot.Overrun.StillRunning from it, and must test the error bit
-// (status & 1) rather than status != 0. It matches OVERRUN_STILL_RUNNING in
-// bpf/inflight.bpf.c.
-const StatusStillRunning = 0x80000000
-
-// DecodeStatus splits an overrun record's status into the span's error
-// flag and whether it was sampled still running.
-func DecodeStatus(status uint32) (spanError, stillRunning bool) {
-	return status&^StatusStillRunning != 0, status&StatusStillRunning != 0
-}
-
 // sourceUSDT is SOURCE_USDT in bpf/aggregate.h.
 const sourceUSDT = 3
 
@@ -40,60 +29,125 @@ const sourceUSDT = 3
 // name or the pairing key from an argument.
 const noArg = 0xff
 
-// Config configures a Watcher. Inflight, Sources, Budgets and Overruns are
-// required: the maps of the loaded USDT object (usdt_inflight,
-// usdt_sources) and of the core (budgets, overruns).
+// Target flags, TARGET_* in bpf/inflight.bpf.c.
+const (
+	targetFromTask  = 1
+	targetSDK       = 2
+	targetGoroutine = 4
+)
+
+// Sizes in bpf/inflight.h and bpf/inflight.bpf.c.
+const (
+	targetSpans = 4  // INFLIGHT_TARGET_SPANS
+	maxParked   = 16 // INFLIGHT_MAX_PARKED
+)
+
+// Config configures a Watcher. Budgets and Overruns, the core's maps, are
+// required, and the maps of at least one kind of span: Exec (the SDKs'
+// spans) or Inflight and Sources (USDT).
 type Config struct {
 	Logger   *slog.Logger
-	Inflight *ebpf.Map
-	Sources  *ebpf.Map
 	Budgets  *ebpf.Map
 	Overruns *ebpf.Map
 	// Counters is the core's counters map, where ring buffer drops are
 	// counted; the watcher's own when nil.
 	Counters *ebpf.Map
+	// Exec and GProcs are the core's inflight_exec and inflight_gprocs
+	// (bpf/inflight.h): the open spans of the span SDKs by goroutine or
+	// thread, and where Go processes keep g. Nil: SDK spans are not
+	// watched.
+	Exec, GProcs *ebpf.Map
+	// Budget returns a span's budget in nanoseconds, 0 for none; nil
+	// looks the name id up in Budgets (which holds glob budgets only for
+	// names the collector has seen end). prefix says the span's final
+	// name may extend name (SPAN_F_NAME_PREFIX: a start name the tracing
+	// library completes when the span ends).
+	Budget func(nameID uint64, name string, prefix bool) uint64
+	// MinBudget returns the smallest budget a span can have, so that a
+	// scan lists only spans open at least that long; nil takes the
+	// smallest in Budgets.
+	MinBudget func() uint64
+	// Inflight and Sources are a USDT tracer's usdt_inflight and
+	// usdt_sources (see also AddUSDT).
+	Inflight *ebpf.Map
+	Sources  *ebpf.Map
 	// TaskStart and TaskNames are the USDT object's usdt_task_start and
-	// usdt_task_names, where spans paired by thread keep their starts
-	// (and names read from an argument) in task storage (5.11+); nil when
-	// they are not in use. A task iterator scans them.
+	// usdt_task_names, where spans paired by thread keep their starts (and
+	// names read from an argument) in task storage (5.11+); nil when they
+	// are not in use. A task iterator scans them.
 	TaskStart *ebpf.Map
 	TaskNames *ebpf.Map
 	// Interval is how often the in-flight spans are scanned; 100ms when
-	// zero. A stuck span is sampled within about Interval of its budget.
+	// zero. A stuck span is sampled within about Interval of its budget,
+	// and a blocked thread or parked goroutine once per Interval.
 	Interval time.Duration
-	// Samples is the number of stacks taken of each overdue span; 1 when
-	// zero. Each is one overrun record.
+	// Samples is the number of samples taken of a thread of execution
+	// while its spans are over budget; 100 when zero. Each is one overrun
+	// record per overdue span.
 	Samples int
 	// Frequency is the on-CPU sampling rate in Hz while a thread is
-	// watched; 99 when zero.
+	// watched, and bounds how often a thread going off the CPU is
+	// sampled; 99 when zero.
 	Frequency uint64
 	// NoOnCPU, NoOffCPU and NoBlocked turn off one of the samplers: the
 	// CPU clock, sched_switch, and the iterator that samples threads that
-	// stay blocked (kernel 5.18+; left out where it does not load).
+	// stay blocked and parked goroutines (kernel 5.18+; left out where it
+	// does not load).
 	NoOnCPU, NoOffCPU, NoBlocked bool
 }
 
-// A Watcher samples threads whose spans run past their budgets.
+// USDTMaps are the maps of a USDT tracer (internal/usdt) whose spans a
+// Watcher watches: usdt_inflight, usdt_sources, usdt_task_start and
+// usdt_task_names.
+type USDTMaps struct {
+	Inflight, Sources, TaskStart, TaskNames *ebpf.Map
+}
+
+// A Watcher samples threads and goroutines whose spans run past their
+// budgets.
 type Watcher struct {
 	cfg  Config
 	log  *slog.Logger
+	spec *ebpf.CollectionSpec
+	repl map[string]*ebpf.Map
 	objs objects
-	task *taskObjects // nil without Config.TaskStart
-	iter *link.Iter
-	// blocked samples watched threads that sleep; nil when off or not
-	// supported.
+	list *link.Iter // over inflight_exec; nil without Config.Exec
+	task *taskObjects
+	iter *link.Iter // over tasks, for usdt_task_start
+	// blocked samples watched threads that sleep and parked goroutines;
+	// nil when off or not supported.
 	blocked     *ebpf.Program
 	blockedIter *link.Iter
 	slots       map[uint32]bpf.InflightInflightSlot // as last written, by source
 	srcBuf      []bpf.UsdtUsdtSource
 
 	mu       sync.Mutex
-	watching map[uint32]spanKey // tid -> the span being sampled
-	reported map[uint32]spanKey // tid -> a span already sampled, still running
+	watching map[bpf.InflightInflightExecKey]identity // the targets this watcher wrote
+	parked   int                                      // entries of inflight_parked in use
 	offCPU   link.Link
 	perfFDs  []int
 	closed   bool
 	lastErr  string
+	minAge   uint64 // as last written to inflight_cfg
+	// Buffers of scanSDKBatch.
+	batchKeys []bpf.InflightInflightExecKey
+	batchVals []bpf.InflightInflightStack
+	idle      []bpf.InflightInflightExecKey
+}
+
+// identity tells a target's spans from the next ones of the same thread of
+// execution.
+type identity struct {
+	n      uint32
+	starts [targetSpans]uint64
+}
+
+func identityOf(t *bpf.InflightInflightTarget) identity {
+	id := identity{n: t.Nspans}
+	for i := range t.Spans {
+		id.starts[i] = t.Spans[i].StartNs
+	}
+	return id
 }
 
 // objects are what the watcher loads of bpf/inflight.bpf.c.
@@ -101,10 +155,17 @@ type objects struct {
 	InflightOnCpu  *ebpf.Program `ebpf:"inflight_on_cpu"`
 	InflightOffCpu *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightWatch  *ebpf.Map     `ebpf:"inflight_watch"`
+	InflightParked *ebpf.Map     `ebpf:"inflight_parked"`
 }
 
 func (o *objects) Close() error {
-	return errors.Join(o.InflightOnCpu.Close(), o.InflightOffCpu.Close(), o.InflightWatch.Close())
+	return errors.Join(o.InflightOnCpu.Close(), o.InflightOffCpu.Close(), o.InflightWatch.Close(), o.InflightParked.Close())
+}
+
+// listObjects list inflight_exec's old spans.
+type listObjects struct {
+	InflightList *ebpf.Program `ebpf:"inflight_list"`
+	InflightCfg  *ebpf.Map     `ebpf:"inflight_cfg"`
 }
 
 // taskObjects scan usdt_task_start.
@@ -117,17 +178,14 @@ func (o *taskObjects) Close() error {
 	return errors.Join(o.InflightScan.Close(), o.InflightSlots.Close())
 }
 
-// spanKey tells one in-flight span of a thread from the next.
-type spanKey struct {
-	tgid    uint32
-	startNs uint64
-}
-
-// New loads the sampling programs. They are attached only while a thread
+// New loads the sampling programs. They are attached only while something
 // is watched.
 func New(cfg Config) (*Watcher, error) {
-	if cfg.Inflight == nil || cfg.Sources == nil || cfg.Budgets == nil || cfg.Overruns == nil {
-		return nil, errors.New("inflight watcher: the usdt_inflight, usdt_sources, budgets and overruns maps are required")
+	if cfg.Budgets == nil || cfg.Overruns == nil {
+		return nil, errors.New("inflight watcher: the budgets and overruns maps are required")
+	}
+	if cfg.Exec == nil && (cfg.Inflight == nil || cfg.Sources == nil) {
+		return nil, errors.New("inflight watcher: the inflight_exec map, or the usdt_inflight and usdt_sources maps, are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -136,7 +194,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg.Interval = 100 * time.Millisecond
 	}
 	if cfg.Samples == 0 {
-		cfg.Samples = 1
+		cfg.Samples = 100
 	}
 	if cfg.Frequency == 0 {
 		cfg.Frequency = 99
@@ -145,66 +203,129 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load inflight spec: %w", err)
 	}
-	// The core's maps come from aggregate.h; only those the programs use
-	// (the ring buffer and the counters) are loaded, both replaced.
+	// The core's maps come from aggregate.h and inflight.h; only those
+	// the programs use are loaded, all replaced.
 	repl := map[string]*ebpf.Map{"overruns": cfg.Overruns}
 	if cfg.Counters != nil {
 		repl["counters"] = cfg.Counters
 	}
-	if cfg.TaskStart != nil && cfg.TaskStart.Type() != ebpf.TaskStorage {
-		// Without task storage the USDT object keeps a placeholder
-		// there and every span is in usdt_inflight.
-		cfg.TaskStart = nil
+	if cfg.Exec != nil {
+		repl["inflight_exec"] = cfg.Exec
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, watching: map[uint32]spanKey{}, reported: map[uint32]spanKey{}}
-	if cfg.TaskStart == nil {
-		if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-			return nil, fmt.Errorf("load inflight programs: %w", err)
+	if cfg.GProcs != nil {
+		repl["inflight_gprocs"] = cfg.GProcs
+	}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, spec: spec, repl: repl, watching: map[bpf.InflightInflightExecKey]identity{}}
+	if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return nil, fmt.Errorf("load inflight programs: %w", err)
+	}
+	w.repl["inflight_watch"] = w.objs.InflightWatch
+	w.repl["inflight_parked"] = w.objs.InflightParked
+	if cfg.Exec != nil {
+		if err := w.loadLister(); err != nil {
+			// Scans then read the map with batch lookups (5.6+).
+			w.log.Info("inflight_lister_unavailable", "error", err, "fallback", "batch lookups of inflight_exec")
 		}
-		w.loadBlocked(spec, repl)
-		return w, nil
 	}
-	if cfg.TaskNames == nil || cfg.TaskNames.Type() != ebpf.TaskStorage {
-		return nil, errors.New("inflight watcher: usdt_task_names is required with usdt_task_start")
+	if cfg.Inflight != nil {
+		if err := w.addUSDT(USDTMaps{Inflight: cfg.Inflight, Sources: cfg.Sources, TaskStart: cfg.TaskStart, TaskNames: cfg.TaskNames}); err != nil {
+			w.Close()
+			return nil, err
+		}
 	}
-	repl["usdt_task_start"] = cfg.TaskStart
-	repl["usdt_task_names"] = cfg.TaskNames
-	repl["budgets"] = cfg.Budgets
-	w.task = &taskObjects{}
-	all := struct {
-		*objects
-		*taskObjects
-	}{&w.objs, w.task}
-	if err := spec.LoadAndAssign(&all, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return nil, fmt.Errorf("load inflight programs with the task iterator (needs kernel 5.11+ and BTF): %w", err)
-	}
-	it, err := link.AttachIter(link.IterOptions{Program: w.task.InflightScan})
-	if err != nil {
-		w.objs.Close()
-		w.task.Close()
-		return nil, fmt.Errorf("attach task iterator: %w", err)
-	}
-	w.iter = it
-	w.loadBlocked(spec, repl)
+	w.loadBlocked()
 	return w, nil
 }
 
-// loadBlocked loads the sampler of blocked threads, sharing inflight_watch
-// with the other programs. It needs kernel 5.18+ (bpf_copy_from_user_task
-// in a sleepable task iterator); without it, a thread that blocked before
-// its span was overdue and stays blocked is not sampled.
-func (w *Watcher) loadBlocked(spec *ebpf.CollectionSpec, repl map[string]*ebpf.Map) {
+// loadLister loads inflight_list, the iterator that lists inflight_exec's
+// old spans in the kernel: map element iterators need 5.9+ and BTF. Seen
+// refused with EPERM before verification on a 6.18 host that also refuses
+// fentry.
+func (w *Watcher) loadLister() error {
+	var lo listObjects
+	if err := w.spec.LoadAndAssign(&lo, &ebpf.CollectionOptions{MapReplacements: w.repl}); err != nil {
+		return fmt.Errorf("load the open span lister: %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: lo.InflightList, Map: w.cfg.Exec})
+	lo.InflightList.Close()
+	if err != nil {
+		lo.InflightCfg.Close()
+		return fmt.Errorf("attach the open span lister: %w", err)
+	}
+	w.list = it
+	w.repl["inflight_cfg"] = lo.InflightCfg
+	return nil
+}
+
+// AddUSDT watches the spans of a USDT tracer too. Only one tracer's.
+func (w *Watcher) AddUSDT(m USDTMaps) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errClosed
+	}
+	if w.task != nil || (w.cfg.Inflight != nil && w.cfg.Inflight != m.Inflight) {
+		return errors.New("inflight watcher: a USDT tracer is watched already")
+	}
+	w.cfg.Inflight, w.cfg.Sources = m.Inflight, m.Sources
+	return w.addUSDT(m)
+}
+
+// addUSDT loads the task iterator over usdt_task_start when the tracer
+// uses task storage.
+func (w *Watcher) addUSDT(m USDTMaps) error {
+	if m.Inflight == nil || m.Sources == nil {
+		return errors.New("inflight watcher: the usdt_inflight and usdt_sources maps are required")
+	}
+	if m.TaskStart == nil || m.TaskStart.Type() != ebpf.TaskStorage {
+		// Without task storage the USDT object keeps a placeholder
+		// there and every span is in usdt_inflight.
+		return nil
+	}
+	if m.TaskNames == nil || m.TaskNames.Type() != ebpf.TaskStorage {
+		return errors.New("inflight watcher: usdt_task_names is required with usdt_task_start")
+	}
+	repl := mapsClone(w.repl)
+	repl["usdt_task_start"] = m.TaskStart
+	// Spans named by an argument: their names in usdt_task_names, their
+	// budgets in budgets (exact names, and globs of names seen before).
+	repl["usdt_task_names"] = m.TaskNames
+	repl["budgets"] = w.cfg.Budgets
+	task := &taskObjects{}
+	if err := w.spec.LoadAndAssign(task, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return fmt.Errorf("load the task iterator (needs kernel 5.11+ and BTF): %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: task.InflightScan})
+	if err != nil {
+		task.Close()
+		return fmt.Errorf("attach task iterator: %w", err)
+	}
+	w.cfg.TaskStart, w.cfg.TaskNames = m.TaskStart, m.TaskNames
+	w.task, w.iter = task, it
+	w.repl = repl
+	if w.blocked != nil {
+		// Reload the blocked sampler so it checks task storage too.
+		w.blockedIter.Close()
+		w.blocked.Close()
+		w.blocked, w.blockedIter = nil, nil
+		w.loadBlocked()
+	}
+	return nil
+}
+
+// loadBlocked loads the sampler of blocked threads and parked goroutines,
+// sharing inflight_watch with the other programs. It needs kernel 5.18+
+// (bpf_copy_from_user_task in a sleepable task iterator); without it, a
+// thread that blocked before its span was overdue and stays blocked, and
+// a parked goroutine, are not sampled.
+func (w *Watcher) loadBlocked() {
 	if w.cfg.NoBlocked {
 		return
-	}
-	r := map[string]*ebpf.Map{"inflight_watch": w.objs.InflightWatch}
-	for k, v := range repl {
-		r[k] = v
 	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"inflight_blocked"`
 	}
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: r}); err != nil {
+	if err := w.spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: w.repl}); err != nil {
 		w.log.Info("inflight_blocked_sampler_unavailable", "error", err, "hint", "needs kernel 5.18+")
 		return
 	}
@@ -217,14 +338,18 @@ func (w *Watcher) loadBlocked(spec *ebpf.CollectionSpec, repl map[string]*ebpf.M
 	w.blocked, w.blockedIter = objs.Prog, it
 }
 
-// runIter runs a task iterator over every task.
-func runIter(it *link.Iter) error {
+// runIter runs an iterator and returns what it wrote.
+func runIter(it *link.Iter, buf *bytes.Buffer) error {
 	rc, err := it.Open()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	_, err = io.Copy(io.Discard, rc)
+	if buf == nil {
+		_, err = io.Copy(io.Discard, rc)
+		return err
+	}
+	_, err = buf.ReadFrom(rc)
 	return err
 }
 
@@ -255,9 +380,59 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 var errClosed = errors.New("inflight watcher closed")
 
-// Scan finds the in-flight spans over their budgets, hands new ones to the
-// samplers, retires those sampled or ended, and attaches the samplers only
-// while some thread is watched.
+// scanState is what one scan builds.
+type scanState struct {
+	now     uint64
+	budgets map[uint64]uint64
+	targets map[bpf.InflightInflightExecKey]*bpf.InflightInflightTarget
+}
+
+// flagNamePrefix is SPAN_F_NAME_PREFIX in bpf/span_event.h.
+const flagNamePrefix = uint32(bpf.SpanwatchSpanFlagsSPAN_F_NAME_PREFIX)
+
+// captureUser is BUDGET_CAPTURE_USER: a budget that wants user stacks; the
+// samplers take none for the others.
+const captureUser = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_USER)
+
+// budget returns a span's budget, looked up once per scan.
+func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8, flags uint32) uint64 {
+	prefix := flags&flagNamePrefix != 0
+	key := id
+	if prefix {
+		key = ^id
+	}
+	if b, ok := st.budgets[key]; ok {
+		return b
+	}
+	var b uint64
+	if w.cfg.Budget != nil {
+		b = w.cfg.Budget(id, snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&name[0])), len(name))), prefix)
+	} else {
+		var v bpf.SpanwatchBudget
+		if err := w.cfg.Budgets.Lookup(id, &v); err == nil && v.Flags&captureUser != 0 {
+			b = v.BudgetNs
+		}
+	}
+	st.budgets[key] = b
+	return b
+}
+
+// add records an overdue span of the thread of execution k.
+func (w *Watcher) add(st *scanState, k bpf.InflightInflightExecKey, flags uint32, s bpf.InflightInflightTspan) {
+	t := st.targets[k]
+	if t == nil {
+		t = &bpf.InflightInflightTarget{Pid: k.Tgid, Flags: flags, Samples: int32(w.cfg.Samples), PeriodNs: uint64(time.Second) / w.cfg.Frequency}
+		st.targets[k] = t
+	}
+	if t.Nspans < targetSpans {
+		t.Spans[t.Nspans] = s
+		t.Nspans++
+	}
+}
+
+// Scan finds the in-flight spans over their budgets, hands the threads and
+// goroutines that run them to the samplers, retires those whose spans
+// ended, and attaches the samplers only while some have samples left.
 func (w *Watcher) Scan() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -268,9 +443,189 @@ func (w *Watcher) Scan() error {
 	if err != nil {
 		return err
 	}
+	st := &scanState{now: now, budgets: map[uint64]uint64{}, targets: map[bpf.InflightInflightExecKey]*bpf.InflightInflightTarget{}}
+	if w.cfg.Exec != nil {
+		if err := w.scanSDK(st); err != nil {
+			return err
+		}
+	}
+	if w.cfg.Inflight != nil {
+		if err := w.scanUSDT(st); err != nil {
+			return err
+		}
+	}
+	// Write new targets; a target with the same spans keeps its samples
+	// count, so a span is sampled Samples times, not more.
+	for k, t := range st.targets {
+		id := identityOf(t)
+		if old, ok := w.watching[k]; ok && old == id {
+			continue
+		}
+		if err := w.objs.InflightWatch.Put(&k, t); err != nil {
+			return fmt.Errorf("watch %d/%#x: %w", k.Tgid, k.Exec, err)
+		}
+		w.watching[k] = id
+	}
+	for k := range w.watching {
+		if st.targets[k] == nil {
+			w.objs.InflightWatch.Delete(&k)
+			delete(w.watching, k)
+		}
+	}
+	if w.task != nil {
+		if err := w.scanTasks(st); err != nil {
+			return err
+		}
+	}
+	if err := w.writeParked(st); err != nil {
+		return err
+	}
+	// Sample while some entry, ours or the iterator's, has samples left.
+	active := false
+	var (
+		k bpf.InflightInflightExecKey
+		t bpf.InflightInflightTarget
+	)
+	for it := w.objs.InflightWatch.Iterate(); it.Next(&k, &t); {
+		if t.Samples > 0 {
+			active = true
+			break
+		}
+	}
+	if err := w.setActive(active); err != nil {
+		return err
+	}
+	if active && w.blockedIter != nil {
+		if err := runIter(w.blockedIter, nil); err != nil {
+			return fmt.Errorf("sample blocked threads: %w", err)
+		}
+	}
+	return nil
+}
+
+// scanSDK lists the SDKs' open spans older than the smallest budget with
+// inflight_list and keeps those over their own.
+func (w *Watcher) scanSDK(st *scanState) error {
+	minAge := w.minBudget()
+	if minAge == 0 {
+		return nil // no budgets: nothing can be overdue
+	}
+	if w.list == nil {
+		return w.scanSDKBatch(st, minAge)
+	}
+	if minAge != w.minAge {
+		if err := w.repl["inflight_cfg"].Put(uint32(0), minAge); err != nil {
+			return fmt.Errorf("write the lister's least age: %w", err)
+		}
+		w.minAge = minAge
+	}
+	var buf bytes.Buffer
+	if err := runIter(w.list, &buf); err != nil {
+		return fmt.Errorf("list open spans: %w", err)
+	}
+	b := buf.Bytes()
+	size := int(unsafe.Sizeof(bpf.InflightInflightCandidate{}))
+	for ; len(b) >= size; b = b[size:] {
+		c := (*bpf.InflightInflightCandidate)(unsafe.Pointer(&b[0]))
+		budget := w.budget(st, c.NameId, &c.Name, c.Flags)
+		if budget == 0 || st.now < c.StartNs || st.now-c.StartNs <= budget {
+			continue
+		}
+		w.addSDK(st, c.Key, c.Goroutine != 0, bpf.InflightInflightTspan{
+			StartNs: c.StartNs, StartReal: c.StartReal, NameId: c.NameId, BudgetNs: budget,
+			Slot: c.Slot, Source: c.Source, Name: c.Name,
+		})
+	}
+	return nil
+}
+
+func (w *Watcher) addSDK(st *scanState, k bpf.InflightInflightExecKey, goroutine bool, s bpf.InflightInflightTspan) {
+	flags := uint32(targetSDK)
+	if goroutine {
+		flags |= targetGoroutine
+	}
+	w.add(st, k, flags, s)
+}
+
+// batchSize is how many inflight_exec entries a batch lookup reads.
+const batchSize = 256
+
+// scanSDKBatch is scanSDK where the lister does not load: it reads every
+// thread of execution's stack of open spans with batch lookups (kernel
+// 5.6+), a copy of the map's live entries per scan. So that the copy stays
+// the size of what runs, entries with no span open are deleted (the next
+// start on that goroutine or thread inserts its entry again): a span that
+// starts between the read and the delete is not sampled.
+func (w *Watcher) scanSDKBatch(st *scanState, minAge uint64) error {
+	if w.batchKeys == nil {
+		w.batchKeys = make([]bpf.InflightInflightExecKey, batchSize)
+		w.batchVals = make([]bpf.InflightInflightStack, batchSize)
+	}
+	idle := w.idle[:0]
+	defer func() { w.idle = idle[:0] }()
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := w.cfg.Exec.BatchLookup(&cursor, w.batchKeys, w.batchVals, nil)
+		for i := 0; i < n; i++ {
+			e := &w.batchVals[i]
+			if e.Depth == 0 {
+				idle = append(idle, w.batchKeys[i])
+				continue
+			}
+			for d := 0; d < int(min(e.Depth, uint32(len(e.Spans)))); d++ {
+				o := &e.Spans[d]
+				if st.now < o.StartNs || st.now-o.StartNs < minAge {
+					continue
+				}
+				budget := w.budget(st, o.NameId, &o.Name, o.Flags)
+				if budget == 0 || st.now-o.StartNs <= budget {
+					continue
+				}
+				w.addSDK(st, w.batchKeys[i], e.Goroutine != 0, bpf.InflightInflightTspan{
+					StartNs: o.StartNs, StartReal: o.StartReal, NameId: o.NameId, BudgetNs: budget,
+					Slot: uint32(d), Source: o.Source, Name: o.Name,
+				})
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read open spans: %w", err)
+		}
+	}
+	if len(idle) > 0 {
+		if _, err := w.cfg.Exec.BatchDelete(idle, nil); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			for _, k := range idle { // one by one where batches are refused
+				w.cfg.Exec.Delete(&k)
+			}
+		}
+	}
+	return nil
+}
+
+// minBudget returns the smallest budget any span may have.
+func (w *Watcher) minBudget() uint64 {
+	if w.cfg.MinBudget != nil {
+		return w.cfg.MinBudget()
+	}
+	var (
+		id  uint64
+		b   bpf.SpanwatchBudget
+		min uint64
+	)
+	for it := w.cfg.Budgets.Iterate(); it.Next(&id, &b); {
+		if b.BudgetNs != 0 && b.Flags&captureUser != 0 && (min == 0 || b.BudgetNs < min) {
+			min = b.BudgetNs
+		}
+	}
+	return min
+}
+
+// scanUSDT finds the USDT spans in usdt_inflight paired by thread that are
+// over their budgets.
+func (w *Watcher) scanUSDT(st *scanState) error {
 	sources := map[uint32]*bpf.UsdtUsdtSource{}
-	budgets := map[uint64]uint64{}
-	overdue := map[uint32]spanKey{}
 	var (
 		k bpf.UsdtUsdtInflightKey
 		v bpf.UsdtUsdtInflight
@@ -292,89 +647,28 @@ func (w *Watcher) Scan() error {
 		if src.NameArg != noArg {
 			name = v.Name
 		}
-		nameBytes := (*[snapshot.NameLen]byte)(unsafe.Pointer(&name))
-		id := snapshot.NameIDBytes(nameBytes)
-		budget, ok := budgets[id]
-		if !ok {
-			var b bpf.SpanwatchBudget
-			if err := w.cfg.Budgets.Lookup(id, &b); err == nil {
-				budget = b.BudgetNs
-			}
-			budgets[id] = budget
-		}
-		if budget == 0 || now < v.StartNs || now-v.StartNs <= budget {
+		id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&name)))
+		budget := w.budget(st, id, &name, 0)
+		if budget == 0 || st.now < v.StartNs || st.now-v.StartNs <= budget {
 			continue
 		}
-		tid := uint32(k.Key)
-		key := spanKey{tgid: k.Tgid, startNs: v.StartNs}
-		overdue[tid] = key
-		if w.reported[tid] == key || w.watching[tid] == key {
-			continue
-		}
-		target := bpf.InflightInflightTarget{
-			StartNs: v.StartNs, NameId: id, BudgetNs: budget,
-			Pid: k.Tgid, Source: sourceUSDT, Samples: int32(w.cfg.Samples),
-			Name: name,
-		}
-		if err := w.objs.InflightWatch.Put(tid, &target); err != nil {
-			return fmt.Errorf("watch thread %d: %w", tid, err)
-		}
-		w.watching[tid] = key
+		w.add(st, bpf.InflightInflightExecKey{Tgid: k.Tgid, Exec: uint64(uint32(k.Key))}, 0, bpf.InflightInflightTspan{
+			StartNs: v.StartNs, NameId: id, BudgetNs: budget, Source: sourceUSDT, Name: name,
+		})
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("scan usdt_inflight: %w", err)
 	}
-	if w.task != nil {
-		if err := w.scanTasks(budgets); err != nil {
-			return err
-		}
-	}
-	for tid, key := range w.watching {
-		var t bpf.InflightInflightTarget
-		err := w.objs.InflightWatch.Lookup(tid, &t)
-		switch {
-		case err == nil && t.Samples <= 0:
-			w.reported[tid] = key // sampled: never again for this span
-		case err == nil && overdue[tid] == key:
-			continue // still waiting for its samples
-		}
-		w.objs.InflightWatch.Delete(tid)
-		delete(w.watching, tid)
-	}
-	for tid, key := range w.reported {
-		if overdue[tid] != key {
-			delete(w.reported, tid) // the span ended
-		}
-	}
-	// Sample while some entry, ours or the iterator's, has samples left.
-	active := false
-	var (
-		tid uint32
-		t   bpf.InflightInflightTarget
-	)
-	for it := w.objs.InflightWatch.Iterate(); it.Next(&tid, &t); {
-		if t.Samples > 0 {
-			active = true
-			break
-		}
-	}
-	if err := w.setActive(active); err != nil {
-		return err
-	}
-	if active && w.blockedIter != nil {
-		if err := runIter(w.blockedIter); err != nil {
-			return fmt.Errorf("sample blocked threads: %w", err)
-		}
-	}
 	return nil
 }
 
-// scanTasks writes the span and budget of each source paired by thread
-// with a fixed name into inflight_slots, and runs the task iterator,
-// which puts threads whose stack of open spans holds one over its budget
-// in inflight_watch (spans named by an argument are looked up there).
-// w.mu is held.
-func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
+// scanTasks writes the span and budget of each USDT source paired by
+// thread into inflight_slots and runs the task iterator, which puts
+// threads whose stack of open spans (usdt_task_start) holds spans over
+// their budgets in inflight_watch. Sources named by an argument get no
+// name or budget here: the iterator reads their names from
+// usdt_task_names and their budgets from budgets. w.mu is held.
+func (w *Watcher) scanTasks(st *scanState) error {
 	n := int(w.cfg.Sources.MaxEntries())
 	if len(w.srcBuf) != n {
 		w.srcBuf = make([]bpf.UsdtUsdtSource, n)
@@ -388,22 +682,18 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 	if w.slots == nil {
 		w.slots = map[uint32]bpf.InflightInflightSlot{}
 	}
+	period := uint64(time.Second) / w.cfg.Frequency
 	for j := 0; j < got; j++ {
 		i, src := keys[j], &w.srcBuf[j]
 		var slot bpf.InflightInflightSlot
-		if src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
+		switch {
+		case src.KeyArg != noArg:
+		case src.NameArg == noArg && src.Name[0] != 0:
 			id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&src.Name)))
-			budget, ok := budgets[id]
-			if !ok {
-				var b bpf.SpanwatchBudget
-				if err := w.cfg.Budgets.Lookup(id, &b); err == nil {
-					budget = b.BudgetNs
-				}
-				budgets[id] = budget
-			}
-			slot = bpf.InflightInflightSlot{BudgetNs: budget, NameId: id, Samples: int32(w.cfg.Samples), Name: src.Name}
-		} else if src.KeyArg == noArg && src.NameArg != noArg {
-			slot = bpf.InflightInflightSlot{Samples: int32(w.cfg.Samples)} // budget by name, in the kernel
+			slot = bpf.InflightInflightSlot{BudgetNs: w.budget(st, id, &src.Name, 0), NameId: id, Samples: int32(w.cfg.Samples),
+				PeriodNs: period, Name: src.Name}
+		case src.NameArg != noArg:
+			slot = bpf.InflightInflightSlot{Samples: int32(w.cfg.Samples), PeriodNs: period}
 		}
 		if slot == w.slots[i] {
 			continue
@@ -413,13 +703,38 @@ func (w *Watcher) scanTasks(budgets map[uint64]uint64) error {
 		}
 		w.slots[i] = slot
 	}
-	if err := runIter(w.iter); err != nil {
+	if err := runIter(w.iter, nil); err != nil {
 		return fmt.Errorf("run task iterator: %w", err)
 	}
 	return nil
 }
 
-// Watching returns the number of threads being sampled.
+// writeParked lists the watched goroutines with samples left for the
+// blocked sampler, which samples those the Go scheduler parked.
+func (w *Watcher) writeParked(st *scanState) error {
+	n := 0
+	for k, t := range st.targets {
+		if n == maxParked {
+			break
+		}
+		if t.Flags&targetGoroutine == 0 {
+			continue
+		}
+		if err := w.objs.InflightParked.Put(uint32(n), &k); err != nil {
+			return fmt.Errorf("list parked goroutines: %w", err)
+		}
+		n++
+	}
+	for i := n; i < w.parked; i++ {
+		if err := w.objs.InflightParked.Put(uint32(i), &bpf.InflightInflightExecKey{}); err != nil {
+			return fmt.Errorf("list parked goroutines: %w", err)
+		}
+	}
+	w.parked = n
+	return nil
+}
+
+// Watching returns the number of threads and goroutines being sampled.
 func (w *Watcher) Watching() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -508,6 +823,9 @@ func (w *Watcher) Close() error {
 	w.closed = true
 	w.detach()
 	errs := []error{w.objs.Close()}
+	if w.list != nil {
+		errs = append(errs, w.list.Close(), w.repl["inflight_cfg"].Close())
+	}
 	if w.iter != nil {
 		errs = append(errs, w.iter.Close())
 	}
@@ -526,4 +844,12 @@ func monotonicNs() (uint64, error) {
 		return 0, fmt.Errorf("read monotonic clock: %w", err)
 	}
 	return uint64(ts.Nano()), nil
+}
+
+func mapsClone(m map[string]*ebpf.Map) map[string]*ebpf.Map {
+	out := make(map[string]*ebpf.Map, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -147,7 +147,7 @@ func TestStuckSpan(t *testing.T) {
 			if err := m.sources.Put(uint32(7), &src); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget)}); err != nil {
+			if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 				t.Fatal(err)
 			}
 			now, _ := monotonicNs()
@@ -224,8 +224,12 @@ func TestStuckSpan(t *testing.T) {
 					t.Fatalf("sample %d: %v", i, err)
 				}
 				r := *(*bpf.SpanwatchOverrun)(unsafe.Pointer(&rec.RawSample[0]))
-				if r.Pid != pid || r.Tid != pid || r.Status != StatusStillRunning || r.Source != sourceUSDT || r.NameId != snapshot.NameID(span) || r.BudgetNs != uint64(budget) {
-					t.Errorf("sample %d: pid %d tid %d status %#x source %d name id %#x budget %d", i, r.Pid, r.Tid, r.Status, r.Source, r.NameId, r.BudgetNs)
+				wantStatus := uint32(StatusStillRunning)
+				if tc.mode != "spin" {
+					wantStatus |= StatusOffCPU
+				}
+				if r.Pid != pid || r.Tid != pid || r.Status != wantStatus || r.Source != sourceUSDT || r.NameId != snapshot.NameID(span) || r.BudgetNs != uint64(budget) {
+					t.Errorf("sample %d: pid %d tid %d status %#x (want %#x) source %d name id %#x budget %d", i, r.Pid, r.Tid, r.Status, wantStatus, r.Source, r.NameId, r.BudgetNs)
 				}
 				if got := snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&r.Name[0])), len(r.Name))); got != span {
 					t.Errorf("sample %d: name %q", i, got)
@@ -285,11 +289,11 @@ func TestStuckSpan(t *testing.T) {
 				t.Fatal(err)
 			}
 			var (
-				tid    uint32
+				k      bpf.InflightInflightExecKey
 				target bpf.InflightInflightTarget
 			)
-			if len(w.reported) != 0 || w.objs.InflightWatch.Iterate().Next(&tid, &target) {
-				t.Errorf("after the end: reported %v, watch entry for %d: %+v", w.reported, tid, target)
+			if len(w.watching) != 0 || w.objs.InflightWatch.Iterate().Next(&k, &target) {
+				t.Errorf("after the end: watching %v, watch entry for %+v: %+v", w.watching, k, target)
 			}
 			stdin.Close()
 		})
@@ -310,10 +314,10 @@ func watched(t *testing.T, w *Watcher) int {
 	t.Helper()
 	n := 0
 	var (
-		tid    uint32
+		k      bpf.InflightInflightExecKey
 		target bpf.InflightInflightTarget
 	)
-	for it := w.objs.InflightWatch.Iterate(); it.Next(&tid, &target); {
+	for it := w.objs.InflightWatch.Iterate(); it.Next(&k, &target); {
 		if target.Samples > 0 {
 			n++
 		}
@@ -325,7 +329,7 @@ func TestDecodeStatus(t *testing.T) {
 	for _, tc := range []struct {
 		status         uint32
 		err, stillRuns bool
-	}{{0, false, false}, {1, true, false}, {StatusStillRunning, false, true}, {StatusStillRunning | 1, true, true}} {
+	}{{0, false, false}, {1, true, false}, {StatusStillRunning, false, true}, {StatusStillRunning | 1, true, true}, {StatusStillRunning | StatusOffCPU, false, true}} {
 		if e, r := DecodeStatus(tc.status); e != tc.err || r != tc.stillRuns {
 			t.Errorf("DecodeStatus(%#x) = %v, %v; want %v, %v", tc.status, e, r, tc.err, tc.stillRuns)
 		}

@@ -14,20 +14,26 @@ import (
 const kernelMapping = "[kernel.kallsyms]"
 
 // Pprof builds a pprof profile of aggregated stacks: one sample per stack,
-// with two values, the number of overruns and their total duration
-// (the default). Samples carry "span" and "comm" labels, so one profile
-// holds several spans and "pprof -tagfocus span=NAME" picks one. Frames
-// nothing could name become functions called "module+0xoffset", so every
-// location has a name and pprof never tries to symbolize the profile
-// again. Kernel frames sit above user frames, as they ran.
+// with three values: the overruns that ended at it (end stacks), the
+// in-span samples that had it, and the span time it stands for (the
+// default: see Stack.Weight), so "go tool pprof -top" says where the time
+// of the selected spans went. The outermost frame of every sample is the
+// span's name, end stacks sit under a "[stack at span end]" frame and
+// off-CPU samples end in "[off-cpu]", as in WriteFolded. Samples carry
+// "span", "kind" and "comm" labels, so one profile holds several spans
+// and "pprof -tagfocus span=NAME" picks one. Frames nothing could name
+// become functions called "module+0xoffset", so every location has a
+// name and pprof never tries to symbolize the profile again. Kernel
+// frames sit above user frames, as they ran.
 func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 	p := &pprof.Profile{
 		SampleType: []*pprof.ValueType{
 			{Type: "overruns", Unit: "count"},
+			{Type: "samples", Unit: "count"},
 			{Type: "duration", Unit: "nanoseconds"},
 		},
 		DefaultSampleType: "duration",
-		Comments:          []string{"spanwatch: stacks of spans slower than their budget"},
+		Comments:          []string{"spanwatch: where the time of spans slower than their budget went"},
 	}
 	if !start.IsZero() {
 		p.TimeNanos = start.UnixNano()
@@ -41,14 +47,17 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 	}
 	for _, s := range stacks {
 		sample := &pprof.Sample{
-			Value: []int64{int64(s.Count), int64(s.TotalNs)},
-			Label: map[string][]string{"span": {s.Span}},
+			Value: []int64{int64(s.Weight(ValueCount)), int64(s.Weight(ValueSamples)), int64(s.Weight(ValueDuration))},
+			Label: map[string][]string{"span": {s.Span}, "kind": {string(s.Kind)}},
 		}
 		if s.Comm != "" {
 			sample.Label["comm"] = []string{s.Comm}
 		}
 		if s.StillRunning > 0 {
 			sample.NumLabel = map[string][]int64{"still_running": {int64(s.StillRunning)}}
+		}
+		if s.Kind == KindOffCPU {
+			sample.Location = append(sample.Location, b.pseudo(FrameOffCPU))
 		}
 		for _, f := range s.KernelStack {
 			sample.Location = append(sample.Location, b.location([]snapshot.Frame{f}, true))
@@ -64,15 +73,33 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 			sample.Location = append(sample.Location, b.location(s.UserStack[i:j+1], false))
 			i = j + 1
 		}
-		if len(sample.Location) == 0 {
-			sample.Location = append(sample.Location, b.location([]snapshot.Frame{{Function: "[no stack]"}}, false))
+		if len(s.UserStack)+len(s.KernelStack) == 0 {
+			sample.Location = append(sample.Location, b.pseudo(FrameNoStack))
 		}
+		if s.Kind == KindEnd {
+			sample.Location = append(sample.Location, b.pseudo(s.marker()))
+		}
+		sample.Location = append(sample.Location, b.pseudo(s.Span))
 		p.Sample = append(p.Sample, sample)
 	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)
 	}
 	return p, nil
+}
+
+// pseudo returns the location of a frame that is no code: a span's name
+// at the root, or a marker such as FrameAtEnd. It has no mapping, so pprof
+// shows the name as it is.
+func (b *builder) pseudo(name string) *pprof.Location {
+	lk := locationKey{nil, 0, "\x01" + name}
+	if l := b.locations[lk]; l != nil {
+		return l
+	}
+	l := &pprof.Location{ID: uint64(len(b.p.Location) + 1), Line: []pprof.Line{{Function: b.function(name, "")}}}
+	b.locations[lk] = l
+	b.p.Location = append(b.p.Location, l)
+	return l
 }
 
 type mappingKey struct{ file, buildID string }

@@ -19,9 +19,11 @@ import (
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 // fixture returns overruns of two spans: checkout twice with one stack
-// (in two processes of one binary, loaded at different addresses), once
-// with another stack, and one search overrun with a kernel stack and an
-// unsymbolized library frame.
+// (in two processes of one binary, loaded at different addresses; the
+// first ended through the SDK, whose frames top its stack, and was sampled
+// while it ran: on the CPU in main.spin, off it in time.Sleep), once still
+// running with another stack, and one search overrun with a kernel stack
+// and an unsymbolized library frame.
 func fixture() []snapshot.Overrun {
 	frame := func(base uint64, fn string, off uint64, line int) snapshot.Frame {
 		return snapshot.Frame{Addr: base + off, Function: fn, File: "/src/app/main.go", Line: line, Module: "app", Offset: off, BuildID: "abc123"}
@@ -29,8 +31,19 @@ func fixture() []snapshot.Overrun {
 	stackAt := func(base uint64) []snapshot.Frame {
 		return []snapshot.Frame{frame(base, "main.slow", 0x1010, 26), frame(base, "main.c", 0x1100, 23), frame(base, "main.main", 0x1200, 13)}
 	}
+	sdk := []snapshot.Frame{
+		{Addr: 0x400900, Function: "github.com/spanwatch/spanwatch/emit.marker", File: "/src/emit/marker_amd64.s", Line: 7, Module: "app", Offset: 0x900},
+		{Addr: 0x400a00, Function: "github.com/spanwatch/spanwatch/emit.Span.End", File: "/src/emit/emit.go", Line: 40, Module: "app", Offset: 0xa00},
+	}
+	std := func(fn, file string, off uint64) snapshot.Frame {
+		return snapshot.Frame{Addr: 0x400000 + off, Function: fn, File: file, Line: 1, Module: "app", Offset: off}
+	}
 	return []snapshot.Overrun{
-		{Time: t0, Span: "checkout", PID: 10, Comm: "app", DurationNs: 300e6, TraceID: "aa", UserStack: stackAt(0x400000)},
+		{Time: t0, Span: "checkout", PID: 10, Comm: "app", DurationNs: 300e6, TraceID: "aa", UserStack: append(sdk, stackAt(0x400000)...),
+			Samples: []snapshot.Sample{
+				{Count: 20, WeightNs: 200e6, UserStack: append([]snapshot.Frame{std("time.Now", "/go/src/time/time.go", 0x50), frame(0x400000, "main.spin", 0x1000, 30)}, stackAt(0x400000)...)},
+				{Count: 1, WeightNs: 50e6, OffCPU: true, UserStack: append([]snapshot.Frame{std("runtime.gopark", "/go/src/runtime/proc.go", 0x60), std("time.Sleep", "/go/src/runtime/time.go", 0x70)}, stackAt(0x400000)...)},
+			}},
 		{Time: t0.Add(time.Second), Span: "checkout", PID: 11, Comm: "app", DurationNs: 500e6, TraceID: "bb", UserStack: stackAt(0x7f0000000000)},
 		{Time: t0.Add(2 * time.Second), Span: "checkout", PID: 10, Comm: "app", DurationNs: 100e6, StillRunning: true,
 			UserStack: []snapshot.Frame{frame(0x400000, "main.other", 0x1300, 40), frame(0x400000, "main.main", 0x1210, 14)}},
@@ -47,40 +60,55 @@ func fixture() []snapshot.Overrun {
 func TestAggregate(t *testing.T) {
 	got := Aggregate(fixture())
 	type summary struct {
-		span     string
-		count    uint64
-		total    uint64
-		max      uint64
-		running  uint64
-		traces   string
-		innerFn  string
-		stackErr string
+		span      string
+		kind      Kind
+		count     uint64
+		total     uint64
+		max       uint64
+		unsampled uint64
+		running   uint64
+		traces    string
+		innerFn   string
+		trimmed   int
+		stackErr  string
 	}
 	want := []summary{
-		{"checkout", 2, 800e6, 500e6, 0, "aa,bb", "main.slow", ""},
-		{"checkout", 1, 100e6, 100e6, 1, "", "main.other", ""},
-		{"search", 1, 50e6, 50e6, 0, "", "", "user stack stops after 2 frames"},
+		{"checkout", KindEnd, 2, 800e6, 500e6, 550e6, 0, "aa,bb", "main.slow", 2, ""},
+		{"checkout", KindOnCPU, 20, 200e6, 0, 0, 0, "", "time.Now", 0, ""},
+		{"checkout", KindEnd, 1, 100e6, 100e6, 100e6, 1, "", "main.other", 0, ""},
+		{"checkout", KindOffCPU, 1, 50e6, 0, 0, 0, "", "runtime.gopark", 0, ""},
+		{"search", KindEnd, 1, 50e6, 50e6, 50e6, 0, "", "", 0, "user stack stops after 2 frames"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d stacks, want %d: %+v", len(got), len(want), got)
 	}
 	for i, w := range want {
 		g := got[i]
-		s := summary{g.Span, g.Count, g.TotalNs, g.MaxNs, g.StillRunning, strings.Join(g.TraceIDs, ","), g.UserStack[0].Function, g.StackError}
+		s := summary{g.Span, g.Kind, g.Count, g.TotalNs, g.MaxNs, g.UnsampledNs, g.StillRunning, strings.Join(g.TraceIDs, ","), g.UserStack[0].Function, g.Trimmed, g.StackError}
 		if s != w {
 			t.Errorf("stack %d = %+v, want %+v", i, s, w)
 		}
+	}
+	// The raw record keeps the SDK's frames.
+	if f := fixture()[0].UserStack[0].Function; !strings.HasSuffix(f, "emit.marker") {
+		t.Errorf("fixture's own stack starts with %s", f)
 	}
 }
 
 func TestFolded(t *testing.T) {
 	stacks := Aggregate(fixture())
+	end := "checkout;" + FrameAtEnd + ";main.main;main.c;main.slow"
+	spin := "checkout;main.main;main.c;main.slow;main.spin;time.Now"
+	sleep := "checkout;main.main;main.c;main.slow;time.Sleep;runtime.gopark;" + FrameOffCPU
+	other := "checkout;" + FrameRunning + ";main.main;main.other"
+	search := "search;" + FrameAtEnd + ";query:run;libfoo.so+0x1234;vfs_read_[k]"
 	for _, tc := range []struct {
 		v    Value
 		want string
 	}{
-		{ValueCount, "main.main;main.c;main.slow 2\nmain.main;main.other 1\nquery:run;libfoo.so+0x1234;vfs_read_[k] 1\n"},
-		{ValueDuration, "main.main;main.c;main.slow 800000000\nmain.main;main.other 100000000\nquery:run;libfoo.so+0x1234;vfs_read_[k] 50000000\n"},
+		{ValueCount, end + " 2\n" + other + " 1\n" + search + " 1\n"},
+		{ValueDuration, end + " 550000000\n" + spin + " 200000000\n" + other + " 100000000\n" + sleep + " 50000000\n" + search + " 50000000\n"},
+		{ValueSamples, spin + " 20\n" + sleep + " 1\n"},
 	} {
 		var b bytes.Buffer
 		if err := WriteFolded(&b, stacks, tc.v); err != nil {
@@ -98,30 +126,40 @@ func TestFolded(t *testing.T) {
 func TestJSON(t *testing.T) {
 	overruns := fixture()
 	var b bytes.Buffer
-	if err := WriteJSON(&b, "checkout", len(overruns), Aggregate(overruns)); err != nil {
+	if err := WriteJSON(&b, "checkout", overruns, Aggregate(overruns)); err != nil {
 		t.Fatal(err)
 	}
 	var r Report
 	if err := json.Unmarshal(b.Bytes(), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Span != "checkout" || r.Overruns != 4 || len(r.Stacks) != 3 || r.Stacks[0].UserStack[1].Function != "main.c" || r.Stacks[2].KernelStack[0].Function != "vfs_read" {
+	if r.Span != "checkout" || r.Overruns != 4 || len(r.Stacks) != 5 || r.Stacks[0].UserStack[1].Function != "main.c" || r.Stacks[4].KernelStack[0].Function != "vfs_read" {
 		t.Errorf("round trip: %+v", r)
+	}
+	if len(r.Spans) != 2 || r.Spans[0].Span != "checkout" || r.Spans[0].Overruns != 3 || r.Spans[0].DurationNs != 900e6 ||
+		r.Spans[0].Samples != 21 || r.Spans[0].SampledNs != 250e6 || r.Spans[0].OffCPUNs != 50e6 ||
+		len(r.Spans[0].Hottest) != 2 || r.Spans[0].Hottest[0].Frame.Function != "main.spin" {
+		t.Errorf("span summaries: %+v", r.Spans)
 	}
 }
 
 func TestSelect(t *testing.T) {
 	all := fixture()
+	all = append(all, snapshot.Overrun{Span: "check*"})
 	for _, tc := range []struct {
-		pattern string
-		want    int
-	}{{"", 4}, {"checkout", 3}, {"check*", 3}, {"s?arch", 1}, {"nothing", 0}} {
-		got, err := Select(all, tc.pattern)
+		name string
+		glob bool
+		want int
+	}{
+		{"", false, 5}, {"checkout", false, 3}, {"check*", false, 1}, {"check*", true, 4},
+		{"s?arch", false, 0}, {"s?arch", true, 1}, {"nothing", true, 0}, {"!checkout", true, 2}, {"*e*", true, 5},
+	} {
+		got, err := Select(all, tc.name, tc.glob)
 		if err != nil || len(got) != tc.want {
-			t.Errorf("Select(%q) = %d overruns, %v; want %d", tc.pattern, len(got), err, tc.want)
+			t.Errorf("Select(%q, glob %v) = %d overruns, %v; want %d", tc.name, tc.glob, len(got), err, tc.want)
 		}
 	}
-	if _, err := Select(all, "["); err == nil {
+	if _, err := Select(all, `check\`, true); err == nil {
 		t.Error("Select accepted a bad glob")
 	}
 }
@@ -169,18 +207,29 @@ func TestPprof(t *testing.T) {
 	if p.TimeNanos != t0.UnixNano() || p.DurationNanos != int64(3*time.Second) {
 		t.Errorf("time %d+%d, want %d+%d", p.TimeNanos, p.DurationNanos, t0.UnixNano(), 3*time.Second)
 	}
-	if len(p.Sample) != 3 || p.Sample[0].Value[0] != 2 || p.Sample[0].Value[1] != 800e6 || p.Sample[0].Label["span"][0] != "checkout" {
-		t.Errorf("first sample: %+v", p.Sample[0])
+	s0 := p.Sample[0]
+	if len(p.Sample) != 5 || s0.Value[0] != 2 || s0.Value[1] != 0 || s0.Value[2] != 550e6 || s0.Label["span"][0] != "checkout" || s0.Label["kind"][0] != "end" {
+		t.Errorf("first sample: %+v", s0)
 	}
-	// main.main at one module offset is one location, shared by the two
-	// processes; the kernel frame is the leaf of its sample.
-	if got := p.Sample[0].Location[2]; got.Line[0].Function.Name != "main.main" || got.Address != 0x1200 || got.Mapping.BuildID != "abc123" {
+	// The root is the span, then the end marker; main.main at one module
+	// offset is one location, shared by the two processes.
+	n := len(s0.Location)
+	if got := s0.Location[n-1].Line[0].Function.Name; got != "checkout" {
+		t.Errorf("root frame %q, want checkout", got)
+	}
+	if got := s0.Location[n-2].Line[0].Function.Name; got != FrameAtEnd {
+		t.Errorf("second frame %q, want %s", got, FrameAtEnd)
+	}
+	if got := s0.Location[n-3]; got.Line[0].Function.Name != "main.main" || got.Address != 0x1200 || got.Mapping.BuildID != "abc123" {
 		t.Errorf("outer location: %+v", got)
 	}
-	if got := p.Sample[2].Location[0]; got.Line[0].Function.Name != "vfs_read" || got.Mapping.File != kernelMapping {
+	if got := p.Sample[3].Location[0].Line[0].Function.Name; got != FrameOffCPU || p.Sample[3].Value[1] != 1 {
+		t.Errorf("off-CPU sample: leaf %q, values %v", got, p.Sample[3].Value)
+	}
+	if got := p.Sample[4].Location[0]; got.Line[0].Function.Name != "vfs_read" || got.Mapping.File != kernelMapping {
 		t.Errorf("kernel leaf: %+v, mapping %+v", got.Line, got.Mapping)
 	}
-	if got := p.Sample[2].Location[1].Line[0].Function.Name; got != "libfoo.so+0x1234" {
+	if got := p.Sample[4].Location[1].Line[0].Function.Name; got != "libfoo.so+0x1234" {
 		t.Errorf("unsymbolized frame named %q, want libfoo.so+0x1234", got)
 	}
 
@@ -193,12 +242,13 @@ func TestPprof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(q.Sample) != 3 || len(q.Location) != len(p.Location) {
-		t.Errorf("parsed %d samples, %d locations; want 3, %d", len(q.Sample), len(q.Location), len(p.Location))
+	if len(q.Sample) != 5 || len(q.Location) != len(p.Location) {
+		t.Errorf("parsed %d samples, %d locations; want 5, %d", len(q.Sample), len(q.Location), len(p.Location))
 	}
 
 	// And "go tool pprof -top" reads it: main.slow is the leaf of the
-	// 800ms stack, 800ms flat.
+	// end stacks (550ms not sampled), time.Now of the on-CPU samples
+	// (200ms); the span's root holds all 950ms cumulatively.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("skipping go tool pprof: %v", err)
@@ -211,14 +261,16 @@ func TestPprof(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go tool pprof -top: %v\n%s", err, out)
 	}
-	var flat string
+	flat, cum := map[string]string{}, map[string]string{}
 	for line := range strings.SplitSeq(string(out), "\n") {
-		if f := strings.Fields(line); len(f) >= 6 && f[5] == "main.slow" {
-			flat = f[0]
+		if f := strings.Fields(line); len(f) >= 6 && strings.HasSuffix(f[1], "%") {
+			name := strings.Join(f[5:], " ")
+			flat[name], cum[name] = f[0], f[3]
 		}
 	}
-	if flat != "800ms" {
-		t.Errorf("pprof -top: main.slow flat %q, want 800ms:\n%s", flat, out)
+	if flat["main.slow"] != "550ms" || flat["time.Now"] != "200ms" || cum["checkout"] != "900ms" || cum["search"] != "50ms" {
+		t.Errorf("pprof -top: main.slow flat %q (want 550ms), time.Now flat %q (200ms), checkout cum %q (900ms), search cum %q (50ms):\n%s",
+			flat["main.slow"], flat["time.Now"], cum["checkout"], cum["search"], out)
 	}
 	out, err = exec.Command(gobin, "tool", "pprof", "-top", "-sample_index=overruns", "-tagfocus=span=search", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "vfs_read") || strings.Contains(string(out), "main.slow") {
@@ -240,8 +292,10 @@ func TestPprofInlined(t *testing.T) {
 		t.Fatal(err)
 	}
 	locs := p.Sample[0].Location
-	if len(locs) != 3 {
-		t.Fatalf("%d locations, want 3", len(locs))
+	// main.slow, main.d inlined in main.c, main.main, the end marker,
+	// the span.
+	if len(locs) != 5 {
+		t.Fatalf("%d locations, want 5", len(locs))
 	}
 	var got []string
 	for _, ln := range locs[1].Line {
@@ -257,23 +311,36 @@ func TestPprofInlined(t *testing.T) {
 
 func TestText(t *testing.T) {
 	var b bytes.Buffer
-	if err := WriteText(&b, Aggregate(fixture()), 2); err != nil {
+	overruns := fixture()
+	if err := WriteText(&b, overruns, Aggregate(overruns), 2); err != nil {
 		t.Fatal(err)
 	}
-	want := `checkout (app): 2 overruns, 800ms total, 500ms max
-    main.slow (/src/app/main.go:26)
-    main.c (/src/app/main.go:23)
-    ... 1 more
+	want := `checkout: 3 overruns, 900ms total, 500ms max, 1 still running
+  21 samples in the span cover 250ms (28%), 50ms of it off the CPU; hottest:
+     22% main.spin (/src/app/main.go:30) on-CPU, in time.Now
+      6% main.slow (/src/app/main.go:26) off-CPU, in runtime.gopark
+  at the end: 2 overruns, 800ms total, 500ms max, 550ms not sampled (app)
+      main.slow (/src/app/main.go:26)
+      main.c (/src/app/main.go:23)
+      ... 1 more
+  on the CPU: 20 samples, 200ms (app)
+      time.Now (/go/src/time/time.go:1)
+      main.spin (/src/app/main.go:30)
+      ... 3 more
+  at the end: 1 overrun (1 still running), 100ms total, 100ms max (app)
+      main.other (/src/app/main.go:40)
+      main.main (/src/app/main.go:14)
+  off the CPU: 1 sample, 50ms (app)
+      runtime.gopark (/go/src/runtime/proc.go:1)
+      time.Sleep (/go/src/runtime/time.go:1)
+      ... 3 more
 
-checkout (app): 1 overrun, 100ms total, 100ms max, 1 still running
-    main.other (/src/app/main.go:40)
-    main.main (/src/app/main.go:14)
-
-search (db): 1 overrun, 50ms total, 50ms max
-  ! user stack stops after 2 frames
-    vfs_read
-    libfoo.so+0x1234
-    ... 1 more
+search: 1 overrun, 50ms total, 50ms max
+  at the end: 1 overrun, 50ms total, 50ms max (db)
+    ! user stack stops after 2 frames
+      vfs_read
+      libfoo.so+0x1234
+      ... 1 more
 `
 	if b.String() != want {
 		t.Errorf("text:\n%s\nwant:\n%s", b.String(), want)

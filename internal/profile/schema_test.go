@@ -39,7 +39,7 @@ func TestReportSchema(t *testing.T) {
 		"bad":   {"x", []Stack{{Span: "x", Count: 0}}, false},
 	} {
 		var b bytes.Buffer
-		if err := WriteJSON(&b, tc.span, len(overruns), tc.stacks); err != nil {
+		if err := WriteJSON(&b, tc.span, overruns, tc.stacks); err != nil {
 			t.Fatal(err)
 		}
 		v, err := jsonschema.UnmarshalJSON(&b)

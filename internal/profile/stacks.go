@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -58,34 +58,100 @@ func Read(r io.Reader) ([]snapshot.Overrun, error) {
 	}
 }
 
-// Select returns the overruns whose span matches pattern, an exact name or
-// a glob (path.Match syntax: "checkout*"). An empty pattern matches all.
-func Select(overruns []snapshot.Overrun, pattern string) ([]snapshot.Overrun, error) {
-	if pattern == "" {
+// Select returns the overruns of span name. With useGlob, name is a glob in
+// the rule files' syntax (internal/glob: "checkout*", "GET /api/*",
+// "!health"); without, only a span of exactly that name is selected, so a
+// name with '*' or '?' in it means itself. An empty name selects all.
+func Select(overruns []snapshot.Overrun, name string, useGlob bool) ([]snapshot.Overrun, error) {
+	if name == "" {
 		return overruns, nil
 	}
-	if _, err := path.Match(pattern, ""); err != nil {
-		return nil, fmt.Errorf("span pattern %q: %w", pattern, err)
+	var g *glob.Glob
+	if useGlob {
+		var err error
+		if g, err = glob.Compile(name); err != nil {
+			return nil, fmt.Errorf("span glob: %w", err)
+		}
 	}
 	var out []snapshot.Overrun
 	for _, o := range overruns {
-		if ok, _ := path.Match(pattern, o.Span); ok || o.Span == pattern {
+		if o.Span == name || g != nil && g.Match(o.Span) {
 			out = append(out, o)
 		}
 	}
 	return out, nil
 }
 
-// A Stack is one distinct stack of one span in one command, with the
-// overruns that had it.
+// Superseded returns overruns without the reports of spans still running
+// whose end is among them too: the collector reports a span's first sample
+// at once, as still running, and the span's end later with all its samples.
+// A report and an end are one span when they come from one process and
+// started within a millisecond of each other (the start is the record's
+// time less its duration).
+func Superseded(overruns []snapshot.Overrun) []snapshot.Overrun {
+	type end struct {
+		pid   uint32
+		start time.Time
+	}
+	var ends []end
+	for _, o := range overruns {
+		if !o.StillRunning {
+			ends = append(ends, end{o.PID, o.Time.Add(-time.Duration(o.DurationNs))})
+		}
+	}
+	if len(ends) == len(overruns) {
+		return overruns
+	}
+	out := make([]snapshot.Overrun, 0, len(overruns))
+next:
+	for _, o := range overruns {
+		if o.StillRunning {
+			start := o.Time.Add(-time.Duration(o.DurationNs))
+			for _, e := range ends {
+				if e.pid == o.PID && e.start.Sub(start).Abs() <= time.Millisecond {
+					continue next
+				}
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// A Kind says what a Stack is.
+type Kind string
+
+const (
+	// KindEnd is an overrun's own stack: where the span ended, or where
+	// it stood when it was reported still running.
+	KindEnd Kind = "end"
+	// KindOnCPU and KindOffCPU are the span's in-span samples: taken
+	// while it ran past its budget, on the CPU, or off it (blocked, or a
+	// parked goroutine).
+	KindOnCPU  Kind = "on_cpu"
+	KindOffCPU Kind = "off_cpu"
+)
+
+// A Stack is one distinct stack of one kind of one span in one command,
+// with the overruns or samples that had it.
 type Stack struct {
 	Span string `json:"span"`
 	Comm string `json:"comm,omitempty"`
-	// Count is the number of overruns with this stack; TotalNs and MaxNs
-	// sum and bound their durations.
-	Count   uint64 `json:"count"`
+	Kind Kind   `json:"kind"`
+	// Count is the number of overruns (KindEnd) or samples with this
+	// stack.
+	Count uint64 `json:"count"`
+	// TotalNs is, for KindEnd, the overruns' summed duration; for
+	// samples, the span time they stand for.
 	TotalNs uint64 `json:"total_ns"`
-	MaxNs   uint64 `json:"max_ns"`
+	// MaxNs is the longest of the overruns (KindEnd).
+	MaxNs uint64 `json:"max_ns,omitempty"`
+	// UnsampledNs is, for KindEnd, the part of TotalNs that no in-span
+	// sample covers: the time before the span was over its budget and
+	// sampled, or all of it when it was not. Profiles and flame graphs
+	// weigh the stack by it, so that a span's samples and end stacks add
+	// up to its duration.
+	UnsampledNs uint64 `json:"unsampled_ns,omitempty"`
 	// StillRunning counts the overruns captured while the span was still
 	// running.
 	StillRunning uint64 `json:"still_running,omitempty"`
@@ -94,26 +160,59 @@ type Stack struct {
 	TraceIDs    []string         `json:"trace_ids,omitempty"`
 	UserStack   []snapshot.Frame `json:"user_stack,omitempty"`
 	KernelStack []snapshot.Frame `json:"kernel_stack,omitempty"`
-	StackError  string           `json:"stack_error,omitempty"`
+	// Trimmed is the number of frames of the span SDKs and of the
+	// OpenTelemetry SDK left out of the top of UserStack (see TrimOwn);
+	// the snapshot keeps them.
+	Trimmed    int    `json:"trimmed,omitempty"`
+	StackError string `json:"stack_error,omitempty"`
+}
+
+// Weight returns what v counts of s: for ValueDuration, the span time it
+// stands for (UnsampledNs for KindEnd, TotalNs for samples); for
+// ValueCount, its overruns (KindEnd only); for ValueSamples, its samples.
+func (s *Stack) Weight(v Value) uint64 {
+	switch {
+	case v == ValueDuration && s.Kind == KindEnd:
+		return s.UnsampledNs
+	case v == ValueDuration:
+		return s.TotalNs
+	case v == ValueCount && s.Kind == KindEnd, v == ValueSamples && s.Kind != KindEnd:
+		return s.Count
+	}
+	return 0
 }
 
 // MaxTraceIDs bounds Stack.TraceIDs.
 const MaxTraceIDs = 5
 
-// Aggregate groups overruns by span, command and stack, largest total
-// duration first. Frames are compared by where they point (module and
-// offset, or address) and what they name, so the same code in two
-// processes of one binary, loaded at different addresses, is one stack.
+// Aggregate groups overruns and their in-span samples by span, command,
+// kind and stack, with user stacks trimmed of the span SDKs' own frames
+// (TrimOwn). Spans come in order of their summed duration, largest first,
+// and each span's stacks by the time they stand for. Frames are compared
+// by where they point (module and offset, or address) and what they name,
+// so the same code in two processes of one binary, loaded at different
+// addresses, is one stack.
+//
+// Reports of spans still running whose end is in overruns too are left
+// out (see Superseded).
 func Aggregate(overruns []snapshot.Overrun) []Stack {
+	overruns = Superseded(overruns)
 	index := map[string]int{}
 	var out []Stack
 	var key strings.Builder
-	for _, o := range overruns {
+	spanTotal := map[string]uint64{}
+	add := func(span, comm string, kind Kind, running bool, user, kernel []snapshot.Frame, stackErr string) *Stack {
+		trimmed, n := TrimOwn(user)
 		key.Reset()
-		key.WriteString(o.Span)
+		key.WriteString(span)
 		key.WriteByte(0)
-		key.WriteString(o.Comm)
-		for _, fs := range [][]snapshot.Frame{o.KernelStack, o.UserStack} {
+		key.WriteString(comm)
+		key.WriteByte(0)
+		key.WriteString(string(kind))
+		if running {
+			key.WriteByte('r')
+		}
+		for _, fs := range [][]snapshot.Frame{kernel, trimmed} {
 			key.WriteByte(0)
 			for _, f := range fs {
 				writeFrameKey(&key, f)
@@ -123,12 +222,30 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 		if !ok {
 			i = len(out)
 			index[key.String()] = i
-			out = append(out, Stack{Span: o.Span, Comm: o.Comm, UserStack: o.UserStack, KernelStack: o.KernelStack, StackError: o.StackError})
+			out = append(out, Stack{Span: span, Comm: comm, Kind: kind, UserStack: trimmed, KernelStack: kernel, Trimmed: n, StackError: stackErr})
 		}
-		s := &out[i]
+		return &out[i]
+	}
+	for _, o := range overruns {
+		spanTotal[o.Span] += o.DurationNs
+		sampled := uint64(0)
+		for _, smp := range o.Samples {
+			kind := KindOnCPU
+			if smp.OffCPU {
+				kind = KindOffCPU
+			}
+			s := add(o.Span, o.Comm, kind, false, smp.UserStack, smp.KernelStack, "")
+			s.Count += smp.Count
+			s.TotalNs += smp.WeightNs
+			sampled += smp.WeightNs
+		}
+		s := add(o.Span, o.Comm, KindEnd, o.StillRunning, o.UserStack, o.KernelStack, o.StackError)
 		s.Count++
 		s.TotalNs += o.DurationNs
 		s.MaxNs = max(s.MaxNs, o.DurationNs)
+		if o.DurationNs > sampled {
+			s.UnsampledNs += o.DurationNs - sampled
+		}
 		if o.StillRunning {
 			s.StillRunning++
 		}
@@ -137,10 +254,17 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].TotalNs != out[j].TotalNs {
-			return out[i].TotalNs > out[j].TotalNs
+		a, b := &out[i], &out[j]
+		if a.Span != b.Span {
+			if ta, tb := spanTotal[a.Span], spanTotal[b.Span]; ta != tb {
+				return ta > tb
+			}
+			return a.Span < b.Span
 		}
-		return out[i].Count > out[j].Count
+		if wa, wb := a.Weight(ValueDuration), b.Weight(ValueDuration); wa != wb {
+			return wa > wb
+		}
+		return a.Count > b.Count
 	})
 	return out
 }
@@ -158,59 +282,102 @@ func writeFrameKey(b *strings.Builder, f snapshot.Frame) {
 	b.WriteByte(1)
 }
 
-// A Value selects what a folded line counts.
+// A Value selects what a folded line, a flame graph or a text report
+// weighs stacks by.
 type Value string
 
 const (
-	// ValueCount counts overruns.
-	ValueCount Value = "count"
-	// ValueDuration sums overrun durations in nanoseconds.
+	// ValueDuration weighs by span time in nanoseconds: samples by the
+	// time they stand for, end stacks by their overruns' time that no
+	// sample covers. A span's stacks add up to its overruns' durations.
 	ValueDuration Value = "duration"
+	// ValueCount counts overruns, at their end stacks.
+	ValueCount Value = "count"
+	// ValueSamples counts in-span samples.
+	ValueSamples Value = "samples"
 )
 
+// ParseValue checks a value name.
+func ParseValue(s string) (Value, error) {
+	switch v := Value(s); v {
+	case ValueDuration, ValueCount, ValueSamples:
+		return v, nil
+	}
+	return "", fmt.Errorf("value %q: want %q, %q or %q", s, ValueDuration, ValueCount, ValueSamples)
+}
+
+// Pseudo-frames of folded stacks, flame graphs and profiles.
+const (
+	// FrameAtEnd roots a span's end stacks, apart from its samples.
+	FrameAtEnd = "[stack at span end]"
+	// FrameRunning roots the stacks of spans reported still running.
+	FrameRunning = "[still running]"
+	// FrameOffCPU tops an off-CPU sample's stack.
+	FrameOffCPU = "[off-cpu]"
+	// FrameNoStack stands for an empty stack.
+	FrameNoStack = "[no stack]"
+)
+
+// marker is the pseudo-frame an end stack sits under.
+func (s *Stack) marker() string {
+	if s.StillRunning == s.Count {
+		return FrameRunning
+	}
+	return FrameAtEnd
+}
+
+// path returns a stack's frames from the outermost to the innermost as
+// flame graphs draw them: the span name, FrameAtEnd for an end stack, the
+// user frames, the kernel frames (marked by kernelSuffix, and
+// FrameOffCPU for an off-CPU sample.
+func (s *Stack) path(name func(snapshot.Frame) string, kernelSuffix string) []string {
+	p := make([]string, 0, len(s.UserStack)+len(s.KernelStack)+3)
+	p = append(p, s.Span)
+	if s.Kind == KindEnd {
+		p = append(p, s.marker())
+	}
+	for i := len(s.UserStack) - 1; i >= 0; i-- {
+		p = append(p, name(s.UserStack[i]))
+	}
+	for i := len(s.KernelStack) - 1; i >= 0; i-- {
+		p = append(p, name(s.KernelStack[i])+kernelSuffix)
+	}
+	if len(s.UserStack)+len(s.KernelStack) == 0 {
+		p = append(p, FrameNoStack)
+	}
+	if s.Kind == KindOffCPU {
+		p = append(p, FrameOffCPU)
+	}
+	return p
+}
+
 // WriteFolded writes stacks in the folded format flamegraph.pl, speedscope
-// and inferno read: one line per stack, frames from the outermost (the
-// thread's entry) to the innermost separated by ';', a space, the value.
-// Kernel frames come after user frames, marked with a "_[k]" suffix as
-// perf's stackcollapse does.
+// and inferno read: one line per stack, frames from the outermost to the
+// innermost separated by ';', a space, the value. The outermost frame is
+// the span's name; end stacks sit under FrameAtEnd, off-CPU samples end in
+// FrameOffCPU, and kernel frames come after user frames, marked with a
+// "_[k]" suffix as perf's stackcollapse does. Stacks whose value is 0 are
+// left out.
 func WriteFolded(w io.Writer, stacks []Stack, v Value) error {
-	if v != ValueCount && v != ValueDuration {
-		return fmt.Errorf("folded value %q: want %q or %q", v, ValueCount, ValueDuration)
+	if _, err := ParseValue(string(v)); err != nil {
+		return fmt.Errorf("folded: %w", err)
 	}
 	// Identical folded lines (stacks that differ only in the comm, or in
 	// frames whose names render alike) are merged, as the tools expect.
 	sums := map[string]uint64{}
 	var order []string
-	var b strings.Builder
 	for _, s := range stacks {
-		b.Reset()
-		n := 0
-		for i := len(s.UserStack) - 1; i >= 0; i-- {
-			if n > 0 {
-				b.WriteByte(';')
-			}
-			b.WriteString(foldedName(s.UserStack[i], ""))
-			n++
-		}
-		for i := len(s.KernelStack) - 1; i >= 0; i-- {
-			if n > 0 {
-				b.WriteByte(';')
-			}
-			b.WriteString(foldedName(s.KernelStack[i], "_[k]"))
-			n++
-		}
+		n := s.Weight(v)
 		if n == 0 {
-			b.WriteString("[no stack]")
+			continue
 		}
-		line := b.String()
+		p := s.path(func(f snapshot.Frame) string { return foldedEscaper.Replace(frameName(f)) }, "_[k]")
+		p[0] = foldedEscaper.Replace(p[0])
+		line := strings.Join(p, ";")
 		if _, ok := sums[line]; !ok {
 			order = append(order, line)
 		}
-		if v == ValueCount {
-			sums[line] += s.Count
-		} else {
-			sums[line] += s.TotalNs
-		}
+		sums[line] += n
 	}
 	for _, line := range order {
 		if _, err := fmt.Fprintf(w, "%s %d\n", line, sums[line]); err != nil {
@@ -222,73 +389,200 @@ func WriteFolded(w io.Writer, stacks []Stack, v Value) error {
 
 var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ", "\r", " ")
 
-func foldedName(f snapshot.Frame, suffix string) string {
-	name := f.Function
-	if name == "" {
-		name = f.String()
+// A SpanSummary is what a span's overruns say together: how many, how
+// long, how much of it the in-span samples cover, and the hottest frames.
+type SpanSummary struct {
+	Span         string `json:"span"`
+	Overruns     uint64 `json:"overruns"`
+	StillRunning uint64 `json:"still_running,omitempty"`
+	DurationNs   uint64 `json:"duration_ns"`
+	MaxNs        uint64 `json:"max_ns"`
+	// Samples and SampledNs count the in-span samples and the time they
+	// stand for; OffCPUNs is the part of it off the CPU.
+	Samples   uint64     `json:"samples,omitempty"`
+	SampledNs uint64     `json:"sampled_ns,omitempty"`
+	OffCPUNs  uint64     `json:"off_cpu_ns,omitempty"`
+	Hottest   []HotFrame `json:"hottest,omitempty"`
+}
+
+// MaxHottest is the number of hot frames a SpanSummary keeps.
+const MaxHottest = 5
+
+// Summarize returns a summary per span, in the order of Aggregate, also
+// without superseded reports.
+func Summarize(overruns []snapshot.Overrun) []SpanSummary {
+	overruns = Superseded(overruns)
+	index := map[string]int{}
+	var out []SpanSummary
+	samples := map[string][]snapshot.Sample{}
+	for _, o := range overruns {
+		i, ok := index[o.Span]
+		if !ok {
+			i = len(out)
+			index[o.Span] = i
+			out = append(out, SpanSummary{Span: o.Span})
+		}
+		s := &out[i]
+		s.Overruns++
+		if o.StillRunning {
+			s.StillRunning++
+		}
+		s.DurationNs += o.DurationNs
+		s.MaxNs = max(s.MaxNs, o.DurationNs)
+		for _, smp := range o.Samples {
+			s.Samples += smp.Count
+			s.SampledNs += smp.WeightNs
+			if smp.OffCPU {
+				s.OffCPUNs += smp.WeightNs
+			}
+		}
+		samples[o.Span] = append(samples[o.Span], o.Samples...)
 	}
-	return foldedEscaper.Replace(name) + suffix
+	for i := range out {
+		out[i].Hottest = Hottest(samples[out[i].Span], MaxHottest)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].DurationNs != out[j].DurationNs {
+			return out[i].DurationNs > out[j].DurationNs
+		}
+		return out[i].Span < out[j].Span
+	})
+	return out
 }
 
 // A Report is the JSON form of aggregated stacks.
 type Report struct {
-	// Span is the span name or pattern selected, "" for all.
-	Span     string  `json:"span,omitempty"`
-	Overruns int     `json:"overruns"`
-	Stacks   []Stack `json:"stacks"`
+	// Span is the span name or glob selected, "" for all.
+	Span     string        `json:"span,omitempty"`
+	Overruns int           `json:"overruns"`
+	Spans    []SpanSummary `json:"spans"`
+	Stacks   []Stack       `json:"stacks"`
 }
 
 // WriteJSON writes the stacks as an indented Report.
-func WriteJSON(w io.Writer, span string, overruns int, stacks []Stack) error {
+func WriteJSON(w io.Writer, span string, overruns []snapshot.Overrun, stacks []Stack) error {
 	if stacks == nil {
 		stacks = []Stack{}
 	}
+	spans := Summarize(overruns)
+	if spans == nil {
+		spans = []SpanSummary{}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(Report{Span: span, Overruns: overruns, Stacks: stacks}); err != nil {
+	if err := enc.Encode(Report{Span: span, Overruns: len(overruns), Spans: spans, Stacks: stacks}); err != nil {
 		return fmt.Errorf("write json stacks: %w", err)
 	}
 	return nil
 }
 
-// WriteText writes the stacks for a terminal: per stack a header with the
-// span, command, count and durations, then its innermost frames (up to
-// depth; all when depth is 0), kernel frames first.
-func WriteText(w io.Writer, stacks []Stack, depth int) error {
-	for i, s := range stacks {
+// WriteText writes a report for a terminal: per span a line with its
+// overruns, their durations and how much of it the in-span samples cover,
+// its hottest frames, then each stack under a line saying what it is (on-
+// or off-CPU samples, or the stack at the span's end) with its innermost
+// frames (up to depth; all when depth is 0), kernel frames first.
+func WriteText(w io.Writer, overruns []snapshot.Overrun, stacks []Stack, depth int) error {
+	tw := &textWriter{w: w}
+	for i, sum := range Summarize(overruns) {
 		if i > 0 {
-			fmt.Fprintln(w)
+			tw.printf("\n")
 		}
-		fmt.Fprintf(w, "%s", s.Span)
-		if s.Comm != "" {
-			fmt.Fprintf(w, " (%s)", s.Comm)
+		tw.printf("%s: %s, %v total, %v max", sum.Span, plural(sum.Overruns, "overrun"), dur(sum.DurationNs), dur(sum.MaxNs))
+		if sum.StillRunning > 0 {
+			tw.printf(", %d still running", sum.StillRunning)
 		}
-		noun := "overruns"
-		if s.Count == 1 {
-			noun = "overrun"
-		}
-		fmt.Fprintf(w, ": %d %s, %v total, %v max", s.Count, noun, time.Duration(s.TotalNs), time.Duration(s.MaxNs))
-		if s.StillRunning > 0 {
-			fmt.Fprintf(w, ", %d still running", s.StillRunning)
-		}
-		fmt.Fprintln(w)
-		if s.StackError != "" {
-			fmt.Fprintf(w, "  ! %s\n", s.StackError)
-		}
-		frames := append(append([]snapshot.Frame(nil), s.KernelStack...), s.UserStack...)
-		n := len(frames)
-		if depth > 0 {
-			n = depth
-		}
-		if text := snapshot.TopFrames(frames, n); text != "" {
-			for line := range strings.SplitSeq(text, "\n") {
-				if _, err := fmt.Fprintf(w, "    %s\n", line); err != nil {
-					return fmt.Errorf("write stacks: %w", err)
-				}
+		tw.printf("\n")
+		if sum.Samples > 0 {
+			verb := "cover"
+			if sum.Samples == 1 {
+				verb = "covers"
 			}
-		} else if _, err := fmt.Fprintln(w, "    [no stack]"); err != nil {
-			return fmt.Errorf("write stacks: %w", err)
+			tw.printf("  %s in the span %s %v", plural(sum.Samples, "sample"), verb, dur(sum.SampledNs))
+			if sum.DurationNs > 0 {
+				tw.printf(" (%d%%)", (sum.SampledNs*100+sum.DurationNs/2)/sum.DurationNs)
+			}
+			if sum.OffCPUNs > 0 {
+				tw.printf(", %v of it off the CPU", dur(sum.OffCPUNs))
+			}
+			tw.printf("; hottest:\n")
+			for line := range strings.SplitSeq(FormatHottest(sum.Hottest, sum.DurationNs), "\n") {
+				tw.printf("    %s\n", line)
+			}
+		}
+		for _, s := range stacks {
+			if s.Span != sum.Span {
+				continue
+			}
+			tw.stack(&s, depth)
 		}
 	}
-	return nil
+	return tw.err
+}
+
+type textWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *textWriter) printf(format string, args ...any) {
+	if t.err == nil {
+		_, t.err = fmt.Fprintf(t.w, format, args...)
+		if t.err != nil {
+			t.err = fmt.Errorf("write stacks: %w", t.err)
+		}
+	}
+}
+
+func (t *textWriter) stack(s *Stack, depth int) {
+	switch s.Kind {
+	case KindEnd:
+		t.printf("  at the end: %s", plural(s.Count, "overrun"))
+		if s.StillRunning > 0 {
+			t.printf(" (%d still running)", s.StillRunning)
+		}
+		t.printf(", %v total, %v max", dur(s.TotalNs), dur(s.MaxNs))
+		if s.UnsampledNs != s.TotalNs {
+			t.printf(", %v not sampled", dur(s.UnsampledNs))
+		}
+	case KindOnCPU:
+		t.printf("  on the CPU: %s, %v", plural(s.Count, "sample"), dur(s.TotalNs))
+	case KindOffCPU:
+		t.printf("  off the CPU: %s, %v", plural(s.Count, "sample"), dur(s.TotalNs))
+	}
+	if s.Comm != "" {
+		t.printf(" (%s)", s.Comm)
+	}
+	t.printf("\n")
+	if s.StackError != "" {
+		t.printf("    ! %s\n", s.StackError)
+	}
+	frames := append(append([]snapshot.Frame(nil), s.KernelStack...), s.UserStack...)
+	n := len(frames)
+	if depth > 0 {
+		n = depth
+	}
+	text := snapshot.TopFrames(frames, n)
+	if text == "" {
+		text = FrameNoStack
+	}
+	for line := range strings.SplitSeq(text, "\n") {
+		t.printf("      %s\n", line)
+	}
+}
+
+func plural(n uint64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatUint(n, 10) + " " + noun + "s"
+}
+
+// dur rounds a duration for reading: to the microsecond below 10ms, to the
+// millisecond above.
+func dur(ns uint64) time.Duration {
+	d := time.Duration(ns)
+	if d >= 10*time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Microsecond)
 }

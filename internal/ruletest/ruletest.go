@@ -18,6 +18,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -54,41 +55,47 @@ type Step struct {
 
 // Series is a snapshot.Series written for people: durations as "250ms".
 type Series struct {
-	Span       string   `yaml:"span"`
-	CgroupID   uint64   `yaml:"cgroup_id"`
-	Cgroup     string   `yaml:"cgroup"`
-	Container  string   `yaml:"container"`
-	Pod        string   `yaml:"pod"`
-	Unit       string   `yaml:"unit"`
-	Process    string   `yaml:"process"`
-	Count      uint64   `yaml:"count"`
-	Rate       *float64 `yaml:"rate"`
-	Errors     uint64   `yaml:"errors"`
-	ErrorRatio *float64 `yaml:"error_ratio"`
-	P50        string   `yaml:"p50"`
-	P90        string   `yaml:"p90"`
-	P99        string   `yaml:"p99"`
-	Max        string   `yaml:"max"`
-	Mean       string   `yaml:"mean"`
-	OverBudget uint64   `yaml:"over_budget"`
-	Budget     string   `yaml:"budget"`
+	Span        string   `yaml:"span"`
+	CgroupID    uint64   `yaml:"cgroup_id"`
+	Cgroup      string   `yaml:"cgroup"`
+	ContainerID string   `yaml:"container_id"`
+	PodUID      string   `yaml:"pod_uid"`
+	Unit        string   `yaml:"unit"`
+	Namespace   string   `yaml:"namespace"`
+	Pod         string   `yaml:"pod"`
+	Container   string   `yaml:"container"`
+	Process     string   `yaml:"process"`
+	Count       uint64   `yaml:"count"`
+	Rate        *float64 `yaml:"rate"`
+	Errors      uint64   `yaml:"errors"`
+	ErrorRatio  *float64 `yaml:"error_ratio"`
+	P50         string   `yaml:"p50"`
+	P90         string   `yaml:"p90"`
+	P99         string   `yaml:"p99"`
+	Max         string   `yaml:"max"`
+	Mean        string   `yaml:"mean"`
+	OverBudget  uint64   `yaml:"over_budget"`
+	Budget      string   `yaml:"budget"`
 }
 
 // Overrun is a snapshot.Overrun written for people.
 type Overrun struct {
-	Span      string   `yaml:"span"`
-	PID       uint32   `yaml:"pid"`
-	TID       uint32   `yaml:"tid"`
-	Comm      string   `yaml:"comm"`
-	Container string   `yaml:"container"`
-	Pod       string   `yaml:"pod"`
-	Unit      string   `yaml:"unit"`
-	Cgroup    string   `yaml:"cgroup"`
-	Duration  string   `yaml:"duration"`
-	Budget    string   `yaml:"budget"`
-	TraceID   string   `yaml:"trace_id"`
-	SpanID    string   `yaml:"span_id"`
-	Stack     []string `yaml:"stack"`
+	Span        string   `yaml:"span"`
+	PID         uint32   `yaml:"pid"`
+	TID         uint32   `yaml:"tid"`
+	Comm        string   `yaml:"comm"`
+	ContainerID string   `yaml:"container_id"`
+	PodUID      string   `yaml:"pod_uid"`
+	Unit        string   `yaml:"unit"`
+	Namespace   string   `yaml:"namespace"`
+	Pod         string   `yaml:"pod"`
+	Container   string   `yaml:"container"`
+	Cgroup      string   `yaml:"cgroup"`
+	Duration    string   `yaml:"duration"`
+	Budget      string   `yaml:"budget"`
+	TraceID     string   `yaml:"trace_id"`
+	SpanID      string   `yaml:"span_id"`
+	Stack       []string `yaml:"stack"`
 }
 
 // Expect is what should be alerting after one step.
@@ -167,9 +174,9 @@ func run(ctx context.Context, cfg *policy.Config, dir, fileInterval string, tc T
 		if s == "" {
 			continue
 		}
-		d, err := time.ParseDuration(s)
+		d, err := duration.Parse(s)
 		if err != nil || d <= 0 {
-			return res, fmt.Errorf("interval %q: want a positive duration like 10s", s)
+			return res, fmt.Errorf("interval %q: want a positive duration like 10s (units %s)", s, duration.Units)
 		}
 		interval = d
 	}
@@ -240,7 +247,7 @@ func (e Expect) index(start time.Time, interval time.Duration, snaps []*snapshot
 		}
 		return *e.Step, nil
 	case e.At != "":
-		at, err := time.ParseDuration(e.At)
+		at, err := duration.Parse(e.At)
 		if err != nil {
 			return 0, fmt.Errorf("expectation at %q: want a duration from the start, like 30s", e.At)
 		}
@@ -366,17 +373,17 @@ func dur(s, what string) (uint64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s %q: want a duration like 250ms", what, s)
+	d, err := duration.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: want a duration like 250ms (units %s)", what, s, duration.Units)
 	}
 	return uint64(d), nil
 }
 
 func (in Series) series(window time.Duration) (snapshot.Series, error) {
 	s := snapshot.Series{
-		Span: in.Span, CgroupID: in.CgroupID, Cgroup: in.Cgroup, Container: in.Container, Pod: in.Pod,
-		Unit: in.Unit, Process: in.Process, Count: in.Count, Errors: in.Errors, OverBudget: in.OverBudget,
+		Span: in.Span, CgroupID: in.CgroupID, Cgroup: in.Cgroup, ContainerID: in.ContainerID, PodUID: in.PodUID,
+		Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Process: in.Process, Count: in.Count, Errors: in.Errors, OverBudget: in.OverBudget,
 	}
 	if in.Span == "" {
 		return s, fmt.Errorf("span is missing")
@@ -411,8 +418,8 @@ func (in Series) series(window time.Duration) (snapshot.Series, error) {
 
 func (in Overrun) overrun() (snapshot.Overrun, error) {
 	o := snapshot.Overrun{
-		Span: in.Span, PID: in.PID, TID: in.TID, Comm: in.Comm, Container: in.Container, Pod: in.Pod,
-		Unit: in.Unit, Cgroup: in.Cgroup, TraceID: in.TraceID, SpanID: in.SpanID,
+		Span: in.Span, PID: in.PID, TID: in.TID, Comm: in.Comm, ContainerID: in.ContainerID, PodUID: in.PodUID,
+		Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Cgroup: in.Cgroup, TraceID: in.TraceID, SpanID: in.SpanID,
 	}
 	if in.Span == "" {
 		return o, fmt.Errorf("span is missing")

@@ -46,6 +46,9 @@ type module struct {
 	gotab   *gosym.Table // Go's pclntab, when present
 	inline  *goInline    // Go 1.21+ inline trees, when readable
 	lines   *lineTable   // DWARF line table, when present and not Go
+	// noSymbols says the file has no .symtab, no Go table and no debug
+	// file: only its exported (.dynsym) functions have names.
+	noSymbols bool
 
 	demangled map[int32]string
 	// cache holds recent lookups: overruns of one span repeat the same
@@ -150,7 +153,7 @@ func (m *module) parse() error {
 		if d, err := ef.DWARF(); err == nil {
 			m.lines = newLineTable(d)
 		} else if ef.Section(".symtab") == nil {
-			m.readDebugFile(ef)
+			m.noSymbols = !m.readDebugFile(ef)
 		}
 	}
 	return nil
@@ -160,9 +163,9 @@ func (m *module) parse() error {
 // debug file (Debian's *-dbgsym packages, Fedora's debuginfo), found by GNU
 // build id under /usr/lib/debug/.build-id in the process's root or the
 // host's. Its addresses are the binary's own.
-func (m *module) readDebugFile(ef *elf.File) {
+func (m *module) readDebugFile(ef *elf.File) bool {
 	if _, err := hex.DecodeString(m.buildID); err != nil || len(m.buildID) < 4 {
-		return // no GNU build id
+		return false // no GNU build id
 	}
 	rel := filepath.Join(".build-id", m.buildID[:2], m.buildID[2:]+".debug")
 	for _, dir := range m.debugDirs {
@@ -179,8 +182,9 @@ func (m *module) readDebugFile(ef *elf.File) {
 		} else {
 			df.Close()
 		}
-		return
+		return true
 	}
+	return false
 }
 
 type multiCloser []io.Closer

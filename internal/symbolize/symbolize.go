@@ -34,6 +34,10 @@ type Config struct {
 	MaxProcesses int
 	// Kallsyms is the kernel symbol file; "/proc/kallsyms" when empty.
 	Kallsyms string
+	// DpkgInfo is dpkg's database of installed files, where Explain
+	// finds the package of a stripped binary; "/var/lib/dpkg/info" when
+	// empty.
+	DpkgInfo string
 }
 
 // A Symbolizer turns user and kernel stack addresses into frames. It is
@@ -49,6 +53,10 @@ type Symbolizer struct {
 	kerr    error
 	kread   time.Time
 	closed  bool
+	// anchors are traced binaries with their probe sites (AddAnchor).
+	anchors map[fileKey]*anchorMod
+	// unnamed explains, by build id, the binaries without symbols seen.
+	unnamed map[string]string
 
 	noMapFiles bool // tests: open through /proc/PID/root only
 }
@@ -89,6 +97,9 @@ func New(cfg Config) *Symbolizer {
 	}
 	if cfg.Kallsyms == "" {
 		cfg.Kallsyms = filepath.Join(cfg.ProcRoot, "kallsyms")
+	}
+	if cfg.DpkgInfo == "" {
+		cfg.DpkgInfo = "/var/lib/dpkg/info"
 	}
 	return &Symbolizer{
 		cfg:     cfg,
@@ -323,6 +334,11 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 		err := s.Capture(pid)
 		s.mu.Lock()
 		if err != nil {
+			if frames, am := s.fromAnchors(addrs); am != nil {
+				s.noteUnnamed(am.mod)
+				return frames, fmt.Errorf("symbolize user stack: %w (process %d): frames in %s are named from the binary the probe is in, frames elsewhere keep their addresses",
+					errExitedAnchored, pid, am.mod.name)
+			}
 			return addrFrames(addrs), fmt.Errorf("symbolize user stack: process %d was not captured before it exited: %w", pid, err)
 		}
 		if p = s.procs[pid]; p == nil {
@@ -386,6 +402,7 @@ func (s *Symbolizer) symbolizeUser(p *process, f *snapshot.Frame, pc uint64) (fo
 				return true, nil
 			}
 			f.BuildID = mp.mod.buildID
+			s.noteUnnamed(mp.mod)
 			if a, ok := mp.mod.fileOffsetToAddr(off); ok {
 				f.Offset = a
 			}
@@ -515,6 +532,11 @@ func (s *Symbolizer) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	s.modules, s.procs, s.kernel = nil, nil, nil
+	for _, am := range s.anchors {
+		if err := am.mod.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.modules, s.procs, s.kernel, s.anchors = nil, nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -1,0 +1,167 @@
+//go:build linux
+
+package collector
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/usdt"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// InflightConfig configures the sampling of spans while they run past their
+// budget (internal/inflight): the SDKs' spans, which send a start event,
+// and USDT spans with a start probe. The zero value samples.
+type InflightConfig struct {
+	// Off turns in-span sampling off: overruns then carry only the stack
+	// where the span ended, and a span that never ends is not reported.
+	Off bool
+	// Interval is how often open spans are scanned (100ms when zero): a
+	// span is sampled from about Interval after its budget on.
+	Interval time.Duration
+	// Samples bounds the samples of one thread or goroutine while its
+	// spans are over budget (100 when zero); Frequency is the on-CPU
+	// sampling rate (99 Hz when zero).
+	Samples   int
+	Frequency uint64
+}
+
+// inflightState is the collector's in-span sampling: the watcher and the
+// smallest budget of the rules, for the watcher's scans.
+type inflightState struct {
+	w *inflight.Watcher
+}
+
+// startInflight starts the watcher of open spans. Where it cannot load
+// (kernels before 5.9 lack map iterators) overruns keep their end stacks
+// only, and it says so.
+func (c *Collector) startInflight(ctx context.Context) {
+	cfg := c.cfg.Inflight
+	if cfg.Off {
+		return
+	}
+	w, err := inflight.New(inflight.Config{
+		Logger: c.log, Budgets: c.objs.Budgets, Overruns: c.objs.Overruns, Counters: c.objs.Counters,
+		Exec: c.objs.InflightExec, GProcs: c.objs.InflightGprocs,
+		Budget: c.inflightBudget, MinBudget: c.inflightMinBudget,
+		Interval: cfg.Interval, Samples: cfg.Samples, Frequency: cfg.Frequency,
+	})
+	if err != nil {
+		c.log.Warn("inflight_sampling_unavailable", "error", err, "effect", "overruns carry only the stack where the span ended; spans that never end are not reported")
+		return
+	}
+	c.inflight = &inflightState{w: w}
+	c.closers = append(c.closers, w.Close)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("inflight_watch_stopped", "error", err)
+		}
+	}()
+}
+
+// watchUSDT has the watcher sample the spans of a USDT tracer too.
+func (c *Collector) watchUSDT(tr *usdt.Tracer) {
+	if c.inflight == nil {
+		return
+	}
+	err := c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names")})
+	if err != nil {
+		c.log.Warn("inflight_usdt_unavailable", "error", err, "effect", "USDT spans running past their budget are not sampled")
+	}
+}
+
+// inflightBudget is a span's budget as the rules give it, so that a span
+// that never ended before is judged by a glob budget too; 0 when its rule
+// takes no stacks (NoUserStack). A start name that the span's final name
+// may extend (prefix) takes the smallest budget of the rules a name
+// extending it could match.
+func (c *Collector) inflightBudget(_ uint64, name string, prefix bool) uint64 {
+	c.mu.Lock()
+	t := c.reader.budgets
+	c.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	if b := t.lookup(name); b != nil {
+		if b.rule.NoUserStack {
+			return 0
+		}
+		return uint64(b.rule.Budget)
+	}
+	if !prefix {
+		return 0
+	}
+	var least uint64
+	consider := func(b *compiledBudget) {
+		if !b.rule.NoUserStack && couldExtend(b.rule.Span, name) && (least == 0 || uint64(b.rule.Budget) < least) {
+			least = uint64(b.rule.Budget)
+		}
+	}
+	for _, b := range t.exact {
+		consider(b)
+	}
+	for _, b := range t.globs {
+		consider(b)
+	}
+	return least
+}
+
+// couldExtend reports whether pattern (a name or a glob) may match a name
+// that extends name as the OpenTelemetry processor's Fold does: name, a
+// space, more. A negated glob ("!...") is not taken.
+func couldExtend(pattern, name string) bool {
+	if strings.HasPrefix(pattern, "!") {
+		return false
+	}
+	lit := pattern
+	if i := strings.IndexAny(pattern, "*?\\"); i >= 0 {
+		lit = pattern[:i]
+	}
+	ext := name + " "
+	if len(lit) >= len(ext) {
+		return strings.HasPrefix(lit, ext)
+	}
+	// The rest of the name falls in the glob's wildcard part.
+	return strings.HasPrefix(ext, lit) && lit != pattern
+}
+
+// inflightMinBudget is the smallest budget of the rules that take stacks;
+// 0 for none.
+func (c *Collector) inflightMinBudget() uint64 {
+	c.mu.Lock()
+	t := c.reader.budgets
+	c.mu.Unlock()
+	if t == nil {
+		return 0
+	}
+	var least uint64
+	consider := func(b *compiledBudget) {
+		if !b.rule.NoUserStack && (least == 0 || uint64(b.rule.Budget) < least) {
+			least = uint64(b.rule.Budget)
+		}
+	}
+	for _, b := range t.globs {
+		consider(b)
+	}
+	for _, b := range t.exact {
+		consider(b)
+	}
+	return least
+}
+
+// join hands a decoded record to the joiner, which reports a span's first
+// in-span sample at once and keeps the others for the span's end.
+func (o *overrunReader) join(raw []byte, ov snapshot.Overrun) (snapshot.Overrun, bool) {
+	r := (*bpf.SpanwatchOverrun)(unsafe.Pointer(&raw[0]))
+	return o.joiner.Add(inflight.Record{
+		Overrun: ov, Sample: ov.StillRunning, OffCPU: inflight.OffCPU(r.Status),
+		StartNs: r.StartNs, MonoStartNs: r.TsNs - r.DurationNs,
+	})
+}

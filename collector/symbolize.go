@@ -1,0 +1,52 @@
+//go:build linux
+
+package collector
+
+import (
+	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// An anchorer names frames of processes that exited before their maps were
+// read, in binaries the collector traces (see symbolize.Anchor);
+// *symbolize.Symbolizer is one.
+type anchorer interface {
+	AddAnchor(symbolize.Anchor) error
+}
+
+// An explainer says why frames have no names (a stripped binary without
+// its debug file) and what to install; *symbolize.Symbolizer is one.
+type explainer interface {
+	Explain([]snapshot.Frame) string
+}
+
+// addAnchor tells the symbolizer, when it takes anchors, that the binary
+// at path (opened through open) has a probe at addr (an address in the
+// file's own terms).
+func addAnchor(cfg Config, path, open string, addr uint64) {
+	a, ok := cfg.Symbolizer.(anchorer)
+	if !ok {
+		return
+	}
+	if err := a.AddAnchor(symbolize.Anchor{Path: path, Open: open, Addr: addr}); err != nil {
+		cfg.Logger.Debug("symbolize_anchor_failed", "binary", path, "error", err)
+	}
+}
+
+// explain returns what would name a stack's unnamed frames, or "".
+func explain(s Symbolizer, frames []snapshot.Frame) string {
+	if e, ok := s.(explainer); ok {
+		return e.Explain(frames)
+	}
+	return ""
+}
+
+func joinErr(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}

@@ -1,0 +1,266 @@
+//go:build linux
+
+package emit_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/profile"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+const fnPrefix = "github.com/spanwatch/spanwatch/emit_test."
+
+//go:noinline
+func spinFor(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+	}
+}
+
+//go:noinline
+func sleepFor(d time.Duration) { time.Sleep(d) }
+
+//go:noinline
+func blockOn(c chan struct{}) { <-c }
+
+//go:noinline
+func moverPhase1(d time.Duration) { spinFor(d) }
+
+//go:noinline
+func moverPhase2(d time.Duration) { spinFor(d) }
+
+//go:noinline
+func helperSpin(stop *atomic.Bool) {
+	for !stop.Load() {
+	}
+}
+
+// inflightCollector starts a collector on this test binary's marker that
+// samples spans over their budgets every 20ms.
+func inflightCollector(t *testing.T, budgets ...collector.BudgetRule) (*collector.Collector, func() []snapshot.Overrun) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
+	}
+	if emit.Mode() != "marker" {
+		t.Skipf("the SDK uses %s here; the VM tests cover user_events", emit.Mode())
+	}
+	exe, _ := os.Executable()
+	var mu sync.Mutex
+	var seen []snapshot.Overrun
+	c, err := collector.New(context.Background(), collector.Config{
+		Sources: collector.Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{exe},
+		Inflight: collector.InflightConfig{Interval: 20 * time.Millisecond, Samples: 300},
+		OnOverrun: func(o snapshot.Overrun) {
+			mu.Lock()
+			seen = append(seen, o)
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetBudgets(budgets); err != nil {
+		t.Fatal(err)
+	}
+	return c, func() []snapshot.Overrun {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]snapshot.Overrun(nil), seen...)
+	}
+}
+
+// waitOverrun waits for an overrun of span that satisfies ok.
+func waitOverrun(t *testing.T, overruns func() []snapshot.Overrun, span string, ok func(snapshot.Overrun) bool) snapshot.Overrun {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, o := range overruns() {
+			if o.Span == span && ok(o) {
+				return o
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no overrun of %s as expected; got %s", span, describe(overruns()))
+	return snapshot.Overrun{}
+}
+
+func describe(ovs []snapshot.Overrun) string {
+	var b strings.Builder
+	for _, o := range ovs {
+		b.WriteString("\n  " + o.Span)
+		if o.StillRunning {
+			b.WriteString(" (still running)")
+		}
+		b.WriteString(": end " + frameNames(o.UserStack))
+		for _, s := range o.Samples {
+			state := "on"
+			if s.OffCPU {
+				state = "off"
+			}
+			b.WriteString("\n    " + state + " x" + time.Duration(s.WeightNs).String() + ": " + frameNames(s.UserStack))
+		}
+	}
+	return b.String()
+}
+
+func frameNames(fs []snapshot.Frame) string {
+	var n []string
+	for _, f := range fs {
+		n = append(n, strings.TrimPrefix(f.Function, fnPrefix))
+	}
+	return strings.Join(n, ",")
+}
+
+// hasFrame reports whether a stack names fn (in this package).
+func hasFrame(fs []snapshot.Frame, fn string) bool {
+	for _, f := range fs {
+		if f.Function == fnPrefix+fn {
+			return true
+		}
+	}
+	return false
+}
+
+// sampled returns the span time of o's samples that name fn, on or off the
+// CPU.
+func sampled(o snapshot.Overrun, fn string, offCPU bool) (weight uint64, n uint64) {
+	for _, s := range o.Samples {
+		if s.OffCPU == offCPU && hasFrame(s.UserStack, fn) {
+			weight += s.WeightNs
+			n += s.Count
+		}
+	}
+	return weight, n
+}
+
+// TestInflightSDKSpans runs SDK spans past their budgets under a real
+// collector: a busy span is sampled on the CPU inside the function that
+// spins, a sleeping one off the CPU at the sleep (its goroutine parked),
+// and a span that never ends is reported while it runs. Each overrun says
+// where the time went: its samples cover most of what is over budget.
+func TestInflightSDKSpans(t *testing.T) {
+	const budget = 50 * time.Millisecond
+	_, overruns := inflightCollector(t,
+		collector.BudgetRule{Span: "busy", Budget: budget},
+		collector.BudgetRule{Span: "sleepy", Budget: budget},
+		collector.BudgetRule{Span: "stuck", Budget: budget},
+	)
+	for _, tc := range []struct {
+		span   string
+		fn     string
+		offCPU bool
+		run    func()
+	}{
+		{"busy", "spinFor", false, func() { spinFor(400 * time.Millisecond) }},
+		{"sleepy", "sleepFor", true, func() { sleepFor(400 * time.Millisecond) }},
+	} {
+		t.Run(tc.span, func(t *testing.T) {
+			sp := emit.Start(tc.span)
+			tc.run()
+			sp.End(nil)
+			o := waitOverrun(t, overruns, tc.span, func(o snapshot.Overrun) bool { return !o.StillRunning })
+			w, n := sampled(o, tc.fn, tc.offCPU)
+			t.Logf("%s: %v over %v, %d samples in %s covering %v; overrun: %s", tc.span, time.Duration(o.DurationNs), budget, n, tc.fn, time.Duration(w), describe([]snapshot.Overrun{o}))
+			if n == 0 {
+				t.Fatalf("no %s sample names %s: %s", map[bool]string{false: "on-CPU", true: "off-CPU"}[tc.offCPU], tc.fn, describe([]snapshot.Overrun{o}))
+			}
+			// Sampling begins within a scan (20ms) of the budget and
+			// covers the rest: at least half the duration.
+			if w < o.DurationNs/2 {
+				t.Errorf("samples in %s cover %v of %v", tc.fn, time.Duration(w), time.Duration(o.DurationNs))
+			}
+			if hot := profile.Hottest(o.Samples, 1); len(hot) == 0 || hot[0].Frame.Function != fnPrefix+tc.fn {
+				t.Errorf("hottest frame %+v, want %s", hot, tc.fn)
+			}
+			// The first sample was reported at once, still running.
+			waitOverrun(t, overruns, tc.span, func(o snapshot.Overrun) bool { return o.StillRunning && hasFrame(o.UserStack, tc.fn) })
+		})
+	}
+	t.Run("stuck", func(t *testing.T) {
+		never := make(chan struct{})
+		defer close(never)
+		go func() {
+			sp := emit.Start("stuck")
+			blockOn(never)
+			sp.End(nil)
+		}()
+		o := waitOverrun(t, overruns, "stuck", func(o snapshot.Overrun) bool { return o.StillRunning })
+		if !hasFrame(o.UserStack, "blockOn") || o.DurationNs <= uint64(budget) {
+			t.Errorf("stuck span reported at %s after %v, want blockOn past %v", frameNames(o.UserStack), time.Duration(o.DurationNs), budget)
+		}
+		t.Logf("stuck span: still running after %v at %s", time.Duration(o.DurationNs), frameNames(o.UserStack))
+	})
+}
+
+// TestInflightFollowsGoroutine moves a span's goroutine from one thread to
+// another mid-span: the samples follow the goroutine (both phases are
+// sampled, on two threads), and another goroutine that spins on the threads
+// meanwhile, in no span, is never sampled as the span's.
+func TestInflightFollowsGoroutine(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs GOMAXPROCS >= 2 to run two goroutines at once")
+	}
+	_, overruns := inflightCollector(t, collector.BudgetRule{Span: "mover", Budget: 30 * time.Millisecond})
+	var stop atomic.Bool
+	var tid1, tid2, helperTid int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		tid1 = unix.Gettid()
+		sp := emit.Start("mover")
+		moverPhase1(250 * time.Millisecond)
+		runtime.UnlockOSThread()
+		// A helper takes a thread for itself, spinning: when it takes
+		// this one, the span's goroutine must move.
+		started := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			helperTid = unix.Gettid()
+			close(started)
+			helperSpin(&stop)
+		}()
+		<-started
+		for deadline := time.Now().Add(2 * time.Second); unix.Gettid() == tid1 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		tid2 = unix.Gettid()
+		moverPhase2(250 * time.Millisecond)
+		sp.End(nil)
+	}()
+	<-done
+	defer stop.Store(true)
+	if tid1 == tid2 {
+		t.Skipf("the goroutine stayed on thread %d: nothing to show", tid1)
+	}
+	t.Logf("span ran on thread %d, then %d; the helper spun on %d", tid1, tid2, helperTid)
+	o := waitOverrun(t, overruns, "mover", func(o snapshot.Overrun) bool { return !o.StillRunning })
+	w1, n1 := sampled(o, "moverPhase1", false)
+	w2, n2 := sampled(o, "moverPhase2", false)
+	t.Logf("phase 1: %d samples %v; phase 2: %d samples %v", n1, time.Duration(w1), n2, time.Duration(w2))
+	if n1 == 0 || n2 == 0 {
+		t.Errorf("samples in phase 1: %d, phase 2: %d; want both (the span's goroutine on both threads): %s", n1, n2, describe([]snapshot.Overrun{o}))
+	}
+	for _, s := range o.Samples {
+		if hasFrame(s.UserStack, "helperSpin") {
+			t.Errorf("a sample of the helper goroutine was taken as the span's: %s", frameNames(s.UserStack))
+		}
+		if !hasFrame(s.UserStack, "moverPhase1") && !hasFrame(s.UserStack, "moverPhase2") && !hasFrame(s.UserStack, "TestInflightFollowsGoroutine.func1") {
+			t.Errorf("a sample outside the span's goroutine: %s", frameNames(s.UserStack))
+		}
+	}
+}

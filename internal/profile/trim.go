@@ -1,0 +1,72 @@
+package profile
+
+import (
+	"strings"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// ownPrefixes are the functions that hand a span to the kernel: spanwatch's
+// SDKs (Go and C) and the OpenTelemetry code that ends a span and calls the
+// span processors. A stack captured when a span ends starts with them, above
+// the code that ended the span.
+var ownPrefixes = []string{
+	"github.com/spanwatch/spanwatch/emit.",
+	"github.com/spanwatch/spanwatch/emit/otel.",
+	"github.com/spanwatch/spanwatch/userevents.",
+	"go.opentelemetry.io/otel/sdk/trace.",
+	// Instrumentation libraries (otelhttp, otelgrpc, ...) end the spans
+	// they start, in their own middleware.
+	"go.opentelemetry.io/contrib/instrumentation/",
+	// include/spanwatch.h, when the compiler did not inline it.
+	"spanwatch_",
+}
+
+// glueFunctions are what the SDKs call on their way into the kernel: the
+// system call wrappers of libc and Go. They are trimmed only above an own
+// frame, never on their own.
+var gluePrefixes = []string{
+	"syscall.", "golang.org/x/sys/unix.", "internal/runtime/syscall.",
+	"runtime.entersyscall", "runtime.exitsyscall", "runtime/internal/syscall.",
+	"writev", "__writev", "__GI___writev", "syscall", "__syscall",
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsOwnFrame reports whether f is a frame of the code that hands a span to
+// spanwatch (the span SDKs, the OpenTelemetry SDK's span ending), which
+// TrimOwn leaves out of the top of a stack.
+func IsOwnFrame(f snapshot.Frame) bool {
+	return f.Function != "" && hasAnyPrefix(f.Function, ownPrefixes)
+}
+
+// TrimOwn returns frames (innermost first) without the frames at the top
+// that belong to spanwatch's span SDKs and to the OpenTelemetry SDK ending
+// the span (and the system call wrappers they call), so that the first
+// frame is the code that ended the span. It returns the number of frames
+// left out. frames itself is not modified: the raw record keeps them.
+func TrimOwn(frames []snapshot.Frame) ([]snapshot.Frame, int) {
+	last := -1
+	for i, f := range frames {
+		switch {
+		case IsOwnFrame(f):
+			last = i
+		case f.Function != "" && hasAnyPrefix(f.Function, gluePrefixes):
+			// Trimmed only when an own frame follows.
+		default:
+			return frames[last+1:], last + 1
+		}
+	}
+	if last == len(frames)-1 && last >= 0 {
+		// Nothing but own frames: keep them rather than show nothing.
+		return frames, 0
+	}
+	return frames[last+1:], last + 1
+}

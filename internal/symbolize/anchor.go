@@ -1,0 +1,246 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// An Anchor is a code address in a binary that spanwatch traces: a USDT
+// probe site or the span SDK's marker, where a uprobe fires. A stack taken
+// there starts with the anchor's run-time address, so the difference to
+// its address in the file is the binary's load bias in that process:
+// frames inside the binary can be named without the process's maps, after
+// it exited (a short-lived fork, a backend that ends its session).
+type Anchor struct {
+	// Path names the binary in frames (its base name, as in maps).
+	Path string
+	// Open is where to open it, when not Path (/proc/PID/exe, say).
+	Open string
+	// Addr is the site's address in the file's own terms (the ELF
+	// virtual address USDT notes and symbols give).
+	Addr uint64
+}
+
+// anchorMod is a binary with anchors, open for as long as the Symbolizer.
+type anchorMod struct {
+	mod   *module
+	pie   bool     // ET_DYN: loaded anywhere, page-aligned
+	addrs []uint64 // its anchors
+	exec  [][2]uint64
+}
+
+// AddAnchor keeps a traced binary open and remembers one of its probe
+// sites, so that User names frames in it for processes that exited before
+// they were captured. Adding a site twice is harmless.
+func (s *Symbolizer) AddAnchor(a Anchor) error {
+	open := a.Open
+	if open == "" {
+		open = a.Path
+	}
+	f, err := os.Open(open)
+	if err != nil {
+		return fmt.Errorf("anchor %s: %w", a.Path, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return fmt.Errorf("anchor %s: %w", a.Path, err)
+	}
+	key := fileKey{dev: uint64(st.Dev), inode: st.Ino}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		f.Close()
+		return ErrClosed
+	}
+	if am := s.anchors[key]; am != nil {
+		f.Close()
+		for _, x := range am.addrs {
+			if x == a.Addr {
+				return nil
+			}
+		}
+		am.addrs = append(am.addrs, a.Addr)
+		return nil
+	}
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("anchor %s: %w", a.Path, err)
+	}
+	am := &anchorMod{mod: newModule(f, a.Path), pie: ef.Type == elf.ET_DYN, addrs: []uint64{a.Addr}}
+	am.mod.debugDirs = []string{"/usr/lib/debug"}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			am.exec = append(am.exec, [2]uint64{p.Vaddr, p.Vaddr + p.Memsz})
+		}
+	}
+	if s.anchors == nil {
+		s.anchors = map[fileKey]*anchorMod{}
+	}
+	s.anchors[key] = am
+	return nil
+}
+
+// errExitedAnchored says what an anchored stack is.
+var errExitedAnchored = errors.New("the process exited before its maps were read")
+
+// fromAnchors names the frames of a stack whose process was never
+// captured, in the anchored binary whose site is the stack's first frame.
+// It returns nil when no anchor fits. s.mu is held.
+func (s *Symbolizer) fromAnchors(addrs []uint64) ([]snapshot.Frame, *anchorMod) {
+	if len(addrs) == 0 {
+		return nil, nil
+	}
+	page := uint64(os.Getpagesize())
+	var best []snapshot.Frame
+	var bestMod *anchorMod
+	bestNamed := 0
+	for _, am := range s.anchors {
+		for _, site := range am.addrs {
+			bias := addrs[0] - site
+			if (!am.pie && bias != 0) || (am.pie && bias%page != 0) {
+				continue
+			}
+			if err := am.mod.load(); err != nil {
+				s.log.Debug("anchor_unparsable", "path", am.mod.path, "error", err)
+				continue
+			}
+			frames, named := am.symbolize(addrs, bias)
+			if named > bestNamed {
+				best, bestMod, bestNamed = frames, am, named
+			}
+		}
+	}
+	return best, bestMod
+}
+
+// symbolize names addrs that fall in the binary's code at load bias bias.
+func (am *anchorMod) symbolize(addrs []uint64, bias uint64) ([]snapshot.Frame, int) {
+	frames := make([]snapshot.Frame, 0, len(addrs)+8)
+	named := 0
+	for i, a := range addrs {
+		f := snapshot.Frame{Addr: a}
+		pc := a - bias
+		if i > 0 {
+			pc-- // a return address: look up the call
+		}
+		inside := false
+		for _, r := range am.exec {
+			if pc >= r[0] && pc < r[1] {
+				inside = true
+			}
+		}
+		if !inside {
+			frames = append(frames, f)
+			continue
+		}
+		f.Module, f.Offset, f.BuildID = am.mod.name, a-bias, am.mod.buildID
+		res := am.mod.lookup(pc)
+		last := res[len(res)-1]
+		f.Function, f.File, f.Line = last.fn, last.file, last.line
+		for _, r := range res[:len(res)-1] {
+			g := f
+			g.Function, g.File, g.Line, g.Inlined = r.fn, r.file, r.line, true
+			frames = append(frames, g)
+		}
+		if f.Function != "" {
+			named++
+		}
+		frames = append(frames, f)
+	}
+	return frames, named
+}
+
+// Explain says why frames of a stack have no names when a binary they are
+// in has no symbol table, no Go symbol table and no separate debug file:
+// what file to install, and which package provides the binary where the
+// Debian package database tells. It returns "" when nothing is to be
+// done.
+func (s *Symbolizer) Explain(frames []snapshot.Frame) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range frames {
+		if f.Function != "" || f.BuildID == "" || seen[f.BuildID] {
+			continue
+		}
+		seen[f.BuildID] = true
+		if why, ok := s.unnamed[f.BuildID]; ok {
+			out = append(out, why)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// noteUnnamed records, for a module without symbols, what would name its
+// frames. s.mu is held; m is loaded.
+func (s *Symbolizer) noteUnnamed(m *module) {
+	if !m.noSymbols || m.buildID == "" {
+		return
+	}
+	if s.unnamed == nil {
+		s.unnamed = map[string]string{}
+	}
+	if _, ok := s.unnamed[m.buildID]; ok {
+		return
+	}
+	why := fmt.Sprintf("%s has no symbol table (stripped) and no debug file", m.name)
+	if isHex(m.buildID) && len(m.buildID) > 2 {
+		why += fmt.Sprintf(" (looked for /usr/lib/debug/.build-id/%s/%s.debug)", m.buildID[:2], m.buildID[2:])
+	}
+	why += ": its internal functions show as module+offset"
+	if pkg := s.packageOf(m.path); pkg != "" {
+		why += fmt.Sprintf("; install the debug symbols of Debian package %s (apt install %s-dbgsym, from the debian-debug archive; "+
+			"find-dbgsym-packages %s names them), or on Fedora dnf debuginfo-install", pkg, pkg, m.path)
+	} else {
+		why += "; install the debug symbols of the package that provides it (Debian and Ubuntu: its -dbgsym package, " +
+			"find-dbgsym-packages names it; Fedora: dnf debuginfo-install), or build it without stripping"
+	}
+	s.unnamed[m.buildID] = why
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// packageOf returns the Debian package that installed path, from dpkg's
+// file lists (read once per path, only for stripped binaries), or "".
+func (s *Symbolizer) packageOf(path string) string {
+	path = strings.TrimSuffix(path, " (deleted)")
+	lists, err := filepath.Glob(filepath.Join(s.cfg.DpkgInfo, "*.list"))
+	if err != nil || len(lists) == 0 {
+		return ""
+	}
+	// With a merged /usr, dpkg may list /bin/x for /usr/bin/x.
+	alias := "/usr" + path
+	if rest, ok := strings.CutPrefix(path, "/usr"); ok {
+		alias = rest
+	}
+	for _, l := range lists {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		text := "\n" + string(b)
+		if strings.Contains(text, "\n"+path+"\n") || strings.Contains(text, "\n"+alias+"\n") {
+			pkg := strings.TrimSuffix(filepath.Base(l), ".list")
+			pkg, _, _ = strings.Cut(pkg, ":") // libfoo:amd64
+			return pkg
+		}
+	}
+	return ""
+}

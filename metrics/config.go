@@ -1,0 +1,108 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/internal/duration"
+)
+
+// ParseConfig reads a rule file's metrics: section (a zero node, Kind 0,
+// when the file has none) into a Config: the classic buckets, whether to
+// export native histograms, and the series TTL.
+//
+//	metrics:
+//	  buckets: [1ms, 5ms, 25ms, 100ms, 250ms, 1s, 5s]   # classic le bounds, snapped (SnapBound)
+//	  native_histograms: true                         # the default
+//	  series_ttl: 1h                                  # the default; 0 keeps every series
+//
+// Every mistake is reported, each as "file:line:col: message".
+func ParseConfig(file string, n *yaml.Node) (Config, error) {
+	var cfg Config
+	if n == nil || n.Kind == 0 {
+		return cfg, nil
+	}
+	var errs []error
+	fail := func(at *yaml.Node, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d:%d: metrics: %s", file, at.Line, at.Column, fmt.Sprintf(format, a...)))
+	}
+	if n.Kind != yaml.MappingNode {
+		fail(n, "want a mapping with buckets, native_histograms, series_ttl")
+		return cfg, errors.Join(errs...)
+	}
+	dur := func(v *yaml.Node, what string) (time.Duration, bool) {
+		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.ShortTag() == "!!bool" {
+			fail(v, "%s must be a duration like 250ms", what)
+			return 0, false
+		}
+		d, err := duration.Parse(v.Value)
+		if err != nil {
+			fail(v, "%s: %v", what, err)
+			return 0, false
+		}
+		return d, true
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if seen[k.Value] {
+			fail(k, "%s given twice", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		switch k.Value {
+		case "buckets":
+			if v.Kind != yaml.SequenceNode {
+				fail(v, "buckets must be a list of durations, e.g. [5ms, 25ms, 100ms, 1s]")
+				continue
+			}
+			cfg.Bounds = []time.Duration{}
+			for j, b := range v.Content {
+				d, ok := dur(b, "bucket")
+				if !ok {
+					continue
+				}
+				if d <= 0 {
+					fail(b, "bucket %s: bounds must be positive", b.Value)
+					continue
+				}
+				if j > 0 && len(cfg.Bounds) > 0 && d <= cfg.Bounds[len(cfg.Bounds)-1] {
+					fail(b, "bucket %s: bounds must increase", b.Value)
+					continue
+				}
+				if len(cfg.Bounds) > 0 {
+					if i0, _ := SnapBound(cfg.Bounds[len(cfg.Bounds)-1]); i0 == mustIndex(d) {
+						fail(b, "bucket %s: within 1.09%% of the one before, both would be the same bucket boundary", b.Value)
+						continue
+					}
+				}
+				cfg.Bounds = append(cfg.Bounds, d)
+			}
+		case "native_histograms":
+			var on bool
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&on) != nil {
+				fail(v, "native_histograms must be true or false")
+				continue
+			}
+			cfg.NoNativeHistograms = !on
+		case "series_ttl":
+			if d, ok := dur(v, "series_ttl"); ok {
+				cfg.SeriesTTL = d
+				if d == 0 {
+					cfg.SeriesTTL = -1 // kept forever
+				}
+			}
+		default:
+			fail(k, "unknown key %q (want one of: buckets, native_histograms, series_ttl)", k.Value)
+		}
+	}
+	return cfg, errors.Join(errs...)
+}
+
+func mustIndex(d time.Duration) int32 {
+	i, _ := SnapBound(d)
+	return i
+}
