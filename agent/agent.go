@@ -196,6 +196,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if srcs != nil {
 		defer srcs.Close()
 	}
+	tps, err := attachTracepoints(ctx, col, cfg.Tracepoints)
+	if err != nil {
+		return err
+	}
+	if tps != nil {
+		defer tps.Close()
+	}
 	a.mu.Lock()
 	a.col = col
 	a.mu.Unlock()

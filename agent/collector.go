@@ -43,7 +43,7 @@ func applyBudgets(col *collector.Collector, rules *policy.Config) error {
 func budgetRules(rules *policy.Config) []collector.BudgetRule {
 	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
 	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack})
+		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
 	}
 	return out
 }

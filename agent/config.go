@@ -13,6 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
@@ -36,6 +37,9 @@ type Config struct {
 	Notify *notify.Config
 	// Sources are the USDT span sources of the sources: section.
 	Sources []usdt.SpanSource
+	// Tracepoints are the user_events: and eventheader: sources of the
+	// sources: section.
+	Tracepoints []tpsource.Source
 	// Metrics is the metrics: section: the exporter's classic buckets,
 	// native histograms and series TTL (a restart applies changes).
 	Metrics metrics.Config
@@ -119,6 +123,9 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 		srcs, err := usdt.ParseSources(name, sec.sources)
 		ec.add(err)
 		cfg.Sources = srcs
+		tps, err := tpsource.ParseSources(name, sec.sources)
+		ec.add(err)
+		cfg.Tracepoints = tps
 	}
 
 	if sec.webhooks != nil && sec.webhooks.Kind != 0 {
@@ -271,8 +278,9 @@ func restartChanges(running, next *Config) []RestartChange {
 			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})
 		}
 	}
-	if !sameSources(running.Sources, next.Sources) {
-		out = append(out, RestartChange{Key: "sources", Old: describeSources(running.Sources), New: describeSources(next.Sources)})
+	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) {
+		out = append(out, RestartChange{Key: "sources",
+			Old: describeSources(running.Sources, running.Tracepoints), New: describeSources(next.Sources, next.Tracepoints)})
 	}
 	switch {
 	case running.Notify == nil && next.Notify != nil:
@@ -294,6 +302,7 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Collector = running.Collector
 	out.Collector.Interval = interval
 	out.Sources = running.Sources
+	out.Tracepoints = running.Tracepoints
 	out.Metrics = running.Metrics
 	if next.Notify != nil {
 		if running.Notify == nil {
@@ -329,13 +338,23 @@ func sameSources(a, b []usdt.SpanSource) bool {
 	})
 }
 
-func describeSources(s []usdt.SpanSource) string {
-	if len(s) == 0 {
+func sameTracepoints(a, b []tpsource.Source) bool {
+	return slices.EqualFunc(a, b, func(x, y tpsource.Source) bool {
+		x.Pos, y.Pos = "", ""
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+func describeSources(s []usdt.SpanSource, t []tpsource.Source) string {
+	if len(s)+len(t) == 0 {
 		return "none"
 	}
-	names := make([]string, len(s))
+	var names []string
 	for i := range s {
-		names[i] = s[i].Describe()
+		names = append(names, s[i].Describe())
+	}
+	for i := range t {
+		names = append(names, t[i].Describe())
 	}
 	return strings.Join(names, "; ")
 }

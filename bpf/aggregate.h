@@ -70,6 +70,7 @@ enum span_source {
 	SOURCE_MARKER = 2,
 	SOURCE_USDT = 3,
 	SOURCE_EVENTHEADER = 4,
+	SOURCE_USER_EVENT_FIELDS = 5, /* any user_event, by its format's offsets */
 };
 
 /* Series kinds. */
@@ -368,6 +369,10 @@ static __always_inline __u64 span_name_id(char *name)
 		x &= ((lowest >> 7) - 1) & live;
 		w[i] = x;
 		__u64 next = (h ^ x) * 0x100000001b3ULL;
+		/* Fold the high bits down: a multiply only carries upwards, so
+		 * without this two words' bit 63 flipped together would cancel
+		 * (two names, one id). */
+		next ^= next >> 29;
 		h += (next - h) & live;
 		/* After a word with a NUL, nothing more is hashed. */
 		live &= (((z | (~z + 1)) >> 63) - 1);

@@ -209,10 +209,11 @@ type SpanwatchSpanName struct {
 type SpanwatchSpanSource uint32
 
 const (
-	SpanwatchSpanSourceSOURCE_USER_EVENTS SpanwatchSpanSource = 1
-	SpanwatchSpanSourceSOURCE_MARKER      SpanwatchSpanSource = 2
-	SpanwatchSpanSourceSOURCE_USDT        SpanwatchSpanSource = 3
-	SpanwatchSpanSourceSOURCE_EVENTHEADER SpanwatchSpanSource = 4
+	SpanwatchSpanSourceSOURCE_USER_EVENTS       SpanwatchSpanSource = 1
+	SpanwatchSpanSourceSOURCE_MARKER            SpanwatchSpanSource = 2
+	SpanwatchSpanSourceSOURCE_USDT              SpanwatchSpanSource = 3
+	SpanwatchSpanSourceSOURCE_EVENTHEADER       SpanwatchSpanSource = 4
+	SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS SpanwatchSpanSource = 5
 )
 
 type SpanwatchSpanStatus uint32

@@ -346,3 +346,35 @@ func TestCoreEvictionReusesSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreCaptureFlags checks that a budget's capture flags decide the
+// stacks of its overruns: the user stack by default, none at all with
+// capture_stack: false (no stack walk), both with kernel_stack.
+func TestCoreCaptureFlags(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 1024, HistogramCells: 4096})
+	if err := ct.c.SetBudgets([]BudgetRule{
+		{Span: "user", Budget: time.Microsecond},
+		{Span: "none", Budget: time.Microsecond, NoUserStack: true},
+		{Span: "both", Budget: time.Microsecond, KernelStack: true},
+		{Span: "kernel", Budget: time.Microsecond, NoUserStack: true, KernelStack: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ct.aggregate(t, []entry{{Name: "user", Value: 5000}, {Name: "none", Value: 5000}, {Name: "both", Value: 5000}, {Name: "kernel", Value: 5000}})
+	got := map[string]snapshot.Overrun{}
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 4 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s, _ := ct.snapshot(t)
+		for _, o := range s.Overruns {
+			got[o.Span] = o
+		}
+	}
+	for name, want := range map[string][2]bool{"user": {true, false}, "none": {false, false}, "both": {true, true}, "kernel": {false, true}} {
+		o, ok := got[name]
+		if !ok {
+			t.Fatalf("no overrun for %s", name)
+		}
+		if (len(o.UserStack) > 0) != want[0] || (len(o.KernelStack) > 0) != want[1] {
+			t.Errorf("%s: %d user frames, %d kernel frames; want user %v, kernel %v", name, len(o.UserStack), len(o.KernelStack), want[0], want[1])
+		}
+	}
+}

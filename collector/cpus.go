@@ -7,12 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
-
-const unsafeSizeofPerfAttr = unsafe.Sizeof(unix.PerfEventAttr{})
 
 // parseCPUList reads a CPU list such as "0-3,5".
 func parseCPUList(path string) ([]int, error) {

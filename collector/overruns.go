@@ -25,8 +25,9 @@ const sourceMarker = uint32(bpf.SpanwatchSpanSourceSOURCE_MARKER)
 var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENTS): "user_events",
 	sourceMarker: "marker",
-	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):        "usdt",
-	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER): "eventheader",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):              "usdt",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER):       "eventheader",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
 }
 
 // overrunReader reads overrun records from the ring buffer as they arrive.

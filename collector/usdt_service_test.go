@@ -77,7 +77,7 @@ func atoi(s string) int64 {
 }
 
 // parseSources decodes a sources: section as the agent does.
-func parseSources(t *testing.T, doc string) []usdt.SpanSource {
+func parseUSDTSources(t *testing.T, doc string) []usdt.SpanSource {
 	t.Helper()
 	var n yaml.Node
 	if err := yaml.Unmarshal([]byte(doc), &n); err != nil {
@@ -127,7 +127,7 @@ func testUSDTService(t *testing.T, bin string, cfg usdt.TracerConfig, method str
 	}
 	defer c.Close()
 	svc := startService(t, bin)
-	srcs := parseSources(t, fmt.Sprintf(`
+	srcs := parseUSDTSources(t, fmt.Sprintf(`
 sources:
   usdt:
     - binary: %[1]s
@@ -365,7 +365,7 @@ func TestUSDTMetricAndRecursion(t *testing.T) {
 	}
 	defer c.Close()
 	svc := startService(t, bin)
-	srcs := parseSources(t, fmt.Sprintf(`
+	srcs := parseUSDTSources(t, fmt.Sprintf(`
 sources:
   usdt:
     - binary: %[1]s

@@ -112,7 +112,7 @@ func TestUSDTPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	srcs := parseSources(t, fmt.Sprintf(`
+	srcs := parseUSDTSources(t, fmt.Sprintf(`
 sources:
   usdt:
     - binary: %s
@@ -221,7 +221,7 @@ func TestUSDTPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	srcs := parseSources(t, fmt.Sprintf(`
+	srcs := parseUSDTSources(t, fmt.Sprintf(`
 sources:
   usdt:
     - binary: %s

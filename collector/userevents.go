@@ -4,10 +4,11 @@ package collector
 
 import (
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/userevents"
 )
@@ -20,19 +21,26 @@ const SpanEventFormat = "spanwatch_span u64 duration_ns; u64 start_ns; u32 statu
 
 const spanEventName = "spanwatch_span"
 
+// cpuCheckInterval is how often the online CPUs are checked against the
+// perf events of user_events sources (perfSet.check): spans written on a
+// CPU that comes online are lost for at most this long.
+var cpuCheckInterval = time.Second
+
 // userEventsSource is the user_events span source: the collector's own
 // registration of the event, the BPF program on perf_tp_event, and a
-// counting perf event on the tracepoint per CPU.
+// counting perf event on the tracepoint per online CPU.
 type userEventsSource struct {
 	ev     *userevents.Event
 	id     uint32
 	prog   link.Link
 	method string
-	perf   []int
+	perf   *perfSet
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 func attachUserEvents(objs *objects, cfg Config) (_ *userEventsSource, err error) {
-	s := &userEventsSource{}
+	s := &userEventsSource{stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -50,47 +58,62 @@ func attachUserEvents(objs *objects, cfg Config) (_ *userEventsSource, err error
 		return nil, fmt.Errorf("watch user_event id %d: %w", s.id, err)
 	}
 	s.method = objs.method
-	if objs.method == "fentry" {
-		s.prog, err = link.AttachTracing(link.TracingOptions{Program: objs.tp})
-	} else {
-		s.prog, err = link.Kprobe("perf_tp_event", objs.tp, nil)
-	}
-	if err != nil {
-		err = fmt.Errorf("attach %s to perf_tp_event: %w", objs.method, err)
-	}
+	s.prog, err = attachTPProgram(objs.method, objs.tp)
 	if err != nil {
 		return nil, err
 	}
-	// perf_tp_event runs only for the CPUs with a perf event open on the
-	// tracepoint: open a counting (non-sampling) one on every CPU.
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, err
 	}
-	online := onlineCPUs(ncpu)
-	for cpu := 0; cpu < ncpu; cpu++ {
-		if !online[cpu] {
-			continue
-		}
-		attr := unix.PerfEventAttr{
-			Type:   unix.PERF_TYPE_TRACEPOINT,
-			Config: uint64(s.id),
-			Size:   uint32(unsafeSizeofPerfAttr),
-		}
-		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
-		if err != nil {
-			return nil, fmt.Errorf("open perf event on user_event %s (id %d) on cpu %d: %w", spanEventName, s.id, cpu, err)
-		}
-		s.perf = append(s.perf, fd)
+	s.perf = newPerfSet(cfg.Logger, ncpu)
+	if err := s.perf.add(s.id, spanEventName); err != nil {
+		return nil, err
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); watchCPUs(s.perf, s.stop) }()
 	return s, nil
 }
 
-func (s *userEventsSource) close() {
-	for _, fd := range s.perf {
-		unix.Close(fd)
+// attachTPProgram attaches a program on perf_tp_event by method.
+func attachTPProgram(method string, prog *ebpf.Program) (link.Link, error) {
+	var l link.Link
+	var err error
+	if method == "fentry" {
+		l, err = link.AttachTracing(link.TracingOptions{Program: prog})
+	} else {
+		l, err = link.Kprobe("perf_tp_event", prog, nil)
 	}
-	s.perf = nil
+	if err != nil {
+		return nil, fmt.Errorf("attach %s to perf_tp_event: %w", method, err)
+	}
+	return l, nil
+}
+
+// watchCPUs checks p against the online CPUs every cpuCheckInterval until
+// stop is closed.
+func watchCPUs(p *perfSet, stop <-chan struct{}) {
+	t := time.NewTicker(cpuCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			p.check()
+		}
+	}
+}
+
+func (s *userEventsSource) close() {
+	if s.stop != nil {
+		close(s.stop)
+		s.wg.Wait()
+		s.stop = nil
+	}
+	if s.perf != nil {
+		s.perf.close()
+	}
 	if s.prog != nil {
 		s.prog.Close()
 		s.prog = nil
@@ -101,21 +124,13 @@ func (s *userEventsSource) close() {
 	}
 }
 
-// onlineCPUs reads /sys/devices/system/cpu/online; every possible CPU
-// counts as online when it cannot be read.
-func onlineCPUs(n int) []bool {
-	out := make([]bool, n)
-	cpus, err := parseCPUList("/sys/devices/system/cpu/online")
-	if err != nil {
-		for i := range out {
-			out[i] = true
-		}
-		return out
+// UserEventsCPUGaps reports how many times a CPU was found without live
+// perf events on the spanwatch_span tracepoint (it came online after the
+// collector started, or went offline and back): spans written there until
+// the collector reopened them, within cpuCheckInterval, were lost.
+func (c *Collector) UserEventsCPUGaps() uint64 {
+	if c.ue == nil || c.ue.perf == nil {
+		return 0
 	}
-	for _, c := range cpus {
-		if c < n {
-			out[c] = true
-		}
-	}
-	return out
+	return c.ue.perf.statsNow().Gaps
 }

@@ -63,8 +63,11 @@ type Budget struct {
 	Span   *Glob
 	Budget time.Duration
 	// CaptureStack asks BPF to capture the user stack of a slow span
-	// (default true).
+	// (default true); false sends the overrun without a stack walk.
 	CaptureStack bool
+	// KernelStack asks BPF to capture the kernel stack too (default
+	// false): where a span blocked in the kernel.
+	KernelStack bool
 	// Alert raises an alert for each slow span, rate-limited per span
 	// (default true).
 	Alert bool
@@ -331,7 +334,7 @@ func (d *decoder) pos(n *yaml.Node) Position {
 	return Position{File: d.file, Line: n.Line, Col: n.Column}
 }
 
-var budgetKeys = []string{"span", "budget", "capture_stack", "alert", "labels", "annotations"}
+var budgetKeys = []string{"span", "budget", "capture_stack", "kernel_stack", "alert", "labels", "annotations"}
 
 func (d *decoder) budget(n *yaml.Node) *Budget {
 	b := &Budget{CaptureStack: true, Alert: true, Pos: d.pos(resolve(n))}
@@ -348,6 +351,8 @@ func (d *decoder) budget(n *yaml.Node) *Budget {
 			}
 		case "capture_stack":
 			b.CaptureStack, _ = d.boolean(v, "capture_stack")
+		case "kernel_stack":
+			b.KernelStack, _ = d.boolean(v, "kernel_stack")
 		case "alert":
 			b.Alert, _ = d.boolean(v, "alert")
 		case "labels":

@@ -39,6 +39,7 @@ func NameIDBytes(name *[NameLen]byte) uint64 {
 		}
 		h ^= x
 		h *= 0x100000001b3
+		h ^= h >> 29 // as span_name_id: high bits folded down each word
 		if last {
 			break
 		}

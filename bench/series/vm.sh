@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 declare -A read cap bytes
 for smp in 2 16; do
-	out=$(SPANWATCH_VM_SMP=$smp SPANWATCH_VM_QUIET=0 test/vm/run.sh ./test/vm/e2e -- -test.run '^TestSeriesModelScales$' 2>&1) || {
+	out=$(SPANWATCH_VM_SMP=$smp test/vm/run.sh ./test/vm/e2e -- -test.run '^TestSeriesModelScales$' 2>&1) || {
 		echo "$out" | tail -20
 		exit 1
 	}

@@ -23,6 +23,10 @@ pkgs=(./userevents ./test/vm/e2e ./include ./internal/usdt/vmtest)
 # so it gets a static build in the package's testdata.
 mkdir -p include/testdata
 gcc -static -O2 -Wall -Werror -o include/testdata/spanwatch_test.static include/test/spanwatch_test.c
+# A program that registers its own user_events with the kernel's ABI, for
+# the user_events sources (frame pointers: its stacks are walked in BPF).
+gcc -static -O2 -g -fno-omit-frame-pointer -Wall -Werror -o test/vm/e2e/testdata/uevprog.static test/vm/e2e/testdata/uevprog.c
+# A service with USDT probes, for names read by sleepable programs.
 mkdir -p internal/usdt/vmtest/testdata
 gcc -static -O2 -g -fno-omit-frame-pointer -o internal/usdt/vmtest/testdata/service.static internal/usdt/testdata/service.c
 

@@ -1,0 +1,25 @@
+//go:build linux
+
+package collector
+
+import (
+	"errors"
+	"strconv"
+)
+
+// maxLabelSets is SRC_LABELSETS - 1 in bpf/source.h: ids 1..4095.
+const maxLabelSets = 4095
+
+// AllocLabelSet gives a source with labels a label set id of its own,
+// unique in this collector, and registers ls under it (RegisterLabelSet).
+func (c *Collector) AllocLabelSet(ls LabelSet) (uint16, error) {
+	for id := uint16(1); id <= maxLabelSets; id++ {
+		if _, taken := c.reader.labelSets.LoadOrStore(id, ls); !taken {
+			return id, nil
+		}
+	}
+	return 0, errors.New("no label set id left: " + strconv.Itoa(maxLabelSets) + " sources with labels")
+}
+
+// FreeLabelSet gives a label set id back.
+func (c *Collector) FreeLabelSet(id uint16) { c.reader.labelSets.Delete(id) }
