@@ -76,7 +76,7 @@ func atoi(s string) int64 {
 	return v
 }
 
-// parseSources decodes a sources: section as the agent does.
+// parseUSDTSources decodes a sources: section as the agent does.
 func parseUSDTSources(t *testing.T, doc string) []usdt.SpanSource {
 	t.Helper()
 	var n yaml.Node
