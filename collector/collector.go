@@ -125,13 +125,15 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
-	mu         sync.Mutex // guards the read state below
-	closed     bool
-	prevMisses uint64
-	quotaSeen  map[uint64]bool // cgroups whose (other) series was logged
-	reader     *seriesReader
-	lastAt     time.Time
-	mapBytes   uint64
+	mu          sync.Mutex // guards the read state below
+	closed      bool
+	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
+	prevSource  map[string]uint64 // their counts at the last snapshot
+	prevMisses  uint64
+	quotaSeen   map[uint64]bool // cgroups whose (other) series was logged
+	reader      *seriesReader
+	lastAt      time.Time
+	mapBytes    uint64
 
 	inflight *inflightState // nil when off or unavailable
 
@@ -540,6 +542,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	c.lastAt = now
 	s.Host = hostName()
 	s.Stats.BPFMapBytes = c.mapBytes
+	c.sourceEvents(&s.Stats)
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses
 	c.prevMisses = misses

@@ -195,8 +195,16 @@ func TestUserEventFields(t *testing.T) {
 	if d := h.write(901, le64(1)); d["user_events/short"] != 1 {
 		t.Fatalf("short: %v", d)
 	}
-	if len(h.series()) != 0 {
+	s, err := h.c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seriesByName(s)) != 0 {
 		t.Fatal("refused events were aggregated")
+	}
+	// The snapshot says so, by source and reason (and /metrics after it).
+	if se := s.Stats.SourceEvents; se["user_events/bad_loc"] != 1 || se["user_events/short"] != 1 {
+		t.Fatalf("snapshot source events %v, want bad_loc 1 and short 1", se)
 	}
 }
 

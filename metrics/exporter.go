@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,12 +92,14 @@ type Exporter struct {
 	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                    prometheus.Gauge
 	readDuration, evalDuration                                                         prometheus.Histogram
 	ruleErrors                                                                         *prometheus.CounterVec
+	sourceEvents                                                                       *prometheus.CounterVec
 }
 
 // seriesDescs are the per-span metrics' descriptions for one set of label
 // names.
 type seriesDescs struct {
 	spans, errors, overBudget, duration, budget, max *prometheus.Desc
+	values                                           *prometheus.Desc // argument metrics
 }
 
 type seriesState struct {
@@ -115,6 +118,11 @@ type seriesState struct {
 	hist     []snapshot.Bucket
 	created  time.Time
 	lastSeen time.Time
+	// An argument metric (a series of Kind "metric"): its values' signed
+	// sum and the negative buckets, sorted by index (of |v|).
+	metric bool
+	sumVal int64
+	neg    []snapshot.Bucket
 }
 
 // NewExporter returns an Exporter with its collectors registered.
@@ -178,6 +186,9 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
+	e.sourceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_events_total",
+		Help: "Events of user_events and EventHeader sources that did not become a value as they should have (short, bad_loc, unpaired_end, refused EventHeader fields...), and label values keyed other, by source and reason."},
+		[]string{"source", "reason"})
 	e.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_rule_errors_total", Help: "Rule or policy evaluations that failed."}, []string{"rule"})
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -190,7 +201,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		(*spanCollector)(e),
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
-		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors,
+		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
 		buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
@@ -219,6 +230,8 @@ func (e *Exporter) descsFor(extra []string) *seriesDescs {
 			"to scrapers that negotiate protobuf, and classic buckets whose le are boundaries of those buckets, so every count is exact."),
 		budget: d("span_budget_seconds", "The span's budget, when one is set."),
 		max:    d("span_max_duration_seconds", "The longest span seen since the series began."),
+		values: d("metric_values", "Argument metrics (metric: in a source; the span label names the metric): the values' count, "+
+			"signed sum and, to scrapers that negotiate protobuf, a native histogram of schema 6 with negative buckets, exactly spanwatch's."),
 	}
 	e.descs[key] = sd
 	return sd
@@ -241,9 +254,8 @@ func sourceLabelNames(l map[string]string) []string {
 	return names
 }
 
-// Observe adds one snapshot's deltas to the cumulative metrics.
-// Argument metrics (series of Kind "metric") are not span durations and
-// are left out.
+// Observe adds one snapshot's deltas to the cumulative metrics. Argument
+// metrics (series of Kind "metric") go to spanwatch_metric_values.
 func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -254,14 +266,14 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	key := e.keyBuf[:0]
 	for i := range s.Series {
 		sr := &s.Series[i]
-		if sr.IsMetric() {
-			continue
-		}
 		var extra []string
 		if len(sr.SourceLabels) > 0 {
 			extra = sourceLabelNames(sr.SourceLabels)
 		}
 		key = key[:0]
+		if sr.IsMetric() {
+			key = append(key, 'm', 0) // apart from a span of the same name
+		}
 		// Label values must be UTF-8 (a scrape of an invalid one fails
 		// as a whole); series whose names differ only in bytes that are
 		// not are one exported series.
@@ -277,8 +289,28 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 			for _, k := range extra {
 				values = append(values, valid(sr.SourceLabels[k]))
 			}
-			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now}
+			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now, metric: sr.IsMetric()}
 			e.series[string(key)] = st
+		}
+		if st.metric {
+			st.count += sr.Count
+			st.sumVal += sr.Sum
+			st.lastSeen = now
+			var pos, neg []snapshot.Bucket
+			for _, b := range sr.Histogram {
+				switch {
+				case b.Zero:
+					st.zero += b.Count
+				case b.Negative:
+					neg = append(neg, b)
+				default:
+					pos = append(pos, b)
+				}
+			}
+			slices.SortFunc(neg, func(a, b snapshot.Bucket) int { return cmp.Compare(a.Index, b.Index) })
+			st.hist = addHistogram(st.hist, pos)
+			st.neg = addHistogram(st.neg, neg)
+			continue
 		}
 		st.count += sr.Count
 		st.errors += sr.Errors
@@ -314,6 +346,10 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.quotaOther.Add(float64(s.Stats.QuotaOther))
 	e.namesFull.Add(float64(s.Stats.NamesFull))
 	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
+	for k, v := range s.Stats.SourceEvents {
+		src, reason, _ := strings.Cut(k, "/")
+		e.sourceEvents.WithLabelValues(src, reason).Add(float64(v))
+	}
 	if s.Stats.SeriesCapacity > 0 {
 		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
 		e.seriesLive.Set(float64(s.Stats.SeriesLive))
@@ -403,7 +439,7 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	states := make([]seriesState, 0, len(e.series))
 	n := 0
 	for _, st := range e.series {
-		n += len(st.hist)
+		n += len(st.hist) + len(st.neg)
 	}
 	buckets := make([]snapshot.Bucket, 0, n)
 	for _, st := range e.series {
@@ -411,6 +447,9 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 		k := len(buckets)
 		buckets = append(buckets, st.hist...)
 		cp.hist = buckets[k:len(buckets):len(buckets)]
+		k = len(buckets)
+		buckets = append(buckets, st.neg...)
+		cp.neg = buckets[k:len(buckets):len(buckets)]
 		states = append(states, cp)
 	}
 	e.mu.Unlock()
@@ -418,6 +457,21 @@ func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
 	for i := range states {
 		st := &states[i]
 		d := st.descs
+		if st.metric {
+			total := st.zero
+			for _, b := range st.hist {
+				total += b.Count
+			}
+			for _, b := range st.neg {
+				total += b.Count
+			}
+			ch <- &durationHistogram{
+				desc: d.values, labels: prometheus.MakeLabelPairs(d.values, st.labels),
+				count: total, sumSec: float64(st.sumVal), zero: st.zero, buckets: st.hist, negative: st.neg,
+				native: e.native, created: st.created,
+			}
+			continue
+		}
 		ch <- prometheus.MustNewConstMetric(d.spans, prometheus.CounterValue, float64(st.count), st.labels...)
 		ch <- prometheus.MustNewConstMetric(d.errors, prometheus.CounterValue, float64(st.errors), st.labels...)
 		ch <- prometheus.MustNewConstMetric(d.overBudget, prometheus.CounterValue, float64(st.overBudget), st.labels...)

@@ -156,7 +156,8 @@ func TestExporterExactHistograms(t *testing.T) {
 				},
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
-					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684},
+					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
+					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
@@ -227,6 +228,10 @@ func TestExporterExactHistograms(t *testing.T) {
 				if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
+			}
+			if se := mfs["spanwatch_source_events_total"]; se == nil || se.GetMetric()[0].GetCounter().GetValue() != 3 ||
+				labelsOf(se.GetMetric()[0])["source"] != "eventheader" || labelsOf(se.GetMetric()[0])["reason"] != "bad_time" {
+				t.Errorf("spanwatch_source_events_total = %v", se)
 			}
 			for name, want := range map[string]float64{"spanwatch_series_capacity": 131072, "spanwatch_series_live": 2, "spanwatch_bpf_map_bytes": 201070684} {
 				if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {
@@ -563,4 +568,64 @@ func TestExporterAnyNameBytes(t *testing.T) {
 		t.Errorf("merged invalid names: %v spans, want 2", got)
 	}
 	find(t, mfs, "spanwatch_spans_total", long)
+}
+
+// TestExporterArgumentMetrics checks that an argument metric's values are
+// exported as spanwatch_metric_values: exact count and signed sum over two
+// windows, and a native histogram with its negative, zero and positive
+// buckets, apart from any span of the same name.
+func TestExporterArgumentMetrics(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(vals ...int64) snapshot.Series {
+		sr := snapshot.Series{Kind: snapshot.KindMetric, Span: "bytes.delta", Cgroup: "/x", Count: uint64(len(vals))}
+		for _, v := range vals {
+			sr.Sum += v
+			var b snapshot.Bucket
+			switch {
+			case v == 0:
+				b = snapshot.Bucket{Zero: true, High: 1, Count: 1}
+			case v < 0:
+				b = snapshot.ValueBucketAt(snapshot.ValueIndex(uint64(-v)), true, 1)
+			default:
+				b = snapshot.ValueBucketAt(snapshot.ValueIndex(uint64(v)), false, 1)
+			}
+			sr.Histogram = snapshot.MergeHistogram(sr.Histogram, []snapshot.Bucket{b})
+		}
+		return sr
+	}
+	span := window("bytes.delta", "/x", []uint64{1e6}, 0, 0)
+	e.Observe(&snapshot.Snapshot{Time: time.Now(), Series: []snapshot.Series{mk(-5, 0, 12, -5), span}})
+	e.Observe(&snapshot.Snapshot{Time: time.Now(), Series: []snapshot.Series{mk(1 << 40)}})
+	for _, protobuf := range []bool{false, true} {
+		mfs := scrapeAs(t, e.Handler(), protobuf)
+		mf := mfs["spanwatch_metric_values"]
+		if mf == nil || len(mf.GetMetric()) != 1 {
+			t.Fatalf("protobuf=%v: spanwatch_metric_values = %v", protobuf, mf)
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 5 || h.GetSampleSum() != float64(-5+12-5+(1<<40)) {
+			t.Errorf("protobuf=%v: count %d sum %v, want 5 and %v", protobuf, h.GetSampleCount(), h.GetSampleSum(), float64(-5+12-5+(1<<40)))
+		}
+		if protobuf {
+			var neg, pos int64
+			for _, d := range h.GetNegativeDelta() {
+				neg += d
+			}
+			for _, d := range h.GetPositiveDelta() {
+				pos += d
+			}
+			// Deltas sum to the last bucket's count; two negative values
+			// share one bucket (-5), the positives have one each.
+			if h.GetSchema() != snapshot.HistSchema || h.GetZeroCount() != 1 || len(h.GetNegativeSpan()) != 1 || neg != 2 || pos != 1 {
+				t.Errorf("native form: schema %d zero %d negative spans %v (deltas sum %d) positive deltas sum %d",
+					h.GetSchema(), h.GetZeroCount(), h.GetNegativeSpan(), neg, pos)
+			}
+		}
+		if got := find(t, mfs, "spanwatch_spans_total", "bytes.delta").GetCounter().GetValue(); got != 1 {
+			t.Errorf("the span of the same name: %v spans, want 1", got)
+		}
+	}
 }

@@ -70,9 +70,12 @@ type durationHistogram struct {
 	sumSec  float64
 	zero    uint64
 	buckets []snapshot.Bucket // cumulative, sorted, positive buckets only
-	classic *classicBounds    // nil: no classic buckets
-	native  bool
-	created time.Time
+	// negative holds an argument metric's negative buckets (of |v|),
+	// sorted by index; none for durations.
+	negative []snapshot.Bucket
+	classic  *classicBounds // nil: no classic buckets
+	native   bool
+	created  time.Time
 }
 
 func (h *durationHistogram) Desc() *prometheus.Desc { return h.desc }
@@ -105,7 +108,8 @@ func (h *durationHistogram) Write(m *dto.Metric) error {
 		hist.ZeroThreshold = proto.Float64(prometheus.DefNativeHistogramZeroThreshold)
 		hist.ZeroCount = proto.Uint64(h.zero)
 		hist.PositiveSpan, hist.PositiveDelta = spansAndDeltas(h.buckets)
-		if len(hist.PositiveSpan) == 0 && h.zero == 0 {
+		hist.NegativeSpan, hist.NegativeDelta = spansAndDeltas(h.negative)
+		if len(hist.PositiveSpan) == 0 && len(hist.NegativeSpan) == 0 && h.zero == 0 {
 			// An empty native histogram still says it is one.
 			hist.PositiveSpan = []*dto.BucketSpan{{Offset: proto.Int32(0), Length: proto.Uint32(0)}}
 		}

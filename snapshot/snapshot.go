@@ -219,6 +219,12 @@ type Stats struct {
 	// NamesFull counts new series whose name did not fit in the kernel's
 	// names map (they show as name#ID).
 	NamesFull uint64 `json:"names_full,omitempty"`
+	// SourceEvents counts, by "source/reason", the events of user_events
+	// and EventHeader sources that did not become a value as they should
+	// have (short, bad_loc, unpaired_end, a refused EventHeader field...)
+	// and label values keyed "other" (label_other): never guessed, always
+	// counted.
+	SourceEvents map[string]uint64 `json:"source_events,omitempty"`
 	// RecursionMisses counts program runs the kernel skipped because a
 	// BPF program was already running on that CPU: spans lost.
 	RecursionMisses uint64 `json:"recursion_misses,omitempty"`
