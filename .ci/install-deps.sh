@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing spanwatch needs on a Debian machine:
 # clang and libbpf headers (go generate ./bpf/...), the USDT header and
-# bpftrace (USDT tests and benchmarks), qemu, busybox and the kernel source
+# bpftrace (USDT tests and benchmarks), PostgreSQL 15 and CPython 3.11 (USDT
+# tests against programs we did not write), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
 # (capability tests), zsh (the completion script's test) and Chromium (the
@@ -11,6 +12,7 @@ set -euo pipefail
 
 pkgs=(
 	clang llvm libbpf-dev bpftool bpftrace systemtap-sdt-dev
+	postgresql-15 postgresql-client-15 python3.11
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh

@@ -6,4 +6,4 @@ package bpf
 //
 //	go generate ./bpf/...
 //
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target amd64 -type usdt_spec -type usdt_arg_spec -type usdt_source -type usdt_test_record -type usdt_ip_key -type usdt_inflight_key Usdt usdt.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target amd64 -type usdt_spec -type usdt_arg_spec -type usdt_source -type usdt_test_record -type usdt_ip_key -type usdt_inflight_key -type usdt_name_key -type usdt_name_request -type usdt_task_spans -type task_span_names -type task_span -type usdt_counter -type usdt_source_flags -type task_spans_sizes -type task_span_flags -type src_pred -type src_term -type src_labels -type src_operands -type src_counter -type span_name Usdt usdt.bpf.c

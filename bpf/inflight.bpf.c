@@ -46,6 +46,7 @@
 
 #include "aggregate.h"
 #include "inflight.h"
+#include "task_spans.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -115,25 +116,32 @@ struct {
 } inflight_parked SEC(".maps");
 
 /*
- * The spans paired by thread in task storage. The layout and the map are
- * usdt.bpf.c's (USDT_TASK_SLOTS, struct usdt_task_spans); the collector
- * loads this object with a MapReplacement for usdt_task_start.
+ * The spans paired by thread in task storage: a stack of open spans per
+ * thread (task_spans.h). The maps are usdt.bpf.c's; the collector loads
+ * this object with MapReplacements for usdt_task_start and usdt_task_names.
  */
-#define INFLIGHT_TASK_SLOTS 16
-
-struct inflight_task_spans {
-	__u64 start_ns[INFLIGHT_TASK_SLOTS];
-};
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct usdt_task_spans);
+} usdt_task_start SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
-	__type(value, struct inflight_task_spans);
-} usdt_task_start SEC(".maps");
+	__type(value, struct task_span_names);
+} usdt_task_names SEC(".maps");
 
-/* Per task slot: the source's span and budget, written by internal/inflight
- * from usdt_sources and budgets; budget_ns 0 means not watched. */
+/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
+#define INFLIGHT_SOURCES 1024
+
+/* Per USDT source paired by thread: its span and budget, written by
+ * internal/inflight from usdt_sources and budgets; budget_ns 0 means not
+ * watched. A source named by an argument has no name here: its spans'
+ * names come from usdt_task_names and their budgets from budgets (exact
+ * names). */
 struct inflight_slot {
 	__u64 budget_ns;
 	__u64 name_id;
@@ -145,7 +153,7 @@ struct inflight_slot {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, INFLIGHT_TASK_SLOTS);
+	__uint(max_entries, INFLIGHT_SOURCES);
 	__type(key, __u32);
 	__type(value, struct inflight_slot);
 } inflight_slots SEC(".maps");
@@ -215,11 +223,14 @@ static __always_inline int span_open(struct inflight_exec_key *k, struct infligh
 		return e->spans[i].start_ns == s->start_ns;
 	}
 	if ((w->flags & TARGET_FROM_TASK) && task) {
-		struct inflight_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		__u32 i = s->slot & (TASK_SPANS_DEPTH - 1);
 
 		if (!ts)
 			return 0;
-		return ts->start_ns[s->slot & (INFLIGHT_TASK_SLOTS - 1)] == s->start_ns;
+		/* Still on the stack (below the top), and not taken. */
+		return ((ts->pos - 1 - i) & (TASK_SPANS_DEPTH - 1)) < ts->depth &&
+		       ts->s[i].source != TASK_SPAN_TAKEN && ts->s[i].start_ns == s->start_ns;
 	}
 	return 1;
 }
@@ -358,21 +369,82 @@ int inflight_off_cpu(struct bpf_raw_tracepoint_args *ctx)
 	return sample(ctx, OVERRUN_OFF_CPU, ctx);
 }
 
+/* inflight_scan's walk of one task's stack of open spans. */
+struct scan_state {
+	struct task_struct *task;
+	struct usdt_task_spans *ts;
+	struct inflight_target *t;
+	__u64 now;
+	__u32 pos, depth;
+	__u32 n;
+};
+
+/* scan_one looks at the j-th oldest open span of the task. */
+static long scan_one(__u32 j, struct scan_state *st)
+{
+	struct usdt_task_spans *ts = st->ts;
+	struct inflight_target *t = st->t;
+	struct inflight_slot *sl;
+	__u64 budget, name_id;
+
+	if (!ts || !t || j >= st->depth || st->n >= INFLIGHT_TARGET_SPANS)
+		return 1;
+	__u32 i = (st->pos - st->depth + j) & (TASK_SPANS_DEPTH - 1);
+	__u64 start = ts->s[i].start_ns;
+	__u32 source = ts->s[i].source;
+	__u32 flags = ts->s[i].flags;
+
+	if (!start || source == TASK_SPAN_TAKEN || st->now < start)
+		return 0;
+	sl = bpf_map_lookup_elem(&inflight_slots, &source);
+	if (!sl)
+		return 0;
+	struct inflight_tspan *s = &t->spans[st->n & (INFLIGHT_TARGET_SPANS - 1)];
+	budget = sl->budget_ns;
+	name_id = sl->name_id;
+	if (flags & TASK_SPAN_NAMED) {
+		struct task_span_names *tn = bpf_task_storage_get(&usdt_task_names, st->task, 0, 0);
+		struct budget *b;
+
+		if (!tn)
+			return 0;
+		/* The target's name is the scratch buffer. */
+		__builtin_memcpy(s->name, tn->name[i].name, sizeof(s->name));
+		name_cut(s->name);
+		name_id = span_name_id(s->name);
+		b = bpf_map_lookup_elem(&budgets, &name_id);
+		budget = b ? b->budget_ns : 0;
+	}
+	if (!budget || st->now - start <= budget)
+		return 0;
+	if (!(flags & TASK_SPAN_NAMED))
+		__builtin_memcpy(s->name, sl->name, sizeof(s->name));
+	s->start_ns = start;
+	s->name_id = name_id;
+	s->budget_ns = budget;
+	s->slot = i;
+	s->source = SOURCE_USDT;
+	t->samples = sl->samples;
+	t->period_ns = sl->period_ns;
+	st->n++;
+	return 0;
+}
+
 /*
- * inflight_scan visits every task: a task whose storage holds spans over
- * their slot's budget gets an inflight_watch entry (once per span: an entry
- * for the same starts is left alone, even when its samples are used up); an
- * entry of ours whose spans all ended is removed. Task storage in tracing
- * programs and task iterators need kernel 5.11+ and BTF.
+ * inflight_scan visits every task: a task whose stack of open USDT spans
+ * holds spans over their budgets (the oldest first) gets an
+ * inflight_watch entry (once per span: an entry for the same starts is
+ * left alone, even when its samples are used up); an entry of ours whose
+ * spans all ended is removed. Task storage in tracing programs and task
+ * iterators need kernel 5.11+ and BTF.
  */
 SEC("iter/task")
 int inflight_scan(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	struct inflight_task_spans *ts;
 	struct inflight_target *w, *t;
 	struct inflight_exec_key k = {};
-	__u64 now = bpf_ktime_get_ns();
+	struct scan_state st = {};
 	__u32 n = 0, zero = 0;
 
 	if (!task)
@@ -385,32 +457,15 @@ int inflight_scan(struct bpf_iter__task *ctx)
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
 	if (w && !(w->flags & TARGET_FROM_TASK))
 		return 0; /* the watcher's own */
-	ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
-	if (ts) {
-		/* 64-bit: spilled to the stack, it keeps its bounds. */
-		for (__u64 i = 0; i < INFLIGHT_TASK_SLOTS; i++) {
-			__u32 key = i;
-			__u64 start = ts->start_ns[i];
-			struct inflight_slot *sl;
-
-			if (!start)
-				continue;
-			sl = bpf_map_lookup_elem(&inflight_slots, &key);
-			if (!sl || !sl->budget_ns || now < start || now - start <= sl->budget_ns)
-				continue;
-			if (n >= INFLIGHT_TARGET_SPANS)
-				break;
-			struct inflight_tspan *s = &t->spans[n & (INFLIGHT_TARGET_SPANS - 1)];
-			s->start_ns = start;
-			s->name_id = sl->name_id;
-			s->budget_ns = sl->budget_ns;
-			s->slot = i;
-			s->source = SOURCE_USDT;
-			__builtin_memcpy(s->name, sl->name, sizeof(s->name));
-			t->samples = sl->samples;
-			t->period_ns = sl->period_ns;
-			n++;
-		}
+	st.ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+	if (st.ts) {
+		st.task = task;
+		st.t = t;
+		st.now = bpf_ktime_get_ns();
+		st.pos = st.ts->pos;
+		st.depth = st.ts->depth;
+		bpf_loop(TASK_SPANS_DEPTH, scan_one, &st, 0);
+		n = st.n;
 	}
 	if (!n) {
 		if (w)
@@ -673,7 +728,8 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 /* Keep the types in BTF so bpf2go generates their Go mirrors. */
 const struct inflight_target *unused_inflight_target __attribute__((unused));
 const struct inflight_slot *unused_inflight_slot __attribute__((unused));
-const struct inflight_task_spans *unused_inflight_task_spans __attribute__((unused));
+const struct usdt_task_spans *unused_usdt_task_spans __attribute__((unused));
+const struct task_span *unused_task_span __attribute__((unused));
 const struct inflight_stack *unused_inflight_stack __attribute__((unused));
 const struct inflight_exec_key *unused_inflight_exec_key __attribute__((unused));
 const struct inflight_candidate *unused_inflight_candidate __attribute__((unused));

@@ -109,11 +109,6 @@ type InflightInflightTarget struct {
 	Spans    [4]InflightInflightTspan
 }
 
-type InflightInflightTaskSpans struct {
-	_       structs.HostLayout
-	StartNs [16]uint64
-}
-
 type InflightInflightTspan struct {
 	_         structs.HostLayout
 	StartNs   uint64
@@ -154,6 +149,25 @@ type InflightSpanName struct {
 	Name [128]int8
 }
 
+type InflightTaskSpan struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Source  uint32
+	Flags   uint32
+}
+
+type InflightTaskSpanNames struct {
+	_    structs.HostLayout
+	Name [17]InflightSpanName
+}
+
+type InflightUsdtTaskSpans struct {
+	_     structs.HostLayout
+	Pos   uint32
+	Depth uint32
+	S     [16]InflightTaskSpan
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -181,6 +195,7 @@ const (
 	InflightMapSeries                  = "series"
 	InflightMapSeriesDirty             = "series_dirty"
 	InflightMapSeriesIndex             = "series_index"
+	InflightMapUsdtTaskNames           = "usdt_task_names"
 	InflightMapUsdtTaskStart           = "usdt_task_start"
 	InflightProgInflightBlocked        = "inflight_blocked"
 	InflightProgInflightList           = "inflight_list"
@@ -192,7 +207,8 @@ const (
 	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
 	InflightVarUnusedInflightStack     = "unused_inflight_stack"
 	InflightVarUnusedInflightTarget    = "unused_inflight_target"
-	InflightVarUnusedInflightTaskSpans = "unused_inflight_task_spans"
+	InflightVarUnusedTaskSpan          = "unused_task_span"
+	InflightVarUnusedUsdtTaskSpans     = "unused_usdt_task_spans"
 )
 
 // LoadInflight returns the embedded CollectionSpec for Inflight.
@@ -271,6 +287,7 @@ type InflightMapSpecs struct {
 	Series          *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty     *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex     *ebpf.MapSpec `ebpf:"series_index"`
+	UsdtTaskNames   *ebpf.MapSpec `ebpf:"usdt_task_names"`
 	UsdtTaskStart   *ebpf.MapSpec `ebpf:"usdt_task_start"`
 }
 
@@ -283,7 +300,8 @@ type InflightVariableSpecs struct {
 	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
 	UnusedInflightStack     *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
-	UnusedInflightTaskSpans *ebpf.VariableSpec `ebpf:"unused_inflight_task_spans"`
+	UnusedTaskSpan          *ebpf.VariableSpec `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans     *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightObjects contains all objects after they have been loaded into the kernel.
@@ -329,6 +347,7 @@ type InflightMaps struct {
 	Series          *ebpf.Map `ebpf:"series"`
 	SeriesDirty     *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex     *ebpf.Map `ebpf:"series_index"`
+	UsdtTaskNames   *ebpf.Map `ebpf:"usdt_task_names"`
 	UsdtTaskStart   *ebpf.Map `ebpf:"usdt_task_start"`
 }
 
@@ -357,6 +376,7 @@ func (m *InflightMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.UsdtTaskNames,
 		m.UsdtTaskStart,
 	)
 }
@@ -370,7 +390,8 @@ type InflightVariables struct {
 	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
 	UnusedInflightStack     *ebpf.Variable `ebpf:"unused_inflight_stack"`
 	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
-	UnusedInflightTaskSpans *ebpf.Variable `ebpf:"unused_inflight_task_spans"`
+	UnusedTaskSpan          *ebpf.Variable `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans     *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightPrograms contains all programs after they have been loaded into the kernel.

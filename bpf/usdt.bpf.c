@@ -2,26 +2,53 @@
 //go:build ignore
 
 /*
- * Spans from USDT probes. Each configured span source (internal/usdt
- * SpanSource) is a slot in usdt_sources; each call site of its probes is a
- * spec in usdt_specs (see usdt.h) whose source field points at that slot.
+ * Spans and argument metrics from USDT probes. Each configured source
+ * (internal/usdt SpanSource) is a slot in usdt_sources; each call site of
+ * its probes is a spec in usdt_specs (see usdt.h) whose source field points
+ * at that slot.
  *
  *  - usdt_start / usdt_end: a start probe and an end probe, paired in the
- *    kernel by thread or by an argument (a request id) through
- *    usdt_inflight. The end hands the span to span_aggregate().
- *  - usdt_single: one probe that carries the span's duration in an argument.
+ *    kernel by thread (a stack per thread in task storage, task_spans.h,
+ *    so nested and recursive pairs pair right) or by an argument (a request
+ *    id) through usdt_inflight. The end evaluates the source's error
+ *    predicate and labels over its own arguments and hands the span to the
+ *    core (series_aggregate).
+ *  - usdt_single: one probe that carries the span's duration in an
+ *    argument (or none: spans of duration 0, counted), or a metric value.
+ *  - usdt_start_s / usdt_single_s: the same, sleepable (uprobe.s, kernel
+ *    6.0+; uprobe.multi.s on 6.6+), for sources named by a string argument:
+ *    a sleepable program may fault in the page the string is on, which
+ *    bpf_probe_read_user_str cannot (gcc's -z separate-code puts string
+ *    literals in a .rodata segment that is often not resident). They use
+ *    the bpf_copy_from_user_str kfunc (6.12+) where the kernel has it,
+ *    else fault the page in with bpf_copy_from_user and read again.
+ *  - A name that cannot be read (no sleepable uprobes, or a bad pointer)
+ *    is looked up in usdt_names, where the collector writes the names it
+ *    read through /proc/PID/mem; failing that the span is counted under a
+ *    placeholder naming the process and address, "(name@ADDR.TGID)", and
+ *    the collector is asked (usdt_name_requests) to read it: it reports
+ *    the placeholder's series under the name it read, or as
+ *    "(unreadable name)". No span is dropped for its name.
  *  - usdt_test_args: test only. Fetches every argument of the site into a
  *    ring buffer record, so tests can compare them with what the traced
  *    program passed.
  *
+ * The fast paths: a start of a source paired by thread with a fixed name,
+ * and its end when the source has no error predicate, labels or metric,
+ * need neither spec nor arguments: the collector sets USDT_COOKIE_FAST and
+ * the source's index in the cookie.
+ *
  * This object includes aggregate.h and is loaded with MapReplacements for
  * the core's maps, so USDT spans feed the same aggregates as every source.
- * Needs kernel 5.8+ (ring buffer), 5.15+ for BPF cookies (else the IP map),
+ * Needs kernel 5.11+ (task storage in tracing programs; the core needs
+ * 5.17+ anyway), 5.15+ for BPF cookies (else the IP map and no fast path),
  * 4.20+ for semaphores (reference counters).
  */
 
 #include "aggregate.h"
+#include "source.h"
 #include "usdt.h"
+#include "task_spans.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -29,15 +56,36 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define USDT_MAX_SOURCES 1024
 #define USDT_MAX_INFLIGHT 65536
 
-/* One span source: mirrored in internal/usdt/spec.go. */
+/* usdt_source.flags */
+enum usdt_source_flags {
+	USDT_SRC_ERROR = 1,  /* the error predicate applies */
+	USDT_SRC_METRIC = 2, /* a metric: value_arg is the value */
+};
+
+/* Counters of usdt_counters: what did not go the straight way. */
+enum usdt_counter {
+	USDT_COUNTER_UNPAIRED = 0,	/* ends without an open start */
+	USDT_COUNTER_NEST_OVERFLOW = 1, /* starts that overwrote a thread's oldest open span */
+	USDT_COUNTER_NAME_FALLBACK = 2, /* names counted under a placeholder */
+	USDT_COUNTER_NAME_CACHED = 3,	/* names taken from usdt_names */
+	USDT_COUNTER_NAME_REQ_DROPS = 4, /* placeholder requests lost: ring buffer full */
+	USDT_COUNTER_NO_STORAGE = 5,	/* starts lost: task storage could not be allocated */
+	USDT_COUNTER_MAX = 8,
+};
+
+/* One source: mirrored in internal/usdt/spec.go. */
 struct usdt_source {
-	char name[SPAN_NAME_LEN]; /* the span name, unless name_arg is set */
-	__u64 name_id;	   /* span_name_id(name), computed by the collector */
-	__u8 name_arg;	   /* argument holding a pointer to the name string */
-	__u8 key_arg;	   /* pair start and end by this argument, not the thread */
-	__u8 status_arg;   /* nonzero = error */
-	__u8 duration_arg; /* usdt_single: the duration in ns */
-	__u32 _pad;
+	char name[SPAN_NAME_LEN]; /* the span or metric name, unless name_arg is set */
+	__u64 name_id;		  /* span_name_id(name), computed by the collector */
+	__u8 name_arg;		  /* argument holding a pointer to the name string */
+	__u8 key_arg;		  /* pair start and end by this argument, not the thread */
+	__u8 value_arg;		  /* usdt_single: the duration in ns, or the metric value */
+	__u8 flags;		  /* USDT_SRC_* */
+	__u16 end_args;		  /* arguments the end (or single) probe fetches: bit n is arg n */
+	__u16 _pad;
+	struct src_pred error;
+	struct src_labels labels;
+	__u32 _pad2;
 };
 
 struct {
@@ -50,7 +98,7 @@ struct {
 struct usdt_inflight_key {
 	__u32 source;
 	__u32 tgid;
-	__u64 key; /* thread id, or the key argument */
+	__u64 key; /* the key argument */
 };
 
 struct usdt_inflight {
@@ -59,8 +107,8 @@ struct usdt_inflight {
 };
 
 /*
- * Spans started and not yet ended. LRU, so starts whose end never comes (a
- * thread killed mid-request) cannot fill it.
+ * Spans paired by an argument, started and not yet ended. LRU, so starts
+ * whose end never comes (a request abandoned) cannot fill it.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -69,20 +117,7 @@ struct {
 	__type(value, struct usdt_inflight);
 } usdt_inflight SEC(".maps");
 
-/*
- * Spans paired by thread with a fixed name (the common case) keep their
- * start time in task-local storage: one slot per source, no hash map
- * update and delete per span. Sources past the slots, or keyed by an
- * argument, or named by one, use usdt_inflight. Task storage in tracing
- * programs needs kernel 5.11+; without it the collector clears
- * usdt_have_task_storage and this path is never taken (nor verified).
- */
-#define USDT_TASK_SLOTS 16
-
-struct usdt_task_spans {
-	__u64 start_ns[USDT_TASK_SLOTS];
-};
-
+/* The open spans of each thread (task_spans.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -90,16 +125,62 @@ struct {
 	__type(value, struct usdt_task_spans);
 } usdt_task_start SEC(".maps");
 
-volatile const __u32 usdt_have_task_storage = 1;
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_span_names);
+} usdt_task_names SEC(".maps");
 
-/*
- * The fast path, for sources paired by thread with a fixed name and no
- * status argument: the collector puts the source's task slot + 1 in bits
- * 32..39 of the cookie, so start needs neither spec nor source, and end
- * takes the name and its id from the source and the cgroup id from the
- * task (task_cgroup_id). Only set with cookies and task storage.
- */
-#define USDT_COOKIE_FAST_SLOT(c) (((c) >> 32) & 0xff)
+/* Names the collector read for the fallback, by process and address. */
+struct usdt_name_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct usdt_name_key);
+	__type(value, struct span_name);
+} usdt_names SEC(".maps");
+
+/* Placeholders the collector should read the name of. */
+struct usdt_name_request {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 << 10);
+} usdt_name_requests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, USDT_COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} usdt_counters SEC(".maps");
+
+/* Set by the collector before loading: the kernel has the
+ * bpf_copy_from_user_str kfunc (6.12+). */
+volatile const __u32 usdt_have_str_kfunc = 0;
+
+extern int bpf_copy_from_user_str(void *dst, __u32 dst__sz, const void *unsafe_ptr__ign, __u64 flags) __weak __ksym;
+
+/* The cookie's fast-path bit and the source index beside it. */
+#define USDT_COOKIE_FAST (1ULL << 63)
+#define USDT_COOKIE_SOURCE(c) ((__u32)((c) >> 32) & 0xffff)
+
+static __always_inline void usdt_count(__u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(&usdt_counters, &idx);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
 
 /*
  * task_cgroup_id is bpf_get_current_cgroup_id() for a task from
@@ -125,216 +206,494 @@ static __always_inline __u64 task_cgroup_id(struct task_struct *task)
 	return t->cgroups->dfl_cgrp->kn->id;
 }
 
-static __always_inline int by_task(const struct usdt_spec *spec, const struct usdt_source *src)
+/* usdt_arg_get is usdt_arg as a global function: verified once. */
+__noinline int usdt_arg_get(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 n, __u64 *res)
 {
-	return usdt_have_task_storage && src->key_arg == USDT_NO_ARG &&
-	       src->name_arg == USDT_NO_ARG && spec->source < USDT_TASK_SLOTS;
+	if (!spec || !res)
+		return -22;
+	return usdt_arg(ctx, spec, n, res);
+}
+
+/* usdt_fetch reads the arguments in mask into o. An argument that cannot
+ * be read is left out of o->ok and counted. */
+__noinline int usdt_fetch(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 mask, struct src_operands *o)
+{
+	if (!spec || !o)
+		return 0;
+	o->ok = 0;
+	o->is_signed = 0;
+	for (__u32 i = 0; i < USDT_MAX_ARGS; i++) {
+		if (!((mask >> i) & 1))
+			continue;
+		if (usdt_arg_get(ctx, spec, i, &o->v[i & (SRC_OPERANDS - 1)])) {
+			count(COUNTER_READ_ERRORS);
+			continue;
+		}
+		o->ok |= 1 << i;
+		o->is_signed |= (__u32)(spec->args[i].is_signed & 1) << i;
+	}
+	return 0;
+}
+
+/* hex writes the n low nibbles of v, most significant first. */
+static __always_inline void hex(__u8 *dst, __u64 v, int n)
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (i >= n)
+			break;
+		__u64 d = (v >> (4 * (n - 1 - i))) & 15;
+		/* '0' + d, and 39 more for a..f, where 9 - d wraps. */
+		dst[i] = '0' + d + ((9 - d) >> 63) * 39;
+	}
+}
+
+/*
+ * usdt_name_unread fills dst with the name at addr that could not be read:
+ * the collector's copy from usdt_names, else the placeholder
+ * "(name@ADDR.TGID)" (16 and 8 hex digits), asking the collector to read
+ * it. A global function: verified once.
+ */
+__noinline int usdt_name_unread(__u64 addr, struct span_name *dst)
+{
+	struct usdt_name_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .addr = addr};
+	struct span_name *cached;
+	struct usdt_name_request *r;
+
+	if (!dst)
+		return 0;
+	cached = bpf_map_lookup_elem(&usdt_names, &k);
+	if (cached) {
+		/* By words: both are 8-byte aligned (map values, and names at
+		 * multiples of 8 in them). */
+		__u64 *d = (__u64 *)dst, *c = (__u64 *)cached;
+#pragma unroll
+		for (int i = 0; i < SPAN_NAME_LEN / 8; i++)
+			d[i] = c[i];
+		usdt_count(USDT_COUNTER_NAME_CACHED);
+		return 0;
+	}
+	__u8 *n = (__u8 *)dst->name;
+	__builtin_memcpy(n, "(name@", 6);
+	hex(n + 6, addr, 16);
+	n[22] = '.';
+	hex(n + 23, k.tgid, 8);
+	n[31] = ')';
+	n[32] = 0;
+	n[SPAN_NAME_LEN - 1] = 0;
+	usdt_count(USDT_COUNTER_NAME_FALLBACK);
+	r = bpf_ringbuf_reserve(&usdt_name_requests, sizeof(*r), 0);
+	if (!r) {
+		usdt_count(USDT_COUNTER_NAME_REQ_DROPS);
+		return 0;
+	}
+	r->tgid = k.tgid;
+	r->_pad = 0;
+	r->addr = addr;
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
+/* usdt_name_id cuts a name read from user memory (name_cut), hashes it
+ * and leaves it NUL-padded. Global: verified once. */
+__noinline __u64 usdt_name_id(struct span_name *n)
+{
+	if (!n)
+		return 0;
+	name_cut(n->name);
+	return span_name_id(n->name);
+}
+
+/*
+ * read_name reads the string argument n into dst (SPAN_NAME_LEN bytes,
+ * with the byte after the first SPAN_NAME_LEN - 1 at the end, as name_cut
+ * wants). Sleepable programs can fault its page in; when the string
+ * cannot be read, usdt_name_unread names it.
+ */
+static __always_inline void read_name(struct pt_regs *ctx, const struct usdt_spec *spec, __u8 n,
+				      struct span_name *dst, int sleepable)
+{
+	__u64 ptr = 0;
+	long len;
+	char b;
+
+	if (usdt_arg_get(ctx, spec, n, &ptr)) {
+		count(COUNTER_READ_ERRORS);
+		usdt_name_unread(0, dst);
+		return;
+	}
+	if (sleepable && usdt_have_str_kfunc) {
+		len = bpf_copy_from_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr, 0);
+	} else {
+		len = bpf_probe_read_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr);
+		if (sleepable && len < 0 && bpf_copy_from_user(&b, 1, (void *)ptr) == 0) {
+			/* The page is resident now; the string may go on
+			 * into the next one. */
+			len = bpf_probe_read_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr);
+			if (len < 0 && bpf_copy_from_user(&b, 1, (void *)((ptr | 4095) + 1)) == 0)
+				len = bpf_probe_read_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr);
+		}
+	}
+	if (len < 0) {
+		usdt_name_unread(ptr, dst);
+		return;
+	}
+	/* A full buffer: name_cut needs the byte after the first 127. */
+	if (len == SPAN_NAME_LEN) {
+		long err = sleepable ? bpf_copy_from_user(&dst->name[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1)
+				     : bpf_probe_read_user(&dst->name[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1);
+		if (err)
+			dst->name[SPAN_NAME_LEN - 1] = 0;
+	}
+}
+
+/* names_get returns the current task's name slots. */
+static __always_inline struct task_span_names *names_get(int create)
+{
+	return bpf_task_storage_get(&usdt_task_names, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* spans_push opens a span of source on the thread's stack (ts), at the
+ * index *idx names; the oldest open span gives way when it is full. */
+static __always_inline void spans_push(struct usdt_task_spans *ts, __u32 idx, __u32 source, __u64 start, __u32 flags)
+{
+	struct task_span *e = &ts->s[idx & (TASK_SPANS_DEPTH - 1)];
+
+	e->start_ns = start;
+	e->source = source;
+	e->flags = flags;
+	ts->pos++;
+	if (ts->depth < TASK_SPANS_DEPTH)
+		ts->depth++;
+	else
+		usdt_count(USDT_COUNTER_NEST_OVERFLOW);
+}
+
+/* A span taken from a thread's stack. */
+struct taken {
+	__u64 start_ns;
+	__u32 idx;
+	__u32 flags;
+};
+
+/* spans_drop_taken drops the spans taken from below that are on top of
+ * the stack now. */
+static __always_inline void spans_drop_taken(struct usdt_task_spans *ts)
+{
+	__u32 pos = ts->pos, depth = ts->depth;
+
+	for (__u32 d = 0; d < TASK_SPANS_DEPTH; d++) {
+		if (!depth || ts->s[(pos - 1) & (TASK_SPANS_DEPTH - 1)].source != TASK_SPAN_TAKEN)
+			break;
+		pos--;
+		depth--;
+	}
+	ts->pos = pos;
+	ts->depth = depth;
+}
+
+/* spans_drop is spans_drop_taken as a global function. */
+__noinline int spans_drop(struct usdt_task_spans *ts)
+{
+	if (ts)
+		spans_drop_taken(ts);
+	return 0;
+}
+
+/*
+ * spans_take_deep takes the newest open span of source, marking it taken
+ * when it is below the top, and drops taken spans from the top. It returns
+ * 0 and fills t, or -1 when the thread has no open span of source. A
+ * global function: the rare path, verified once.
+ */
+__noinline int spans_take_deep(struct usdt_task_spans *ts, __u32 source, struct taken *t)
+{
+	if (!ts || !t)
+		return -1;
+	__u32 pos = ts->pos, depth = ts->depth;
+	int found = -1;
+
+	for (__u32 d = 0; d < TASK_SPANS_DEPTH; d++) {
+		if (d >= depth)
+			break;
+		__u32 i = (pos - 1 - d) & (TASK_SPANS_DEPTH - 1);
+		if (ts->s[i].source != source)
+			continue;
+		t->start_ns = ts->s[i].start_ns;
+		t->idx = i;
+		t->flags = ts->s[i].flags;
+		ts->s[i].source = TASK_SPAN_TAKEN;
+		found = 0;
+		break;
+	}
+	spans_drop_taken(ts);
+	return found;
+}
+
+/* spans_take takes the newest open span of source: the top of the stack
+ * in the common case. */
+static __always_inline int spans_take(struct usdt_task_spans *ts, __u32 source, struct taken *t)
+{
+	__u32 pos = ts->pos, depth = ts->depth;
+	__u32 top = (pos - 1) & (TASK_SPANS_DEPTH - 1);
+
+	if (!depth)
+		return -1;
+	if (ts->s[top].source != source)
+		return spans_take_deep(ts, source, t);
+	t->start_ns = ts->s[top].start_ns;
+	t->idx = top;
+	t->flags = ts->s[top].flags;
+	ts->pos = pos - 1;
+	ts->depth = depth - 1;
+	/* A span taken from below earlier may be on top now. */
+	if (depth > 1 && ts->s[(pos - 2) & (TASK_SPANS_DEPTH - 1)].source == TASK_SPAN_TAKEN)
+		spans_drop(ts);
+	return 0;
 }
 
 static __always_inline int inflight_key(struct pt_regs *ctx, const struct usdt_spec *spec,
 					const struct usdt_source *src, struct usdt_inflight_key *k)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-
 	k->source = spec->source;
-	k->tgid = pid_tgid >> 32;
-	if (src->key_arg == USDT_NO_ARG) {
-		k->key = (__u32)pid_tgid;
+	k->tgid = bpf_get_current_pid_tgid() >> 32;
+	if (usdt_arg_get(ctx, spec, src->key_arg, &k->key)) {
+		count(COUNTER_READ_ERRORS);
+		return -1;
+	}
+	return 0;
+}
+
+/* start_slow opens a span with the site's spec: by key argument, or on the
+ * thread's stack, reading its name when an argument names it. */
+static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 now, int sleepable)
+{
+	struct usdt_spec *spec = usdt_spec_from(ctx, cookie);
+	struct usdt_source *src;
+
+	if (!spec)
+		return 0;
+	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
+	if (!src)
+		return 0;
+	if (src->key_arg != USDT_NO_ARG) {
+		struct usdt_inflight_key k;
+		struct usdt_inflight *in;
+		struct usdt_inflight zero = {};
+
+		if (inflight_key(ctx, spec, src, &k))
+			return 0;
+		if (bpf_map_update_elem(&usdt_inflight, &k, &zero, BPF_ANY))
+			return 0;
+		in = bpf_map_lookup_elem(&usdt_inflight, &k);
+		if (!in)
+			return 0;
+		if (src->name_arg != USDT_NO_ARG)
+			read_name(ctx, spec, src->name_arg, (struct span_name *)in->name, sleepable);
+		in->start_ns = now;
 		return 0;
 	}
-	if (usdt_arg(ctx, spec, src->key_arg, &k->key)) {
-		count(COUNTER_READ_ERRORS);
-		return -1;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	__u32 flags = 0;
+
+	if (!ts) {
+		usdt_count(USDT_COUNTER_NO_STORAGE);
+		return 0;
 	}
+	__u32 idx = ts->pos & (TASK_SPANS_DEPTH - 1);
+	if (src->name_arg != USDT_NO_ARG) {
+		struct task_span_names *tn = names_get(1);
+		if (tn) {
+			read_name(ctx, spec, src->name_arg, &tn->name[idx], sleepable);
+			flags = TASK_SPAN_NAMED;
+		} else {
+			usdt_count(USDT_COUNTER_NO_STORAGE);
+		}
+	}
+	spans_push(ts, idx, spec->source, now, flags);
 	return 0;
 }
 
-static __always_inline int read_name(struct pt_regs *ctx, const struct usdt_spec *spec, __u8 n, char *dst)
+static __always_inline int start(struct pt_regs *ctx, int sleepable)
 {
-	__u64 ptr;
-	long len;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = usdt_cookie(ctx);
 
-	if (usdt_arg(ctx, spec, n, &ptr) ||
-	    (len = bpf_probe_read_user_str(dst, SPAN_NAME_LEN, (void *)ptr)) < 0) {
-		count(COUNTER_READ_ERRORS);
-		return -1;
+	if (cookie & USDT_COOKIE_FAST) {
+		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
+								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!ts) {
+			usdt_count(USDT_COUNTER_NO_STORAGE);
+			return 0;
+		}
+		spans_push(ts, ts->pos, USDT_COOKIE_SOURCE(cookie), now, 0);
+		return 0;
 	}
-	/* A full buffer: name_cut needs the byte after the first 127. */
-	if (len == SPAN_NAME_LEN && bpf_probe_read_user(&dst[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1))
-		dst[SPAN_NAME_LEN - 1] = 0;
-	return 0;
-}
-
-static __always_inline __u32 read_status(struct pt_regs *ctx, const struct usdt_spec *spec,
-					 const struct usdt_source *src)
-{
-	__u64 v;
-
-	if (src->status_arg == USDT_NO_ARG)
-		return SPAN_STATUS_OK;
-	if (usdt_arg(ctx, spec, src->status_arg, &v)) {
-		count(COUNTER_READ_ERRORS);
-		return SPAN_STATUS_OK;
-	}
-	return v ? SPAN_STATUS_ERROR : SPAN_STATUS_OK;
+	return start_slow(ctx, cookie, now, sleepable);
 }
 
 SEC("uprobe")
 int usdt_start(struct pt_regs *ctx)
 {
-	struct usdt_inflight_key k;
-	struct usdt_inflight in;
-	struct usdt_source *src;
-	struct usdt_spec *spec;
-
-	__u64 cookie = usdt_cookie(ctx);
-	__u32 fast = USDT_COOKIE_FAST_SLOT(cookie);
-
-	if (usdt_have_task_storage && fast) {
-		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
-								  BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (ts)
-			ts->start_ns[(fast - 1) & (USDT_TASK_SLOTS - 1)] = bpf_ktime_get_ns();
-		else
-			count(COUNTER_READ_ERRORS);
-		return 0;
-	}
-	spec = usdt_spec_from(ctx, cookie);
-	if (!spec)
-		return 0;
-	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
-	if (!src)
-		return 0;
-	if (by_task(spec, src)) {
-		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
-								  BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (!ts) {
-			count(COUNTER_READ_ERRORS);
-			return 0;
-		}
-		ts->start_ns[spec->source & (USDT_TASK_SLOTS - 1)] = bpf_ktime_get_ns();
-		return 0;
-	}
-	if (inflight_key(ctx, spec, src, &k))
-		return 0;
-	if (src->name_arg != USDT_NO_ARG) {
-		if (read_name(ctx, spec, src->name_arg, in.name))
-			return 0;
-	} else {
-		in.name[0] = 0;
-	}
-	in.start_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&usdt_inflight, &k, &in, BPF_ANY);
-	return 0;
+	return start(ctx, 0);
 }
 
-static __always_inline int usdt_end_slow(struct pt_regs *ctx, __u64 cookie, __u64 now)
+SEC("uprobe.s")
+int usdt_start_s(struct pt_regs *ctx)
 {
-	struct usdt_inflight_key k;
-	struct usdt_inflight *in;
-	struct usdt_source *src;
-	struct usdt_spec *spec;
-	struct span_event ev = {};
-
-	spec = usdt_spec_from(ctx, cookie);
-	if (!spec)
-		return 0;
-	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
-	if (!src)
-		return 0;
-	if (by_task(spec, src)) {
-		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0, 0);
-		__u32 slot = spec->source & (USDT_TASK_SLOTS - 1);
-		__u64 start;
-
-		if (!ts)
-			return 0;
-		start = ts->start_ns[slot];
-		if (!start)
-			return 0;
-		ts->start_ns[slot] = 0;
-		ev.duration_ns = now - start;
-		__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
-	} else {
-		if (inflight_key(ctx, spec, src, &k))
-			return 0;
-		in = bpf_map_lookup_elem(&usdt_inflight, &k);
-		if (!in)
-			return 0;
-		ev.duration_ns = now - in->start_ns;
-		if (src->name_arg != USDT_NO_ARG)
-			__builtin_memcpy(ev.name, in->name, sizeof(ev.name));
-		else
-			__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
-		bpf_map_delete_elem(&usdt_inflight, &k);
-	}
-	ev.status = read_status(ctx, spec, src);
-	span_aggregate(ctx, &ev, SOURCE_USDT);
-	return 0;
+	return start(ctx, 1);
 }
 
+/*
+ * finish evaluates the source's error predicate and labels over the
+ * operands (ops is NULL when the source has neither) and hands the value
+ * to the core. in carries the name, its id, the cgroup and the value.
+ */
+static __always_inline void finish(struct pt_regs *ctx, const struct usdt_source *src,
+				   const struct src_operands *ops, struct agg_in *in)
+{
+	if (ops) {
+		if (src->flags & USDT_SRC_ERROR)
+			in->error = src_pred_holds(&src->error, ops);
+		if (src->labels.labelset)
+			src_labels_apply(&src->labels, ops, &in->key);
+	}
+	in->source = SOURCE_USDT;
+	series_aggregate(ctx, in);
+}
+
+/*
+ * usdt_end ends the newest open span of the site's source on the thread's
+ * stack (or, for a source paired by a key argument, the span of that key).
+ * On the fast path (USDT_COOKIE_FAST: a source paired by thread with a
+ * fixed name, no predicate, labels or metric) it reads no spec and no
+ * argument. One call of the core, so the verifier walks it once.
+ */
 SEC("uprobe")
 int usdt_end(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = usdt_cookie(ctx);
-	__u32 fast = USDT_COOKIE_FAST_SLOT(cookie);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct usdt_inflight *inf = 0;
+	struct usdt_inflight_key k;
+	struct usdt_task_spans *ts;
+	struct src_operands ops, *opsp = 0;
+	struct usdt_source *src;
+	struct usdt_spec *spec = 0;
+	struct agg_in in = {};
+	struct taken t;
+	__u32 source;
 
-	if (usdt_have_task_storage && fast) {
-		struct task_struct *task = bpf_get_current_task_btf();
-		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
-		__u32 slot = (fast - 1) & (USDT_TASK_SLOTS - 1);
-		struct usdt_source *src;
-		struct agg_in in = {};
-		__u64 start;
-
-		if (!ts)
+	if (cookie & USDT_COOKIE_FAST) {
+		source = USDT_COOKIE_SOURCE(cookie);
+	} else {
+		spec = usdt_spec_from(ctx, cookie);
+		if (!spec)
 			return 0;
-		start = ts->start_ns[slot];
-		if (!start)
-			return 0;
-		ts->start_ns[slot] = 0;
-		/* Fast-path sources take the task slots' indexes in usdt_sources. */
-		src = bpf_map_lookup_elem(&usdt_sources, &slot);
-		if (!src)
-			return 0;
-		in.key.name_id = src->name_id;
-		in.key.cgroup_id = task_cgroup_id(task);
-		in.name = src->name;
-		in.value = now - start;
-		in.source = SOURCE_USDT;
-		series_aggregate(ctx, &in);
-		return 0;
+		source = spec->source;
 	}
-	return usdt_end_slow(ctx, cookie, now);
+	src = bpf_map_lookup_elem(&usdt_sources, &source);
+	if (!src)
+		return 0;
+	in.name = src->name;
+	in.key.name_id = src->name_id;
+	if (spec && src->key_arg != USDT_NO_ARG) {
+		if (inflight_key(ctx, spec, src, &k))
+			return 0;
+		inf = bpf_map_lookup_elem(&usdt_inflight, &k);
+		if (!inf) {
+			usdt_count(USDT_COUNTER_UNPAIRED);
+			return 0;
+		}
+		in.value = now - inf->start_ns;
+		if (src->name_arg != USDT_NO_ARG) {
+			in.name = inf->name;
+			in.key.name_id = usdt_name_id((struct span_name *)inf->name);
+		}
+	} else {
+		ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		if (!ts || spans_take(ts, source, &t)) {
+			usdt_count(USDT_COUNTER_UNPAIRED);
+			return 0;
+		}
+		in.value = now - t.start_ns;
+		if (t.flags & TASK_SPAN_NAMED) {
+			struct task_span_names *tn = names_get(0);
+			if (tn) {
+				struct span_name *n = &tn->name[t.idx & (TASK_SPANS_DEPTH - 1)];
+				in.name = n->name;
+				in.key.name_id = usdt_name_id(n);
+			}
+		}
+	}
+	in.key.cgroup_id = task_cgroup_id(task);
+	if (spec && src->end_args) {
+		__builtin_memset(&ops, 0, sizeof(ops));
+		usdt_fetch(ctx, spec, src->end_args, &ops);
+		opsp = &ops;
+	}
+	finish(ctx, src, opsp, &in);
+	if (inf)
+		bpf_map_delete_elem(&usdt_inflight, &k);
+	return 0;
 }
 
-SEC("uprobe")
-int usdt_single(struct pt_regs *ctx)
+static __always_inline int single(struct pt_regs *ctx, int sleepable)
 {
+	struct usdt_spec *spec = usdt_spec(ctx);
+	struct src_operands ops, *opsp = 0;
 	struct usdt_source *src;
-	struct usdt_spec *spec;
-	struct span_event ev = {};
+	struct agg_in in = {};
 
-	spec = usdt_spec(ctx);
 	if (!spec)
 		return 0;
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
 	if (!src)
 		return 0;
-	if (usdt_arg(ctx, spec, src->duration_arg, &ev.duration_ns)) {
-		count(COUNTER_READ_ERRORS);
-		return 0;
+	if (src->end_args) {
+		__builtin_memset(&ops, 0, sizeof(ops));
+		usdt_fetch(ctx, spec, src->end_args, &ops);
+		opsp = &ops;
+		if (src->value_arg != USDT_NO_ARG) {
+			__u32 k = src->value_arg & (SRC_OPERANDS - 1);
+			if (!((ops.ok >> k) & 1))
+				return 0; /* counted by usdt_fetch */
+			in.value = ops.v[k];
+		}
 	}
+	if (src->flags & USDT_SRC_METRIC)
+		in.key.kind = SERIES_METRIC;
+	in.name = src->name;
+	in.key.name_id = src->name_id;
 	if (src->name_arg != USDT_NO_ARG) {
-		if (read_name(ctx, spec, src->name_arg, ev.name))
+		struct task_span_names *tn = names_get(1);
+		if (!tn) {
+			usdt_count(USDT_COUNTER_NO_STORAGE);
 			return 0;
-	} else {
-		__builtin_memcpy(ev.name, src->name, sizeof(ev.name));
+		}
+		struct span_name *n = &tn->name[TASK_SPANS_DEPTH];
+		read_name(ctx, spec, src->name_arg, n, sleepable);
+		in.name = n->name;
+		in.key.name_id = usdt_name_id(n);
 	}
-	ev.status = read_status(ctx, spec, src);
-	span_aggregate(ctx, &ev, SOURCE_USDT);
+	in.key.cgroup_id = task_cgroup_id(bpf_get_current_task_btf());
+	finish(ctx, src, opsp, &in);
 	return 0;
+}
+
+SEC("uprobe")
+int usdt_single(struct pt_regs *ctx)
+{
+	return single(ctx, 0);
+}
+
+SEC("uprobe.s")
+int usdt_single_s(struct pt_regs *ctx)
+{
+	return single(ctx, 1);
 }
 
 /* Test only: every argument of the site that fired. */
@@ -384,3 +743,12 @@ const struct usdt_spec *unused_usdt_spec __attribute__((unused));
 const struct usdt_source *unused_usdt_source __attribute__((unused));
 const struct usdt_test_record *unused_usdt_test_record __attribute__((unused));
 const struct usdt_ip_key *unused_usdt_ip_key __attribute__((unused));
+const struct usdt_name_key *unused_usdt_name_key __attribute__((unused));
+const struct usdt_name_request *unused_usdt_name_request __attribute__((unused));
+const struct usdt_task_spans *unused_usdt_task_spans __attribute__((unused));
+const struct task_span_names *unused_task_span_names __attribute__((unused));
+const enum usdt_counter *unused_usdt_counter __attribute__((unused));
+const enum usdt_source_flags *unused_usdt_source_flags __attribute__((unused));
+const enum task_spans_sizes *unused_task_spans_sizes __attribute__((unused));
+const enum task_span_flags *unused_task_span_flags __attribute__((unused));
+const enum src_counter *unused_src_counter __attribute__((unused));

@@ -77,6 +77,81 @@ type UsdtSpanName struct {
 	Name [128]int8
 }
 
+type UsdtSrcCounter uint32
+
+const (
+	UsdtSrcCounterSRC_COUNTER_LABEL_OTHER  UsdtSrcCounter = 0
+	UsdtSrcCounterSRC_COUNTER_LABEL_FULL   UsdtSrcCounter = 1
+	UsdtSrcCounterSRC_COUNTER_LABEL_UNREAD UsdtSrcCounter = 2
+	UsdtSrcCounterSRC_COUNTER_MAX          UsdtSrcCounter = 4
+)
+
+type UsdtSrcLabelKey struct {
+	_        structs.HostLayout
+	Value    uint64
+	Labelset uint16
+	Label    uint8
+	Pad      [5]uint8
+}
+
+type UsdtSrcLabels struct {
+	_        structs.HostLayout
+	Labelset uint16
+	Count    uint8
+	Operand  [3]uint8
+	Pad      [2]uint8
+	Cap      uint32
+}
+
+type UsdtSrcOperands struct {
+	_        structs.HostLayout
+	V        [16]uint64
+	IsSigned uint32
+	Ok       uint32
+}
+
+type UsdtSrcPred struct {
+	_       structs.HostLayout
+	Terms   [8]UsdtSrcTerm
+	Group   [8]uint8
+	Nterms  uint8
+	Ngroups uint8
+	Pad     [6]uint8
+}
+
+type UsdtSrcTerm struct {
+	_       structs.HostLayout
+	Value   uint64
+	Operand uint8
+	Op      uint8
+	Neg     uint8
+	Pad     [5]uint8
+}
+
+type UsdtTaskSpan struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Source  uint32
+	Flags   uint32
+}
+
+type UsdtTaskSpanFlags uint32
+
+const (
+	UsdtTaskSpanFlagsTASK_SPAN_NAMED UsdtTaskSpanFlags = 1
+)
+
+type UsdtTaskSpanNames struct {
+	_    structs.HostLayout
+	Name [17]UsdtSpanName
+}
+
+type UsdtTaskSpansSizes uint32
+
+const (
+	UsdtTaskSpansSizesTASK_SPANS_DEPTH UsdtTaskSpansSizes = 16
+)
+
 type UsdtUsdtArgSpec struct {
 	_          structs.HostLayout
 	ValOff     int64
@@ -87,6 +162,18 @@ type UsdtUsdtArgSpec struct {
 	IsSigned   uint8
 	ScaleShift uint8
 }
+
+type UsdtUsdtCounter uint32
+
+const (
+	UsdtUsdtCounterUSDT_COUNTER_UNPAIRED       UsdtUsdtCounter = 0
+	UsdtUsdtCounterUSDT_COUNTER_NEST_OVERFLOW  UsdtUsdtCounter = 1
+	UsdtUsdtCounterUSDT_COUNTER_NAME_FALLBACK  UsdtUsdtCounter = 2
+	UsdtUsdtCounterUSDT_COUNTER_NAME_CACHED    UsdtUsdtCounter = 3
+	UsdtUsdtCounterUSDT_COUNTER_NAME_REQ_DROPS UsdtUsdtCounter = 4
+	UsdtUsdtCounterUSDT_COUNTER_NO_STORAGE     UsdtUsdtCounter = 5
+	UsdtUsdtCounterUSDT_COUNTER_MAX            UsdtUsdtCounter = 8
+)
 
 type UsdtUsdtInflight struct {
 	_       structs.HostLayout
@@ -108,16 +195,41 @@ type UsdtUsdtIpKey struct {
 	Ip   uint64
 }
 
-type UsdtUsdtSource struct {
-	_           structs.HostLayout
-	Name        [128]int8
-	NameId      uint64
-	NameArg     uint8
-	KeyArg      uint8
-	StatusArg   uint8
-	DurationArg uint8
-	Pad         uint32
+type UsdtUsdtNameKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Addr uint64
 }
+
+type UsdtUsdtNameRequest struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Addr uint64
+}
+
+type UsdtUsdtSource struct {
+	_        structs.HostLayout
+	Name     [128]int8
+	NameId   uint64
+	NameArg  uint8
+	KeyArg   uint8
+	ValueArg uint8
+	Flags    uint8
+	EndArgs  uint16
+	Pad      uint16
+	Error    UsdtSrcPred
+	Labels   UsdtSrcLabels
+	Pad2     uint32
+}
+
+type UsdtUsdtSourceFlags uint32
+
+const (
+	UsdtUsdtSourceFlagsUSDT_SRC_ERROR  UsdtUsdtSourceFlags = 1
+	UsdtUsdtSourceFlagsUSDT_SRC_METRIC UsdtUsdtSourceFlags = 2
+)
 
 type UsdtUsdtSpec struct {
 	_      structs.HostLayout
@@ -128,8 +240,10 @@ type UsdtUsdtSpec struct {
 }
 
 type UsdtUsdtTaskSpans struct {
-	_       structs.HostLayout
-	StartNs [16]uint64
+	_     structs.HostLayout
+	Pos   uint32
+	Depth uint32
+	S     [16]UsdtTaskSpan
 }
 
 type UsdtUsdtTestRecord struct {
@@ -145,37 +259,55 @@ type UsdtUsdtTestRecord struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	UsdtMapBudgetGlobs          = "budget_globs"
-	UsdtMapBudgets              = "budgets"
-	UsdtMapCellDirty            = "cell_dirty"
-	UsdtMapCells                = "cells"
-	UsdtMapCgCreated            = "cg_created"
-	UsdtMapCgQuota              = "cg_quota"
-	UsdtMapCgReleased           = "cg_released"
-	UsdtMapCore                 = "core"
-	UsdtMapCounters             = "counters"
-	UsdtMapFreeSlots            = "free_slots"
-	UsdtMapNames                = "names"
-	UsdtMapOverruns             = "overruns"
-	UsdtMapSeries               = "series"
-	UsdtMapSeriesDirty          = "series_dirty"
-	UsdtMapSeriesIndex          = "series_index"
-	UsdtMapUsdtInflight         = "usdt_inflight"
-	UsdtMapUsdtIpToSpec         = "usdt_ip_to_spec"
-	UsdtMapUsdtSources          = "usdt_sources"
-	UsdtMapUsdtSpecs            = "usdt_specs"
-	UsdtMapUsdtTaskStart        = "usdt_task_start"
-	UsdtMapUsdtTestEvents       = "usdt_test_events"
-	UsdtProgUsdtEnd             = "usdt_end"
-	UsdtProgUsdtSingle          = "usdt_single"
-	UsdtProgUsdtStart           = "usdt_start"
-	UsdtProgUsdtTestArgs        = "usdt_test_args"
-	UsdtVarUnusedUsdtIpKey      = "unused_usdt_ip_key"
-	UsdtVarUnusedUsdtSource     = "unused_usdt_source"
-	UsdtVarUnusedUsdtSpec       = "unused_usdt_spec"
-	UsdtVarUnusedUsdtTestRecord = "unused_usdt_test_record"
-	UsdtVarUsdtHaveCookie       = "usdt_have_cookie"
-	UsdtVarUsdtHaveTaskStorage  = "usdt_have_task_storage"
+	UsdtMapBudgetGlobs           = "budget_globs"
+	UsdtMapBudgets               = "budgets"
+	UsdtMapCellDirty             = "cell_dirty"
+	UsdtMapCells                 = "cells"
+	UsdtMapCgCreated             = "cg_created"
+	UsdtMapCgQuota               = "cg_quota"
+	UsdtMapCgReleased            = "cg_released"
+	UsdtMapCore                  = "core"
+	UsdtMapCounters              = "counters"
+	UsdtMapFreeSlots             = "free_slots"
+	UsdtMapNames                 = "names"
+	UsdtMapOverruns              = "overruns"
+	UsdtMapSeries                = "series"
+	UsdtMapSeriesDirty           = "series_dirty"
+	UsdtMapSeriesIndex           = "series_index"
+	UsdtMapSrcCounters           = "src_counters"
+	UsdtMapSrcLabelCount         = "src_label_count"
+	UsdtMapSrcLabelValues        = "src_label_values"
+	UsdtMapUsdtCounters          = "usdt_counters"
+	UsdtMapUsdtInflight          = "usdt_inflight"
+	UsdtMapUsdtIpToSpec          = "usdt_ip_to_spec"
+	UsdtMapUsdtNameRequests      = "usdt_name_requests"
+	UsdtMapUsdtNames             = "usdt_names"
+	UsdtMapUsdtSources           = "usdt_sources"
+	UsdtMapUsdtSpecs             = "usdt_specs"
+	UsdtMapUsdtTaskNames         = "usdt_task_names"
+	UsdtMapUsdtTaskStart         = "usdt_task_start"
+	UsdtMapUsdtTestEvents        = "usdt_test_events"
+	UsdtProgUsdtEnd              = "usdt_end"
+	UsdtProgUsdtSingle           = "usdt_single"
+	UsdtProgUsdtSingleS          = "usdt_single_s"
+	UsdtProgUsdtStart            = "usdt_start"
+	UsdtProgUsdtStartS           = "usdt_start_s"
+	UsdtProgUsdtTestArgs         = "usdt_test_args"
+	UsdtVarUnusedSrcCounter      = "unused_src_counter"
+	UsdtVarUnusedTaskSpanFlags   = "unused_task_span_flags"
+	UsdtVarUnusedTaskSpanNames   = "unused_task_span_names"
+	UsdtVarUnusedTaskSpansSizes  = "unused_task_spans_sizes"
+	UsdtVarUnusedUsdtCounter     = "unused_usdt_counter"
+	UsdtVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
+	UsdtVarUnusedUsdtNameKey     = "unused_usdt_name_key"
+	UsdtVarUnusedUsdtNameRequest = "unused_usdt_name_request"
+	UsdtVarUnusedUsdtSource      = "unused_usdt_source"
+	UsdtVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
+	UsdtVarUnusedUsdtSpec        = "unused_usdt_spec"
+	UsdtVarUnusedUsdtTaskSpans   = "unused_usdt_task_spans"
+	UsdtVarUnusedUsdtTestRecord  = "unused_usdt_test_record"
+	UsdtVarUsdtHaveCookie        = "usdt_have_cookie"
+	UsdtVarUsdtHaveStrKfunc      = "usdt_have_str_kfunc"
 )
 
 // LoadUsdt returns the embedded CollectionSpec for Usdt.
@@ -222,7 +354,9 @@ type UsdtSpecs struct {
 type UsdtProgramSpecs struct {
 	UsdtEnd      *ebpf.ProgramSpec `ebpf:"usdt_end"`
 	UsdtSingle   *ebpf.ProgramSpec `ebpf:"usdt_single"`
+	UsdtSingleS  *ebpf.ProgramSpec `ebpf:"usdt_single_s"`
 	UsdtStart    *ebpf.ProgramSpec `ebpf:"usdt_start"`
+	UsdtStartS   *ebpf.ProgramSpec `ebpf:"usdt_start_s"`
 	UsdtTestArgs *ebpf.ProgramSpec `ebpf:"usdt_test_args"`
 }
 
@@ -230,39 +364,55 @@ type UsdtProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtMapSpecs struct {
-	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
-	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells          *ebpf.MapSpec `ebpf:"cells"`
-	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
-	Core           *ebpf.MapSpec `ebpf:"core"`
-	Counters       *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
-	Names          *ebpf.MapSpec `ebpf:"names"`
-	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
-	Series         *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
-	UsdtInflight   *ebpf.MapSpec `ebpf:"usdt_inflight"`
-	UsdtIpToSpec   *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
-	UsdtSources    *ebpf.MapSpec `ebpf:"usdt_sources"`
-	UsdtSpecs      *ebpf.MapSpec `ebpf:"usdt_specs"`
-	UsdtTaskStart  *ebpf.MapSpec `ebpf:"usdt_task_start"`
-	UsdtTestEvents *ebpf.MapSpec `ebpf:"usdt_test_events"`
+	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
+	Cells            *ebpf.MapSpec `ebpf:"cells"`
+	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	Core             *ebpf.MapSpec `ebpf:"core"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots        *ebpf.MapSpec `ebpf:"free_slots"`
+	Names            *ebpf.MapSpec `ebpf:"names"`
+	Overruns         *ebpf.MapSpec `ebpf:"overruns"`
+	Series           *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty      *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
+	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
+	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
+	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
+	UsdtCounters     *ebpf.MapSpec `ebpf:"usdt_counters"`
+	UsdtInflight     *ebpf.MapSpec `ebpf:"usdt_inflight"`
+	UsdtIpToSpec     *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
+	UsdtNameRequests *ebpf.MapSpec `ebpf:"usdt_name_requests"`
+	UsdtNames        *ebpf.MapSpec `ebpf:"usdt_names"`
+	UsdtSources      *ebpf.MapSpec `ebpf:"usdt_sources"`
+	UsdtSpecs        *ebpf.MapSpec `ebpf:"usdt_specs"`
+	UsdtTaskNames    *ebpf.MapSpec `ebpf:"usdt_task_names"`
+	UsdtTaskStart    *ebpf.MapSpec `ebpf:"usdt_task_start"`
+	UsdtTestEvents   *ebpf.MapSpec `ebpf:"usdt_test_events"`
 }
 
 // UsdtVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtVariableSpecs struct {
-	UnusedUsdtIpKey      *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtSource     *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
-	UnusedUsdtSpec       *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTestRecord *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie       *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
-	UsdtHaveTaskStorage  *ebpf.VariableSpec `ebpf:"usdt_have_task_storage"`
+	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
+	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames   *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
+	UnusedTaskSpansSizes  *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtCounter     *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec        *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans   *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord  *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie        *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
+	UsdtHaveStrKfunc      *ebpf.VariableSpec `ebpf:"usdt_have_str_kfunc"`
 }
 
 // UsdtObjects contains all objects after they have been loaded into the kernel.
@@ -285,27 +435,34 @@ func (o *UsdtObjects) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtMaps struct {
-	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
-	Budgets        *ebpf.Map `ebpf:"budgets"`
-	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
-	Cells          *ebpf.Map `ebpf:"cells"`
-	CgCreated      *ebpf.Map `ebpf:"cg_created"`
-	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased     *ebpf.Map `ebpf:"cg_released"`
-	Core           *ebpf.Map `ebpf:"core"`
-	Counters       *ebpf.Map `ebpf:"counters"`
-	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
-	Names          *ebpf.Map `ebpf:"names"`
-	Overruns       *ebpf.Map `ebpf:"overruns"`
-	Series         *ebpf.Map `ebpf:"series"`
-	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
-	UsdtInflight   *ebpf.Map `ebpf:"usdt_inflight"`
-	UsdtIpToSpec   *ebpf.Map `ebpf:"usdt_ip_to_spec"`
-	UsdtSources    *ebpf.Map `ebpf:"usdt_sources"`
-	UsdtSpecs      *ebpf.Map `ebpf:"usdt_specs"`
-	UsdtTaskStart  *ebpf.Map `ebpf:"usdt_task_start"`
-	UsdtTestEvents *ebpf.Map `ebpf:"usdt_test_events"`
+	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
+	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
+	Cells            *ebpf.Map `ebpf:"cells"`
+	CgCreated        *ebpf.Map `ebpf:"cg_created"`
+	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	Core             *ebpf.Map `ebpf:"core"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	FreeSlots        *ebpf.Map `ebpf:"free_slots"`
+	Names            *ebpf.Map `ebpf:"names"`
+	Overruns         *ebpf.Map `ebpf:"overruns"`
+	Series           *ebpf.Map `ebpf:"series"`
+	SeriesDirty      *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
+	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
+	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
+	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
+	UsdtCounters     *ebpf.Map `ebpf:"usdt_counters"`
+	UsdtInflight     *ebpf.Map `ebpf:"usdt_inflight"`
+	UsdtIpToSpec     *ebpf.Map `ebpf:"usdt_ip_to_spec"`
+	UsdtNameRequests *ebpf.Map `ebpf:"usdt_name_requests"`
+	UsdtNames        *ebpf.Map `ebpf:"usdt_names"`
+	UsdtSources      *ebpf.Map `ebpf:"usdt_sources"`
+	UsdtSpecs        *ebpf.Map `ebpf:"usdt_specs"`
+	UsdtTaskNames    *ebpf.Map `ebpf:"usdt_task_names"`
+	UsdtTaskStart    *ebpf.Map `ebpf:"usdt_task_start"`
+	UsdtTestEvents   *ebpf.Map `ebpf:"usdt_test_events"`
 }
 
 func (m *UsdtMaps) Close() error {
@@ -325,10 +482,17 @@ func (m *UsdtMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SrcCounters,
+		m.SrcLabelCount,
+		m.SrcLabelValues,
+		m.UsdtCounters,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
+		m.UsdtNameRequests,
+		m.UsdtNames,
 		m.UsdtSources,
 		m.UsdtSpecs,
+		m.UsdtTaskNames,
 		m.UsdtTaskStart,
 		m.UsdtTestEvents,
 	)
@@ -338,12 +502,21 @@ func (m *UsdtMaps) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtVariables struct {
-	UnusedUsdtIpKey      *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtSource     *ebpf.Variable `ebpf:"unused_usdt_source"`
-	UnusedUsdtSpec       *ebpf.Variable `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTestRecord *ebpf.Variable `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie       *ebpf.Variable `ebpf:"usdt_have_cookie"`
-	UsdtHaveTaskStorage  *ebpf.Variable `ebpf:"usdt_have_task_storage"`
+	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
+	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames   *ebpf.Variable `ebpf:"unused_task_span_names"`
+	UnusedTaskSpansSizes  *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtCounter     *ebpf.Variable `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec        *ebpf.Variable `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans   *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord  *ebpf.Variable `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie        *ebpf.Variable `ebpf:"usdt_have_cookie"`
+	UsdtHaveStrKfunc      *ebpf.Variable `ebpf:"usdt_have_str_kfunc"`
 }
 
 // UsdtPrograms contains all programs after they have been loaded into the kernel.
@@ -352,7 +525,9 @@ type UsdtVariables struct {
 type UsdtPrograms struct {
 	UsdtEnd      *ebpf.Program `ebpf:"usdt_end"`
 	UsdtSingle   *ebpf.Program `ebpf:"usdt_single"`
+	UsdtSingleS  *ebpf.Program `ebpf:"usdt_single_s"`
 	UsdtStart    *ebpf.Program `ebpf:"usdt_start"`
+	UsdtStartS   *ebpf.Program `ebpf:"usdt_start_s"`
 	UsdtTestArgs *ebpf.Program `ebpf:"usdt_test_args"`
 }
 
@@ -360,7 +535,9 @@ func (p *UsdtPrograms) Close() error {
 	return _UsdtClose(
 		p.UsdtEnd,
 		p.UsdtSingle,
+		p.UsdtSingleS,
 		p.UsdtStart,
+		p.UsdtStartS,
 		p.UsdtTestArgs,
 	)
 }

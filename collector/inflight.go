@@ -71,7 +71,7 @@ func (c *Collector) watchUSDT(tr *usdt.Tracer) {
 	if c.inflight == nil {
 		return
 	}
-	err := c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start")})
+	err := c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names")})
 	if err != nil {
 		c.log.Warn("inflight_usdt_unavailable", "error", err, "effect", "USDT spans running past their budget are not sampled")
 	}

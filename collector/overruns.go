@@ -116,6 +116,9 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 		StillRunning: stillRunning,
 		Source:       sourceNames[r.Source],
 	}
+	if o.series != nil {
+		ov.Span, _ = o.series.resolveName(ov.Span)
+	}
 	if r.Labelset != 0 && o.series != nil {
 		ov.SourceLabels = o.series.labels(r.Labelset, r.Labels[:], r.Other)
 	}

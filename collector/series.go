@@ -129,6 +129,7 @@ type seriesReader struct {
 	maps        []*mapping
 	seriesMax   uint32
 	labelSets   sync.Map // uint16 -> LabelSet
+	resolvers   atomic.Pointer[nameResolvers]
 	names       map[uint64]string
 	pruned      map[uint64]string // names of pruned ids, in case one comes back
 	otherNameID uint64
@@ -141,6 +142,7 @@ type seriesReader struct {
 	nameRefs    map[uint64]int // series and quarantined slots per name id
 	quarantine  []quarantined
 	budgets     *budgetTable
+	resolved    map[string]bool // names given by resolvers: their series may need merging
 	prevCount   [bpf.SpanwatchCounterCOUNTER_MAX]uint64
 	lastRead    time.Time
 }
@@ -221,6 +223,13 @@ func (r *seriesReader) nameOf(id uint64) string {
 		return fmt.Sprintf("name#%016x", id)
 	}
 	n := snapshot.NameString(int8Bytes(v.Name[:]))
+	if m, ok := r.resolveName(n); ok {
+		n = m
+		if r.resolved == nil {
+			r.resolved = map[string]bool{}
+		}
+		r.resolved[n] = true
+	}
 	r.names[id] = n
 	return n
 }
@@ -325,6 +334,9 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		s.Series = append(s.Series, sr)
 		h := st.acc.hist[:0]
 		st.acc = winAcc{hist: h}
+	}
+	if len(r.resolved) > 0 {
+		s.Series = mergeSeries(s.Series, window, r.resolved)
 	}
 	for i := range s.Series {
 		s.Stats.Events += s.Series[i].Count

@@ -116,19 +116,21 @@ func TestUSDTCgroupMove(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		attach func(*Collector, []usdt.SpanSource) (*usdt.Tracer, error)
+		attach func(*Collector, []usdt.SpanSource, int) (*usdt.Tracer, error)
 	}{
 		// Thread-paired with a fixed name and no status: the fast path.
-		{"fast", func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+		{"fast", func(c *Collector, srcs []usdt.SpanSource, _ int) (*usdt.Tracer, error) {
 			return c.AttachUSDT(context.Background(), srcs)
 		}},
-		// The hash map path, with the helper.
-		{"no-task-storage", func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoTaskStorage: true})
+		// Without cookies: the spec from the IP map (one process of a
+		// PIE binary), no fast path.
+		{"no-cookies", func(c *Collector, srcs []usdt.SpanSource, pid int) (*usdt.Tracer, error) {
+			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoCookies: true})
 			if err != nil {
 				return nil, err
 			}
 			for _, s := range srcs {
+				s.Binary, s.PID = "", pid
 				if err := tr.Add(context.Background(), s); err != nil {
 					tr.Close()
 					return nil, err
@@ -157,7 +159,7 @@ func TestUSDTCgroupMove(t *testing.T) {
 			tr, err := tc.attach(c, []usdt.SpanSource{{
 				Binary: prog, Span: "cgmove", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
 				Start: usdt.ProbeRef{Provider: "cg", Name: "start"}, End: usdt.ProbeRef{Provider: "cg", Name: "done"},
-			}})
+			}}, cmd.Process.Pid)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,21 +11,33 @@ import (
 )
 
 // AttachUSDT loads the USDT object (bpf/usdt.bpf.c) beside the core, sharing
-// the core's maps, and attaches every source: spans from USDT probes then
-// reach the same aggregates, budgets and overrun records as spans from the
-// SDK. The caller closes the returned tracer before the collector. A source
-// that fails to attach is reported and the others are kept; the error joins
-// the failures.
+// the core's maps, and attaches every source: spans and argument metrics
+// from USDT probes then reach the same aggregates, budgets and overrun
+// records as spans from the SDK. Sources with labels get a label set of
+// their own (AllocLabelSet); names the kernel could not read are resolved
+// by the tracer (AddNameResolver). The caller closes the returned tracer
+// before the collector. A source that fails to attach is reported and the
+// others are kept; the error joins the failures.
 func (c *Collector) AttachUSDT(ctx context.Context, sources []usdt.SpanSource) (*usdt.Tracer, error) {
-	tr, err := usdt.NewTracer(usdt.TracerConfig{
-		Logger:        c.log,
-		Maps:          c.Maps(),
-		ProcRoot:      c.cfg.ProcRoot,
-		NoUprobeMulti: c.cfg.NoUprobeMulti,
-	})
+	return c.AttachUSDTWith(ctx, usdt.TracerConfig{}, sources)
+}
+
+// AttachUSDTWith is AttachUSDT with tracer options (Logger, Maps,
+// ProcRoot, NoUprobeMulti and LabelSet are the collector's).
+func (c *Collector) AttachUSDTWith(ctx context.Context, cfg usdt.TracerConfig, sources []usdt.SpanSource) (*usdt.Tracer, error) {
+	cfg.Logger = c.log
+	cfg.Maps = c.Maps()
+	cfg.ProcRoot = c.cfg.ProcRoot
+	cfg.NoUprobeMulti = cfg.NoUprobeMulti || c.cfg.NoUprobeMulti
+	cfg.LabelSet = func(names []string, signed []bool) (uint16, error) {
+		return c.AllocLabelSet(LabelSet{Names: names, Signed: signed})
+	}
+	tr, err := usdt.NewTracer(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %w", err)
 	}
+	c.AddNameResolver(tr.ResolveName)
+	c.log.Info("usdt_loaded", "uprobes", tr.UprobeMethod(), "names", tr.NameMethod())
 	var errs []error
 	for _, s := range sources {
 		if err := tr.Add(ctx, s); err != nil {

@@ -91,20 +91,24 @@ func TestUSDTSpans(t *testing.T) {
 			return tr, nil
 		})
 	})
-	// As on kernels before 5.11: thread-paired spans through the hash map.
-	t.Run("no-task-storage", func(t *testing.T) {
+	// As on kernels without sleepable uprobes (before 6.0): names read
+	// by ordinary programs, and through /proc/PID/mem by the tracer when
+	// their page is not resident.
+	t.Run("no-sleepable", func(t *testing.T) {
 		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoTaskStorage: true})
-			if err != nil {
-				return nil, err
+			return c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoSleepable: true}, srcs)
+		})
+	})
+	// As on kernels before 6.12: sleepable programs fault the page in
+	// with bpf_copy_from_user instead of the string kfunc.
+	t.Run("copy-from-user", func(t *testing.T) {
+		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			tr, err := c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoStrKfunc: true}, srcs)
+			if err == nil && tr.NameMethod() != "copy_from_user" {
+				tr.Close()
+				return nil, fmt.Errorf("NoStrKfunc tracer reads names with %s", tr.NameMethod())
 			}
-			for _, s := range srcs {
-				if err := tr.Add(context.Background(), s); err != nil {
-					tr.Close()
-					return nil, err
-				}
-			}
-			return tr, nil
+			return tr, err
 		})
 	})
 }

@@ -35,7 +35,7 @@ type overrunEntry struct {
 // Overrun fires an alert for one span slower than its budget, at once,
 // without waiting for the next snapshot. Its labels are alertname
 // (SpanOverBudget unless the budget entry says otherwise), span, process,
-// and container, pod, unit and cgroup where known; its annotations carry
+// the source's labels, and container, pod, unit and cgroup where known; its annotations carry
 // the duration, the budget, the trace and span ids and the top of the
 // captured stack; Alert.Overrun holds the whole record.
 //
@@ -62,6 +62,9 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		t = d.cfg.Now()
 	}
 	labels := map[string]string{"alertname": OverrunAlertName, "span": o.Span}
+	for k, v := range o.SourceLabels { // a source's labels (docs/sources.md)
+		labels[k] = v
+	}
 	for k, v := range map[string]string{"process": o.Comm, "container_id": o.ContainerID, "pod_uid": o.PodUID, "unit": o.Unit, "cgroup": o.Cgroup,
 		"namespace": o.Namespace, "pod": o.Pod, "container": o.Container} {
 		if v != "" {

@@ -420,7 +420,7 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "match", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := resolve(n)
@@ -434,6 +434,10 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			}
 		case "span":
 			r.Match.Span = d.glob(v, "span")
+		case "metric":
+			r.Match.Metric = d.glob(v, "metric")
+		case "match":
+			r.Match.Labels = d.labelMatchers(v)
 		case "cgroup":
 			r.Match.Cgroup = d.glob(v, "cgroup")
 		case "container":
@@ -452,7 +456,11 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			r.Match.Process = d.glob(v, "process")
 		case "when":
 			if s, ok := d.name(v, "when"); ok {
-				c, err := ParseCondition(s)
+				parse := ParseCondition
+				if hasKey(rn, "metric") {
+					parse = parseValueCondition // values, not durations
+				}
+				c, err := parse(s)
 				if err != nil {
 					var ce *ConditionError
 					if errors.As(err, &ce) {
@@ -487,6 +495,9 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			d.errorf(rn, "rule: missing name")
 		}
 		return nil
+	}
+	if hasKey(rn, "span") && hasKey(rn, "metric") {
+		d.errorf(rn, "rule %q: has both span and metric: a rule watches spans or an argument metric", r.Name)
 	}
 	hasWhen, hasAnomaly := hasKey(rn, "when"), hasKey(rn, "anomaly")
 	switch {

@@ -23,6 +23,9 @@ import (
 //	              "sum_ns": ..., "min_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
 //	              "max_ns": ..., "window_max_ns": ..., "over_budget": 1,
 //	              "budget_ns": 250000000, "labels": {"span": "checkout", ...}}],
+//	              (an argument metric adds "kind": "metric" and its values:
+//	              "sum", "min", "max", "p50", "p90", "p99"; a source's
+//	              labels are in "labels")
 //	  "by_span": {"checkout": [<the checkout series>], ...},
 //	  "overruns": [{"span": ..., "pid": ..., "comm": ..., "duration_ns": ...,
 //	                "budget_ns": ..., "trace_id": ..., "container": ..., ...}],
@@ -383,7 +386,7 @@ func seriesObject(s *snapshot.Series) ast.Object {
 	}
 	// Written out, not a loop over seriesFields: this is the hot path of
 	// conversion. TestSeriesFields checks the two agree field by field.
-	return ast.NewObject(
+	obj := ast.NewObject(
 		item(kSpan, strTerm(s.Span)),
 		item(kCgroupID, uintTerm(s.CgroupID)),
 		item(kCgroup, strTerm(s.Cgroup)),
@@ -409,6 +412,10 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kBudgetNs, uintTerm(s.BudgetNs)),
 		item(kLabels, ast.ObjectTerm(labels...)),
 	)
+	if s.IsMetric() {
+		addValueFields(obj, s)
+	}
+	return obj
 }
 
 func overrunObject(o *snapshot.Overrun) ast.Object {

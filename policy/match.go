@@ -16,7 +16,10 @@ func CompileGlob(pattern string) (*Glob, error) { return glob.Compile(pattern) }
 // A Matcher selects series. Every non-nil glob must match; a field a series
 // lacks (no container, say) is matched as the empty string.
 type Matcher struct {
-	Span        *Glob
+	Span *Glob
+	// Metric selects argument metrics (series of kind "metric") by
+	// name instead of spans: a matcher selects one kind or the other.
+	Metric      *Glob
 	Cgroup      *Glob
 	ContainerID *Glob
 	PodUID      *Glob
@@ -25,24 +28,35 @@ type Matcher struct {
 	Pod         *Glob
 	Container   *Glob
 	Process     *Glob
+	// Labels match label values by name (match: in a rule): a source's
+	// labels, or any of the series' other labels.
+	Labels map[string]*Glob
 }
 
 // Match reports whether the series is selected.
 func (m *Matcher) Match(s *snapshot.Series) bool {
-	return globOK(m.Span, s.Span) && m.MatchOther(s)
+	return m.MatchSpan(s.Span) && m.MatchOther(s)
 }
 
-// MatchSpan reports whether a span name is selected. With MatchOther it
-// lets an evaluator match each distinct span name once, not once per
-// series.
-func (m *Matcher) MatchSpan(span string) bool { return globOK(m.Span, span) }
+// MatchSpan reports whether a span (or metric) name is selected. With
+// MatchOther it lets an evaluator match each distinct span name once, not
+// once per series.
+func (m *Matcher) MatchSpan(span string) bool {
+	if m.Metric != nil {
+		return m.Metric.Match(span)
+	}
+	return globOK(m.Span, span)
+}
 
 // MatchOther reports whether the series' fields other than the span name
-// are selected.
+// are selected: its kind, cgroup, container, pod, unit, process and
+// labels.
 func (m *Matcher) MatchOther(s *snapshot.Series) bool {
-	return globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
+	return (m.Metric != nil) == s.IsMetric() &&
+		globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
 		globOK(m.PodUID, s.PodUID) && globOK(m.Unit, s.Unit) && globOK(m.Namespace, s.Namespace) &&
-		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process)
+		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process) &&
+		m.matchLabels(s)
 }
 
 func globOK(g *Glob, s string) bool { return g == nil || g.Match(s) }

@@ -71,9 +71,17 @@ func (m Metric) valid() bool {
 func (m Metric) IsLatency() bool { return m.unit() == unitDuration }
 
 // Value returns the metric's value for a series: durations in nanoseconds,
-// rates per second, ratios in [0, 1]. It is never NaN: an empty window
-// gives 0 for every metric.
+// rates per second, ratios in [0, 1]; for an argument metric (series of
+// kind "metric"), values in their own unit (valueOf). It is never NaN: an
+// empty window gives 0 for every metric.
 func (m Metric) Value(s *snapshot.Series) float64 {
+	if s.IsMetric() {
+		return valueOf(m, s)
+	}
+	return m.spanValue(s)
+}
+
+func (m Metric) spanValue(s *snapshot.Series) float64 {
 	switch m {
 	case MetricCount:
 		return float64(s.Count)

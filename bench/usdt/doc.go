@@ -11,6 +11,10 @@
 // on start; hist(nsecs - @s[tid]); delete(@s[tid]) on done. spanwatch runs
 // its collector core with one USDT source pairing the same probes by thread.
 //
+// BenchmarkUSDTNameRead compares, the same way, the sleepable program that
+// reads a start probe's name argument (faulting its page in when absent)
+// with the ordinary one, on a resident page and on an absent one.
+//
 // Needs root, cc with sys/sdt.h (systemtap-sdt-dev) and bpftrace; skips
 // with the reason otherwise.
 package usdtbench

@@ -77,9 +77,9 @@ func copies(b *testing.B, dir, name string) (base, sw, bt string) {
 }
 
 // runOnce runs the loop and returns its ns per start/done pair.
-func runOnce(b *testing.B, loop string) float64 {
+func runOnce(b *testing.B, loop string, args ...string) float64 {
 	b.Helper()
-	out, err := exec.Command(loop, strconv.Itoa(pairsPerRun)).Output()
+	out, err := exec.Command(loop, append([]string{strconv.Itoa(pairsPerRun)}, args...)...).Output()
 	if err != nil {
 		b.Fatalf("%s: %v", loop, err)
 	}
@@ -179,24 +179,33 @@ func bpftraceScript(loop string) string {
 usdt:%[1]s:bench:done { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }`, loop)
 }
 
-func progIDs() map[ebpf.ProgramID]bool {
-	ids := map[ebpf.ProgramID]bool{}
-	var id ebpf.ProgramID
-	for {
-		next, err := ebpf.ProgramGetNextID(id)
+// progIDsOf returns the BPF programs process pid holds open (the
+// prog_id of each fd's fdinfo): bpftrace's own, not those of another
+// tracer that happens to start at the same time.
+func progIDsOf(pid int) []ebpf.ProgramID {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, _ := os.ReadDir(dir)
+	var ids []ebpf.ProgramID
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
-			return ids
+			continue
 		}
-		ids[next] = true
-		id = next
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
+				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+					ids = append(ids, ebpf.ProgramID(id))
+				}
+			}
+		}
 	}
+	return ids
 }
 
 // attachBpftrace runs bpftrace on loop's probes. Its programs are the
-// kprobe-type programs named start and done that appeared as it attached.
+// kprobe-type programs named start and done that its process holds.
 func attachBpftrace(b *testing.B, loop string) tracer {
 	b.Helper()
-	before := progIDs()
 	cmd := exec.Command("bpftrace", "-e", bpftraceScript(loop))
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -219,10 +228,7 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	progs := map[string]*ebpf.Program{}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(progs) < 2 && time.Now().Before(deadline) {
-		for id := range progIDs() {
-			if before[id] {
-				continue
-			}
+		for _, id := range progIDsOf(cmd.Process.Pid) {
 			p, err := ebpf.NewProgramFromID(id)
 			if err != nil {
 				continue
@@ -352,5 +358,123 @@ func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 		bt.close()
 		sw.close()
 		report(b, name, f)
+	}
+}
+
+// attachNamed loads a collector core and one USDT source named by the
+// start probe's string argument (bench:nstart/bench:ndone, paired by
+// thread) on loop, reading names as cfg says.
+func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usdt.Tracer) {
+	b.Helper()
+	ctx := context.Background()
+	col, err := collector.New(ctx, collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr, err := col.AttachUSDTWith(ctx, cfg, []usdt.SpanSource{{
+		Binary: loop, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
+		Start: usdt.ProbeRef{Provider: "bench", Name: "nstart"},
+		End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
+	}})
+	if err != nil {
+		col.Close()
+		b.Fatal(err)
+	}
+	start := "usdt_start_s"
+	if tr.NameMethod() == "probe_read" {
+		start = "usdt_start"
+	}
+	var total int64
+	return tracer{
+		start: tr.Program(start),
+		done:  tr.Program("usdt_end"),
+		close: func() { tr.Close(); col.Close() },
+		spans: func() int64 {
+			snap, err := col.Snapshot()
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range snap.Series {
+				if s.Span == "bench_named" {
+					total += int64(s.Count)
+				}
+			}
+			return total
+		},
+	}, tr
+}
+
+// BenchmarkUSDTNameRead compares the two ways a start probe's name
+// argument is read, in one run: a sleepable program (uprobe.s, faulting
+// the page in when it is absent; kernel 6.0+) against an ordinary one
+// (bpf_probe_read_user_str), each tracing its own copy of the loop with
+// bench:nstart("bench_named")/bench:ndone, the copies run in turn with a
+// bare one. "resident": the loop read the name first, so this is the cost
+// of the sleepable path where nothing needs faulting. "absent": the loop
+// never reads it; the sleepable program faults the page in at the first
+// hit, the ordinary one fails every read and takes the name the tracer
+// read through /proc/PID/mem from usdt_names.
+func BenchmarkUSDTNameRead(b *testing.B) {
+	dir := requireTools(b)
+	b.Run("resident", func(b *testing.B) { benchNameRead(b, dir, "named-touched") })
+	b.Run("absent", func(b *testing.B) { benchNameRead(b, dir, "named") })
+}
+
+func benchNameRead(b *testing.B, dir, mode string) {
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Skipf("enable BPF statistics: %v", err)
+	}
+	defer st.Close()
+	for i := 0; i < b.N; i++ {
+		base, sLoop, pLoop := copies(b, dir, "loop")
+		sl, slt := attachNamed(b, sLoop, usdt.TracerConfig{})
+		method := slt.NameMethod()
+		if method == "probe_read" {
+			sl.close()
+			b.Skip("no sleepable uprobes on this kernel (6.0+)")
+		}
+		pr, prt := attachNamed(b, pLoop, usdt.TracerConfig{NoSleepable: true})
+		s0, d0 := statsOf(b, sl.start), statsOf(b, sl.done)
+		p0, q0 := statsOf(b, pr.start), statsOf(b, pr.done)
+		var bases, sls, prs, ratios []float64
+		for k := 0; k < trios; k++ {
+			var x [3]float64
+			for j := 0; j < 3; j++ {
+				switch (j + k) % 3 {
+				case 0:
+					x[0] = runOnce(b, base, mode)
+				case 1:
+					x[1] = runOnce(b, sLoop, mode)
+				case 2:
+					x[2] = runOnce(b, pLoop, mode)
+				}
+			}
+			bases, sls, prs = append(bases, x[0]), append(sls, x[1]), append(prs, x[2])
+			ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
+		}
+		s1, d1 := statsOf(b, sl.start), statsOf(b, sl.done)
+		p1, q1 := statsOf(b, pr.start), statsOf(b, pr.done)
+		for _, t := range []tracer{sl, pr} {
+			if n := t.spans(); n != pairsPerRun*trios {
+				b.Fatalf("aggregated %d spans, want %d", n, pairsPerRun*trios)
+			}
+		}
+		sst, _ := slt.Stats()
+		pst, _ := prt.Stats()
+		pr.close()
+		sl.close()
+		b.Logf("names not read by the program: sleepable %d (+%d from the tracer), ordinary %d (+%d from the tracer) of %d", sst.NameFallback, sst.NameCached, pst.NameFallback, pst.NameCached, pairsPerRun*trios)
+		sStart, pStart := sub(s1, s0).perRun(), sub(p1, p0).perRun()
+		sDone, pDone := sub(d1, d0).perRun(), sub(q1, q0).perRun()
+		bm, sm, pm := median(bases), median(sls), median(prs)
+		b.ReportMetric(sStart, "sleepable-start-ns/run")
+		b.ReportMetric(pStart, "ordinary-start-ns/run")
+		b.ReportMetric(sStart/pStart, "start-cost-ratio")
+		b.ReportMetric((sm-bm)/2, "sleepable-added-ns/hit")
+		b.ReportMetric((pm-bm)/2, "ordinary-added-ns/hit")
+		b.ReportMetric(median(ratios), "added-ratio")
+		b.Logf("start program (%s): sleepable %.0f ns/run, ordinary %.0f ns/run, ratio %.2f; done %.0f and %.0f ns/run", method, sStart, pStart, sStart/pStart, sDone, pDone)
+		b.Logf("added per probe hit: sleepable %.0f ns, ordinary %.0f ns; median per-trio ratio %.2f (bare %.1f ns per pair)", (sm-bm)/2, (pm-bm)/2, median(ratios), bm)
 	}
 }

@@ -98,7 +98,7 @@ func BenchmarkScan(b *testing.B) {
 	if m.taskStart == nil {
 		b.Skip("skipping: no task storage")
 	}
-	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, TaskStart: m.taskStart})
+	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, TaskStart: m.taskStart, TaskNames: m.taskNames})
 	if err != nil {
 		b.Skipf("skipping: %v", err)
 	}

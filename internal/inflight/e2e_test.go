@@ -79,7 +79,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 		}
 	}
 	w, err := New(Config{
-		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"),
+		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names"),
 		Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, Samples: 1,
 	})
 	if err != nil {

@@ -71,10 +71,12 @@ type Config struct {
 	// usdt_sources (see also AddUSDT).
 	Inflight *ebpf.Map
 	Sources  *ebpf.Map
-	// TaskStart is the USDT object's usdt_task_start, where spans paired
-	// by thread with a fixed name keep their start on kernels with task
-	// storage (5.11+); nil when it is not in use. A task iterator scans it.
+	// TaskStart and TaskNames are the USDT object's usdt_task_start and
+	// usdt_task_names, where spans paired by thread keep their starts (and
+	// names read from an argument) in task storage (5.11+); nil when they
+	// are not in use. A task iterator scans them.
 	TaskStart *ebpf.Map
+	TaskNames *ebpf.Map
 	// Interval is how often the in-flight spans are scanned; 100ms when
 	// zero. A stuck span is sampled within about Interval of its budget,
 	// and a blocked thread or parked goroutine once per Interval.
@@ -95,9 +97,10 @@ type Config struct {
 }
 
 // USDTMaps are the maps of a USDT tracer (internal/usdt) whose spans a
-// Watcher watches: usdt_inflight, usdt_sources and usdt_task_start.
+// Watcher watches: usdt_inflight, usdt_sources, usdt_task_start and
+// usdt_task_names.
 type USDTMaps struct {
-	Inflight, Sources, TaskStart *ebpf.Map
+	Inflight, Sources, TaskStart, TaskNames *ebpf.Map
 }
 
 // A Watcher samples threads and goroutines whose spans run past their
@@ -115,7 +118,8 @@ type Watcher struct {
 	// nil when off or not supported.
 	blocked     *ebpf.Program
 	blockedIter *link.Iter
-	slots       [taskSlots]bpf.InflightInflightSlot // as last written
+	slots       map[uint32]bpf.InflightInflightSlot // as last written, by source
+	srcBuf      []bpf.UsdtUsdtSource
 
 	mu       sync.Mutex
 	watching map[bpf.InflightInflightExecKey]identity // the targets this watcher wrote
@@ -224,7 +228,7 @@ func New(cfg Config) (*Watcher, error) {
 		}
 	}
 	if cfg.Inflight != nil {
-		if err := w.addUSDT(USDTMaps{Inflight: cfg.Inflight, Sources: cfg.Sources, TaskStart: cfg.TaskStart}); err != nil {
+		if err := w.addUSDT(USDTMaps{Inflight: cfg.Inflight, Sources: cfg.Sources, TaskStart: cfg.TaskStart, TaskNames: cfg.TaskNames}); err != nil {
 			w.Close()
 			return nil, err
 		}
@@ -278,8 +282,15 @@ func (w *Watcher) addUSDT(m USDTMaps) error {
 		// there and every span is in usdt_inflight.
 		return nil
 	}
+	if m.TaskNames == nil || m.TaskNames.Type() != ebpf.TaskStorage {
+		return errors.New("inflight watcher: usdt_task_names is required with usdt_task_start")
+	}
 	repl := mapsClone(w.repl)
 	repl["usdt_task_start"] = m.TaskStart
+	// Spans named by an argument: their names in usdt_task_names, their
+	// budgets in budgets (exact names, and globs of names seen before).
+	repl["usdt_task_names"] = m.TaskNames
+	repl["budgets"] = w.cfg.Budgets
 	task := &taskObjects{}
 	if err := w.spec.LoadAndAssign(task, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 		return fmt.Errorf("load the task iterator (needs kernel 5.11+ and BTF): %w", err)
@@ -289,7 +300,7 @@ func (w *Watcher) addUSDT(m USDTMaps) error {
 		task.Close()
 		return fmt.Errorf("attach task iterator: %w", err)
 	}
-	w.cfg.TaskStart = m.TaskStart
+	w.cfg.TaskStart, w.cfg.TaskNames = m.TaskStart, m.TaskNames
 	w.task, w.iter = task, it
 	w.repl = repl
 	if w.blocked != nil {
@@ -651,19 +662,38 @@ func (w *Watcher) scanUSDT(st *scanState) error {
 	return nil
 }
 
-// scanTasks writes each task slot's span and budget and runs the task
-// iterator, which puts threads whose spans in usdt_task_start are over
-// their budgets in inflight_watch. Slot i belongs to source i when that
-// source pairs by thread with a fixed name (usdt.bpf.c, by_task). w.mu is
-// held.
+// scanTasks writes the span and budget of each USDT source paired by
+// thread into inflight_slots and runs the task iterator, which puts
+// threads whose stack of open spans (usdt_task_start) holds spans over
+// their budgets in inflight_watch. Sources named by an argument get no
+// name or budget here: the iterator reads their names from
+// usdt_task_names and their budgets from budgets. w.mu is held.
 func (w *Watcher) scanTasks(st *scanState) error {
-	for i := uint32(0); i < taskSlots; i++ {
+	n := int(w.cfg.Sources.MaxEntries())
+	if len(w.srcBuf) != n {
+		w.srcBuf = make([]bpf.UsdtUsdtSource, n)
+	}
+	keys := make([]uint32, n)
+	var cursor ebpf.MapBatchCursor
+	got, err := w.cfg.Sources.BatchLookup(&cursor, keys, w.srcBuf, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("read usdt sources: %w", err)
+	}
+	if w.slots == nil {
+		w.slots = map[uint32]bpf.InflightInflightSlot{}
+	}
+	period := uint64(time.Second) / w.cfg.Frequency
+	for j := 0; j < got; j++ {
+		i, src := keys[j], &w.srcBuf[j]
 		var slot bpf.InflightInflightSlot
-		var src bpf.UsdtUsdtSource
-		if err := w.cfg.Sources.Lookup(i, &src); err == nil && src.Name[0] != 0 && src.KeyArg == noArg && src.NameArg == noArg {
+		switch {
+		case src.KeyArg != noArg:
+		case src.NameArg == noArg && src.Name[0] != 0:
 			id := snapshot.NameIDBytes((*[snapshot.NameLen]byte)(unsafe.Pointer(&src.Name)))
 			slot = bpf.InflightInflightSlot{BudgetNs: w.budget(st, id, &src.Name, 0), NameId: id, Samples: int32(w.cfg.Samples),
-				PeriodNs: uint64(time.Second) / w.cfg.Frequency, Name: src.Name}
+				PeriodNs: period, Name: src.Name}
+		case src.NameArg != noArg:
+			slot = bpf.InflightInflightSlot{Samples: int32(w.cfg.Samples), PeriodNs: period}
 		}
 		if slot == w.slots[i] {
 			continue
@@ -703,9 +733,6 @@ func (w *Watcher) writeParked(st *scanState) error {
 	w.parked = n
 	return nil
 }
-
-// taskSlots is USDT_TASK_SLOTS in bpf/usdt.bpf.c.
-const taskSlots = 16
 
 // Watching returns the number of threads and goroutines being sampled.
 func (w *Watcher) Watching() int {

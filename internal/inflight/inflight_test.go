@@ -28,7 +28,7 @@ import (
 // maps are the core's and the USDT object's maps the watcher works on,
 // created from the real specs.
 type maps struct {
-	inflight, sources, budgets, overruns, counters, taskStart *ebpf.Map
+	inflight, sources, budgets, overruns, counters, taskStart, taskNames *ebpf.Map
 }
 
 func newMaps(t testing.TB) maps {
@@ -63,6 +63,10 @@ func newMaps(t testing.TB) maps {
 	if mp, err := ebpf.NewMap(usdt.Maps["usdt_task_start"]); err == nil {
 		t.Cleanup(func() { mp.Close() })
 		m.taskStart = mp
+	}
+	if mp, err := ebpf.NewMap(usdt.Maps["usdt_task_names"]); err == nil {
+		t.Cleanup(func() { mp.Close() })
+		m.taskNames = mp
 	}
 	return m
 }
@@ -139,7 +143,7 @@ func TestStuckSpan(t *testing.T) {
 			pid := uint32(cmd.Process.Pid)
 
 			const span, budget = "stuck", 100 * time.Millisecond
-			src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, StatusArg: noArg, DurationArg: noArg}
+			src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, ValueArg: noArg}
 			if err := m.sources.Put(uint32(7), &src); err != nil {
 				t.Fatal(err)
 			}
@@ -160,18 +164,20 @@ func TestStuckSpan(t *testing.T) {
 				if m.taskStart == nil {
 					t.Skip("skipping: no task storage (needs kernel 5.11+)")
 				}
-				// As usdt_start does for source 7: its task slot 7.
+				// As usdt_start does for source 7: an open span on
+				// the thread's stack.
 				var err error
 				if pidfd, err = unix.PidfdOpen(int(pid), 0); err != nil {
 					t.Skipf("skipping: pidfd_open: %v", err)
 				}
 				defer unix.Close(pidfd)
-				var spans bpf.InflightInflightTaskSpans
-				spans.StartNs[7] = start
+				var spans bpf.InflightUsdtTaskSpans
+				spans.S[0] = bpf.InflightTaskSpan{StartNs: start, Source: 7}
+				spans.Pos, spans.Depth = 1, 1
 				if err := m.taskStart.Put(int32(pidfd), &spans); err != nil {
 					t.Fatal(err)
 				}
-				cfg.TaskStart = m.taskStart
+				cfg.TaskStart, cfg.TaskNames = m.taskStart, m.taskNames
 			}
 			cfg.Samples = 2
 			w, err := New(cfg)
@@ -276,7 +282,7 @@ func TestStuckSpan(t *testing.T) {
 			// the thread is forgotten; a new span would be sampled.
 			if tc.via == "map" {
 				m.inflight.Delete(&key)
-			} else if err := m.taskStart.Put(int32(pidfd), &bpf.InflightInflightTaskSpans{}); err != nil {
+			} else if err := m.taskStart.Put(int32(pidfd), &bpf.InflightUsdtTaskSpans{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Scan(); err != nil {

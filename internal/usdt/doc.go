@@ -17,8 +17,15 @@
 // kernels an instruction-pointer-to-spec hash map is the fallback.
 //
 // Spans come from probes as declared in a config file's sources: section
-// (ParseSources): a start/end pair matched in the kernel by thread or by an
-// argument, or a single probe that carries a duration. Each finished span is
-// handed to the aggregation core in bpf/aggregate.h, so budgets, rules,
-// stacks and webhooks treat it like any other span.
+// (ParseSources, which also checks sources against binaries present on the
+// machine): a start/end pair matched in the kernel by thread (a stack of
+// open spans per thread, so nesting and recursion pair right) or by an
+// argument, a single probe that carries a duration (or none), or an
+// argument metric. Error predicates, labels and metric values come from
+// the shared vocabulary of internal/srcspec and bpf/source.h. Span names
+// passed as string arguments are read by sleepable programs that can fault
+// their page in where the kernel allows it, and through /proc/PID/mem by
+// the Tracer elsewhere. Each finished span or value is handed to the
+// aggregation core in bpf/aggregate.h, so budgets, rules, stacks and
+// webhooks treat it like any other. docs/sources.md documents every option.
 package usdt

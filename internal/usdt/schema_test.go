@@ -34,17 +34,27 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - pid: 7\n      name_arg: 1\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key_arg: 0\n",
 		"sources:\n  usdt:\n    - binary: ./app\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 1\n",
 		"sources:\n  usdt: []\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: 0\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      error: \"arg0 >= 500\"\n      labels: {status: arg0}\n      label_cap: 10\n",
+		"sources:\n  usdt:\n    - binary: /x\n      metric: queue.depth\n      probe: {provider: p, probe: q}\n      value_arg: 0\n      error: arg0 < 0\n",
 	}
 	bad := []string{
 		"sources:\n  uprobes: []\n",
 		"sources:\n  usdt:\n    - span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      name_arg: 1\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n",
-		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key: process\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 12\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      key: thread\n      key_arg: 1\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      duration_arg: 0\n      colour: red\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      metric: m\n      probe: {provider: p, probe: q}\n      value_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      metric: m\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      value_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      metric: m\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      value_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      labels: {span: arg1}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      labels: {s: arg12}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      label_cap: 3\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      error: arg1 > 1\n      status_arg: 1\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

@@ -3,11 +3,16 @@ package usdt
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/internal/srcspec"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // A ProbeRef names a USDT probe.
@@ -18,9 +23,11 @@ type ProbeRef struct {
 
 func (r ProbeRef) String() string { return r.Provider + ":" + r.Name }
 
-// A SpanSource makes spans from USDT probes: either a Start/End pair, timed
-// in the kernel from one to the other, or one Probe whose DurationArg holds
-// the duration in nanoseconds.
+// A SpanSource makes spans, or an argument metric, from USDT probes:
+// either a Start/End pair, timed in the kernel from one to the other, or
+// one Probe whose DurationArg holds the duration in nanoseconds (without
+// DurationArg, each hit is a span of duration 0: counted, not timed), or,
+// with Metric, one Probe whose ValueArg is a value.
 type SpanSource struct {
 	// Binary is the executable or shared library holding the probes; all
 	// processes that run it are traced. With PID, only that process is,
@@ -33,23 +40,52 @@ type SpanSource struct {
 	// pointer to a NUL-terminated name (read at the start probe of a pair).
 	Span    string
 	NameArg int // -1: none
-	Start   ProbeRef
-	End     ProbeRef
-	Probe   ProbeRef
+	// Metric makes the source an argument metric of this name: each hit
+	// of Probe adds ValueArg's value to the series (count, signed sum,
+	// min, max, histogram).
+	Metric string
+	Start  ProbeRef
+	End    ProbeRef
+	Probe  ProbeRef
 	// KeyArg pairs start and end by an argument (a request id) present in
 	// both, instead of by thread. -1: by thread.
 	KeyArg int
 	// StatusArg is an argument (of the end probe, or the single probe)
-	// whose nonzero value marks the span as an error. -1: none.
+	// whose nonzero value marks the span as an error: the shorthand for
+	// Error "argN != 0". -1: none.
 	StatusArg int
+	// Error marks a span (or value) as an error when it holds over the
+	// arguments of the end probe or the single probe. Nil: none (or
+	// StatusArg).
+	Error *srcspec.Predicate
+	// Labels add label values from arguments of the end probe or the
+	// single probe to the series key.
+	Labels srcspec.Labels
 	// DurationArg is the single probe's argument holding the duration.
-	DurationArg int // -1: none (a pair)
+	DurationArg int // -1: none
+	// ValueArg is a metric's value argument.
+	ValueArg int // -1: none
 	// Pos is where the source is declared, "file:line:col".
 	Pos string
 }
 
 // Paired reports whether the source is a start/end pair.
-func (s *SpanSource) Paired() bool { return s.DurationArg < 0 }
+func (s *SpanSource) Paired() bool { return s.Probe.Name == "" && s.Start.Name != "" }
+
+// IsMetric reports whether the source makes an argument metric.
+func (s *SpanSource) IsMetric() bool { return s.Metric != "" }
+
+// Predicate returns the error predicate in effect: Error, or StatusArg's
+// "argN != 0", or nil.
+func (s *SpanSource) Predicate() *srcspec.Predicate {
+	if s.Error != nil {
+		return s.Error
+	}
+	if s.StatusArg >= 0 {
+		return srcspec.Nonzero("arg"+strconv.Itoa(s.StatusArg), s.StatusArg)
+	}
+	return nil
+}
 
 // Describe names the source for logs and errors.
 func (s *SpanSource) Describe() string {
@@ -64,22 +100,42 @@ func (s *SpanSource) Describe() string {
 	if name == "" {
 		name = fmt.Sprintf("name_arg %d", s.NameArg)
 	}
-	if s.Paired() {
+	switch {
+	case s.IsMetric():
+		return fmt.Sprintf("usdt metric %s (%s in %s)", s.Metric, s.Probe, where)
+	case s.Paired():
 		return fmt.Sprintf("usdt span %s (%s..%s in %s)", name, s.Start, s.End, where)
 	}
 	return fmt.Sprintf("usdt span %s (%s in %s)", name, s.Probe, where)
 }
 
-// maxSpanName is the longest span name: struct span_event has 64 bytes with
-// room for the terminating NUL.
-const maxSpanName = 63
+// maxSpanName is the longest span name: SPAN_NAME_LEN bytes with room for
+// the terminating NUL.
+const maxSpanName = snapshot.NameLen - 1
+
+// ArgResolver resolves the operands a USDT source's predicates and labels
+// name: arg0 to arg11, each the probe argument of that index.
+func ArgResolver(name string) (int, error) {
+	if n, ok := strings.CutPrefix(name, "arg"); ok {
+		if i, err := strconv.Atoi(n); err == nil && i >= 0 && i < MaxArgs && strconv.Itoa(i) == n {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown operand %s: want arg0 to arg%d (the probe's arguments)", name, MaxArgs-1)
+}
 
 // ParseSources decodes the sources: section of a config file (node is the
 // section's value; filename is for error positions and for resolving
 // relative binary paths). Unknown keys and invalid combinations are errors
 // of the form "file:line:col: message"; all of them are reported, joined.
+//
+// A source whose binary is present and readable here is also checked
+// against the binary's probes: each probe exists (a near miss gets a
+// suggestion), and every call site has the arguments the source reads.
+// Binaries that are not present (a rule file checked away from the host
+// it runs on) and pid: sources are checked when they attach.
 func ParseSources(filename string, node *yaml.Node) ([]SpanSource, error) {
-	d := &srcDecoder{file: filename}
+	d := &srcDecoder{file: filename, files: map[string]*File{}}
 	if node == nil {
 		return nil, nil
 	}
@@ -117,8 +173,9 @@ func ParseSources(filename string, node *yaml.Node) ([]SpanSource, error) {
 }
 
 type srcDecoder struct {
-	file string
-	errs []error
+	file  string
+	errs  []error
+	files map[string]*File // binaries opened for checks, by path
 }
 
 func deref(n *yaml.Node) *yaml.Node {
@@ -137,7 +194,7 @@ func (d *srcDecoder) errorf(n *yaml.Node, format string, a ...any) {
 }
 
 // mapping walks a mapping whose keys must be in keys, rejecting unknown and
-// repeated keys.
+// repeated keys (with the nearest known key as a hint).
 func (d *srcDecoder) mapping(n *yaml.Node, what string, keys []string, f func(key string, v *yaml.Node)) bool {
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, "%s must be a mapping", what)
@@ -157,7 +214,11 @@ func (d *srcDecoder) mapping(n *yaml.Node, what string, keys []string, f func(ke
 			}
 		}
 		if !known {
-			d.errorf(k, "%s: unknown key %q (known: %s)", what, k.Value, strings.Join(keys, ", "))
+			hint := ""
+			if near := srcspec.Nearest(k.Value, keys); near != "" {
+				hint = fmt.Sprintf(": did you mean %s?", near)
+			}
+			d.errorf(k, "%s: unknown key %q (known: %s)%s", what, k.Value, strings.Join(keys, ", "), hint)
 			continue
 		}
 		if seen[k.Value] {
@@ -220,18 +281,19 @@ func (d *srcDecoder) probeRef(n *yaml.Node, what string) (ProbeRef, bool) {
 }
 
 var sourceKeys = []string{
-	"binary", "pid", "span", "name_arg", "start", "end", "probe",
-	"key", "key_arg", "status_arg", "duration_arg",
+	"binary", "pid", "span", "name_arg", "metric", "start", "end", "probe",
+	"key", "key_arg", "status_arg", "error", "labels", "label_cap", "duration_arg", "value_arg",
 }
 
 func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	n = deref(n)
-	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, Pos: d.pos(n)}
+	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: d.pos(n)}
 	before := len(d.errs)
 	const what = "usdt source"
 	has := map[string]*yaml.Node{}
 	argMax := MaxArgs - 1
 	if !d.mapping(n, what, sourceKeys, func(key string, v *yaml.Node) {
+		v = deref(v)
 		has[key] = v
 		switch key {
 		case "binary":
@@ -247,6 +309,13 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 				}
 				s.Span = name
 			}
+		case "metric":
+			if name, ok := d.str(v, "metric"); ok {
+				if err := srcspec.CheckMetricName(name); err != nil {
+					d.errorf(v, "%v", err)
+				}
+				s.Metric = name
+			}
 		case "name_arg":
 			s.NameArg, _ = d.intIn(v, key, 0, argMax)
 		case "key_arg":
@@ -255,6 +324,26 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 			s.StatusArg, _ = d.intIn(v, key, 0, argMax)
 		case "duration_arg":
 			s.DurationArg, _ = d.intIn(v, key, 0, argMax)
+		case "value_arg":
+			s.ValueArg, _ = d.intIn(v, key, 0, argMax)
+		case "error":
+			p, err := srcspec.DecodePredicate(d.file, v, ArgResolver)
+			if err != nil {
+				d.errs = append(d.errs, err)
+				return
+			}
+			s.Error = p
+		case "labels":
+			ls, errs := srcspec.DecodeLabels(d.file, v, ArgResolver)
+			d.errs = append(d.errs, errs...)
+			s.Labels.List = ls
+		case "label_cap":
+			c, err := srcspec.DecodeLabelCap(d.file, v)
+			if err != nil {
+				d.errs = append(d.errs, err)
+				return
+			}
+			s.Labels.Cap = c
 		case "key":
 			if k, ok := d.str(v, "key"); ok && k != "thread" {
 				d.errorf(v, `key must be "thread" (use key_arg: N to pair by an argument)`)
@@ -272,32 +361,51 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	if len(d.errs) > before {
 		return s, false
 	}
+	metric := has["metric"] != nil
 	switch {
 	case has["binary"] == nil && has["pid"] == nil:
 		d.errorf(n, "usdt source needs binary: (every process running it) or pid:")
-	case has["span"] != nil && has["name_arg"] != nil:
+	case metric && has["span"] != nil:
+		d.errorf(has["span"], "give span: (spans) or metric: (values), not both")
+	case metric && has["name_arg"] != nil:
+		d.errorf(has["name_arg"], "a metric is named by metric:, not name_arg:")
+	case !metric && has["span"] != nil && has["name_arg"] != nil:
 		d.errorf(has["name_arg"], "give span: or name_arg:, not both")
-	case has["span"] == nil && has["name_arg"] == nil:
-		d.errorf(n, "usdt source needs span: NAME or name_arg: N")
+	case !metric && has["span"] == nil && has["name_arg"] == nil:
+		d.errorf(n, "usdt source needs span: NAME or name_arg: N (or metric: NAME for values)")
 	}
 	pair := has["start"] != nil || has["end"] != nil
 	single := has["probe"] != nil
 	switch {
+	case metric && pair:
+		d.errorf(n, "a metric takes its values at one probe: give probe: and value_arg:, not start: and end:")
+	case metric && !single:
+		d.errorf(n, "a metric needs probe: and value_arg: N (the argument holding the value)")
+	case metric && has["value_arg"] == nil:
+		d.errorf(has["metric"], "a metric needs value_arg: N (the argument holding the value)")
+	case metric && has["duration_arg"] != nil:
+		d.errorf(has["duration_arg"], "a metric's value is value_arg:, not duration_arg:")
+	case !metric && has["value_arg"] != nil:
+		d.errorf(has["value_arg"], "value_arg is a metric's value: give metric: NAME, or duration_arg: N for a span's duration")
 	case pair && single:
-		d.errorf(has["probe"], "give start: and end: (a pair) or probe: with duration_arg: (one probe), not both")
+		d.errorf(has["probe"], "give start: and end: (a pair) or probe: (one probe), not both")
 	case pair && (has["start"] == nil || has["end"] == nil):
 		d.errorf(n, "a start/end pair needs both start: and end:")
 	case pair && has["duration_arg"] != nil:
 		d.errorf(has["duration_arg"], "duration_arg is for a single probe:, a start/end pair is timed in the kernel")
-	case single && has["duration_arg"] == nil:
-		d.errorf(has["probe"], "a single probe: needs duration_arg: N (the argument holding the duration in ns)")
 	case single && (has["key"] != nil || has["key_arg"] != nil):
 		d.errorf(n, "key and key_arg pair a start with an end: not for a single probe:")
 	case !pair && !single:
-		d.errorf(n, "usdt source needs start: and end:, or probe: with duration_arg:")
+		d.errorf(n, "usdt source needs start: and end:, or probe: (with duration_arg: N for a duration)")
 	}
 	if has["key"] != nil && has["key_arg"] != nil {
 		d.errorf(has["key_arg"], "give key: thread or key_arg: N, not both")
+	}
+	if has["error"] != nil && has["status_arg"] != nil {
+		d.errorf(has["status_arg"], `give error: (a predicate) or status_arg: N (the same as error: "argN != 0"), not both`)
+	}
+	if has["label_cap"] != nil && has["labels"] == nil {
+		d.errorf(has["label_cap"], "label_cap without labels:")
 	}
 	if len(d.errs) > before {
 		return s, false
@@ -305,5 +413,182 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	if s.Binary != "" && s.PID == 0 && !filepath.IsAbs(s.Binary) {
 		s.Binary = filepath.Join(filepath.Dir(d.file), s.Binary)
 	}
+	d.checkBinary(&s, has)
+	if len(d.errs) > before {
+		return s, false
+	}
 	return s, true
+}
+
+// A role is one probe of a source and the arguments read there.
+type role struct {
+	name string // "start", "end" or "probe": its key in the source
+	ref  ProbeRef
+	uses []argUse
+}
+
+// An argUse is one argument a source reads at a probe, and where the
+// rule file says so.
+type argUse struct {
+	arg  int
+	what string     // "name_arg", "label status", "error"...
+	node *yaml.Node // the option's value
+	off  int        // byte offset in node's scalar (a predicate's operand), or -1
+	ptr  bool       // a pointer to a string: 8 bytes on 64-bit targets
+}
+
+// roles returns the probes of s and the arguments it reads at each, with
+// the option nodes that ask for them.
+func (s *SpanSource) roles(has map[string]*yaml.Node) []role {
+	use := func(arg int, what string, ptr bool) []argUse {
+		if arg < 0 {
+			return nil
+		}
+		return []argUse{{arg: arg, what: what, node: has[what], off: -1, ptr: ptr}}
+	}
+	var last []argUse // read at the end or single probe
+	if s.Error != nil {
+		for _, r := range s.Error.Refs() {
+			last = append(last, argUse{arg: r.Operand, what: "error", node: has["error"], off: r.Offset})
+		}
+	}
+	last = append(last, use(s.StatusArg, "status_arg", false)...)
+	for _, l := range s.Labels.List {
+		last = append(last, argUse{arg: l.Operand, what: "label " + l.Name, node: labelNode(has["labels"], l.Name), off: -1})
+	}
+	if s.Paired() {
+		start := append(use(s.KeyArg, "key_arg", false), use(s.NameArg, "name_arg", true)...)
+		end := append(use(s.KeyArg, "key_arg", false), last...)
+		return []role{{"start", s.Start, start}, {"end", s.End, end}}
+	}
+	one := append(use(s.NameArg, "name_arg", true), last...)
+	one = append(one, use(s.DurationArg, "duration_arg", false)...)
+	one = append(one, use(s.ValueArg, "value_arg", false)...)
+	return []role{{"probe", s.Probe, one}}
+}
+
+// labelNode returns the value node of label name in a labels: mapping.
+func labelNode(n *yaml.Node, name string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return n
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == name {
+			return n.Content[i+1]
+		}
+	}
+	return n
+}
+
+// probeNameNode returns the node of a probe reference's probe: value.
+func probeNameNode(n *yaml.Node) *yaml.Node {
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "probe" {
+				return deref(n.Content[i+1])
+			}
+		}
+	}
+	return n
+}
+
+// checkBinary checks a source against the probes of its binary, when the
+// binary is present and readable here.
+func (d *srcDecoder) checkBinary(s *SpanSource, has map[string]*yaml.Node) {
+	if s.PID != 0 || s.Binary == "" {
+		return
+	}
+	f, ok := d.files[s.Binary]
+	if !ok {
+		var err error
+		f, err = Open(s.Binary)
+		switch {
+		case err == nil:
+		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+			f = nil // checked when it attaches, on the host it runs on
+		case errors.Is(err, ErrNoProbes):
+			d.errorf(has["binary"], "%s has no USDT probes (spanwatch probes %s lists a binary's probes)", s.Binary, s.Binary)
+			f = nil
+		default:
+			d.errorf(has["binary"], "%v", err)
+			f = nil
+		}
+		d.files[s.Binary] = f
+	}
+	if f == nil {
+		return
+	}
+	for _, r := range s.roles(has) {
+		sites := f.Lookup(r.ref.Provider, r.ref.Name)
+		if len(sites) == 0 {
+			d.errorf(probeNameNode(has[r.name]), "probe %s not found in %s%s", r.ref, s.Binary, suggestProbe(f, r.ref))
+			continue
+		}
+		reported := map[string]bool{}
+		for _, u := range r.uses {
+			for _, p := range sites {
+				if reported[u.what+strconv.Itoa(u.arg)] {
+					break
+				}
+				var msg string
+				switch {
+				case p.ArgErr != nil:
+					msg = fmt.Sprintf("%s reads argument %d of %s, whose arguments at %#x cannot be parsed: %v", u.what, u.arg, p.FullName(), p.Address, p.ArgErr)
+				case u.arg >= len(p.Args):
+					msg = fmt.Sprintf("%s reads arg%d, but %s has %d argument%s at %#x (arg0 to arg%d)", u.what, u.arg, p.FullName(), len(p.Args), plural(len(p.Args)), p.Address, len(p.Args)-1)
+					if len(p.Args) == 0 {
+						msg = fmt.Sprintf("%s reads arg%d, but %s has no arguments at %#x", u.what, u.arg, p.FullName(), p.Address)
+					}
+				case u.ptr && p.Args[u.arg].Size != 8:
+					msg = fmt.Sprintf("%s: arg%d of %s is a %d-byte value at %#x, not a pointer to a string", u.what, u.arg, p.FullName(), p.Args[u.arg].Size, p.Address)
+				default:
+					continue
+				}
+				reported[u.what+strconv.Itoa(u.arg)] = true
+				node := u.node
+				if node == nil {
+					node = has[r.name]
+				}
+				if u.off >= 0 && node.Kind == yaml.ScalarNode {
+					d.errs = append(d.errs, srcspec.ErrorAt(d.file, node, u.off, msg))
+				} else {
+					d.errorf(node, "%s", msg)
+				}
+			}
+		}
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// suggestProbe names the probe of f nearest to ref, as a hint.
+func suggestProbe(f *File, ref ProbeRef) string {
+	seen := map[string]bool{}
+	var names, full []string
+	for _, p := range f.Probes {
+		if seen[p.FullName()] {
+			continue
+		}
+		seen[p.FullName()] = true
+		full = append(full, p.FullName())
+		if p.Provider == ref.Provider {
+			names = append(names, p.Name)
+		}
+	}
+	if near := srcspec.Nearest(ref.Name, names); near != "" {
+		return fmt.Sprintf(": did you mean %s?", near)
+	}
+	if near := srcspec.Nearest(ref.String(), full); near != "" {
+		return fmt.Sprintf(": did you mean %s?", near)
+	}
+	sort.Strings(full)
+	if len(full) > 8 {
+		return fmt.Sprintf(" (it has %d probes: spanwatch probes %s lists them)", len(full), f.Path)
+	}
+	return fmt.Sprintf(" (it has %s)", strings.Join(full, ", "))
 }

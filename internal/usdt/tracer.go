@@ -11,14 +11,19 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -33,10 +38,22 @@ type TracerConfig struct {
 	// even where the kernel has them (5.15+); it is chosen automatically
 	// where it does not.
 	NoCookies bool
-	// NoTaskStorage keeps thread-paired start times in the hash map even
-	// where tracing programs have task storage (5.11+), as on older
-	// kernels; it is chosen automatically where they do not.
-	NoTaskStorage bool
+	// NoSleepable reads string arguments (name_arg) in ordinary programs
+	// even where the kernel has sleepable uprobes (6.0+), as on older
+	// kernels: a name on a page that is not resident is then read by the
+	// tracer through /proc/PID/mem, and its first spans are counted under
+	// a placeholder until then (see UnreadableName). Chosen automatically
+	// where the kernel refuses sleepable uprobes.
+	NoSleepable bool
+	// NoStrKfunc reads strings in sleepable programs with
+	// bpf_copy_from_user (faulting the page in, then reading it) even
+	// where the kernel has the bpf_copy_from_user_str kfunc (6.12+).
+	NoStrKfunc bool
+	// LabelSet registers the label names of a source with labels and
+	// returns the label set id its series carry
+	// (collector.Collector.AllocLabelSet). Nil numbers them from 1, and
+	// series show the id instead of the names.
+	LabelSet func(names []string, signed []bool) (uint16, error)
 	// MaxSpecs bounds the call sites (default 4096).
 	MaxSpecs uint32
 	// ProcRoot is /proc by default.
@@ -73,9 +90,15 @@ type Tracer struct {
 	srcMap     *ebpf.Map
 	progs      map[string]*ebpf.Program
 	haveCookie bool
-	haveTask   bool // task storage for thread-paired spans
+	sleepable  bool // names read by sleepable programs
+	strKfunc   bool // ... with bpf_copy_from_user_str
 	optimized  bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
 	multi      bool // programs loaded for uprobe_multi links
+
+	names     *nameReader
+	requests  *ringbuf.Reader
+	done      chan struct{}
+	nextLabel uint16
 
 	addMu      sync.Mutex // serializes Add, so a failed one can undo its sites
 	mu         sync.Mutex
@@ -97,10 +120,12 @@ type Site struct {
 
 // Program names in usdt.bpf.c.
 const (
-	progStart  = "usdt_start"
-	progEnd    = "usdt_end"
-	progSingle = "usdt_single"
-	progTest   = "usdt_test_args"
+	progStart   = "usdt_start"
+	progStartS  = "usdt_start_s"
+	progEnd     = "usdt_end"
+	progSingle  = "usdt_single"
+	progSingleS = "usdt_single_s"
+	progTest    = "usdt_test_args"
 )
 
 // NewTracer loads the USDT BPF object. Needs CAP_BPF and CAP_PERFMON (or
@@ -133,22 +158,24 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		return nil, fmt.Errorf("set usdt_have_cookie: %w", err)
 	}
 
-	// Thread-paired spans keep their start in task storage where tracing
-	// programs can use it (5.11+); elsewhere the path is compiled out and
-	// the map becomes a placeholder the verifier never sees used.
-	haveTaskStorage := !cfg.NoTaskStorage && features.HaveMapType(ebpf.TaskStorage) == nil &&
-		features.HaveProgramHelper(ebpf.Kprobe, asm.FnTaskStorageGet) == nil &&
-		features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf) == nil
-	if err := spec.Variables["usdt_have_task_storage"].Set(boolU32(haveTaskStorage)); err != nil {
-		return nil, fmt.Errorf("set usdt_have_task_storage: %w", err)
+	// Thread-paired spans keep their starts in task storage (5.11+; the
+	// core needs 5.17+ for bpf_loop anyway).
+	if err := features.HaveMapType(ebpf.TaskStorage); err != nil {
+		return nil, fmt.Errorf("usdt spans need task storage (Linux 5.11+): %w", err)
 	}
-	if !haveTaskStorage {
-		cfg.Logger.Info("usdt_no_task_storage", "fallback", "hash_map")
-		ms := spec.Maps["usdt_task_start"]
-		ms.Type, ms.Flags, ms.MaxEntries = ebpf.Hash, 0, 1
+	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf); err != nil {
+		return nil, fmt.Errorf("usdt spans need bpf_get_current_task_btf in uprobe programs (Linux 5.11+ with BTF): %w", err)
+	}
+	strKfunc := !cfg.NoStrKfunc && haveKfunc("bpf_copy_from_user_str")
+	if err := spec.Variables["usdt_have_str_kfunc"].Set(boolU32(strKfunc)); err != nil {
+		return nil, fmt.Errorf("set usdt_have_str_kfunc: %w", err)
 	}
 
-	keep := map[string]bool{progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs, progTest: cfg.testArgs}
+	keep := map[string]bool{
+		progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs,
+		progStartS: !cfg.testArgs && !cfg.NoSleepable, progSingleS: !cfg.testArgs && !cfg.NoSleepable,
+		progTest: cfg.testArgs,
+	}
 	for name := range spec.Programs {
 		if !keep[name] {
 			delete(spec.Programs, name)
@@ -178,12 +205,24 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		for _, name := range bpf.CoreMaps {
 			delete(spec.Maps, name)
 		}
-		delete(spec.Maps, "usdt_inflight")
-		delete(spec.Maps, "usdt_sources")
-		delete(spec.Maps, "usdt_task_start")
+		for _, name := range []string{"usdt_inflight", "usdt_sources", "usdt_task_start", "usdt_task_names",
+			"usdt_names", "usdt_name_requests", "usdt_counters", "src_label_values", "src_label_count", "src_counters"} {
+			delete(spec.Maps, name)
+		}
 		repl = nil
 	}
+	sleepable := !cfg.testArgs && !cfg.NoSleepable
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil && sleepable {
+		// Sleepable uprobes need 6.0+ (uprobe_multi ones 6.6+): without
+		// them names are read by ordinary programs, and by the tracer
+		// where those cannot.
+		cfg.Logger.Info("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
+		delete(spec.Programs, progStartS)
+		delete(spec.Programs, progSingleS)
+		sleepable = false
+		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	}
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -200,12 +239,144 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		srcMap:     coll.Maps["usdt_sources"],
 		progs:      coll.Programs,
 		haveCookie: haveCookie,
-		haveTask:   haveTaskStorage,
+		sleepable:  sleepable,
+		strKfunc:   strKfunc && sleepable,
 		optimized:  cfg.OptimizeNop5 && haveUprobeSyscall(),
 		multi:      multi,
+		names:      newNameReader(cfg.ProcRoot, cfg.Logger.Warn),
+		done:       make(chan struct{}),
 	}
-	cfg.Logger.Debug("usdt_uprobes", "method", t.UprobeMethod())
+	if !cfg.testArgs {
+		if t.requests, err = ringbuf.NewReader(coll.Maps["usdt_name_requests"]); err != nil {
+			coll.Close()
+			return nil, fmt.Errorf("usdt name requests: %w", err)
+		}
+		go t.readNameRequests()
+	} else {
+		close(t.done)
+	}
+	cfg.Logger.Debug("usdt_uprobes", "method", t.UprobeMethod(), "names", t.NameMethod())
 	return t, nil
+}
+
+// haveKfunc reports whether the running kernel's BTF has the kfunc.
+func haveKfunc(name string) bool {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return false
+	}
+	var fn *btf.Func
+	return spec.TypeByName(name, &fn) == nil
+}
+
+// NameMethod reports how string arguments are read: "copy_from_user_str"
+// or "copy_from_user" (sleepable programs that fault the page in), or
+// "probe_read" (ordinary programs; names on pages that are not resident
+// are read by the tracer through /proc/PID/mem).
+func (t *Tracer) NameMethod() string {
+	switch {
+	case t.strKfunc:
+		return "copy_from_user_str"
+	case t.sleepable:
+		return "copy_from_user"
+	}
+	return "probe_read"
+}
+
+// readNameRequests reads the names the programs could not, as they ask,
+// and gives them back through usdt_names.
+func (t *Tracer) readNameRequests() {
+	defer close(t.done)
+	names := t.coll.Maps["usdt_names"]
+	var rec ringbuf.Record
+	for {
+		if err := t.requests.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			t.log.Warn("usdt_name_requests_failed", "error", err)
+			return
+		}
+		var req bpf.UsdtUsdtNameRequest
+		if len(rec.RawSample) < int(unsafe.Sizeof(req)) {
+			continue
+		}
+		req = *(*bpf.UsdtUsdtNameRequest)(unsafe.Pointer(&rec.RawSample[0]))
+		name := t.names.resolve(req.Tgid, req.Addr)
+		var v bpf.UsdtSpanName
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(&v.Name[0])), len(v.Name)-1), name)
+		if err := names.Put(bpf.UsdtUsdtNameKey{Tgid: req.Tgid, Addr: req.Addr}, &v); err != nil {
+			t.log.Warn("usdt_name_cache_failed", "error", err)
+		}
+	}
+}
+
+// ResolveName returns the name a placeholder series stands for (see
+// UnreadableName): the string read through /proc/PID/mem, or
+// UnreadableName. ok is false for any other name.
+func (t *Tracer) ResolveName(name string) (string, bool) {
+	tgid, addr, ok := ParsePlaceholder(name)
+	if !ok {
+		return name, false
+	}
+	return snapshot.NameString([]byte(t.names.resolve(tgid, addr))), true
+}
+
+// Stats are the tracer's counts of what did not go the straight way.
+type Stats struct {
+	Unpaired     uint64 // ends without an open start
+	NestOverflow uint64 // starts that overwrote a thread's oldest open span
+	NameFallback uint64 // names counted under a placeholder, to be read by the tracer
+	NameCached   uint64 // names taken from the tracer's reads
+	NameReqDrops uint64 // placeholder requests lost
+	NoStorage    uint64 // starts lost: no task storage
+	NameFailures uint64 // names the tracer could not read either
+	LabelOther   uint64 // label values keyed "other": past their cap
+	LabelFull    uint64 // label values keyed "other": the value table was full
+	LabelUnread  uint64 // label values keyed "other": the argument could not be read
+}
+
+// Stats returns the counts since the tracer was loaded.
+func (t *Tracer) Stats() (Stats, error) {
+	sum := func(m *ebpf.Map, idx uint32) (uint64, error) {
+		var vals []uint64
+		if err := m.Lookup(idx, &vals); err != nil {
+			return 0, err
+		}
+		var n uint64
+		for _, v := range vals {
+			n += v
+		}
+		return n, nil
+	}
+	var st Stats
+	uc, sc := t.coll.Maps["usdt_counters"], t.coll.Maps["src_counters"]
+	if uc == nil || sc == nil {
+		return st, errors.New("a test tracer has no counters")
+	}
+	for _, f := range []struct {
+		m   *ebpf.Map
+		idx uint32
+		dst *uint64
+	}{
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_UNPAIRED), &st.Unpaired},
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_NEST_OVERFLOW), &st.NestOverflow},
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_NAME_FALLBACK), &st.NameFallback},
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_NAME_CACHED), &st.NameCached},
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_NAME_REQ_DROPS), &st.NameReqDrops},
+		{uc, uint32(bpf.UsdtUsdtCounterUSDT_COUNTER_NO_STORAGE), &st.NoStorage},
+		{sc, uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_OTHER), &st.LabelOther},
+		{sc, uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_FULL), &st.LabelFull},
+		{sc, uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_UNREAD), &st.LabelUnread},
+	} {
+		n, err := sum(f.m, f.idx)
+		if err != nil {
+			return st, fmt.Errorf("read usdt counters: %w", err)
+		}
+		*f.dst = n
+	}
+	st.NameFailures = t.names.Failures()
+	return st, nil
 }
 
 func boolU32(b bool) uint32 {
@@ -278,71 +449,192 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	t.nextSource++
 	t.mu.Unlock()
 
-	var src bpf.UsdtUsdtSource
-	for i := 0; i < len(s.Span) && i < len(src.Name)-1; i++ {
-		src.Name[i] = int8(s.Span[i])
-	}
-	if s.Span != "" {
-		src.NameId = snapshot.NameID(s.Span)
-	}
-	src.NameArg, src.KeyArg, src.StatusArg, src.DurationArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(s.StatusArg), argIdx(s.DurationArg)
-	if err := t.srcMap.Put(srcID, &src); err != nil {
-		return fmt.Errorf("%s: write source: %w", s.Describe(), err)
-	}
-	// The fast path (see usdt.bpf.c): the task slot travels in the cookie;
-	// the end takes the name and its id from the source.
-	var cookieHigh uint64
-	if t.haveCookie && t.haveTask && s.Paired() && s.KeyArg < 0 && s.NameArg < 0 && s.StatusArg < 0 && srcID < taskSlots {
-		cookieHigh = uint64(srcID+1) << 32
-	}
-
+	pred := s.Predicate()
+	paired := s.Paired()
 	type want struct {
-		ref  ProbeRef
-		prog string
-		args []int // argument indexes the program reads at this probe
+		ref   ProbeRef
+		prog  string
+		args  []int // argument indexes the program reads at this probe
+		last  bool  // the end or single probe: predicate, labels, value
+		fast  bool  // the cookie's fast path applies
+		sites []siteOf
 	}
-	var wants []want
-	if s.Paired() {
-		startArgs := []int{s.KeyArg, s.NameArg}
-		endArgs := []int{s.KeyArg, s.StatusArg}
-		wants = []want{{s.Start, progStart, startArgs}, {s.End, progEnd, endArgs}}
+	var last []int // read at the end or single probe
+	if pred != nil {
+		last = append(last, pred.Operands()...)
+	}
+	for _, l := range s.Labels.List {
+		last = append(last, l.Operand)
+	}
+	valueArg := s.DurationArg
+	if s.IsMetric() {
+		valueArg = s.ValueArg
+	}
+	byThread := paired && s.KeyArg < 0
+	fastStart := t.haveCookie && byThread && s.NameArg < 0
+	fastEnd := fastStart && pred == nil && len(s.Labels.List) == 0
+	var wants []*want
+	if paired {
+		startProg := progStart
+		if s.NameArg >= 0 && t.sleepable {
+			startProg = progStartS
+		}
+		wants = []*want{
+			{ref: s.Start, prog: startProg, args: []int{s.KeyArg, s.NameArg}, fast: fastStart},
+			{ref: s.End, prog: progEnd, args: append([]int{s.KeyArg}, last...), last: true, fast: fastEnd},
+		}
 	} else {
-		wants = []want{{s.Probe, progSingle, []int{s.DurationArg, s.NameArg, s.StatusArg}}}
+		prog := progSingle
+		if s.NameArg >= 0 && t.sleepable {
+			prog = progSingleS
+		}
+		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
 	}
 	files, err := t.candidateFiles(s)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Describe(), err)
 	}
+	var lastSites []Probe
 	for _, w := range wants {
-		n := 0
 		for _, f := range files {
 			for _, p := range f.Lookup(w.ref.Provider, w.ref.Name) {
 				if err := checkArgs(p, w.args); err != nil {
 					return fmt.Errorf("%s: %w", s.Describe(), err)
 				}
-				if _, err := t.attachSite(ctx, t.progs[w.prog], f, p, s.PID, srcID, cookieHigh, roleOf(w.prog)); err != nil {
-					return fmt.Errorf("%s: %w", s.Describe(), err)
+				w.sites = append(w.sites, siteOf{f, p})
+				if w.last {
+					lastSites = append(lastSites, p)
 				}
-				n++
 			}
 		}
-		if n == 0 {
-			return fmt.Errorf("%s: probe %s not found in %s", s.Describe(), w.ref, fileList(files))
+		if len(w.sites) == 0 {
+			return fmt.Errorf("%s: probe %s not found in %s%s", s.Describe(), w.ref, fileList(files), suggestIn(files, w.ref))
+		}
+	}
+
+	src, err := t.encodeSource(s, pred, valueArg, last, lastSites)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.Describe(), err)
+	}
+	if err := t.srcMap.Put(srcID, src); err != nil {
+		return fmt.Errorf("%s: write source: %w", s.Describe(), err)
+	}
+	for _, w := range wants {
+		var cookieHigh uint64
+		if w.fast {
+			cookieHigh = cookieFast | uint64(srcID)<<32
+		}
+		for _, x := range w.sites {
+			if _, err := t.attachSite(ctx, t.progs[w.prog], x.f, x.p, s.PID, srcID, cookieHigh, roleOf(w.prog)); err != nil {
+				return fmt.Errorf("%s: %w", s.Describe(), err)
+			}
 		}
 	}
 	return nil
 }
 
-// taskSlots is USDT_TASK_SLOTS: sources with a task-storage slot.
-const taskSlots = 16
+// cookieFast is USDT_COOKIE_FAST: the site's source is in bits 32..47 of
+// the cookie, and the program needs no spec.
+const cookieFast = 1 << 63
+
+type siteOf struct {
+	f *File
+	p Probe
+}
+
+// encodeSource builds the source's usdt_sources entry: names, arguments,
+// predicate and labels (registering the label set).
+func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites []Probe) (*bpf.UsdtUsdtSource, error) {
+	var src bpf.UsdtUsdtSource
+	name := s.Span
+	if s.IsMetric() {
+		name = s.Metric
+	}
+	name = snapshot.TruncateName(name)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&src.Name[0])), len(src.Name)-1), name)
+	if name != "" {
+		src.NameId = snapshot.NameID(name)
+	}
+	src.NameArg, src.KeyArg, src.ValueArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(valueArg)
+	var mask uint16
+	for _, a := range append(last, valueArg) {
+		if a >= 0 {
+			mask |= 1 << a
+		}
+	}
+	src.EndArgs = mask
+	if s.IsMetric() {
+		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_METRIC)
+	}
+	if pred != nil {
+		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_ERROR)
+		p := pred.Encode()
+		src.Error = *(*bpf.UsdtSrcPred)(unsafe.Pointer(&p))
+	}
+	if len(s.Labels.List) > 0 {
+		names := s.Labels.Names()
+		// A label is signed when its argument is at the first call
+		// site of the probe that reads it (sites of one probe agree in
+		// practice: they are the same C expression).
+		signed := make([]bool, len(s.Labels.List))
+		for i, l := range s.Labels.List {
+			if len(lastSites) > 0 && l.Operand < len(lastSites[0].Args) {
+				signed[i] = lastSites[0].Args[l.Operand].Signed
+			}
+		}
+		id, err := t.labelSet(names, signed)
+		if err != nil {
+			return nil, err
+		}
+		ls := s.Labels.Encode(id)
+		src.Labels = *(*bpf.UsdtSrcLabels)(unsafe.Pointer(&ls))
+	}
+	return &src, nil
+}
+
+// labelSet registers a source's label names.
+func (t *Tracer) labelSet(names []string, signed []bool) (uint16, error) {
+	if t.cfg.LabelSet != nil {
+		id, err := t.cfg.LabelSet(names, signed)
+		if err != nil {
+			return 0, fmt.Errorf("register labels %v: %w", names, err)
+		}
+		if id == 0 || id > srcspec.MaxLabelSet {
+			return 0, fmt.Errorf("register labels %v: label set id %d out of range 1..%d", names, id, srcspec.MaxLabelSet)
+		}
+		return id, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.nextLabel >= srcspec.MaxLabelSet {
+		return 0, fmt.Errorf("more than %d sources with labels", srcspec.MaxLabelSet)
+	}
+	t.nextLabel++
+	return t.nextLabel, nil
+}
+
+// suggestIn names the probe nearest to ref in files, as a hint.
+func suggestIn(files []*File, ref ProbeRef) string {
+	if len(files) == 1 {
+		return suggestProbe(files[0], ref)
+	}
+	merged := &File{}
+	for _, f := range files {
+		merged.Probes = append(merged.Probes, f.Probes...)
+	}
+	if h := suggestProbe(merged, ref); strings.HasPrefix(h, ": did you mean") {
+		return h
+	}
+	return ""
+}
 
 func roleOf(prog string) string {
 	switch prog {
-	case progStart:
+	case progStart, progStartS:
 		return "start"
 	case progEnd:
 		return "end"
-	case progSingle:
+	case progSingle, progSingleS:
 		return "single"
 	}
 	return "test"
@@ -540,10 +832,15 @@ func (t *Tracer) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if t.requests != nil {
+		t.requests.Close()
+	}
+	<-t.done
 	t.coll.Close()
 	return errors.Join(errs...)
 }
 
 // Program returns one of the loaded programs ("usdt_start", "usdt_end",
-// "usdt_single"), nil if it is not loaded: for its run statistics.
+// "usdt_single", and the sleepable "usdt_start_s" and "usdt_single_s"),
+// nil if it is not loaded: for its run statistics.
 func (t *Tracer) Program(name string) *ebpf.Program { return t.progs[name] }

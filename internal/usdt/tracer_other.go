@@ -19,11 +19,19 @@ type TracerConfig struct {
 	Logger        *slog.Logger
 	Maps          map[string]*ebpf.Map
 	NoCookies     bool
-	NoTaskStorage bool
+	NoSleepable   bool
+	NoStrKfunc    bool
+	LabelSet      func(names []string, signed []bool) (uint16, error)
 	MaxSpecs      uint32
 	ProcRoot      string
 	OptimizeNop5  bool
 	NoUprobeMulti bool
+}
+
+// Stats are the tracer's counts; here always zero.
+type Stats struct {
+	Unpaired, NestOverflow, NameFallback, NameCached, NameReqDrops, NoStorage, NameFailures uint64
+	LabelOther, LabelFull, LabelUnread                                                      uint64
 }
 
 // A Tracer attaches USDT span sources; here it cannot.
@@ -48,3 +56,6 @@ func (t *Tracer) Map(name string) *ebpf.Map                   { return nil }
 func (t *Tracer) Program(name string) *ebpf.Program           { return nil }
 func (t *Tracer) Add(ctx context.Context, s SpanSource) error { return ErrUnsupported }
 func (t *Tracer) Close() error                                { return nil }
+func (t *Tracer) NameMethod() string                          { return "" }
+func (t *Tracer) ResolveName(name string) (string, bool)      { return name, false }
+func (t *Tracer) Stats() (Stats, error)                       { return Stats{}, ErrUnsupported }

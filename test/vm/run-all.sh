@@ -17,7 +17,7 @@ cd "$here/../.."
 
 # The packages whose tests need user_events: the ABI package itself, the
 # end-to-end tests of the span SDK and the collector, and the C emitter.
-pkgs=(./userevents ./test/vm/e2e ./include)
+pkgs=(./userevents ./test/vm/e2e ./include ./internal/usdt/vmtest)
 
 # The C emitter's end-to-end test runs a C program; the VM has no compiler,
 # so it gets a static build in the package's testdata.
@@ -26,6 +26,9 @@ gcc -static -O2 -Wall -Werror -o include/testdata/spanwatch_test.static include/
 # A program that registers its own user_events with the kernel's ABI, for
 # the user_events sources (frame pointers: its stacks are walked in BPF).
 gcc -static -O2 -g -fno-omit-frame-pointer -Wall -Werror -o test/vm/e2e/testdata/uevprog.static test/vm/e2e/testdata/uevprog.c
+# A service with USDT probes, for names read by sleepable programs.
+mkdir -p internal/usdt/vmtest/testdata
+gcc -static -O2 -g -fno-omit-frame-pointer -o internal/usdt/vmtest/testdata/service.static internal/usdt/testdata/service.c
 
 start=$(date +%s)
 kernel=$(test/vm/kernel.sh)

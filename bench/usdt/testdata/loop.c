@@ -2,7 +2,13 @@
  * The benchmark's traced program: N start/done USDT pairs in a tight loop
  * (bench:start and bench:done, each with the iteration as argument). Prints
  * the nanoseconds per pair, timed in the process so start-up is excluded.
- * Usage: loop N
+ * Usage: loop N [named | named-touched]
+ *
+ * With "named", the probes are bench:nstart, whose argument points at the
+ * span name (a string literal), and bench:ndone: for sources with
+ * name_arg. The program never reads the string, so its page is absent
+ * until a tracer faults it in; with "named-touched" it reads it first, so
+ * it is resident.
  *
  * Built with -DNOP5, each probe is "nop; nop5" as newer sys/sdt.h headers
  * emit it, so a tracer can attach to the nop5, which kernels with the
@@ -23,10 +29,23 @@ int main(int argc, char **argv)
 	long n = argc > 1 ? atol(argv[1]) : 100000;
 	struct timespec a, b;
 
+	int named = argc > 2 && argv[2][0] == 'n';
+	static const char name[] = "bench_named";
+
+	if (argc > 2 && argv[2][5] == '-')
+		*(volatile char *)name; /* fault the name's page in */
+
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (long i = 0; i < n; i++) {
-		STAP_PROBE1(bench, start, i);
-		STAP_PROBE1(bench, done, i);
+	if (named) {
+		for (long i = 0; i < n; i++) {
+			STAP_PROBE1(bench, nstart, name);
+			STAP_PROBE1(bench, ndone, i);
+		}
+	} else {
+		for (long i = 0; i < n; i++) {
+			STAP_PROBE1(bench, start, i);
+			STAP_PROBE1(bench, done, i);
+		}
 	}
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n);

@@ -1,0 +1,159 @@
+//go:build linux
+
+package collector
+
+import (
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// A NameResolver turns a name a source could not read in the kernel (a
+// placeholder it counted the spans under) into the real name, reporting
+// false for names that are not its placeholders. The USDT tracer's
+// ResolveName is one.
+type NameResolver func(name string) (string, bool)
+
+// nameResolvers are the resolvers of a reader, swapped whole.
+type nameResolvers struct {
+	list []NameResolver
+}
+
+// AddNameResolver makes snapshots and overruns report the series and spans
+// of a source's placeholder names under the names the resolver gives;
+// series that end up with the same name, cgroup and labels are merged
+// into one.
+func (c *Collector) AddNameResolver(f NameResolver) {
+	r := c.reader
+	for {
+		old := r.resolvers.Load()
+		nr := &nameResolvers{}
+		if old != nil {
+			nr.list = append(nr.list, old.list...)
+		}
+		nr.list = append(nr.list, f)
+		if r.resolvers.CompareAndSwap(old, nr) {
+			return
+		}
+	}
+}
+
+// resolveName applies the resolvers to a name read from the kernel.
+func (r *seriesReader) resolveName(name string) (string, bool) {
+	rs := r.resolvers.Load()
+	if rs == nil {
+		return name, false
+	}
+	for _, f := range rs.list {
+		if n, ok := f(name); ok {
+			return n, true
+		}
+	}
+	return name, false
+}
+
+// seriesID is what tells series apart in a snapshot.
+func seriesID(s *snapshot.Series) string {
+	var b strings.Builder
+	b.WriteString(s.Kind)
+	b.WriteByte(0)
+	b.WriteString(s.Span)
+	b.WriteByte(0)
+	b.WriteString(snapshotUint(s.CgroupID))
+	keys := make([]string, 0, len(s.SourceLabels))
+	for k := range s.SourceLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteByte(0)
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(s.SourceLabels[k])
+	}
+	return b.String()
+}
+
+func snapshotUint(v uint64) string {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(buf[i:])
+		}
+	}
+}
+
+// mergeSeries merges series with the same kind, name, cgroup and labels
+// (a placeholder's series and its real name's, once resolved): counts and
+// sums add, extremes combine, histograms merge bucket by bucket and the
+// quantiles are taken again from the merged histogram. Only series with a
+// name in names (those resolvers gave) can have twins.
+func mergeSeries(series []snapshot.Series, window time.Duration, names map[string]bool) []snapshot.Series {
+	index := map[string]int{}
+	out := series[:0]
+	for i := range series {
+		s := series[i]
+		if !names[s.Span] {
+			out = append(out, s)
+			continue
+		}
+		id := seriesID(&s)
+		j, ok := index[id]
+		if !ok {
+			index[id] = len(out)
+			out = append(out, s)
+			continue
+		}
+		mergeInto(&out[j], &s, window)
+	}
+	return out
+}
+
+func mergeInto(d, s *snapshot.Series, window time.Duration) {
+	if s.Count == 0 {
+		return
+	}
+	if snapshot.NameID(d.Span) != d.NameID {
+		d.NameID = s.NameID // keep the real name's id when one of them has it
+	}
+	first := d.Count == 0
+	d.Count += s.Count
+	d.Errors += s.Errors
+	d.OverBudget += s.OverBudget
+	if window > 0 {
+		d.Rate = float64(d.Count) / window.Seconds()
+	}
+	d.ErrorRatio = float64(d.Errors) / float64(d.Count)
+	d.Histogram = snapshot.MergeHistogram(d.Histogram, s.Histogram)
+	if d.IsMetric() {
+		d.Sum += s.Sum
+		if first || s.Min < d.Min {
+			d.Min = s.Min
+		}
+		if first || s.Max > d.Max {
+			d.Max = s.Max
+		}
+		mn, mx := float64(d.Min), float64(d.Max)
+		d.P50 = snapshot.Quantile(d.Histogram, 0.50, mn, mx)
+		d.P90 = snapshot.Quantile(d.Histogram, 0.90, mn, mx)
+		d.P99 = snapshot.Quantile(d.Histogram, 0.99, mn, mx)
+		return
+	}
+	d.SumNs += s.SumNs
+	if first || s.MinNs < d.MinNs {
+		d.MinNs = s.MinNs
+	}
+	d.MaxNs = max(d.MaxNs, s.MaxNs)
+	d.BudgetNs = max(d.BudgetNs, s.BudgetNs)
+	mn, mx := float64(d.MinNs), float64(d.MaxNs)
+	d.P50Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.50, mn, mx)))
+	d.P90Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.90, mn, mx)))
+	d.P99Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.99, mn, mx)))
+}
