@@ -208,9 +208,11 @@ sources:
 			series = s.Series
 		}
 		overruns = append(overruns, s.Overruns...)
+		// The unlabeled source's ended overruns: the labeled source
+		// sends its own for the same spans.
 		ended := 0
 		for _, ov := range overruns {
-			if !ov.StillRunning {
+			if !ov.StillRunning && len(ov.SourceLabels) == 0 {
 				ended++
 			}
 		}
