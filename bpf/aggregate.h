@@ -477,15 +477,28 @@ struct cell_probe {
 	__u32 _pad;
 };
 
+/* The probe order: chunk h >> 40 then h >> 17, each from the cell h picks
+ * (h >> 8) & 7 around the chunk, so keys sharing a chunk mostly start at
+ * different cells and the first probe usually finds the key. */
+static __always_inline __u32 cell_chunk_of(__u64 h, __u64 i, __u32 mask)
+{
+	return (__u32)(h >> (i < CELLS_PER_CHUNK ? 40 : 17)) & mask;
+}
+
+static __always_inline __u32 cell_in_chunk(__u64 h, __u64 i)
+{
+	return (__u32)((h >> 8) + i) & (CELLS_PER_CHUNK - 1);
+}
+
 static long cell_try(__u64 i, struct cell_probe *p)
 {
-	__u32 chunk = (__u32)(p->h >> (i < CELLS_PER_CHUNK ? 40 : 17)) & p->mask;
+	__u32 chunk = cell_chunk_of(p->h, i, p->mask);
 	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
 	__u64 want = (__u64)p->key << 32;
 
 	if (!c)
 		return 1;
-	__u64 *cell = &c->cell[i & (CELLS_PER_CHUNK - 1)];
+	__u64 *cell = &c->cell[cell_in_chunk(p->h, i)];
 	__u64 v = *(volatile __u64 *)cell;
 	if ((v >> 32) != p->key) {
 		if (v != 0)
@@ -506,6 +519,17 @@ __noinline int cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
 	struct cell_probe p = {.key = ((slot + 1) << CELL_FIELD_BITS) | field, .mask = cell_chunks_mask};
 
 	p.h = p.key * 0x9e3779b97f4a7c15ULL;
+	/* The common case: the key in the first cell probed. */
+	__u32 chunk = cell_chunk_of(p.h, 0, p.mask);
+	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
+	if (c) {
+		__u64 *cell = &c->cell[cell_in_chunk(p.h, 0)];
+		if ((*(volatile __u64 *)cell >> 32) == p.key) {
+			__sync_fetch_and_add(cell, 1);
+			mark_dirty(&cell_dirty, chunk);
+			return 0;
+		}
+	}
 	bpf_loop(2 * CELLS_PER_CHUNK, cell_try, &p, 0);
 	if (!p.done)
 		count(COUNTER_HIST_FULL);
@@ -779,7 +803,34 @@ struct agg_in {
 	__u64 value; /* the duration (spans) or the value (metrics) */
 	__u32 source; /* SOURCE_* */
 	__u32 error;  /* nonzero: count as an error */
+	/* A slot + 1 where the caller's last value of this key went (0:
+	 * none), in memory only the caller's task writes (task storage), or
+	 * 0: checked against the slot's key before the index is looked up,
+	 * and updated. */
+	__u32 *hint;
 };
+
+/*
+ * hint_holds tells whether slot hint - 1 holds key: a live slot whose key
+ * is key's. A slot leaves the index before it is freed and is freed only
+ * after a grace period (collector/evict.go), so a program that finds its
+ * key there adds to the right series, and one that finds another key (the
+ * slot was reused) looks the index up. Comparing the key costs less than
+ * hashing it.
+ */
+static __always_inline int hint_holds(__u32 hint, const struct series_key *key)
+{
+	__u32 slot = hint - 1;
+	const struct series_slot *s;
+
+	if (!hint)
+		return 0;
+	s = bpf_map_lookup_elem(&series, &slot);
+	if (!s || *(volatile __u64 *)&s->state != SLOT_LIVE)
+		return 0;
+	const __u64 *a = (const __u64 *)&s->key, *b = (const __u64 *)key;
+	return !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) | (a[5] ^ b[5]));
+}
 
 /*
  * series_aggregate adds one value to its series and, for a span slower
@@ -793,6 +844,10 @@ static __noinline void series_aggregate(void *ctx, struct agg_in *in)
 	int metric = in->key.kind == SERIES_METRIC;
 	__u64 v = in->value;
 	__u32 slot = 0;
+	if (in->hint && hint_holds(*in->hint, &in->key)) {
+		slot = *in->hint - 1;
+		goto found;
+	}
 	__u32 *idx = bpf_map_lookup_elem(&series_index, &in->key);
 	if (idx) {
 		slot = *idx;
@@ -802,6 +857,9 @@ static __noinline void series_aggregate(void *ctx, struct agg_in *in)
 			return;
 		slot = n;
 	}
+	if (in->hint)
+		*in->hint = slot + 1;
+found:;
 	__u64 cached = series_add(slot, v, metric | (in->error ? 2 : 0), in->key.name_id, (struct span_name *)in->name);
 	__u64 budget_ns = cached & BUDGET_NS_MASK;
 	if (!budget_ns || v <= budget_ns)

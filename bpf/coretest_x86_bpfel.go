@@ -111,6 +111,7 @@ const (
 	CoretestMapSeries           = "series"
 	CoretestMapSeriesDirty      = "series_dirty"
 	CoretestMapSeriesIndex      = "series_index"
+	CoretestProgCoretestHot     = "coretest_hot"
 	CoretestProgCoretestIndex   = "coretest_index"
 	CoretestProgCoretestRun     = "coretest_run"
 	CoretestVarUnusedCoretestIn = "unused_coretest_in"
@@ -158,6 +159,7 @@ type CoretestSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoretestProgramSpecs struct {
+	CoretestHot   *ebpf.ProgramSpec `ebpf:"coretest_hot"`
 	CoretestIndex *ebpf.ProgramSpec `ebpf:"coretest_index"`
 	CoretestRun   *ebpf.ProgramSpec `ebpf:"coretest_run"`
 }
@@ -267,12 +269,14 @@ type CoretestVariables struct {
 //
 // It can be passed to LoadCoretestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoretestPrograms struct {
+	CoretestHot   *ebpf.Program `ebpf:"coretest_hot"`
 	CoretestIndex *ebpf.Program `ebpf:"coretest_index"`
 	CoretestRun   *ebpf.Program `ebpf:"coretest_run"`
 }
 
 func (p *CoretestPrograms) Close() error {
 	return _CoretestClose(
+		p.CoretestHot,
 		p.CoretestIndex,
 		p.CoretestRun,
 	)

@@ -38,29 +38,17 @@ static __always_inline __u32 hist_log2(__u64 v)
 /* hist_gt is 1 when a > b, for a and b below 2^63. */
 #define HIST_GT(a, b) (((b) - (a)) >> 63)
 
-/* hist_search returns the smallest r in 1..64 with l <= table[r], given
- * l <= table[64] < 2^63: six branch-free steps of a binary search. */
-static __always_inline __u32 hist_search(const __u64 *table, __u64 l)
-{
-	__u64 lo = 1, hi = 64;
-
-#pragma unroll
-	for (int i = 0; i < 6; i++) {
-		__u64 mid = (lo + hi) / 2; /* at most 63 */
-		__u64 gt = HIST_GT(l, table[mid & 63]);
-		lo += gt * (mid + 1 - lo);
-		hi -= (1 - gt) * (hi - mid);
-	}
-	return lo;
-}
-
 /*
- * hist_index returns the bucket of 1 <= v for the scale given by table, k
- * and off (HIST_DURATION_* or HIST_VALUE_*): the smallest i with
- * v <= S * 2^(i/64). Values above HIST_MAX_EXACT share its bucket. Below
- * it every shift stays under 2^63 (see snapshot/histogram.go).
+ * hist_index returns the bucket of 1 <= v for the scale given by table,
+ * cell, k, off and shift (HIST_DURATION_* or HIST_VALUE_*): the smallest i
+ * with v <= S * 2^(i/64). Values above HIST_MAX_EXACT share its bucket.
+ * Below it every shift stays under 2^63 (see snapshot/histogram.go).
+ * After the octave, the bucket in it costs one table look-up and one
+ * comparison: the octave is cut in cells narrower than any bucket, and
+ * cell[j] is the bucket of cell j's first value, so the value's bucket is
+ * cell[j] or the next one.
  */
-static __always_inline __s32 hist_index(__u64 v, const __u64 *table, int k, int off)
+static __always_inline __s32 hist_index(__u64 v, const __u64 *table, const __u8 *cell, int k, int off, int shift)
 {
 	if (v > HIST_MAX_EXACT)
 		v = HIST_MAX_EXACT;
@@ -71,17 +59,21 @@ static __always_inline __s32 hist_index(__u64 v, const __u64 *table, int k, int 
 	 * only for HIST_MAX_EXACT, whose low bit is 0). */
 	__u64 l = (v << ((k - p) & 63)) >> 1;
 	p += HIST_GT(l, table[0]);
-	return p * 64 + hist_search(table, v << ((k - p) & 63));
+	l = v << ((k - p) & 63); /* in (table[0], table[64]] */
+	__u32 r = cell[((l - table[0]) >> shift) & 255];
+	r += HIST_GT(l, table[r & 127]); /* table[64] is the last bound, then padding */
+	return p * 64 + r;
 }
 
 static __always_inline __s32 hist_duration_index(__u64 ns)
 {
-	return hist_index(ns, HIST_DURATION_TABLE, HIST_DURATION_K, HIST_DURATION_OFF);
+	return hist_index(ns, HIST_DURATION_TABLE, HIST_DURATION_CELL, HIST_DURATION_K, HIST_DURATION_OFF,
+			  HIST_DURATION_CELL_SHIFT);
 }
 
 static __always_inline __s32 hist_value_index(__u64 v)
 {
-	return hist_index(v, HIST_VALUE_TABLE, HIST_VALUE_K, HIST_VALUE_OFF);
+	return hist_index(v, HIST_VALUE_TABLE, HIST_VALUE_CELL, HIST_VALUE_K, HIST_VALUE_OFF, HIST_VALUE_CELL_SHIFT);
 }
 
 #endif

@@ -166,6 +166,7 @@ type InflightUsdtTaskSpans struct {
 	Pos   uint32
 	Depth uint32
 	S     [16]InflightTaskSpan
+	Hint  [16]uint32
 }
 
 // Names of all BPF objects in the ELF.

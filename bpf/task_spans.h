@@ -47,6 +47,10 @@ struct usdt_task_spans {
 	__u32 pos;   /* ring position of the next start; the top is pos - 1 */
 	__u32 depth; /* open spans, at most TASK_SPANS_DEPTH */
 	struct task_span s[TASK_SPANS_DEPTH];
+	/* The series slot (+ 1) this thread's last span of each fast-path
+	 * source went to: the core checks it against the key (agg_in.hint)
+	 * before looking the key up. */
+	__u32 hint[TASK_SPANS_DEPTH];
 };
 
 struct task_span_names {

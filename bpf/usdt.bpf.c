@@ -620,6 +620,9 @@ int usdt_end(struct pt_regs *ctx)
 			return 0;
 		}
 		in.value = now - t.start_ns;
+		/* Where this thread's last span of the source went: the core
+		 * checks the key there before hashing it. */
+		in.hint = &ts->hint[source & (TASK_SPANS_DEPTH - 1)];
 		if (t.flags & TASK_SPAN_NAMED) {
 			struct task_span_names *tn = names_get(0);
 			if (tn) {

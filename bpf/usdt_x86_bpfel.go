@@ -244,6 +244,7 @@ type UsdtUsdtTaskSpans struct {
 	Pos   uint32
 	Depth uint32
 	S     [16]UsdtTaskSpan
+	Hint  [16]uint32
 }
 
 type UsdtUsdtTestRecord struct {

@@ -219,3 +219,44 @@ func BenchmarkOverrunLatency(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/overrun")
 }
+
+// BenchmarkCoreValue measures the aggregation core alone (series_aggregate,
+// no probe, no payload copy, no name hashing), per value, from the kernel's
+// BPF statistics: one span series, durations spread over 1-3 ms (a few
+// hundred histogram buckets) or all in one bucket.
+func BenchmarkCoreValue(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		vals func(i int) uint64
+		hint bool
+	}{
+		{"spread", func(i int) uint64 { return 1e6 + uint64(i)*1999 }, false},
+		{"spread-hint", func(i int) uint64 { return 1e6 + uint64(i)*1999 }, true},
+		{"one-bucket", func(int) uint64 { return 1e6 }, false},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			ct := newCoreTest(b, Config{})
+			stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+			if err != nil {
+				b.Fatalf("enable bpf stats: %v", err)
+			}
+			defer stats.Close()
+			vals := make([]uint64, 1024)
+			for i := range vals {
+				vals[i] = tc.vals(i)
+			}
+			n := max(b.N, 100000)
+			var per time.Duration
+			for round := 0; round < 5; round++ {
+				d, err := ct.core.Hot("bench.core", 7, vals, n, tc.hint)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if round == 0 || d < per {
+					per = d
+				}
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/value")
+		})
+	}
+}

@@ -175,6 +175,39 @@ func ValueIndex(v uint64) int32 { return valueScale.index(v) }
 // ValueBounds returns the absolute values bucket i holds, as [low, high).
 func ValueBounds(i int32) (low, high uint64) { return valueScale.bounds(i) }
 
+// Cells returns the BPF programs' shortcut into the table: the part of an
+// octave a normalized value L (in (table[0], table[64]]) falls in is cut
+// into cells of 2^shift, narrower than any bucket, so a cell holds at most
+// one bucket bound: cell[j] is the bucket of the cell's first value, and
+// the bucket of L is cell[j] or cell[j]+1, one comparison apart
+// (hist_index in bpf/hist.h). Checked by TestCells.
+func (s *scale) cells() (cell [256]uint8, shift uint) {
+	f0 := s.table[0]
+	shift = uint(bits.Len64(f0/128 - 1)) // the smallest 2^shift >= f0/128
+	for j := range cell {
+		lo := f0 + uint64(j)<<shift
+		if j == 0 {
+			lo++
+		}
+		if lo > s.table[HistPerOctave] || lo < f0 {
+			cell[j] = HistPerOctave
+			continue
+		}
+		r := 1
+		for lo > s.table[r] {
+			r++
+		}
+		cell[j] = uint8(r)
+	}
+	return cell, shift
+}
+
+// DurationCells and ValueCells are the scales' cells (see scale.cells).
+func DurationCells() (cell [256]uint8, shift uint) { return durationScale.cells() }
+
+// ValueCells is DurationCells for metric values.
+func ValueCells() (cell [256]uint8, shift uint) { return valueScale.cells() }
+
 // DurationTable and ValueTable return the fixed-point tables the BPF
 // programs compare against (bpf/hist_table.h is generated from them), with
 // their shift k and octave offset.

@@ -211,3 +211,50 @@ func itoa(v uint64) string {
 	}
 	return string(b)
 }
+
+// TestCells checks the shortcut the BPF programs take into the table: for
+// every value of an octave around each cell's edges and bucket bounds,
+// cell[j] or cell[j]+1 (decided by one comparison) is the bucket the
+// binary search finds, and no cell holds two bounds.
+func TestCells(t *testing.T) {
+	for _, sc := range []struct {
+		name string
+		s    *scale
+	}{{"duration", durationScale}, {"value", valueScale}} {
+		cell, shift := sc.s.cells()
+		f := sc.s.table
+		search := func(l uint64) int {
+			r := 1
+			for l > f[r] {
+				r++
+			}
+			return r
+		}
+		via := func(l uint64) int {
+			c := int(cell[(l-f[0])>>shift])
+			if l > f[c] {
+				c++
+			}
+			return c
+		}
+		var ls []uint64
+		for j := 0; uint64(j)<<shift <= f[HistPerOctave]-f[0]; j++ {
+			base := f[0] + uint64(j)<<shift
+			ls = append(ls, base, base+1, base+1<<shift-1)
+		}
+		for r := 0; r <= HistPerOctave; r++ {
+			ls = append(ls, f[r]-1, f[r], f[r]+1)
+		}
+		for _, l := range ls {
+			if l <= f[0] || l > f[HistPerOctave] {
+				continue
+			}
+			if got, want := via(l), search(l); got != want {
+				t.Fatalf("%s: L=%d: cell gives bucket %d, search %d", sc.name, l, got, want)
+			}
+		}
+		if (f[HistPerOctave]-f[0])>>shift >= uint64(len(cell)) {
+			t.Fatalf("%s: %d cells needed, table has %d", sc.name, (f[HistPerOctave]-f[0])>>shift+1, len(cell))
+		}
+	}
+}

@@ -11,10 +11,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // A Core is the test object loaded beside a collector.
@@ -142,4 +144,44 @@ func (c *Core) Indexes(vals []uint64, metric bool) ([]int32, error) {
 		got = append(got, int32(out[i]))
 	}
 	return got, nil
+}
+
+// Hot aggregates n values into one span series, the name hashed once, as a
+// USDT fast path hands them to the core: the values cycle through vals (at
+// most 1024); with hint, the core keeps the series' slot in a hint as the
+// USDT fast path does (agg_in.hint). It returns the program's own run time per value, from the
+// kernel's BPF statistics (which the caller enables, ebpf.EnableStats).
+func (c *Core) Hot(name string, cgroup uint64, vals []uint64, n int, hint bool) (time.Duration, error) {
+	if len(vals) == 0 || len(vals) > 1024 {
+		return 0, fmt.Errorf("hot: %d values, want 1 to 1024", len(vals))
+	}
+	e := Entry{Name: name, Cgroup: cgroup, Value: snapshot.NameID(name)}
+	if err := c.Put(0, []Entry{e}); err != nil {
+		return 0, err
+	}
+	keys := make([]uint32, len(vals))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := c.objs.CoretestVals.BatchUpdate(keys, vals, nil); err != nil {
+		return 0, err
+	}
+	before, err := c.objs.CoretestHot.Stats()
+	if err != nil {
+		return 0, err
+	}
+	ctx := make([]byte, 24)
+	binary.LittleEndian.PutUint64(ctx[0:], uint64(n))
+	binary.LittleEndian.PutUint64(ctx[8:], uint64(len(vals)))
+	if hint {
+		binary.LittleEndian.PutUint64(ctx[16:], 1)
+	}
+	if _, err := c.objs.CoretestHot.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+		return 0, fmt.Errorf("run coretest_hot: %w", err)
+	}
+	after, err := c.objs.CoretestHot.Stats()
+	if err != nil {
+		return 0, err
+	}
+	return (after.Runtime - before.Runtime) / time.Duration(n), nil
 }

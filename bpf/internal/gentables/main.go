@@ -19,7 +19,9 @@ func main() {
 /*
  * Fixed-point tables for hist_index() (hist.h): TABLE[r] = floor(S * 2^(r/64)
  * * 2^K) for r = 0..64, with S = 1e9 for durations in nanoseconds (buckets in
- * seconds) and S = 1 for metric values.
+ * seconds) and S = 1 for metric values; CELL[j] is the bucket of the first
+ * value of cell j, the cells cutting (TABLE[0], TABLE[64]] in pieces of
+ * 2^CELL_SHIFT, each narrower than a bucket.
  */
 #ifndef SPANWATCH_HIST_TABLE_H
 #define SPANWATCH_HIST_TABLE_H
@@ -27,19 +29,45 @@ func main() {
 `)
 	write := func(name string, table [snapshot.HistPerOctave + 1]uint64, k uint, off int) {
 		fmt.Fprintf(&b, "#define %s_K %d\n#define %s_OFF %d\n", name, k, name, off)
-		fmt.Fprintf(&b, "static const __u64 %s_TABLE[%d] = {\n", name, len(table))
-		for i, v := range table {
+		// Padded to 128 entries of 2^63 - 1 (above any value compared
+		// with them), so an index masked with 127 is always in bounds.
+		fmt.Fprintf(&b, "static const __u64 %s_TABLE[128] = {\n", name)
+		for i := 0; i < 128; i++ {
+			v := uint64(1<<63 - 1)
+			if i < len(table) {
+				v = table[i]
+			}
 			fmt.Fprintf(&b, "\t%dULL,", v)
-			if i%4 == 3 || i == len(table)-1 {
+			if i%4 == 3 {
 				b.WriteString("\n")
+			}
+		}
+		b.WriteString("};\n\n")
+	}
+	cells := func(name string, cell [256]uint8, shift uint) {
+		fmt.Fprintf(&b, "#define %s_CELL_SHIFT %d\n", name, shift)
+		fmt.Fprintf(&b, "static const __u8 %s_CELL[%d] = {\n", name, len(cell))
+		for i, v := range cell {
+			if i%16 == 0 {
+				b.WriteString("\t")
+			}
+			fmt.Fprintf(&b, "%d,", v)
+			if i%16 == 15 {
+				b.WriteString("\n")
+			} else {
+				b.WriteString(" ")
 			}
 		}
 		b.WriteString("};\n\n")
 	}
 	t, k, off := snapshot.DurationTable()
 	write("HIST_DURATION", t, k, off)
+	c, sh := snapshot.DurationCells()
+	cells("HIST_DURATION", c, sh)
 	t, k, off = snapshot.ValueTable()
 	write("HIST_VALUE", t, k, off)
+	c, sh = snapshot.ValueCells()
+	cells("HIST_VALUE", c, sh)
 	b.WriteString("#endif\n")
 	if err := os.WriteFile("hist_table.h", b.Bytes(), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "gentables:", err)
