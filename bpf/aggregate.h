@@ -443,7 +443,7 @@ static __always_inline void mark_dirty(void *bitmap, __u32 bit)
  * negative; metric values are signed. A global function: its six-step
  * binary search would otherwise multiply the paths the verifier walks
  * through everything after it by 64. */
-__noinline __u32 hist_field(__u64 v, int metric)
+static __always_inline __u32 hist_field(__u64 v, int metric)
 {
 	__u32 neg = 0;
 	__s32 idx;
@@ -514,26 +514,37 @@ static long cell_try(__u64 i, struct cell_probe *p)
 	return 1;
 }
 
-__noinline int cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+/* cell_probe_all walks the probe order for the key's cell, claiming an
+ * empty one. A global function, verified once. */
+__noinline int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
 {
-	struct cell_probe p = {.key = ((slot + 1) << CELL_FIELD_BITS) | field, .mask = cell_chunks_mask};
+	struct cell_probe p = {.key = key, .mask = cell_chunks_mask};
 
-	p.h = p.key * 0x9e3779b97f4a7c15ULL;
-	/* The common case: the key in the first cell probed. */
-	__u32 chunk = cell_chunk_of(p.h, 0, p.mask);
-	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
-	if (c) {
-		__u64 *cell = &c->cell[cell_in_chunk(p.h, 0)];
-		if ((*(volatile __u64 *)cell >> 32) == p.key) {
-			__sync_fetch_and_add(cell, 1);
-			mark_dirty(&cell_dirty, chunk);
-			return 0;
-		}
-	}
+	p.h = key * 0x9e3779b97f4a7c15ULL;
 	bpf_loop(2 * CELLS_PER_CHUNK, cell_try, &p, 0);
 	if (!p.done)
 		count(COUNTER_HIST_FULL);
 	return 0;
+}
+
+/* cell_add counts a value in the (slot, field) cell: inline for the
+ * common case (the key in the first cell probed), cell_probe_all else. */
+static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+{
+	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
+	__u64 h = key * 0x9e3779b97f4a7c15ULL;
+	__u32 chunk = cell_chunk_of(h, 0, cell_chunks_mask);
+	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
+
+	if (c) {
+		__u64 *cell = &c->cell[cell_in_chunk(h, 0)];
+		if ((*(volatile __u64 *)cell >> 32) == key) {
+			__sync_fetch_and_add(cell, 1);
+			mark_dirty(&cell_dirty, chunk);
+			return;
+		}
+	}
+	cell_probe_all(key, cell_chunks_mask);
 }
 
 /* slot_alloc takes a slot: a freed one, else a never-used one. */
