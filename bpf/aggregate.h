@@ -850,7 +850,7 @@ static __always_inline int hint_holds(__u32 hint, const struct series_key *key)
  * in->ev->name must be NUL-padded after its terminator (span_name_id()
  * leaves it so) and in->key.name_id its span_name_id().
  */
-static __noinline void series_aggregate(void *ctx, struct agg_in *in)
+static __always_inline void series_aggregate(void *ctx, struct agg_in *in)
 {
 	int metric = in->key.kind == SERIES_METRIC;
 	__u64 v = in->value;
