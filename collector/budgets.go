@@ -167,6 +167,7 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 	}
 	atomic.StoreUint32(&c.reader.core.GlobCount, uint32(len(t.globs)))
 	c.reader.budgets = t
+	c.reader.budgetGen++
 	c.bumpBudgetGen()
 	return nil
 }

@@ -546,16 +546,27 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses
 	c.prevMisses = misses
+	// One resolution per cgroup per snapshot, not per series: a node's
+	// series far outnumber its cgroups.
+	var lastID uint64
+	var last cgroup.Info
+	resolved := map[uint64]cgroup.Info{}
 	for i := range s.Series {
 		sr := &s.Series[i]
-		if !sr.IsMetric() {
-			sr.BudgetNs = c.reader.budgetOf(sr.Span)
+		if c.cfg.Resolver == nil || sr.CgroupID == 0 {
+			continue
 		}
-		if c.cfg.Resolver != nil && sr.CgroupID != 0 {
-			info := c.cfg.Resolver.Resolve(sr.CgroupID)
-			sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-			sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
+		info := last
+		if sr.CgroupID != lastID {
+			var ok bool
+			if info, ok = resolved[sr.CgroupID]; !ok {
+				info = c.cfg.Resolver.Resolve(sr.CgroupID)
+				resolved[sr.CgroupID] = info
+			}
+			lastID, last = sr.CgroupID, info
 		}
+		sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+		sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 	}
 	c.logQuotas(s)
 	ovs, dropped := c.rb.take()

@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,5 +377,52 @@ func TestCoreCaptureFlags(t *testing.T) {
 		if (len(o.UserStack) > 0) != want[0] || (len(o.KernelStack) > 0) != want[1] {
 			t.Errorf("%s: %d user frames, %d kernel frames; want user %v, kernel %v", name, len(o.UserStack), len(o.KernelStack), want[0], want[1])
 		}
+	}
+}
+
+// TestCoreLateValueInQuarantine plays a program that looked a slot up just
+// before its series was evicted and adds to it while the slot waits in
+// quarantine: the value counts for its series (which shows again), the
+// slot is freed once, and the next series to take it starts from zero.
+func TestCoreLateValueInQuarantine(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 64, HistogramCells: 4096, IdleEvict: time.Nanosecond})
+	ct.aggregate(t, []entry{{Name: "late", Cgroup: 3, Value: 1000}})
+	if _, got := ct.snapshot(t); got["late"].Count != 1 {
+		t.Fatalf("late: %+v", got["late"])
+	}
+	r := ct.c.reader
+	ct.snapshot(t) // idle: evicted, its slot quarantined
+	if len(r.quarantine) != 1 {
+		t.Fatalf("%d slots in quarantine, want 1", len(r.quarantine))
+	}
+	slot := r.quarantine[0].slot
+	// The late program's value: what series_add does.
+	sl := &r.slots[slot]
+	atomic.AddUint64(&sl.Count, 1)
+	atomic.AddUint64(&sl.Sum, 2000)
+	atomic.OrUint64(&r.slotDirty[slot/64], 1<<(slot%64))
+	_, got := ct.snapshot(t)
+	if sr := got["late"]; sr.Count != 1 || sr.SumNs != 2000 {
+		t.Fatalf("the late value: %+v, want count 1, sum 2000 for its series", sr)
+	}
+	time.Sleep(quarantineTime)
+	ct.snapshot(t)
+	ct.snapshot(t)
+	if len(r.quarantine) != 0 {
+		t.Fatalf("%d slots still in quarantine", len(r.quarantine))
+	}
+	// Freed once: the queue of free slots holds it once.
+	var n int
+	for {
+		var s uint32
+		if err := ct.c.objs.FreeSlots.LookupAndDelete(nil, &s); err != nil {
+			break
+		}
+		if s == slot {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("slot %d was freed %d times", slot, n)
 	}
 }

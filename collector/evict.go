@@ -46,9 +46,18 @@ func (r *seriesReader) evict(now time.Time, idle time.Duration) {
 			continue
 		}
 		for _, slot := range st.slots {
+			// Late values (from programs that looked the slot up just
+			// before) find no state and make their key's series anew
+			// (stateOfSlot); a slot is quarantined once.
+			r.slotState[slot] = nil
+			if r.inQuarantine[slot] {
+				continue
+			}
+			r.inQuarantine[slot] = true
 			r.quarantine = append(r.quarantine, quarantined{slot: slot, key: st.key, since: now})
 			r.nameRefs[st.key.NameId]++
 		}
+		st.slots = nil
 		r.forget(st)
 	}
 }
@@ -126,6 +135,7 @@ func (r *seriesReader) drain(slot uint32) {
 }
 
 func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
+	r.inQuarantine[slot] = false
 	for _, c := range r.slotCells[slot] {
 		if atomic.LoadUint64(&r.cells[c])>>(32+cellFieldBits) == uint64(slot+1) {
 			atomic.StoreUint64(&r.cells[c], 0)

@@ -88,6 +88,13 @@ type winAcc struct {
 	hist                     []cellCount // usually a few: no map
 }
 
+// cellEntry is one cell's count taken in a window, chained per slot.
+type cellEntry struct {
+	field, cell uint32
+	next        int32 // the slot's next entry, or -1
+	n           uint32
+}
+
 // slotTotals are a slot's cumulative counters: the programs only add to
 // them, so a window is the difference of two plain reads (no locked
 // instruction per counter; the extremes are swapped, they cannot be
@@ -104,6 +111,9 @@ type seriesState struct {
 	slots      []uint32 // the slots holding it (usually one)
 	acc        winAcc
 	dead       bool // evicted: left r.order at the next compaction
+	// The budget of the series' name under budget table budgetGen.
+	budgetNs  uint64
+	budgetGen uint64
 }
 
 // quarantined is a slot whose series left series_index: it is freed once
@@ -121,30 +131,34 @@ type seriesReader struct {
 	objs *objects
 	log  logger
 
-	slots       []bpf.SpanwatchSeriesSlot
-	slotDirty   []uint64
-	cells       []uint64
-	cellDirty   []uint64
-	core        *bpf.SpanwatchCoreState
-	maps        []*mapping
-	seriesMax   uint32
-	labelSets   sync.Map // uint16 -> LabelSet
-	resolvers   atomic.Pointer[nameResolvers]
-	names       map[uint64]string
-	pruned      map[uint64]string // names of pruned ids, in case one comes back
-	otherNameID uint64
-	slotState   []*seriesState // slot -> the series it holds, once seen live
-	slotCells   [][]uint32     // slot -> cells seen holding it (freed with it)
-	slotPrev    []slotTotals   // slot -> its cumulative counters at the last read
-	byKey       map[bpf.SpanwatchSeriesKey]*seriesState
-	order       []*seriesState // in order of first sight; dead ones until compacted
-	dead        int
-	nameRefs    map[uint64]int // series and quarantined slots per name id
-	quarantine  []quarantined
-	budgets     *budgetTable
-	resolved    map[string]bool // names given by resolvers: their series may need merging
-	prevCount   [bpf.SpanwatchCounterCOUNTER_MAX]uint64
-	lastRead    time.Time
+	slots        []bpf.SpanwatchSeriesSlot
+	slotDirty    []uint64
+	cells        []uint64
+	cellDirty    []uint64
+	core         *bpf.SpanwatchCoreState
+	maps         []*mapping
+	seriesMax    uint32
+	labelSets    sync.Map // uint16 -> LabelSet
+	resolvers    atomic.Pointer[nameResolvers]
+	names        map[uint64]string
+	pruned       map[uint64]string // names of pruned ids, in case one comes back
+	otherNameID  uint64
+	slotState    []*seriesState // slot -> the series it holds, once seen live
+	slotCells    [][]uint32     // slot -> cells seen holding it (freed with it)
+	slotPrev     []slotTotals   // slot -> its cumulative counters at the last read
+	cellHead     []int32        // slot -> its first cell entry of the window, or -1
+	inQuarantine []bool         // slot -> waiting in r.quarantine
+	cellBuf      []cellEntry
+	byKey        map[bpf.SpanwatchSeriesKey]*seriesState
+	order        []*seriesState // in order of first sight; dead ones until compacted
+	dead         int
+	nameRefs     map[uint64]int // series and quarantined slots per name id
+	quarantine   []quarantined
+	budgets      *budgetTable
+	budgetGen    uint64          // bumped with each new budget table
+	resolved     map[string]bool // names given by resolvers: their series may need merging
+	prevCount    [bpf.SpanwatchCounterCOUNTER_MAX]uint64
+	lastRead     time.Time
 }
 
 type logger interface {
@@ -154,14 +168,19 @@ type logger interface {
 
 func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesReader, err error) {
 	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax,
-		names:       map[uint64]string{},
-		pruned:      map[uint64]string{},
-		otherNameID: snapshot.NameID(snapshot.OtherName),
-		slotState:   make([]*seriesState, seriesMax),
-		slotCells:   make([][]uint32, seriesMax),
-		slotPrev:    make([]slotTotals, seriesMax),
-		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
-		nameRefs:    map[uint64]int{},
+		names:        map[uint64]string{},
+		pruned:       map[uint64]string{},
+		otherNameID:  snapshot.NameID(snapshot.OtherName),
+		slotState:    make([]*seriesState, seriesMax),
+		slotCells:    make([][]uint32, seriesMax),
+		slotPrev:     make([]slotTotals, seriesMax),
+		cellHead:     make([]int32, seriesMax),
+		inQuarantine: make([]bool, seriesMax),
+		byKey:        map[bpf.SpanwatchSeriesKey]*seriesState{},
+		nameRefs:     map[uint64]int{},
+	}
+	for i := range r.cellHead {
+		r.cellHead[i] = -1
 	}
 	defer func() {
 		if err != nil {
@@ -291,19 +310,36 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					continue
 				}
 				slot := key>>cellFieldBits - 1
-				st := r.stateOfSlot(slot)
-				if st == nil {
+				if slot >= r.seriesMax || (r.slotState[slot] == nil && r.stateOfSlot(slot) == nil) {
 					// The slot's key is not known yet: give the
 					// count back for the next window.
 					atomic.AddUint64(&r.cells[i], uint64(n))
 					r.markCellDirty(uint32(chunk))
 					continue
 				}
-				st.acc.hist = append(st.acc.hist, cellCount{key & (1<<cellFieldBits - 1), uint64(n)})
-				r.noteCell(slot, uint32(i))
+				// Cells come in hash order: they are chained per slot
+				// in compact arrays here and handed to their series
+				// in slot order below, so the scattered accesses hit
+				// 4 bytes a slot, not a series' state.
+				r.cellBuf = append(r.cellBuf, cellEntry{field: key & (1<<cellFieldBits - 1), cell: uint32(i), next: r.cellHead[slot], n: n})
+				r.cellHead[slot] = int32(len(r.cellBuf) - 1)
 			}
 		}
 	}
+	for _, st := range r.order {
+		if st.dead {
+			continue // its slots went back to stateOfSlot
+		}
+		for _, slot := range st.slots {
+			for e := r.cellHead[slot]; e >= 0; e = r.cellBuf[e].next {
+				c := &r.cellBuf[e]
+				st.acc.hist = append(st.acc.hist, cellCount{c.field, uint64(c.n)})
+				r.noteCell(slot, c.cell)
+			}
+			r.cellHead[slot] = -1
+		}
+	}
+	r.cellBuf = r.cellBuf[:0]
 	if r.dead > len(r.order)/2 {
 		live := r.order[:0]
 		for _, st := range r.order {
@@ -455,6 +491,12 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 		sr.SourceLabels = r.labels(key.Labelset, key.Labels[:], key.Other)
 	}
 	metric := key.Kind == kindMetric
+	if !metric {
+		if st.budgetGen != r.budgetGen {
+			st.budgetNs, st.budgetGen = r.budgetOf(st.name), r.budgetGen
+		}
+		sr.BudgetNs = st.budgetNs
+	}
 	if metric {
 		sr.Kind = snapshot.KindMetric
 	}
