@@ -355,28 +355,31 @@ static __always_inline __u64 span_name_id(char *name)
 {
 	__u64 h = 0xcbf29ce484222325ULL;
 	__u64 *w = (__u64 *)name;
-	__u64 live = ~0ULL; /* all ones until the word with the NUL is hashed */
+	int i;
 
-	/* Branch-free, so the verifier sees one path through all 16 words;
-	 * not unrolled, which would spill registers all over the stack. */
+	/* Hash the words up to the one with the NUL (most names are short),
+	 * then zero the rest: not unrolled, which would spill registers all
+	 * over the stack. */
 #pragma nounroll
-	for (int i = 0; i < SPAN_NAME_LEN / 8; i++) {
+	for (i = 0; i < SPAN_NAME_LEN / 8; i++) {
 		__u64 x = w[i];
 		/* Lowest byte that is zero: exact for the lowest one. */
 		__u64 z = (x - 0x0101010101010101ULL) & ~x & 0x8080808080808080ULL;
 		__u64 lowest = z & (~z + 1);
 		/* Keep the bytes below the NUL; all of them when there is none. */
-		x &= ((lowest >> 7) - 1) & live;
+		x &= (lowest >> 7) - 1;
 		w[i] = x;
-		__u64 next = (h ^ x) * 0x100000001b3ULL;
+		h = (h ^ x) * 0x100000001b3ULL;
 		/* Fold the high bits down: a multiply only carries upwards, so
 		 * without this two words' bit 63 flipped together would cancel
 		 * (two names, one id). */
-		next ^= next >> 29;
-		h += (next - h) & live;
-		/* After a word with a NUL, nothing more is hashed. */
-		live &= (((z | (~z + 1)) >> 63) - 1);
+		h ^= h >> 29;
+		if (z)
+			break;
 	}
+#pragma nounroll
+	for (i = i + 1; i < SPAN_NAME_LEN / 8; i++)
+		*(volatile __u64 *)&w[i] = 0; /* not a memset call */
 	h ^= h >> 33;
 	h *= 0xff51afd7ed558ccdULL;
 	h ^= h >> 33;
