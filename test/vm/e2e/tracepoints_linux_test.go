@@ -278,7 +278,13 @@ type ehWriter struct {
 	ev *userevents.Event
 }
 
-func newEHWriter(t testing.TB, provider string) *ehWriter {
+//
+// It returns once tp has bound the tracepoint on every CPU: the kernel
+// sets a user_event's enable bit when the first CPU's perf event
+// registers, and an event written on a CPU whose perf event is not open
+// yet reaches no program (user_event_perf looks at this CPU's list only),
+// so Enabled alone let the first events of a test be lost.
+func newEHWriter(t testing.TB, provider string, tp *collector.Tracepoints) *ehWriter {
 	t.Helper()
 	ev, err := userevents.Register(ehtest.Format(provider))
 	if err != nil {
@@ -290,7 +296,26 @@ func newEHWriter(t testing.TB, provider string) *ehWriter {
 			t.Fatalf("%s never enabled: the collector did not pick it up", ehtest.TracepointName(provider))
 		}
 	}
+	name := ehtest.TracepointName(provider)
+	for deadline := time.Now().Add(5 * time.Second); !tracepointBound(tp, name); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s enabled but not bound on every CPU after 5s: %+v", name, tp.Status())
+		}
+	}
 	return &ehWriter{ev: ev}
+}
+
+// tracepointBound reports whether a source of tp reads the tracepoint
+// named name (bound after its perf event opened on every online CPU).
+func tracepointBound(tp *collector.Tracepoints, name string) bool {
+	for _, st := range tp.Status() {
+		for _, ev := range st.Tracepoints {
+			if ev == name || strings.HasSuffix(ev, ":"+name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (w *ehWriter) write(t *testing.T, p []byte) {
@@ -322,7 +347,7 @@ eventheader:
 	if err := r.c.SetBudgets([]collector.BudgetRule{{Span: "eh.slow", Budget: 10 * time.Millisecond}}); err != nil {
 		t.Fatal(err)
 	}
-	w := newEHWriter(t, "spanwatch_e2e_otel")
+	w := newEHWriter(t, "spanwatch_e2e_otel", r.tp)
 	// The golden spans, byte for byte.
 	for _, tc := range ehtest.GoldenCases {
 		p, err := ehtest.Golden(tc.File)
@@ -462,7 +487,7 @@ func TestCPUHotplug(t *testing.T) {
 eventheader:
   - provider: spanwatch_e2e_hotplug
 `)
-	w := newEHWriter(t, "spanwatch_e2e_hotplug")
+	w := newEHWriter(t, "spanwatch_e2e_hotplug", r.tp)
 	x := ehtest.Exporter{Version: ehtest.RustMain}
 	ehSpan := func(name string) []byte {
 		p, err := x.Encode(&ehtest.Span{Name: name, Start: time.Unix(10, 0), End: time.Unix(10, 1000)})
@@ -570,7 +595,7 @@ func BenchmarkEventHeaderDecoderCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer tp.Close()
-	w := newEHWriter(b, "spanwatch_e2e_bench")
+	w := newEHWriter(b, "spanwatch_e2e_bench", tp)
 	core := []string{"fentry_perf_tp_event", "kprobe_perf_tp_event"}
 	eh := []string{"eh_fentry_perf_tp_event", "eh_kprobe_perf_tp_event"}
 	f := &emit.Finished{Name: "bench.fixed", Duration: time.Millisecond}
