@@ -695,8 +695,12 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 	 * samples left (one a scan, so the walk is verified once). */
 	__u64 gw[G_WORDS];
 	w = 0;
-	for (__u32 i = 0; i < INFLIGHT_MAX_PARKED; i++) {
-		struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &i);
+	/* The counter is a 64-bit value apart from the key: as a u32 whose
+	 * address went to the look-up, 6.12's verifier lost it (a 32-bit
+	 * spill read back as unknown) and refused the loop as infinite. */
+	for (__u64 i = 0; i < INFLIGHT_MAX_PARKED; i++) {
+		__u32 key = i;
+		struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &key);
 		struct inflight_target *t;
 
 		if (!p || !p->tgid)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -326,7 +327,13 @@ func (w *Watcher) loadBlocked() {
 		Prog *ebpf.Program `ebpf:"inflight_blocked"`
 	}
 	if err := w.spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: w.repl}); err != nil {
-		w.log.Info("inflight_blocked_sampler_unavailable", "error", err, "hint", "needs kernel 5.18+")
+		if kernelLacks(err) {
+			w.log.Info("inflight_blocked_sampler_unavailable", "error", err, "hint", "needs kernel 5.18+")
+		} else {
+			// The kernel has what the program needs and refused it:
+			// a bug of ours, not the kernel's age.
+			w.log.Warn("inflight_blocked_sampler_refused", "error", fmt.Sprintf("%+v", err))
+		}
 		return
 	}
 	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog})
@@ -852,4 +859,23 @@ func mapsClone(m map[string]*ebpf.Map) map[string]*ebpf.Map {
 		out[k] = v
 	}
 	return out
+}
+
+// kernelLacks reports whether a load error says the kernel lacks a
+// helper, program type or attach type the program needs (so its age is
+// the reason), rather than the verifier refusing a program it could run.
+func kernelLacks(err error) bool {
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		return true
+	}
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return errors.Is(err, unix.EINVAL) // an unknown program or attach type
+	}
+	for _, l := range ve.Log {
+		if strings.Contains(l, "unknown func") || strings.Contains(l, "program of this type cannot use helper") {
+			return true
+		}
+	}
+	return false
 }
