@@ -278,7 +278,6 @@ type ehWriter struct {
 	ev *userevents.Event
 }
 
-//
 // It returns once tp has bound the tracepoint on every CPU: the kernel
 // sets a user_event's enable bit when the first CPU's perf event
 // registers, and an event written on a CPU whose perf event is not open
