@@ -278,7 +278,8 @@ type ehWriter struct {
 	ev *userevents.Event
 }
 
-// It returns once tp has bound the tracepoint on every CPU: the kernel
+// newEHWriter registers provider's tracepoint and returns once tp has
+// bound it on every CPU: the kernel
 // sets a user_event's enable bit when the first CPU's perf event
 // registers, and an event written on a CPU whose perf event is not open
 // yet reaches no program (user_event_perf looks at this CPU's list only),
