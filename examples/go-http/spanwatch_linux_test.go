@@ -83,11 +83,7 @@ func TestUnderSpanwatch(t *testing.T) {
 	}
 	got := map[string]*snapshot.Series{}
 	var ended, running []snapshot.Overrun
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && (got["checkout"] == nil || got["search"] == nil || got["report.build"] == nil ||
-		got["checkout"].Count < 50 || got["search"].Count < 50 || got["report.build"].Count < 20 || len(ended) < 4 ||
-		!slices.ContainsFunc(running, func(o snapshot.Overrun) bool { return o.Span == "export" }) || time.Since(start) < 1500*time.Millisecond) {
-		time.Sleep(100 * time.Millisecond)
+	merge := func() {
 		s, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -109,24 +105,51 @@ func TestUnderSpanwatch(t *testing.T) {
 			}
 		}
 	}
-	for span, want := range map[string][3]uint64{"checkout": {50, 0, 1}, "payment.charge": {50, 0, 1}, "search": {50, 2, 0}, "report.build": {20, 0, 2}} {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && (got["checkout"] == nil || got["search"] == nil || got["report.build"] == nil ||
+		got["checkout"].Count < 50 || got["search"].Count < 50 || got["report.build"].Count < 20 || len(ended) < 4 ||
+		!slices.ContainsFunc(running, func(o snapshot.Overrun) bool { return o.Span == "export" }) || time.Since(start) < 1500*time.Millisecond) {
+		time.Sleep(100 * time.Millisecond)
+		merge()
+	}
+	// One more window, for an overrun record still in the ring buffer
+	// when its span's over-budget count was read.
+	time.Sleep(300 * time.Millisecond)
+	merge()
+	// The slow requests by design: one checkout (its payment.charge spins
+	// 300 ms) and two reports (300 ms asleep). A machine that stalls a
+	// normal request past its budget (a 1-3 ms sleep taking 100 ms, seen
+	// at load 7 on 2 CPUs) adds an over-budget span of that name: the
+	// counter and the overruns must still agree, and the designed ones
+	// must all be there.
+	byDesign := map[string]uint64{"checkout": 1, "payment.charge": 1, "report.build": 2}
+	endedBy := map[string]uint64{}
+	for _, ov := range ended {
+		endedBy[ov.Span]++
+	}
+	for span, want := range map[string][2]uint64{"checkout": {50, 0}, "payment.charge": {50, 0}, "search": {50, 2}, "report.build": {20, 0}} {
 		g := got[span]
 		if g == nil {
 			t.Fatalf("no %s series", span)
 		}
-		if g.Count != want[0] || g.Errors != want[1] || g.OverBudget != want[2] {
-			t.Errorf("%s: count %d errors %d over budget %d, want %v", span, g.Count, g.Errors, g.OverBudget, want)
+		if g.Count != want[0] || g.Errors != want[1] {
+			t.Errorf("%s: count %d errors %d, want %d and %d", span, g.Count, g.Errors, want[0], want[1])
+		}
+		if g.OverBudget < byDesign[span] || g.OverBudget != endedBy[span] {
+			t.Errorf("%s: over budget %d, ended overruns %d, want equal and at least %d", span, g.OverBudget, endedBy[span], byDesign[span])
 		}
 	}
 	if g := got["export"]; g != nil && g.Count != 0 {
 		t.Errorf("export counted %d times: it never ends", g.Count)
 	}
-	if len(ended) != 4 {
-		t.Fatalf("%d overruns of ended spans, want 4 (checkout, payment.charge, 2 report.build)", len(ended))
+	if len(ended) < 4 {
+		t.Fatalf("%d overruns of ended spans, want at least 4 (checkout, payment.charge, 2 report.build)", len(ended))
 	}
 	for _, ov := range ended {
 		if ov.DurationNs < uint64(300*time.Millisecond) {
-			t.Errorf("%s overrun lasted %v, want at least 300ms", ov.Span, time.Duration(ov.DurationNs))
+			// A normal request the machine stalled past its budget.
+			t.Logf("%s overrun of %v: not one of the slow paths", ov.Span, time.Duration(ov.DurationNs))
+			continue
 		}
 		hot := profile.Hottest(ov.Samples, 1)
 		t.Logf("%s: %v, %d sample stacks; hottest: %s", ov.Span, time.Duration(ov.DurationNs), len(ov.Samples), profile.FormatHottest(hot, ov.DurationNs))
