@@ -147,6 +147,9 @@ type Collector struct {
 // New loads the BPF programs and attaches the configured sources. The
 // collector runs until Close.
 func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -26,6 +26,9 @@ type Core struct {
 
 // Load loads the test object with the core's maps (collector.Maps()).
 func Load(maps map[string]*ebpf.Map) (*Core, error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, err
+	}
 	spec, err := bpf.LoadCoretest()
 	if err != nil {
 		return nil, err

@@ -181,6 +181,9 @@ func (o *taskObjects) Close() error {
 // New loads the sampling programs. They are attached only while something
 // is watched.
 func New(cfg Config) (*Watcher, error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, fmt.Errorf("inflight watcher: %w", err)
+	}
 	if cfg.Budgets == nil || cfg.Overruns == nil {
 		return nil, errors.New("inflight watcher: the budgets and overruns maps are required")
 	}
