@@ -48,6 +48,67 @@ type EventheaderCoreState struct {
 	Pad            uint32
 }
 
+type EventheaderEhEncoding uint32
+
+const (
+	EventheaderEhEncodingEH_ENC_INVALID        EventheaderEhEncoding = 0
+	EventheaderEhEncodingEH_ENC_STRUCT         EventheaderEhEncoding = 1
+	EventheaderEhEncodingEH_ENC_VALUE8         EventheaderEhEncoding = 2
+	EventheaderEhEncodingEH_ENC_VALUE16        EventheaderEhEncoding = 3
+	EventheaderEhEncodingEH_ENC_VALUE32        EventheaderEhEncoding = 4
+	EventheaderEhEncodingEH_ENC_VALUE64        EventheaderEhEncoding = 5
+	EventheaderEhEncodingEH_ENC_VALUE128       EventheaderEhEncoding = 6
+	EventheaderEhEncodingEH_ENC_ZSTRING_CHAR8  EventheaderEhEncoding = 7
+	EventheaderEhEncodingEH_ENC_ZSTRING_CHAR16 EventheaderEhEncoding = 8
+	EventheaderEhEncodingEH_ENC_ZSTRING_CHAR32 EventheaderEhEncoding = 9
+	EventheaderEhEncodingEH_ENC_STRING16CHAR8  EventheaderEhEncoding = 10
+	EventheaderEhEncodingEH_ENC_STRING16CHAR16 EventheaderEhEncoding = 11
+	EventheaderEhEncodingEH_ENC_STRING16CHAR32 EventheaderEhEncoding = 12
+	EventheaderEhEncodingEH_ENC_BINARY16CHAR8  EventheaderEhEncoding = 13
+	EventheaderEhEncodingEH_ENC_MAX            EventheaderEhEncoding = 14
+)
+
+type EventheaderEhFormat uint32
+
+const (
+	EventheaderEhFormatEH_HEADER_SIZE        EventheaderEhFormat = 8
+	EventheaderEhFormatEH_FLAG_LITTLE_ENDIAN EventheaderEhFormat = 2
+	EventheaderEhFormatEH_FLAG_EXTENSION     EventheaderEhFormat = 4
+	EventheaderEhFormatEH_EXT_KIND_MASK      EventheaderEhFormat = 32767
+	EventheaderEhFormatEH_EXT_CHAIN          EventheaderEhFormat = 32768
+	EventheaderEhFormatEH_EXT_METADATA       EventheaderEhFormat = 1
+	EventheaderEhFormatEH_EXT_ACTIVITY_ID    EventheaderEhFormat = 2
+	EventheaderEhFormatEH_ENC_MASK           EventheaderEhFormat = 31
+	EventheaderEhFormatEH_ENC_CARRAY         EventheaderEhFormat = 32
+	EventheaderEhFormatEH_ENC_VARRAY         EventheaderEhFormat = 64
+	EventheaderEhFormatEH_ENC_CHAIN          EventheaderEhFormat = 128
+	EventheaderEhFormatEH_FMT_MASK           EventheaderEhFormat = 127
+	EventheaderEhFormatEH_FMT_CHAIN          EventheaderEhFormat = 128
+	EventheaderEhFormatEH_FMT_SIGNED_INT     EventheaderEhFormat = 2
+)
+
+type EventheaderEhKind uint32
+
+const (
+	EventheaderEhKindEH_KIND_SPAN   EventheaderEhKind = 1
+	EventheaderEhKindEH_KIND_FIELDS EventheaderEhKind = 2
+)
+
+type EventheaderEhLimits uint32
+
+const (
+	EventheaderEhLimitsEH_BUF_SIZE       EventheaderEhLimits = 8192
+	EventheaderEhLimitsEH_BUF_SLACK      EventheaderEhLimits = 128
+	EventheaderEhLimitsEH_MAX_FIELDS     EventheaderEhLimits = 64
+	EventheaderEhLimitsEH_MAX_DEPTH      EventheaderEhLimits = 4
+	EventheaderEhLimitsEH_MAX_NAME_WORDS EventheaderEhLimits = 32
+	EventheaderEhLimitsEH_MAX_NAME_LEN   EventheaderEhLimits = 255
+	EventheaderEhLimitsEH_MAX_EXT        EventheaderEhLimits = 4
+	EventheaderEhLimitsEH_MAX_ELEMS      EventheaderEhLimits = 64
+	EventheaderEhLimitsEH_MAX_WANT       EventheaderEhLimits = 12
+	EventheaderEhLimitsEH_TIME_MAX       EventheaderEhLimits = 64
+)
+
 type EventheaderEhMapping struct {
 	_           structs.HostLayout
 	Event       uint64
@@ -65,6 +126,14 @@ type EventheaderEhMapping struct {
 	Name        [128]int8
 	Map         EventheaderTpMap
 }
+
+type EventheaderEhMappingSizes uint32
+
+const (
+	EventheaderEhMappingSizesEH_TP_MAPPINGS  EventheaderEhMappingSizes = 8
+	EventheaderEhMappingSizesEH_MAX_MAPPINGS EventheaderEhMappingSizes = 256
+	EventheaderEhMappingSizesEH_MAX_OPS      EventheaderEhMappingSizes = 8
+)
 
 type EventheaderEhPercpu struct {
 	_ structs.HostLayout
@@ -149,6 +218,17 @@ const (
 	EventheaderEhReasonEH_NUM_REASONS       EventheaderEhReason = 17
 )
 
+type EventheaderEhSpanField uint32
+
+const (
+	EventheaderEhSpanFieldEH_SPAN_NAME     EventheaderEhSpanField = 0
+	EventheaderEhSpanFieldEH_SPAN_END      EventheaderEhSpanField = 1
+	EventheaderEhSpanFieldEH_SPAN_START    EventheaderEhSpanField = 2
+	EventheaderEhSpanFieldEH_SPAN_SUCCESS  EventheaderEhSpanField = 3
+	EventheaderEhSpanFieldEH_SPAN_TRACE_ID EventheaderEhSpanField = 4
+	EventheaderEhSpanFieldEH_SPAN_SPAN_ID  EventheaderEhSpanField = 5
+)
+
 type EventheaderEhTestIn struct {
 	_         structs.HostLayout
 	Type      uint32
@@ -190,6 +270,12 @@ type EventheaderSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
 }
+
+type EventheaderSrcIndex uint32
+
+const (
+	EventheaderSrcIndexSRC_NO_ARG EventheaderSrcIndex = 255
+)
 
 type EventheaderSrcLabelKey struct {
 	_        structs.HostLayout
@@ -248,6 +334,15 @@ type EventheaderTpMap struct {
 	_       [4]byte
 }
 
+type EventheaderTpRole uint32
+
+const (
+	EventheaderTpRoleTP_SINGLE EventheaderTpRole = 1
+	EventheaderTpRoleTP_START  EventheaderTpRole = 2
+	EventheaderTpRoleTP_END    EventheaderTpRole = 3
+	EventheaderTpRoleTP_METRIC EventheaderTpRole = 4
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -280,10 +375,18 @@ const (
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
 	EventheaderProgEhTestFixed         = "eh_test_fixed"
+	EventheaderVarUnusedEhEncoding     = "unused_eh_encoding"
+	EventheaderVarUnusedEhFormat       = "unused_eh_format"
+	EventheaderVarUnusedEhKind         = "unused_eh_kind"
+	EventheaderVarUnusedEhLimits       = "unused_eh_limits"
 	EventheaderVarUnusedEhMapping      = "unused_eh_mapping"
+	EventheaderVarUnusedEhMappingSizes = "unused_eh_mapping_sizes"
 	EventheaderVarUnusedEhReason       = "unused_eh_reason"
+	EventheaderVarUnusedEhSpanField    = "unused_eh_span_field"
 	EventheaderVarUnusedEhTestIn       = "unused_eh_test_in"
 	EventheaderVarUnusedEhTracepoint   = "unused_eh_tracepoint"
+	EventheaderVarUnusedSrcIndex       = "unused_src_index"
+	EventheaderVarUnusedTpRole         = "unused_tp_role"
 )
 
 // LoadEventheader returns the embedded CollectionSpec for Eventheader.
@@ -368,10 +471,18 @@ type EventheaderMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EventheaderVariableSpecs struct {
-	UnusedEhMapping    *ebpf.VariableSpec `ebpf:"unused_eh_mapping"`
-	UnusedEhReason     *ebpf.VariableSpec `ebpf:"unused_eh_reason"`
-	UnusedEhTestIn     *ebpf.VariableSpec `ebpf:"unused_eh_test_in"`
-	UnusedEhTracepoint *ebpf.VariableSpec `ebpf:"unused_eh_tracepoint"`
+	UnusedEhEncoding     *ebpf.VariableSpec `ebpf:"unused_eh_encoding"`
+	UnusedEhFormat       *ebpf.VariableSpec `ebpf:"unused_eh_format"`
+	UnusedEhKind         *ebpf.VariableSpec `ebpf:"unused_eh_kind"`
+	UnusedEhLimits       *ebpf.VariableSpec `ebpf:"unused_eh_limits"`
+	UnusedEhMapping      *ebpf.VariableSpec `ebpf:"unused_eh_mapping"`
+	UnusedEhMappingSizes *ebpf.VariableSpec `ebpf:"unused_eh_mapping_sizes"`
+	UnusedEhReason       *ebpf.VariableSpec `ebpf:"unused_eh_reason"`
+	UnusedEhSpanField    *ebpf.VariableSpec `ebpf:"unused_eh_span_field"`
+	UnusedEhTestIn       *ebpf.VariableSpec `ebpf:"unused_eh_test_in"`
+	UnusedEhTracepoint   *ebpf.VariableSpec `ebpf:"unused_eh_tracepoint"`
+	UnusedSrcIndex       *ebpf.VariableSpec `ebpf:"unused_src_index"`
+	UnusedTpRole         *ebpf.VariableSpec `ebpf:"unused_tp_role"`
 }
 
 // EventheaderObjects contains all objects after they have been loaded into the kernel.
@@ -453,10 +564,18 @@ func (m *EventheaderMaps) Close() error {
 //
 // It can be passed to LoadEventheaderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EventheaderVariables struct {
-	UnusedEhMapping    *ebpf.Variable `ebpf:"unused_eh_mapping"`
-	UnusedEhReason     *ebpf.Variable `ebpf:"unused_eh_reason"`
-	UnusedEhTestIn     *ebpf.Variable `ebpf:"unused_eh_test_in"`
-	UnusedEhTracepoint *ebpf.Variable `ebpf:"unused_eh_tracepoint"`
+	UnusedEhEncoding     *ebpf.Variable `ebpf:"unused_eh_encoding"`
+	UnusedEhFormat       *ebpf.Variable `ebpf:"unused_eh_format"`
+	UnusedEhKind         *ebpf.Variable `ebpf:"unused_eh_kind"`
+	UnusedEhLimits       *ebpf.Variable `ebpf:"unused_eh_limits"`
+	UnusedEhMapping      *ebpf.Variable `ebpf:"unused_eh_mapping"`
+	UnusedEhMappingSizes *ebpf.Variable `ebpf:"unused_eh_mapping_sizes"`
+	UnusedEhReason       *ebpf.Variable `ebpf:"unused_eh_reason"`
+	UnusedEhSpanField    *ebpf.Variable `ebpf:"unused_eh_span_field"`
+	UnusedEhTestIn       *ebpf.Variable `ebpf:"unused_eh_test_in"`
+	UnusedEhTracepoint   *ebpf.Variable `ebpf:"unused_eh_tracepoint"`
+	UnusedSrcIndex       *ebpf.Variable `ebpf:"unused_src_index"`
+	UnusedTpRole         *ebpf.Variable `ebpf:"unused_tp_role"`
 }
 
 // EventheaderPrograms contains all programs after they have been loaded into the kernel.

@@ -80,6 +80,13 @@ type InflightInflightOpen struct {
 	Name      [128]int8
 }
 
+type InflightInflightSizes uint32
+
+const (
+	InflightInflightSizesINFLIGHT_DEPTH    InflightInflightSizes = 4
+	InflightInflightSizesINFLIGHT_TLS_SCAN InflightInflightSizes = 16
+)
+
 type InflightInflightSlot struct {
 	_        structs.HostLayout
 	BudgetNs uint64
@@ -109,6 +116,14 @@ type InflightInflightTarget struct {
 	Spans    [4]InflightInflightTspan
 }
 
+type InflightInflightTargetFlags uint32
+
+const (
+	InflightInflightTargetFlagsTARGET_FROM_TASK InflightInflightTargetFlags = 1
+	InflightInflightTargetFlagsTARGET_SDK       InflightInflightTargetFlags = 2
+	InflightInflightTargetFlagsTARGET_GOROUTINE InflightInflightTargetFlags = 4
+)
+
 type InflightInflightTspan struct {
 	_         structs.HostLayout
 	StartNs   uint64
@@ -119,6 +134,22 @@ type InflightInflightTspan struct {
 	Source    uint32
 	Name      [128]int8
 }
+
+type InflightInflightWatchSizes uint32
+
+const (
+	InflightInflightWatchSizesINFLIGHT_MAX_WATCH    InflightInflightWatchSizes = 1024
+	InflightInflightWatchSizesINFLIGHT_TARGET_SPANS InflightInflightWatchSizes = 4
+	InflightInflightWatchSizesINFLIGHT_MAX_PARKED   InflightInflightWatchSizes = 16
+	InflightInflightWatchSizesINFLIGHT_SOURCES      InflightInflightWatchSizes = 1024
+)
+
+type InflightOverrunStatus uint32
+
+const (
+	InflightOverrunStatusOVERRUN_STILL_RUNNING InflightOverrunStatus = 2147483648
+	InflightOverrunStatusOVERRUN_OFF_CPU       InflightOverrunStatus = 1073741824
+)
 
 type InflightSeriesKey struct {
 	_        structs.HostLayout
@@ -173,43 +204,47 @@ type InflightUsdtTaskSpans struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	InflightMapBudgetGlobs             = "budget_globs"
-	InflightMapBudgets                 = "budgets"
-	InflightMapCellDirty               = "cell_dirty"
-	InflightMapCells                   = "cells"
-	InflightMapCgCreated               = "cg_created"
-	InflightMapCgQuota                 = "cg_quota"
-	InflightMapCgReleased              = "cg_released"
-	InflightMapCore                    = "core"
-	InflightMapCounters                = "counters"
-	InflightMapFreeSlots               = "free_slots"
-	InflightMapInflightCfg             = "inflight_cfg"
-	InflightMapInflightExec            = "inflight_exec"
-	InflightMapInflightGprocs          = "inflight_gprocs"
-	InflightMapInflightParked          = "inflight_parked"
-	InflightMapInflightScratch         = "inflight_scratch"
-	InflightMapInflightSlots           = "inflight_slots"
-	InflightMapInflightWatch           = "inflight_watch"
-	InflightMapInflightZero            = "inflight_zero"
-	InflightMapNames                   = "names"
-	InflightMapOverruns                = "overruns"
-	InflightMapSeries                  = "series"
-	InflightMapSeriesDirty             = "series_dirty"
-	InflightMapSeriesIndex             = "series_index"
-	InflightMapUsdtTaskNames           = "usdt_task_names"
-	InflightMapUsdtTaskStart           = "usdt_task_start"
-	InflightProgInflightBlocked        = "inflight_blocked"
-	InflightProgInflightList           = "inflight_list"
-	InflightProgInflightOffCpu         = "inflight_off_cpu"
-	InflightProgInflightOnCpu          = "inflight_on_cpu"
-	InflightProgInflightScan           = "inflight_scan"
-	InflightVarUnusedInflightCandidate = "unused_inflight_candidate"
-	InflightVarUnusedInflightExecKey   = "unused_inflight_exec_key"
-	InflightVarUnusedInflightSlot      = "unused_inflight_slot"
-	InflightVarUnusedInflightStack     = "unused_inflight_stack"
-	InflightVarUnusedInflightTarget    = "unused_inflight_target"
-	InflightVarUnusedTaskSpan          = "unused_task_span"
-	InflightVarUnusedUsdtTaskSpans     = "unused_usdt_task_spans"
+	InflightMapBudgetGlobs               = "budget_globs"
+	InflightMapBudgets                   = "budgets"
+	InflightMapCellDirty                 = "cell_dirty"
+	InflightMapCells                     = "cells"
+	InflightMapCgCreated                 = "cg_created"
+	InflightMapCgQuota                   = "cg_quota"
+	InflightMapCgReleased                = "cg_released"
+	InflightMapCore                      = "core"
+	InflightMapCounters                  = "counters"
+	InflightMapFreeSlots                 = "free_slots"
+	InflightMapInflightCfg               = "inflight_cfg"
+	InflightMapInflightExec              = "inflight_exec"
+	InflightMapInflightGprocs            = "inflight_gprocs"
+	InflightMapInflightParked            = "inflight_parked"
+	InflightMapInflightScratch           = "inflight_scratch"
+	InflightMapInflightSlots             = "inflight_slots"
+	InflightMapInflightWatch             = "inflight_watch"
+	InflightMapInflightZero              = "inflight_zero"
+	InflightMapNames                     = "names"
+	InflightMapOverruns                  = "overruns"
+	InflightMapSeries                    = "series"
+	InflightMapSeriesDirty               = "series_dirty"
+	InflightMapSeriesIndex               = "series_index"
+	InflightMapUsdtTaskNames             = "usdt_task_names"
+	InflightMapUsdtTaskStart             = "usdt_task_start"
+	InflightProgInflightBlocked          = "inflight_blocked"
+	InflightProgInflightList             = "inflight_list"
+	InflightProgInflightOffCpu           = "inflight_off_cpu"
+	InflightProgInflightOnCpu            = "inflight_on_cpu"
+	InflightProgInflightScan             = "inflight_scan"
+	InflightVarUnusedInflightCandidate   = "unused_inflight_candidate"
+	InflightVarUnusedInflightExecKey     = "unused_inflight_exec_key"
+	InflightVarUnusedInflightSizes       = "unused_inflight_sizes"
+	InflightVarUnusedInflightSlot        = "unused_inflight_slot"
+	InflightVarUnusedInflightStack       = "unused_inflight_stack"
+	InflightVarUnusedInflightTarget      = "unused_inflight_target"
+	InflightVarUnusedInflightTargetFlags = "unused_inflight_target_flags"
+	InflightVarUnusedInflightWatchSizes  = "unused_inflight_watch_sizes"
+	InflightVarUnusedOverrunStatus       = "unused_overrun_status"
+	InflightVarUnusedTaskSpan            = "unused_task_span"
+	InflightVarUnusedUsdtTaskSpans       = "unused_usdt_task_spans"
 )
 
 // LoadInflight returns the embedded CollectionSpec for Inflight.
@@ -296,13 +331,17 @@ type InflightMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
-	UnusedInflightCandidate *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
-	UnusedInflightExecKey   *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
-	UnusedInflightSlot      *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
-	UnusedInflightStack     *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
-	UnusedInflightTarget    *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
-	UnusedTaskSpan          *ebpf.VariableSpec `ebpf:"unused_task_span"`
-	UnusedUsdtTaskSpans     *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
+	UnusedInflightCandidate   *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey     *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
+	UnusedInflightSizes       *ebpf.VariableSpec `ebpf:"unused_inflight_sizes"`
+	UnusedInflightSlot        *ebpf.VariableSpec `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack       *ebpf.VariableSpec `ebpf:"unused_inflight_stack"`
+	UnusedInflightTarget      *ebpf.VariableSpec `ebpf:"unused_inflight_target"`
+	UnusedInflightTargetFlags *ebpf.VariableSpec `ebpf:"unused_inflight_target_flags"`
+	UnusedInflightWatchSizes  *ebpf.VariableSpec `ebpf:"unused_inflight_watch_sizes"`
+	UnusedOverrunStatus       *ebpf.VariableSpec `ebpf:"unused_overrun_status"`
+	UnusedTaskSpan            *ebpf.VariableSpec `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans       *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightObjects contains all objects after they have been loaded into the kernel.
@@ -386,13 +425,17 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
-	UnusedInflightCandidate *ebpf.Variable `ebpf:"unused_inflight_candidate"`
-	UnusedInflightExecKey   *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
-	UnusedInflightSlot      *ebpf.Variable `ebpf:"unused_inflight_slot"`
-	UnusedInflightStack     *ebpf.Variable `ebpf:"unused_inflight_stack"`
-	UnusedInflightTarget    *ebpf.Variable `ebpf:"unused_inflight_target"`
-	UnusedTaskSpan          *ebpf.Variable `ebpf:"unused_task_span"`
-	UnusedUsdtTaskSpans     *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
+	UnusedInflightCandidate   *ebpf.Variable `ebpf:"unused_inflight_candidate"`
+	UnusedInflightExecKey     *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
+	UnusedInflightSizes       *ebpf.Variable `ebpf:"unused_inflight_sizes"`
+	UnusedInflightSlot        *ebpf.Variable `ebpf:"unused_inflight_slot"`
+	UnusedInflightStack       *ebpf.Variable `ebpf:"unused_inflight_stack"`
+	UnusedInflightTarget      *ebpf.Variable `ebpf:"unused_inflight_target"`
+	UnusedInflightTargetFlags *ebpf.Variable `ebpf:"unused_inflight_target_flags"`
+	UnusedInflightWatchSizes  *ebpf.Variable `ebpf:"unused_inflight_watch_sizes"`
+	UnusedOverrunStatus       *ebpf.Variable `ebpf:"unused_overrun_status"`
+	UnusedTaskSpan            *ebpf.Variable `ebpf:"unused_task_span"`
+	UnusedUsdtTaskSpans       *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
 }
 
 // InflightPrograms contains all programs after they have been loaded into the kernel.

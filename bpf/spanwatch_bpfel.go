@@ -20,6 +20,15 @@ type SpanwatchBudget struct {
 	Pad      uint32
 }
 
+type SpanwatchBudgetBits uint32
+
+const (
+	SpanwatchBudgetBitsBUDGET_NS_BITS    SpanwatchBudgetBits = 44
+	SpanwatchBudgetBitsBUDGET_FLAGS_MASK SpanwatchBudgetBits = 255
+	SpanwatchBudgetBitsBUDGET_GEN_SHIFT  SpanwatchBudgetBits = 52
+	SpanwatchBudgetBitsBUDGET_GEN_MASK   SpanwatchBudgetBits = 4095
+)
+
 type SpanwatchBudgetFlags uint32
 
 const (
@@ -249,6 +258,7 @@ const (
 	SpanwatchProgFentryPerfTpEvent   = "fentry_perf_tp_event"
 	SpanwatchProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
 	SpanwatchProgUprobeMarker        = "uprobe_marker"
+	SpanwatchVarUnusedBudgetBits     = "unused_budget_bits"
 	SpanwatchVarUnusedBudgetFlags    = "unused_budget_flags"
 	SpanwatchVarUnusedBudgetGlob     = "unused_budget_glob"
 	SpanwatchVarUnusedCore           = "unused_core"
@@ -341,6 +351,7 @@ type SpanwatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SpanwatchVariableSpecs struct {
+	UnusedBudgetBits     *ebpf.VariableSpec `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.VariableSpec `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.VariableSpec `ebpf:"unused_budget_glob"`
 	UnusedCore           *ebpf.VariableSpec `ebpf:"unused_core"`
@@ -426,6 +437,7 @@ func (m *SpanwatchMaps) Close() error {
 //
 // It can be passed to LoadSpanwatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SpanwatchVariables struct {
+	UnusedBudgetBits     *ebpf.Variable `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.Variable `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.Variable `ebpf:"unused_budget_glob"`
 	UnusedCore           *ebpf.Variable `ebpf:"unused_core"`

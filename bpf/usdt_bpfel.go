@@ -86,6 +86,12 @@ const (
 	UsdtSrcCounterSRC_COUNTER_MAX          UsdtSrcCounter = 4
 )
 
+type UsdtSrcIndex uint32
+
+const (
+	UsdtSrcIndexSRC_NO_ARG UsdtSrcIndex = 255
+)
+
 type UsdtSrcLabelKey struct {
 	_        structs.HostLayout
 	Value    uint64
@@ -152,6 +158,14 @@ const (
 	UsdtTaskSpansSizesTASK_SPANS_DEPTH UsdtTaskSpansSizes = 16
 )
 
+type UsdtUsdtArgKind uint32
+
+const (
+	UsdtUsdtArgKindUSDT_ARG_CONST UsdtUsdtArgKind = 1
+	UsdtUsdtArgKindUSDT_ARG_REG   UsdtUsdtArgKind = 2
+	UsdtUsdtArgKindUSDT_ARG_DEREF UsdtUsdtArgKind = 3
+)
+
 type UsdtUsdtArgSpec struct {
 	_          structs.HostLayout
 	ValOff     int64
@@ -162,6 +176,14 @@ type UsdtUsdtArgSpec struct {
 	IsSigned   uint8
 	ScaleShift uint8
 }
+
+type UsdtUsdtCookieBits uint32
+
+const (
+	UsdtUsdtCookieBitsUSDT_COOKIE_SOURCE_SHIFT UsdtUsdtCookieBits = 32
+	UsdtUsdtCookieBitsUSDT_COOKIE_SOURCE_MASK  UsdtUsdtCookieBits = 65535
+	UsdtUsdtCookieBitsUSDT_COOKIE_FAST_BIT     UsdtUsdtCookieBits = 63
+)
 
 type UsdtUsdtCounter uint32
 
@@ -208,6 +230,14 @@ type UsdtUsdtNameRequest struct {
 	Pad  uint32
 	Addr uint64
 }
+
+type UsdtUsdtSizes uint32
+
+const (
+	UsdtUsdtSizesUSDT_MAX_ARGS  UsdtUsdtSizes = 12
+	UsdtUsdtSizesUSDT_MAX_SPECS UsdtUsdtSizes = 4096
+	UsdtUsdtSizesUSDT_NO_INDEX  UsdtUsdtSizes = 65535
+)
 
 type UsdtUsdtSource struct {
 	_        structs.HostLayout
@@ -295,13 +325,17 @@ const (
 	UsdtProgUsdtStartS           = "usdt_start_s"
 	UsdtProgUsdtTestArgs         = "usdt_test_args"
 	UsdtVarUnusedSrcCounter      = "unused_src_counter"
+	UsdtVarUnusedSrcIndex        = "unused_src_index"
 	UsdtVarUnusedTaskSpanFlags   = "unused_task_span_flags"
 	UsdtVarUnusedTaskSpanNames   = "unused_task_span_names"
 	UsdtVarUnusedTaskSpansSizes  = "unused_task_spans_sizes"
+	UsdtVarUnusedUsdtArgKind     = "unused_usdt_arg_kind"
+	UsdtVarUnusedUsdtCookieBits  = "unused_usdt_cookie_bits"
 	UsdtVarUnusedUsdtCounter     = "unused_usdt_counter"
 	UsdtVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
 	UsdtVarUnusedUsdtNameKey     = "unused_usdt_name_key"
 	UsdtVarUnusedUsdtNameRequest = "unused_usdt_name_request"
+	UsdtVarUnusedUsdtSizes       = "unused_usdt_sizes"
 	UsdtVarUnusedUsdtSource      = "unused_usdt_source"
 	UsdtVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
 	UsdtVarUnusedUsdtSpec        = "unused_usdt_spec"
@@ -400,13 +434,17 @@ type UsdtMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtVariableSpecs struct {
 	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
+	UnusedSrcIndex        *ebpf.VariableSpec `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
 	UnusedTaskSpanNames   *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
 	UnusedTaskSpansSizes  *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind     *ebpf.VariableSpec `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits  *ebpf.VariableSpec `ebpf:"unused_usdt_cookie_bits"`
 	UnusedUsdtCounter     *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
 	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtSizes       *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
 	UnusedUsdtSpec        *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
@@ -504,13 +542,17 @@ func (m *UsdtMaps) Close() error {
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtVariables struct {
 	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
+	UnusedSrcIndex        *ebpf.Variable `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`
 	UnusedTaskSpanNames   *ebpf.Variable `ebpf:"unused_task_span_names"`
 	UnusedTaskSpansSizes  *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind     *ebpf.Variable `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits  *ebpf.Variable `ebpf:"unused_usdt_cookie_bits"`
 	UnusedUsdtCounter     *ebpf.Variable `ebpf:"unused_usdt_counter"`
 	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtSizes       *ebpf.Variable `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
 	UnusedUsdtSpec        *ebpf.Variable `ebpf:"unused_usdt_spec"`

@@ -225,6 +225,12 @@ const (
 	UsereventsUeRoleKindUE_METRIC UsereventsUeRoleKind = 4
 )
 
+type UsereventsUeSizes uint32
+
+const (
+	UsereventsUeSizesUE_BUF_SIZE UsereventsUeSizes = 4096
+)
+
 type UsereventsUeSource struct {
 	_    structs.HostLayout
 	Name [128]int8
@@ -273,6 +279,7 @@ const (
 	UsereventsVarUnusedUeKind         = "unused_ue_kind"
 	UsereventsVarUnusedUeReason       = "unused_ue_reason"
 	UsereventsVarUnusedUeRoleKind     = "unused_ue_role_kind"
+	UsereventsVarUnusedUeSizes        = "unused_ue_sizes"
 	UsereventsVarUnusedUeSource       = "unused_ue_source"
 	UsereventsVarUnusedUeTestIn       = "unused_ue_test_in"
 )
@@ -362,6 +369,7 @@ type UsereventsVariableSpecs struct {
 	UnusedUeKind     *ebpf.VariableSpec `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.VariableSpec `ebpf:"unused_ue_reason"`
 	UnusedUeRoleKind *ebpf.VariableSpec `ebpf:"unused_ue_role_kind"`
+	UnusedUeSizes    *ebpf.VariableSpec `ebpf:"unused_ue_sizes"`
 	UnusedUeSource   *ebpf.VariableSpec `ebpf:"unused_ue_source"`
 	UnusedUeTestIn   *ebpf.VariableSpec `ebpf:"unused_ue_test_in"`
 }
@@ -449,6 +457,7 @@ type UsereventsVariables struct {
 	UnusedUeKind     *ebpf.Variable `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.Variable `ebpf:"unused_ue_reason"`
 	UnusedUeRoleKind *ebpf.Variable `ebpf:"unused_ue_role_kind"`
+	UnusedUeSizes    *ebpf.Variable `ebpf:"unused_ue_sizes"`
 	UnusedUeSource   *ebpf.Variable `ebpf:"unused_ue_source"`
 	UnusedUeTestIn   *ebpf.Variable `ebpf:"unused_ue_test_in"`
 }
