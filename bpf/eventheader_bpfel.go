@@ -48,6 +48,14 @@ type EventheaderCoreState struct {
 	Pad            uint32
 }
 
+type EventheaderEhCount uint32
+
+const (
+	EventheaderEhCountEH_COUNT_READ_ERRORS   EventheaderEhCount = 17
+	EventheaderEhCountEH_COUNT_INFLIGHT_FULL EventheaderEhCount = 18
+	EventheaderEhCountEH_COUNTERS            EventheaderEhCount = 19
+)
+
 type EventheaderEhEncoding uint32
 
 const (
@@ -375,6 +383,7 @@ const (
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
 	EventheaderProgEhTestFixed         = "eh_test_fixed"
+	EventheaderVarUnusedEhCount        = "unused_eh_count"
 	EventheaderVarUnusedEhEncoding     = "unused_eh_encoding"
 	EventheaderVarUnusedEhFormat       = "unused_eh_format"
 	EventheaderVarUnusedEhKind         = "unused_eh_kind"
@@ -471,6 +480,7 @@ type EventheaderMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EventheaderVariableSpecs struct {
+	UnusedEhCount        *ebpf.VariableSpec `ebpf:"unused_eh_count"`
 	UnusedEhEncoding     *ebpf.VariableSpec `ebpf:"unused_eh_encoding"`
 	UnusedEhFormat       *ebpf.VariableSpec `ebpf:"unused_eh_format"`
 	UnusedEhKind         *ebpf.VariableSpec `ebpf:"unused_eh_kind"`
@@ -564,6 +574,7 @@ func (m *EventheaderMaps) Close() error {
 //
 // It can be passed to LoadEventheaderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EventheaderVariables struct {
+	UnusedEhCount        *ebpf.Variable `ebpf:"unused_eh_count"`
 	UnusedEhEncoding     *ebpf.Variable `ebpf:"unused_eh_encoding"`
 	UnusedEhFormat       *ebpf.Variable `ebpf:"unused_eh_format"`
 	UnusedEhKind         *ebpf.Variable `ebpf:"unused_eh_kind"`

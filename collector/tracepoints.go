@@ -294,12 +294,16 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) {
 	}
 	if t.eh != nil {
 		if err := sumCounters(t.eh.counters, func(i uint32, v uint64) {
-			name := "inflight_full"
+			var name string
 			switch {
-			case i < uint32(eventheader.NumReasons):
+			case i < uint32(bpf.EventheaderEhReasonEH_NUM_REASONS):
 				name = eventheader.Reason(i).String()
-			case i == uint32(eventheader.NumReasons):
+			case i == uint32(bpf.EventheaderEhCountEH_COUNT_READ_ERRORS):
 				name = "read_error"
+			case i == uint32(bpf.EventheaderEhCountEH_COUNT_INFLIGHT_FULL):
+				name = "inflight_full"
+			default:
+				name = fmt.Sprintf("counter%d", i)
 			}
 			out["eventheader/"+name] += v
 		}); err != nil {
