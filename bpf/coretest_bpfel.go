@@ -60,6 +60,13 @@ type CoretestCoretestIn struct {
 	Pad      uint32
 }
 
+type CoretestCoretestSizes uint32
+
+const (
+	CoretestCoretestSizesCORETEST_BATCH    CoretestCoretestSizes = 65536
+	CoretestCoretestSizesCORETEST_HOT_VALS CoretestCoretestSizes = 1024
+)
+
 type CoretestSeriesKey struct {
 	_        structs.HostLayout
 	NameId   uint64
@@ -93,28 +100,29 @@ type CoretestSpanName struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoretestMapBudgetGlobs      = "budget_globs"
-	CoretestMapBudgets          = "budgets"
-	CoretestMapCellDirty        = "cell_dirty"
-	CoretestMapCells            = "cells"
-	CoretestMapCgCreated        = "cg_created"
-	CoretestMapCgQuota          = "cg_quota"
-	CoretestMapCgReleased       = "cg_released"
-	CoretestMapCore             = "core"
-	CoretestMapCoretestIdx      = "coretest_idx"
-	CoretestMapCoretestInput    = "coretest_input"
-	CoretestMapCoretestVals     = "coretest_vals"
-	CoretestMapCounters         = "counters"
-	CoretestMapFreeSlots        = "free_slots"
-	CoretestMapNames            = "names"
-	CoretestMapOverruns         = "overruns"
-	CoretestMapSeries           = "series"
-	CoretestMapSeriesDirty      = "series_dirty"
-	CoretestMapSeriesIndex      = "series_index"
-	CoretestProgCoretestHot     = "coretest_hot"
-	CoretestProgCoretestIndex   = "coretest_index"
-	CoretestProgCoretestRun     = "coretest_run"
-	CoretestVarUnusedCoretestIn = "unused_coretest_in"
+	CoretestMapBudgetGlobs         = "budget_globs"
+	CoretestMapBudgets             = "budgets"
+	CoretestMapCellDirty           = "cell_dirty"
+	CoretestMapCells               = "cells"
+	CoretestMapCgCreated           = "cg_created"
+	CoretestMapCgQuota             = "cg_quota"
+	CoretestMapCgReleased          = "cg_released"
+	CoretestMapCore                = "core"
+	CoretestMapCoretestIdx         = "coretest_idx"
+	CoretestMapCoretestInput       = "coretest_input"
+	CoretestMapCoretestVals        = "coretest_vals"
+	CoretestMapCounters            = "counters"
+	CoretestMapFreeSlots           = "free_slots"
+	CoretestMapNames               = "names"
+	CoretestMapOverruns            = "overruns"
+	CoretestMapSeries              = "series"
+	CoretestMapSeriesDirty         = "series_dirty"
+	CoretestMapSeriesIndex         = "series_index"
+	CoretestProgCoretestHot        = "coretest_hot"
+	CoretestProgCoretestIndex      = "coretest_index"
+	CoretestProgCoretestRun        = "coretest_run"
+	CoretestVarUnusedCoretestIn    = "unused_coretest_in"
+	CoretestVarUnusedCoretestSizes = "unused_coretest_sizes"
 )
 
 // LoadCoretest returns the embedded CollectionSpec for Coretest.
@@ -192,7 +200,8 @@ type CoretestMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoretestVariableSpecs struct {
-	UnusedCoretestIn *ebpf.VariableSpec `ebpf:"unused_coretest_in"`
+	UnusedCoretestIn    *ebpf.VariableSpec `ebpf:"unused_coretest_in"`
+	UnusedCoretestSizes *ebpf.VariableSpec `ebpf:"unused_coretest_sizes"`
 }
 
 // CoretestObjects contains all objects after they have been loaded into the kernel.
@@ -262,7 +271,8 @@ func (m *CoretestMaps) Close() error {
 //
 // It can be passed to LoadCoretestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoretestVariables struct {
-	UnusedCoretestIn *ebpf.Variable `ebpf:"unused_coretest_in"`
+	UnusedCoretestIn    *ebpf.Variable `ebpf:"unused_coretest_in"`
+	UnusedCoretestSizes *ebpf.Variable `ebpf:"unused_coretest_sizes"`
 }
 
 // CoretestPrograms contains all programs after they have been loaded into the kernel.
