@@ -365,7 +365,7 @@ func hostName() string {
 // Defaults of Config's sizes.
 const (
 	DefaultMaxSeries      = 131072
-	MaxSeriesLimit        = 262143 // slot+1 must fit the cell key's 18 bits
+	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
 	DefaultHistogramCells = 1 << 24
 	DefaultSeriesQuota    = 8192
 )
