@@ -137,11 +137,17 @@ struct series_slot {
 	__u64 budget;
 };
 
-#define BUDGET_NS_BITS 44
+/* The layout of series_slot.budget, shared with the collector. */
+enum budget_bits {
+	BUDGET_NS_BITS = 44,   /* budget_ns: bits 0..43 */
+	BUDGET_FLAGS_MASK = 0xff, /* flags: 8 bits from BUDGET_NS_BITS */
+	BUDGET_GEN_SHIFT = 52, /* gen: the 12 bits from here */
+	BUDGET_GEN_MASK = 0xfff,
+};
+
 #define BUDGET_NS_MASK ((1ULL << BUDGET_NS_BITS) - 1)
-#define BUDGET_FLAGS(b) (((b) >> BUDGET_NS_BITS) & 0xff)
-#define BUDGET_GEN(b) ((__u32)((b) >> 52))
-#define BUDGET_GEN_MASK 0xfff
+#define BUDGET_FLAGS(b) (((b) >> BUDGET_NS_BITS) & BUDGET_FLAGS_MASK)
+#define BUDGET_GEN(b) ((__u32)((b) >> BUDGET_GEN_SHIFT))
 
 struct budget {
 	__u64 budget_ns;
@@ -762,7 +768,7 @@ __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
 	}
 	if (ns > BUDGET_NS_MASK)
 		ns = BUDGET_NS_MASK;
-	return ((flags & 0xff) << BUDGET_NS_BITS) | ns;
+	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
 }
 
 /*
@@ -797,7 +803,7 @@ __noinline __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struc
 	__u64 cached = *(volatile __u64 *)&s->budget;
 	__u32 gen = *(volatile __u32 *)&c->budget_gen & BUDGET_GEN_MASK;
 	if (BUDGET_GEN(cached) != gen) {
-		cached = ((__u64)gen << 52) | budget_lookup(name_id, name);
+		cached = ((__u64)gen << BUDGET_GEN_SHIFT) | budget_lookup(name_id, name);
 		s->budget = cached; /* one aligned store: readers see old or new */
 	}
 	__u64 budget_ns = cached & BUDGET_NS_MASK;

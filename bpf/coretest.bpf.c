@@ -14,6 +14,12 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
+/* internal/coretest's Batch and the values coretest_hot cycles through. */
+enum coretest_sizes {
+	CORETEST_BATCH = 1 << 16,
+	CORETEST_HOT_VALS = 1024, /* a power of two */
+};
+
 struct coretest_in {
 	char name[SPAN_NAME_LEN];
 	__u64 cgroup_id;
@@ -78,14 +84,14 @@ int coretest_run(struct bpf_raw_tracepoint_args *ctx)
 /* The bucket index of each value in args[0..], for comparison with Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, CORETEST_BATCH);
 	__type(key, __u32);
 	__type(value, __u64);
 } coretest_vals SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, CORETEST_BATCH);
 	__type(key, __u32);
 	__type(value, __s64);
 } coretest_idx SEC(".maps");
@@ -112,10 +118,11 @@ int coretest_index(struct bpf_raw_tracepoint_args *ctx)
 }
 
 const struct coretest_in *unused_coretest_in __attribute__((unused));
+const enum coretest_sizes *unused_coretest_sizes __attribute__((unused));
 
 /* The core alone: args[0] values of entry 0 of coretest_input, its name
  * hashed once, the value taken from coretest_vals[i % args[1]] (args[1]
- * <= 1024), as a USDT fast path hands them to series_aggregate. */
+ * <= CORETEST_HOT_VALS), as a USDT fast path hands them to series_aggregate. */
 struct hot_ctx {
 	void *ctx;
 	struct agg_in *in;
@@ -125,7 +132,7 @@ struct hot_ctx {
 
 static long hot_one(__u64 i, struct hot_ctx *h)
 {
-	__u32 k = (__u32)(i % h->nvals) & 1023;
+	__u32 k = (__u32)(i % h->nvals) & (CORETEST_HOT_VALS - 1);
 	__u64 *v = bpf_map_lookup_elem(&coretest_vals, &k);
 
 	if (!v)

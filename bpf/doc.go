@@ -8,5 +8,12 @@
 // payload layout that emit/ mirrors in Go.
 //
 // The programs need kernel 5.8+ (ring buffer), BTF for fentry (5.5+, the
-// kprobe is the fallback), and CAP_BPF with CAP_PERFMON, or root.
+// kprobe is the fallback), and CAP_BPF with CAP_PERFMON, or root. They are
+// built for x86-64 only: the Go side builds on every little-endian
+// architecture, and CheckArch refuses to load them elsewhere.
+//
+// The values C and Go share are C enums that bpf2go writes as Go constants
+// (gen.go); Go code uses the generated constants, and the few Go-only
+// mirrors (internal/eventheader, internal/srcspec, internal/tpsource) have
+// tests that compare them with the generated values.
 package bpf

@@ -29,16 +29,21 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define TRACE_ENTRY_SIZE 8
-#define EH_TP_MAPPINGS 8
-#define EH_MAX_MAPPINGS 256
 
 /* Counters past the reasons. (Names cut to fit are counted by the core.) */
-#define EH_COUNT_READ_ERRORS (EH_NUM_REASONS + 0)
-#define EH_COUNT_INFLIGHT_FULL (EH_NUM_REASONS + 1)
-#define EH_COUNTERS (EH_NUM_REASONS + 2)
+enum eh_count {
+	EH_COUNT_READ_ERRORS = EH_NUM_REASONS,
+	EH_COUNT_INFLIGHT_FULL,
+	EH_COUNTERS,
+};
 #define EH_MAX_INFLIGHT 65536
-#define EH_NO_FIELD 0xff
-#define EH_MAX_OPS 8 /* operands of a mapping: internal/tpsource MaxOperands */
+#define EH_NO_FIELD SRC_NO_ARG
+
+enum eh_mapping_sizes {
+	EH_TP_MAPPINGS = 8,   /* mappings of one tracepoint */
+	EH_MAX_MAPPINGS = 256,
+	EH_MAX_OPS = 8,	      /* operands of a mapping: internal/tpsource MaxOperands */
+};
 
 enum eh_kind {
 	EH_KIND_SPAN = 1,   /* an OpenTelemetry Span event */
@@ -387,3 +392,12 @@ const struct eh_mapping *unused_eh_mapping __attribute__((unused));
 const struct eh_tracepoint *unused_eh_tracepoint __attribute__((unused));
 const struct eh_test_in *unused_eh_test_in __attribute__((unused));
 const enum eh_reason *unused_eh_reason __attribute__((unused));
+const enum eh_kind *unused_eh_kind __attribute__((unused));
+const enum eh_count *unused_eh_count __attribute__((unused));
+const enum eh_span_field *unused_eh_span_field __attribute__((unused));
+const enum eh_mapping_sizes *unused_eh_mapping_sizes __attribute__((unused));
+const enum eh_limits *unused_eh_limits __attribute__((unused));
+const enum eh_format *unused_eh_format __attribute__((unused));
+const enum eh_encoding *unused_eh_encoding __attribute__((unused));
+const enum tp_role *unused_tp_role __attribute__((unused));
+const enum src_index *unused_src_index __attribute__((unused));

@@ -28,33 +28,41 @@
 #ifndef SPANWATCH_EVENTHEADER_H
 #define SPANWATCH_EVENTHEADER_H
 
-#define EH_BUF_SIZE 8192 /* bytes of payload copied and walked */
+/* The decoder's limits: internal/eventheader walks with the same ones
+ * (BufSize, MaxFields...), so both refuse the same events. */
+enum eh_limits {
+	EH_BUF_SIZE = 8192, /* bytes of payload copied and walked */
+	EH_BUF_SLACK = 128, /* so reads of up to 128 bytes (a span name) at a masked offset stay inside */
+	EH_MAX_FIELDS = 64,
+	EH_MAX_DEPTH = 4,
+	EH_MAX_NAME_WORDS = 32, /* 255 bytes and the NUL */
+	EH_MAX_NAME_LEN = 255,
+	EH_MAX_EXT = 4,
+	EH_MAX_ELEMS = 64,
+	EH_MAX_WANT = 12,
+	EH_TIME_MAX = 64,
+};
+
 #define EH_BUF_MASK (EH_BUF_SIZE - 1)
-#define EH_BUF_SLACK 128 /* so reads of up to 128 bytes (a span name) at a masked offset stay inside */
-#define EH_MAX_FIELDS 64
-#define EH_MAX_DEPTH 4
-#define EH_MAX_NAME_WORDS 32 /* 255 bytes and the NUL */
-#define EH_MAX_NAME_LEN 255
-#define EH_MAX_EXT 4
-#define EH_MAX_ELEMS 64
-#define EH_MAX_WANT 12
-#define EH_TIME_MAX 64
 
-#define EH_HEADER_SIZE 8
-#define EH_FLAG_LITTLE_ENDIAN 0x02
-#define EH_FLAG_EXTENSION 0x04
-#define EH_EXT_KIND_MASK 0x7fff
-#define EH_EXT_CHAIN 0x8000
-#define EH_EXT_METADATA 1
-#define EH_EXT_ACTIVITY_ID 2
-
-#define EH_ENC_MASK 0x1f
-#define EH_ENC_CARRAY 0x20
-#define EH_ENC_VARRAY 0x40
-#define EH_ENC_CHAIN 0x80
-#define EH_FMT_MASK 0x7f
-#define EH_FMT_CHAIN 0x80
-#define EH_FMT_SIGNED_INT 2
+/* The EventHeader format (eventheader.h of LinuxTracepoints):
+ * internal/eventheader's Flag*, Ext*, Enc* and Format* constants. */
+enum eh_format {
+	EH_HEADER_SIZE = 8,
+	EH_FLAG_LITTLE_ENDIAN = 0x02,
+	EH_FLAG_EXTENSION = 0x04,
+	EH_EXT_KIND_MASK = 0x7fff,
+	EH_EXT_CHAIN = 0x8000,
+	EH_EXT_METADATA = 1,
+	EH_EXT_ACTIVITY_ID = 2,
+	EH_ENC_MASK = 0x1f,
+	EH_ENC_CARRAY = 0x20,
+	EH_ENC_VARRAY = 0x40,
+	EH_ENC_CHAIN = 0x80,
+	EH_FMT_MASK = 0x7f,
+	EH_FMT_CHAIN = 0x80,
+	EH_FMT_SIGNED_INT = 2,
+};
 
 enum eh_encoding {
 	EH_ENC_INVALID = 0,

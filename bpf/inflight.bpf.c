@@ -50,18 +50,23 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-/* Set in struct overrun's status: the span had not ended when sampled,
- * and the thread was off the CPU. Mirrored in internal/inflight. */
-#define OVERRUN_STILL_RUNNING 0x80000000u
-#define OVERRUN_OFF_CPU 0x40000000u
-
-#define INFLIGHT_MAX_WATCH 1024
-#define INFLIGHT_TARGET_SPANS 4
+enum inflight_watch_sizes {
+	INFLIGHT_MAX_WATCH = 1024,
+	INFLIGHT_TARGET_SPANS = 4, /* a power of two */
+	/* Watched goroutines, for inflight_blocked to find the parked
+	 * ones: written by internal/inflight at each scan, ended by a zero
+	 * tgid. */
+	INFLIGHT_MAX_PARKED = 16,
+	/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
+	INFLIGHT_SOURCES = 1024,
+};
 
 /* inflight_target.flags */
-#define TARGET_FROM_TASK 1 /* made by inflight_scan, which removes it too */
-#define TARGET_SDK 2	   /* spans of inflight_exec: slot is their depth */
-#define TARGET_GOROUTINE 4 /* the key's exec is a g pointer */
+enum inflight_target_flags {
+	TARGET_FROM_TASK = 1, /* made by inflight_scan, which removes it too */
+	TARGET_SDK = 2,	      /* spans of inflight_exec: slot is their depth */
+	TARGET_GOROUTINE = 4, /* the key's exec is a g pointer */
+};
 
 /* One overdue span of a watched thread of execution. */
 struct inflight_tspan {
@@ -104,10 +109,7 @@ struct {
 	__type(value, struct inflight_target);
 } inflight_scratch SEC(".maps");
 
-/* Watched goroutines, for inflight_blocked to find the parked ones:
- * written by internal/inflight at each scan, ended by a zero tgid. */
-#define INFLIGHT_MAX_PARKED 16
-
+/* Watched goroutines (INFLIGHT_MAX_PARKED). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, INFLIGHT_MAX_PARKED);
@@ -133,9 +135,6 @@ struct {
 	__type(key, int);
 	__type(value, struct task_span_names);
 } usdt_task_names SEC(".maps");
-
-/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
-#define INFLIGHT_SOURCES 1024
 
 /* Per USDT source paired by thread: its span and budget, written by
  * internal/inflight from usdt_sources and budgets; budget_ns 0 means not
@@ -737,3 +736,7 @@ const struct task_span *unused_task_span __attribute__((unused));
 const struct inflight_stack *unused_inflight_stack __attribute__((unused));
 const struct inflight_exec_key *unused_inflight_exec_key __attribute__((unused));
 const struct inflight_candidate *unused_inflight_candidate __attribute__((unused));
+const enum inflight_sizes *unused_inflight_sizes __attribute__((unused));
+const enum inflight_watch_sizes *unused_inflight_watch_sizes __attribute__((unused));
+const enum inflight_target_flags *unused_inflight_target_flags __attribute__((unused));
+const enum overrun_status *unused_overrun_status __attribute__((unused));

@@ -31,12 +31,23 @@
 /* The event's logical thread: a goroutine, or 0 for the OS thread. */
 #define SPAN_EXEC_ID(ev) ((ev)->exec_id)
 
-/* Open spans kept per thread of execution; deeper ones are counted in
- * depth but not kept (the outermost stay watched). */
-#define INFLIGHT_DEPTH 4
-/* Where g may sit below a Go thread's fs base: -8 when the Go linker
- * links alone, further down when a C linker lays out the TLS block (cgo). */
-#define INFLIGHT_TLS_SCAN 16
+enum inflight_sizes {
+	/* Open spans kept per thread of execution; deeper ones are counted
+	 * in depth but not kept (the outermost stay watched). */
+	INFLIGHT_DEPTH = 4,
+	/* Words below a Go thread's fs base where g may sit: -8 when the Go
+	 * linker links alone, further down when a C linker lays out the TLS
+	 * block (cgo). */
+	INFLIGHT_TLS_SCAN = 16,
+};
+
+/* Set in struct overrun's status by the in-flight samplers (the span's
+ * error flag is bit 0): the span had not ended when sampled, and the
+ * thread was off the CPU. internal/inflight decodes them. */
+enum overrun_status {
+	OVERRUN_STILL_RUNNING = 0x80000000u,
+	OVERRUN_OFF_CPU = 0x40000000u,
+};
 
 struct inflight_open {
 	__u64 start_ns;	  /* bpf_ktime_get_ns() at the start event */

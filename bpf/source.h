@@ -46,6 +46,13 @@ enum src_sizes {
 	SRC_LABEL_VALUES = 65536, /* admitted label values, all sources of the object */
 };
 
+/* An argument or field index (a __u8) that is not given: the USDT
+ * sources' name_arg, key_arg and value_arg, the EventHeader mappings'
+ * idx_* fields. */
+enum src_index {
+	SRC_NO_ARG = 0xff,
+};
+
 /*
  * A comparison's operator is the set of orders it accepts: bit 0 "less",
  * bit 1 "equal", bit 2 "greater" (== is 2, != 5, < 1, <= 3, > 4, >= 6).

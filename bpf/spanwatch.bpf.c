@@ -104,3 +104,4 @@ const enum core_sizes *unused_core_sizes __attribute__((unused));
 const enum span_event_sizes *unused_span_event_sizes __attribute__((unused));
 const enum span_status *unused_span_status __attribute__((unused));
 const enum span_flags *unused_span_flags __attribute__((unused));
+const enum budget_bits *unused_budget_bits __attribute__((unused));

@@ -52,7 +52,7 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
-#define USDT_NO_ARG 0xff
+#define USDT_NO_ARG SRC_NO_ARG
 #define USDT_MAX_SOURCES 1024
 #define USDT_MAX_INFLIGHT 65536
 
@@ -171,9 +171,16 @@ volatile const __u32 usdt_have_str_kfunc = 0;
 
 extern int bpf_copy_from_user_str(void *dst, __u32 dst__sz, const void *unsafe_ptr__ign, __u64 flags) __weak __ksym;
 
-/* The cookie's fast-path bit and the source index beside it. */
-#define USDT_COOKIE_FAST (1ULL << 63)
-#define USDT_COOKIE_SOURCE(c) ((__u32)((c) >> 32) & 0xffff)
+/* The cookie's fast-path bit and the source index beside it (the spec
+ * id is in the low 32 bits, USDT_COOKIE_SPEC). */
+enum usdt_cookie_bits {
+	USDT_COOKIE_SOURCE_SHIFT = 32,
+	USDT_COOKIE_SOURCE_MASK = 0xffff,
+	USDT_COOKIE_FAST_BIT = 63,
+};
+
+#define USDT_COOKIE_FAST (1ULL << USDT_COOKIE_FAST_BIT)
+#define USDT_COOKIE_SOURCE(c) ((__u32)((c) >> USDT_COOKIE_SOURCE_SHIFT) & USDT_COOKIE_SOURCE_MASK)
 
 static __always_inline void usdt_count(__u32 idx)
 {
@@ -755,3 +762,7 @@ const enum usdt_source_flags *unused_usdt_source_flags __attribute__((unused));
 const enum task_spans_sizes *unused_task_spans_sizes __attribute__((unused));
 const enum task_span_flags *unused_task_span_flags __attribute__((unused));
 const enum src_counter *unused_src_counter __attribute__((unused));
+const enum src_index *unused_src_index __attribute__((unused));
+const enum usdt_sizes *unused_usdt_sizes __attribute__((unused));
+const enum usdt_arg_kind *unused_usdt_arg_kind __attribute__((unused));
+const enum usdt_cookie_bits *unused_usdt_cookie_bits __attribute__((unused));

@@ -8,20 +8,23 @@
  * keyed by the call site's run-time address (per process, or 0 for every
  * process of a non-PIE executable).
  *
- * The layouts are mirrored in internal/usdt/spec.go: change both.
+ * internal/usdt/spec.go fills the layouts through their bpf2go types.
  */
 #ifndef SPANWATCH_USDT_H
 #define SPANWATCH_USDT_H
 
-#define USDT_MAX_ARGS 12
-#define USDT_MAX_SPECS 4096 /* the collector may raise it before loading */
+enum usdt_sizes {
+	USDT_MAX_ARGS = 12,
+	USDT_MAX_SPECS = 4096, /* the collector may raise it before loading */
+	USDT_NO_INDEX = 0xffff, /* usdt_arg_spec.idx_off: no index register */
+};
 
-/* Where an argument lives: must match internal/usdt/args.go ArgKind. */
-#define USDT_ARG_CONST 1 /* val_off is the value */
-#define USDT_ARG_REG 2	 /* pt_regs at reg_off */
-#define USDT_ARG_DEREF 3 /* user memory at reg + val_off (+ idx << scale) */
-
-#define USDT_NO_INDEX 0xffff
+/* Where an argument lives: internal/usdt ArgKind. */
+enum usdt_arg_kind {
+	USDT_ARG_CONST = 1, /* val_off is the value */
+	USDT_ARG_REG = 2,   /* pt_regs at reg_off */
+	USDT_ARG_DEREF = 3, /* user memory at reg + val_off (+ idx << scale) */
+};
 
 struct usdt_arg_spec {
 	__s64 val_off;	 /* the constant, or the displacement of a deref */

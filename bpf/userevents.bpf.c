@@ -30,7 +30,9 @@
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define TRACE_ENTRY_SIZE 8
-#define UE_BUF_SIZE 4096 /* bytes of a record copied */
+enum ue_sizes {
+	UE_BUF_SIZE = 4096, /* bytes of a record copied */
+};
 #define UE_BUF_MASK (UE_BUF_SIZE - 1)
 #define UE_MAX_ROLES 4
 #define UE_MAX_SOURCES 256
@@ -326,3 +328,4 @@ const struct ue_test_in *unused_ue_test_in __attribute__((unused));
 const enum ue_reason *unused_ue_reason __attribute__((unused));
 const enum ue_kind *unused_ue_kind __attribute__((unused));
 const enum ue_role_kind *unused_ue_role_kind __attribute__((unused));
+const enum ue_sizes *unused_ue_sizes __attribute__((unused));

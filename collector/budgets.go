@@ -33,11 +33,12 @@ type BudgetRule struct {
 
 // Budget limits: an exact name is at most snapshot.NameLen-1 bytes; a glob
 // at most 64 bytes of pattern (GLOB_LEN), and at most 64 globs (GLOB_MAX);
-// a budget at most 2^44 ns (4.9 hours, the kernel's cache field).
+// a budget below 2^44 ns (4.9 hours, BUDGET_NS_BITS: the kernel's cache
+// field).
 const (
 	maxGlobs     = int(bpf.SpanwatchCoreSizesGLOB_MAX)
 	maxGlobLen   = int(bpf.SpanwatchCoreSizesGLOB_LEN)
-	maxBudget    = time.Duration(1<<44 - 1)
+	maxBudget    = time.Duration(1<<bpf.SpanwatchBudgetBitsBUDGET_NS_BITS - 1)
 	captureUser  = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_USER)
 	captureKernl = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_KERNEL)
 )

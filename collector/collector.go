@@ -147,6 +147,9 @@ type Collector struct {
 // New loads the BPF programs and attaches the configured sources. The
 // collector runs until Close.
 func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -362,7 +365,7 @@ func hostName() string {
 // Defaults of Config's sizes.
 const (
 	DefaultMaxSeries      = 131072
-	MaxSeriesLimit        = 262143 // slot+1 must fit the cell key's 18 bits
+	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
 	DefaultHistogramCells = 1 << 24
 	DefaultSeriesQuota    = 8192
 )

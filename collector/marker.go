@@ -21,6 +21,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/spanwatch/spanwatch/internal/markerabi"
 )
 
 // The span SDK's marker function and enable word (emit/probe.go).
@@ -181,11 +183,12 @@ func (m *markerSource) close() {
 
 var errNoMarker = errors.New("no spanwatch marker")
 
-// probeWordOffset and probeMagic mirror emit/probe.go: the enable word sits
-// probeWordOffset bytes into emit.probe and is followed by the magic pair.
+// probeWordOffset and probeMagic are emit/probe.go's, from
+// internal/markerabi: the enable word sits probeWordOffset bytes into
+// emit.probe and is followed by the magic pair.
 const (
-	probeWordOffset = 4096
-	probeMagic      = 0x2165626f72707773
+	probeWordOffset = markerabi.WordOffset
+	probeMagic      = markerabi.Magic
 )
 
 // findMarker returns the file offsets of the marker function and of the

@@ -33,7 +33,7 @@ const (
 	cellSlotMax   = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX)
 	seriesLabels  = int(bpf.SpanwatchCoreSizesSERIES_LABELS)
 	kindMetric    = uint8(bpf.SpanwatchSeriesKindSERIES_METRIC)
-	budgetGenMask = 0xfff
+	budgetGenMask = uint32(bpf.SpanwatchBudgetBitsBUDGET_GEN_MASK)
 )
 
 // mapping is a BPF_F_MMAPABLE array map mapped into our memory, read and

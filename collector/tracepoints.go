@@ -294,12 +294,16 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) {
 	}
 	if t.eh != nil {
 		if err := sumCounters(t.eh.counters, func(i uint32, v uint64) {
-			name := "inflight_full"
+			var name string
 			switch {
-			case i < uint32(eventheader.NumReasons):
+			case i < uint32(bpf.EventheaderEhReasonEH_NUM_REASONS):
 				name = eventheader.Reason(i).String()
-			case i == uint32(eventheader.NumReasons):
+			case i == uint32(bpf.EventheaderEhCountEH_COUNT_READ_ERRORS):
 				name = "read_error"
+			case i == uint32(bpf.EventheaderEhCountEH_COUNT_INFLIGHT_FULL):
+				name = "inflight_full"
+			default:
+				name = fmt.Sprintf("counter%d", i)
 			}
 			out["eventheader/"+name] += v
 		}); err != nil {
@@ -318,9 +322,12 @@ func (t *Tracepoints) CPUGaps() uint64 {
 	return t.perf.statsNow().Gaps
 }
 
-// srcCounterNames name bpf/source.h's src_counters: label values keyed
-// "other".
-var srcCounterNames = map[uint32]string{0: "label_other", 1: "label_full", 2: "label_unread", 3: "src_counter3"}
+// srcCounterNames name bpf/source.h's src_counters (enum src_counter):
+// label values keyed "other". Index 3 is a spare below SRC_COUNTER_MAX.
+var srcCounterNames = map[uint32]string{
+	uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_OTHER): "label_other", uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_FULL): "label_full",
+	uint32(bpf.UsdtSrcCounterSRC_COUNTER_LABEL_UNREAD): "label_unread", 3: "src_counter3",
+}
 
 var ueReasonNames = map[uint32]string{
 	uint32(bpf.UsereventsUeReasonUE_OK): "ok", uint32(bpf.UsereventsUeReasonUE_SHORT): "short",
@@ -494,8 +501,14 @@ func (t *Tracepoints) problem(s *tpSourceState, ev tracefs.Event, msg string) {
 
 // --- EventHeader ---
 
-// ehNoField marks a value no field gives (EH_NO_FIELD).
-const ehNoField = 0xff
+// Constants of bpf/eventheader.bpf.c, generated from its enums.
+const (
+	// ehNoField marks a value no field gives (EH_NO_FIELD, SRC_NO_ARG).
+	ehNoField = uint8(bpf.EventheaderSrcIndexSRC_NO_ARG)
+	// Mapping kinds, enum eh_kind.
+	ehKindSpan   = uint32(bpf.EventheaderEhKindEH_KIND_SPAN)
+	ehKindFields = uint32(bpf.EventheaderEhKindEH_KIND_FIELDS)
+)
 
 // writeEHMappings writes the event mappings of the EventHeader sources:
 // one for a source of Span events or of one event, two (start, end) for
@@ -508,7 +521,7 @@ func (t *Tracepoints) writeEHMappings() error {
 		}
 		var ms []bpf.EventheaderEhMapping
 		if s.src.SpanEvents() {
-			m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(eventheader.SpanEvent), Kind: 1}
+			m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(eventheader.SpanEvent), Kind: ehKindSpan}
 			wants := eventheader.SpanWants()
 			m.Nwant = uint32(len(wants))
 			copy(m.Want[:], wants)
@@ -532,19 +545,23 @@ func (t *Tracepoints) writeEHMappings() error {
 	return nil
 }
 
-// Roles: enum tp_role in bpf/tpspan.h.
+// Roles: enum tp_role in bpf/tpspan.h, generated.
 const (
-	tpRoleSingle = 1
-	tpRoleStart  = 2
-	tpRoleEnd    = 3
-	tpRoleMetric = 4
+	tpRoleSingle = uint32(bpf.EventheaderTpRoleTP_SINGLE)
+	tpRoleStart  = uint32(bpf.EventheaderTpRoleTP_START)
+	tpRoleEnd    = uint32(bpf.EventheaderTpRoleTP_END)
+	tpRoleMetric = uint32(bpf.EventheaderTpRoleTP_METRIC)
 )
+
+// ueBufSize is how much of a user_events record the program reads
+// (UE_BUF_SIZE in bpf/userevents.bpf.c).
+const ueBufSize = int(bpf.UsereventsUeSizesUE_BUF_SIZE)
 
 // ehFieldsMapping maps the fields of event name for one role of s: the
 // name (a pair reads it at the start), the duration (a single event), the
 // key (a pair by key) and the status (a single or end event).
 func ehFieldsMapping(s *tpsource.Source, event string, role uint32, source uint32, labelSet uint16) bpf.EventheaderEhMapping {
-	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(event), Kind: 2, Role: role, Source: source,
+	m := bpf.EventheaderEhMapping{Event: eventheader.NameHash(event), Kind: ehKindFields, Role: role, Source: source,
 		IdxName: ehNoField, IdxDuration: ehNoField, IdxKey: ehNoField, IdxStatus: ehNoField}
 	name := s.Span
 	if role == tpRoleMetric {
@@ -765,8 +782,8 @@ func compileUERole(s *tpsource.Source, f *tracefs.Format, role bpf.UsereventsUeR
 			errs = append(errs, fmt.Errorf("%s %s: field %s of event %s is %s, want %s", what, ref, fl.Name, f.Name, fl.Type, want))
 			return bpf.UsereventsUeField{}
 		}
-		if fl.Offset+fl.Size > 4096 {
-			errs = append(errs, fmt.Errorf("%s %s: field %s of event %s ends at byte %d, past the 4096 the program reads", what, ref, fl.Name, f.Name, fl.Offset+fl.Size))
+		if fl.Offset+fl.Size > ueBufSize {
+			errs = append(errs, fmt.Errorf("%s %s: field %s of event %s ends at byte %d, past the %d the program reads", what, ref, fl.Name, f.Name, fl.Offset+fl.Size, ueBufSize))
 		}
 		return out
 	}

@@ -3,11 +3,13 @@ package emit
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/spanwatch/spanwatch/internal/markerabi"
 )
 
 // probeMagic marks the probe word in the binary, so the collector can find
 // it in binaries that have no symbol table.
-const probeMagic = 0x2165626f72707773 // "swprobe!" as little-endian bytes
+const probeMagic = markerabi.Magic
 
 // probeWord holds the enable word. It must not live on the Go heap (the
 // kernel writes it, and the heap moves): a package variable with a non-zero
@@ -30,8 +32,9 @@ type probeWord struct {
 	magic [2]uint64
 }
 
-// probeWordOffset is word's offset in probe; the collector relies on it.
-const probeWordOffset = 4096
+// probeWordOffset is word's offset in probe; the collector relies on it
+// (markerabi.WordOffset: both sides import it).
+const probeWordOffset = markerabi.WordOffset
 
 var probe = probeWord{magic: [2]uint64{probeMagic, ^uint64(probeMagic)}}
 

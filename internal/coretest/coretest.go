@@ -26,6 +26,9 @@ type Core struct {
 
 // Load loads the test object with the core's maps (collector.Maps()).
 func Load(maps map[string]*ebpf.Map) (*Core, error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, err
+	}
 	spec, err := bpf.LoadCoretest()
 	if err != nil {
 		return nil, err
@@ -59,8 +62,11 @@ type Entry struct {
 	Error    bool
 }
 
-// Batch is the most entries one Put holds.
-const Batch = 1 << 16
+// Batch is the most entries one Put holds (CORETEST_BATCH).
+const Batch = int(bpf.CoretestCoretestSizesCORETEST_BATCH)
+
+// hotVals is the most values Hot cycles through (CORETEST_HOT_VALS).
+const hotVals = int(bpf.CoretestCoretestSizesCORETEST_HOT_VALS)
 
 // Put writes entries at input index first.. (at most Batch); a name is
 // copied raw into the 128-byte field (a longer one fills it, as a payload
@@ -148,12 +154,12 @@ func (c *Core) Indexes(vals []uint64, metric bool) ([]int32, error) {
 
 // Hot aggregates n values into one span series, the name hashed once, as a
 // USDT fast path hands them to the core: the values cycle through vals (at
-// most 1024); with hint, the core keeps the series' slot in a hint as the
+// most hotVals, 1024); with hint, the core keeps the series' slot in a hint as the
 // USDT fast path does (agg_in.hint). It returns the program's own run time per value, from the
 // kernel's BPF statistics (which the caller enables, ebpf.EnableStats).
 func (c *Core) Hot(name string, cgroup uint64, vals []uint64, n int, hint bool) (time.Duration, error) {
-	if len(vals) == 0 || len(vals) > 1024 {
-		return 0, fmt.Errorf("hot: %d values, want 1 to 1024", len(vals))
+	if len(vals) == 0 || len(vals) > hotVals {
+		return 0, fmt.Errorf("hot: %d values, want 1 to %d", len(vals), hotVals)
 	}
 	e := Entry{Name: name, Cgroup: cgroup, Value: snapshot.NameID(name)}
 	if err := c.Put(0, []Entry{e}); err != nil {

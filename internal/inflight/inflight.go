@@ -23,24 +23,19 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// sourceUSDT is SOURCE_USDT in bpf/aggregate.h.
-const sourceUSDT = 3
-
-// noArg is USDT_NO_ARG in bpf/usdt.bpf.c: the source does not take the
-// name or the pairing key from an argument.
-const noArg = 0xff
-
-// Target flags, TARGET_* in bpf/inflight.bpf.c.
+// Constants shared with the BPF programs, generated from their enums.
 const (
-	targetFromTask  = 1
-	targetSDK       = 2
-	targetGoroutine = 4
-)
-
-// Sizes in bpf/inflight.h and bpf/inflight.bpf.c.
-const (
-	targetSpans = 4  // INFLIGHT_TARGET_SPANS
-	maxParked   = 16 // INFLIGHT_MAX_PARKED
+	// sourceUSDT is SOURCE_USDT in bpf/aggregate.h.
+	sourceUSDT = uint32(bpf.SpanwatchSpanSourceSOURCE_USDT)
+	// noArg is SRC_NO_ARG in bpf/source.h: the source does not take the
+	// name or the pairing key from an argument.
+	noArg = uint8(bpf.UsdtSrcIndexSRC_NO_ARG)
+	// Target flags, enum inflight_target_flags in bpf/inflight.bpf.c.
+	targetSDK       = uint32(bpf.InflightInflightTargetFlagsTARGET_SDK)
+	targetGoroutine = uint32(bpf.InflightInflightTargetFlagsTARGET_GOROUTINE)
+	// Sizes, enum inflight_watch_sizes in bpf/inflight.bpf.c.
+	targetSpans = uint32(bpf.InflightInflightWatchSizesINFLIGHT_TARGET_SPANS)
+	maxParked   = int(bpf.InflightInflightWatchSizesINFLIGHT_MAX_PARKED)
 )
 
 // Config configures a Watcher. Budgets and Overruns, the core's maps, are
@@ -182,6 +177,9 @@ func (o *taskObjects) Close() error {
 // New loads the sampling programs. They are attached only while something
 // is watched.
 func New(cfg Config) (*Watcher, error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, fmt.Errorf("inflight watcher: %w", err)
+	}
 	if cfg.Budgets == nil || cfg.Overruns == nil {
 		return nil, errors.New("inflight watcher: the budgets and overruns maps are required")
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/bpf"
 )
 
 // MaxArgs is the most arguments a USDT probe has (sys/sdt.h's limit) and the
-// number of argument specs a BPF spec holds.
-const MaxArgs = 12
+// number of argument specs a BPF spec holds (USDT_MAX_ARGS).
+const MaxArgs = int(bpf.UsdtUsdtSizesUSDT_MAX_ARGS)
 
 // An Arch is the instruction set whose register names an argument string
 // uses.
@@ -40,18 +42,18 @@ func (a Arch) IPOffset() uint16 {
 	return 128
 }
 
-// An ArgKind says where an argument's value is. The values are shared with
-// bpf/usdt.h.
+// An ArgKind says where an argument's value is: enum usdt_arg_kind in
+// bpf/usdt.h, generated.
 type ArgKind uint8
 
 const (
 	// ArgConst: the value is Offset itself.
-	ArgConst ArgKind = 1
+	ArgConst = ArgKind(bpf.UsdtUsdtArgKindUSDT_ARG_CONST)
 	// ArgReg: the value is in register Reg.
-	ArgReg ArgKind = 2
+	ArgReg = ArgKind(bpf.UsdtUsdtArgKindUSDT_ARG_REG)
 	// ArgDeref: the value is in user memory at Reg + Offset, plus
 	// Index * Scale when Index is set.
-	ArgDeref ArgKind = 3
+	ArgDeref = ArgKind(bpf.UsdtUsdtArgKindUSDT_ARG_DEREF)
 )
 
 func (k ArgKind) String() string {

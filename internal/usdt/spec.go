@@ -8,11 +8,15 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 )
 
-// noArg marks an unused argument index in struct usdt_source (USDT_NO_ARG).
-const noArg = 0xff
-
-// noIndex marks an argument without an index register (USDT_NO_INDEX).
-const noIndex = 0xffff
+// Constants of bpf/usdt.h and bpf/source.h, generated from their enums.
+const (
+	// noArg marks an unused argument index in struct usdt_source
+	// (SRC_NO_ARG).
+	noArg = uint8(bpf.UsdtSrcIndexSRC_NO_ARG)
+	// noIndex marks an argument without an index register
+	// (USDT_NO_INDEX).
+	noIndex = uint16(bpf.UsdtUsdtSizesUSDT_NO_INDEX)
+)
 
 // bpfSpec encodes a call site's arguments as the struct usdt_spec that
 // bpf/usdt.h reads, for the span source with index source.

@@ -54,7 +54,7 @@ type TracerConfig struct {
 	// (collector.Collector.AllocLabelSet). Nil numbers them from 1, and
 	// series show the id instead of the names.
 	LabelSet func(names []string, signed []bool) (uint16, error)
-	// MaxSpecs bounds the call sites (default 4096).
+	// MaxSpecs bounds the call sites (default USDT_MAX_SPECS, 4096).
 	MaxSpecs uint32
 	// ProcRoot is /proc by default.
 	ProcRoot string
@@ -138,7 +138,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		cfg.ProcRoot = "/proc"
 	}
 	if cfg.MaxSpecs == 0 {
-		cfg.MaxSpecs = 4096
+		cfg.MaxSpecs = uint32(bpf.UsdtUsdtSizesUSDT_MAX_SPECS)
 	}
 	spec, err := bpf.LoadUsdt()
 	if err != nil {
@@ -522,7 +522,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	for _, w := range wants {
 		var cookieHigh uint64
 		if w.fast {
-			cookieHigh = cookieFast | uint64(srcID)<<32
+			cookieHigh = cookieFast | uint64(srcID)<<cookieSourceShift
 		}
 		for _, x := range w.sites {
 			if _, err := t.attachSite(ctx, t.progs[w.prog], x.f, x.p, s.PID, srcID, cookieHigh, roleOf(w.prog)); err != nil {
@@ -533,9 +533,14 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 	return nil
 }
 
-// cookieFast is USDT_COOKIE_FAST: the site's source is in bits 32..47 of
-// the cookie, and the program needs no spec.
-const cookieFast = 1 << 63
+// The fast-path cookie, enum usdt_cookie_bits in bpf/usdt.bpf.c:
+// cookieFast (USDT_COOKIE_FAST) says the program needs no spec, and the
+// site's source sits at cookieSourceShift, under cookieSourceMask.
+const (
+	cookieFast        = uint64(1) << bpf.UsdtUsdtCookieBitsUSDT_COOKIE_FAST_BIT
+	cookieSourceShift = uint(bpf.UsdtUsdtCookieBitsUSDT_COOKIE_SOURCE_SHIFT)
+	cookieSourceMask  = uint32(bpf.UsdtUsdtCookieBitsUSDT_COOKIE_SOURCE_MASK)
+)
 
 type siteOf struct {
 	f *File

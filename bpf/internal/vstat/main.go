@@ -15,6 +15,10 @@ import (
 )
 
 func main() {
+	if err := bpf.CheckArch(); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
 	for _, load := range []struct {
 		name string
 		f    func() (*ebpf.CollectionSpec, error)
