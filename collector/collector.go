@@ -531,6 +531,23 @@ func (c *Collector) logQuotas(s *snapshot.Snapshot) {
 		c.log.Warn("series_quota_reached", "cgroup_id", sr.CgroupID, "cgroup", sr.Cgroup, "quota", c.cfg.SeriesQuota,
 			"effect", "new span names of this workload are counted in its (other) series")
 	}
+	// A cgroup whose (other) series was evicted (an exited container) is
+	// forgotten: the set holds the cgroups over their quota now, not
+	// every one that ever was.
+	if len(c.quotaSeen) == 0 {
+		return
+	}
+	over := make(map[uint64]bool, len(c.quotaSeen))
+	for i := range s.Series {
+		if s.Series[i].NameID == c.reader.otherNameID {
+			over[s.Series[i].CgroupID] = true
+		}
+	}
+	for cg := range c.quotaSeen {
+		if !over[cg] {
+			delete(c.quotaSeen, cg)
+		}
+	}
 }
 
 // ErrClosed is returned by a Collector's methods after Close.
