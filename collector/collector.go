@@ -75,9 +75,19 @@ type Config struct {
 	// MaxOverrunsPerSnapshot bounds the overruns a snapshot keeps (default
 	// 1000); more are counted in Stats.OverrunsDropped.
 	MaxOverrunsPerSnapshot int
-	// OnOverrun, when set, is called (from the ring buffer reader) for each
-	// overrun as it arrives, before it is added to the next snapshot.
+	// OnOverrun, when set, is called for each overrun as it arrives,
+	// before it is added to the next snapshot. It runs on the worker
+	// behind the overrun queue, never on the ring buffer's reader: while
+	// it blocks, records wait in the queue, and those that find it full
+	// are counted in Stats.OverrunsQueueDropped.
 	OnOverrun func(snapshot.Overrun)
+	// OverrunQueue is how many overrun records the ring buffer's reader
+	// queues for the worker that decodes, symbolizes and delivers them
+	// (DefaultOverrunQueue when 0 or less; each takes about 1.8 KB). The
+	// reader copies each record into the queue and reads on, so a slow
+	// OnOverrun or symbolizer costs queued records, counted in
+	// Stats.OverrunsQueueDropped, not ring buffer drops in the kernel.
+	OverrunQueue int
 	// Symbolizer turns raw stack addresses into frames; nil means a
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
@@ -294,8 +304,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 			}
 		}
 	}
-	c.wg.Add(1)
-	go func() { defer c.wg.Done(); c.rb.run() }()
+	c.rb.start()
 	c.startInflight(runCtx)
 	if c.marker != nil {
 		if cfg.ScanInterval > 0 {
@@ -525,6 +534,23 @@ func (c *Collector) logQuotas(s *snapshot.Snapshot) {
 		c.log.Warn("series_quota_reached", "cgroup_id", sr.CgroupID, "cgroup", sr.Cgroup, "quota", c.cfg.SeriesQuota,
 			"effect", "new span names of this workload are counted in its (other) series")
 	}
+	// A cgroup whose (other) series was evicted (an exited container) is
+	// forgotten: the set holds the cgroups over their quota now, not
+	// every one that ever was.
+	if len(c.quotaSeen) == 0 {
+		return
+	}
+	over := make(map[uint64]bool, len(c.quotaSeen))
+	for i := range s.Series {
+		if s.Series[i].NameID == c.reader.otherNameID {
+			over[s.Series[i].CgroupID] = true
+		}
+	}
+	for cg := range c.quotaSeen {
+		if !over[cg] {
+			delete(c.quotaSeen, cg)
+		}
+	}
 }
 
 // ErrClosed is returned by a Collector's methods after Close.
@@ -572,9 +598,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 	}
 	c.logQuotas(s)
-	ovs, dropped := c.rb.take()
-	s.Overruns = ovs
-	s.Stats.OverrunsDropped = dropped
+	s.Overruns, s.Stats.OverrunsDropped, s.Stats.OverrunsQueueDropped = c.rb.take()
 	return s, nil
 }
 

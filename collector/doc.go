@@ -10,11 +10,16 @@
 //     CPU, without which perf_tp_event is never reached on that CPU.
 //   - marker: for kernels without user_events, the span SDK calls a marker
 //     function; the collector finds binaries that contain it by scanning
-//     /proc and uprobes the marker in each.
+//     /proc and uprobes the marker in each, once per file, and lets a
+//     binary go when no process has run it for two scans.
 //
 // Snapshot reads the per-CPU stats map with batch lookups into reused
 // buffers, sums the CPUs and returns the deltas since the previous call.
-// Overrun records are read from the ring buffer continuously.
+// Overrun records are read from the ring buffer continuously by a goroutine
+// that only copies them into a bounded queue (Config.OverrunQueue); one
+// worker behind it decodes, symbolizes and delivers them (OnOverrun), so a
+// slow consumer costs queued records, counted in
+// Stats.OverrunsQueueDropped, and never backs up into the ring buffer.
 //
 // Needs Linux 5.8+ with BTF (fentry) or kprobes, and CAP_BPF + CAP_PERFMON
 // (or root); CAP_SYS_PTRACE to read other users' /proc/PID/exe. The

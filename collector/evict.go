@@ -179,13 +179,20 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 }
 
 // pruneName forgets a name no series uses any more: the kernel's names
-// entry and the cache. A program that creates a series of the name again
+// entry, the cache and, for a name a resolver gave, its count in
+// r.resolved. A program that creates a series of the name again
 // writes it again.
 func (r *seriesReader) pruneName(id uint64) {
 	if r.nameRefs[id] > 0 || id == r.otherNameID {
 		return
 	}
 	delete(r.nameRefs, id)
+	if n, ok := r.names[id]; ok && r.resolvedIDs[id] {
+		delete(r.resolvedIDs, id)
+		if r.resolved[n]--; r.resolved[n] <= 0 {
+			delete(r.resolved, n)
+		}
+	}
 	if n, ok := r.names[id]; ok {
 		r.pruned[id] = n
 		if len(r.pruned) > 4096 {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/inflight"
@@ -158,8 +157,7 @@ func (c *Collector) inflightMinBudget() uint64 {
 
 // join hands a decoded record to the joiner, which reports a span's first
 // in-span sample at once and keeps the others for the span's end.
-func (o *overrunReader) join(raw []byte, ov snapshot.Overrun) (snapshot.Overrun, bool) {
-	r := (*bpf.SpanwatchOverrun)(unsafe.Pointer(&raw[0]))
+func (o *overrunReader) join(r *bpf.SpanwatchOverrun, ov snapshot.Overrun) (snapshot.Overrun, bool) {
 	return o.joiner.Add(inflight.Record{
 		Overrun: ov, Sample: ov.StillRunning, OffCPU: inflight.OffCPU(r.Status),
 		StartNs: r.StartNs, MonoStartNs: r.TsNs - r.DurationNs,

@@ -40,19 +40,38 @@ type fileKey struct {
 }
 
 type markerBinary struct {
-	path string // where it was first seen
-	link link.Link
+	path string    // where it was first seen
+	link link.Link // nil: checked, no marker (or one that could not be read)
+	// missed counts the scans in a row that found no process running
+	// the binary; at markerReleaseScans it is let go.
+	missed int
 }
+
+// markerReleaseScans is how many scans in a row must find no process
+// running a binary before its uprobe and its entry are released: two, so a
+// binary whose process is replaced by another while /proc is being read
+// (an exec, a restart) keeps its uprobe.
+const markerReleaseScans = 2
 
 // markerSource uprobes the span SDK's marker in every binary that has it.
 // A uprobe is per file, so one attachment serves every process running it.
+// A binary is let go (its uprobe link closed, the symbolizer's copy of it
+// closed, its entry forgotten) once no process runs it any more, or once
+// the file was replaced: entries are keyed by the file's identity (device,
+// inode, size and modification time), not its path, so the map holds the
+// binaries running now, not every binary ever seen.
 type markerSource struct {
 	prog  *ebpf.Program
 	multi bool // prog is loaded for uprobe_multi links
 	cfg   Config
 
-	mu       sync.Mutex
-	binaries map[fileKey]*markerBinary // nil value: checked, no marker
+	// attachMu is held across a whole check-and-attach (and a scan), so
+	// no binary is attached twice: two callers of attachPath for one
+	// binary, or a scan racing ScanMarkers, find one link.
+	attachMu sync.Mutex
+	closed   bool                      // under attachMu: close ran, nothing is attached any more
+	mu       sync.Mutex                // guards binaries, for attached() during an attach
+	binaries map[fileKey]*markerBinary // link nil: checked, no marker
 }
 
 func newMarkerSource(prog *ebpf.Program, multi bool, cfg Config) *markerSource {
@@ -81,55 +100,133 @@ func (m *markerSource) loop(ctx context.Context) {
 }
 
 // scan looks at every process's executable and attaches to new ones that
-// contain the marker.
+// contain the marker, then lets go of the binaries no process ran in the
+// last markerReleaseScans scans. Binaries given in Config.MarkerBinaries
+// are kept while their file is there: they are watched whether or not a
+// process runs them, and attached anew when replaced.
 func (m *markerSource) scan() {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	if m.closed {
+		return
+	}
 	ents, err := os.ReadDir(m.cfg.ProcRoot)
 	if err != nil {
+		// Nothing is released on a scan that could not look.
 		m.cfg.Logger.Warn("proc_scan_failed", "error", err)
 		return
 	}
+	seen := map[fileKey]bool{}
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		exe := filepath.Join(m.cfg.ProcRoot, e.Name(), "exe")
-		if err := m.attachPath(exe); err != nil {
+		key, ok, err := m.attachLocked(exe)
+		if ok {
+			seen[key] = true
+		}
+		if err != nil {
 			m.cfg.Logger.Debug("marker_attach_failed", "exe", exe, "error", err)
 		}
+	}
+	for _, b := range m.cfg.MarkerBinaries {
+		key, ok, err := m.attachLocked(b)
+		if ok {
+			seen[key] = true
+		}
+		if err != nil {
+			m.cfg.Logger.Debug("marker_attach_failed", "exe", b, "error", err)
+		}
+	}
+	m.release(seen)
+}
+
+// release lets go of the binaries not in seen for markerReleaseScans scans
+// in a row. m.attachMu is held.
+func (m *markerSource) release(seen map[fileKey]bool) {
+	m.mu.Lock()
+	var gone []*markerBinary
+	var goneKeys []fileKey
+	for k, b := range m.binaries {
+		if seen[k] {
+			b.missed = 0
+			continue
+		}
+		if b.missed++; b.missed < markerReleaseScans {
+			continue
+		}
+		delete(m.binaries, k)
+		gone = append(gone, b)
+		goneKeys = append(goneKeys, k)
+	}
+	// The symbolizer keys its copy by device and inode only: a file
+	// rewritten in place is one copy for its old and its new entry.
+	inode := map[[2]uint64]bool{}
+	for k, b := range m.binaries {
+		if b.link != nil {
+			inode[[2]uint64{k.dev, k.ino}] = true
+		}
+	}
+	m.mu.Unlock()
+	for i, b := range gone {
+		if b.link == nil {
+			continue
+		}
+		if err := b.link.Close(); err != nil {
+			m.cfg.Logger.Warn("marker_detach_failed", "binary", b.path, "error", err)
+		}
+		if k := goneKeys[i]; !inode[[2]uint64{k.dev, k.ino}] {
+			removeAnchor(m.cfg, k.dev, k.ino)
+		}
+		m.cfg.Logger.Info("marker_released", "binary", b.path, "reason", "no process runs it")
 	}
 }
 
 // attachPath uprobes the marker in the binary at path, if it has one and is
 // not attached yet. A binary without the marker is not an error.
 func (m *markerSource) attachPath(path string) error {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	_, _, err := m.attachLocked(path)
+	return err
+}
+
+// attachLocked is attachPath with m.attachMu held. It returns the binary's
+// identity, with ok true, when path names a regular file, whether or not
+// it has the marker.
+func (m *markerSource) attachLocked(path string) (key fileKey, ok bool, err error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return err
+		return fileKey{}, false, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || !fi.Mode().IsRegular() {
-		return nil
+	st, isStat := fi.Sys().(*syscall.Stat_t)
+	if !isStat || !fi.Mode().IsRegular() {
+		return fileKey{}, false, nil
 	}
-	key := fileKey{dev: st.Dev, ino: st.Ino, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+	key = fileKey{dev: st.Dev, ino: st.Ino, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
 	m.mu.Lock()
 	_, seen := m.binaries[key]
 	m.mu.Unlock()
 	if seen {
-		return nil
+		return key, true, nil
 	}
 	markerOff, semOff, markerAddr, _, err := findMarker(path)
 	if err != nil {
 		m.mu.Lock()
-		m.binaries[key] = nil
+		m.binaries[key] = &markerBinary{path: path}
 		m.mu.Unlock()
 		if errors.Is(err, errNoMarker) {
-			return nil
+			return key, true, nil
 		}
-		return err
+		return key, true, err
 	}
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return key, true, fmt.Errorf("open %s: %w", path, err)
 	}
 	var l link.Link
 	if m.multi {
@@ -139,9 +236,9 @@ func (m *markerSource) attachPath(path string) error {
 	}
 	if err != nil {
 		if !m.multi && errors.Is(err, os.ErrPermission) {
-			return fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", markerSymbol, path, err)
+			return key, true, fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", markerSymbol, path, err)
 		}
-		return fmt.Errorf("uprobe %s in %s (%s): %w", markerSymbol, path, m.method(), err)
+		return key, true, fmt.Errorf("uprobe %s in %s (%s): %w", markerSymbol, path, m.method(), err)
 	}
 	real, _ := os.Readlink(path)
 	if real == "" {
@@ -154,7 +251,7 @@ func (m *markerSource) attachPath(path string) error {
 	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()
 	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff, "method", m.method())
-	return nil
+	return key, true, nil
 }
 
 func (m *markerSource) attached() []string {
@@ -162,7 +259,7 @@ func (m *markerSource) attached() []string {
 	defer m.mu.Unlock()
 	var out []string
 	for _, b := range m.binaries {
-		if b != nil {
+		if b.link != nil {
 			out = append(out, b.path)
 		}
 	}
@@ -170,11 +267,22 @@ func (m *markerSource) attached() []string {
 	return out
 }
 
+// entries returns how many binaries the source remembers, with or without
+// the marker.
+func (m *markerSource) entries() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.binaries)
+}
+
 func (m *markerSource) close() {
+	m.attachMu.Lock()
+	defer m.attachMu.Unlock()
+	m.closed = true
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, b := range m.binaries {
-		if b != nil {
+		if b.link != nil {
 			b.link.Close()
 		}
 		delete(m.binaries, k)

@@ -94,13 +94,14 @@ func snapshotUint(v uint64) string {
 // (a placeholder's series and its real name's, once resolved): counts and
 // sums add, extremes combine, histograms merge bucket by bucket and the
 // quantiles are taken again from the merged histogram. Only series with a
-// name in names (those resolvers gave) can have twins.
-func mergeSeries(series []snapshot.Series, window time.Duration, names map[string]bool) []snapshot.Series {
+// name in names (those resolvers gave, with the ids cached under each) can
+// have twins.
+func mergeSeries(series []snapshot.Series, window time.Duration, names map[string]int) []snapshot.Series {
 	index := map[string]int{}
 	out := series[:0]
 	for i := range series {
 		s := series[i]
-		if !names[s.Span] {
+		if names[s.Span] == 0 {
 			out = append(out, s)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -30,13 +31,50 @@ var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
 }
 
+// DefaultOverrunQueue is how many overrun records wait between the ring
+// buffer reader and the worker when Config.OverrunQueue is 0: about 1.8 MB
+// of records at most, half the default ring buffer's.
+const DefaultOverrunQueue = 1024
+
+// Read errors other than a closed reader are retried after a pause that
+// doubles from readBackoffMin up to readBackoffMax, so a reader that keeps
+// failing does not spin on a CPU.
+const (
+	readBackoffMin = 10 * time.Millisecond
+	readBackoffMax = time.Second
+)
+
+// recordReader is what the overrun reader reads: a *ringbuf.Reader.
+type recordReader interface {
+	ReadInto(*ringbuf.Record) error
+	Close() error
+}
+
 // overrunReader reads overrun records from the ring buffer as they arrive.
+// Its reading goroutine only copies each record into a bounded queue and
+// reads on, so that nothing behind it (symbolizing, cgroup names, an
+// OnOverrun that writes to disk) can back up into the ring buffer, where a
+// full buffer loses records in the kernel. One worker decodes, joins,
+// symbolizes and delivers what is queued; what finds the queue full is
+// dropped there and counted (Stats.OverrunsQueueDropped).
 type overrunReader struct {
-	rd     *ringbuf.Reader
+	rd     recordReader
 	cfg    Config
 	marker *markerSource // set when the marker source is on
 	series *seriesReader // for label names
 	joiner *inflight.Joiner
+
+	queue chan []byte   // records read, waiting for the worker
+	free  chan []byte   // the worker's used buffers, for the reader to reuse
+	stop  chan struct{} // closed by close: ends a read backoff
+	wg    sync.WaitGroup
+	once  sync.Once
+	// wait pauses the reading goroutine for a backoff; it reports false
+	// when the reader is closing. Tests replace it.
+	wait func(time.Duration) bool
+
+	read         atomic.Uint64 // records read from the ring buffer
+	queueDropped atomic.Uint64 // records dropped because the queue was full
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
@@ -48,59 +86,185 @@ func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader,
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return &overrunReader{rd: rd, cfg: cfg, series: r, joiner: inflight.NewJoiner(inflight.JoinConfig{})}, nil
+	return newOverrunQueue(rd, cfg, r), nil
 }
 
-func (o *overrunReader) run() {
+// newOverrunQueue makes a reader of rd with its queue; start runs it.
+func newOverrunQueue(rd recordReader, cfg Config, r *seriesReader) *overrunReader {
+	n := cfg.OverrunQueue
+	if n <= 0 {
+		n = DefaultOverrunQueue
+	}
+	o := &overrunReader{
+		rd: rd, cfg: cfg, series: r, joiner: inflight.NewJoiner(inflight.JoinConfig{}),
+		queue: make(chan []byte, n),
+		// The reader holds one buffer, the worker one, the queue n.
+		free: make(chan []byte, n+2),
+		stop: make(chan struct{}),
+	}
+	o.wait = o.sleep
+	return o
+}
+
+// start runs the reading goroutine and the worker until close.
+func (o *overrunReader) start() {
+	o.wg.Add(2)
+	go func() { defer o.wg.Done(); o.readLoop() }()
+	go func() { defer o.wg.Done(); o.work() }()
+}
+
+// readLoop copies records into the queue until the reader is closed, then
+// closes the queue: the worker handles what is left in it and returns.
+func (o *overrunReader) readLoop() {
+	defer close(o.queue)
 	var rec ringbuf.Record
+	var backoff time.Duration
+	var lastErr string
 	for {
 		if err := o.rd.ReadInto(&rec); err != nil {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return
 			}
-			o.cfg.Logger.Warn("overrun_read_failed", "error", err)
+			backoff = min(max(2*backoff, readBackoffMin), readBackoffMax)
+			if msg := err.Error(); msg != lastErr {
+				// Logged once per distinct error, not once per retry.
+				o.cfg.Logger.Warn("overrun_read_failed", "error", err, "retry_in", backoff)
+				lastErr = msg
+			}
+			if !o.wait(backoff) {
+				return
+			}
 			continue
 		}
-		ov, err := o.decode(rec.RawSample)
-		if err != nil {
-			o.cfg.Logger.Warn("overrun_decode_failed", "error", err)
-			continue
+		if backoff != 0 {
+			o.cfg.Logger.Info("overrun_read_recovered")
+			backoff, lastErr = 0, ""
 		}
-		// In-span samples wait for their span's end; the first one of a
-		// span is reported at once, as the span still running.
-		var ok bool
-		if ov, ok = o.join(rec.RawSample, ov); !ok {
-			continue
+		o.read.Add(1)
+		var buf []byte
+		select {
+		case buf = <-o.free:
+		default:
 		}
-		if o.cfg.OnOverrun != nil {
-			o.cfg.OnOverrun(ov)
+		buf = append(buf[:0], rec.RawSample...)
+		select {
+		case o.queue <- buf:
+		default:
+			o.queueDropped.Add(1)
+			o.recycle(buf)
 		}
-		o.mu.Lock()
-		if len(o.pending) < o.cfg.MaxOverrunsPerSnapshot {
-			o.pending = append(o.pending, ov)
-		} else {
-			o.dropped++
-		}
-		o.mu.Unlock()
 	}
 }
 
-func (o *overrunReader) take() ([]snapshot.Overrun, uint64) {
+// sleep waits d, or less when the reader is closed (then it reports false).
+func (o *overrunReader) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-o.stop:
+		return false
+	}
+}
+
+func (o *overrunReader) recycle(buf []byte) {
+	select {
+	case o.free <- buf:
+	default:
+	}
+}
+
+// work handles queued records until the queue is closed and empty.
+func (o *overrunReader) work() {
+	for buf := range o.queue {
+		o.handle(buf)
+		o.recycle(buf)
+	}
+}
+
+// handle decodes one record, joins it with the in-span samples of its span
+// and delivers what the joiner reports. A record that neither OnOverrun nor
+// the snapshot's room would take is counted as dropped before its stacks
+// are symbolized or its cgroup resolved.
+func (o *overrunReader) handle(raw []byte) {
+	r, err := overrunRecord(raw)
+	if err != nil {
+		o.cfg.Logger.Warn("overrun_decode_failed", "error", err)
+		return
+	}
+	ov := o.decode(r)
+	// An in-span sample's stack is the data the joiner keeps for its
+	// span's end: named now, while the process is most likely alive.
+	if ov.StillRunning {
+		o.symbolize(&ov, r)
+	}
+	// In-span samples wait for their span's end; the first one of a
+	// span is reported at once, as the span still running.
+	out, ok := o.join(r, ov)
+	if !ok {
+		return
+	}
+	deliver := o.cfg.OnOverrun != nil
+	o.mu.Lock()
+	room := len(o.pending) < o.cfg.MaxOverrunsPerSnapshot
+	if !room && !deliver {
+		o.dropped++
+	}
+	o.mu.Unlock()
+	if !room && !deliver {
+		return
+	}
+	if !out.StillRunning {
+		o.symbolize(&out, r)
+	}
+	o.resolveCgroup(&out)
+	if deliver {
+		o.cfg.OnOverrun(out)
+	}
+	o.mu.Lock()
+	if len(o.pending) < o.cfg.MaxOverrunsPerSnapshot {
+		o.pending = append(o.pending, out)
+	} else {
+		o.dropped++
+	}
+	o.mu.Unlock()
+}
+
+// take returns the overruns kept since the last call and the counts of
+// those dropped for lack of room in the snapshot and in the queue.
+func (o *overrunReader) take() (ovs []snapshot.Overrun, dropped, queueDropped uint64) {
+	queueDropped = o.queueDropped.Swap(0)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	p, d := o.pending, o.dropped
 	o.pending, o.dropped = nil, 0
-	return p, d
+	return p, d, queueDropped
 }
 
-func (o *overrunReader) close() { o.rd.Close() }
+// close closes the ring buffer reader and waits for the reading goroutine
+// and for the worker, which first handles the records still queued (at
+// most the queue's size). It is safe to call more than once.
+func (o *overrunReader) close() {
+	o.once.Do(func() {
+		close(o.stop)
+		o.rd.Close()
+	})
+	o.wg.Wait()
+}
 
-func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
+// overrunRecord checks a record's size and casts it.
+func overrunRecord(raw []byte) (*bpf.SpanwatchOverrun, error) {
 	var r bpf.SpanwatchOverrun
 	if len(raw) < int(unsafe.Sizeof(r)) {
-		return snapshot.Overrun{}, fmt.Errorf("record of %d bytes, want %d", len(raw), unsafe.Sizeof(r))
+		return nil, fmt.Errorf("record of %d bytes, want %d", len(raw), unsafe.Sizeof(r))
 	}
-	r = *(*bpf.SpanwatchOverrun)(unsafe.Pointer(&raw[0]))
+	return (*bpf.SpanwatchOverrun)(unsafe.Pointer(&raw[0])), nil
+}
+
+// decode reads a record's fields: everything but its stacks and its
+// cgroup's names, which cost more (symbolize, resolveCgroup).
+func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 	spanErr, stillRunning := inflight.DecodeStatus(r.Status)
 	ov := snapshot.Overrun{
 		Time:         monoToWall(r.TsNs),
@@ -128,11 +292,20 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 	if r.SpanId != [8]byte{} {
 		ov.SpanID = hex.EncodeToString(r.SpanId[:])
 	}
+	return ov
+}
+
+// resolveCgroup names the overrun's cgroup, container and pod.
+func (o *overrunReader) resolveCgroup(ov *snapshot.Overrun) {
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
 		info := c.Resolve(ov.CgroupID)
 		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
 		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
 	}
+}
+
+// symbolize names the record's user and kernel stacks.
+func (o *overrunReader) symbolize(ov *snapshot.Overrun, r *bpf.SpanwatchOverrun) {
 	ustack := stackAddrs(r.Ustack[:], r.UstackLen)
 	kstack := stackAddrs(r.Kstack[:], r.KstackLen)
 	s := o.cfg.Symbolizer
@@ -155,7 +328,6 @@ func (o *overrunReader) decode(raw []byte) (snapshot.Overrun, error) {
 			ov.StackError = err.Error()
 		}
 	}
-	return ov, nil
 }
 
 func stackAddrs(stack []uint64, n int32) []uint64 {

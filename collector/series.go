@@ -156,7 +156,8 @@ type seriesReader struct {
 	quarantine   []quarantined
 	budgets      *budgetTable
 	budgetGen    uint64          // bumped with each new budget table
-	resolved     map[string]bool // names given by resolvers: their series may need merging
+	resolved     map[string]int  // names given by resolvers (ids cached with each): their series may need merging
+	resolvedIDs  map[uint64]bool // ids whose cached name a resolver gave
 	prevCount    [bpf.SpanwatchCounterCOUNTER_MAX]uint64
 	lastRead     time.Time
 }
@@ -245,9 +246,10 @@ func (r *seriesReader) nameOf(id uint64) string {
 	if m, ok := r.resolveName(n); ok {
 		n = m
 		if r.resolved == nil {
-			r.resolved = map[string]bool{}
+			r.resolved, r.resolvedIDs = map[string]int{}, map[uint64]bool{}
 		}
-		r.resolved[n] = true
+		r.resolved[n]++
+		r.resolvedIDs[id] = true
 	}
 	r.names[id] = n
 	return n

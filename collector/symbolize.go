@@ -12,6 +12,7 @@ import (
 // *symbolize.Symbolizer is one.
 type anchorer interface {
 	AddAnchor(symbolize.Anchor) error
+	RemoveAnchor(dev, ino uint64) error
 }
 
 // An explainer says why frames have no names (a stripped binary without
@@ -30,6 +31,18 @@ func addAnchor(cfg Config, path, open string, addr uint64) {
 	}
 	if err := a.AddAnchor(symbolize.Anchor{Path: path, Open: open, Addr: addr}); err != nil {
 		cfg.Logger.Debug("symbolize_anchor_failed", "binary", path, "error", err)
+	}
+}
+
+// removeAnchor tells the symbolizer that the binary with device dev and
+// inode ino is no longer traced, so it may close it.
+func removeAnchor(cfg Config, dev, ino uint64) {
+	a, ok := cfg.Symbolizer.(anchorer)
+	if !ok {
+		return
+	}
+	if err := a.RemoveAnchor(dev, ino); err != nil {
+		cfg.Logger.Debug("symbolize_anchor_remove_failed", "error", err)
 	}
 }
 

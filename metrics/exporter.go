@@ -87,12 +87,12 @@ type Exporter struct {
 	series map[string]*seriesState
 	descs  map[string]*seriesDescs // by the source label names, joined
 
-	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, snapshots prometheus.Counter
-	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses  prometheus.Counter
-	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                    prometheus.Gauge
-	readDuration, evalDuration                                                         prometheus.Histogram
-	ruleErrors                                                                         *prometheus.CounterVec
-	sourceEvents                                                                       *prometheus.CounterVec
+	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, overrunsQueueDropped, snapshots prometheus.Counter
+	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses                        prometheus.Counter
+	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                                          prometheus.Gauge
+	readDuration, evalDuration                                                                               prometheus.Histogram
+	ruleErrors                                                                                               *prometheus.CounterVec
+	sourceEvents                                                                                             *prometheus.CounterVec
 }
 
 // seriesDescs are the per-span metrics' descriptions for one set of label
@@ -177,6 +177,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")
 	e.overruns = c("overruns_total", "Overrun records (slow spans with stacks) received.")
 	e.overrunsDropped = c("overruns_dropped_total", "Overrun records read but not kept for lack of room.")
+	e.overrunsQueueDropped = c("overruns_queue_dropped_total", "Overrun records read from the ring buffer but dropped: the queue to the worker that symbolizes and delivers them was full.")
 	e.snapshots = c("snapshots_total", "Snapshots observed.")
 	e.seriesGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series", Help: "Span series exported."})
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
@@ -199,7 +200,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 
 	for _, col := range []prometheus.Collector{
 		(*spanCollector)(e),
-		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.snapshots,
+		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
 		buildInfo,
@@ -359,6 +360,7 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	}
 	e.overruns.Add(float64(len(s.Overruns)))
 	e.overrunsDropped.Add(float64(s.Stats.OverrunsDropped))
+	e.overrunsQueueDropped.Add(float64(s.Stats.OverrunsQueueDropped))
 	e.snapshots.Inc()
 	e.readDuration.Observe(float64(s.Stats.ReadNs) / 1e9)
 	if !s.Time.IsZero() {

@@ -156,13 +156,13 @@ func TestExporterExactHistograms(t *testing.T) {
 				},
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
-					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
+					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
 					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
 				Series: []snapshot.Series{window("checkout", "/system.slice/shop.service", checkout2, 5, 11)},
-				Stats:  snapshot.Stats{Events: 3000, RingbufDrops: 1, ReadNs: 2e6},
+				Stats:  snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6},
 			})
 			e.ObserveEvaluation(4 * time.Millisecond)
 			e.RuleError("CheckoutSlow")
@@ -213,17 +213,18 @@ func TestExporterExactHistograms(t *testing.T) {
 				}
 			}
 			for name, want := range map[string]float64{
-				"spanwatch_events_total":                8700,
-				"spanwatch_ringbuf_drops_total":         3,
-				"spanwatch_stats_map_full_total":        1,
-				"spanwatch_overruns_total":              4,
-				"spanwatch_snapshots_total":             2,
-				"spanwatch_read_errors_total":           4,
-				"spanwatch_histogram_full_total":        5,
-				"spanwatch_span_names_truncated_total":  6,
-				"spanwatch_series_quota_overflow_total": 7,
-				"spanwatch_names_full_total":            8,
-				"spanwatch_recursion_misses_total":      9,
+				"spanwatch_events_total":                 8700,
+				"spanwatch_ringbuf_drops_total":          3,
+				"spanwatch_stats_map_full_total":         1,
+				"spanwatch_overruns_total":               4,
+				"spanwatch_snapshots_total":              2,
+				"spanwatch_read_errors_total":            4,
+				"spanwatch_histogram_full_total":         5,
+				"spanwatch_span_names_truncated_total":   6,
+				"spanwatch_series_quota_overflow_total":  7,
+				"spanwatch_names_full_total":             8,
+				"spanwatch_recursion_misses_total":       9,
+				"spanwatch_overruns_queue_dropped_total": 11,
 			} {
 				if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)

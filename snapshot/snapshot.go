@@ -241,6 +241,10 @@ type Stats struct {
 	// OverrunsDropped counts overrun records the collector read but had no
 	// room to keep for this snapshot.
 	OverrunsDropped uint64 `json:"overruns_dropped"`
+	// OverrunsQueueDropped counts overrun records read from the ring
+	// buffer but dropped because the queue to the worker that symbolizes
+	// and delivers them was full (collector.Config.OverrunQueue).
+	OverrunsQueueDropped uint64 `json:"overruns_queue_dropped,omitempty"`
 	// ReadNs is how long reading the maps took.
 	ReadNs int64 `json:"read_ns"`
 }

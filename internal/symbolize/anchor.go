@@ -28,7 +28,7 @@ type Anchor struct {
 	Addr uint64
 }
 
-// anchorMod is a binary with anchors, open for as long as the Symbolizer.
+// anchorMod is a binary with anchors, open until RemoveAnchor or Close.
 type anchorMod struct {
 	mod   *module
 	pie   bool     // ET_DYN: loaded anywhere, page-aligned
@@ -86,6 +86,24 @@ func (s *Symbolizer) AddAnchor(a Anchor) error {
 		s.anchors = map[fileKey]*anchorMod{}
 	}
 	s.anchors[key] = am
+	return nil
+}
+
+// RemoveAnchor forgets the anchors of the binary with device dev and inode
+// ino and closes it: its tracer let go of it (no process runs it any more).
+// Removing a binary without anchors is harmless.
+func (s *Symbolizer) RemoveAnchor(dev, ino uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := fileKey{dev: dev, inode: ino}
+	am := s.anchors[key]
+	if am == nil {
+		return nil
+	}
+	delete(s.anchors, key)
+	if err := am.mod.close(); err != nil {
+		return fmt.Errorf("anchor %s: %w", am.mod.path, err)
+	}
 	return nil
 }
 
