@@ -582,7 +582,12 @@ static __always_inline int quota_exceeded(struct core_state *c, __u64 cgroup_id)
 	if (!created)
 		return 0;
 	released = bpf_map_lookup_elem(&cg_released, &cgroup_id);
-	return *created - (released ? *released : 0) >= quota;
+	/* The collector deletes both entries once a cgroup has released every
+	 * series it created (so the maps hold live cgroups only); a series
+	 * created in between is then released without its creation counted:
+	 * saturate rather than wrap. */
+	__u64 live = *created, gone = released ? *released : 0;
+	return live > gone && live - gone >= quota;
 }
 
 static __always_inline void quota_count(__u64 cgroup_id)

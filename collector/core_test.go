@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -346,6 +348,54 @@ func TestCoreEvictionReusesSlots(t *testing.T) {
 			t.Fatalf("reused slot carried something over: %+v", sr)
 		}
 	}
+}
+
+// TestCoreQuotaForgetsGoneCgroups: once a cgroup's series are all
+// evicted its quota counts are deleted (a node's churn of containers must
+// not fill cg_created, which would leave new cgroups without a quota), and
+// a cgroup seen again starts a fresh, exact count.
+func TestCoreQuotaForgetsGoneCgroups(t *testing.T) {
+	ct := newCoreTest(t, Config{MaxSeries: 256, HistogramCells: 4096, IdleEvict: time.Nanosecond, SeriesQuota: 4})
+	var es []entry
+	for cg := uint64(1); cg <= 20; cg++ {
+		for i := 0; i < 3; i++ {
+			es = append(es, entry{Name: fmt.Sprintf("s.%d", i), Cgroup: 1000 + cg, Value: 1000})
+		}
+	}
+	ct.aggregate(t, es)
+	ct.snapshot(t)
+	if n := mapLen(t, ct.c.objs.CgCreated); n != 20 {
+		t.Fatalf("cg_created holds %d cgroups, want 20", n)
+	}
+	ct.snapshot(t)
+	time.Sleep(quarantineTime)
+	ct.snapshot(t)
+	if s, _ := ct.snapshot(t); s.Stats.SeriesLive != 0 {
+		t.Fatalf("%d series live after eviction", s.Stats.SeriesLive)
+	}
+	if c, r := mapLen(t, ct.c.objs.CgCreated), mapLen(t, ct.c.objs.CgReleased); c != 0 || r != 0 {
+		t.Fatalf("after every series was evicted cg_created holds %d cgroups, cg_released %d; want 0", c, r)
+	}
+	// The quota holds again for a cgroup that comes back.
+	es = es[:0]
+	for i := 0; i < 6; i++ {
+		es = append(es, entry{Name: fmt.Sprintf("back.%d", i), Cgroup: 1001, Value: 1000})
+	}
+	ct.aggregate(t, es)
+	s, got := ct.snapshot(t)
+	if len(got) != 5 || got[snapshot.OtherName].Count != 2 || s.Stats.QuotaOther != 2 {
+		t.Fatalf("%d series (want 4 and (other)), (other) %+v, quota_other %d", len(got), got[snapshot.OtherName], s.Stats.QuotaOther)
+	}
+}
+
+func mapLen(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var k, v uint64
+	n := 0
+	for it := m.Iterate(); it.Next(&k, &v); {
+		n++
+	}
+	return n
 }
 
 // TestCoreCaptureFlags checks that a budget's capture flags decide the

@@ -166,7 +166,14 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
 		}
 		released++
-		if err := r.objs.CgReleased.Update(&cg, &released, ebpf.UpdateAny); err != nil {
+		var created uint64
+		if err := r.objs.CgCreated.Lookup(&cg, &created); err == nil && released >= created {
+			// Every series the cgroup created is gone: forget it, so
+			// the two maps hold live cgroups only and a node's churn
+			// of containers never fills them (a full cg_created
+			// would leave new cgroups without a quota).
+			r.forgetCgroup(cg)
+		} else if err := r.objs.CgReleased.Update(&cg, &released, ebpf.UpdateAny); err != nil {
 			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
 		}
 	}
@@ -216,4 +223,14 @@ func membarrierGlobal() error {
 		return errno
 	}
 	return nil
+}
+
+// forgetCgroup deletes a cgroup's quota counts, creations first: a
+// series the kernel creates meanwhile starts a fresh count.
+func (r *seriesReader) forgetCgroup(cg uint64) {
+	for _, m := range []*ebpf.Map{r.objs.CgCreated, r.objs.CgReleased} {
+		if err := m.Delete(&cg); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
+		}
+	}
 }
