@@ -20,6 +20,7 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 		HistogramCells: s.HistogramCells,
 		SeriesQuota:    s.SeriesQuota,
 		RingbufBytes:   s.RingbufBytes,
+		OverrunQueue:   s.OverrunQueue,
 		MarkerBinaries: s.Binaries,
 		ScanInterval:   s.ScanInterval,
 	}

@@ -263,6 +263,7 @@ func restartChanges(running, next *Config) []RestartChange {
 	field("histogram_cells", a.HistogramCells, b.HistogramCells)
 	field("series_quota", a.SeriesQuota, b.SeriesQuota)
 	field("ringbuf_bytes", a.RingbufBytes, b.RingbufBytes)
+	field("overrun_queue", a.OverrunQueue, b.OverrunQueue)
 	field("force_kprobe", a.ForceKprobe, b.ForceKprobe)
 	field("no_uprobe_multi", a.NoUprobeMulti, b.NoUprobeMulti)
 	field("scan_interval", a.ScanInterval, b.ScanInterval)

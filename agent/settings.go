@@ -57,6 +57,11 @@ type CollectorSettings struct {
 	// RingbufBytes sizes the overrun ring buffer (0: the collector's
 	// default); a power of two, a multiple of the page size.
 	RingbufBytes uint32
+	// OverrunQueue is how many overrun records wait between the ring
+	// buffer's reader and the worker that names their stacks and
+	// delivers them (0: the collector's default); past it they are
+	// dropped and counted (spanwatch_overruns_queue_dropped_total).
+	OverrunQueue int
 	// ForceKprobe attaches user_events with a kprobe instead of fentry.
 	ForceKprobe bool
 	// NoUprobeMulti attaches uprobes through the perf_uprobe PMU.
@@ -67,7 +72,7 @@ type CollectorSettings struct {
 }
 
 // collectorKeys are the keys of the collector: section.
-var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "force_kprobe", "no_uprobe_multi", "scan_interval"}
+var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "overrun_queue", "force_kprobe", "no_uprobe_multi", "scan_interval"}
 
 // liveKeys are the collector: keys a reload applies to a running agent;
 // the others need a restart (they shape the BPF objects or what is
@@ -180,6 +185,14 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 					s.RingbufBytes = uint32(x)
 				}
 			}
+		case "overrun_queue":
+			if x, ok := integer(v, bad); ok {
+				if err := checkOverrunQueue(x); err != nil {
+					bad("%v", err)
+				} else {
+					s.OverrunQueue = int(x)
+				}
+			}
 		case "force_kprobe":
 			s.ForceKprobe, _ = boolean(v, bad)
 		case "no_uprobe_multi":
@@ -212,6 +225,9 @@ func merge(base CollectorSettings, flags map[string]string, file fileSettings) C
 	}
 	if use("ringbuf_bytes") {
 		out.RingbufBytes = file.RingbufBytes
+	}
+	if use("overrun_queue") {
+		out.OverrunQueue = file.OverrunQueue
 	}
 	if use("force_kprobe") {
 		out.ForceKprobe = file.ForceKprobe
@@ -262,6 +278,8 @@ func checkFlags(ec *errorCollector, s CollectorSettings, flags map[string]string
 			err = checkSeriesQuota(int64(s.SeriesQuota))
 		case "ringbuf_bytes":
 			err = checkRingbuf(int64(s.RingbufBytes))
+		case "overrun_queue":
+			err = checkOverrunQueue(int64(s.OverrunQueue))
 		}
 		if err != nil {
 			ec.flag("%s: %v", flag, err)
@@ -274,7 +292,7 @@ func checkInterval(d time.Duration) error {
 	case d <= 0:
 		return fmt.Errorf("must be positive, not %s", d)
 	case d < MinInterval:
-		return fmt.Errorf("%s is too short: at least %s (each snapshot reads the whole stats map on every CPU)", d, MinInterval)
+		return fmt.Errorf("%s is too short: at least %s (each snapshot reads every series)", d, MinInterval)
 	}
 	return nil
 }
@@ -326,6 +344,20 @@ func checkHistogramCells(n int64) error {
 func checkSeriesQuota(n int64) error {
 	if n < 1 || n > MaxMaxSeries {
 		return fmt.Errorf("%d is out of range: want 1 to %d series per cgroup (leave it out for the default, 8192)", n, MaxMaxSeries)
+	}
+	return nil
+}
+
+// MaxOverrunQueue bounds overrun_queue: each queued record takes about
+// 1.8 KB of the agent's memory.
+const MaxOverrunQueue = 1 << 20
+
+func checkOverrunQueue(n int64) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("must be at least 1, not %d", n)
+	case n > MaxOverrunQueue:
+		return fmt.Errorf("%d is more than %d (about 1.8 KB of memory each)", n, MaxOverrunQueue)
 	}
 	return nil
 }
