@@ -74,4 +74,3 @@ func TestStartLogsNoMemlockHint(t *testing.T) {
 		}
 	}
 }
-
