@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -167,8 +168,21 @@ func TestEventHeaderReasonsMatchGo(t *testing.T) {
 // each is aggregated under its name with its duration and status, and its
 // overrun record carries its trace and span ids.
 func TestEventHeaderGoldensBPF(t *testing.T) {
-	var ovs []snapshot.Overrun
-	h := newEHHarness(t, Config{OnOverrun: func(o snapshot.Overrun) { ovs = append(ovs, o) }})
+	// OnOverrun runs on the collector's reader goroutine.
+	var (
+		mu  sync.Mutex
+		ovs []snapshot.Overrun
+	)
+	got := func() []snapshot.Overrun {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]snapshot.Overrun(nil), ovs...)
+	}
+	h := newEHHarness(t, Config{OnOverrun: func(o snapshot.Overrun) {
+		mu.Lock()
+		ovs = append(ovs, o)
+		mu.Unlock()
+	}})
 	for _, tc := range ehtest.GoldenCases {
 		t.Run(tc.File, func(t *testing.T) {
 			p, err := ehtest.Golden(tc.File)
@@ -182,7 +196,9 @@ func TestEventHeaderGoldensBPF(t *testing.T) {
 			if err := h.c.SetBudgets([]BudgetRule{{Span: want.Name, Budget: 1}}); err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
 			ovs = nil
+			mu.Unlock()
 			delta := h.run(p)
 			if r := h.reason(delta); r != eventheader.OK {
 				t.Fatalf("BPF reason %s", r)
@@ -198,7 +214,9 @@ func TestEventHeaderGoldensBPF(t *testing.T) {
 			if len(srs) != 1 || srs[0].Span != want.Name || srs[0].Count != 1 || srs[0].SumNs != want.DurationNs || srs[0].Errors != wantErr {
 				t.Fatalf("series %+v, want %q count 1 sum %d errors %d", srs, want.Name, want.DurationNs, wantErr)
 			}
+			ovs := got()
 			for deadline := time.Now().Add(2 * time.Second); len(ovs) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				ovs = got()
 			}
 			if len(ovs) != 1 {
 				t.Fatalf("%d overruns, want 1", len(ovs))
