@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -32,7 +33,7 @@ func goList(t *testing.T, patterns ...string) []listed {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	cmd := exec.Command(gobin, append([]string{"list", "-e", "-export", "-deps", "-json=Dir,ImportPath,Export,GoFiles,DepOnly,Module"}, patterns...)...)
 	cmd.Dir = "../.."
