@@ -2,8 +2,10 @@
 # spanwatch's test suite: what CI runs (.ci/run) and what the README tells
 # you to run. As root it runs everything: the real BPF tests on this kernel,
 # and the user_events tests inside a VM with a user_events kernel (built on
-# first use and cached, see test/vm/README.md). As another user the tests
-# that need root skip and say why.
+# first use and cached, see test/vm/README.md). Then it runs every package
+# again under the race detector (-race -short, about 5 minutes on 2 cores).
+# As another user the tests that need root skip and say why. It fails on a
+# build artefact tracked in git and on a tree that does not build for arm64.
 #
 #   ./test.sh            everything
 #   ./test.sh --no-vm    skip the VM (for a quick run)
