@@ -2,8 +2,10 @@
 # spanwatch's test suite: what CI runs (.ci/run) and what the README tells
 # you to run. As root it runs everything: the real BPF tests on this kernel,
 # and the user_events tests inside a VM with a user_events kernel (built on
-# first use and cached, see test/vm/README.md). As another user the tests
-# that need root skip and say why.
+# first use and cached, see test/vm/README.md). Then it runs every package
+# again under the race detector (-race -short, about 5 minutes on 2 cores).
+# As another user the tests that need root skip and say why. It fails on a
+# build artefact tracked in git and on a tree that does not build for arm64.
 #
 #   ./test.sh            everything
 #   ./test.sh --no-vm    skip the VM (for a quick run)
@@ -26,8 +28,17 @@ if [[ $(id -u) -eq 0 ]]; then
 	.ci/install-deps.sh
 fi
 
+step "no build artefacts tracked in git (.ci/tracked-artefacts.sh)"
+.ci/tracked-artefacts.sh
+
 step "go vet"
 go vet ./...
+
+step "arm64 cross-build (GOARCH=arm64 go build ./... && go vet ./...)"
+# BPF attaching on arm64 may be refused at run time (say where); the tree
+# must build and vet for it.
+GOARCH=arm64 go build ./...
+GOARCH=arm64 go vet ./...
 
 step "generated BPF objects are up to date (go generate ./bpf/...)"
 if command -v clang >/dev/null; then
@@ -42,11 +53,20 @@ else
 fi
 
 step "go test ./... (real BPF on this kernel as root)"
-go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/spanwatch-gotest.log
-status=${PIPESTATUS[0]}
-if [[ $status -ne 0 ]]; then
-	echo "go test failed" >&2
-	exit "$status"
+if ! go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/spanwatch-gotest.log; then
+	echo "go test failed (log: /tmp/spanwatch-gotest.log)" >&2
+	exit 1
+fi
+
+step "go test -race -short ./... (real BPF on this kernel as root)"
+# Every package, as root with its BPF tests: the races that matter are
+# between the collector's goroutines and the kernel objects they share.
+# -short leaves out the tests that only build or start other programs
+# (the image, Prometheus, the event-header stress run); the step above
+# runs them.
+if ! go test -race -short -count=1 -timeout 30m ./... 2>&1 | tee /tmp/spanwatch-race.log; then
+	echo "go test -race failed (log: /tmp/spanwatch-race.log)" >&2
+	exit 1
 fi
 
 step "container image (deploy/image.sh --smoke: FROM scratch, nothing pulled)"

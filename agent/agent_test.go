@@ -34,6 +34,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// shutdownSpan is the span the shutdown tests emit, named for this run: an
+// agent attaches to every process that links the span SDK, so another
+// package's tests running at the same time (cmd/spanwatch's emit spans too)
+// must not add to the count.
+var shutdownSpan = fmt.Sprintf("shutdown.test.%d", os.Getpid())
+
 func emitSpans(count, name string) int {
 	n, err := strconv.Atoi(count)
 	if err != nil {
@@ -146,7 +152,7 @@ func testShutdown(t *testing.T, interval, spread time.Duration, linesOK func(int
 		t.Fatal(err)
 	}
 	defer out.Close()
-	cfg, err := Parse("rules.yaml", []byte("rules:\n  - {name: Failing, span: shutdown.test, when: error_ratio > 5%}\n"),
+	cfg, err := Parse("rules.yaml", []byte("rules:\n  - {name: Failing, span: "+shutdownSpan+", when: error_ratio > 5%}\n"),
 		LoadOptions{Collector: CollectorSettings{Interval: interval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +178,7 @@ func testShutdown(t *testing.T, interval, spread time.Duration, linesOK func(int
 	case err := <-done:
 		t.Fatalf("agent stopped before it was ready: %v\n%s", err, logs.String())
 	}
-	if err := emitter(t, n, "shutdown.test", spread).Run(); err != nil {
+	if err := emitter(t, n, shutdownSpan, spread).Run(); err != nil {
 		cancel()
 		t.Fatalf("emitter: %v\n%s", err, logs.String())
 	}
@@ -182,7 +188,7 @@ func testShutdown(t *testing.T, interval, spread time.Duration, linesOK func(int
 		t.Fatalf("Run: %v", err)
 	}
 	took := time.Since(start)
-	got, lines := countSpans(t, outPath, "shutdown.test")
+	got, lines := countSpans(t, outPath, shutdownSpan)
 	if got != n || !linesOK(lines) {
 		t.Errorf("emitted %d spans, the output counts %d over %d snapshots\n%s", n, got, lines, logs.String())
 	}

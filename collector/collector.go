@@ -230,18 +230,20 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	// tracing programs) it would not load at all, and the kprobe takes its
 	// place.
 	c.objs.method = "kprobe"
+	var fentryErr error
 	if !cfg.ForceKprobe && haveBTF() {
 		var fo fentryObjects
-		if err = spec.LoadAndAssign(&fo, nil); err == nil {
+		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
 			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
-		} else {
-			c.log.Info("fentry_unavailable", "error", err, "fallback", "kprobe")
 		}
 	}
 	if c.objs.method == "kprobe" {
 		var ko kprobeObjects
 		if err = spec.LoadAndAssign(&ko, nil); err == nil {
 			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
+			if fentryErr != nil {
+				logFentryFallback(c.log, fentryErr)
+			}
 		}
 	}
 	if err != nil {

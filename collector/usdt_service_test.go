@@ -198,7 +198,9 @@ sources:
 
 	var series []snapshot.Series
 	var overruns []snapshot.Overrun
-	deadline := time.Now().Add(5 * time.Second)
+	// Overruns reach the snapshot once symbolized: seconds under -race on
+	// a busy machine. The loop ends as soon as they are all in.
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		s, err := c.Snapshot()
 		if err != nil {

@@ -163,6 +163,9 @@ func sampled(o snapshot.Overrun, fn string, offCPU bool) (weight uint64, n uint6
 // and a span that never ends is reported while it runs. Each overrun says
 // where the time went: its samples cover most of what is over budget.
 func TestInflightSDKSpans(t *testing.T) {
+	if raceEnabled {
+		t.Skip("-race: the race runtime's frames are the samples' leaves; the run without -race checks where the time went")
+	}
 	const budget = 50 * time.Millisecond
 	_, overruns := inflightCollector(t,
 		collector.BudgetRule{Span: "busy", Budget: budget},
@@ -189,9 +192,13 @@ func TestInflightSDKSpans(t *testing.T) {
 				t.Fatalf("no %s sample names %s: %s", map[bool]string{false: "on-CPU", true: "off-CPU"}[tc.offCPU], tc.fn, describe([]snapshot.Overrun{o}))
 			}
 			// Sampling begins within a scan (20ms) of the budget and
-			// covers the rest: at least half the duration.
-			if w < o.DurationNs/2 {
-				t.Errorf("samples in %s cover %v of %v", tc.fn, time.Duration(w), time.Duration(o.DurationNs))
+			// covers the rest: at least half the duration. On a loaded
+			// machine (other tests, -race) the spinning thread is
+			// preempted and sampled off the CPU, still in spinFor: that
+			// time is the span's too.
+			other, _ := sampled(o, tc.fn, !tc.offCPU)
+			if w+other < o.DurationNs/2 {
+				t.Errorf("samples in %s cover %v (%v on the other side of the CPU) of %v", tc.fn, time.Duration(w), time.Duration(other), time.Duration(o.DurationNs))
 			}
 			if hot := profile.Hottest(o.Samples, 1); len(hot) == 0 || hot[0].Frame.Function != fnPrefix+tc.fn {
 				t.Errorf("hottest frame %+v, want %s", hot, tc.fn)

@@ -150,7 +150,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		if err := h.removeDelivered(done, doneGroups); err != nil {
 			// They stay in the outbox: sent again after a restart.
-			d.logger.Error("outbox write failed after delivery", "webhook", w.Name, "notifications", len(done), "err", err)
+			d.logger.Error("outbox_write_after_delivery_failed", "webhook", w.Name, "notifications", len(done), "err", err)
 			return
 		}
 		done, doneGroups = done[:0], doneGroups[:0]
@@ -171,9 +171,9 @@ func (h *hook) deliver(ctx context.Context) {
 		var ue *unreadableError
 		if errors.As(err, &ue) {
 			h.setLastErr(err)
-			d.logger.Error("queued notification unreadable: moved to dead letters", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
+			d.logger.Error("queued_notification_unreadable_dead_lettered", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
-				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
 			last = key
@@ -181,7 +181,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		if err != nil {
 			h.setLastErr(err)
-			d.logger.Error("outbox read failed", "webhook", w.Name, "err", err)
+			d.logger.Error("outbox_read_failed", "webhook", w.Name, "err", err)
 			if !sleep(time.Second) {
 				return
 			}
@@ -202,9 +202,9 @@ func (h *hook) deliver(ctx context.Context) {
 			if headErr != "" {
 				msg += ": last error: " + headErr
 			}
-			d.logger.Error("notification expired: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
+			d.logger.Error("notification_expired_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
-				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 				continue
 			}
@@ -231,7 +231,7 @@ func (h *hook) deliver(ctx context.Context) {
 				return
 			}
 			if lastLogged != "" {
-				d.logger.Info("webhook delivering again", "webhook", w.Name, "attempts", attempt)
+				d.logger.Info("webhook_delivering_again", "webhook", w.Name, "attempts", attempt)
 				lastLogged = ""
 			}
 			attempt, headErr = 0, ""
@@ -245,9 +245,9 @@ func (h *hook) deliver(ctx context.Context) {
 			return // shutting down: the notification stays queued
 		}
 		if !r.Retry {
-			d.logger.Error("notification rejected: moved to dead letters", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
+			d.logger.Error("notification_rejected_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
-				d.logger.Error("outbox write failed", "webhook", w.Name, "err", err)
+				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
 				sleep(time.Second)
 			}
 			attempt, headErr, last = 0, "", key
@@ -260,7 +260,7 @@ func (h *hook) deliver(ctx context.Context) {
 		// Warn when the kind of error changes, not at every attempt (the
 		// text of a connection error changes with each local port).
 		if s := fmt.Sprint(r.Reason, r.StatusCode); s != lastLogged {
-			d.logger.Warn("delivery failed: retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
+			d.logger.Warn("delivery_failed_retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
 			lastLogged = s
 		}
 		if !sleep(wait) {

@@ -155,7 +155,7 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 	d.db = db
 	if movedTo != "" {
 		d.corrupt, d.corruptErr = movedTo, cause.Error()
-		logger.Error("outbox damaged: moved aside, started a fresh one; alerts in the old file were not delivered",
+		logger.Error("outbox_damaged_moved_aside_undelivered",
 			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
 	}
 	d.mu.Lock()
@@ -185,7 +185,7 @@ func (d *Dispatcher) newHooks(cfg *Config) ([]*hook, error) {
 			h.failures[r] = new(atomic.Uint64)
 		}
 		if w.TLS != nil && w.TLS.InsecureSkipVerify {
-			d.logger.Warn("webhook does not verify the server's TLS certificate (insecure_skip_verify)", "webhook", w.Name)
+			d.logger.Warn("webhook_tls_verify_disabled", "webhook", w.Name)
 		}
 		if w.Format == FormatTemplate {
 			if h.tmpl, err = parseTemplate(w.Name, w.Template); err != nil {
@@ -312,12 +312,12 @@ func (d *Dispatcher) restoreLocked() error {
 				var sa storedAlert
 				if err := json.Unmarshal(v, &sa); err != nil || sa.Alert == nil {
 					total++
-					d.logger.Error("outbox record unreadable: kept, not delivered", "webhook", h.w.Name, "key", string(k), "err", err)
+					d.logger.Error("outbox_record_unreadable_kept", "webhook", h.w.Name, "key", string(k), "err", err)
 					return nil
 				}
 				fp := fingerprint(sa.Alert)
 				if !h.matches(sa.Alert) {
-					d.logger.Warn("stored alert no longer matches the webhook: removed", "webhook", h.w.Name, "alert", sa.Alert.Name(), "fingerprint", fp)
+					d.logger.Warn("stored_alert_unmatched_removed", "webhook", h.w.Name, "alert", sa.Alert.Name(), "fingerprint", fp)
 					moves = append(moves, move{old: slices.Clone(k)})
 					return nil
 				}
@@ -413,7 +413,7 @@ func (d *Dispatcher) reportOrphans(tx *bolt.Tx) {
 			if !known[string(name)] {
 				if n := tx.Bucket(top).Bucket(name).Stats().KeyN; n > 0 {
 					d.orphans += n
-					d.logger.Warn("outbox holds entries for a webhook no longer configured: kept, not delivered",
+					d.logger.Warn("outbox_orphaned_entries_kept",
 						"webhook", string(name), "kind", string(top), "entries", n)
 				}
 			}
@@ -515,7 +515,7 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 	if refused > 0 {
 		d.overflow.Add(uint64(refused))
 		err := fmt.Errorf("%w: %d entries (max_entries): %d alert deliveries refused; raise routing.outbox.max_entries or fix the webhooks that do not accept alerts", ErrOutboxFull, d.maxEntries, refused)
-		d.logger.Error("outbox full: alerts refused", "refused", refused, "max_entries", d.maxEntries)
+		d.logger.Error("outbox_full_alerts_refused", "refused", refused, "max_entries", d.maxEntries)
 		return true, err
 	}
 	return false, nil

@@ -242,7 +242,7 @@ func (h *hook) plan(g *group, now time.Time) *flushPlan {
 			if err != nil {
 				h.failures[ReasonRender].Add(1)
 				h.setLastErr(err)
-				d.logger.Error("notification not rendered: dropped", "webhook", w.Name, "group", g.key, "err", err)
+				d.logger.Error("notification_not_rendered_dropped", "webhook", w.Name, "group", g.key, "err", err)
 			} else {
 				p.q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
 				p.net++
@@ -281,7 +281,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 			d.overflow.Add(1)
 			err := fmt.Errorf("%w: notification for group %s postponed to the next group_interval", ErrOutboxFull, g.key)
 			h.setLastErr(err)
-			d.logger.Error("outbox full: notification postponed", "webhook", w.Name, "group", g.key, "max_entries", d.maxEntries)
+			d.logger.Error("outbox_full_notification_postponed", "webhook", w.Name, "group", g.key, "max_entries", d.maxEntries)
 			continue
 		}
 		net += p.net
@@ -330,7 +330,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 	})
 	if err != nil {
 		h.setLastErr(err)
-		d.logger.Error("outbox write failed: notifications postponed", "webhook", w.Name, "groups", len(plans), "err", err)
+		d.logger.Error("outbox_write_failed_notifications_postponed", "webhook", w.Name, "groups", len(plans), "err", err)
 		return
 	}
 	d.entries.Add(net)

@@ -84,10 +84,26 @@ func dataFile() (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "user_events_data")
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("%s does not exist: %w", path, ErrNotSupported)
+	_, err = os.Stat(path)
+	return path, checkDataFile(path, err)
+}
+
+// checkDataFile turns the error of stat'ing user_events_data into the
+// error dataFile returns: nil when the file is there or cannot be seen by
+// this user on a kernel that may have it. A user who may not look into
+// tracefs (mode 0700 on most systems) cannot see whether the file exists;
+// then the kernel's configuration or symbols tell, so that such a user is
+// not told to change the permissions of a file the kernel does not have.
+func checkDataFile(path string, statErr error) error {
+	switch {
+	case errors.Is(statErr, os.ErrNotExist):
+		return fmt.Errorf("%s does not exist: %w", path, ErrNotSupported)
+	case errors.Is(statErr, os.ErrPermission):
+		if has, known := kernelHasUserEvents(); known && !has {
+			return fmt.Errorf("%s cannot exist: the running kernel has no user_events (its configuration or symbols say so), so no permission on tracefs helps: %w", path, ErrNotSupported)
+		}
 	}
-	return path, nil
+	return nil
 }
 
 // EventID returns the trace event id of the user_event called name, read from

@@ -5,6 +5,7 @@ package usdtbench
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -346,8 +347,10 @@ func BenchmarkUSDTNop5(b *testing.B) {
 
 func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Skipf("enable BPF statistics: %v", err)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
+	} else if err != nil {
+		b.Fatalf("enable BPF statistics: %v", err)
 	}
 	defer st.Close()
 	for i := 0; i < b.N; i++ {
@@ -422,8 +425,10 @@ func BenchmarkUSDTNameRead(b *testing.B) {
 
 func benchNameRead(b *testing.B, dir, mode string) {
 	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if err != nil {
-		b.Skipf("enable BPF statistics: %v", err)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
+	} else if err != nil {
+		b.Fatalf("enable BPF statistics: %v", err)
 	}
 	defer st.Close()
 	for i := 0; i < b.N; i++ {

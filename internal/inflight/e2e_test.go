@@ -47,20 +47,10 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 		t.Skipf("skipping: build with sys/sdt.h (systemtap-sdt-dev): %v\n%s", err, out)
 	}
 	m := newMaps(t)
-	coreMaps := map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters}
-	// Where the core caches budgets per series, it re-reads them when the
-	// budget_gen counter moves: share it and move it after writing budgets.
-	var budgetGen *ebpf.Map
-	if core, err := bpf.LoadSpanwatch(); err == nil && core.Maps["budget_gen"] != nil {
-		if budgetGen, err = ebpf.NewMap(core.Maps["budget_gen"]); err != nil {
-			t.Fatal(err)
-		}
-		defer budgetGen.Close()
-		coreMaps["budget_gen"] = budgetGen
-	}
+	coreMaps := privateCore(t, map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters})
 	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: coreMaps})
 	if err != nil {
-		t.Skipf("skipping: USDT tracer: %v", err)
+		skipUnlessLoaded(t, "load the USDT tracer", err)
 	}
 	defer tr.Close()
 	const span, budget = "stuck", 100 * time.Millisecond
@@ -72,11 +62,6 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}
 	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 		t.Fatal(err)
-	}
-	if budgetGen != nil {
-		if err := budgetGen.Put(uint32(0), uint32(1)); err != nil {
-			t.Fatal(err)
-		}
 	}
 	w, err := New(Config{
 		Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names"),
@@ -152,4 +137,45 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	if w.Active() {
 		t.Error("samplers still attached after the span ended")
 	}
+}
+
+// privateCore returns the core maps a USDT tracer shares (bpf.CoreMaps):
+// those given, and the others created small, with the core's state set the
+// way the collector sets it, so that spans aggregate and budgets apply.
+func privateCore(t *testing.T, given map[string]*ebpf.Map) map[string]*ebpf.Map {
+	t.Helper()
+	spec, err := bpf.LoadSpanwatch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const seriesMax, chunks = 1024, 1024
+	sizes := map[string]uint32{
+		"series": seriesMax, "series_index": seriesMax, "free_slots": seriesMax, "names": seriesMax + 1,
+		"series_dirty": (seriesMax + 63) / 64, "cells": chunks, "cell_dirty": (chunks + 63) / 64,
+	}
+	maps := map[string]*ebpf.Map{}
+	for _, name := range bpf.CoreMaps {
+		if m := given[name]; m != nil {
+			maps[name] = m
+			continue
+		}
+		ms := spec.Maps[name].Copy()
+		if n, ok := sizes[name]; ok {
+			ms.MaxEntries = n
+		}
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			skipUnlessLoaded(t, "create BPF map "+name, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		maps[name] = m
+	}
+	state := bpf.SpanwatchCoreState{
+		OtherNameId: snapshot.NameID(snapshot.OtherName), SeriesMax: seriesMax,
+		CellChunksMask: chunks - 1, DefaultQuota: seriesMax, BudgetGen: 1,
+	}
+	if err := maps["core"].Put(uint32(0), &state); err != nil {
+		t.Fatal(err)
+	}
+	return maps
 }

@@ -123,8 +123,12 @@ type Watcher struct {
 	offCPU   link.Link
 	perfFDs  []int
 	closed   bool
-	lastErr  string
-	minAge   uint64 // as last written to inflight_cfg
+	// usdtOwned are the watcher's clones of the maps AddUSDT was given
+	// (usdtFrom is the usdt_inflight it was given), closed by Close.
+	usdtOwned []*ebpf.Map
+	usdtFrom  *ebpf.Map
+	lastErr   string
+	minAge    uint64 // as last written to inflight_cfg
 	// Buffers of scanSDKBatch.
 	batchKeys []bpf.InflightInflightExecKey
 	batchVals []bpf.InflightInflightStack
@@ -257,17 +261,58 @@ func (w *Watcher) loadLister() error {
 }
 
 // AddUSDT watches the spans of a USDT tracer too. Only one tracer's.
+//
+// The watcher keeps its own handles on the tracer's maps (Map.Clone), closed
+// by Close: a tracer is closed before the collector that watches it, and a
+// scan running meanwhile must not use a closed descriptor (or one the
+// process has since reused for another file).
 func (w *Watcher) AddUSDT(m USDTMaps) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return errClosed
 	}
-	if w.task != nil || (w.cfg.Inflight != nil && w.cfg.Inflight != m.Inflight) {
+	if w.task != nil || (w.cfg.Inflight != nil && w.cfg.Inflight != m.Inflight && w.usdtFrom != m.Inflight) {
 		return errors.New("inflight watcher: a USDT tracer is watched already")
 	}
+	from := m.Inflight
+	owned, err := cloneMaps(&m.Inflight, &m.Sources, &m.TaskStart, &m.TaskNames)
+	if err != nil {
+		return fmt.Errorf("inflight watcher: %w", err)
+	}
+	if err := w.addUSDT(m); err != nil {
+		closeMaps(owned)
+		return err
+	}
+	closeMaps(w.usdtOwned)
+	w.usdtOwned, w.usdtFrom = owned, from
 	w.cfg.Inflight, w.cfg.Sources = m.Inflight, m.Sources
-	return w.addUSDT(m)
+	return nil
+}
+
+// cloneMaps replaces each non-nil map with a clone of it and returns the
+// clones.
+func cloneMaps(ms ...**ebpf.Map) ([]*ebpf.Map, error) {
+	var owned []*ebpf.Map
+	for _, m := range ms {
+		if *m == nil {
+			continue
+		}
+		c, err := (*m).Clone()
+		if err != nil {
+			closeMaps(owned)
+			return nil, fmt.Errorf("clone map %s: %w", (*m).String(), err)
+		}
+		owned = append(owned, c)
+		*m = c
+	}
+	return owned, nil
+}
+
+func closeMaps(ms []*ebpf.Map) {
+	for _, m := range ms {
+		m.Close()
+	}
 }
 
 // addUSDT loads the task iterator over usdt_task_start when the tracer
@@ -840,6 +885,8 @@ func (w *Watcher) Close() error {
 	if w.blockedIter != nil {
 		errs = append(errs, w.blockedIter.Close(), w.blocked.Close())
 	}
+	closeMaps(w.usdtOwned)
+	w.usdtOwned = nil
 	return errors.Join(errs...)
 }
 

@@ -54,7 +54,7 @@ func newMaps(t testing.TB) maps {
 	} {
 		mp, err := ebpf.NewMap(x.spec)
 		if err != nil {
-			t.Skipf("skipping: cannot create BPF map %s (needs root and CAP_BPF): %v", x.spec.Name, err)
+			skipUnlessLoaded(t, "create BPF map "+x.spec.Name, err)
 		}
 		t.Cleanup(func() { mp.Close() })
 		*x.dst = mp
@@ -167,8 +167,10 @@ func TestStuckSpan(t *testing.T) {
 				// As usdt_start does for source 7: an open span on
 				// the thread's stack.
 				var err error
-				if pidfd, err = unix.PidfdOpen(int(pid), 0); err != nil {
-					t.Skipf("skipping: pidfd_open: %v", err)
+				if pidfd, err = unix.PidfdOpen(int(pid), 0); errors.Is(err, unix.ENOSYS) {
+					t.Skipf("skipping: no pidfd_open (kernel 5.3+): %v", err)
+				} else if err != nil {
+					t.Fatalf("pidfd_open: %v", err)
 				}
 				defer unix.Close(pidfd)
 				var spans bpf.InflightUsdtTaskSpans
@@ -181,11 +183,8 @@ func TestStuckSpan(t *testing.T) {
 			}
 			cfg.Samples = 2
 			w, err := New(cfg)
-			if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, unix.EPERM) {
-				t.Skipf("skipping: cannot load the inflight programs: %v", err)
-			}
 			if err != nil {
-				t.Fatal(err)
+				skipUnlessLoaded(t, "load the inflight programs", err)
 			}
 			defer w.Close()
 			rd, err := ringbuf.NewReader(m.overruns)

@@ -39,7 +39,7 @@ func newStackProbe(t *testing.T) *stackProbe {
 	t.Helper()
 	events, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 1 << 16})
 	if err != nil {
-		t.Skipf("skipping: cannot create a BPF ring buffer (needs root, CAP_BPF and kernel 5.8+): %v", err)
+		skipUnlessLoaded(t, "create a BPF ring buffer (kernel 5.8+)", err)
 	}
 	t.Cleanup(func() { events.Close() })
 	insns := asm.Instructions{
@@ -67,7 +67,7 @@ func newStackProbe(t *testing.T) *stackProbe {
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, Instructions: insns, License: "GPL"})
 	if err != nil {
-		t.Skipf("skipping: cannot load a uprobe program with bpf_get_stack: %v", err)
+		skipUnlessLoaded(t, "load a uprobe program with bpf_get_stack", err)
 	}
 	t.Cleanup(func() { prog.Close() })
 	rd, err := ringbuf.NewReader(events)
@@ -91,7 +91,7 @@ func (p *stackProbe) attach(t *testing.T, bin string, entryOff uint64) {
 	}
 	l, err := ex.Uprobe("", p.prog, &link.UprobeOptions{Address: off})
 	if err != nil {
-		t.Skipf("skipping: cannot attach a uprobe (needs root and CONFIG_UPROBE_EVENTS): %v", err)
+		skipUnlessLoaded(t, "attach a uprobe (CONFIG_UPROBE_EVENTS)", err)
 	}
 	t.Cleanup(func() { l.Close() })
 }

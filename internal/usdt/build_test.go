@@ -16,10 +16,11 @@ type sdtBuild struct {
 }
 
 var (
-	buildOnce sync.Once
-	builds    map[string]sdtBuild
-	buildErr  string
-	buildDir  string
+	buildOnce   sync.Once
+	builds      map[string]sdtBuild
+	buildErr    string
+	buildBroken bool // buildErr is a failed build, not a missing tool
+	buildDir    string
 )
 
 // requireSDT builds testdata/sdtprog.c (+ sdtsem.c, sdtnop5.c,
@@ -42,6 +43,8 @@ func requireSDT(t testing.TB) map[string]sdtBuild {
 				return
 			}
 		}
+		// From here on the tools are there: a failure is the test's.
+		buildBroken = true
 		dir, err := os.MkdirTemp("", "usdt-test-")
 		if err != nil {
 			buildErr = err.Error()
@@ -75,6 +78,9 @@ func requireSDT(t testing.TB) map[string]sdtBuild {
 		}
 	})
 	if buildErr != "" {
+		if buildBroken {
+			t.Fatal(buildErr)
+		}
 		t.Skip(buildErr)
 	}
 	return builds

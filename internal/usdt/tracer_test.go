@@ -29,7 +29,7 @@ func requireBPF(t testing.TB) {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF and attach uprobes")
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Skipf("remove memlock rlimit: %v", err)
+		t.Fatalf("remove memlock rlimit as root: %v", err)
 	}
 }
 

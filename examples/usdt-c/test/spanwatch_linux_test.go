@@ -61,7 +61,7 @@ func TestUnderSpanwatch(t *testing.T) {
 
 	got := map[string]*snapshot.Series{}
 	var overruns []snapshot.Overrun
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) && len(overruns) < 2 {
 		time.Sleep(100 * time.Millisecond)
 		s, err := c.Snapshot()

@@ -1,0 +1,5 @@
+//go:build !race
+
+package emit_test
+
+const raceEnabled = false

@@ -1,0 +1,34 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// skipUnlessLoaded ends a test whose BPF object (what) did not load or
+// attach: it skips when the kernel lacks the feature (ebpf.ErrNotSupported),
+// when the test is not root (EPERM, EACCES), or when the kernel refuses the
+// program type to root too (EPERM, as kernels that refuse fentry or
+// iterators do), and fails on anything else. A verifier rejection or a map
+// the kernel should create is a regression, not a reason to skip.
+func skipUnlessLoaded(tb testing.TB, what string, err error) {
+	tb.Helper()
+	var verr *ebpf.VerifierError
+	switch {
+	case errors.As(err, &verr):
+		tb.Fatalf("%s: the verifier rejects it: %+v", what, verr)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		tb.Skipf("%s: this kernel lacks it: %v", what, err)
+	case os.Geteuid() != 0 && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)):
+		tb.Skipf("%s: needs root (CAP_BPF, CAP_PERFMON): %v", what, err)
+	case os.Geteuid() == 0 && errors.Is(err, unix.EPERM):
+		tb.Skipf("%s: this kernel refuses it to root (EPERM): %v", what, err)
+	}
+	tb.Fatalf("%s: %v", what, err)
+}
