@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -57,12 +58,12 @@ func BenchmarkOffCPUSampler(b *testing.B) {
 	m := newMaps(b)
 	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, NoOnCPU: true})
 	if err != nil {
-		skipUnlessLoaded(b, "load the inflight programs", err)
+		bpftest.SkipUnlessLoaded(b, "load the inflight programs", err)
 	}
 	defer w.Close()
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
-		skipUnlessLoaded(b, "enable BPF run-time statistics (5.8+)", err)
+		bpftest.SkipUnlessLoaded(b, "enable BPF run-time statistics (5.8+)", err)
 	}
 	defer stats.Close()
 	// A watched thread that never runs: every call is the common case.
@@ -100,7 +101,7 @@ func BenchmarkScan(b *testing.B) {
 	}
 	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters, TaskStart: m.taskStart, TaskNames: m.taskNames})
 	if err != nil {
-		skipUnlessLoaded(b, "load the inflight programs", err)
+		bpftest.SkipUnlessLoaded(b, "load the inflight programs", err)
 	}
 	defer w.Close()
 	tasks := 0
@@ -152,7 +153,7 @@ func BenchmarkScanSDK(b *testing.B) {
 			defer gprocs.Close()
 			w, err := New(Config{Exec: exec, GProcs: gprocs, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters})
 			if err != nil {
-				skipUnlessLoaded(b, "load the inflight programs", err)
+				bpftest.SkipUnlessLoaded(b, "load the inflight programs", err)
 			}
 			defer w.Close()
 			if err := m.budgets.Put(snapshot.NameID("op"), &bpf.SpanwatchBudget{BudgetNs: uint64(time.Hour), Flags: captureUser}); err != nil {

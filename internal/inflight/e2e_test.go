@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -50,7 +51,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	coreMaps := privateCore(t, map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters})
 	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: coreMaps})
 	if err != nil {
-		skipUnlessLoaded(t, "load the USDT tracer", err)
+		bpftest.SkipUnlessLoaded(t, "load the USDT tracer", err)
 	}
 	defer tr.Close()
 	const span, budget = "stuck", 100 * time.Millisecond
@@ -165,7 +166,7 @@ func privateCore(t *testing.T, given map[string]*ebpf.Map) map[string]*ebpf.Map 
 		}
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
-			skipUnlessLoaded(t, "create BPF map "+name, err)
+			bpftest.SkipUnlessLoaded(t, "create BPF map "+name, err)
 		}
 		t.Cleanup(func() { m.Close() })
 		maps[name] = m

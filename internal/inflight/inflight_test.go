@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -54,7 +55,7 @@ func newMaps(t testing.TB) maps {
 	} {
 		mp, err := ebpf.NewMap(x.spec)
 		if err != nil {
-			skipUnlessLoaded(t, "create BPF map "+x.spec.Name, err)
+			bpftest.SkipUnlessLoaded(t, "create BPF map "+x.spec.Name, err)
 		}
 		t.Cleanup(func() { mp.Close() })
 		*x.dst = mp
@@ -184,7 +185,7 @@ func TestStuckSpan(t *testing.T) {
 			cfg.Samples = 2
 			w, err := New(cfg)
 			if err != nil {
-				skipUnlessLoaded(t, "load the inflight programs", err)
+				bpftest.SkipUnlessLoaded(t, "load the inflight programs", err)
 			}
 			defer w.Close()
 			rd, err := ringbuf.NewReader(m.overruns)

@@ -18,6 +18,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 )
 
 // Each record the test program writes: pid_tgid, the byte count
@@ -39,7 +41,7 @@ func newStackProbe(t *testing.T) *stackProbe {
 	t.Helper()
 	events, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 1 << 16})
 	if err != nil {
-		skipUnlessLoaded(t, "create a BPF ring buffer (kernel 5.8+)", err)
+		bpftest.SkipUnlessLoaded(t, "create a BPF ring buffer (kernel 5.8+)", err)
 	}
 	t.Cleanup(func() { events.Close() })
 	insns := asm.Instructions{
@@ -67,7 +69,7 @@ func newStackProbe(t *testing.T) *stackProbe {
 	}
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, Instructions: insns, License: "GPL"})
 	if err != nil {
-		skipUnlessLoaded(t, "load a uprobe program with bpf_get_stack", err)
+		bpftest.SkipUnlessLoaded(t, "load a uprobe program with bpf_get_stack", err)
 	}
 	t.Cleanup(func() { prog.Close() })
 	rd, err := ringbuf.NewReader(events)
@@ -91,7 +93,7 @@ func (p *stackProbe) attach(t *testing.T, bin string, entryOff uint64) {
 	}
 	l, err := ex.Uprobe("", p.prog, &link.UprobeOptions{Address: off})
 	if err != nil {
-		skipUnlessLoaded(t, "attach a uprobe (CONFIG_UPROBE_EVENTS)", err)
+		bpftest.SkipUnlessLoaded(t, "attach a uprobe (CONFIG_UPROBE_EVENTS)", err)
 	}
 	t.Cleanup(func() { l.Close() })
 }

@@ -1,6 +1,9 @@
 //go:build linux
 
-package inflight
+// Package bpftest holds what tests that load BPF share: how to tell a
+// kernel that lacks a feature (a skip) from a program that should have
+// loaded and did not (a failure).
+package bpftest
 
 import (
 	"errors"
@@ -11,13 +14,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// skipUnlessLoaded ends a test whose BPF object (what) did not load or
+// SkipUnlessLoaded ends a test whose BPF object (what) did not load or
 // attach: it skips when the kernel lacks the feature (ebpf.ErrNotSupported),
 // when the test is not root (EPERM, EACCES), or when the kernel refuses the
 // program type to root too (EPERM, as kernels that refuse fentry or
 // iterators do), and fails on anything else. A verifier rejection or a map
 // the kernel should create is a regression, not a reason to skip.
-func skipUnlessLoaded(tb testing.TB, what string, err error) {
+func SkipUnlessLoaded(tb testing.TB, what string, err error) {
 	tb.Helper()
 	var verr *ebpf.VerifierError
 	switch {
