@@ -23,6 +23,25 @@ done
 
 step() { printf '\n=== %s\n' "$*"; }
 
+# Tests never change the machine they run on. The device nodes they use are
+# recorded now and checked when the script ends, however it ends: a test run
+# as root once replaced /dev/null with a regular file (zsh's compinit writing
+# its dump over it), which broke every later non-root write to it.
+devices=(/dev/null /dev/zero /dev/full /dev/random /dev/urandom)
+devstate() { stat -c '%n %F %t:%T %a' "${devices[@]}" 2>&1; }
+devices_before=$(devstate)
+check_devices() {
+	local rc=$? now
+	now=$(devstate)
+	if [[ $now != "$devices_before" ]]; then
+		echo "test.sh: device nodes changed during the run (a test changed the machine):" >&2
+		diff <(echo "$devices_before") <(echo "$now") >&2 || true
+		exit 1
+	fi
+	exit $rc
+}
+trap check_devices EXIT
+
 if [[ $(id -u) -eq 0 ]]; then
 	step "install dependencies"
 	.ci/install-deps.sh
