@@ -613,7 +613,7 @@ static __always_inline void quota_count(__u64 cgroup_id)
  * at the same moment: then the slot it published is returned. A global
  * function, so the verifier checks it once, not at every caller.
  */
-__noinline int series_create(struct series_key *key, struct span_name *name, int has_name)
+static __noinline int series_create(struct series_key *key, struct span_name *name, int has_name)
 {
 	struct core_state *c = core_get();
 	__u32 *idx, slot;
@@ -660,13 +660,19 @@ __noinline int series_create(struct series_key *key, struct span_name *name, int
 
 /* Glob matching (budgets), the same as policy's globs: '*' any run of
  * characters, '?' one character, literal bytes otherwise; the classic
- * matcher that backtracks to the last '*' only. */
+ * matcher that backtracks to the last '*' only. The states of the two
+ * loops are kept small: each bpf_loop callback is a frame of its own, and
+ * kernels before 6.12 (6.1 at least) count them all in the 512 bytes a
+ * chain of calls may use, rounded up to 32 bytes each. */
 struct glob_state {
 	const __u8 *name;
 	const struct budget_glob *g;
-	__u32 ti, si, star_t, star_s;
-	int has_star;
-	int result; /* -1 running, 0 no match, 1 match */
+	/* Positions in the pattern (ti, star_t: below GLOB_LEN) and in the
+	 * name (si, star_s: at most SPAN_NAME_LEN + 3). */
+	__u8 ti, si, star_t, star_s;
+	__u8 has_star;
+	__s8 result; /* -1 running, 0 no match, 1 match */
+	__u8 _pad[2];
 };
 
 static __always_inline __u32 utf8_len(__u8 c)
@@ -680,12 +686,24 @@ static __always_inline __u32 utf8_len(__u8 c)
 	return 4;
 }
 
+/* name_at is n[i], 0 past the name. The index is masked on an opaque
+ * copy: with byte-sized positions clang tests i < SPAN_NAME_LEN on a sign
+ * bit of another register and drops the mask, and the verifier, seeing no
+ * bound on the register it indexes with, refuses the load (6.18). */
+static __always_inline __u8 name_at(const __u8 *n, __u32 i)
+{
+	__u32 j = i;
+
+	asm volatile("" : "+r"(j));
+	return i < SPAN_NAME_LEN ? n[j & (SPAN_NAME_LEN - 1)] : 0;
+}
+
 static long glob_step(__u64 i, struct glob_state *st)
 {
 	const __u8 *n = st->name;
 	const struct budget_glob *g = st->g;
 	__u32 ti = st->ti, si = st->si;
-	__u8 c = si < SPAN_NAME_LEN ? n[si & (SPAN_NAME_LEN - 1)] : 0;
+	__u8 c = name_at(n, si);
 
 	if (ti < g->len && ti < GLOB_LEN) {
 		__u8 kind = g->kind[ti & (GLOB_LEN - 1)];
@@ -712,7 +730,7 @@ static long glob_step(__u64 i, struct glob_state *st)
 	}
 	/* Mismatch: let the last '*' take one more character. */
 	__u32 ss = st->star_s;
-	__u8 sc = ss < SPAN_NAME_LEN ? n[ss & (SPAN_NAME_LEN - 1)] : 0;
+	__u8 sc = name_at(n, ss);
 	if (!st->has_star || !sc) {
 		st->result = 0;
 		return 1;
@@ -727,8 +745,17 @@ struct budget_search {
 	const char *name;
 	__u32 count; /* globs in use */
 	__u32 _pad;
-	struct budget found;
+	__u64 found; /* the first match's budget, packed: flags << 44 | budget_ns */
 };
+
+/* budget_pack packs a budget as the series' cache keeps it, without the
+ * generation: flags << 44 | budget_ns (clamped). */
+static __always_inline __u64 budget_pack(__u64 ns, __u64 flags)
+{
+	if (ns > BUDGET_NS_MASK)
+		ns = BUDGET_NS_MASK;
+	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
+}
 
 static long glob_try(__u32 i, struct budget_search *bs)
 {
@@ -740,11 +767,19 @@ static long glob_try(__u32 i, struct budget_search *bs)
 	st.name = (const __u8 *)bs->name;
 	st.g = g;
 	st.result = -1;
+	/* The matcher's starting state must be unknown to the verifier.
+	 * Before 6.7 it walks a bpf_loop callback once, from the state the
+	 * caller left: with has_star a known 0 the backtracking branch is
+	 * dead code to it, and removed (seen on 6.1: a '*' only ever matched
+	 * the empty run). A value read from the map is unknown to it, and
+	 * len >> 7 is 0 (len <= GLOB_LEN). */
+	__u8 zero = g->len >> 7;
+	st.ti = st.si = st.star_t = st.star_s = st.has_star = zero;
 	bpf_loop(GLOB_STEPS, glob_step, &st, 0);
 	if (st.result == -1)
 		return 0; /* cannot happen within GLOB_STEPS; no match */
 	if (st.result != g->neg) {
-		bs->found = g->b;
+		bs->found = budget_pack(g->b.budget_ns, g->b.flags);
 		return 1;
 	}
 	return 0;
@@ -757,23 +792,18 @@ static long glob_try(__u32 i, struct budget_search *bs)
 __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
 {
 	struct budget *b = bpf_map_lookup_elem(&budgets, &name_id);
-	struct core_state *c = core_get();
-	__u64 ns = 0, flags = 0;
+	struct core_state *c;
 
 	if (!name)
 		return 0;
-	if (b) {
-		ns = b->budget_ns;
-		flags = b->flags;
-	} else if (c && c->glob_count) {
-		struct budget_search bs = {.name = name->name, .count = c->glob_count};
-		bpf_loop(GLOB_MAX, glob_try, &bs, 0);
-		ns = bs.found.budget_ns;
-		flags = bs.found.flags;
-	}
-	if (ns > BUDGET_NS_MASK)
-		ns = BUDGET_NS_MASK;
-	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
+	if (b)
+		return budget_pack(b->budget_ns, b->flags);
+	c = core_get();
+	if (!c || !c->glob_count)
+		return 0;
+	struct budget_search bs = {.name = name->name, .count = c->glob_count};
+	bpf_loop(GLOB_MAX, glob_try, &bs, 0);
+	return bs.found;
 }
 
 /*
