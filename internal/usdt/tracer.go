@@ -82,18 +82,19 @@ type TracerConfig struct {
 // A Tracer owns the loaded USDT object and its attachments. Close releases
 // them.
 type Tracer struct {
-	cfg        TracerConfig
-	log        *slog.Logger
-	coll       *ebpf.Collection
-	specs      *ebpf.Map
-	ipMap      *ebpf.Map
-	srcMap     *ebpf.Map
-	progs      map[string]*ebpf.Program
-	haveCookie bool
-	sleepable  bool // names read by sleepable programs
-	strKfunc   bool // ... with bpf_copy_from_user_str
-	optimized  bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
-	multi      bool // programs loaded for uprobe_multi links
+	cfg         TracerConfig
+	log         *slog.Logger
+	coll        *ebpf.Collection
+	specs       *ebpf.Map
+	ipMap       *ebpf.Map
+	srcMap      *ebpf.Map
+	progs       map[string]*ebpf.Program
+	haveCookie  bool
+	sleepable   bool // names read by sleepable programs
+	sleepSingle bool // ... single probes' names too
+	strKfunc    bool // ... with bpf_copy_from_user_str
+	optimized   bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
+	multi       bool // programs loaded for uprobe_multi links
 
 	names     *nameReader
 	requests  *ringbuf.Reader
@@ -212,14 +213,25 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		repl = nil
 	}
 	sleepable := !cfg.testArgs && !cfg.NoSleepable
+	sleepSingle := sleepable
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil && sleepable {
+		// A sleepable single probe aggregates, and the core takes new
+		// series' slots from a queue map, which 6.1 refuses to
+		// sleepable programs (6.12 allows it): the single probe's
+		// names are then read by the ordinary program, and by the
+		// tracer where that cannot.
+		cfg.Logger.Info("usdt_no_sleepable_single", "error", err, "fallback", "single probes' names read through /proc/PID/mem when not resident")
+		delete(spec.Programs, progSingleS)
+		sleepSingle = false
+		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	}
 	if err != nil && sleepable {
 		// Sleepable uprobes need 6.0+ (uprobe_multi ones 6.6+): without
 		// them names are read by ordinary programs, and by the tracer
 		// where those cannot.
 		cfg.Logger.Info("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
 		delete(spec.Programs, progStartS)
-		delete(spec.Programs, progSingleS)
 		sleepable = false
 		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	}
@@ -231,20 +243,21 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		return nil, fmt.Errorf("load usdt bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
 	}
 	t := &Tracer{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		coll:       coll,
-		specs:      coll.Maps["usdt_specs"],
-		ipMap:      coll.Maps["usdt_ip_to_spec"],
-		srcMap:     coll.Maps["usdt_sources"],
-		progs:      coll.Programs,
-		haveCookie: haveCookie,
-		sleepable:  sleepable,
-		strKfunc:   strKfunc && sleepable,
-		optimized:  cfg.OptimizeNop5 && haveUprobeSyscall(),
-		multi:      multi,
-		names:      newNameReader(cfg.ProcRoot, cfg.Logger.Warn),
-		done:       make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		coll:        coll,
+		specs:       coll.Maps["usdt_specs"],
+		ipMap:       coll.Maps["usdt_ip_to_spec"],
+		srcMap:      coll.Maps["usdt_sources"],
+		progs:       coll.Programs,
+		haveCookie:  haveCookie,
+		sleepable:   sleepable,
+		sleepSingle: sleepSingle,
+		strKfunc:    strKfunc && sleepable,
+		optimized:   cfg.OptimizeNop5 && haveUprobeSyscall(),
+		multi:       multi,
+		names:       newNameReader(cfg.ProcRoot, cfg.Logger.Warn),
+		done:        make(chan struct{}),
 	}
 	if !cfg.testArgs {
 		if t.requests, err = ringbuf.NewReader(coll.Maps["usdt_name_requests"]); err != nil {
@@ -485,7 +498,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		}
 	} else {
 		prog := progSingle
-		if s.NameArg >= 0 && t.sleepable {
+		if s.NameArg >= 0 && t.sleepSingle {
 			prog = progSingleS
 		}
 		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
