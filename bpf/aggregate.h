@@ -33,6 +33,29 @@
  * loaded beside spanwatch.bpf.c is loaded with MapReplacements for all of
  * them (collector.Maps()), so every source feeds the same aggregates.
  * Needs kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob budgets).
+ *
+ * Built with SPANWATCH_COMPAT (the compat objects, for 5.10 to 5.16), the
+ * core uses only what 5.10 has: the one atomic instruction there is, an
+ * add whose result is not used (BPF_XADD), and bounded loops instead of
+ * bpf_loop. What needs more is done another way, and every count stays
+ * exact:
+ *
+ *  - Histogram cells are a hash map (cell_counts) keyed by (slot, bucket)
+ *    holding cumulative counts: a new cell is inserted with BPF_NOEXIST
+ *    (the insertion is the atomic step, a compare-and-swap's place), then
+ *    added to; the collector reads the whole map each window and keeps
+ *    the previous counts.
+ *  - Dirty marks are one byte per slot, set with a plain store.
+ *  - Slots come from free_slots only, which the collector fills with
+ *    every slot at load; next_slot counts the slots taken (an add).
+ *  - A slot is published with a plain store (x86-64 keeps stores in
+ *    order), not an exchange.
+ *  - min and max are not kept (no compare-and-swap): the collector gives
+ *    the bounds of the lowest and highest histogram buckets (exact for a
+ *    window of one value).
+ *  - Glob budgets are not matched in the kernel (no bpf_loop): the
+ *    collector writes an exact budget for each new name a glob matches,
+ *    when it reads the series.
  */
 #ifndef SPANWATCH_AGGREGATE_H
 #define SPANWATCH_AGGREGATE_H
@@ -42,6 +65,20 @@
 #include <bpf/bpf_tracing.h>
 #include "span_event.h"
 #include "hist.h"
+
+/*
+ * SW_GLOBAL makes a function one the verifier checks once, not at every
+ * call: a global (non-static) BPF function, whose pointer arguments may
+ * be NULL to the verifier and are checked. Before 5.12 a global function
+ * takes no pointer but the context ("Arg#4 type PTR ... is not supported
+ * yet"): the compat objects make them static subprograms, verified with
+ * each caller's arguments.
+ */
+#ifndef SPANWATCH_COMPAT
+#define SW_GLOBAL __noinline
+#else
+#define SW_GLOBAL static __noinline
+#endif
 
 enum core_sizes {
 	MAX_USTACK = 127, /* the kernel's default perf_event_max_stack */
@@ -283,6 +320,16 @@ struct {
 	__type(value, __u64);
 } cell_dirty SEC(".maps");
 
+/* The compat core's histogram cells (SPANWATCH_COMPAT): cell key (the
+ * high 32 bits of a cell above) -> cumulative count. Sized by the
+ * collector; one entry in the other objects, which do not use it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cell_counts SEC(".maps");
+
 /* Series created per cgroup (BPF adds), released per cgroup (the
  * collector writes), and quotas that differ from default_quota. */
 struct {
@@ -421,6 +468,7 @@ static __always_inline void name_cut(char *name)
 	count(COUNTER_NAME_TRUNCATED);
 }
 
+#ifndef SPANWATCH_COMPAT
 static __always_inline void atomic_max(__u64 *p, __u64 v)
 {
 	__u64 cur = *(volatile __u64 *)p;
@@ -447,6 +495,22 @@ static __always_inline void mark_dirty(void *bitmap, __u32 bit)
 	if (w && !(*(volatile __u64 *)w & mask))
 		__sync_fetch_and_or(w, mask);
 }
+#else
+/* No compare-and-swap: min and max are not kept (see the top). */
+static __always_inline void atomic_max(__u64 *p, __u64 v)
+{
+}
+
+/* One byte per mark, set with a plain store: no atomic or before 5.12. */
+static __always_inline void mark_dirty(void *bitmap, __u32 bit)
+{
+	__u32 word = bit / 8;
+	__u8 *w = bpf_map_lookup_elem(bitmap, &word);
+
+	if (w && !((volatile __u8 *)w)[bit & 7])
+		((volatile __u8 *)w)[bit & 7] = 1;
+}
+#endif
 
 /* hist_field returns the cell field of a value: durations are never
  * negative; metric values are signed. A global function: its six-step
@@ -472,6 +536,7 @@ static __always_inline __u32 hist_field(__u64 v, int metric)
 	return neg + idx;
 }
 
+#ifndef SPANWATCH_COMPAT
 /* cell_add counts one value in the (slot, field) cell: the first of the
  * probed cells that holds the key, else the first empty one, claimed with
  * a compare-and-swap. Cells are never freed while their slot is live, so a
@@ -525,7 +590,7 @@ static long cell_try(__u64 i, struct cell_probe *p)
 
 /* cell_probe_all walks the probe order for the key's cell, claiming an
  * empty one. A global function, verified once. */
-__noinline int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
+SW_GLOBAL int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
 {
 	struct cell_probe p = {.key = key, .mask = cell_chunks_mask};
 
@@ -556,11 +621,45 @@ static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_
 	cell_probe_all(key, cell_chunks_mask);
 }
 
+#else
+/* cell_add counts a value in the (slot, field) cell of cell_counts: an
+ * add to an existing cell, else an insertion, which only one CPU wins;
+ * a loser adds to the winner's cell. */
+static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+{
+	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
+	__u64 one = 1, *n = bpf_map_lookup_elem(&cell_counts, &key);
+
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&cell_counts, &key, &one, BPF_NOEXIST) == 0)
+		return;
+	n = bpf_map_lookup_elem(&cell_counts, &key);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	count(COUNTER_HIST_FULL); /* the map is full */
+}
+#endif
+
 /* slot_alloc takes a slot: a freed one, else a never-used one. */
 static __always_inline int slot_alloc(struct core_state *c, __u32 *slot)
 {
-	if (bpf_map_pop_elem(&free_slots, slot) == 0)
+	if (bpf_map_pop_elem(&free_slots, slot) == 0) {
+#ifdef SPANWATCH_COMPAT
+		/* The collector filled the queue with every slot, in order:
+		 * the slots taken bound the slots ever used. */
+		__sync_fetch_and_add(&c->next_slot, 1);
+#endif
 		return 0;
+	}
+#ifdef SPANWATCH_COMPAT
+	count(COUNTER_SERIES_FULL);
+	return -1;
+#endif
 	__u64 n = __sync_fetch_and_add(&c->next_slot, 1);
 	if (n >= c->series_max || n > CELL_SLOT_MAX) {
 		count(COUNTER_SERIES_FULL);
@@ -618,7 +717,7 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	struct core_state *c = core_get();
 	__u32 *idx, slot;
 
-	/* Arguments of a global function may be NULL, for the verifier. */
+	/* Checked, though no caller passes NULL. */
 	if (!c || !key || !name)
 		return -1;
 	if (key->name_id != c->other_name_id && quota_exceeded(c, key->cgroup_id)) {
@@ -654,10 +753,38 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	if (key->name_id != c->other_name_id)
 		quota_count(key->cgroup_id);
 	/* Publish: the collector reads the key of a live slot only. */
+#ifndef SPANWATCH_COMPAT
 	__sync_lock_test_and_set(&s->state, SLOT_LIVE);
+#else
+	/* No exchange before 5.12: a plain store after the key's, which
+	 * x86-64 keeps in order (the compiler must too). */
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&s->state = SLOT_LIVE;
+#endif
 	return slot;
 }
 
+/* budget_pack packs a budget as the series' cache keeps it, without the
+ * generation: flags << 44 | budget_ns (clamped). */
+static __always_inline __u64 budget_pack(__u64 ns, __u64 flags)
+{
+	if (ns > BUDGET_NS_MASK)
+		ns = BUDGET_NS_MASK;
+	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
+}
+
+#ifdef SPANWATCH_COMPAT
+/* budget_lookup finds the budget of a name: an exact entry (the collector
+ * writes one for each name a glob matches, no bpf_loop here). */
+SW_GLOBAL __u64 budget_lookup(__u64 name_id, struct span_name *name)
+{
+	struct budget *b = bpf_map_lookup_elem(&budgets, &name_id);
+
+	if (!name || !b)
+		return 0;
+	return budget_pack(b->budget_ns, b->flags);
+}
+#else
 /* Glob matching (budgets), the same as policy's globs: '*' any run of
  * characters, '?' one character, literal bytes otherwise; the classic
  * matcher that backtracks to the last '*' only. The states of the two
@@ -748,15 +875,6 @@ struct budget_search {
 	__u64 found; /* the first match's budget, packed: flags << 44 | budget_ns */
 };
 
-/* budget_pack packs a budget as the series' cache keeps it, without the
- * generation: flags << 44 | budget_ns (clamped). */
-static __always_inline __u64 budget_pack(__u64 ns, __u64 flags)
-{
-	if (ns > BUDGET_NS_MASK)
-		ns = BUDGET_NS_MASK;
-	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
-}
-
 static long glob_try(__u32 i, struct budget_search *bs)
 {
 	struct budget_glob *g = bpf_map_lookup_elem(&budget_globs, &i);
@@ -789,7 +907,7 @@ static long glob_try(__u32 i, struct budget_search *bs)
  * first matching glob. It returns it packed as the series' cache keeps it
  * (flags << 44 | budget_ns), without the generation. A global function, so
  * the verifier checks the glob matcher once. */
-__noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
+SW_GLOBAL __u64 budget_lookup(__u64 name_id, struct span_name *name)
 {
 	struct budget *b = bpf_map_lookup_elem(&budgets, &name_id);
 	struct core_state *c;
@@ -806,6 +924,8 @@ __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
 	return bs.found;
 }
 
+#endif
+
 /*
  * series_add adds one value to a slot: count, sum, errors (how & 2), the
  * window's extremes, its histogram cell, its dirty bit. For a span (how & 1
@@ -814,7 +934,7 @@ __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
  * and counts the span over budget when it is; 0 for a metric value. A
  * global function, verified once.
  */
-__noinline __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct span_name *name)
+SW_GLOBAL __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct span_name *name)
 {
 	struct core_state *c = core_get();
 	struct series_slot *s = bpf_map_lookup_elem(&series, &slot);

@@ -460,6 +460,7 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 		"series_dirty": o.SeriesDirty,
 		"cells":        o.Cells,
 		"cell_dirty":   o.CellDirty,
+		"cell_counts":  o.CellCounts,
 		"cg_created":   o.CgCreated,
 		"cg_released":  o.CgReleased,
 		"cg_quota":     o.CgQuota,

@@ -71,8 +71,18 @@ type File struct {
 	Machine elf.Machine
 	// Type is elf.ET_EXEC (non-PIE executable) or elf.ET_DYN (PIE
 	// executable or shared library).
-	Type   elf.Type
-	Probes []Probe
+	Type elf.Type
+	// Executable says the file is a program, not a shared library:
+	// ET_EXEC, or ET_DYN marked PIE (DF_1_PIE), or ET_DYN with an
+	// interpreter and no soname.
+	Executable bool
+	// CodeStart is the lowest address of an executable (PF_X) PT_LOAD
+	// segment, and CodeLen the distance from it to the end of the file
+	// contents of the highest one: what the kernel keeps as
+	// mm->start_code (minus the load bias) and end_code - start_code for
+	// a process that runs the file (fs/binfmt_elf.c).
+	CodeStart, CodeLen uint64
+	Probes             []Probe
 }
 
 // Lookup returns every call site of provider:name.
@@ -141,7 +151,18 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 		return nil, err
 	}
 
-	f = &File{Machine: ef.Machine, Type: ef.Type}
+	f = &File{Machine: ef.Machine, Type: ef.Type, Executable: isExecutable(ef)}
+	start, end := ^uint64(0), uint64(0)
+	for _, ph := range ef.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 {
+			continue
+		}
+		start = min(start, ph.Vaddr)
+		end = max(end, ph.Vaddr+ph.Filesz)
+	}
+	if start < end {
+		f.CodeStart, f.CodeLen = start, end-start
+	}
 	arch, archErr := archOf(ef.Machine)
 	f.Arch = arch
 
@@ -386,3 +407,24 @@ func (t *symbolTable) lookup(name string) (uint64, bool) {
 
 // ambiguous marks a symbol name defined more than once with different values.
 const ambiguous = ^uint64(0)
+
+// isExecutable tells a program from a shared library: ET_EXEC, or ET_DYN
+// with DF_1_PIE, or, where the linker did not mark it, ET_DYN with an
+// interpreter and no soname (glibc's libc.so.6 has an interpreter, and a
+// soname).
+func isExecutable(ef *elf.File) bool {
+	if ef.Type == elf.ET_EXEC {
+		return true
+	}
+	if v, err := ef.DynValue(elf.DT_FLAGS_1); err == nil && len(v) > 0 && v[0]&uint64(elf.DF_1_PIE) != 0 {
+		return true
+	}
+	interp := false
+	for _, ph := range ef.Progs {
+		if ph.Type == elf.PT_INTERP {
+			interp = true
+		}
+	}
+	soname, _ := ef.DynString(elf.DT_SONAME)
+	return interp && len(soname) == 0
+}

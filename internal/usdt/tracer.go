@@ -4,7 +4,6 @@ package usdt
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,6 +116,8 @@ type Site struct {
 	PID    int    // 0: every process
 	Probe  Probe
 	Role   string // "start", "end", "single" or "test"
+
+	ipKey *bpf.UsdtUsdtIpKey // its usdt_ip_to_spec entry (no cookies), or nil
 }
 
 // Program names in usdt.bpf.c.
@@ -446,6 +447,11 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		for _, l := range t.links[firstLink:] {
 			l.Close()
 		}
+		for _, site := range t.sites[firstLink:] {
+			if site.ipKey != nil {
+				t.ipMap.Delete(site.ipKey)
+			}
+		}
 		t.links = t.links[:firstLink]
 		t.sites = t.sites[:firstLink]
 	}()
@@ -733,7 +739,7 @@ func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
 // AttachSite attaches prog at one call site of file f (for every process
 // running it when pid is 0), with a new spec for the site's arguments.
 // It returns the spec id.
-func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (uint32, error) {
+func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (_ uint32, err error) {
 	if prog == nil {
 		return 0, fmt.Errorf("program for %s not loaded", role)
 	}
@@ -775,26 +781,38 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 		return 0, fmt.Errorf("probe %s: write spec: %w", p.FullName(), err)
 	}
 	var cookie uint64
+	var ipKey *bpf.UsdtUsdtIpKey // the site's usdt_ip_to_spec entry, without cookies
 	if t.haveCookie {
 		cookie = cookieHigh | uint64(id)
 	} else {
-		key := bpf.UsdtUsdtIpKey{Ip: p.Address}
+		var key bpf.UsdtUsdtIpKey
 		switch {
-		case f.Type == elf.ET_EXEC:
-			// Loaded at its link-time address in every process.
-			key.Tgid = uint32(pid)
 		case pid != 0:
 			addr, err := runtimeAddress(t.cfg.ProcRoot, pid, f.Path, p.Offset)
 			if err != nil {
 				return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
 			}
 			key.Tgid, key.Ip = uint32(pid), addr
+		case f.Executable && f.CodeLen != 0:
+			// Every process running the file: the site's distance
+			// from the start of its code, and the code's length, are
+			// the same in each (see bpf/usdt.h).
+			key.CodeLen, key.Ip = f.CodeLen, p.Address-f.CodeStart
 		default:
-			return 0, fmt.Errorf("probe %s in %s: this kernel has no BPF cookies (5.15+), so a PIE executable or shared library can only be traced in one process: give pid:", p.FullName(), f.Path)
+			return 0, fmt.Errorf("probe %s in %s: this kernel has no BPF cookies (5.15+), so a shared library's probes can only be traced in one process: give pid:", p.FullName(), f.Path)
 		}
-		if err := t.ipMap.Put(&key, id); err != nil {
+		if err := t.ipMap.Update(&key, id, ebpf.UpdateNoExist); err != nil {
+			if errors.Is(err, ebpf.ErrKeyExist) {
+				return 0, fmt.Errorf("probe %s at %#x in %s: another source uses this call site, or another executable with code of the same length has one at the same place; without BPF cookies (5.15+) a call site feeds one source: give pid: to tell processes apart", p.FullName(), p.Address, f.Path)
+			}
 			return 0, fmt.Errorf("probe %s: write ip map: %w", p.FullName(), err)
 		}
+		ipKey = &key
+		defer func() {
+			if err != nil {
+				t.ipMap.Delete(ipKey)
+			}
+		}()
 	}
 	ex, err := link.OpenExecutable(f.Path)
 	if err != nil {
@@ -828,7 +846,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 		return 0, errors.New("tracer closed")
 	}
 	t.links = append(t.links, l)
-	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role})
+	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role, ipKey: ipKey})
 	t.log.Debug("usdt_attached", "probe", p.FullName(), "path", f.Path, "offset", p.Offset, "pid", pid, "spec", id, "role", role, "method", t.UprobeMethod())
 	return id, nil
 }

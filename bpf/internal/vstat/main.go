@@ -9,10 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
@@ -34,11 +37,20 @@ func main() {
 		{"spanwatch", bpf.LoadSpanwatch}, {"usdt", bpf.LoadUsdt}, {"inflight", bpf.LoadInflight},
 		{"eventheader", bpf.LoadEventheader}, {"userevents", bpf.LoadUserevents},
 		{"coretest", bpf.LoadCoretest}, {"sourcetest", bpf.LoadSourcetest},
+		{"compat/spanwatch", bpf.LoadSpanwatchCompat}, {"compat/usdt", bpf.LoadUsdtCompat},
+		{"compat/coretest", bpf.LoadCoretestCompat},
 	} {
 		spec, err := load.f()
 		if err != nil {
 			fmt.Println(err)
 			os.Exit(1)
+		}
+		// As the tracer does on kernels without BPF cookies (5.15+).
+		if v := spec.Variables["usdt_have_cookie"]; v != nil && features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) != nil {
+			if err := v.Set(uint32(0)); err != nil {
+				fmt.Println(err)
+				os.Exit(1)
+			}
 		}
 		for name := range spec.Programs {
 			if len(os.Args) > 1 && !strings.Contains(load.name+"/"+name, os.Args[1]) {
@@ -61,7 +73,7 @@ func main() {
 			if os.Getenv("FULL") != "" {
 				level |= ebpf.LogLevelBranch
 			}
-			c, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: level, LogSizeStart: 1 << 20}})
+			c, err := ebpf.NewCollectionWithOptions(cs, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: level, LogSizeStart: 64 << 20}})
 			d := time.Since(start).Round(time.Millisecond)
 			if err != nil {
 				failed++
@@ -83,6 +95,9 @@ func main() {
 				continue
 			}
 			log := c.Programs[name].VerifierLog
+			if os.Getenv("FULL") != "" {
+				hot(log)
+			}
 			if i := strings.Index(log, "stack depth"); i >= 0 {
 				log = log[i:]
 			} else if i := strings.Index(log, "processed"); i >= 0 {
@@ -93,4 +108,35 @@ func main() {
 		}
 	}
 	fmt.Printf("%d failed\n", failed)
+}
+
+// hot prints where the verifier resumed most often ("from X to Y"): the
+// branches whose paths it walks again and again.
+func hot(log string) {
+	lines := strings.Split(log, "\n")
+	fmt.Printf("    log: %d bytes, %d lines\n", len(log), len(lines))
+	for i := 0; i < len(lines) && i < 5; i++ {
+		fmt.Println("    | " + lines[i])
+	}
+	n := map[string]int{}
+	for _, l := range strings.Split(log, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "from ") {
+			f := strings.Fields(l)
+			if len(f) >= 4 {
+				n[f[1]+" -> "+strings.TrimSuffix(f[3], ":")]++
+			}
+		}
+	}
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range n {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	for i := 0; i < len(all) && i < 15; i++ {
+		fmt.Printf("    %6d  from %s\n", all[i].v, all[i].k)
+	}
 }
