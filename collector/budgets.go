@@ -124,8 +124,11 @@ func compileBudgets(rules []BudgetRule) (*budgetTable, error) {
 
 // SetBudgets replaces the budgets. Every span is judged against them from
 // its very first occurrence, exact names and globs alike: the kernel
-// matches a new name against the globs itself (bpf_loop, 5.17+). Counts
-// are kept.
+// matches a new name against the globs itself (bpf_loop, 5.17+). With the
+// compat core (no bpf_loop) the collector writes an exact budget for each
+// name a glob matches, as it first reads the name's series: the spans of
+// a new name before that read are judged against exact budgets only.
+// Counts are kept.
 func (c *Collector) SetBudgets(rules []BudgetRule) error {
 	t, err := compileBudgets(rules)
 	if err != nil {
@@ -141,6 +144,17 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 		v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
 		if err := c.objs.Budgets.Update(id, &v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
+		}
+	}
+	if c.reader.compat {
+		// The names the old globs gave a budget: matched again below.
+		for id := range c.reader.globExact {
+			if _, exact := t.exact[id]; !exact {
+				if err := c.objs.Budgets.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("delete budget of %q: %w", c.reader.names[id], err)
+				}
+			}
+			delete(c.reader.globExact, id)
 		}
 	}
 	if old != nil {
@@ -169,19 +183,52 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 	atomic.StoreUint32(&c.reader.core.GlobCount, uint32(len(t.globs)))
 	c.reader.budgets = t
 	c.reader.budgetGen++
-	c.bumpBudgetGen()
+	if c.reader.compat {
+		for _, st := range c.reader.order {
+			if !st.dead {
+				c.reader.globBudget(st.key.NameId, st.name)
+			}
+		}
+		c.reader.globWrote = false
+	}
+	c.reader.bumpBudgetGen()
 	return nil
 }
 
 // bumpBudgetGen makes every series look its budget up again at its next
 // span. The generation is kept in 12 bits in each series' cache, where 0
 // is a fresh slot's: 0 is skipped.
-func (c *Collector) bumpBudgetGen() {
-	g := atomic.LoadUint32(&c.reader.core.BudgetGen) + 1
+func (r *seriesReader) bumpBudgetGen() {
+	g := atomic.LoadUint32(&r.core.BudgetGen) + 1
 	if g&budgetGenMask == 0 {
 		g++
 	}
-	atomic.StoreUint32(&c.reader.core.BudgetGen, g)
+	atomic.StoreUint32(&r.core.BudgetGen, g)
+}
+
+// globBudget gives a name the budget of the first glob that matches it,
+// as an exact entry of the kernel's budgets, for the compat core, which
+// matches no globs itself; a name with an exact budget keeps it. The
+// caller bumps the generation (globWrote says a read must).
+func (r *seriesReader) globBudget(id uint64, name string) {
+	if r.budgets == nil || len(r.budgets.globs) == 0 || r.globExact[id] != nil {
+		return
+	}
+	if _, exact := r.budgets.exact[id]; exact {
+		return
+	}
+	b := r.budgets.lookup(name)
+	if b == nil {
+		return
+	}
+	v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+	if err := r.objs.Budgets.Update(id, &v, ebpf.UpdateAny); err != nil {
+		r.log.Warn("glob_budget_failed", "span", name, "budget", b.rule.Span, "error", err,
+			"effect", "its spans are not judged against the glob's budget")
+		return
+	}
+	r.globExact[id] = b
+	r.globWrote = true
 }
 
 // budgetOf returns the budget the kernel applies to a name, in ns.

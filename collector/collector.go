@@ -22,6 +22,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/cgroup"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -108,6 +109,13 @@ type Config struct {
 	// Inflight configures the sampling of spans running past their
 	// budget: where their time goes, and spans that never end.
 	Inflight InflightConfig
+	// Core chooses the BPF objects: "" for the ones the kernel's
+	// features allow (kernel.Probes.ChooseCore, with the compat ones
+	// should the verifier refuse the full ones), or kernel.CoreFull or
+	// kernel.CoreCompat (tests, and kernels whose probes mislead).
+	Core kernel.Core
+
+	histogramCellsSet bool // HistogramCells was given, not defaulted
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -146,6 +154,7 @@ type Collector struct {
 	mapBytes    uint64
 
 	inflight *inflightState // nil when off or unavailable
+	facts    kernel.Facts   // what the kernel has, and the core loaded
 
 	closers []func() error
 
@@ -198,70 +207,54 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, fmt.Errorf("cannot use BPF: %w: run spanwatch as root, or grant it CAP_BPF and CAP_PERFMON (plus CAP_SYS_PTRACE for other users' processes)", err)
 	}
 
-	spec, err := bpf.LoadSpanwatch()
-	if err != nil {
-		return nil, fmt.Errorf("load bpf spec: %w", err)
-	}
 	if err := cfg.sizes(); err != nil {
 		return nil, err
+	}
+	probes := kernel.Probe()
+	variant := cfg.Core
+	if variant == "" {
+		if variant, err = probes.ChooseCore(); err != nil {
+			return nil, err
+		}
 	}
 	// Whether the marker is attached through a uprobe_multi link is
 	// decided at load time: such a program must be loaded with that
 	// attach type.
 	uprobeMulti := !cfg.NoUprobeMulti && HaveUprobeMulti()
-	if uprobeMulti {
-		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
-	}
-	for _, m := range []string{"series", "series_index", "free_slots"} {
-		spec.Maps[m].MaxEntries = cfg.MaxSeries
-	}
-	// A name per series at most, and the "(other)" series' name.
-	spec.Maps["names"].MaxEntries = cfg.MaxSeries + 1
-	spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 63) / 64
-	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
-	spec.Maps["cells"].MaxEntries = chunks
-	spec.Maps["cell_dirty"].MaxEntries = (chunks + 63) / 64
-	if cfg.RingbufBytes != 0 {
-		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
-	}
-	c := &Collector{cfg: cfg, log: cfg.Logger, closers: closers}
-	// Only the program of one attach method is loaded: where fentry is
-	// unavailable (no BTF, no trampolines, or a kernel that refuses
-	// tracing programs) it would not load at all, and the kprobe takes its
-	// place.
-	c.objs.method = "kprobe"
-	var fentryErr error
-	if !cfg.ForceKprobe && haveBTF() {
-		var fo fentryObjects
-		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
-			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
-		}
-	}
-	if c.objs.method == "kprobe" {
-		var ko kprobeObjects
-		if err = spec.LoadAndAssign(&ko, nil); err == nil {
-			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
-			if fentryErr != nil {
-				logFentryFallback(c.log, fentryErr)
-			}
-		}
+	c := &Collector{cfg: cfg, log: cfg.Logger, closers: closers, facts: kernel.Facts{Probes: probes, Core: variant}}
+	c.objs, err = loadCore(cfg, variant, uprobeMulti, probes.Release)
+	if err != nil && variant == kernel.CoreFull && cfg.Core == "" && errors.Is(err, kernel.ErrRefused) {
+		// The probes allowed the full objects and the verifier refused
+		// them: the compat ones need less of it.
+		c.log.Warn("bpf_core_refused", "error", err, "fallback", "compat objects")
+		c.facts.Core, c.facts.CoreFallback = kernel.CoreCompat, err
+		c.objs, err = loadCore(cfg, kernel.CoreCompat, uprobeMulti, probes.Release)
 	}
 	if err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load bpf programs: %+v", verr)
-		}
-		return nil, fmt.Errorf("load bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+		return nil, err
 	}
+	compat := c.facts.Core == kernel.CoreCompat
+	chunks := c.objs.Cells.MaxEntries()
+	// What this kernel gets, in one line: the table of spanwatch kernel.
+	c.log.Info("kernel", kernel.LogArgs(c.facts)...)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 
-	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries)
+	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries, compat)
 	if err != nil {
 		return nil, err
+	}
+	if compat {
+		// The compat core takes slots from free_slots only: all of
+		// them, in order (bpf/aggregate.h).
+		for slot := uint32(0); slot < cfg.MaxSeries; slot++ {
+			if err := c.objs.FreeSlots.Update(nil, slot, ebpf.UpdateAny); err != nil {
+				return nil, fmt.Errorf("fill the free slots: %w", err)
+			}
+		}
 	}
 	core := c.reader.core
 	core.OtherNameId = snapshot.NameID(snapshot.OtherName)
@@ -317,6 +310,88 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	_ = ctx
 	return c, nil
+}
+
+// loadCore loads the core's objects (full or compat) with the maps sized
+// from cfg, and the programs of one attach method for user_events: only
+// that one is loaded, since where fentry is unavailable (no BTF, no
+// trampolines, or a kernel that refuses tracing programs) it would not
+// load at all, and the kprobe takes its place. A verifier refusal is a
+// *kernel.LoadError.
+func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (objects, error) {
+	load := bpf.LoadSpanwatch
+	if core == kernel.CoreCompat {
+		load = bpf.LoadSpanwatchCompat
+	}
+	spec, err := load()
+	if err != nil {
+		return objects{}, fmt.Errorf("load bpf spec: %w", err)
+	}
+	if uprobeMulti {
+		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
+	}
+	for _, m := range []string{"series", "series_index", "free_slots"} {
+		spec.Maps[m].MaxEntries = cfg.MaxSeries
+	}
+	// A name per series at most, and the "(other)" series' name.
+	spec.Maps["names"].MaxEntries = cfg.MaxSeries + 1
+	spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 63) / 64
+	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
+	spec.Maps["cells"].MaxEntries = chunks
+	spec.Maps["cell_dirty"].MaxEntries = (chunks + 63) / 64
+	if core == kernel.CoreCompat {
+		// A byte a slot for dirty marks, the histogram in cell_counts
+		// (no cell table), an exact budget per name a glob matches,
+		// and no in-flight state (no sampler).
+		spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 7) / 8
+		spec.Maps["cells"].MaxEntries = 1
+		spec.Maps["cell_dirty"].MaxEntries = 1
+		spec.Maps["cell_counts"].MaxEntries = compatCells(cfg)
+		spec.Maps["budgets"].MaxEntries += cfg.MaxSeries
+		for _, m := range []string{"inflight_exec", "inflight_gprocs"} {
+			spec.Maps[m].MaxEntries = 64
+		}
+	}
+	if cfg.RingbufBytes != 0 {
+		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
+	}
+	var objs objects
+	var fentryErr error
+	objs.method = "kprobe"
+	if !cfg.ForceKprobe && haveBTF() {
+		var fo fentryObjects
+		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
+			objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
+		}
+	}
+	if objs.method == "kprobe" {
+		var ko kprobeObjects
+		if err = spec.LoadAndAssign(&ko, nil); err == nil {
+			objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
+			if fentryErr != nil {
+				logFentryFallback(cfg.Logger, fentryErr)
+			}
+		}
+	}
+	if err != nil {
+		if lerr := kernel.NewLoadError(string(core)+" core", release, err); lerr != nil {
+			cfg.Logger.Debug("bpf_verifier_log", "object", string(core)+" core", "log", kernel.VerifierLog(err))
+			return objects{}, lerr
+		}
+		return objects{}, fmt.Errorf("load bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+	}
+	return objs, nil
+}
+
+// compatCells sizes the compat core's histogram cells: a preallocated
+// hash, about 80 bytes an entry, so fewer than the cell table's by
+// default (DefaultCompatHistogramCells), and at most
+// MaxCompatHistogramCells.
+func compatCells(cfg Config) uint32 {
+	if !cfg.histogramCellsSet {
+		return DefaultCompatHistogramCells
+	}
+	return min(cfg.HistogramCells, MaxCompatHistogramCells)
 }
 
 // objects are the loaded maps and the programs of one attach method.
@@ -378,7 +453,11 @@ const (
 	DefaultMaxSeries      = 131072
 	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
 	DefaultHistogramCells = 1 << 24
-	DefaultSeriesQuota    = 8192
+	// The compat core's histogram cells (kernel.CoreCompat): a hash of
+	// about 80 bytes an entry where the full core has an 8-byte cell.
+	DefaultCompatHistogramCells = 1 << 18
+	MaxCompatHistogramCells     = 1 << 22
+	DefaultSeriesQuota          = 8192
 )
 
 // sizes fills in and checks the sizes.
@@ -389,6 +468,7 @@ func (cfg *Config) sizes() error {
 	if cfg.MaxSeries < 64 || cfg.MaxSeries > MaxSeriesLimit {
 		return fmt.Errorf("max series %d: want 64 to %d", cfg.MaxSeries, MaxSeriesLimit)
 	}
+	cfg.histogramCellsSet = cfg.HistogramCells != 0
 	if cfg.HistogramCells == 0 {
 		cfg.HistogramCells = DefaultHistogramCells
 	}
@@ -406,6 +486,10 @@ func haveBTF() bool {
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")
 	return err == nil
 }
+
+// Kernel returns what the collector found on this kernel: the probes, the
+// core objects it loaded, and why (kernel.Rows makes the table of it).
+func (c *Collector) Kernel() kernel.Facts { return c.facts }
 
 // UserEventsAttached reports whether the user_events source is attached, and
 // how ("fentry" or "kprobe").

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -42,6 +43,11 @@ type inflightState struct {
 func (c *Collector) startInflight(ctx context.Context) {
 	cfg := c.cfg.Inflight
 	if cfg.Off {
+		return
+	}
+	if c.facts.Core == kernel.CoreCompat {
+		// The samplers need bpf_copy_from_user_task (5.18), bpf_loop and
+		// task storage; the kernel line at start says so.
 		return
 	}
 	w, err := inflight.New(inflight.Config{

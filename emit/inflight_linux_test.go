@@ -16,6 +16,8 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -53,6 +55,7 @@ func inflightCollector(t *testing.T, budgets ...collector.BudgetRule) (*collecto
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
 	}
+	bpftest.Require(t, kernel.CopyFromUserTask, kernel.Loop, kernel.TaskStorage)
 	if emit.Mode() != "marker" {
 		t.Skipf("the SDK uses %s here; the VM tests cover user_events", emit.Mode())
 	}

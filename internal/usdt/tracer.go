@@ -15,13 +15,11 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -72,6 +70,11 @@ type TracerConfig struct {
 	// not. The perf path needs CAP_SYS_ADMIN (perf_uprobe_event_init); a
 	// uprobe_multi link needs only CAP_BPF and CAP_PERFMON.
 	NoUprobeMulti bool
+
+	// Core chooses the objects, which must be those of the collector
+	// whose maps are in Maps (collector.Collector.Kernel().Core); "" is
+	// what the kernel's features allow (kernel.Probes.ChooseCore).
+	Core kernel.Core
 
 	// testArgs loads the test-only argument recorder instead of the span
 	// programs.
@@ -142,40 +145,50 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	if cfg.MaxSpecs == 0 {
 		cfg.MaxSpecs = uint32(bpf.UsdtUsdtSizesUSDT_MAX_SPECS)
 	}
-	spec, err := bpf.LoadUsdt()
+	probes := kernel.Probe()
+	core := cfg.Core
+	if core == "" {
+		var err error
+		if core, err = probes.ChooseCore(); err != nil {
+			return nil, fmt.Errorf("usdt: %w", err)
+		}
+	}
+	compat := core == kernel.CoreCompat
+	load := bpf.LoadUsdt
+	if compat {
+		load = bpf.LoadUsdtCompat
+	} else if !probes.Has(kernel.TaskStorage) {
+		return nil, fmt.Errorf("usdt: the full objects need task storage in uprobe programs (Linux 5.11+ with BTF): %s; the compat core does without", probes.CompatReason())
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, fmt.Errorf("load usdt bpf spec: %w", err)
 	}
 	spec.Maps["usdt_specs"].MaxEntries = cfg.MaxSpecs
 	spec.Maps["usdt_ip_to_spec"].MaxEntries = cfg.MaxSpecs
 
-	haveCookie := !cfg.NoCookies
-	if haveCookie {
-		if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie); err != nil {
-			cfg.Logger.Info("usdt_no_bpf_cookie", "fallback", "ip_map", "reason", err)
-			haveCookie = false
-		}
-	}
+	// Without cookies (before 5.15) sites are told apart by address
+	// (bpf/usdt.h).
+	haveCookie := !cfg.NoCookies && probes.Has(kernel.AttachCookie)
 	if err := spec.Variables["usdt_have_cookie"].Set(boolU32(haveCookie)); err != nil {
 		return nil, fmt.Errorf("set usdt_have_cookie: %w", err)
 	}
-
-	// Thread-paired spans keep their starts in task storage (5.11+; the
-	// core needs 5.17+ for bpf_loop anyway).
-	if err := features.HaveMapType(ebpf.TaskStorage); err != nil {
-		return nil, fmt.Errorf("usdt spans need task storage (Linux 5.11+): %w", err)
+	strKfunc := !cfg.NoStrKfunc && !compat && probes.Has(kernel.CopyFromUserStr)
+	if v := spec.Variables["usdt_have_str_kfunc"]; v != nil {
+		if err := v.Set(boolU32(strKfunc)); err != nil {
+			return nil, fmt.Errorf("set usdt_have_str_kfunc: %w", err)
+		}
 	}
-	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf); err != nil {
-		return nil, fmt.Errorf("usdt spans need bpf_get_current_task_btf in uprobe programs (Linux 5.11+ with BTF): %w", err)
-	}
-	strKfunc := !cfg.NoStrKfunc && haveKfunc("bpf_copy_from_user_str")
-	if err := spec.Variables["usdt_have_str_kfunc"].Set(boolU32(strKfunc)); err != nil {
-		return nil, fmt.Errorf("set usdt_have_str_kfunc: %w", err)
-	}
+	// Names are read by sleepable programs where the kernel has sleepable
+	// uprobes (6.0+); a single probe aggregates, and the core takes a new
+	// series' slot from a queue map, which 6.1 refuses to sleepable
+	// programs: single probes' names then go the ordinary way.
+	sleepable := !cfg.testArgs && !cfg.NoSleepable && !compat && probes.Has(kernel.SleepableUprobe)
+	sleepSingle := sleepable && probes.Has(kernel.SleepableQueue)
 
 	keep := map[string]bool{
 		progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs,
-		progStartS: !cfg.testArgs && !cfg.NoSleepable, progSingleS: !cfg.testArgs && !cfg.NoSleepable,
+		progStartS: sleepable, progSingleS: sleepSingle,
 		progTest: cfg.testArgs,
 	}
 	for name := range spec.Programs {
@@ -188,7 +201,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	}
 	// Attaching through uprobe_multi links is decided at load time: the
 	// programs must be loaded with that attach type.
-	multi := !cfg.NoUprobeMulti && features.HaveBPFLinkUprobeMulti() == nil
+	multi := !cfg.NoUprobeMulti && probes.Has(kernel.UprobeMulti)
 	if multi {
 		for _, ps := range spec.Programs {
 			ps.AttachType = ebpf.AttachTraceUprobeMulti
@@ -213,33 +226,25 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		}
 		repl = nil
 	}
-	sleepable := !cfg.testArgs && !cfg.NoSleepable
-	sleepSingle := sleepable
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
-	if err != nil && sleepable {
-		// A sleepable single probe aggregates, and the core takes new
-		// series' slots from a queue map, which 6.1 refuses to
-		// sleepable programs (6.12 allows it): the single probe's
-		// names are then read by the ordinary program, and by the
-		// tracer where that cannot.
-		cfg.Logger.Info("usdt_no_sleepable_single", "error", err, "fallback", "single probes' names read through /proc/PID/mem when not resident")
+	if err != nil && sleepSingle {
+		// The probes allowed it, the verifier did not: single probes'
+		// names go the ordinary way.
+		cfg.Logger.Warn("usdt_no_sleepable_single", "error", err, "fallback", "single probes' names read through /proc/PID/mem when not resident")
 		delete(spec.Programs, progSingleS)
 		sleepSingle = false
 		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	}
 	if err != nil && sleepable {
-		// Sleepable uprobes need 6.0+ (uprobe_multi ones 6.6+): without
-		// them names are read by ordinary programs, and by the tracer
-		// where those cannot.
-		cfg.Logger.Info("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
+		cfg.Logger.Warn("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
 		delete(spec.Programs, progStartS)
 		sleepable = false
 		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	}
 	if err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load usdt bpf programs: %+v", verr)
+		if lerr := kernel.NewLoadError(string(core)+" usdt", probes.Release, err); lerr != nil {
+			cfg.Logger.Debug("bpf_verifier_log", "object", string(core)+" usdt", "log", kernel.VerifierLog(err))
+			return nil, lerr
 		}
 		return nil, fmt.Errorf("load usdt bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
 	}
@@ -271,16 +276,6 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	}
 	cfg.Logger.Debug("usdt_uprobes", "method", t.UprobeMethod(), "names", t.NameMethod())
 	return t, nil
-}
-
-// haveKfunc reports whether the running kernel's BTF has the kfunc.
-func haveKfunc(name string) bool {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false
-	}
-	var fn *btf.Func
-	return spec.TypeByName(name, &fn) == nil
 }
 
 // NameMethod reports how string arguments are read: "copy_from_user_str"

@@ -59,8 +59,10 @@ keep=${SPANWATCH_VM_KEEP:-}
 cleanup() { [ -n "$keep" ] || rm -rf "$work"; }
 trap cleanup EXIT
 root=$work/root
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,tests}
+mkdir -p "$root"/{bin,dev,etc,proc,sys,tmp,tests}
 cp "$busybox" "$root/bin/busybox"
+# A host name file: tests read /etc/hostname as a file that is not ELF.
+echo spanwatch-vm >"$root/etc/hostname"
 
 # Build each package's test binary; run them in the VM from a directory
 # holding the package's testdata, as go test would.
@@ -83,10 +85,43 @@ for line in "${listed[@]}"; do
 		continue
 	fi
 	[ -d "$dir/testdata" ] && cp -r "$dir/testdata" "$root/tests/$name/"
+	# Files a package's tests read beside their sources (JSON Schemas).
+	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
 log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
+
+# The C programs the tests run (internal/bpftest.CProgram): the VM has no
+# compiler, so every program of the list is built here, as distributions
+# build them (dynamically linked), with the C library and the dynamic
+# loader beside them in the VM.
+cprog=$root/cprograms
+mkdir -p "$cprog"
+if command -v gcc >/dev/null; then
+	while read -r pname pargs; do
+		case $pname in '' | '#'*) continue ;; esac
+		read -ra words <<<"$pargs" # split on blanks, nothing expanded
+		args=()
+		for a in "${words[@]}"; do
+			a=${a//\{out\}/$cprog/$pname}
+			args+=("${a//\{dir\}/$cprog}")
+		done
+		(cd "$top" && gcc "${args[@]}") || die "build C program $pname failed"
+	done <"$top/test/vm/cprograms.txt"
+	for lib in $(ldd "$cprog"/* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
+		case $lib in "$cprog"/*) continue ;; esac
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done
+	# The loader's canonical path on x86-64.
+	if [ -e /lib64/ld-linux-x86-64.so.2 ]; then
+		mkdir -p "$root/lib64"
+		cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+	fi
+else
+	log "no gcc: the tests that run C programs will fail in the VM"
+fi
 
 # The test binaries' flags, quoted for the init script.
 flags=""
@@ -97,7 +132,7 @@ done
 cat >"$root/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1
+export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
 mount -t proc proc /proc
@@ -129,7 +164,7 @@ results=$work/results.log
 log "booting $kernel with $smp vCPUs (TCG), timeout ${timeout_s}s"
 # panic=-1 with -no-reboot ends qemu if init dies before powering off.
 timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-	-accel tcg -cpu max -smp "$smp" -m 1G \
+	-accel tcg,thread=single -cpu max -smp "$smp" -m 1G \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$work/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 loglevel=4" \
