@@ -153,8 +153,9 @@ type Collector struct {
 	lastAt      time.Time
 	mapBytes    uint64
 
-	inflight *inflightState // nil when off or unavailable
-	facts    kernel.Facts   // what the kernel has, and the core loaded
+	inflight    *inflightState // nil when off or unavailable
+	inflightErr error          // why it is unavailable
+	facts       kernel.Facts   // what the kernel has, and the core loaded
 
 	closers []func() error
 

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -34,7 +35,7 @@ func Probe() *Probes {
 }
 
 func probe() *Probes {
-	p := &Probes{Release: release(), Results: map[Feature]Result{}}
+	p := &Probes{Release: release(), Build: build(), Results: map[Feature]Result{}}
 	p.Version, _ = ParseVersion(p.Release)
 	memlockErr := rlimit.RemoveMemlock()
 	spec, btfErr := btf.LoadKernelSpec()
@@ -101,8 +102,23 @@ func resultOf(err, memlockErr error) Result {
 		return Result{Err: err}
 	case errors.Is(err, unix.EPERM) && memlockErr != nil:
 		return Result{Unknown: true, Err: fmt.Errorf("%w (and RLIMIT_MEMLOCK could not be raised: %v)", err, memlockErr)}
+	case errors.Is(err, unix.EPERM) && os.Geteuid() == 0:
+		// Root with the memlock limit raised: the kernel refuses it (a
+		// lockdown, or a kernel that refuses tracing programs).
+		return Result{Err: fmt.Errorf("the kernel refuses it to root: %w", err)}
 	}
 	return Result{Unknown: true, Err: err}
+}
+
+// build is the kernel's build string (uname -v), which names a
+// distribution's package version ("#1 SMP PREEMPT_DYNAMIC Debian
+// 6.1.192-3 (2025-...)").
+func build() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Version[:])
 }
 
 func release() string {
@@ -113,34 +129,35 @@ func release() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// probeAtomics loads a program that does a compare-and-exchange and a
-// fetch-and-add on a map value: BPF_ATOMIC beyond the plain add (5.12+).
+// probeAtomics loads and runs bpf/probes.bpf.c's probe_atomics, whose
+// fetch-and-add, compare-and-exchange, exchange and or are BPF_ATOMIC
+// instructions beyond the plain add (5.12 in mainline) as clang encodes
+// them, and checks what they did.
 func probeAtomics() error {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	spec, err := bpf.LoadProbes()
 	if err != nil {
 		return fmt.Errorf("probe atomics: %w", err)
 	}
-	defer m.Close()
-	insns := asm.Instructions{
-		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, m.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R1, asm.R0),
-		asm.Mov.Imm(asm.R2, 1),
-		asm.FetchAdd.Mem(asm.R1, asm.R2, asm.DWord, 0),
-		asm.Mov.Imm(asm.R0, 0),
-		asm.CmpXchg.Mem(asm.R1, asm.R2, asm.DWord, 0),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-		asm.Return(),
-	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: insns})
-	if err != nil {
+	var objs bpf.ProbesObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return fmt.Errorf("load a program with BPF atomics: %w", err)
 	}
-	return prog.Close()
+	defer objs.Close()
+	if err := objs.ProbeVal.Put(uint32(0), uint64(5)); err != nil {
+		return fmt.Errorf("probe atomics: %w", err)
+	}
+	ret, err := objs.ProbeAtomics.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: 1})
+	if err != nil {
+		return fmt.Errorf("run a program with BPF atomics: %w", err)
+	}
+	var v uint64
+	if err := objs.ProbeVal.Lookup(uint32(0), &v); err != nil {
+		return fmt.Errorf("probe atomics: %w", err)
+	}
+	if ret != 20 || v != 11 {
+		return fmt.Errorf("%w: BPF atomics loaded but returned %d and left %d, want 20 and 11", ebpf.ErrNotSupported, ret, v)
+	}
+	return nil
 }
 
 // probeSleepable loads a sleepable uprobe program (6.0+); with queue, one

@@ -3,8 +3,10 @@ package kernel
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/cilium/ebpf"
 )
@@ -19,6 +21,7 @@ type Result struct {
 // Probes are the answers of every probe on one kernel.
 type Probes struct {
 	Release string  // uname -r
+	Build   string  // uname -v: a distribution's package version, where it names one
 	Version Version // its release numbers (zero when unparsable)
 	Results map[Feature]Result
 }
@@ -326,3 +329,93 @@ func (p *Probes) Unexpected() []Feature {
 
 // ErrRefused wraps the errors of LoadError.
 var ErrRefused = errors.New("the kernel refused a BPF program")
+
+// A Load is the outcome of loading one set of BPF objects.
+type Load struct {
+	Object string   `json:"object"`
+	Loaded bool     `json:"loaded"`
+	Error  string   `json:"error,omitempty"`
+	Log    []string `json:"-"` // the verifier's log of a refusal
+}
+
+// A Report is what `spanwatch kernel` prints: the kernel, its features,
+// the table of spanwatch's features, and the objects loaded.
+type Report struct {
+	Release  string        `json:"release"`
+	Build    string        `json:"build,omitempty"`
+	Core     Core          `json:"core"`
+	Features []FeatureLine `json:"features"`
+	Rows     []Row         `json:"rows"`
+	Loads    []Load        `json:"loads,omitempty"`
+}
+
+// A FeatureLine is one probe's answer in a Report.
+type FeatureLine struct {
+	Feature Feature `json:"feature"`
+	What    string  `json:"what"`
+	Since   string  `json:"since,omitempty"` // mainline release, "" when a build option decides
+	Have    bool    `json:"have"`
+	Unknown bool    `json:"unknown,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// NewReport makes the report of facts and loads.
+func NewReport(f Facts, loads []Load) *Report {
+	r := &Report{Release: f.Probes.Release, Build: f.Probes.Build, Core: f.Core, Rows: Rows(f), Loads: loads}
+	for _, feat := range Features {
+		res := f.Probes.Results[feat]
+		fl := FeatureLine{Feature: feat, What: feat.What(), Have: res.Have, Unknown: res.Unknown}
+		if v, ok := feat.Since(); ok {
+			fl.Since = v.String()
+		}
+		if !res.Have && res.Err != nil {
+			fl.Error = res.Err.Error()
+		}
+		r.Features = append(r.Features, fl)
+	}
+	return r
+}
+
+// WriteText writes the report as tables.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "kernel %s", r.Release)
+	if r.Build != "" {
+		fmt.Fprintf(tw, " (%s)", r.Build)
+	}
+	fmt.Fprintf(tw, "\nBPF objects: %s\n\n", r.Core)
+	fmt.Fprintf(tw, "KERNEL FEATURE\tHAS\tMAINLINE\tWHAT\n")
+	for _, f := range r.Features {
+		has := "yes"
+		switch {
+		case f.Unknown:
+			has = "unknown"
+		case !f.Have:
+			has = "no"
+		}
+		since := f.Since
+		if since == "" {
+			since = "config"
+		}
+		what := f.What
+		if f.Error != "" && !f.Have {
+			what += ": " + f.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Feature, has, since, what)
+	}
+	fmt.Fprintf(tw, "\nSPANWATCH\tGETS\tHOW\tWHY NOT BETTER\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.Name, row.State, row.How, row.Why)
+	}
+	if len(r.Loads) > 0 {
+		fmt.Fprintf(tw, "\nLOAD TEST\tRESULT\n")
+		for _, l := range r.Loads {
+			res := "loaded"
+			if !l.Loaded {
+				res = "not loaded: " + l.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", l.Object, res)
+		}
+	}
+	return tw.Flush()
+}

@@ -92,6 +92,15 @@ done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
 log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
 
+# The spanwatch binary, for the end-to-end tests of the agent
+# (test/vm/agent): static, as a release builds it.
+for import in "${listed[@]}"; do
+	case ${import%% *} in */test/vm/agent)
+		(cd "$top" && CGO_ENABLED=0 go build -o "$root/bin/spanwatch" ./cmd/spanwatch) || die "build spanwatch failed"
+		;;
+	esac
+done
+
 # The C programs the tests run (internal/bpftest.CProgram): the VM has no
 # compiler, so every program of the list is built here, as distributions
 # build them (dynamically linked), with the C library and the dynamic
@@ -132,7 +141,7 @@ done
 cat >"$root/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms
+export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms SPANWATCH_BIN=/bin/spanwatch
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
 mount -t proc proc /proc
@@ -236,6 +245,8 @@ tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
 	}' >"$work/summary"
 summary_rc=${PIPESTATUS[1]}
 set -e
+# The whole output, for test/vm/matrix.sh.
+[ -n "${SPANWATCH_VM_RESULTS:-}" ] && tr -d '\r' <"$results" >"$SPANWATCH_VM_RESULTS"
 if [ $summary_rc -ne 0 ]; then
 	log "kernel console (last 30 lines of $console):"
 	tail -n 30 "$console" | tr -d '\r' >&2
