@@ -32,7 +32,8 @@
  * The maps are defined here. An object that includes this header and is
  * loaded beside spanwatch.bpf.c is loaded with MapReplacements for all of
  * them (collector.Maps()), so every source feeds the same aggregates.
- * Needs kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob budgets).
+ * The full objects need kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob
+ * budgets).
  *
  * Built with SPANWATCH_COMPAT (the compat objects, for 5.10 to 5.16), the
  * core uses only what 5.10 has: the one atomic instruction there is, an

@@ -40,9 +40,11 @@
  *
  * This object includes aggregate.h and is loaded with MapReplacements for
  * the core's maps, so USDT spans feed the same aggregates as every source.
- * Needs kernel 5.11+ (task storage in tracing programs; the core needs
+ * Needs kernel 5.11+ (task storage in tracing programs; the full core needs
  * 5.17+ anyway), 5.15+ for BPF cookies (else the IP map and no fast path),
- * 4.20+ for semaphores (reference counters).
+ * 4.20+ for semaphores (reference counters). Built with SPANWATCH_COMPAT
+ * (5.10+), thread stacks and names live in LRU hashes keyed by thread id,
+ * and there are no sleepable programs.
  */
 
 #include "aggregate.h"

@@ -116,9 +116,10 @@ type Row struct {
 	How string `json:"how"`
 	// Why: what the kernel lacks (replaced and declined rows).
 	Why string `json:"why,omitempty"`
-	// Test shows it on the kernels of the matrix ("package TestName"):
-	// it passes where the row works or is replaced, and skips where it
-	// is declined.
+	// Test shows it on the kernels of the matrix ("package TestName",
+	// or a subtest, "package TestName/sub"): it passes where the row
+	// works or is replaced, and skips where it is declined (a test whose
+	// subtests all skipped counts as skipped).
 	Test string `json:"test"`
 }
 
@@ -179,7 +180,7 @@ func Rows(f Facts) []Row {
 	}
 	rows = append(rows, exact)
 
-	ext := Row{Name: "exact min and max", State: Works, How: "compare-and-swap", Test: "collector TestCoreExact"}
+	ext := Row{Name: "exact min and max", State: Works, How: "compare-and-swap", Test: "collector TestCoreExact/full"}
 	if compat {
 		ext.State, ext.How, ext.Why = Declined, "the lowest and highest histogram buckets' bounds (exact for a window of one value)", p.lacks(Atomics)
 	}

@@ -8,7 +8,8 @@
 # Each package is built as a static test binary (CGO_ENABLED=0 go test -c),
 # packed with busybox-static into an initramfs, and run as root in the VM with
 # -test.v and SPANWATCH_IN_VM=1 (tests that need user_events fail there
-# instead of skipping). The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
+# instead of skipping), and with the words of $SPANWATCH_VM_ENV_<package>
+# (the import path under the module, / as _) in its environment. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
 # TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
 # console (kept in a log), ttyS1 brings the tests' output and exit status
 # back (kept in a work directory when the run fails, or with
@@ -85,11 +86,20 @@ for line in "${listed[@]}"; do
 		continue
 	fi
 	[ -d "$dir/testdata" ] && cp -r "$dir/testdata" "$root/tests/$name/"
+	# The environment of one package's tests: SPANWATCH_VM_ENV_<name>
+	# (its import path under the module, / as _), e.g.
+	# SPANWATCH_VM_ENV_collector=SPANWATCH_EMIT=marker.
+	envvar=SPANWATCH_VM_ENV_$name
+	[ -n "${!envvar:-}" ] && printf '%s\n' "${!envvar}" >"$root/tests/$name/env"
 	# Files a package's tests read beside their sources (JSON Schemas).
 	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
+# The C headers that tests compare their Go mirrors with (./bpf's own,
+# ../bpf/span_event.h from ./emit).
+mkdir -p "$root/tests/bpf"
+cp "$top"/bpf/*.h "$root/tests/bpf/"
 log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
 
 # The spanwatch binary, for the end-to-end tests of the agent
@@ -156,7 +166,7 @@ echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
 for name in ${names[*]}; do
 	echo "SPANWATCH-VM: BEGIN \$name" >\$out
 	cd /tests/\$name
-	./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
+	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
 	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
 done
 echo "SPANWATCH-VM: DONE" >\$out
