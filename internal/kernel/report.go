@@ -227,7 +227,7 @@ func Rows(f Facts) []Row {
 	}
 	rows = append(rows, names)
 
-	single := Row{Name: "USDT single probes' names on pages not yet resident", State: names.State, How: names.How, Why: names.Why, Test: names.Test}
+	single := Row{Name: "USDT single probes' names on pages not yet resident", State: names.State, How: names.How, Why: names.Why, Test: "collector TestUSDTSpans"}
 	if names.State == Works && !p.Has(SleepableQueue) {
 		single.State, single.How, single.Why = Replaced, agentNames, p.lacks(SleepableQueue)
 	}
