@@ -113,7 +113,9 @@ func TestKernelReport(t *testing.T) {
 func TestDemo(t *testing.T) {
 	bin := spanwatchBin(t)
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "demo", "--duration", "8s", "--json")
+	// Long enough for a few slow checkouts after start-up on a loaded
+	// host under emulation (12 s of demo saw none once, on 6.12-rt).
+	cmd := exec.Command(bin, "demo", "--duration", "20s", "--json")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -148,7 +150,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	if overBudget == nil {
-		t.Fatalf("no SpanOverBudget alert with an overrun in 8s of demo (2%% of checkouts take 120ms)\n%s", stderr.String())
+		t.Fatalf("no SpanOverBudget alert with an overrun in 20s of demo (2%% of checkouts take 120ms)\n%s", stderr.String())
 	}
 	if !hasFrame(overBudget.Overrun.UserStack, "main.demoCheckout") {
 		t.Errorf("SpanOverBudget's stack %v lacks main.demoCheckout", funcs(overBudget.Overrun.UserStack))
@@ -160,7 +162,8 @@ func TestDemo(t *testing.T) {
 // the server built with gcc's default flags (PIE, dynamically linked, no
 // frame-pointer flag), as a distribution would ship it: exact counts and
 // errors per route, the cache probe's durations, and the slow checkouts
-// over their budget with stacks through handle_request to main.
+// over their budget (one overrun each) with stacks through handle_request
+// to main.
 func TestUSDTThirdParty(t *testing.T) {
 	bin := spanwatchBin(t)
 	server := bpftest.CProgram(t, "usdt-server")
@@ -251,14 +254,17 @@ collector:
 		}
 		overruns = append(overruns, s.Overruns...)
 	}
+	// Every 10th checkout takes 80ms, over the 50ms budget; on a loaded
+	// host under emulation an ordinary one may take longer too (seen on
+	// 6.12-rt at load 16): at least the 2 slow ones.
 	for span, want := range map[string]total{"/checkout": {20, 0, 2}, "/search": {40, 4, 0}, "cache.lookup": {60, 0, 0}} {
 		g := got[span]
 		if g == nil {
 			t.Errorf("no %s series (have %v)\n%s", span, keysOf(got), logs.String())
 			continue
 		}
-		if *g != want {
-			t.Errorf("%s: count %d errors %d over budget %d, want %d %d %d", span, g.count, g.errors, g.over, want.count, want.errors, want.over)
+		if g.count != want.count || g.errors != want.errors || g.over < want.over || (want.over == 0 && g.over != 0) {
+			t.Errorf("%s: count %d errors %d over budget %d, want %d %d and %d (at least, for /checkout)", span, g.count, g.errors, g.over, want.count, want.errors, want.over)
 		}
 	}
 	ended := 0
@@ -274,8 +280,8 @@ collector:
 			t.Errorf("overrun stack %v: want handle_request and main (%s)", funcs(ov.UserStack), ov.StackError)
 		}
 	}
-	if ended != 2 {
-		t.Errorf("%d overruns at the end of a span, want 2\n%s", ended, logs.String())
+	if c := got["/checkout"]; c == nil || uint64(ended) != c.over {
+		t.Errorf("%d overruns at the end of a span, want one per /checkout over budget\n%s", ended, logs.String())
 	}
 }
 
