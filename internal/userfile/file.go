@@ -1,0 +1,91 @@
+package userfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Refusals Open returns, each wrapped with the file's path; errors.Is
+// tells them apart. Each is counted under its Reason.
+var (
+	ErrSymlink    = errors.New("refused: a symbolic link (only the file itself is read, never where a link points)")
+	ErrNotRegular = errors.New("refused: not a regular file")
+	ErrOwner      = errors.New("refused: owned by neither the process's user nor root")
+	ErrAccess     = errors.New("refused: the process itself could not read it")
+	ErrTooLarge   = errors.New("refused: larger than the cap")
+)
+
+// Options say what a file must be to be read.
+type Options struct {
+	// Symlinks follows symbolic links inside the root (never magic
+	// links, never out of the root). Without it a symbolic link anywhere
+	// on the path refuses the file (ErrSymlink).
+	Symlinks bool
+	// Owners, when not empty, are the users the file may belong to
+	// (ErrOwner otherwise): perf(1) reads a perf map only when it
+	// belongs to the process's user or root (Cred.Owners).
+	Owners []uint32
+	// Reader, when set, is the process the file is read for: its
+	// credentials must let it read the file by its mode bits (ErrAccess).
+	Reader *Cred
+	// MaxSize refuses a larger file (ErrTooLarge); 0 takes any size.
+	// Readers that can use part of a file read up to their cap instead.
+	MaxSize int64
+	// On names whom the open is for, as in Do; "" is the agent itself.
+	On string
+}
+
+// A File is an open regular file with what fstat said of it.
+type File struct {
+	*os.File
+	Info Info
+}
+
+// Info is what fstat said of a file when it was opened.
+type Info struct {
+	Dev, Ino uint64
+	Size     int64
+	Mode     uint32 // permission bits and type, as st_mode
+	UID, GID uint32
+	ModTime  time.Time
+	// Local is set when the file is on a local disk or memory file
+	// system (ext4, xfs, btrfs, tmpfs, overlayfs, ...), where mapping it
+	// and touching the pages cannot hang on a daemon or a network: a
+	// file elsewhere (FUSE, NFS, CIFS, 9p) is read, not mapped.
+	Local bool
+}
+
+// ReadAll reads f from its start, up to max bytes; truncated reports that
+// there was more.
+func ReadAll(r io.ReaderAt, max int64) (b []byte, truncated bool, err error) {
+	var buf []byte
+	chunk := make([]byte, 64<<10)
+	for off := int64(0); ; {
+		n, err := r.ReadAt(chunk, off)
+		if int64(len(buf))+int64(n) > max {
+			return append(buf, chunk[:max-int64(len(buf))]...), true, nil
+		}
+		buf = append(buf, chunk[:n]...)
+		off += int64(n)
+		if err == io.EOF {
+			return buf, false, nil
+		}
+		if err != nil {
+			return buf, false, err
+		}
+	}
+}
+
+// refuse counts a refusal and wraps it with the path.
+func refuse(path string, err error, reason string) error {
+	Count(reason)
+	return &os.PathError{Op: "open", Path: path, Err: err}
+}
+
+func sizeError(path string, size, max int64) error {
+	Count(ReasonTooLarge)
+	return &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %d bytes, cap %d", ErrTooLarge, size, max)}
+}

@@ -1,0 +1,119 @@
+package userfile
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open opens name inside the directory root as if root were "/": a
+// process's file through its root, /proc/PID/root. See the package
+// documentation for what is checked. It gives up with ErrTimeout when ctx
+// ends first.
+func Open(ctx context.Context, root, name string, o Options) (*File, error) {
+	path := filepath.Join(root, name)
+	return Do(ctx, o.On, func() (*File, error) {
+		rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: root, Err: err}
+		}
+		defer unix.Close(rfd)
+		pfd, err := resolve(rfd, name, o.Symlinks)
+		if err != nil {
+			if errors.Is(err, errLink) {
+				return nil, refuse(path, ErrSymlink, ReasonSymlink)
+			}
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return check(pfd, path, o)
+	}, closeFile)
+}
+
+// OpenPath opens a path the agent trusts, following the links on it:
+// procfs's links to what a process runs or mapped (/proc/PID/exe,
+// /proc/PID/map_files/START-END), or a path the operator gave. The file
+// it ends at is checked as Open checks it.
+func OpenPath(ctx context.Context, path string, o Options) (*File, error) {
+	return Do(ctx, o.On, func() (*File, error) {
+		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return check(pfd, path, o)
+	}, closeFile)
+}
+
+func closeFile(f *File) { f.Close() }
+
+// check checks the file an O_PATH descriptor names, closes the
+// descriptor, and opens the file for reading if it passes.
+func check(pfd int, path string, o Options) (*File, error) {
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFLNK:
+		return nil, refuse(path, ErrSymlink, ReasonSymlink)
+	default:
+		return nil, refuse(path, ErrNotRegular, ReasonNotRegular)
+	}
+	if len(o.Owners) > 0 && !slices.Contains(o.Owners, st.Uid) {
+		return nil, refuse(path, ErrOwner, ReasonOwner)
+	}
+	if o.Reader != nil && !o.Reader.CanRead(st.Uid, st.Gid, st.Mode) {
+		return nil, refuse(path, ErrAccess, ReasonAccess)
+	}
+	if o.MaxSize > 0 && st.Size > o.MaxSize {
+		return nil, sizeError(path, st.Size, o.MaxSize)
+	}
+	// Reopening through procfs opens the very inode the O_PATH
+	// descriptor holds: checked above, it cannot have become a FIFO or a
+	// device since. O_NONBLOCK still, should anything make it one.
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || st2.Dev != st.Dev || st2.Ino != st.Ino || st2.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, refuse(path, ErrNotRegular, ReasonNotRegular)
+	}
+	info := Info{
+		Dev: st2.Dev, Ino: st2.Ino, Size: st2.Size, Mode: st2.Mode, UID: st2.Uid, GID: st2.Gid,
+		ModTime: time.Unix(st2.Mtim.Unix()),
+	}
+	var fs unix.Statfs_t
+	if unix.Fstatfs(fd, &fs) == nil {
+		info.Local = localFS[int64(fs.Type)]
+	}
+	return &File{File: os.NewFile(uintptr(fd), path), Info: info}, nil
+}
+
+// localFS are the file systems whose pages a mapping can fault in without
+// waiting on a daemon or a network (statfs f_type, linux/magic.h).
+var localFS = map[int64]bool{
+	0xef53:     true, // ext2, ext3, ext4
+	0x58465342: true, // xfs
+	0x9123683e: true, // btrfs
+	0x01021994: true, // tmpfs
+	0x858458f6: true, // ramfs
+	0x794c7630: true, // overlayfs
+	0x73717368: true, // squashfs
+	0xe0f5e1e2: true, // erofs
+	0xf2f52010: true, // f2fs
+	0x2fc12fc1: true, // zfs
+	0x3153464a: true, // jfs
+	0x5346544e: true, // ntfs
+	0x4d44:     true, // vfat
+	0x2011bab0: true, // exfat
+	0x9660:     true, // iso9660
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package userfile
+
+import (
+	"context"
+	"errors"
+)
+
+// Open is Linux-only.
+func Open(context.Context, string, string, Options) (*File, error) {
+	return nil, errors.ErrUnsupported
+}
+
+// OpenPath is Linux-only.
+func OpenPath(context.Context, string, Options) (*File, error) {
+	return nil, errors.ErrUnsupported
+}
