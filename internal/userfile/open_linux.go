@@ -17,22 +17,43 @@ import (
 // documentation for what is checked. It gives up with ErrTimeout when ctx
 // ends first.
 func Open(ctx context.Context, root, name string, o Options) (*File, error) {
+	return Do(ctx, o.On, func() (*File, error) { return openIn(root, name, o) }, closeFile)
+}
+
+// ReadFile opens name inside root as Open does and reads it, up to max
+// bytes (truncated: there was more), in one operation bounded by ctx.
+func ReadFile(ctx context.Context, root, name string, o Options, max int64) (b []byte, truncated bool, err error) {
+	type read struct {
+		b         []byte
+		truncated bool
+	}
+	r, err := Do(ctx, o.On, func() (read, error) {
+		f, err := openIn(root, name, o)
+		if err != nil {
+			return read{}, err
+		}
+		defer f.Close()
+		b, truncated, err := ReadAll(f, max)
+		return read{b, truncated}, err
+	}, nil)
+	return r.b, r.truncated, err
+}
+
+func openIn(root, name string, o Options) (*File, error) {
 	path := filepath.Join(root, name)
-	return Do(ctx, o.On, func() (*File, error) {
-		rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rfd)
+	pfd, err := resolve(rfd, name, o.Symlinks)
+	if err != nil {
+		if errors.Is(err, errLink) {
+			return nil, refuse(path, ErrSymlink, ReasonSymlink)
 		}
-		defer unix.Close(rfd)
-		pfd, err := resolve(rfd, name, o.Symlinks)
-		if err != nil {
-			if errors.Is(err, errLink) {
-				return nil, refuse(path, ErrSymlink, ReasonSymlink)
-			}
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
-		}
-		return check(pfd, path, o)
-	}, closeFile)
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return check(pfd, path, o)
 }
 
 // OpenPath opens a path the agent trusts, following the links on it:

@@ -16,3 +16,8 @@ func Open(context.Context, string, string, Options) (*File, error) {
 func OpenPath(context.Context, string, Options) (*File, error) {
 	return nil, errors.ErrUnsupported
 }
+
+// ReadFile is Linux-only.
+func ReadFile(context.Context, string, string, Options, int64) ([]byte, bool, error) {
+	return nil, false, errors.ErrUnsupported
+}
