@@ -21,16 +21,15 @@ type explainer interface {
 	Explain([]snapshot.Frame) string
 }
 
-// addAnchor tells the symbolizer, when it takes anchors, that the binary
-// at path (opened through open) has a probe at addr (an address in the
-// file's own terms).
-func addAnchor(cfg Config, path, open string, addr uint64) {
+// addAnchor tells the symbolizer, when it takes anchors, that a binary
+// has a probe site (see symbolize.Anchor).
+func addAnchor(cfg Config, an symbolize.Anchor) {
 	a, ok := cfg.Symbolizer.(anchorer)
 	if !ok {
 		return
 	}
-	if err := a.AddAnchor(symbolize.Anchor{Path: path, Open: open, Addr: addr}); err != nil {
-		cfg.Logger.Debug("symbolize_anchor_failed", "binary", path, "error", err)
+	if err := a.AddAnchor(an); err != nil {
+		cfg.Logger.Debug("symbolize_anchor_failed", "binary", an.Path, "error", err)
 	}
 }
 

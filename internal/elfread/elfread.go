@@ -193,3 +193,28 @@ func readUpTo(r io.Reader, max int64, claim uint64) ([]byte, bool, error) {
 	}
 	return buf.Bytes(), false, nil
 }
+
+// GoFuncs reads the function count of a Go 1.2+ pclntab's header and
+// checks that the function table it implies fits in data. debug/gosym
+// builds a value per function the header claims, so callers check the
+// count against their cap before handing the table to it.
+func GoFuncs(data []byte, bo binary.ByteOrder) (uint64, bool) {
+	if len(data) < 16 {
+		return 0, false
+	}
+	ptr := uint64(data[7])
+	if ptr != 4 && ptr != 8 || uint64(len(data)) < 8+ptr {
+		return 0, false
+	}
+	var n uint64
+	if ptr == 8 {
+		n = bo.Uint64(data[8:])
+	} else {
+		n = uint64(bo.Uint32(data[8:]))
+	}
+	// Each function has at least an entry and an offset in the table.
+	if n > uint64(len(data))/8 {
+		return 0, false
+	}
+	return n, true
+}

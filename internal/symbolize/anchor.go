@@ -58,7 +58,7 @@ func (s *Symbolizer) AddAnchor(a Anchor) error {
 	if a.Reader != nil {
 		on = userfile.OnUID(a.Reader.UID[1])
 	}
-	f, err := userfile.OpenPath(ctx, open, userfile.Options{Reader: a.Reader, On: on})
+	f, err := userfile.OpenRooted(ctx, open, userfile.Options{Reader: a.Reader, On: on})
 	if err != nil {
 		return fmt.Errorf("anchor %s: %w", a.Path, err)
 	}

@@ -436,7 +436,7 @@ const goFuncSize = 200
 // claiming more than the symbol cap is not used, and the rest is taken
 // from the budget first.
 func (p *parser) goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, uint64, error) {
-	nfunc, ok := pclnFuncs(data, ef.ByteOrder)
+	nfunc, ok := elfread.GoFuncs(data, ef.ByteOrder)
 	if !ok {
 		return nil, 0, errNoPclntab
 	}
@@ -480,29 +480,6 @@ func (p *parser) goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, 
 		return nil, 0, errNoPclntab
 	}
 	return tab, text, nil
-}
-
-// pclnFuncs reads the function count of a Go 1.2+ pclntab header and
-// checks that the function table it implies fits in data.
-func pclnFuncs(data []byte, bo binary.ByteOrder) (uint64, bool) {
-	if len(data) < 16 {
-		return 0, false
-	}
-	ptr := uint64(data[7])
-	if ptr != 4 && ptr != 8 || uint64(len(data)) < 8+ptr {
-		return 0, false
-	}
-	var n uint64
-	if ptr == 8 {
-		n = bo.Uint64(data[8:])
-	} else {
-		n = uint64(bo.Uint32(data[8:]))
-	}
-	// Each function has at least an entry and an offset in the table.
-	if n > uint64(len(data))/8 {
-		return 0, false
-	}
-	return n, true
 }
 
 // A lineTable is a module's DWARF line rows from all compilation units,

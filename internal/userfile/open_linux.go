@@ -56,6 +56,17 @@ func openIn(root, name string, o Options) (*File, error) {
 	return check(pfd, path, o)
 }
 
+// OpenRooted opens a path as the process it belongs to sees it: a path
+// through a process's root in procfs (/proc/PID/root/usr/lib/x.so) is
+// resolved inside that root, as Open resolves it; any other path is one
+// the agent trusts, opened as OpenPath opens it.
+func OpenRooted(ctx context.Context, path string, o Options) (*File, error) {
+	if root, name, ok := SplitRoot(path); ok {
+		return Open(ctx, root, name, o)
+	}
+	return OpenPath(ctx, path, o)
+}
+
 // OpenPath opens a path the agent trusts, following the links on it:
 // procfs's links to what a process runs or mapped (/proc/PID/exe,
 // /proc/PID/map_files/START-END), or a path the operator gave. The file
@@ -68,6 +79,35 @@ func OpenPath(ctx context.Context, path string, o Options) (*File, error) {
 		}
 		return check(pfd, path, o)
 	}, closeFile)
+}
+
+// StatPath returns what fstat says of the regular file a trusted path
+// names (following links, as OpenPath does) without opening it for
+// reading: cheaper, for a caller that only needs to know whether it has
+// seen the file.
+func StatPath(ctx context.Context, path, on string) (Info, error) {
+	return Do(ctx, on, func() (Info, error) {
+		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return Info{}, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		defer unix.Close(pfd)
+		var st unix.Stat_t
+		if err := unix.Fstat(pfd, &st); err != nil {
+			return Info{}, &os.PathError{Op: "stat", Path: path, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return Info{}, refuse(path, ErrNotRegular, ReasonNotRegular)
+		}
+		return infoOf(&st), nil
+	}, nil)
+}
+
+func infoOf(st *unix.Stat_t) Info {
+	return Info{
+		Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mode: st.Mode, UID: st.Uid, GID: st.Gid,
+		ModTime: time.Unix(st.Mtim.Unix()),
+	}
 }
 
 func closeFile(f *File) { f.Close() }
@@ -108,10 +148,7 @@ func check(pfd int, path string, o Options) (*File, error) {
 		unix.Close(fd)
 		return nil, refuse(path, ErrNotRegular, ReasonNotRegular)
 	}
-	info := Info{
-		Dev: st2.Dev, Ino: st2.Ino, Size: st2.Size, Mode: st2.Mode, UID: st2.Uid, GID: st2.Gid,
-		ModTime: time.Unix(st2.Mtim.Unix()),
-	}
+	info := infoOf(&st2)
 	var fs unix.Statfs_t
 	if unix.Fstatfs(fd, &fs) == nil {
 		info.Local = localFS[int64(fs.Type)]

@@ -274,6 +274,26 @@ func TestOpenMaxSize(t *testing.T) {
 	}
 }
 
+func TestSplitRoot(t *testing.T) {
+	for _, tc := range []struct {
+		path, root, rest string
+		ok               bool
+	}{
+		{"/proc/123/root/usr/lib/x.so", "/proc/123/root", "/usr/lib/x.so", true},
+		{"/host/proc/7/root", "/host/proc/7/root", "/", true},
+		{"/proc/123/root/root/x", "/proc/123/root", "/root/x", true},
+		{"/proc/self/root/x", "", "", false},
+		{"/root/x", "", "", false},
+		{"/usr/bin/rootless", "", "", false},
+		{"/proc/12/rootfs/x", "", "", false},
+	} {
+		root, rest, ok := SplitRoot(tc.path)
+		if root != tc.root || rest != tc.rest || ok != tc.ok {
+			t.Errorf("SplitRoot(%q) = %q, %q, %v; want %q, %q, %v", tc.path, root, rest, ok, tc.root, tc.rest, tc.ok)
+		}
+	}
+}
+
 func TestParseStatus(t *testing.T) {
 	c, err := ParseStatus([]byte("Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t10\t11\t12\t13\nGroups:\t4 24 27 \nNSpid:\t5\n"))
 	if err != nil {
@@ -363,7 +383,7 @@ func TestFUSENeverAnswers(t *testing.T) {
 	if err != nil {
 		t.Skipf("skipping: no /dev/fuse: %v", err)
 	}
-	opts := "fd=" + itoa(fd) + ",rootmode=40000,user_id=0,group_id=0"
+	opts := "fd=" + strconv.Itoa(fd) + ",rootmode=40000,user_id=0,group_id=0"
 	if err := unix.Mount("spanwatch-test", dir, "fuse.spanwatch-test", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		unix.Close(fd)
 		t.Skipf("skipping: mount fuse: %v", err)
@@ -387,5 +407,3 @@ func TestFUSENeverAnswers(t *testing.T) {
 		}
 	})
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

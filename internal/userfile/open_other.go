@@ -21,3 +21,13 @@ func OpenPath(context.Context, string, Options) (*File, error) {
 func ReadFile(context.Context, string, string, Options, int64) ([]byte, bool, error) {
 	return nil, false, errors.ErrUnsupported
 }
+
+// StatPath is Linux-only.
+func StatPath(context.Context, string, string) (Info, error) {
+	return Info{}, errors.ErrUnsupported
+}
+
+// OpenRooted is Linux-only.
+func OpenRooted(context.Context, string, Options) (*File, error) {
+	return nil, errors.ErrUnsupported
+}

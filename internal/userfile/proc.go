@@ -4,7 +4,50 @@ import (
 	"context"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
+
+// SplitRoot splits a path through a process's root in procfs,
+// ".../PID/root/REST", into that root and the rest; ok is false for any
+// other path.
+func SplitRoot(path string) (root, rest string, ok bool) {
+	path = filepath.Clean(path)
+	for i := 0; ; {
+		j := strings.Index(path[i:], "/root")
+		if j < 0 {
+			return "", "", false
+		}
+		j += i
+		end := j + len("/root")
+		if end == len(path) || path[end] == '/' {
+			slash := strings.LastIndexByte(path[:j], '/')
+			if pid := path[slash+1 : j]; slash >= 0 && pid != "" && strings.Trim(pid, "0123456789") == "" {
+				rest = path[end:]
+				if rest == "" {
+					rest = "/"
+				}
+				return path[:end], rest, true
+			}
+		}
+		i = end
+	}
+}
+
+// OnPID is the name Do's callers use for operations on behalf of process
+// pid: its user's, as the owner of procRoot/PID shows it; "" when gone.
+func OnPID(procRoot string, pid int) string {
+	fi, err := os.Stat(filepath.Join(procRoot, strconv.Itoa(pid)))
+	if err != nil {
+		return ""
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return OnUID(st.Uid)
+	}
+	return ""
+}
 
 // ReadProc reads a file of the agent's procfs, such as /proc/PID/maps, up
 // to max bytes (a longer file is cut there and counted under
