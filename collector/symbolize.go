@@ -4,6 +4,7 @@ package collector
 
 import (
 	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -51,6 +52,31 @@ func explain(s Symbolizer, frames []snapshot.Frame) string {
 		return e.Explain(frames)
 	}
 	return ""
+}
+
+// A memoryUser says how much memory it takes; *symbolize.Symbolizer is one.
+type memoryUser interface {
+	Memory() int64
+}
+
+// userFiles adds the window's counts of users' files refused or read in
+// part (internal/userfile: the symbolizer's, the /proc scan's, the USDT
+// tracer's, all in the process), and the symbolizer's memory. c.mu is
+// held.
+func (c *Collector) userFiles(st *snapshot.Stats) {
+	now := userfile.Counts()
+	for k, v := range now {
+		if d := v - c.prevFiles[k]; d > 0 {
+			if st.UserFiles == nil {
+				st.UserFiles = map[string]uint64{}
+			}
+			st.UserFiles[k] = d
+		}
+	}
+	c.prevFiles = now
+	if m, ok := c.cfg.Symbolizer.(memoryUser); ok {
+		st.SymbolizerBytes = uint64(max(0, m.Memory()))
+	}
 }
 
 func joinErr(a, b string) string {
