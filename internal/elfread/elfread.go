@@ -179,19 +179,35 @@ func ReadSection(s *elf.Section, max int64, view func(off, size uint64) ([]byte,
 }
 
 // readUpTo reads r to its end or max bytes. The buffer grows as the data
-// comes (from at most 1 MiB of the size the file claims): a size is never
-// allocated past the cap, nor much past what arrives.
+// comes (from at most 1 MiB of the size the file claims), doubling up to
+// the cap and no further: a size is never allocated past the cap, nor much
+// past what arrives.
 func readUpTo(r io.Reader, max int64, claim uint64) ([]byte, bool, error) {
-	var buf bytes.Buffer
-	buf.Grow(int(min(claim, uint64(max), 1<<20)) + 1)
-	n, err := io.Copy(&buf, io.LimitReader(r, max+1))
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return nil, false, err
+	buf := make([]byte, 0, min(claim, uint64(max), 1<<20)+1)
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > max {
+				return buf[:max], true, nil
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), max+1))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			if int64(len(buf)) > max {
+				return buf[:max], true, nil
+			}
+			return buf, false, nil
+		}
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, false, err
+		}
+		if err != nil {
+			return buf, false, nil
+		}
 	}
-	if n > max {
-		return buf.Bytes()[:max], true, nil
-	}
-	return buf.Bytes(), false, nil
 }
 
 // GoFuncs reads the function count of a Go 1.2+ pclntab's header and

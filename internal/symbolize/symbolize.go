@@ -430,8 +430,6 @@ func (s *Symbolizer) evict(now time.Time) {
 // byte earlier, inside the call instruction: that names the calling line,
 // and the right function when the call was a function's last instruction.
 func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) {
-	ctx, cancel := s.op()
-	defer cancel()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -440,8 +438,14 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 	p := s.procs[pid]
 	s.mu.Unlock()
 	if p == nil {
-		err := s.captureCtx(ctx, pid)
+		// The capture has a timeout of its own: a perf map that hangs
+		// until it ends must not leave the lookups none.
+		cctx, ccancel := s.op()
+		err := s.captureCtx(cctx, pid)
+		ccancel()
 		if err != nil {
+			ctx, cancel := s.op()
+			defer cancel()
 			if frames, am := s.fromAnchors(ctx, addrs); am != nil {
 				s.noteUnnamed(am.mod)
 				return frames, fmt.Errorf("symbolize user stack: %w (process %d): frames in %s are named from the binary the probe is in, frames elsewhere keep their addresses",
@@ -456,6 +460,9 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 			return addrFrames(addrs), fmt.Errorf("symbolize user stack: process %d is no longer cached", pid)
 		}
 	}
+	// The lookups wait for files' tables within a timeout of their own.
+	ctx, cancel := s.op()
+	defer cancel()
 	// Room for a few inlined calls, so that one allocation is the rule.
 	frames := make([]snapshot.Frame, 0, len(addrs)+8)
 	retried := false
@@ -470,7 +477,10 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 			// A library loaded or code generated after the capture: read
 			// the maps again, once per stack.
 			retried = true
-			if p = s.recapture(ctx, p); p != nil {
+			cctx, ccancel := s.op()
+			p = s.recapture(cctx, p)
+			ccancel()
+			if p != nil {
 				f = snapshot.Frame{Addr: a}
 				_, inlined = s.symbolizeUser(ctx, p, &f, pc)
 			}
