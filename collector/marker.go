@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -217,20 +216,19 @@ const markerTimeout = 2 * time.Second
 // attachLocked is attachPath with m.attachMu held. It returns the binary's
 // identity, with ok true, when path names a regular file, whether or not
 // it has the marker. procDir is the /proc directory of the process found
-// running it ("" for a binary the configuration names): opening, checking
-// and attaching happen on its user's behalf (userfile.Do), so a user whose
-// files hang stalls only the checking of their own binaries.
+// running it ("" for a binary the configuration names). Stat, open, check
+// and attach each run through userfile.Do on behalf of the directory the
+// binary is in (readlink of /proc/PID/exe touches no file system): while
+// a file there hangs (a FUSE daemon that stopped answering, a network
+// file system), binaries elsewhere are checked as usual.
 func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), markerTimeout)
 	defer cancel()
-	on := ""
-	if procDir != "" {
-		if fi, err := os.Stat(procDir); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				on = userfile.OnUID(st.Uid)
-			}
-		}
+	target, err := os.Readlink(path)
+	if err != nil {
+		target = path
 	}
+	on := "directory " + filepath.Dir(strings.TrimSuffix(target, " (deleted)"))
 	keyOf := func(i userfile.Info) fileKey {
 		return fileKey{dev: i.Dev, ino: i.Ino, mtime: i.ModTime.UnixNano(), size: i.Size}
 	}
@@ -261,8 +259,7 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 	if key = keyOf(f.Info); seen(key) {
 		return key, true, nil
 	}
-	device := fmt.Sprintf("device %d", f.Info.Dev)
-	found, err := userfile.Do(ctx, device, func() (marker, error) { return findMarker(f) }, nil)
+	found, err := userfile.Do(ctx, on, func() (marker, error) { return findMarker(f) }, nil)
 	if err != nil {
 		if errors.Is(err, userfile.ErrTimeout) || errors.Is(err, userfile.ErrBusy) {
 			// Not remembered: tried again at the next scan.
@@ -289,7 +286,7 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 	// os.File, which fails once the caller closed it), closed when the
 	// attach ends: the caller closes its own when it gives up, and a
 	// number reused meanwhile must not name another file.
-	l, err := userfile.Do(ctx, device, func() (link.Link, error) {
+	l, err := userfile.Do(ctx, on, func() (link.Link, error) {
 		dup := -1
 		var derr error
 		if err := controlFd(f.File, func(fd int) { dup, derr = unix.Dup(fd) }); err != nil || derr != nil {
@@ -320,7 +317,7 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 	// The binary is read for them only if its process could read it.
 	var cred *userfile.Cred
 	if procDir != "" {
-		if b, err := userfile.ReadProc(ctx, on, filepath.Join(procDir, "status"), 64<<10); err == nil {
+		if b, err := userfile.ReadProc(ctx, "", filepath.Join(procDir, "status"), 64<<10); err == nil {
 			if c, err := userfile.ParseStatus(b); err == nil {
 				cred = &c
 			}
