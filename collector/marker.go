@@ -427,7 +427,7 @@ func markerBySymbols(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64)
 	if table == nil || strs == nil {
 		return 0, 0
 	}
-	strtab, cut, err := elfread.ReadSection(strs, markerMaxSection, nil)
+	strtab, cut, err := elfread.ReadSection(strs, markerMaxSection, nil, nil)
 	if err != nil {
 		return 0, 0
 	}
@@ -475,7 +475,7 @@ func pclnTable(f *elf.File, caps *[]string) *gosym.Table {
 		*caps = append(*caps, userfile.ReasonSection)
 		return nil
 	}
-	data, _, err := elfread.ReadSection(pcln, markerMaxSection, nil)
+	data, _, err := elfread.ReadSection(pcln, markerMaxSection, nil, nil)
 	if err != nil {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spanwatch/spanwatch/internal/userfile"
 )
@@ -148,66 +149,55 @@ func sectionHeader(r io.ReaderAt, bo binary.ByteOrder, is64 bool, off uint64) (s
 	return shdr{flags: uint64(bo.Uint32(b[0x08:])), size: uint64(bo.Uint32(b[0x14:])), link: bo.Uint32(b[0x18:]), info: bo.Uint32(b[0x1c:])}, nil
 }
 
+// ErrNoRoom is returned by ReadSection when its grant gave nothing.
+var ErrNoRoom = errors.New("no room in the memory budget")
+
 // ReadSection returns a section's contents, inflated when compressed, up
-// to max bytes; truncated reports it was cut there (counted under
-// userfile.ReasonSection, or ReasonDecompressed for a compressed one).
-// When view is not nil and the section is stored as is, its bytes come
-// from view (a mapping of the file) instead of being copied.
-func ReadSection(s *elf.Section, max int64, view func(off, size uint64) ([]byte, error)) (b []byte, truncated bool, err error) {
+// to max bytes; truncated reports it was cut (at max, counted under
+// userfile.ReasonSection, or ReasonDecompressed for a compressed one, or
+// at what grant allowed). When view is not nil and the section is stored
+// as is, its bytes come from view (a mapping of the file) instead of being
+// copied. Otherwise the buffer is allocated once, at the size the section
+// claims within max and within what grant (when not nil) grants of it: a
+// size is never allocated past the cap or the budget (ErrNoRoom when the
+// budget has none), and a compressed section that inflates to more than
+// it claims is read as far as its claim.
+func ReadSection(s *elf.Section, max int64, view func(off, size uint64) ([]byte, error), grant func(int64) int64) (b []byte, truncated bool, err error) {
 	if s.Type == elf.SHT_NOBITS {
 		return nil, false, fmt.Errorf("section %s has no data in the file", s.Name)
 	}
-	compressed := s.Flags&elf.SHF_COMPRESSED != 0 || bytes.HasPrefix([]byte(s.Name), []byte(".zdebug"))
-	if !compressed && view != nil {
-		size := s.Size
-		if int64(size) > max {
-			size, truncated = uint64(max), true
-			userfile.Count(userfile.ReasonSection)
-		}
-		b, err := view(s.Offset, size)
-		return b, truncated, err
-	}
-	b, truncated, err = readUpTo(s.Open(), max, s.Size)
-	if truncated {
+	// Open first: for a .zdebug section it sets Size to the inflated size
+	// the section claims.
+	r := s.Open()
+	compressed := s.Flags&elf.SHF_COMPRESSED != 0 || strings.HasPrefix(s.Name, ".zdebug")
+	size := s.Size
+	if int64(size) > max {
+		size, truncated = uint64(max), true
 		if compressed {
 			userfile.Count(userfile.ReasonDecompressed)
 		} else {
 			userfile.Count(userfile.ReasonSection)
 		}
 	}
-	return b, truncated, err
-}
-
-// readUpTo reads r to its end or max bytes. The buffer grows as the data
-// comes (from at most 1 MiB of the size the file claims), doubling up to
-// the cap and no further: a size is never allocated past the cap, nor much
-// past what arrives.
-func readUpTo(r io.Reader, max int64, claim uint64) ([]byte, bool, error) {
-	buf := make([]byte, 0, min(claim, uint64(max), 1<<20)+1)
-	for {
-		if len(buf) == cap(buf) {
-			if int64(len(buf)) > max {
-				return buf[:max], true, nil
-			}
-			grown := make([]byte, len(buf), min(2*int64(cap(buf)), max+1))
-			copy(grown, buf)
-			buf = grown
+	if !compressed && view != nil {
+		b, err := view(s.Offset, size)
+		return b, truncated, err
+	}
+	if grant != nil {
+		g := grant(int64(size))
+		if g <= 0 && size > 0 {
+			return nil, truncated, ErrNoRoom
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			if int64(len(buf)) > max {
-				return buf[:max], true, nil
-			}
-			return buf, false, nil
-		}
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, false, err
-		}
-		if err != nil {
-			return buf, false, nil
+		if uint64(g) < size {
+			size, truncated = uint64(g), true
 		}
 	}
+	b = make([]byte, size)
+	n, err := io.ReadFull(r, b)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, false, err
+	}
+	return b[:n], truncated, nil
 }
 
 // GoFuncs reads the function count of a Go 1.2+ pclntab's header and

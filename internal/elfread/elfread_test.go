@@ -86,7 +86,7 @@ func TestSymbolsSparse(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := Table(ef, elf.SHT_SYMTAB)
-	strtab, _, err := ReadSection(StringTable(ef, table), 1<<20, nil)
+	strtab, _, err := ReadSection(StringTable(ef, table), 1<<20, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestReadSectionBomb(t *testing.T) {
 	before := userfile.Counts()[userfile.ReasonDecompressed]
 	var b []byte
 	var truncated bool
-	n := allocated(func() { b, truncated, err = ReadSection(ef.Section(".debug_info"), 16<<20, nil) })
+	n := allocated(func() { b, truncated, err = ReadSection(ef.Section(".debug_info"), 16<<20, nil, nil) })
 	if err != nil || !truncated || len(b) != 16<<20 {
 		t.Fatalf("ReadSection: %d bytes, truncated %v, %v", len(b), truncated, err)
 	}
@@ -155,7 +155,7 @@ func TestReadSectionBomb(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, truncated, err = ReadSection(eg.Section(".data"), 1<<20, view)
+	b, truncated, err = ReadSection(eg.Section(".data"), 1<<20, view, nil)
 	if err != nil || !truncated || len(b) != 1<<20 || viewed[1] != 1<<20 || viewed[0] != eg.Section(".data").Offset {
 		t.Errorf("ReadSection with a view: %d bytes, truncated %v, view %v, %v", len(b), truncated, viewed, err)
 	}
@@ -191,7 +191,7 @@ func TestDWARF(t *testing.T) {
 		t.Fatal(err)
 	}
 	units := func(max int64) (int, bool) {
-		d, capped, err := DWARF(ef, max, nil, func(int64) bool { return true })
+		d, capped, err := DWARF(ef, max, nil, func(n int64) int64 { return n })
 		if err != nil {
 			t.Fatalf("DWARF(max %d): %v", max, err)
 		}
@@ -220,7 +220,7 @@ func TestDWARF(t *testing.T) {
 		t.Errorf("cut after the first unit: %d units, capped %v; want 1", n, capped)
 	}
 	// No room in memory: left out, not an error.
-	if _, capped, err := DWARF(ef, 1<<30, nil, func(int64) bool { return false }); !capped || !errors.Is(err, ErrNoDWARF) {
+	if _, capped, err := DWARF(ef, 1<<30, nil, func(int64) int64 { return 0 }); !capped || !errors.Is(err, ErrNoDWARF) {
 		t.Errorf("no room: capped %v, %v; want capped, ErrNoDWARF", capped, err)
 	}
 }
@@ -231,4 +231,31 @@ func mustData(t *testing.T, s *elf.Section) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestWholeUnits cuts .debug_info after whole units, zero-length ones
+// skipped (as debug/dwarf skips them), and after the unit cap.
+func TestWholeUnits(t *testing.T) {
+	le := binary.LittleEndian
+	var b []byte
+	for i := 0; i < 10; i++ {
+		b = le.AppendUint32(b, 3)
+		b = append(b, 1, 2, 3)
+		b = le.AppendUint32(b, 0) // empty: not a unit
+	}
+	whole := len(b)
+	b = le.AppendUint32(b, 100) // cut short
+	b = append(b, 1, 2)
+	got, more := wholeUnits(b, le, 100)
+	if len(got) != whole || more {
+		t.Errorf("wholeUnits = %d bytes, more %v; want %d, false", len(got), more, whole)
+	}
+	before := userfile.Counts()[userfile.ReasonUnits]
+	got, more = wholeUnits(b, le, 4)
+	if len(got) != 4*(7+4) || !more {
+		t.Errorf("4 units: %d bytes, more %v; want %d, true", len(got), more, 4*(7+4))
+	}
+	if userfile.Counts()[userfile.ReasonUnits] <= before {
+		t.Error("the unit cap was not counted")
+	}
 }

@@ -108,6 +108,33 @@ func (b *budget) take(n int64) bool {
 	return true
 }
 
+// grant takes up to n bytes, as many as fit, and returns how many; a
+// grant short of n counts the cap it hit.
+func (b *budget) grant(n int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n <= 0 {
+		return 0
+	}
+	g, reason := n, ""
+	if room := b.limit - b.used; g > room {
+		g, reason = room, userfile.ReasonModuleMemory
+	}
+	if room := b.max - b.total.Load(); g > room {
+		g, reason = room, userfile.ReasonMemory
+	}
+	if g <= 0 {
+		b.hitLocked(reason)
+		return 0
+	}
+	if reason != "" {
+		b.hitLocked(reason)
+	}
+	b.total.Add(g)
+	b.used += g
+	return g
+}
+
 // give returns n bytes taken earlier.
 func (b *budget) give(n int64) {
 	b.mu.Lock()

@@ -440,3 +440,37 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestPerfMapReread: a miss re-reads the maps at most once a second, and
+// the perf map only when it changed: a JIT's big map is not parsed again
+// for every miss.
+func TestPerfMapReread(t *testing.T) {
+	lab := newHostileLab(t)
+	pid, _ := victim{bin: lab.bin, setup: "echo '10000000 100 jit_first' > /tmp/perf-$$.map"}.start(t)
+	s := New(Config{})
+	defer s.Close()
+	frames, err := s.User(uint32(pid), unmapped[:1])
+	if err != nil || frames[0].Function != "jit_first" {
+		t.Fatalf("frames %+v, %v", frames, err)
+	}
+	perfOf := func() *perfMap {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.procs[uint32(pid)].perf
+	}
+	first := perfOf()
+	time.Sleep(1100 * time.Millisecond)
+	s.User(uint32(pid), []uint64{0x20000000}) // a miss: the maps are read again
+	if perfOf() != first {
+		t.Error("an unchanged perf map was read again")
+	}
+	path := fmt.Sprintf("/proc/%d/root/tmp/perf-%d.map", pid, pid)
+	if err := os.WriteFile(path, []byte("10000000 100 jit_first\n20000000 100 jit_second\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	frames, _ = s.User(uint32(pid), []uint64{0x20000010})
+	if frames[0].Function != "jit_second" || perfOf() == first {
+		t.Errorf("after the map changed: %+v", frames[0])
+	}
+}

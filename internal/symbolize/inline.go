@@ -127,7 +127,11 @@ func findGofunc(ef *elf.File, p *parser, pclnAddr, funcnameOff, text uint64) uin
 	if table := elfread.Table(ef, elf.SHT_SYMTAB); table != nil {
 		var value uint64
 		if strs := elfread.StringTable(ef, table); strs != nil {
-			if strtab, _, err := elfread.ReadSection(strs, p.lim.Section, p.view()); err == nil {
+			if strtab, _, err := elfread.ReadSection(strs, p.lim.Section, p.view(), p.t.budget.grant); err == nil {
+				if p.view() == nil {
+					// A copy only searched here: its room goes back.
+					defer p.t.budget.give(int64(len(strtab)))
+				}
 				elfread.Symbols(ef, table, p.lim.Section, func(s elfread.Symbol) bool {
 					if elfread.NameIs(strtab, s.Name, "go:func.*") {
 						value = s.Value

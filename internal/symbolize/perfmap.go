@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spanwatch/spanwatch/internal/userfile"
 )
@@ -17,6 +18,10 @@ type perfMap struct {
 	entries []perfEntry
 	names   []byte
 	budget  *budget
+	// info is what fstat said of the file read, so that a capture again
+	// after a miss reuses the map when the file did not change.
+	info userfile.Info
+	refs atomic.Int32 // processes holding it; freed at 0
 }
 
 type perfEntry struct {
@@ -37,6 +42,7 @@ func parsePerfMap(b []byte, truncated bool, bud *budget) *perfMap {
 		}
 	}
 	pm := &perfMap{budget: bud}
+	pm.refs.Store(1)
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -105,5 +111,22 @@ func (pm *perfMap) lookup(addr uint64) (perfEntry, string, bool) {
 	return e, string(pm.names[e.name : e.name+e.len]), true
 }
 
-// free returns the map's memory to the budget.
-func (pm *perfMap) free() { pm.budget.release() }
+// hold takes one more reference.
+func (pm *perfMap) hold() *perfMap {
+	pm.refs.Add(1)
+	return pm
+}
+
+// free drops a reference; the last one returns the map's memory to the
+// budget.
+func (pm *perfMap) free() {
+	if pm.refs.Add(-1) == 0 {
+		pm.budget.release()
+	}
+}
+
+// same reports whether fstat's info is of the file the map was read from,
+// unchanged.
+func (pm *perfMap) same(info userfile.Info) bool {
+	return info.Dev == pm.info.Dev && info.Ino == pm.info.Ino && info.Size == pm.info.Size && info.ModTime.Equal(pm.info.ModTime)
+}

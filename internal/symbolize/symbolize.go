@@ -179,7 +179,7 @@ func (s *Symbolizer) captureCtx(ctx context.Context, pid uint32) error {
 		return nil
 	}
 	s.mu.Unlock()
-	p, err := s.capture(ctx, pid, key)
+	p, err := s.capture(ctx, pid, key, nil)
 	if err != nil {
 		return fmt.Errorf("capture process %d: %w", pid, err)
 	}
@@ -204,8 +204,10 @@ func (s *Symbolizer) captureCtx(ctx context.Context, pid uint32) error {
 const maxMapsBytes = 32 << 20
 
 // capture reads the process's credentials, maps and perf map and opens
-// its modules, without the lock: every read is bounded by ctx.
-func (s *Symbolizer) capture(ctx context.Context, pid uint32, key procKey) (*process, error) {
+// its modules, without the lock: every read is bounded by ctx. prev is the
+// same process captured before (a capture again after a miss): its perf
+// map is kept when the file did not change.
+func (s *Symbolizer) capture(ctx context.Context, pid uint32, key procKey, prev *process) (*process, error) {
 	dir := filepath.Join(s.cfg.ProcRoot, strconv.FormatUint(uint64(pid), 10))
 	status, err := userfile.ReadProc(ctx, "", filepath.Join(dir, "status"), 64<<10)
 	if err != nil {
@@ -242,7 +244,7 @@ func (s *Symbolizer) capture(ctx context.Context, pid uint32, key procKey) (*pro
 		p.mappings = append(p.mappings, m)
 	}
 	sort.Slice(p.mappings, func(i, j int) bool { return p.mappings[i].start < p.mappings[j].start })
-	s.readPerfMap(ctx, p, dir, status, &cred)
+	s.readPerfMap(ctx, p, dir, status, &cred, prev)
 	return p, nil
 }
 
@@ -251,7 +253,7 @@ func (s *Symbolizer) capture(ctx context.Context, pid uint32, key procKey) (*pro
 // host under its host PID, as perf(1) does. A map is read only when it is
 // a regular file (no link), belongs to the process's user or root, and the
 // process could read it itself; it is read up to Limits.PerfMap.
-func (s *Symbolizer) readPerfMap(ctx context.Context, p *process, dir string, status []byte, cred *userfile.Cred) {
+func (s *Symbolizer) readPerfMap(ctx context.Context, p *process, dir string, status []byte, cred *userfile.Cred, prev *process) {
 	nspid := parseNSPid(status, p.pid)
 	type place struct{ root, name string }
 	candidates := []place{{filepath.Join(dir, "root"), fmt.Sprintf("/tmp/perf-%d.map", nspid)}}
@@ -260,16 +262,27 @@ func (s *Symbolizer) readPerfMap(ctx context.Context, p *process, dir string, st
 	}
 	opts := userfile.Options{Owners: cred.Owners(), Reader: cred, On: userfile.OnUID(cred.UID[1])}
 	for _, c := range candidates {
-		b, truncated, err := userfile.ReadFile(ctx, c.root, c.name, opts, s.lim.PerfMap)
+		var unchanged func(userfile.Info) bool
+		if prev != nil && prev.perf != nil && prev.perfPath == c.name {
+			unchanged = prev.perf.same
+		}
+		b, truncated, info, err := userfile.ReadFileChanged(ctx, c.root, c.name, opts, s.lim.PerfMap, unchanged)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
 				s.log.Debug("perf_map_unreadable", "pid", p.pid, "path", filepath.Join(c.root, c.name), "error", err)
 			}
 			continue
 		}
+		if b == nil && unchanged != nil {
+			// Read at the last capture and unchanged since: a miss
+			// re-reads the maps, not a JIT's whole perf map.
+			p.perf, p.perfPath = prev.perf.hold(), c.name
+			return
+		}
 		bud := newBudget(s.lim.Memory, &s.memory, s.lim.Memory)
 		p.perf, p.perfPath = parsePerfMap(b, truncated, bud), c.name
-		if caps := bud.caps(); len(caps) > 0 {
+		p.perf.info = info
+		if caps := bud.caps(); len(caps) > 0 && prev == nil {
 			s.log.Warn("symbolize_file_capped", "path", filepath.Join(c.root, c.name), "caps", strings.Join(caps, ","),
 				"hint", "entries past the cap are not read (symbolize.Limits.PerfMap)")
 		}
@@ -583,7 +596,7 @@ func (s *Symbolizer) recapture(ctx context.Context, p *process) *process {
 		// Gone, or a new image: what was captured is all there is.
 		return p
 	}
-	np, err := s.capture(ctx, p.pid, key)
+	np, err := s.capture(ctx, p.pid, key, p)
 	if err != nil {
 		return p
 	}

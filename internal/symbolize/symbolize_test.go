@@ -169,3 +169,38 @@ func TestHint(t *testing.T) {
 		}
 	}
 }
+
+// TestBudget: a file's budget within its cap and the symbolizer's total,
+// granting what fits and counting each cap once per file.
+func TestBudget(t *testing.T) {
+	var total atomic.Int64
+	a := newBudget(100, &total, 150)
+	if !a.take(60) || a.take(41) {
+		t.Fatal("take: 60 fits a 100 cap, 41 more does not")
+	}
+	if g := a.grant(60); g != 40 {
+		t.Errorf("grant(60) = %d, want the 40 left of the file's cap", g)
+	}
+	b := newBudget(100, &total, 150)
+	if g := b.grant(80); g != 50 {
+		t.Errorf("grant(80) = %d, want the 50 left of the total", g)
+	}
+	if g := b.grant(1); g != 0 {
+		t.Errorf("grant(1) with nothing left = %d", g)
+	}
+	if caps := a.caps(); len(caps) != 1 || caps[0] != userfile.ReasonModuleMemory {
+		t.Errorf("a's caps %v", caps)
+	}
+	if caps := b.caps(); len(caps) != 1 || caps[0] != userfile.ReasonMemory {
+		t.Errorf("b's caps %v", caps)
+	}
+	a.release()
+	b.give(20)
+	if total.Load() != 30 || b.bytes() != 30 {
+		t.Errorf("total %d, b %d; want 30, 30", total.Load(), b.bytes())
+	}
+	b.release()
+	if total.Load() != 0 {
+		t.Errorf("total %d after release", total.Load())
+	}
+}

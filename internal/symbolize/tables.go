@@ -205,7 +205,7 @@ func (p *parser) parse() (*tables, error) {
 
 // readLines builds the line table from the file's DWARF, when it has some.
 func (p *parser) readLines(ef *elf.File) bool {
-	d, capped, err := elfread.DWARF(ef, p.lim.Section, p.view(), p.t.budget.take)
+	d, capped, err := elfread.DWARF(ef, p.lim.Section, p.view(), p.t.budget.grant)
 	if capped {
 		p.t.budget.hit(userfile.ReasonSection)
 	}
@@ -226,15 +226,12 @@ func (p *parser) readSymbols(ef *elf.File) {
 		if table == nil || strs == nil || len(t.strtabs) >= 255 {
 			continue
 		}
-		strtab, cut, err := elfread.ReadSection(strs, p.lim.Section, p.view())
+		strtab, cut, err := elfread.ReadSection(strs, p.lim.Section, p.view(), t.budget.grant)
 		if err != nil {
 			continue
 		}
 		if cut {
 			t.budget.hit(userfile.ReasonSection)
-		}
-		if p.view() == nil && !t.budget.take(int64(len(strtab))) {
-			continue
 		}
 		tab := uint8(len(t.strtabs))
 		t.strtabs = append(t.strtabs, strtab)

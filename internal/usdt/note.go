@@ -421,7 +421,7 @@ func (t *symbolTable) lookup(name string) (uint64, bool) {
 		}
 		strtab, ok := t.strtabs[strs]
 		if !ok {
-			strtab, _, _ = elfread.ReadSection(strs, maxSymbolBytes, nil)
+			strtab, _, _ = elfread.ReadSection(strs, maxSymbolBytes, nil, nil)
 			t.strtabs[strs] = strtab
 		}
 		elfread.Symbols(t.f, table, maxSymbolBytes, func(s elfread.Symbol) bool {

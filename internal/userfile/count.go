@@ -21,6 +21,7 @@ const (
 	ReasonHeaders      = "headers"           // ELF header tables past their caps: file not parsed
 	ReasonSymbols      = "symbols"           // symbol table read up to its cap
 	ReasonLines        = "line_rows"         // DWARF line rows kept up to their cap
+	ReasonUnits        = "dwarf_units"       // DWARF units kept up to their cap
 	ReasonGoFuncs      = "go_funcs"          // a Go pclntab with more functions than the cap: not used
 	ReasonModuleMemory = "module_memory"     // one file's tables past their memory cap
 	ReasonMemory       = "memory"            // all files' tables past the symbolizer's memory cap

@@ -58,19 +58,31 @@ type Info struct {
 	Local bool
 }
 
-// ReadAll reads f from its start, up to max bytes; truncated reports that
-// there was more.
+// ReadAll reads r from its start, up to max bytes; truncated reports that
+// there was more. A *File's buffer is allocated at its size (within max),
+// and grows only for what arrives past it (a file still being written).
 func ReadAll(r io.ReaderAt, max int64) (b []byte, truncated bool, err error) {
-	var buf []byte
-	chunk := make([]byte, 64<<10)
+	hint := int64(64 << 10)
+	if f, ok := r.(*File); ok {
+		hint = f.Info.Size
+	}
+	buf := make([]byte, 0, min(hint, max)+1)
 	for off := int64(0); ; {
-		n, err := r.ReadAt(chunk, off)
-		if int64(len(buf))+int64(n) > max {
-			return append(buf, chunk[:max-int64(len(buf))]...), true, nil
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > max {
+				return buf[:max], true, nil
+			}
+			grown := make([]byte, len(buf), min(2*int64(cap(buf)), max+1))
+			copy(grown, buf)
+			buf = grown
 		}
-		buf = append(buf, chunk[:n]...)
+		n, err := r.ReadAt(buf[len(buf):cap(buf)], off)
+		buf = buf[:len(buf)+n]
 		off += int64(n)
 		if err == io.EOF {
+			if int64(len(buf)) > max {
+				return buf[:max], true, nil
+			}
 			return buf, false, nil
 		}
 		if err != nil {

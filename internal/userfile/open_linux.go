@@ -39,6 +39,30 @@ func ReadFile(ctx context.Context, root, name string, o Options, max int64) (b [
 	return r.b, r.truncated, err
 }
 
+// ReadFileChanged is ReadFile for a file read before: when unchanged
+// reports true for what fstat says of it now, the file is not read and b
+// is nil. info is what fstat said.
+func ReadFileChanged(ctx context.Context, root, name string, o Options, max int64, unchanged func(Info) bool) (b []byte, truncated bool, info Info, err error) {
+	type read struct {
+		b         []byte
+		truncated bool
+		info      Info
+	}
+	r, err := Do(ctx, o.On, func() (read, error) {
+		f, err := openIn(root, name, o)
+		if err != nil {
+			return read{}, err
+		}
+		defer f.Close()
+		if unchanged != nil && unchanged(f.Info) {
+			return read{info: f.Info}, nil
+		}
+		b, truncated, err := ReadAll(f, max)
+		return read{b, truncated, f.Info}, err
+	}, nil)
+	return r.b, r.truncated, r.info, err
+}
+
 func openIn(root, name string, o Options) (*File, error) {
 	path := filepath.Join(root, name)
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -31,3 +31,8 @@ func StatPath(context.Context, string, string) (Info, error) {
 func OpenRooted(context.Context, string, Options) (*File, error) {
 	return nil, errors.ErrUnsupported
 }
+
+// ReadFileChanged is Linux-only.
+func ReadFileChanged(context.Context, string, string, Options, int64, func(Info) bool) ([]byte, bool, Info, error) {
+	return nil, false, Info{}, errors.ErrUnsupported
+}
