@@ -141,7 +141,7 @@ type Collector struct {
 	prevSource  map[string]uint64 // their counts at the last snapshot
 	prevMisses  uint64
 	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
-	quotaSeen   map[uint64]bool // cgroups whose (other) series was logged
+	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
 	reader      *seriesReader
 	lastAt      time.Time
 	mapBytes    uint64

@@ -143,4 +143,3 @@ func TestMarkerScanHostileExe(t *testing.T) {
 		t.Errorf("Close took %v", d)
 	}
 }
-
