@@ -454,6 +454,7 @@ func scenarios() []scenario {
 	}
 	dotdot := "ln -s ../../../../../..SECRET /tmp/perf-$$.map"
 	return []scenario{
+		{name: "no attack (baseline)", mark: secretMark, hold: 3 * time.Second, setup: plain("true", false)},
 		{name: "symlink to a root-only file", mark: secretMark, hold: 3 * time.Second, setup: plain("ln -s SECRET /tmp/perf-$$.map", false)},
 		{name: "userns: absolute symlink", mark: secretMark, hold: 3 * time.Second, setup: plain("ln -s SECRET /tmp/perf-$$.map", true)},
 		{name: "userns: ../../.. symlink", mark: secretMark, hold: 3 * time.Second, setup: plain(dotdot, true)},
