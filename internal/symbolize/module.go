@@ -24,10 +24,10 @@ import (
 // gives unnamed frames).
 //
 // Its tables are parsed on its first lookup, on a goroutine of their own
-// bounded by loadTimeout (userfile.Do): lookups wait for them as long as
-// their context allows, but not past Config.Timeout after the load
-// started, so a file that parses slowly or hangs (a FUSE file whose daemon
-// stopped answering) costs one wait, not one per stack.
+// bounded by loadTimeout (userfile.Do): lookups wait for them, but not
+// past loadWait Config.Timeouts after the load started, so a file that
+// parses slowly or hangs (a FUSE file whose daemon stopped answering)
+// costs one wait, not one per stack.
 type module struct {
 	name  string // base name, for Frame.Module
 	path  string // as the process saw it
@@ -63,6 +63,11 @@ const maxCache = 1 << 12
 
 // cacheEntrySize is about what one cached lookup takes, for the budget.
 const cacheEntrySize = 128
+
+// loadWait is how many Config.Timeouts lookups wait for a file's tables
+// after its parse started (10 s by default): a big binary's first parse
+// on a busy node takes seconds, and is waited for once.
+const loadWait = 5
 
 // loadTimeout bounds one file's parse. Parsing a big binary takes a second
 // or two on a busy node; a parse still running past this is stuck (a file
@@ -114,9 +119,14 @@ func (m *module) load() {
 		d.ctx = ctx
 		dbg = &d
 	}
-	// Only a file system that stopped answering makes a parse hang: its
-	// stuck parse stalls the loading of its own files, not others'.
+	// Only a file system that stopped answering (FUSE, a network) makes
+	// a parse hang: a stuck parse there stalls the loading of that file
+	// system's files, not others'. A parse of a local file can only be
+	// slow, and stalls nothing else.
 	on := fmt.Sprintf("device %d", m.key.dev)
+	if m.file == nil || m.file.Info.Local {
+		on = fmt.Sprintf("file %d:%d", m.key.dev, m.key.inode)
+	}
 	t, err := userfile.Do(ctx, on, func() (*tables, error) {
 		p := &parser{path: m.path, r: m.r, file: m.file, lim: lim, t: &tables{budget: b}, debug: dbg}
 		return p.parse()
@@ -139,8 +149,8 @@ func (m *module) load() {
 
 // with runs fn with the module's tables, under its lock, once they are
 // loaded; it starts the load on first use. It waits for the load until ctx
-// ends, and not past Config.Timeout after the load started: later calls
-// while the load runs return errNotLoaded at once.
+// ends, and not past loadWait Config.Timeouts after the load started:
+// later calls while the load runs return errNotLoaded at once.
 func (m *module) with(ctx context.Context, fn func(t *tables)) error {
 	m.start.Do(func() {
 		m.started.Store(time.Now().UnixNano())
@@ -149,7 +159,7 @@ func (m *module) with(ctx context.Context, fn func(t *tables)) error {
 	select {
 	case <-m.done:
 	default:
-		left := time.Until(time.Unix(0, m.started.Load()).Add(m.s.cfg.Timeout))
+		left := time.Until(time.Unix(0, m.started.Load()).Add(loadWait * m.s.cfg.Timeout))
 		if left <= 0 {
 			return errNotLoaded
 		}

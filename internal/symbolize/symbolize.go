@@ -40,12 +40,13 @@ type Config struct {
 	// finds the package of a stripped binary; "/var/lib/dpkg/info" when
 	// empty.
 	DpkgInfo string
-	// Timeout bounds one Capture or User call's waits on files and /proc:
-	// opening a file of a process (a FUSE or network file that does not
-	// answer), reading its maps (behind its mmap lock), waiting for a
-	// file's tables. What does not finish in time is skipped, counted
-	// (userfile.ReasonTimeout) and never waited for again by later calls
-	// while it hangs. 2s when zero.
+	// Timeout bounds each wait on a process's files and /proc: opening a
+	// file of a process (a FUSE or network file that does not answer),
+	// reading its maps (behind its mmap lock); a file's tables, parsed on
+	// first use, are waited for five times as long (a big binary's first
+	// parse takes seconds). What does not finish in time is skipped,
+	// counted (userfile.ReasonTimeout) and not waited for again by later
+	// calls while it hangs. 2s when zero.
 	Timeout time.Duration
 	// Limits bound what is read of each file and kept of all of them.
 	Limits Limits
@@ -473,8 +474,9 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 			return addrFrames(addrs), fmt.Errorf("symbolize user stack: process %d is no longer cached", pid)
 		}
 	}
-	// The lookups wait for files' tables within a timeout of their own.
-	ctx, cancel := s.op()
+	// The lookups wait for files' tables within a timeout of their own
+	// (a first parse of a big binary takes seconds).
+	ctx, cancel := context.WithTimeout(s.base, loadWait*s.cfg.Timeout)
 	defer cancel()
 	// Room for a few inlined calls, so that one allocation is the rule.
 	frames := make([]snapshot.Frame, 0, len(addrs)+8)
