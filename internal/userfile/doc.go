@@ -30,6 +30,9 @@
 // fail at once, so a user can stall only the reading of their own files,
 // and a global cap bounds the goroutines left behind.
 //
+// Closing a file sends FUSE_FLUSH on FUSE and waits for the answer: a
+// File not on a local file system is closed on a goroutine of its own.
+//
 // Files refused and operations that gave up are counted by reason (Counts),
 // together with the parsing caps other packages hit (Count): the agent
 // exports them as spanwatch_user_file_limits_total.

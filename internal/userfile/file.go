@@ -44,6 +44,18 @@ type File struct {
 	Info Info
 }
 
+// Close closes the file. A file on a file system that is not local (FUSE,
+// a network) is closed on a goroutine of its own: close sends FUSE_FLUSH
+// and waits for the answer, which a daemon that stopped answering never
+// gives, and the caller may hold a lock. Close then returns nil.
+func (f *File) Close() error {
+	if !f.Info.Local {
+		go f.File.Close()
+		return nil
+	}
+	return f.File.Close()
+}
+
 // Info is what fstat said of a file when it was opened.
 type Info struct {
 	Dev, Ino uint64
