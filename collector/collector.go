@@ -140,7 +140,8 @@ type Collector struct {
 	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
 	prevSource  map[string]uint64 // their counts at the last snapshot
 	prevMisses  uint64
-	quotaSeen   map[uint64]bool // cgroups whose (other) series was logged
+	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
+	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
 	reader      *seriesReader
 	lastAt      time.Time
 	mapBytes    uint64
@@ -574,6 +575,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	s.Host = hostName()
 	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
+	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses
 	c.prevMisses = misses
