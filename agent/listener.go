@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/detector"
 )
 
 // listener serves the agent's HTTP endpoints:
@@ -450,6 +451,9 @@ type Status struct {
 	// RestartPending lists the settings the file changes that only a
 	// restart applies.
 	RestartPending []RestartChange `json:"restart_pending"`
+	// PoliciesCutOff lists the Rego policies whose evaluations are being
+	// cut off at their time or memory limit (policy_limits:).
+	PoliciesCutOff []detector.PolicyCutOff `json:"policies_cut_off"`
 }
 
 func (l *listener) status(w http.ResponseWriter, r *http.Request) {
@@ -458,6 +462,7 @@ func (l *listener) status(w http.ResponseWriter, r *http.Request) {
 	out := Status{
 		Config: cfg.Path, Interval: cfg.Collector.Interval.String(), ExternalURL: l.a.externalURL(),
 		Reloads: st.Reloads, ReloadFailures: st.Failures, RestartPending: l.a.PendingRestart(),
+		PoliciesCutOff: l.a.det.PolicyCutOffs(),
 	}
 	if st.LastError != nil {
 		out.LastReload = st.LastError.Error()

@@ -552,3 +552,38 @@ routing:
 		t.Errorf("/api/dead-letters: nothing redacted (%v):\n%s", err, body)
 	}
 }
+
+// TestStatusPolicyCutOff evaluates a policy whose memory follows a count a
+// user drove to 10^8: GET /api/status lists it as cut off at its memory
+// bound, and /metrics counts it.
+func TestStatusPolicyCutOff(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "big.rego"), []byte(`package spanwatch
+
+alerts contains {"labels": {"alertname": "Counted"}} if {
+	some s in input.series
+	count(numbers.range(1, s.count)) > 10
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, addr := serveAgent(t, dir, "policies:\n  - file: big.rego\npolicy_limits: {memory: 32MiB}\n", nil, nil)
+	s := testSnapshot()
+	s.Series[0].Count = 1e8
+	if _, err := a.det.Evaluate(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.PoliciesCutOff) != 1 || st.PoliciesCutOff[0].Policy != "big" || st.PoliciesCutOff[0].Reason != "memory" || st.PoliciesCutOff[0].Limit != "32MiB" {
+		t.Errorf("/api/status: %v %+v", err, st.PoliciesCutOff)
+	}
+	if got := counterValue(t, a, "spanwatch_detector_policy_memory_cutoffs_total", nil); got != 1 {
+		t.Errorf("spanwatch_detector_policy_memory_cutoffs_total = %v", got)
+	}
+}

@@ -40,6 +40,10 @@ type Config struct {
 	Metrics     yaml.Node
 	Listener    yaml.Node
 
+	// Limits bound the policies' evaluation (policy_limits:); zero fields
+	// are left to the detector's defaults.
+	Limits Limits
+
 	// ExternalLabels are added to every alert (rule, policy and overrun
 	// alerts) that does not set the label itself, as Prometheus adds its
 	// external labels. A label set to "" removes a default one (the
@@ -167,7 +171,7 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics", "listener"}
+var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics", "listener", "policy_limits"}
 
 // DefaultOver is the range of a rule or policy that does not set over:.
 // A quantile over one window flaps: a 10s window of a service doing 5
@@ -267,6 +271,8 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.Metrics = *v
 		case "listener":
 			cfg.Listener = *v
+		case "policy_limits":
+			cfg.Limits = d.limits(v)
 		}
 	})
 	for _, b := range cfg.Budgets {
