@@ -40,7 +40,7 @@ func testSnapshot() *snapshot.Snapshot {
 // configuration text (its relative paths taken from dir), with snap as its
 // newest snapshot and in its exporter; it returns the agent and its
 // address.
-func serveAgent(t *testing.T, dir, text string, snap *snapshot.Snapshot, logs *syncBuffer) (*Agent, string) {
+func serveAgent(t *testing.T, dir, text string, snap *snapshot.Snapshot, logs *syncBuffer, before ...func(*Agent)) (*Agent, string) {
 	t.Helper()
 	cfg, err := Parse(filepath.Join(dir, "spanwatch.yaml"), []byte(text), LoadOptions{})
 	if err != nil {
@@ -57,6 +57,9 @@ func serveAgent(t *testing.T, dir, text string, snap *snapshot.Snapshot, logs *s
 	if snap != nil {
 		a.exporter.Observe(snap)
 		a.last.set(snap)
+	}
+	for _, f := range before {
+		f(a)
 	}
 	a.listener.serve()
 	return a, a.Addr().String()
@@ -346,25 +349,45 @@ func manySeries(n int) *snapshot.Snapshot {
 	return s
 }
 
-// startGet sends GET path on a fresh connection owned by uid and returns
-// the connection and the status code, without reading the body: a
+// sendGet sends GET path on a fresh connection owned by uid, and
+// readStatus reads the status of its answer, without reading the body: a
 // client that reads nothing holds its response in the listener.
-func startGet(t *testing.T, addr, path string, uid int) (net.Conn, int) {
+func sendGet(t *testing.T, addr, path string, uid int) net.Conn {
 	t.Helper()
 	c, err := dialAs(uid)(context.Background(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\n\r\n", path)
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+func readStatus(t *testing.T, c net.Conn) int {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	head := make([]byte, 12) // "HTTP/1.1 200"
 	if _, err := io.ReadFull(c, head); err != nil {
-		t.Fatalf("GET %s as uid %d: %v", path, uid, err)
+		t.Fatalf("GET: %v", err)
 	}
 	var code int
 	fmt.Sscanf(string(head[9:]), "%d", &code)
 	c.SetReadDeadline(time.Time{})
-	return c, code
+	return code
+}
+
+// getStatuses sends GET path from each uid at once, then reads the
+// statuses.
+func getStatuses(t *testing.T, addr, path string, uids ...int) ([]net.Conn, []int) {
+	t.Helper()
+	conns := make([]net.Conn, len(uids))
+	for i, uid := range uids {
+		conns[i] = sendGet(t, addr, path, uid)
+	}
+	codes := make([]int, len(uids))
+	for i, c := range conns {
+		codes[i] = readStatus(t, c)
+	}
+	return conns, codes
 }
 
 // TestListenerInFlight sends six /metrics requests at 10k series from six
@@ -376,15 +399,16 @@ func TestListenerInFlight(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make sockets as other users")
 	}
-	a, addr := serveAgent(t, t.TempDir(), "rules: []\n", manySeries(10000), nil)
-	a.listener.stall = time.Second
+	// The stall timeout: long enough for the checks below to run while
+	// the answers are held, under the race detector too.
+	a, addr := serveAgent(t, t.TempDir(), "rules: []\n", manySeries(10000), nil, func(a *Agent) { a.listener.stall = 5 * time.Second })
 	var held []net.Conn
 	codes := map[int]int{}
 	start := time.Now()
-	for uid := 1000; uid < 1006; uid++ {
-		c, code := startGet(t, addr, "/metrics", uid)
-		codes[code]++
-		if code == 200 {
+	conns, statuses := getStatuses(t, addr, "/metrics", 1000, 1001, 1002, 1003, 1004, 1005)
+	for i, c := range conns {
+		codes[statuses[i]]++
+		if statuses[i] == 200 {
 			held = append(held, c)
 		} else {
 			c.Close()
@@ -398,11 +422,18 @@ func TestListenerInFlight(t *testing.T) {
 		t.Errorf("rejected{busy} = %v, want 4", got)
 	}
 	t.Logf("six requests answered in %s", took)
-	// The first user asks again while its first answer is held.
-	_, code := startGet(t, addr, "/metrics", 1000)
-	if code != 503 {
+	// A user being served asks again while its first answer is held.
+	var served int
+	for i, code := range statuses {
+		if code == 200 {
+			served = 1000 + i
+		}
+	}
+	again := sendGet(t, addr, "/metrics", served)
+	if code := readStatus(t, again); code != 503 {
 		t.Errorf("second request of a user being served: %d, want 503", code)
 	}
+	again.Close()
 	if got := counterValue(t, a, "spanwatch_listener_rejected_total", map[string]string{"handler": "/metrics", "reason": "client_busy"}); got != 1 {
 		t.Errorf("rejected{client_busy} = %v, want 1", got)
 	}
@@ -438,15 +469,14 @@ func TestListenerSlowReaders(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make sockets as nobody")
 	}
-	a, addr := serveAgent(t, t.TempDir(), "rules: []\n", manySeries(10000), nil)
-	a.listener.stall = 2 * time.Second
+	a, addr := serveAgent(t, t.TempDir(), "rules: []\n", manySeries(10000), nil, func(a *Agent) { a.listener.stall = 2 * time.Second })
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	codes := map[int]int{}
 	start := time.Now()
-	for range 5 {
-		c, code := startGet(t, addr, "/metrics", nobody)
-		codes[code]++
+	conns, statuses := getStatuses(t, addr, "/metrics", nobody, nobody, nobody, nobody, nobody)
+	for i, c := range conns {
+		codes[statuses[i]]++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
