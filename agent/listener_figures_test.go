@@ -3,19 +3,18 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"runtime"
-	"runtime/metrics"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spanwatch/spanwatch/internal/memtest"
 )
 
 // TestListenerFigures measures what the listener lets clients hold, for
@@ -65,7 +64,7 @@ func TestListenerFigures(t *testing.T) {
 
 	for _, users := range []string{"one user", "six users"} {
 		runtime.GC()
-		peak := sampler()
+		peak := memtest.Peaks(5 * time.Millisecond)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		codes := map[int]int{}
@@ -85,7 +84,8 @@ func TestListenerFigures(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		rss, heap := peak()
+		rssB, heapB := peak()
+		rss, heap := float64(rssB)/(1<<20), float64(heapB)/(1<<20)
 		t.Logf("6 concurrent /metrics from %s: answers %v in %s; peak RSS %.0f MB (+%.0f), peak Go heap %.0f MB (+%.0f)",
 			users, codes, time.Since(start).Round(time.Millisecond), rss, rss-rss0, heap, heap-heap0)
 	}
@@ -142,47 +142,5 @@ func TestListenerFigures(t *testing.T) {
 	t.Logf("5 slow readers (1 byte/s), answers %v:\n  %s", codes, strings.Join(marks, "\n  "))
 }
 
-// sampler samples RSS and the Go heap every 5ms until the returned
-// function is called, which returns the peaks.
-func sampler() func() (rss, heap float64) {
-	done := make(chan struct{})
-	var prss, pheap float64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			prss, pheap = max(prss, rssMB()), max(pheap, heapMB())
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
-	return func() (float64, float64) { close(done); wg.Wait(); return prss, pheap }
-}
-
-// rssMB is the process's resident set size, in MB.
-func rssMB() float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// heapMB is the Go heap's live and unswept objects, in MB.
-func heapMB() float64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return float64(s[0].Value.Uint64()) / (1 << 20)
-}
+func rssMB() float64  { return float64(memtest.RSS()) / (1 << 20) }
+func heapMB() float64 { return float64(memtest.Heap()) / (1 << 20) }

@@ -1,19 +1,16 @@
 package detector
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/metrics"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/memtest"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
@@ -46,55 +43,14 @@ func TestPolicyMemoryFigures(t *testing.T) {
 		s := checkout(5 * time.Millisecond)
 		s.Count, s.Span = 1e8, strings.Repeat("s", 100)
 		runtime.GC()
-		heap0, rss0 := figHeapMB(), figRSSMB()
-		peak := figSampler()
+		heap0, rss0 := memtest.Heap(), memtest.RSS()
+		peak := memtest.Peaks(time.Millisecond)
 		start := time.Now()
 		_, err = d.Evaluate(context.Background(), snap(0, s))
 		took := time.Since(start)
-		heap, rss := peak()
+		rss, heap := peak()
 		st := d.Stats()
 		fmt.Fprintf(os.Stderr, "%-40s %6.2fs  heap peak +%5.0f MB  RSS peak +%5.0f MB  errors %d timeouts %d  err %v\n",
-			filepath.Base(f), took.Seconds(), heap-heap0, rss-rss0, st.PolicyErrors, st.PolicyTimeouts, err)
+			filepath.Base(f), took.Seconds(), float64(heap-heap0)/1e6, float64(rss-rss0)/1e6, st.PolicyErrors, st.PolicyTimeouts, err)
 	}
-}
-
-func figSampler() func() (heap, rss float64) {
-	done := make(chan struct{})
-	var ph, pr float64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			ph, pr = max(ph, figHeapMB()), max(pr, figRSSMB())
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	return func() (float64, float64) { close(done); wg.Wait(); return ph, pr }
-}
-
-func figHeapMB() float64 {
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(s)
-	return float64(s[0].Value.Uint64()) / 1e6
-}
-
-func figRSSMB() float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1000
-		}
-	}
-	return 0
 }

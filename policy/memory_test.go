@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/metrics"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/spanwatch/spanwatch/internal/memtest"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -68,30 +67,13 @@ func hostileInput() ast.Value {
 		Series: []snapshot.Series{{Span: strings.Repeat("s", 100), Count: 1e8}}})
 }
 
-// heapPeak samples the Go heap every millisecond until the returned
-// function is called, which returns its peak over what it was at the
-// start.
+// heapPeak returns a function that returns the Go heap's peak growth
+// since heapPeak was called (after a collection).
 func heapPeak() func() int64 {
-	s := []metrics.Sample{{Name: heapObjects}}
-	read := func() int64 { metrics.Read(s); return int64(s[0].Value.Uint64()) }
 	runtime.GC()
-	base := read()
-	peak := base
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			peak = max(peak, read())
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Millisecond):
-			}
-		}
-	}()
-	return func() int64 { close(done); wg.Wait(); return peak - base }
+	base := memtest.Heap()
+	peak := memtest.Peaks(time.Millisecond)
+	return func() int64 { _, h := peak(); return h - base }
 }
 
 // TestHostilePolicyMemory evaluates each hostile policy under a 64 MiB
