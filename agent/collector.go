@@ -40,11 +40,3 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 func applyBudgets(col *collector.Collector, rules *policy.Config) error {
 	return col.SetBudgets(budgetRules(rules))
 }
-
-func budgetRules(rules *policy.Config) []collector.BudgetRule {
-	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
-	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
-	}
-	return out
-}

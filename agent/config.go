@@ -100,6 +100,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	rules, err := policy.Parse(name, data, policy.Options{Dir: opts.Dir, FS: opts.FS})
 	var sec sections
 	if err == nil {
+		checkBudgets(ec, rules)
 		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL, metrics: &rules.Metrics}
 	} else {
 		ec.add(err)
@@ -126,6 +127,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 		tps, err := tpsource.ParseSources(name, sec.sources)
 		ec.add(err)
 		cfg.Tracepoints = tps
+		checkSourceLimits(ec, srcs, tps)
 	}
 
 	if sec.webhooks != nil && sec.webhooks.Kind != 0 {
