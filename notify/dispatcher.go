@@ -77,6 +77,10 @@ type hook struct {
 	kick    chan struct{}   // wakes the flusher
 	nextSeq uint64          // numbers groups in order of creation; guarded by d.mu
 	inQueue map[string]int  // queued notifications by group key; guarded by d.mu
+	ds      deliveryState   // the delivery worker's; see deliveryState
+	// flushFails counts the flushes in a row whose outbox write failed:
+	// the next try waits a backoff, not a group_interval. Guarded by d.mu.
+	flushFails int
 
 	attempts  atomic.Uint64
 	delivered atomic.Uint64
@@ -94,6 +98,7 @@ type group struct {
 	labels  map[string]string
 	alerts  map[string]*storedAlert // by fingerprint
 	timer   *time.Timer
+	at      time.Time   // when timer fires; kept across a reload
 	flushed bool        // the first notification (after group_wait) happened
 	last    *nflogEntry // the last notification, nil before the first
 	seq     uint64      // order of creation within the webhook
@@ -159,7 +164,7 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
 	}
 	d.mu.Lock()
-	err = d.restoreLocked()
+	err = d.restoreLocked(nil)
 	d.mu.Unlock()
 	if err != nil {
 		db.Close()
@@ -232,17 +237,48 @@ func (d *Dispatcher) stop() {
 // restart on the same outbox would: it stops delivery (an attempt under way
 // finishes), swaps the webhooks, regroups the stored alerts under the new
 // group_by and match, reports entries of removed webhooks (kept), and
-// resumes. Counters carry over for webhooks that keep their name. The
-// outbox path cannot change without a restart. When cfg is rejected, the
-// running configuration stays.
+// resumes. What delivery was doing carries over for every webhook that
+// keeps its name: counters, and for one that keeps its destination too, the
+// backoff of the notification being retried; a group keeps its timer. So a
+// reload, however often, neither resends early nor restarts a backoff. The
+// outbox path cannot change without a restart. When cfg is rejected, or
+// the outbox cannot be regrouped, the running configuration stays whole.
+// Reload is PrepareReload, then Commit.
 func (d *Dispatcher) Reload(cfg *Config) error {
+	p, err := d.PrepareReload(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Commit()
+}
+
+// A PreparedReload is a configuration checked against the running
+// dispatcher, its webhooks built, ready to put in place with Commit. It
+// changes nothing until then; dropping it changes nothing.
+type PreparedReload struct {
+	d     *Dispatcher
+	cfg   *Config
+	hooks []*hook
+}
+
+// PrepareReload checks cfg against the running dispatcher and builds its
+// webhooks (senders, templates), without touching what runs.
+func (d *Dispatcher) PrepareReload(cfg *Config) (*PreparedReload, error) {
 	if cfg.Routing.Outbox.Path != d.cfg.Routing.Outbox.Path {
-		return fmt.Errorf("reload: outbox path changed from %s to %s: restart spanwatch to move it", d.cfg.Routing.Outbox.Path, cfg.Routing.Outbox.Path)
+		return nil, fmt.Errorf("reload: outbox path changed from %s to %s: restart spanwatch to move it", d.cfg.Routing.Outbox.Path, cfg.Routing.Outbox.Path)
 	}
 	hooks, err := d.newHooks(cfg)
 	if err != nil {
-		return fmt.Errorf("reload: %w", err)
+		return nil, fmt.Errorf("reload: %w", err)
 	}
+	return &PreparedReload{d: d, cfg: cfg, hooks: hooks}, nil
+}
+
+// Commit puts the prepared configuration in place. On error (the outbox
+// could not be regrouped, or the dispatcher is closed) the running one
+// stays, with its groups and delivery state.
+func (p *PreparedReload) Commit() error {
+	d, cfg, hooks := p.d, p.cfg, p.hooks
 	d.life.Lock()
 	defer d.life.Unlock()
 	d.mu.Lock()
@@ -253,15 +289,29 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 	}
 	d.stop()
 	d.mu.Lock()
+	old, oldCfg, oldMax := d.hooks, d.cfg, d.maxEntries
+	deadlines := map[string]time.Time{}
+	for _, oh := range old {
+		for _, g := range oh.groups {
+			if !g.at.IsZero() {
+				deadlines[g.key] = g.at // group keys start with the webhook's name
+			}
+		}
+	}
 	for _, nh := range hooks {
-		for _, oh := range d.hooks {
-			if oh.w.Name == nh.w.Name {
-				nh.attempts.Store(oh.attempts.Load())
-				nh.delivered.Store(oh.delivered.Load())
-				for r, c := range oh.failures {
-					nh.failures[r].Store(c.Load())
-				}
-				nh.lastErr.Store(oh.lastErr.Load())
+		for _, oh := range old {
+			if oh.w.Name != nh.w.Name {
+				continue
+			}
+			nh.attempts.Store(oh.attempts.Load())
+			nh.delivered.Store(oh.delivered.Load())
+			for r, c := range oh.failures {
+				nh.failures[r].Store(c.Load())
+			}
+			nh.lastErr.Store(oh.lastErr.Load())
+			nh.flushFails = oh.flushFails
+			if oh.w.URL == nh.w.URL && oh.w.URLFile == nh.w.URLFile {
+				nh.ds = oh.ds
 			}
 		}
 	}
@@ -269,7 +319,18 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 	if cfg.Routing.Outbox.MaxEntries > 0 {
 		d.maxEntries = cfg.Routing.Outbox.MaxEntries
 	}
-	err = d.restoreLocked()
+	err := d.restoreLocked(deadlines)
+	if err != nil {
+		// The regrouping's transaction rolled back: the old webhooks
+		// resume with their groups, timers where they were.
+		d.cfg, d.hooks, d.maxEntries = oldCfg, old, oldMax
+		now := time.Now()
+		for _, h := range old {
+			for _, g := range h.groups {
+				h.schedule(g, max(0, g.at.Sub(now)))
+			}
+		}
+	}
 	d.mu.Unlock()
 	d.start()
 	if err != nil {
@@ -279,8 +340,10 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 }
 
 // restoreLocked loads the alerts, notification log and queue depth left in
-// the outbox, and schedules each group. Called with d.mu held.
-func (d *Dispatcher) restoreLocked() error {
+// the outbox, and schedules each group: at its deadline in deadlines (a
+// reload: by group key) when it has one, else as a restart would. Called
+// with d.mu held.
+func (d *Dispatcher) restoreLocked(deadlines map[string]time.Time) error {
 	now := time.Now()
 	var total int64
 	err := d.db.Update(func(tx *bolt.Tx) error {
@@ -387,7 +450,9 @@ func (d *Dispatcher) restoreLocked() error {
 	for _, h := range d.hooks {
 		for _, g := range h.groups {
 			var wait time.Duration
-			if g.flushed {
+			if at, ok := deadlines[g.key]; ok {
+				wait = max(0, at.Sub(now))
+			} else if g.flushed {
 				wait = max(0, g.last.At.Add(h.w.GroupInterval.D()).Sub(now))
 			} else {
 				wait = h.initialWait(g, now)

@@ -83,6 +83,7 @@ func (h *hook) schedule(g *group, wait time.Duration) {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
+	g.at = time.Now().Add(wait)
 	g.timer = time.AfterFunc(wait, func() { h.tick(g) })
 }
 
