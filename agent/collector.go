@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/policy"
 )
 
 // collectorConfig turns the collector: settings into the collector's
@@ -33,10 +32,4 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 		}
 	}
 	return cfg
-}
-
-// applyBudgets pushes the configuration's budgets into the kernel, in
-// file order (exact names win over globs; among globs the first wins).
-func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	return col.SetBudgets(budgetRules(rules))
 }

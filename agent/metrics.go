@@ -29,6 +29,14 @@ func (a *Agent) registerMetrics() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spanwatch", Name: "rule_reloads_total",
 			Help: "Reloads of the configuration file that applied (after the first load)."},
 			func() float64 { return float64(a.ReloadStats().Reloads) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spanwatch", Name: "config_last_reload_successful",
+			Help: "1 when the configuration file's current contents run, 0 while they are refused (an older file runs; /api/status says why)."},
+			func() float64 {
+				if a.ReloadStats().LastError != nil {
+					return 0
+				}
+				return 1
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spanwatch", Name: "config_restart_pending",
 			Help: "Settings the configuration file changes that only a restart applies (GET /api/status lists them)."},
 			func() float64 { return float64(len(a.PendingRestart())) }),

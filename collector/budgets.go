@@ -5,7 +5,9 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -186,4 +188,54 @@ func (r *seriesReader) budgetOf(name string) uint64 {
 		return uint64(b.rule.Budget)
 	}
 	return 0
+}
+
+// BudgetsInForce reads the budgets the kernel applies now from its maps
+// (not from the collector's copy): the exact names' budgets by name id,
+// and the glob patterns with their budgets, in order. For tests and
+// diagnostics: it walks the whole budgets map.
+func (c *Collector) BudgetsInForce() (exact map[uint64]time.Duration, globs []BudgetRule, err error) {
+	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
+	set := word >> budgetSetShift & 1
+	n := int(word >> budgetGlobsShift & uint32(bpf.SpanwatchBudgetBitsBUDGET_GLOBS_MASK))
+	exact = map[uint64]time.Duration{}
+	var (
+		k bpf.SpanwatchBudgetKey
+		v bpf.SpanwatchBudget
+	)
+	it := c.objs.Budgets.Iterate()
+	for it.Next(&k, &v) {
+		if k.Set == set {
+			exact[k.NameId] = time.Duration(v.BudgetNs)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read budgets: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		var g bpf.SpanwatchBudgetGlob
+		if err := c.objs.BudgetGlobs.Lookup(set*uint32(MaxGlobBudgets)+uint32(i), &g); err != nil {
+			return nil, nil, fmt.Errorf("read glob budget %d: %w", i, err)
+		}
+		var b strings.Builder
+		if g.Neg != 0 {
+			b.WriteByte('!')
+		}
+		for j := 0; j < int(g.Len) && j < len(g.Kind); j++ {
+			switch g.Kind[j] {
+			case 1:
+				b.WriteByte('*')
+			case 2:
+				b.WriteByte('?')
+			default:
+				if g.Lit[j] == '*' || g.Lit[j] == '?' || g.Lit[j] == '\\' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(g.Lit[j])
+			}
+		}
+		globs = append(globs, BudgetRule{Span: b.String(), Budget: time.Duration(g.B.BudgetNs),
+			NoUserStack: g.B.Flags&captureUser == 0, KernelStack: g.B.Flags&captureKernl != 0})
+	}
+	return exact, globs, nil
 }

@@ -7,55 +7,28 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// kernelBudgets reads the budgets in force from the kernel itself: the
-// word core_state.budget_gen, then the entries of the set it names in
-// budgets and budget_globs.
-func kernelBudgets(t *testing.T, c *Collector) (exact map[uint64]uint64, globs []string) {
+// kernelBudgets reads the budgets in force from the kernel itself.
+func kernelBudgets(t *testing.T, c *Collector) (map[uint64]uint64, []string) {
 	t.Helper()
-	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
-	set := word >> budgetSetShift & 1
-	n := int(word >> budgetGlobsShift & uint32(bpf.SpanwatchBudgetBitsBUDGET_GLOBS_MASK))
-	exact = map[uint64]uint64{}
-	var (
-		k bpf.SpanwatchBudgetKey
-		v bpf.SpanwatchBudget
-	)
-	it := c.objs.Budgets.Iterate()
-	for it.Next(&k, &v) {
-		if k.Set == set {
-			exact[k.NameId] = v.BudgetNs
-		}
-	}
-	if err := it.Err(); err != nil {
+	exact, globs, err := c.BudgetsInForce()
+	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < n; i++ {
-		var g bpf.SpanwatchBudgetGlob
-		if err := c.objs.BudgetGlobs.Lookup(set*uint32(MaxGlobBudgets)+uint32(i), &g); err != nil {
-			t.Fatal(err)
-		}
-		var b strings.Builder
-		for j := 0; j < int(g.Len); j++ {
-			switch g.Kind[j] {
-			case 1:
-				b.WriteByte('*')
-			case 2:
-				b.WriteByte('?')
-			default:
-				b.WriteByte(g.Lit[j])
-			}
-		}
-		globs = append(globs, fmt.Sprintf("%s=%d", b.String(), g.B.BudgetNs))
+	out := map[uint64]uint64{}
+	for id, b := range exact {
+		out[id] = uint64(b)
 	}
-	return exact, globs
+	var gs []string
+	for _, g := range globs {
+		gs = append(gs, fmt.Sprintf("%s=%d", g.Span, g.Budget))
+	}
+	return out, gs
 }
 
 // wantBudgets is what the kernel should hold for rules.

@@ -97,6 +97,7 @@ func CheckBudgets(rules []BudgetRule) []error {
 func compileBudgets(rules []BudgetRule) (*budgetTable, []error) {
 	t := &budgetTable{exact: map[uint64]*compiledBudget{}}
 	var errs []error
+	exactOver, globOver, firstExactOver, firstGlobOver := 0, 0, 0, 0
 	bad := func(i int, format string, a ...any) {
 		errs = append(errs, &BudgetError{Index: i, Span: rules[i].Span, Msg: fmt.Sprintf(format, a...)})
 	}
@@ -127,7 +128,9 @@ func compileBudgets(rules []BudgetRule) (*budgetTable, []error) {
 				continue // the first wins, as in policy
 			}
 			if len(t.exact) == MaxExactBudgets {
-				bad(i, "more than %d budgets with exact names: the kernel holds %d (cover the others with a glob)", MaxExactBudgets, MaxExactBudgets)
+				if exactOver++; exactOver == 1 {
+					firstExactOver = i
+				}
 				continue
 			}
 			t.exact[id] = b
@@ -138,10 +141,19 @@ func compileBudgets(rules []BudgetRule) (*budgetTable, []error) {
 			continue
 		}
 		if len(t.globs) == MaxGlobBudgets {
-			bad(i, "more than %d glob budgets: the kernel matches at most %d (give exact names for the others)", MaxGlobBudgets, MaxGlobBudgets)
+			if globOver++; globOver == 1 {
+				firstGlobOver = i
+			}
 			continue
 		}
 		t.globs = append(t.globs, b)
+	}
+	// A limit on how many is reported once, at the first budget past it.
+	if exactOver > 0 {
+		bad(firstExactOver, "more than %d budgets with exact names (%d): the kernel holds %d (cover the others with a glob)", MaxExactBudgets, MaxExactBudgets+exactOver, MaxExactBudgets)
+	}
+	if globOver > 0 {
+		bad(firstGlobOver, "more than %d glob budgets (%d): the kernel matches at most %d (give exact names for the others)", MaxGlobBudgets, MaxGlobBudgets+globOver, MaxGlobBudgets)
 	}
 	return t, errs
 }

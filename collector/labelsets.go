@@ -7,7 +7,6 @@ import (
 	"strconv"
 )
 
-
 // AllocLabelSet gives a source with labels a label set id of its own,
 // unique in this collector, and registers ls under it (RegisterLabelSet).
 func (c *Collector) AllocLabelSet(ls LabelSet) (uint16, error) {
