@@ -158,14 +158,15 @@ func printDeadLetters(out io.Writer, file string) error {
 		return err
 	}
 	list, err := notify.ReadDeadLetters(cfg.Routing.Outbox.Path)
-	if err != nil {
+	if err != nil && !errors.Is(err, notify.ErrOutboxDamaged) {
 		return err
 	}
+	// From a damaged outbox: what could be read, then the error.
 	enc := json.NewEncoder(out)
 	for _, dl := range list {
 		if err := enc.Encode(dl); err != nil {
 			return err
 		}
 	}
-	return nil
+	return err
 }
