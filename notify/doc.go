@@ -67,7 +67,10 @@
 //
 // Reload applies a changed configuration in place, as a restart on the same
 // outbox would (stored alerts are regrouped under the new group_by and
-// match); Flush sends what is due now and waits for the queues to drain;
+// match), and keeps what delivery was doing: each group's timer, and the
+// backoff of a notification being retried (for a webhook that keeps its
+// name and destination), so a reload, however often, neither resends early
+// nor restarts a backoff; Flush sends what is due now and waits for the queues to drain;
 // Close lets an attempt under way finish and leaves the rest in the outbox.
 // Stats returns the dispatcher's counters; NewCollector exports them to
 // Prometheus.
