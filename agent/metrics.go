@@ -47,6 +47,8 @@ func (a *Agent) registerMetrics() {
 		counter("detector_notify_errors_total", "Notifier calls that failed.", func(s detector.Stats) uint64 { return s.NotifyErrors }),
 		counter("detector_overrun_alerts_total", "Overrun alerts sent.", func(s detector.Stats) uint64 { return s.OverrunAlerts }),
 		counter("detector_overruns_limited_total", "Overruns not alerted: over the burst cap.", func(s detector.Stats) uint64 { return s.OverrunsLimited }),
+		counter("detector_state_save_errors_total", "Saves of the alert state to the outbox that failed (retried at the next evaluation).", func(s detector.Stats) uint64 { return s.StateSaveErrors }),
+		gauge("detector_state_bytes", "Size of the alert state last saved to the outbox (alerts, range history, baselines).", func(s detector.Stats) float64 { return float64(s.StateBytes) }),
 		gauge("alerts_pending", "Alerts pending now.", func(s detector.Stats) float64 { return float64(s.Pending) }),
 		gauge("alerts_firing", "Alerts firing now.", func(s detector.Stats) float64 { return float64(s.Firing) }),
 	)

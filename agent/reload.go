@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
@@ -72,6 +73,7 @@ func (a *Agent) loadForReload(path string, opts LoadOptions) (*policy.Config, fu
 		steps = append(steps, reloadStep{commit: ch.Commit, abort: ch.Abort})
 	}
 	commit := func() error {
+		crashpoint.Hit("reload")
 		for i, s := range steps {
 			if err := s.commit(); err != nil {
 				for _, rest := range steps[i+1:] {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 )
 
 func (h *hook) signal() {
@@ -258,6 +260,7 @@ func (h *hook) deliver(ctx context.Context) {
 			// Counted before the queue shrinks, so that a reader who sees
 			// an empty queue also sees the count.
 			h.delivered.Add(1)
+			crashpoint.Hit("delivery")
 			done, doneGroups, last = append(done, key), append(doneGroups, q.Group), key
 			if len(done) >= maxDeliveredBatch {
 				removeDone()

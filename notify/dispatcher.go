@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -649,6 +650,7 @@ func (d *Dispatcher) writeAlertsLocked(alerts []*alert.Alert, now time.Time) (re
 				ops = append(ops, op{h, gk, labels, ac.Fingerprint, sa})
 			}
 		}
+		crashpoint.Hit("outbox_write")
 		return writeFault()
 	})
 	if err != nil {
