@@ -412,4 +412,3 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
-
