@@ -36,11 +36,16 @@ func checkBudgets(ec *errorCollector, rules *policy.Config) {
 }
 
 // checkSourceLimits reports sources past what the kernel's maps hold: the
-// USDT tracer's sources (its usdt_sources map, which Tracer.Add checks)
-// and the label sets of sources with labels (collector.AllocLabelSet's).
+// USDT tracer's sources (its usdt_sources map, which Tracer.Add checks),
+// the tracepoint sources (collector.CheckTracepointSources, which
+// AttachTracepoints calls) and the label sets of sources with labels
+// (collector.AllocLabelSet's).
 func checkSourceLimits(ec *errorCollector, srcs []usdt.SpanSource, tps []tpsource.Source) {
 	if max := usdt.MaxSources(); len(srcs) > max {
 		ec.add(fmt.Errorf("%s: more than %d USDT sources: the kernel holds %d", srcs[max].Pos, max, max))
+	}
+	for _, err := range collector.CheckTracepointSources(tps) {
+		ec.add(err)
 	}
 	labeled := 0
 	for i := range srcs {

@@ -377,6 +377,11 @@ func hostName() string {
 }
 
 // sizes fills in and checks the sizes.
+// CheckConfig returns the error New gives cfg's sizes (MaxSeries,
+// HistogramCells, SeriesQuota, RingbufBytes, OverrunQueue) before it loads
+// anything: the same check.
+func CheckConfig(cfg Config) error { return cfg.sizes() }
+
 func (cfg *Config) sizes() error {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = DefaultMaxSeries
