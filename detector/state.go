@@ -2,6 +2,7 @@ package detector
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -59,9 +60,11 @@ type savedAlert struct {
 }
 
 type savedHistory struct {
-	Seq    uint64
-	Wins   []savedWindow
-	Series []savedSeries
+	Seq  uint64
+	Wins []savedWindow
+	// The series' windows, the bulk of the state, follow the gob-encoded
+	// rest in a compact encoding of their own (appendSeries), which gob
+	// would encode field by field several times slower.
 }
 
 type savedWindow struct {
@@ -69,21 +72,6 @@ type savedWindow struct {
 	End    time.Time
 	Length time.Duration
 	Gap    bool
-}
-
-type savedSeries struct {
-	Key      string
-	LastSeen uint64
-	Wins     []savedSeriesWin
-}
-
-type savedSeriesWin struct {
-	Seq                      uint64
-	Count, Errors, Sum, Over uint64
-	Min, Max                 uint64
-	HistFirst, HistLast      int32
-	Hist                     []byte
-	NoHist                   bool
 }
 
 type savedBaseline struct {
@@ -147,14 +135,7 @@ func (d *Detector) marshalState(now time.Time, ended []endedAlert) ([]byte, erro
 	for _, w := range h.wins {
 		st.Hist.Wins = append(st.Hist.Wins, savedWindow{Seq: w.seq, End: w.end, Length: w.length, Gap: w.gap})
 	}
-	for k, sh := range h.series {
-		ss := savedSeries{Key: k, LastSeen: sh.lastSeen, Wins: make([]savedSeriesWin, len(sh.wins))}
-		for i, w := range sh.wins {
-			ss.Wins[i] = savedSeriesWin{Seq: w.seq, Count: w.count, Errors: w.errors, Sum: w.sum, Over: w.over,
-				Min: w.min, Max: w.max, HistFirst: w.histFirst, HistLast: w.histLast, Hist: w.hist, NoHist: w.noHist}
-		}
-		st.Hist.Series = append(st.Hist.Series, ss)
-	}
+
 	for k, be := range d.baselines {
 		st.Baselines = append(st.Baselines, savedBaseline{Key: k, B: be.b, Seen: be.seen, Rule: be.rule, Metric: be.metric})
 	}
@@ -163,11 +144,21 @@ func (d *Detector) marshalState(now time.Time, ended []endedAlert) ([]byte, erro
 		st.Overruns = append(st.Overruns, savedOverrun{FP: fp, StartsAt: e.startsAt, Last: e.last, EndsAt: e.endsAt})
 	}
 	d.ovMu.Unlock()
-	var b bytes.Buffer
-	if err := gob.NewEncoder(&b).Encode(&st); err != nil {
+	var hdr bytes.Buffer
+	if err := gob.NewEncoder(&hdr).Encode(&st); err != nil {
 		return nil, fmt.Errorf("encode detector state: %w", err)
 	}
-	return b.Bytes(), nil
+	size := hdr.Len() + 16
+	for k, sh := range h.series {
+		size += len(k) + 24
+		for i := range sh.wins {
+			size += 40 + len(sh.wins[i].hist)
+		}
+	}
+	out := make([]byte, 0, size)
+	out = binary.AppendUvarint(out, uint64(hdr.Len()))
+	out = append(out, hdr.Bytes()...)
+	return appendSeries(out, h.series), nil
 }
 
 func saveAlert(ac *active) savedAlert {
@@ -204,9 +195,14 @@ func (d *Detector) Restore(now time.Time) (RestoreStats, error) {
 		return RestoreStats{Skipped: "no saved state"}, nil
 	}
 	var st savedState
-	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(&st); err != nil {
+	hl, n := binary.Uvarint(data)
+	if n <= 0 || hl > uint64(len(data)-n) {
+		return RestoreStats{Skipped: "unreadable"}, errors.New("decode detector state: truncated")
+	}
+	if err := gob.NewDecoder(bytes.NewReader(data[n : n+int(hl)])).Decode(&st); err != nil {
 		return RestoreStats{Skipped: "unreadable"}, fmt.Errorf("decode detector state: %w", err)
 	}
+	seriesData := data[n+int(hl):]
 	rs := RestoreStats{Saved: st.Saved}
 	switch gap := now.Sub(st.Saved); {
 	case st.Version != stateVersion:
@@ -249,13 +245,15 @@ func (d *Detector) Restore(now time.Time) (RestoreStats, error) {
 	for _, w := range st.Hist.Wins {
 		h.wins = append(h.wins, windowInfo{seq: w.Seq, end: w.End, length: w.Length, gap: w.Gap})
 	}
-	for _, ss := range st.Hist.Series {
-		sh := &seriesHist{lastSeen: ss.LastSeen, wins: make([]seriesWin, len(ss.Wins))}
-		for i, w := range ss.Wins {
-			sh.wins[i] = seriesWin{seq: w.Seq, count: w.Count, errors: w.Errors, sum: w.Sum, over: w.Over,
-				min: w.Min, max: w.Max, histFirst: w.HistFirst, histLast: w.HistLast, hist: w.Hist, noHist: w.NoHist}
-		}
-		h.series[ss.Key] = sh
+	series, err := readSeries(seriesData)
+	if err != nil {
+		d.mu.Lock()
+		clear(d.groups)
+		d.mu.Unlock()
+		return RestoreStats{Skipped: "unreadable"}, fmt.Errorf("decode detector state: %w", err)
+	}
+	h.series = series
+	for _, sh := range series {
 		rs.Windows += len(sh.wins)
 	}
 	rs.Series = len(h.series)
@@ -302,4 +300,104 @@ func (d *Detector) SetStore(s StateStore) {
 	d.evalMu.Lock()
 	d.cfg.Store = s
 	d.evalMu.Unlock()
+}
+
+// appendSeries encodes the series' windows: for each series its key and
+// lastSeen, then each window's fields as varints and its packed
+// histogram.
+func appendSeries(b []byte, series map[string]*seriesHist) []byte {
+	b = binary.AppendUvarint(b, uint64(len(series)))
+	for k, sh := range series {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, sh.lastSeen)
+		b = binary.AppendUvarint(b, uint64(len(sh.wins)))
+		for i := range sh.wins {
+			w := &sh.wins[i]
+			for _, v := range [...]uint64{w.seq, w.count, w.errors, w.sum, w.over, w.min, w.max} {
+				b = binary.AppendUvarint(b, v)
+			}
+			b = binary.AppendVarint(b, int64(w.histFirst))
+			b = binary.AppendVarint(b, int64(w.histLast))
+			flag := uint64(len(w.hist)) << 1
+			if w.noHist {
+				flag |= 1
+			}
+			b = binary.AppendUvarint(b, flag)
+			b = append(b, w.hist...)
+		}
+	}
+	return b
+}
+
+// readSeries decodes what appendSeries wrote; damage is an error, never a
+// panic or an allocation larger than the data.
+func readSeries(b []byte) (map[string]*seriesHist, error) {
+	bad := errors.New("range history: truncated or damaged")
+	uv := func() (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, bad
+		}
+		b = b[n:]
+		return v, nil
+	}
+	bytesN := func(n uint64) ([]byte, error) {
+		if n > uint64(len(b)) {
+			return nil, bad
+		}
+		out := b[:n:n]
+		b = b[n:]
+		return out, nil
+	}
+	n, err := uv()
+	if err != nil || n > uint64(len(b)) {
+		return nil, bad
+	}
+	out := make(map[string]*seriesHist, n)
+	for range n {
+		kl, err := uv()
+		if err != nil {
+			return nil, err
+		}
+		key, err := bytesN(kl)
+		if err != nil {
+			return nil, err
+		}
+		sh := &seriesHist{}
+		if sh.lastSeen, err = uv(); err != nil {
+			return nil, err
+		}
+		nw, err := uv()
+		if err != nil || nw > uint64(len(b)) {
+			return nil, bad
+		}
+		sh.wins = make([]seriesWin, nw)
+		for i := range sh.wins {
+			w := &sh.wins[i]
+			for _, p := range [...]*uint64{&w.seq, &w.count, &w.errors, &w.sum, &w.over, &w.min, &w.max} {
+				if *p, err = uv(); err != nil {
+					return nil, err
+				}
+			}
+			for _, p := range [...]*int32{&w.histFirst, &w.histLast} {
+				v, n := binary.Varint(b)
+				if n <= 0 {
+					return nil, bad
+				}
+				b = b[n:]
+				*p = int32(v)
+			}
+			flag, err := uv()
+			if err != nil {
+				return nil, err
+			}
+			w.noHist = flag&1 != 0
+			if w.hist, err = bytesN(flag >> 1); err != nil {
+				return nil, err
+			}
+		}
+		out[string(key)] = sh
+	}
+	return out, nil
 }
