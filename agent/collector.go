@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/policy"
 )
 
 // collectorConfig turns the collector: settings into the collector's
@@ -33,18 +32,4 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 		}
 	}
 	return cfg
-}
-
-// applyBudgets pushes the configuration's budgets into the kernel, in
-// file order (exact names win over globs; among globs the first wins).
-func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	return col.SetBudgets(budgetRules(rules))
-}
-
-func budgetRules(rules *policy.Config) []collector.BudgetRule {
-	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
-	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
-	}
-	return out
 }

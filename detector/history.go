@@ -44,6 +44,11 @@ type windowInfo struct {
 	seq    uint64
 	end    time.Time
 	length time.Duration
+	// gap marks the time the agent was down, between the windows restored
+	// after a restart and the first one since: it counts toward a range's
+	// reach (old windows leave the range as time passes) but not toward
+	// the time its spans cover (rates).
+	gap bool
 }
 
 // seriesHist is one series' windows with spans, oldest first.
@@ -238,12 +243,16 @@ func (h *history) span(over time.Duration) (first uint64, covered time.Duration)
 	}
 	n := len(h.wins) - 1
 	first, covered = h.wins[n].seq, h.wins[n].length
+	elapsed := covered
 	for i := n - 1; i >= 0; i-- {
 		w := h.wins[i]
-		if covered+w.length/2 > over {
+		if elapsed+w.length/2 > over {
 			break
 		}
-		first, covered = w.seq, covered+w.length
+		first, elapsed = w.seq, elapsed+w.length
+		if !w.gap {
+			covered += w.length
+		}
 	}
 	return first, covered
 }

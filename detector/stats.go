@@ -25,6 +25,8 @@ type counters struct {
 	overrunsLimited     atomic.Uint64
 	overrunsIgnored     atomic.Uint64
 	lastEvalNs          atomic.Int64
+	stateSaveErrors     atomic.Uint64
+	stateBytes          atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
@@ -49,6 +51,8 @@ type Stats struct {
 	Pending, Firing     int    // alerts in each state now
 	Baselines           int    // anomaly baselines kept (-1 while an evaluation holds them)
 	LastEvaluation      time.Duration
+	StateSaveErrors     uint64 // state saves (Config.Store) that failed
+	StateBytes          int64  // the size of the last state saved
 }
 
 // Stats returns a snapshot of the counters.
@@ -71,6 +75,8 @@ func (d *Detector) Stats() Stats {
 		OverrunsLimited:     d.stats.overrunsLimited.Load(),
 		OverrunsIgnored:     d.stats.overrunsIgnored.Load(),
 		LastEvaluation:      time.Duration(d.stats.lastEvalNs.Load()),
+		StateSaveErrors:     d.stats.stateSaveErrors.Load(),
+		StateBytes:          d.stats.stateBytes.Load(),
 	}
 	d.mu.Lock()
 	for _, g := range d.groups {
