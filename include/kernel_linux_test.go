@@ -25,8 +25,9 @@ const emitterEnv = "SPANWATCH_C_EMITTER"
 // test/spanwatch_test.c, shipped into the VM with the package's testdata.
 const staticEmitter = "testdata/spanwatch_test.static"
 
-// TestEmitThroughCollector sends spans from C through the kernel's
-// user_events to a real collector: counts, errors, budgets, and the trace
+// TestEmitThroughCollector sends spans from C (the header, and
+// libspanwatch's C ABI) through the kernel's user_events to a real
+// collector: counts, errors, budgets, and the trace
 // and span ids the C program wrote, byte for byte. It needs root and a
 // kernel with user_events (6.4+, CONFIG_USER_EVENTS), as in the test VM.
 func TestEmitThroughCollector(t *testing.T) {
@@ -60,6 +61,14 @@ func TestEmitThroughCollector(t *testing.T) {
 		}
 	}
 
+	// The header's functions, then libspanwatch's C ABI (sdk/c/spanwatch.c,
+	// compiled into the program): the same user_events path.
+	for _, mode := range []string{"emit", "libemit"} {
+		t.Run(mode, func(t *testing.T) { emitThroughCollector(t, bin, mode) })
+	}
+}
+
+func emitThroughCollector(t *testing.T, bin, mode string) {
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{UserEvents: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatalf("collector: %v", err)
@@ -75,9 +84,9 @@ func TestEmitThroughCollector(t *testing.T) {
 	if _, err := c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "emit", "200", "c.span").CombinedOutput()
+	out, err := exec.Command(bin, mode, "200", "c.span").CombinedOutput()
 	if err != nil {
-		t.Fatalf("spanwatch_test emit: %v\n%s", err, out)
+		t.Fatalf("spanwatch_test %s: %v\n%s", mode, err, out)
 	}
 	if !strings.Contains(string(out), "enabled=1") {
 		t.Fatalf("the C program saw no listener: %s", out)
