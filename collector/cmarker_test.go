@@ -196,7 +196,7 @@ func TestCMarkerFound(t *testing.T) {
 		{"gcc-lto", "gcc", []string{"-O2", "-flto", src}, false},
 		{"clang-O2", "clang", []string{"-O2", src}, false},
 		{"gxx", "g++", []string{"-O2", "-x", "c++", src}, false},
-		{"libspanwatch.so", "gcc", []string{"-O2", "-shared", "-fPIC", "../sdk/c/spanwatch.c"}, false},
+		{"libspanwatch.so", "gcc", []string{"-O2", "-shared", "-fPIC", "../sdk/c/src/spanwatch.c"}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,7 +300,7 @@ func TestCMarkerSpans(t *testing.T) {
 func TestCMarkerScanFindsLibrary(t *testing.T) {
 	requireBPF(t)
 	dir := t.TempDir()
-	lib := buildC(t, "gcc", filepath.Join(dir, "libspanwatch.so.1"), "-O2", "-shared", "-fPIC", "-Wl,-soname,libspanwatch.so.1", "../sdk/c/spanwatch.c")
+	lib := buildC(t, "gcc", filepath.Join(dir, "libspanwatch.so.1"), "-O2", "-shared", "-fPIC", "-Wl,-soname,libspanwatch.so.1", "../sdk/c/src/spanwatch.c")
 	if err := os.Symlink("libspanwatch.so.1", filepath.Join(dir, "libspanwatch.so")); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestEmitThroughCollector(t *testing.T) {
 		}
 	}
 
-	// The header's functions, then libspanwatch's C ABI (sdk/c/spanwatch.c,
+	// The header's functions, then libspanwatch's C ABI (sdk/c/src/spanwatch.c,
 	// compiled into the program): the same user_events path.
 	for _, mode := range []string{"emit", "libemit"} {
 		t.Run(mode, func(t *testing.T) { emitThroughCollector(t, bin, mode) })

@@ -17,7 +17,7 @@
  *                                 (1 ms each, every 10th an error, trace id
  *                                 bytes 1..16, span id bytes 0xa1..0xa8)
  *   spanwatch_test libemit N NAME the same through libspanwatch's C ABI
- *                                 (sdk/c/spanwatch.c, compiled in)
+ *                                 (sdk/c/src/spanwatch.c, compiled in)
  *   spanwatch_test marker         the fallback: the mode and probe a
  *                                 process gets without user_events
  *
@@ -33,7 +33,7 @@
 #include "../spanwatch.h"
 /* libspanwatch itself, without its load-time registration. */
 #define SPANWATCH_LIB_NO_INIT
-#include "../../sdk/c/spanwatch.c"
+#include "../../sdk/c/src/spanwatch.c"
 
 #define SAME_FIELD(f)                                                                        \
 	_Static_assert(offsetof(struct spanwatch_event, f) == offsetof(struct span_event, f), \

@@ -6,8 +6,8 @@
  * loads it and also includes spanwatch.h in its executable has two, both
  * found by the agent.
  */
-#include "../../include/spanwatch.h"
-#include "libspanwatch.h"
+#include "../../../include/spanwatch.h"
+#include "../libspanwatch.h"
 
 #define API __attribute__((visibility("default")))
 

@@ -1,0 +1,273 @@
+//go:build linux
+
+// Package sdktest holds what the tests of the span SDKs for other
+// languages (sdk/c, sdk/python, sdk/node, sdk/java) share: building
+// libspanwatch with the project's own Makefile into a temporary directory,
+// running a collector as the agent does (the marker source scanning /proc,
+// user_events where the kernel has them), and gathering what one program
+// sent: its series by span name and its overruns, with their stacks
+// trimmed of the SDKs' own frames as reports show them.
+//
+// Other helpers' tests run on the same machines and emit spans too: every
+// result here is filtered by the program's process id and span names.
+package sdktest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/profile"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// Root returns the module's root directory, found from the working
+// directory (a package's directory while its tests run).
+func Root(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// RequireTool skips the test when a program is missing, naming the Debian
+// package (or npm package) that has it.
+func RequireTool(tb testing.TB, name, pkg string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		tb.Skipf("%s not installed (%s)", name, pkg)
+	}
+	return p
+}
+
+var lib struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// Lib builds libspanwatch (sdk/c/Makefile) once per test binary into a
+// temporary directory of its own, and returns that directory:
+// libspanwatch.so, libspanwatch.so.1, libspanwatch.a. Cleanup removes it.
+func Lib(tb testing.TB) string {
+	tb.Helper()
+	RequireTool(tb, "make", "Debian package make")
+	RequireTool(tb, "gcc", "Debian package build-essential")
+	lib.once.Do(func() {
+		dir, err := os.MkdirTemp("", "libspanwatch-")
+		if err != nil {
+			lib.err = err
+			return
+		}
+		out, err := exec.Command("make", "-s", "-C", filepath.Join(Root(tb), "sdk", "c"), "O="+dir).CombinedOutput()
+		if err != nil {
+			lib.err = fmt.Errorf("make -C sdk/c O=%s: %v\n%s", dir, err, out)
+			return
+		}
+		lib.dir = dir
+	})
+	if lib.err != nil {
+		tb.Fatal(lib.err)
+	}
+	return lib.dir
+}
+
+// Cleanup removes what Lib built; call it from TestMain after the tests.
+func Cleanup() {
+	if lib.dir != "" {
+		os.RemoveAll(lib.dir)
+	}
+}
+
+// Watch is a collector as the agent runs it: the marker source scanning
+// /proc, and user_events where the kernel has them.
+type Watch struct {
+	C *collector.Collector
+	t testing.TB
+
+	mu       sync.Mutex
+	series   map[string]*snapshot.Series // summed over windows, by span name
+	overruns []snapshot.Overrun
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// Start starts a collector with these budgets, scanning /proc every
+// 200 ms. It skips the test where BPF cannot be loaded (not root).
+func Start(tb testing.TB, budgets []collector.BudgetRule) *Watch {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and uprobe the marker")
+	}
+	c, err := collector.New(context.Background(), collector.Config{
+		Sources:      collector.Sources{Marker: true, UserEvents: true},
+		ScanInterval: 200 * time.Millisecond,
+	})
+	if err != nil {
+		tb.Fatalf("collector: %v", err)
+	}
+	if err := c.SetBudgets(budgets); err != nil {
+		c.Close()
+		tb.Fatal(err)
+	}
+	w := &Watch{C: c, t: tb, series: map[string]*snapshot.Series{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	tb.Cleanup(w.Close)
+	return w
+}
+
+func (w *Watch) loop() {
+	defer close(w.done)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		s, err := w.C.Snapshot()
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		for _, sr := range s.Series {
+			x := w.series[sr.Span]
+			if x == nil {
+				x = &snapshot.Series{Span: sr.Span}
+				w.series[sr.Span] = x
+			}
+			x.Count += sr.Count
+			x.Errors += sr.Errors
+			x.OverBudget += sr.OverBudget
+			x.SumNs += sr.SumNs
+			x.BudgetNs = sr.BudgetNs
+		}
+		w.overruns = append(w.overruns, s.Overruns...)
+		w.mu.Unlock()
+	}
+}
+
+// Close stops the collector; idempotent.
+func (w *Watch) Close() {
+	select {
+	case <-w.stop:
+		return
+	default:
+	}
+	close(w.stop)
+	<-w.done
+	w.C.Close()
+}
+
+// Series returns the counts of a span name so far, summed over windows.
+func (w *Watch) Series(name string) snapshot.Series {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.series[name]; x != nil {
+		return *x
+	}
+	return snapshot.Series{Span: name}
+}
+
+// Overruns returns the overruns of process pid so far that ended (not
+// the still-running reports), with span names starting with prefix.
+func (w *Watch) Overruns(pid int, prefix string) []snapshot.Overrun {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []snapshot.Overrun
+	for _, ov := range w.overruns {
+		if int(ov.PID) == pid && strings.HasPrefix(ov.Span, prefix) && !ov.StillRunning {
+			out = append(out, ov)
+		}
+	}
+	return out
+}
+
+// Want is what one span name must have reached.
+type Want struct {
+	Count, Errors, OverBudget uint64
+}
+
+// Wait waits up to timeout for each named series to reach its counts and
+// for the overruns of pid to match the over-budget counts, then checks the
+// figures exactly: more than wanted is a failure too.
+func (w *Watch) Wait(tb testing.TB, pid int, timeout time.Duration, want map[string]Want) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for name, x := range want {
+			s := w.Series(name)
+			if s.Count < x.Count || s.OverBudget < x.OverBudget || uint64(len(w.Overruns(pid, name))) < x.OverBudget {
+				ok = false
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// One more window, for anything past the wanted counts.
+	time.Sleep(300 * time.Millisecond)
+	for name, x := range want {
+		s := w.Series(name)
+		n := 0
+		for _, ov := range w.Overruns(pid, name) {
+			if ov.Span == name {
+				n++
+			}
+		}
+		if s.Count != x.Count || s.Errors != x.Errors || s.OverBudget != x.OverBudget || uint64(n) != x.OverBudget {
+			tb.Errorf("%s: %d spans, %d errors, %d over budget, %d overruns; want %d, %d, %d, %d",
+				name, s.Count, s.Errors, s.OverBudget, n, x.Count, x.Errors, x.OverBudget, x.OverBudget)
+		}
+	}
+}
+
+// Top returns the function names of an overrun's user stack as reports
+// show it: without the SDKs' own frames at the top (profile.TrimOwn), at
+// most n.
+func Top(ov snapshot.Overrun, n int) []string {
+	frames, _ := profile.TrimOwn(ov.UserStack)
+	var out []string
+	for _, f := range frames {
+		if len(out) == n {
+			break
+		}
+		name := f.Function
+		if name == "" {
+			name = f.String()
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// Stack renders a stack for a failure message, innermost first.
+func Stack(frames []snapshot.Frame) string {
+	var b strings.Builder
+	for _, f := range frames {
+		fmt.Fprintf(&b, "\n\t%s", f.String())
+	}
+	return b.String()
+}

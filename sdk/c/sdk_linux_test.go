@@ -1,0 +1,84 @@
+//go:build linux
+
+package libspanwatch
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/sdktest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	sdktest.Cleanup()
+	os.Exit(code)
+}
+
+// TestService runs testdata/service.c, built three ways, under a
+// collector: 100 requests, every 10th an error, every 5th 25 ms in
+// charge_card against a 10 ms budget. Each build's spans arrive exactly,
+// and the stack of every slow one starts, below libspanwatch's own frames,
+// at handle_checkout, the function that ended the span.
+func TestService(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("libspanwatch's marker is x86-64 only")
+	}
+	lib := sdktest.Lib(t)
+	root := sdktest.Root(t)
+	dir := t.TempDir()
+	src := filepath.Join(root, "sdk", "c", "testdata", "service.c")
+	builds := []struct {
+		name string
+		args []string
+	}{
+		// As a distribution builds a program: no frame pointers.
+		{"header", []string{"-O2", "-I" + filepath.Join(root, "include"), src}},
+		{"shared", []string{"-O2", "-g", "-fno-omit-frame-pointer", "-DUSE_LIB", "-I" + filepath.Join(root, "sdk", "c"), src, "-L" + lib, "-lspanwatch", "-Wl,-rpath," + lib}},
+		{"static", []string{"-O2", "-g", "-fno-omit-frame-pointer", "-DUSE_LIB", "-I" + filepath.Join(root, "sdk", "c"), src, filepath.Join(lib, "libspanwatch.a"), "-pthread"}},
+	}
+	w := sdktest.Start(t, []collector.BudgetRule{{Span: "c.checkout.*", Budget: 10 * time.Millisecond}})
+	for _, b := range builds {
+		t.Run(b.name, func(t *testing.T) {
+			bin := filepath.Join(dir, "service-"+b.name)
+			args := append([]string{"-Wall", "-o", bin}, b.args...)
+			if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+				t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			name := fmt.Sprintf("c.checkout.%s.%d", b.name, os.Getpid())
+			cmd := exec.Command(bin, "100", name)
+			out, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(out)
+			first, _ := r.ReadString('\n')
+			if first != "mode=1\n" && first != "mode=2\n" {
+				t.Fatalf("service printed %q, want the marker (1) or user_events (2) mode", first)
+			}
+			rest, _ := r.ReadString('\n')
+			if err := cmd.Wait(); err != nil || rest != "done\n" {
+				t.Fatalf("service: %v, %q", err, rest)
+			}
+			w.Wait(t, cmd.Process.Pid, 10*time.Second, map[string]sdktest.Want{name: {Count: 100, Errors: 10, OverBudget: 20}})
+			ovs := w.Overruns(cmd.Process.Pid, name)
+			if len(ovs) > 0 {
+				t.Logf("%s: a slow span's stack:%s", name, sdktest.Stack(ovs[0].UserStack))
+			}
+			for _, ov := range ovs {
+				if top := sdktest.Top(ov, 1); len(top) == 0 || top[0] != "handle_checkout" {
+					t.Fatalf("overrun of %s: the stack starts at %v, want handle_checkout:%s", name, top, sdktest.Stack(ov.UserStack))
+				}
+			}
+		})
+	}
+}
