@@ -465,16 +465,17 @@ static inline void spanwatch_fill_name_(struct spanwatch_event *ev, const char *
 	memcpy(ev->name, name, len);
 }
 
-/* spanwatch_emit_n writes one finished span whose name is len bytes (not
- * NUL-terminated). trace_id (16 bytes) and span_id (8 bytes) may be NULL. */
-static inline int spanwatch_emit_n(const struct spanwatch *sw, const char *name, size_t len,
-				   uint64_t duration_ns, uint64_t start_ns, int error,
-				   const uint8_t *trace_id, const uint8_t *span_id)
+/* The work behind a span while someone listens, out of line: the inlined
+ * part stays a load and a branch, without the registers and stack the
+ * rest needs. */
+#define SPANWATCH_SLOW_ __attribute__((noinline, cold))
+
+SPANWATCH_SLOW_ static int spanwatch_emit_n_(const struct spanwatch *sw, const char *name, size_t len,
+					     uint64_t duration_ns, uint64_t start_ns, int error,
+					     const uint8_t *trace_id, const uint8_t *span_id)
 {
 	struct spanwatch_event ev;
 
-	if (!spanwatch_listening())
-		return 0;
 	memset(&ev, 0, sizeof(ev));
 	ev.duration_ns = duration_ns;
 	ev.start_ns = start_ns;
@@ -487,6 +488,17 @@ static inline int spanwatch_emit_n(const struct spanwatch *sw, const char *name,
 	return spanwatch_emit_event(sw, &ev);
 }
 
+/* spanwatch_emit_n writes one finished span whose name is len bytes (not
+ * NUL-terminated). trace_id (16 bytes) and span_id (8 bytes) may be NULL. */
+static inline int spanwatch_emit_n(const struct spanwatch *sw, const char *name, size_t len,
+				   uint64_t duration_ns, uint64_t start_ns, int error,
+				   const uint8_t *trace_id, const uint8_t *span_id)
+{
+	if (__builtin_expect(!spanwatch_listening(), 1))
+		return 0;
+	return spanwatch_emit_n_(sw, name, len, duration_ns, start_ns, error, trace_id, span_id);
+}
+
 /* spanwatch_emit writes one finished span. name must not be NULL; names
  * longer than 127 bytes are cut by the agent, on a UTF-8 character
  * boundary. trace_id (16 bytes) and span_id (8 bytes) may be NULL. */
@@ -494,10 +506,27 @@ static inline int spanwatch_emit(const struct spanwatch *sw, const char *name,
 				 uint64_t duration_ns, uint64_t start_ns, int error,
 				 const uint8_t *trace_id, const uint8_t *span_id)
 {
-	if (!spanwatch_listening())
+	if (__builtin_expect(!spanwatch_listening(), 1))
 		return 0;
-	return spanwatch_emit_n(sw, name, strnlen(name, SPANWATCH_NAME_LEN), duration_ns, start_ns,
-				error, trace_id, span_id);
+	return spanwatch_emit_n_(sw, name, strnlen(name, SPANWATCH_NAME_LEN), duration_ns, start_ns,
+				 error, trace_id, span_id);
+}
+
+SPANWATCH_SLOW_ static int spanwatch_emit_start_n_(const struct spanwatch *sw, const char *name, size_t len,
+						   uint64_t start_ns, uint32_t flags,
+						   const uint8_t *trace_id, const uint8_t *span_id)
+{
+	struct spanwatch_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.start_ns = start_ns;
+	ev.flags = SPANWATCH_F_START | (flags & SPANWATCH_F_NAME_PREFIX);
+	if (trace_id)
+		memcpy(ev.trace_id, trace_id, sizeof(ev.trace_id));
+	if (span_id)
+		memcpy(ev.span_id, span_id, sizeof(ev.span_id));
+	spanwatch_fill_name_(&ev, name, len);
+	return spanwatch_emit_event(sw, &ev);
 }
 
 /* spanwatch_emit_start_n tells the agent that a span began (flags:
@@ -508,19 +537,9 @@ static inline int spanwatch_emit_start_n(const struct spanwatch *sw, const char 
 					 uint64_t start_ns, uint32_t flags,
 					 const uint8_t *trace_id, const uint8_t *span_id)
 {
-	struct spanwatch_event ev;
-
-	if (!spanwatch_listening())
+	if (__builtin_expect(!spanwatch_listening(), 1))
 		return 0;
-	memset(&ev, 0, sizeof(ev));
-	ev.start_ns = start_ns;
-	ev.flags = SPANWATCH_F_START | (flags & SPANWATCH_F_NAME_PREFIX);
-	if (trace_id)
-		memcpy(ev.trace_id, trace_id, sizeof(ev.trace_id));
-	if (span_id)
-		memcpy(ev.span_id, span_id, sizeof(ev.span_id));
-	spanwatch_fill_name_(&ev, name, len);
-	return spanwatch_emit_event(sw, &ev);
+	return spanwatch_emit_start_n_(sw, name, len, start_ns, flags, trace_id, span_id);
 }
 
 static inline uint64_t spanwatch_clock_ns_(clockid_t clk)
@@ -542,6 +561,13 @@ static inline void spanwatch_span_start(struct spanwatch_span *s, const char *na
 	s->start_real_ns = spanwatch_clock_ns_(CLOCK_REALTIME);
 }
 
+SPANWATCH_SLOW_ static int spanwatch_span_begin_(const struct spanwatch *sw, struct spanwatch_span *s, const char *name)
+{
+	spanwatch_span_start(s, name);
+	return spanwatch_emit_start_n_(sw, name, strnlen(name, SPANWATCH_NAME_LEN), s->start_real_ns, 0, NULL,
+				       NULL);
+}
+
 /* spanwatch_span_begin starts a span and tells the agent it began. While
  * nobody listens it costs one load and a branch, and the span is not
  * timed: its end does nothing (a listener that arrives mid-span sees the
@@ -552,20 +578,26 @@ static inline int spanwatch_span_begin(const struct spanwatch *sw, struct spanwa
 	s->start_mono_ns = 0;
 	if (__builtin_expect(!spanwatch_listening(), 1))
 		return 0;
-	spanwatch_span_start(s, name);
-	return spanwatch_emit_start_n(sw, name, strnlen(name, SPANWATCH_NAME_LEN), s->start_real_ns, 0,
-				      NULL, NULL);
+	return spanwatch_span_begin_(sw, s, name);
+}
+
+SPANWATCH_SLOW_ static int spanwatch_span_end_(const struct spanwatch *sw, const struct spanwatch_span *s, int error)
+{
+	if (!spanwatch_listening())
+		return 0;
+	return spanwatch_emit_n_(sw, s->name, strnlen(s->name, SPANWATCH_NAME_LEN),
+				 spanwatch_clock_ns_(CLOCK_MONOTONIC) - s->start_mono_ns, s->start_real_ns, error,
+				 s->trace_id, s->span_id);
 }
 
 /* spanwatch_span_end ends a span and emits it; error marks it failed. A
  * span begun with spanwatch_span_begin is matched to its start by its start
- * time. */
+ * time. A span begun while nobody listened costs a test of s. */
 static inline int spanwatch_span_end(const struct spanwatch *sw, const struct spanwatch_span *s, int error)
 {
-	if (s->start_mono_ns == 0 || !spanwatch_listening())
+	if (__builtin_expect(s->start_mono_ns == 0, 1))
 		return 0;
-	return spanwatch_emit(sw, s->name, spanwatch_clock_ns_(CLOCK_MONOTONIC) - s->start_mono_ns,
-			      s->start_real_ns, error, s->trace_id, s->span_id);
+	return spanwatch_span_end_(sw, s, error);
 }
 
 /* spanwatch_close leaves sw a no-op. The process's registration stays (the

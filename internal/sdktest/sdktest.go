@@ -271,3 +271,66 @@ func Stack(frames []snapshot.Frame) string {
 	}
 	return b.String()
 }
+
+// Costs runs a language's benchmark program twice: with nobody listening
+// (idle), and under a Watch (listening), and reports the nanoseconds per
+// span each run measured beside an empty call in the same language, and
+// their ratio. cmd makes the program's command for n iterations; wait asks
+// it to wait for a listener first (SPANWATCH_BENCH_WAIT=1). The program
+// prints "empty NS", "span NS" and "listening 0|1".
+func Costs(b *testing.B, cmd func(n int) *exec.Cmd, idleN, listenN int) {
+	b.Helper()
+	run := func(n int, wait bool) (empty, span float64, listening bool) {
+		c := cmd(n)
+		if wait {
+			c.Env = append(c.Environ(), "SPANWATCH_BENCH_WAIT=1")
+		}
+		c.Stderr = os.Stderr
+		out, err := c.Output()
+		if err != nil {
+			b.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 2 {
+				continue
+			}
+			var v float64
+			fmt.Sscan(f[1], &v)
+			switch f[0] {
+			case "empty":
+				empty = v
+			case "span":
+				span = v
+			case "listening":
+				listening = f[1] == "1"
+			}
+		}
+		if span == 0 {
+			b.Fatalf("%s printed no span cost:\n%s", c, out)
+		}
+		return empty, span, listening
+	}
+	b.ResetTimer()
+	empty, idle, listening := run(idleN, false)
+	if listening {
+		b.Skip("an agent of another test listened to the benchmark's program: the idle cost is not measured")
+	}
+	b.ReportMetric(empty, "ns/empty-call")
+	b.ReportMetric(idle, "ns/span-idle")
+	if empty > 0 {
+		b.ReportMetric(idle/empty, "idle/empty")
+	}
+	if listenN == 0 {
+		return
+	}
+	b.StopTimer()
+	w := Start(b, nil)
+	defer w.Close()
+	b.StartTimer()
+	_, listen, listening := run(listenN, true)
+	if !listening {
+		b.Fatal("the program saw no listener")
+	}
+	b.ReportMetric(listen, "ns/span-listening")
+}

@@ -82,3 +82,15 @@ func TestService(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSpanCost measures what a span costs a C program (begin and end
+// through include/spanwatch.h, gcc -O2): with nobody listening, beside an
+// empty function call, and with a collector listening through the marker.
+func BenchmarkSpanCost(b *testing.B) {
+	root := sdktest.Root(b)
+	bin := filepath.Join(b.TempDir(), "bench")
+	if out, err := exec.Command("gcc", "-O2", "-I"+filepath.Join(root, "include"), "-o", bin, filepath.Join(root, "sdk", "c", "testdata", "bench.c")).CombinedOutput(); err != nil {
+		b.Fatalf("gcc: %v\n%s", err, out)
+	}
+	sdktest.Costs(b, func(n int) *exec.Cmd { return exec.Command(bin, fmt.Sprint(n)) }, 20_000_000, 20_000)
+}
