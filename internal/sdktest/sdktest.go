@@ -273,14 +273,16 @@ func Stack(frames []snapshot.Frame) string {
 }
 
 // Costs runs a language's benchmark program twice: with nobody listening
-// (idle), and under a Watch (listening), and reports the nanoseconds per
-// span each run measured beside an empty call in the same language, and
-// their ratio. cmd makes the program's command for n iterations; wait asks
-// it to wait for a listener first (SPANWATCH_BENCH_WAIT=1). The program
-// prints "empty NS", "span NS" and "listening 0|1".
+// (idle), and under a Watch (listening), and reports each figure it
+// printed, in nanoseconds per iteration, as ns/NAME-idle and
+// ns/NAME-listening, with the idle span's ratio to the empty call. cmd
+// makes the program's command for n iterations. The program prints lines
+// "NAME NS" — at least "empty" (an empty call in that language) and "span"
+// — and "listening 0|1"; with SPANWATCH_BENCH_WAIT=1 in its environment it
+// waits for a listener first.
 func Costs(b *testing.B, cmd func(n int) *exec.Cmd, idleN, listenN int) {
 	b.Helper()
-	run := func(n int, wait bool) (empty, span float64, listening bool) {
+	run := func(n int, wait bool) (figures map[string]float64, names []string, listening bool) {
 		c := cmd(n)
 		if wait {
 			c.Env = append(c.Environ(), "SPANWATCH_BENCH_WAIT=1")
@@ -290,37 +292,36 @@ func Costs(b *testing.B, cmd func(n int) *exec.Cmd, idleN, listenN int) {
 		if err != nil {
 			b.Fatalf("%s: %v\n%s", c, err, out)
 		}
+		figures = map[string]float64{}
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
 			if len(f) != 2 {
 				continue
 			}
-			var v float64
-			fmt.Sscan(f[1], &v)
-			switch f[0] {
-			case "empty":
-				empty = v
-			case "span":
-				span = v
-			case "listening":
+			if f[0] == "listening" {
 				listening = f[1] == "1"
+				continue
+			}
+			var v float64
+			if _, err := fmt.Sscan(f[1], &v); err == nil {
+				figures[f[0]] = v
+				names = append(names, f[0])
 			}
 		}
-		if span == 0 {
-			b.Fatalf("%s printed no span cost:\n%s", c, out)
+		if figures["span"] == 0 || figures["empty"] == 0 {
+			b.Fatalf("%s printed no span or empty cost:\n%s", c, out)
 		}
-		return empty, span, listening
+		return figures, names, listening
 	}
 	b.ResetTimer()
-	empty, idle, listening := run(idleN, false)
+	idle, names, listening := run(idleN, false)
 	if listening {
 		b.Skip("an agent of another test listened to the benchmark's program: the idle cost is not measured")
 	}
-	b.ReportMetric(empty, "ns/empty-call")
-	b.ReportMetric(idle, "ns/span-idle")
-	if empty > 0 {
-		b.ReportMetric(idle/empty, "idle/empty")
+	for _, n := range names {
+		b.ReportMetric(idle[n], "ns/"+n+"-idle")
 	}
+	b.ReportMetric(idle["span"]/idle["empty"], "span/empty-idle")
 	if listenN == 0 {
 		return
 	}
@@ -328,9 +329,43 @@ func Costs(b *testing.B, cmd func(n int) *exec.Cmd, idleN, listenN int) {
 	w := Start(b, nil)
 	defer w.Close()
 	b.StartTimer()
-	_, listen, listening := run(listenN, true)
+	listen, names, listening := run(listenN, true)
 	if !listening {
 		b.Fatal("the program saw no listener")
 	}
-	b.ReportMetric(listen, "ns/span-listening")
+	for _, n := range names {
+		if n != "empty" && n != "plain" {
+			b.ReportMetric(listen[n], "ns/"+n+"-listening")
+		}
+	}
+}
+
+// Sandbox returns a temporary directory that Command mounts over /tmp for
+// the program it runs, in a mount namespace of the program's own: JIT perf
+// maps (/tmp/perf-PID.map, from Node.js, the JVM and the Python SDK) land
+// there and go with the test, and the agent reads them as always, through
+// /proc/PID/root. Files the program needs from the test's temporary
+// directories go in the sandbox, where the program sees them under /tmp.
+type Sandbox struct {
+	Dir string // the directory, as the test sees it
+}
+
+// NewSandbox makes one; it needs root (mount) and util-linux's unshare.
+func NewSandbox(tb testing.TB) *Sandbox {
+	tb.Helper()
+	RequireTool(tb, "unshare", "Debian package util-linux")
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root to mount over /tmp in a mount namespace")
+	}
+	return &Sandbox{Dir: tb.TempDir()}
+}
+
+// Path is where the program sees a file of the sandbox.
+func (s *Sandbox) Path(rel string) string { return filepath.Join("/tmp", rel) }
+
+// Command runs name with args with the sandbox mounted over /tmp. Its
+// process id is the program's (unshare and the shell exec it).
+func (s *Sandbox) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount --bind "$0" /tmp && exec "$@"`, s.Dir, name}, args...)...)
 }
