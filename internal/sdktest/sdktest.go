@@ -363,9 +363,9 @@ func NewSandbox(tb testing.TB) *Sandbox {
 // Path is where the program sees a file of the sandbox.
 func (s *Sandbox) Path(rel string) string { return filepath.Join("/tmp", rel) }
 
-// Command runs name with args with the sandbox mounted over /tmp. Its
-// process id is the program's (unshare and the shell exec it).
+// Command runs name with args with the sandbox mounted over /tmp, in
+// /tmp. Its process id is the program's (unshare and the shell exec it).
 func (s *Sandbox) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--",
-		"sh", "-c", `mount --bind "$0" /tmp && exec "$@"`, s.Dir, name}, args...)...)
+		"sh", "-c", `mount --bind "$0" /tmp && cd /tmp && exec "$@"`, s.Dir, name}, args...)...)
 }
