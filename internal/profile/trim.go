@@ -74,7 +74,16 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // spanwatch (the span SDKs, the OpenTelemetry SDK's span ending), which
 // TrimOwn leaves out of the top of a stack.
 func IsOwnFrame(f snapshot.Frame) bool {
-	return f.Function != "" && (hasAnyPrefix(f.Function, ownPrefixes) || ownJS(f.Function))
+	return f.Function != "" && (hasAnyPrefix(f.Function, ownPrefixes) || ownJS(f.Function) || ownJava(f.Function))
+}
+
+// ownJava reports whether a Java frame, as the JVM names compiled methods
+// in its perf map ("void io.spanwatch.Span.close()": the return type, then
+// the qualified method and its parameters), is the Java SDK's
+// (io.spanwatch).
+func ownJava(name string) bool {
+	_, method, ok := strings.Cut(name, " ")
+	return ok && strings.HasPrefix(method, "io.spanwatch.") && strings.HasSuffix(method, ")")
 }
 
 // TrimOwn returns frames (innermost first) without the frames at the top

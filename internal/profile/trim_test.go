@@ -69,6 +69,12 @@ func TestTrimOwn(t *testing.T) {
 			"Builtins_CEntry_Return1_ArgvOnStack_BuiltinExit,JS:~main /app/s.js:9:1", 0},
 		{"Python extension", "spanwatch_marker_,spanwatch_py_emit_,py::handle_checkout:/app/service.py,py::main:/app/service.py",
 			"py::handle_checkout:/app/service.py,py::main:/app/service.py", 2},
+		{"Java through JNI", "spanwatch_marker_,spanwatch_jni_record," +
+			"void io.spanwatch.Spanwatch.nativeRecord(java.lang.String; long; long; boolean; byte[]; byte[])," +
+			"void io.spanwatch.Span.close(),void Service.handleCheckout(java.lang.String; int),Interpreter",
+			"void Service.handleCheckout(java.lang.String; int),Interpreter", 4},
+		{"a Java class of another package is not own", "void io.spanwatchers.App.run(),Interpreter",
+			"void io.spanwatchers.App.run(),Interpreter", 0},
 		{"no own frames", "main.slow,main.main", "main.slow,main.main", 0},
 		{"only own frames are kept", emit + "marker," + emit + "Record", emit + "marker," + emit + "Record", 0},
 		{"unnamed frame ends the own run", emit + "marker,?,main.main", "app+0x234,main.main", 1},
