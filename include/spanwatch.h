@@ -184,6 +184,22 @@ __asm__(".pushsection .text.spanwatch_marker_,\"axG\",@progbits,spanwatch_marker
 	"\tret\n"
 	".cfi_endproc\n"
 	".size spanwatch_marker_call_,.-spanwatch_marker_call_\n"
+	".weak spanwatch_writev_call_\n"
+	".hidden spanwatch_writev_call_\n"
+	".type spanwatch_writev_call_,@function\n"
+	"spanwatch_writev_call_:\n"
+	".cfi_startproc\n"
+	"\tpush %rbp\n"
+	".cfi_def_cfa_offset 16\n"
+	".cfi_offset %rbp, -16\n"
+	"\tmov %rsp, %rbp\n"
+	".cfi_def_cfa_register %rbp\n"
+	"\tcall writev@PLT\n"
+	"\tpop %rbp\n"
+	".cfi_def_cfa %rsp, 8\n"
+	"\tret\n"
+	".cfi_endproc\n"
+	".size spanwatch_writev_call_,.-spanwatch_writev_call_\n"
 	".weak spanwatch_marker_\n"
 	".hidden spanwatch_marker_\n"
 	".type spanwatch_marker_,@function\n"
@@ -212,11 +228,13 @@ __asm__(".pushsection .text.spanwatch_marker_,\"axG\",@progbits,spanwatch_marker
 	".popsection\n");
 extern struct spanwatch_probe_ spanwatch_probe_ __attribute__((visibility("hidden")));
 extern void spanwatch_marker_call_(const struct spanwatch_event *ev) __attribute__((visibility("hidden")));
+extern ssize_t spanwatch_writev_call_(int fd, const struct iovec *iov, int n) __attribute__((visibility("hidden")));
 #else
 #define SPANWATCH_HAVE_MARKER 0
 __attribute__((weak, visibility("hidden"))) struct spanwatch_probe_ spanwatch_probe_ = {
 	0, {SPANWATCH_MAGIC_, ~SPANWATCH_MAGIC_}, 0, 0, 0, {0, 0, -1, 0}, {0, 0}};
 static inline void spanwatch_marker_call_(const struct spanwatch_event *ev) { (void)ev; }
+static inline ssize_t spanwatch_writev_call_(int fd, const struct iovec *iov, int n) { return writev(fd, iov, n); }
 #endif
 
 /* The ABI of include/uapi/linux/user_events.h (kernel 6.4+), spelt out so
@@ -428,31 +446,54 @@ static inline int spanwatch_enabled(const struct spanwatch *sw)
 	return 0;
 }
 
-/* spanwatch_emit_event hands a filled payload to the agent. It returns 0
- * (also when nobody listens), or a negative errno from writev. */
-static inline int spanwatch_emit_event(const struct spanwatch *sw, const struct spanwatch_event *ev)
+/* How a filled event leaves (spanwatch_route_): not at all, through the
+ * marker, or written to user_events_data (the iovecs filled). */
+#define SPANWATCH_ROUTE_NONE_ 0
+#define SPANWATCH_ROUTE_MARKER_ 1
+#define SPANWATCH_ROUTE_WRITE_ 2
+
+static inline int spanwatch_route_(const struct spanwatch *sw, const struct spanwatch_event *ev, struct iovec iov[2])
 {
 	uint64_t w = __atomic_load_n(&spanwatch_probe_.word, __ATOMIC_RELAXED);
 
 	if (w == 0)
-		return 0;
+		return SPANWATCH_ROUTE_NONE_;
 	if (sw->mode == SPANWATCH_MODE_USER_EVENTS) {
-		struct iovec iov[2];
-
 		if (!(w >> 32 & 1u) || sw->fd < 0)
-			return 0;
+			return SPANWATCH_ROUTE_NONE_;
 		iov[0].iov_base = (void *)&sw->write_index;
 		iov[0].iov_len = sizeof(sw->write_index);
 		iov[1].iov_base = (void *)ev;
 		iov[1].iov_len = sizeof(*ev);
-		/* EBADF: the last tracer left since the load. */
-		if (writev(sw->fd, iov, 2) < 0 && errno != EBADF)
-			return -errno;
-		return 0;
+		return SPANWATCH_ROUTE_WRITE_;
 	}
 	if (sw->mode == SPANWATCH_MODE_MARKER && (w & 0xffffu))
+		return SPANWATCH_ROUTE_MARKER_;
+	return SPANWATCH_ROUTE_NONE_;
+}
+
+/* spanwatch_send_ sends a routed event from the caller's own frame. */
+static inline __attribute__((always_inline)) int spanwatch_send_(const struct spanwatch *sw,
+								  const struct spanwatch_event *ev,
+								  const struct iovec iov[2], int route)
+{
+	if (route == SPANWATCH_ROUTE_MARKER_) {
 		spanwatch_marker_call_(ev);
+	} else if (route == SPANWATCH_ROUTE_WRITE_) {
+		/* EBADF: the last tracer left since the load. */
+		if (spanwatch_writev_call_(sw->fd, iov, 2) < 0 && errno != EBADF)
+			return -errno;
+	}
 	return 0;
+}
+
+/* spanwatch_emit_event hands a filled payload to the agent. It returns 0
+ * (also when nobody listens), or a negative errno from writev. */
+static inline int spanwatch_emit_event(const struct spanwatch *sw, const struct spanwatch_event *ev)
+{
+	struct iovec iov[2];
+
+	return spanwatch_send_(sw, ev, iov, spanwatch_route_(sw, ev, iov));
 }
 
 /* spanwatch_fill_name_ copies a name of len bytes (cut at 128: the agent
@@ -465,27 +506,27 @@ static inline void spanwatch_fill_name_(struct spanwatch_event *ev, const char *
 	memcpy(ev->name, name, len);
 }
 
-/* The work behind a span while someone listens, out of line: the inlined
- * part stays a load and a branch, without the registers and stack the
- * rest needs. */
+/* The work behind a span while someone listens is out of line: the inlined
+ * part stays a load and a branch, without the registers the rest needs.
+ * Only the final call, to the marker or the write, is made from the
+ * inlined part, from the function that ends the span. */
 #define SPANWATCH_SLOW_ __attribute__((noinline, cold))
 
-SPANWATCH_SLOW_ static int spanwatch_emit_n_(const struct spanwatch *sw, const char *name, size_t len,
-					     uint64_t duration_ns, uint64_t start_ns, int error,
-					     const uint8_t *trace_id, const uint8_t *span_id)
+SPANWATCH_SLOW_ static int spanwatch_fill_(const struct spanwatch *sw, struct spanwatch_event *ev, struct iovec iov[2],
+					   const char *name, size_t len, uint64_t duration_ns, uint64_t start_ns,
+					   uint32_t flags, int error, const uint8_t *trace_id, const uint8_t *span_id)
 {
-	struct spanwatch_event ev;
-
-	memset(&ev, 0, sizeof(ev));
-	ev.duration_ns = duration_ns;
-	ev.start_ns = start_ns;
-	ev.status = error ? SPANWATCH_STATUS_ERROR : SPANWATCH_STATUS_OK;
+	memset(ev, 0, sizeof(*ev));
+	ev->duration_ns = duration_ns;
+	ev->start_ns = start_ns;
+	ev->flags = flags;
+	ev->status = error ? SPANWATCH_STATUS_ERROR : SPANWATCH_STATUS_OK;
 	if (trace_id)
-		memcpy(ev.trace_id, trace_id, sizeof(ev.trace_id));
+		memcpy(ev->trace_id, trace_id, sizeof(ev->trace_id));
 	if (span_id)
-		memcpy(ev.span_id, span_id, sizeof(ev.span_id));
-	spanwatch_fill_name_(&ev, name, len);
-	return spanwatch_emit_event(sw, &ev);
+		memcpy(ev->span_id, span_id, sizeof(ev->span_id));
+	spanwatch_fill_name_(ev, name, len);
+	return spanwatch_route_(sw, ev, iov);
 }
 
 /* spanwatch_emit_n writes one finished span whose name is len bytes (not
@@ -494,9 +535,14 @@ static inline int spanwatch_emit_n(const struct spanwatch *sw, const char *name,
 				   uint64_t duration_ns, uint64_t start_ns, int error,
 				   const uint8_t *trace_id, const uint8_t *span_id)
 {
+	struct spanwatch_event ev;
+	struct iovec iov[2];
+
 	if (__builtin_expect(!spanwatch_listening(), 1))
 		return 0;
-	return spanwatch_emit_n_(sw, name, len, duration_ns, start_ns, error, trace_id, span_id);
+	return spanwatch_send_(sw, &ev, iov,
+			       spanwatch_fill_(sw, &ev, iov, name, len, duration_ns, start_ns, 0, error, trace_id,
+					       span_id));
 }
 
 /* spanwatch_emit writes one finished span. name must not be NULL; names
@@ -506,27 +552,28 @@ static inline int spanwatch_emit(const struct spanwatch *sw, const char *name,
 				 uint64_t duration_ns, uint64_t start_ns, int error,
 				 const uint8_t *trace_id, const uint8_t *span_id)
 {
+	struct spanwatch_event ev;
+	struct iovec iov[2];
+
 	if (__builtin_expect(!spanwatch_listening(), 1))
 		return 0;
-	return spanwatch_emit_n_(sw, name, strnlen(name, SPANWATCH_NAME_LEN), duration_ns, start_ns,
-				 error, trace_id, span_id);
+	return spanwatch_send_(sw, &ev, iov,
+			       spanwatch_fill_(sw, &ev, iov, name, strnlen(name, SPANWATCH_NAME_LEN), duration_ns,
+					       start_ns, 0, error, trace_id, span_id));
 }
 
+/* A start's stack is never taken: it is sent out of line whole. */
 SPANWATCH_SLOW_ static int spanwatch_emit_start_n_(const struct spanwatch *sw, const char *name, size_t len,
 						   uint64_t start_ns, uint32_t flags,
 						   const uint8_t *trace_id, const uint8_t *span_id)
 {
 	struct spanwatch_event ev;
+	struct iovec iov[2];
 
-	memset(&ev, 0, sizeof(ev));
-	ev.start_ns = start_ns;
-	ev.flags = SPANWATCH_F_START | (flags & SPANWATCH_F_NAME_PREFIX);
-	if (trace_id)
-		memcpy(ev.trace_id, trace_id, sizeof(ev.trace_id));
-	if (span_id)
-		memcpy(ev.span_id, span_id, sizeof(ev.span_id));
-	spanwatch_fill_name_(&ev, name, len);
-	return spanwatch_emit_event(sw, &ev);
+	return spanwatch_send_(sw, &ev, iov,
+			       spanwatch_fill_(sw, &ev, iov, name, len, 0, start_ns,
+					       SPANWATCH_F_START | (flags & SPANWATCH_F_NAME_PREFIX), 0, trace_id,
+					       span_id));
 }
 
 /* spanwatch_emit_start_n tells the agent that a span began (flags:
@@ -581,13 +628,14 @@ static inline int spanwatch_span_begin(const struct spanwatch *sw, struct spanwa
 	return spanwatch_span_begin_(sw, s, name);
 }
 
-SPANWATCH_SLOW_ static int spanwatch_span_end_(const struct spanwatch *sw, const struct spanwatch_span *s, int error)
+SPANWATCH_SLOW_ static int spanwatch_span_end_(const struct spanwatch *sw, const struct spanwatch_span *s, int error,
+					       struct spanwatch_event *ev, struct iovec iov[2])
 {
 	if (!spanwatch_listening())
-		return 0;
-	return spanwatch_emit_n_(sw, s->name, strnlen(s->name, SPANWATCH_NAME_LEN),
-				 spanwatch_clock_ns_(CLOCK_MONOTONIC) - s->start_mono_ns, s->start_real_ns, error,
-				 s->trace_id, s->span_id);
+		return SPANWATCH_ROUTE_NONE_;
+	return spanwatch_fill_(sw, ev, iov, s->name, strnlen(s->name, SPANWATCH_NAME_LEN),
+			       spanwatch_clock_ns_(CLOCK_MONOTONIC) - s->start_mono_ns, s->start_real_ns, 0, error,
+			       s->trace_id, s->span_id);
 }
 
 /* spanwatch_span_end ends a span and emits it; error marks it failed. A
@@ -595,9 +643,12 @@ SPANWATCH_SLOW_ static int spanwatch_span_end_(const struct spanwatch *sw, const
  * time. A span begun while nobody listened costs a test of s. */
 static inline int spanwatch_span_end(const struct spanwatch *sw, const struct spanwatch_span *s, int error)
 {
+	struct spanwatch_event ev;
+	struct iovec iov[2];
+
 	if (__builtin_expect(s->start_mono_ns == 0, 1))
 		return 0;
-	return spanwatch_span_end_(sw, s, error);
+	return spanwatch_send_(sw, &ev, iov, spanwatch_span_end_(sw, s, error, &ev, iov));
 }
 
 /* spanwatch_close leaves sw a no-op. The process's registration stays (the

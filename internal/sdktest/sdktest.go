@@ -369,3 +369,36 @@ func (s *Sandbox) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "--",
 		"sh", "-c", `mount --bind "$0" /tmp && cd /tmp && exec "$@"`, s.Dir, name}, args...)...)
 }
+
+// CopyTree copies the files under the module root's dirs (relative paths)
+// into dst, keeping their places, so that a build that writes beside its
+// sources (pip, node-gyp) runs on a copy of the repository's layout.
+func CopyTree(tb testing.TB, dst string, dirs ...string) {
+	tb.Helper()
+	root := Root(tb)
+	for _, d := range dirs {
+		err := filepath.WalkDir(filepath.Join(root, d), func(path string, e os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			if e.IsDir() {
+				return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+			}
+			if !e.Type().IsRegular() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+		})
+		if err != nil {
+			tb.Fatalf("copy %s: %v", d, err)
+		}
+	}
+}

@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 // collector: 100 requests, every 10th an error, every 5th 25 ms in
 // charge_card against a 10 ms budget. Each build's spans arrive exactly,
 // and the stack of every slow one starts, below libspanwatch's own frames,
-// at handle_checkout, the function that ended the span.
+// at handle_checkout, the function that ended the span, also in the build
+// without frame pointers (the header calls the marker through a stub that
+// makes a frame, from the function itself).
 func TestService(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("libspanwatch's marker is x86-64 only")
@@ -75,7 +77,9 @@ func TestService(t *testing.T) {
 				t.Logf("%s: a slow span's stack:%s", name, sdktest.Stack(ovs[0].UserStack))
 			}
 			for _, ov := range ovs {
-				if top := sdktest.Top(ov, 1); len(top) == 0 || top[0] != "handle_checkout" {
+				// GCC moves the unlikely part of a function, where the
+				// span is sent while someone listens, to FUNC.cold.
+				if top := sdktest.Top(ov, 1); len(top) == 0 || strings.TrimSuffix(top[0], ".cold") != "handle_checkout" {
 					t.Fatalf("overrun of %s: the stack starts at %v, want handle_checkout:%s", name, top, sdktest.Stack(ov.UserStack))
 				}
 			}

@@ -84,7 +84,8 @@ func env(tb testing.TB, sb *sdktest.Sandbox) []string {
 
 // TestService runs testdata/service.js, a service instrumented with
 // OpenTelemetry JS whose tracer provider has the SpanwatchSpanProcessor,
-// under a collector, with V8's perf map on (--perf-basic-prof, and
+// under a collector, with V8's perf map on (--perf-basic-prof, then
+// --perf-basic-prof-only-functions, each with
 // --interpreted-frames-native-stack for functions not compiled yet): 100
 // synchronous OpenTelemetry spans and 100 async spans through the SDK's
 // span(), every 10th failed, every 5th 25 ms against a 10 ms budget. The
@@ -95,44 +96,48 @@ func TestService(t *testing.T) {
 	sb := sdktest.NewSandbox(t)
 	setup(t, sb.Dir, "testdata")
 	w := sdktest.Start(t, []collector.BudgetRule{{Span: "js.checkout.*", Budget: 10 * time.Millisecond}})
-	name := fmt.Sprintf("js.checkout.%d", os.Getpid())
 	service, err := filepath.Abs("testdata/service.js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := sb.Command("node", "--perf-basic-prof", "--interpreted-frames-native-stack", service, "100", name)
-	cmd.Env = env(t, sb)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(out)
-	first, _ := r.ReadString('\n')
-	if first != "mode=marker\n" && first != "mode=user_events\n" {
-		t.Fatalf("service printed %q, want the marker or user_events mode", first)
-	}
-	rest, _ := r.ReadString('\n')
-	if err := cmd.Wait(); err != nil || rest != "done\n" {
-		t.Fatalf("service: %v, %q", err, rest)
-	}
-	pid := cmd.Process.Pid
-	w.Wait(t, pid, 15*time.Second, map[string]sdktest.Want{
-		name + ".otel":  {Count: 100, Errors: 10, OverBudget: 20},
-		name + ".async": {Count: 100, Errors: 10, OverBudget: 20},
-	})
-	ovs := w.Overruns(pid, name+".otel")
-	if len(ovs) > 0 {
-		t.Logf("a slow span's stack:%s", sdktest.Stack(ovs[0].UserStack))
-	}
-	for _, ov := range ovs {
-		if ov.Span != name+".otel" {
-			continue
-		}
-		top := sdktest.Top(ov, 2)
-		if len(top) == 0 || !strings.Contains(top[0], "handleCheckout ") || !strings.Contains(top[0], service) {
-			t.Fatalf("overrun of %s: the stack starts %v, want handleCheckout in %s:%s", ov.Span, top, service, sdktest.Stack(ov.UserStack))
-		}
+	for _, perf := range []string{"--perf-basic-prof", "--perf-basic-prof-only-functions"} {
+		t.Run(strings.TrimPrefix(perf, "--"), func(t *testing.T) {
+			name := fmt.Sprintf("js.checkout.%d.%s", os.Getpid(), strings.TrimPrefix(perf, "--perf-basic-prof"))
+			cmd := sb.Command("node", perf, "--interpreted-frames-native-stack", service, "100", name)
+			cmd.Env = env(t, sb)
+			out, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r := bufio.NewReader(out)
+			first, _ := r.ReadString('\n')
+			if first != "mode=marker\n" && first != "mode=user_events\n" {
+				t.Fatalf("service printed %q, want the marker or user_events mode", first)
+			}
+			rest, _ := r.ReadString('\n')
+			if err := cmd.Wait(); err != nil || rest != "done\n" {
+				t.Fatalf("service: %v, %q", err, rest)
+			}
+			pid := cmd.Process.Pid
+			w.Wait(t, pid, 15*time.Second, map[string]sdktest.Want{
+				name + ".otel":  {Count: 100, Errors: 10, OverBudget: 20},
+				name + ".async": {Count: 100, Errors: 10, OverBudget: 20},
+			})
+			ovs := w.Overruns(pid, name+".otel")
+			if len(ovs) > 0 {
+				t.Logf("a slow span's stack:%s", sdktest.Stack(ovs[0].UserStack))
+			}
+			for _, ov := range ovs {
+				if ov.Span != name+".otel" {
+					continue
+				}
+				top := sdktest.Top(ov, 2)
+				if len(top) == 0 || !strings.Contains(top[0], "handleCheckout ") || !strings.Contains(top[0], service) {
+					t.Fatalf("overrun of %s: the stack starts %v, want handleCheckout in %s:%s", ov.Span, top, service, sdktest.Stack(ov.UserStack))
+				}
+			}
+		})
 	}
 }
 
@@ -188,5 +193,32 @@ func BenchmarkAddonVsKoffi(b *testing.B) {
 		if n, _ := fmt.Sscan(line, &name, &v); n == 2 && (name == "addon" || name == "koffi" || name == "koffi-call") {
 			b.ReportMetric(v, "ns/"+name)
 		}
+	}
+}
+
+// TestNpmInstall builds the addon as its README says, with npm and
+// node-gyp against the installed headers (--nodedir=/usr, nothing
+// downloaded), in a copy of the repository's layout, and loads the SDK.
+func TestNpmInstall(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the SDK's marker is x86-64 only")
+	}
+	sdktest.RequireTool(t, "node", "Debian package nodejs")
+	sdktest.RequireTool(t, "npm", "Debian package npm")
+	if _, err := os.Stat(filepath.Join(nodeHeaders, "node_api.h")); err != nil {
+		t.Skipf("%s/node_api.h not installed (Debian package libnode-dev)", nodeHeaders)
+	}
+	dir := t.TempDir()
+	sdktest.CopyTree(t, dir, "include", "sdk/node")
+	cmd := exec.Command("npm", "install", "--nodedir=/usr", "--no-audit", "--no-fund", "--cache", filepath.Join(dir, "npm-cache"))
+	cmd.Dir = filepath.Join(dir, "sdk", "node")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install: %v\n%s", err, out)
+	}
+	cmd = exec.Command("node", "-e", "const s = require(process.argv[1]); console.log(s.mode(), s.listening())", filepath.Join(dir, "sdk", "node"))
+	cmd.Env = append(os.Environ(), "SPANWATCH_EMIT=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "off false\n" {
+		t.Fatalf("require the SDK: %v, %q", err, out)
 	}
 }

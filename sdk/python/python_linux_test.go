@@ -66,7 +66,11 @@ func TestService(t *testing.T) {
 	build(t, sb.Dir)
 	w := sdktest.Start(t, []collector.BudgetRule{{Span: "py.checkout.*", Budget: 10 * time.Millisecond}})
 	name := fmt.Sprintf("py.checkout.%d", os.Getpid())
-	cmd := sb.Command(python, "testdata/service.py", "100", name)
+	service, err := filepath.Abs("testdata/service.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := sb.Command(python, service, "100", name)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+sb.Path("lib"), "PYTHONDONTWRITEBYTECODE=1")
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -87,10 +91,6 @@ func TestService(t *testing.T) {
 		name + ".with":   {Count: 100, Errors: 10, OverBudget: 20},
 		name + ".traced": {Count: 100, Errors: 10, OverBudget: 20},
 	})
-	service, err := filepath.Abs("testdata/service.py")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for span, want := range map[string][]string{
 		name + ".with":   {"py::handle_checkout:" + service, "py::main:" + service, "py::<module>:" + service},
 		name + ".traced": {"py::make_payment.<locals>.process_payment:" + service, "py::main:" + service, "py::<module>:" + service},
@@ -117,9 +117,45 @@ func TestService(t *testing.T) {
 func BenchmarkSpanCost(b *testing.B) {
 	sb := sdktest.NewSandbox(b)
 	build(b, sb.Dir)
+	bench, err := filepath.Abs("testdata/bench.py")
+	if err != nil {
+		b.Fatal(err)
+	}
 	sdktest.Costs(b, func(n int) *exec.Cmd {
-		cmd := sb.Command(python, "testdata/bench.py", fmt.Sprint(n))
+		cmd := sb.Command(python, bench, fmt.Sprint(n))
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+sb.Path("lib"), "PYTHONDONTWRITEBYTECODE=1")
 		return cmd
 	}, 2_000_000, 20_000)
+}
+
+// TestPipInstall installs the package as its README says, with Debian's
+// pip and nothing from the network (--no-index, --no-build-isolation: the
+// system's setuptools), from a copy of the repository's layout, and
+// imports it.
+func TestPipInstall(t *testing.T) {
+	if _, err := os.Stat(python); err != nil {
+		t.Skipf("%s not installed (Debian package python3.11)", python)
+	}
+	if err := exec.Command(python, "-m", "pip", "--version").Run(); err != nil {
+		t.Skip("pip not installed for python3.11 (Debian package python3-pip)")
+	}
+	if _, err := os.Stat("/usr/include/python3.11/Python.h"); err != nil {
+		t.Skip("Python.h not installed (Debian package python3.11-dev)")
+	}
+	dir := t.TempDir()
+	sdktest.CopyTree(t, dir, "include", "sdk/python")
+	site := filepath.Join(dir, "site")
+	cmd := exec.Command(python, "-m", "pip", "install", "--quiet", "--no-index", "--no-build-isolation",
+		"--disable-pip-version-check", "--target", site, "./sdk/python")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pip install: %v\n%s", err, out)
+	}
+	cmd = exec.Command(python, "-c", "import spanwatch; print(spanwatch.mode())")
+	cmd.Dir = site
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "SPANWATCH_EMIT=off")
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "off\n" {
+		t.Fatalf("import spanwatch: %v, %q", err, out)
+	}
 }

@@ -2,7 +2,8 @@
 
     service.py N NAME
 
-waits (up to 30 s) for an agent to listen, then serves N requests twice:
+waits (up to 30 s) for an agent to listen, warms up, then serves N
+requests twice:
 handle_checkout times a `with spanwatch.span(NAME + ".with")` block,
 process_payment is `@spanwatch.traced(NAME + ".traced")`. Every 10th
 request raises (a failed span), every 5th spends 25 ms in charge_card, the
@@ -43,6 +44,15 @@ def main():
     deadline = time.monotonic() + 30
     while not spanwatch.listening() and time.monotonic() < deadline:
         time.sleep(0.01)
+    # Each Python function gets its trampoline, and its perf map line, the
+    # first time a span ends in it; the agent reads a process's perf map
+    # again after a miss at most once a second. Warm up, then let a second
+    # pass, so that the first slow span's stack is named too.
+    warm = make_payment(name + ".warm")
+    for i in (1, 2, 3):
+        handle_checkout(name + ".warm", i)
+        warm(i)
+    time.sleep(1.1)
     for i in range(n):
         try:
             handle_checkout(name + ".with", i)
