@@ -159,3 +159,34 @@ func TestPipInstall(t *testing.T) {
 		t.Fatalf("import spanwatch: %v, %q", err, out)
 	}
 }
+
+// BenchmarkFramesCost measures what putting Python frames into stacks
+// costs a span while an agent listens: testdata/bench.py under one
+// collector with SPANWATCH_PYTHON_FRAMES unset (on) and =0 (off).
+func BenchmarkFramesCost(b *testing.B) {
+	sb := sdktest.NewSandbox(b)
+	build(b, sb.Dir)
+	bench, err := filepath.Abs("testdata/bench.py")
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := sdktest.Start(b, nil)
+	defer w.Close()
+	b.ResetTimer()
+	for _, frames := range []string{"1", "0"} {
+		cmd := sb.Command(python, bench, "20000")
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+sb.Path("lib"), "PYTHONDONTWRITEBYTECODE=1",
+			"SPANWATCH_BENCH_WAIT=1", "SPANWATCH_PYTHON_FRAMES="+frames)
+		out, err := cmd.Output()
+		if err != nil || !strings.Contains(string(out), "listening 1") {
+			b.Fatalf("bench.py: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			var name string
+			var v float64
+			if n, _ := fmt.Sscan(line, &name, &v); n == 2 && (name == "span" || name == "traced") {
+				b.ReportMetric(v, "ns/"+name+"-frames"+frames)
+			}
+		}
+	}
+}

@@ -1,3 +1,4 @@
+import io.spanwatch.PerfMap;
 import io.spanwatch.Span;
 import io.spanwatch.Spanwatch;
 
@@ -9,7 +10,8 @@ import io.spanwatch.Spanwatch;
  * times N iterations of an empty static call, of a try-with-resources span,
  * and of Spanwatch.run around a lambda (and of the lambda alone), after a
  * warm-up that lets the JIT compile each, and prints nanoseconds per
- * iteration: "empty", "span", "run", "plain", then "listening 0|1". With
+ * iteration: "empty", "span", "run", "plain", the time of one perf map
+ * dump ("perfmap_dump", ns) and per entry written, then "listening 0|1". With
  * SPANWATCH_BENCH_WAIT=1 it first waits (up to 30 s) for an agent.
  */
 public class Bench {
@@ -61,6 +63,16 @@ public class Bench {
         System.out.printf("span %.2f%n", timed(Bench::span, n));
         System.out.printf("run %.2f%n", timed(Bench::run, n));
         System.out.printf("plain %.2f%n", timed(Bench::plain, n));
+        // What the SDK's perf map upkeep costs the JVM: one dump of every
+        // compiled method (what jcmd Compiler.perfmap does).
+        PerfMap.dump();
+        long t0 = System.nanoTime();
+        for (int i = 0; i < 5; i++) {
+            PerfMap.dump();
+        }
+        double dump = (System.nanoTime() - t0) / 5.0;
+        long entries = java.nio.file.Files.lines(java.nio.file.Path.of("/tmp/perf-" + ProcessHandle.current().pid() + ".map")).count();
+        System.out.printf("perfmap_dump %.0f%nperfmap_dump_per_entry %.1f%n", dump, dump / entries);
         System.out.println("listening " + (Spanwatch.listening() ? 1 : 0));
     }
 }
