@@ -371,3 +371,112 @@ int main(int argc, char **argv) {
 		t.Errorf("the library is still attached after its only process exited")
 	}
 }
+
+// TestCMarkerScanHostileLibrary: a process maps, executable, a file named
+// like libspanwatch that is not ELF, and one that has the probe's magic
+// but no marker where it points: the scan attaches to neither, reports no
+// error, and remembers them (they are not read again at every scan).
+func TestCMarkerScanHostileLibrary(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "libspanwatch-junk.so")
+	if err := os.WriteFile(junk, append([]byte("not an ELF file "), make([]byte, 8192)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "libspanwatch-fake.so")
+	src := filepath.Join(dir, "fake.c")
+	os.WriteFile(src, []byte(`#include <stdint.h>
+struct p { uint64_t w, m[2]; int64_t rel; uint32_t abi, st; } probe = {0, {0x4365626f72707773ull, ~0x4365626f72707773ull}, -24, 1, 0};
+uint64_t get(void) { return probe.w; }
+`), 0o644)
+	buildC(t, "gcc", fake, "-O2", "-shared", "-fPIC", src)
+	mapper := filepath.Join(dir, "mapper.c")
+	os.WriteFile(mapper, []byte(`#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	for (int i = 1; i < argc; i++) {
+		int fd = open(argv[i], O_RDONLY);
+		if (fd < 0 || mmap(0, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0) == MAP_FAILED) { perror(argv[i]); return 1; }
+	}
+	printf("mapped\n");
+	fflush(stdout);
+	char b[1];
+	return read(0, b, 1) < 0;
+}
+`), 0o644)
+	bin := buildC(t, "gcc", filepath.Join(dir, "mapper"), "-O2", mapper)
+	cmd := exec.Command(bin, junk, fake)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "mapped\n" {
+		t.Fatalf("mapper: %q", line)
+	}
+	procDir := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
+	libs := mappedLibspanwatch(procDir)
+	if len(libs) != 2 {
+		t.Fatalf("the scan found %v in the process's maps, want the two files", libs)
+	}
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, Inflight: InflightConfig{Off: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := c.marker.entries()
+	for _, l := range libs {
+		key, ok, err := c.marker.attachLocked(l, procDir)
+		if err != nil || !ok {
+			t.Errorf("attach %s: ok %v, %v; want a checked file without a marker and no error", l, ok, err)
+		}
+		c.marker.mu.Lock()
+		b := c.marker.binaries[key]
+		c.marker.mu.Unlock()
+		if b == nil || b.link != nil {
+			t.Errorf("%s: remembered %+v, want an entry without a link", l, b)
+		}
+	}
+	if n := c.marker.entries(); n != before+2 {
+		t.Errorf("%d binaries remembered, want %d", n, before+2)
+	}
+}
+
+// BenchmarkMappedLibspanwatch measures what looking for libspanwatch in
+// every process's maps adds to a marker scan: the read of
+// /proc/PID/maps for every process on this machine, against the whole
+// scan (which also reads /proc and stats each process's executable).
+func BenchmarkMappedLibspanwatch(b *testing.B) {
+	requireBPF(b)
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, Inflight: InflightConfig{Off: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	c.ScanMarkers() // every binary checked once: later scans find them known
+	ents, _ := os.ReadDir("/proc")
+	var dirs []string
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			dirs = append(dirs, filepath.Join("/proc", e.Name()))
+		}
+	}
+	b.ResetTimer()
+	var maps, scan time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		for _, d := range dirs {
+			mappedLibspanwatch(d)
+		}
+		t1 := time.Now()
+		c.ScanMarkers()
+		maps += t1.Sub(t0)
+		scan += time.Since(t1)
+	}
+	b.ReportMetric(float64(len(dirs)), "processes")
+	b.ReportMetric(float64(maps.Microseconds())/float64(b.N), "µs/maps-reads")
+	b.ReportMetric(float64(scan.Microseconds())/float64(b.N), "µs/scan")
+}

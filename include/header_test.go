@@ -18,7 +18,7 @@ import (
 
 // build compiles test/spanwatch_test.c with cc and flags into a temporary
 // directory, skipping when the compiler is missing.
-func build(t *testing.T, cc string, flags ...string) string {
+func build(t testing.TB, cc string, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("%s not installed (Debian package build-essential or clang)", cc)

@@ -4,6 +4,7 @@ package include
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/sdktest"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
 )
@@ -121,4 +123,31 @@ func emitThroughCollector(t *testing.T, bin, mode string) {
 			t.Fatalf("overrun %+v: want c.span, trace 0102..10, span a1..a8, 1 ms, from user_events", ov)
 		}
 	}
+}
+
+// BenchmarkUserEventsSpanCost measures what a span costs a C program
+// through user_events (the header's begin and end, a writev each), beside
+// an empty call: with no tracer on the event, and with a collector
+// attached. It needs a kernel with user_events, as in the test VM:
+// test/vm/run.sh ./include -- -test.run '^$' -test.bench UserEvents.
+func BenchmarkUserEventsSpanCost(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to register user_events and load BPF")
+	}
+	if _, err := userevents.TracefsDir(); err != nil {
+		b.Skipf("no tracefs: %v", err)
+	}
+	bin := os.Getenv(emitterEnv)
+	if bin == "" {
+		if _, err := os.Stat(staticEmitter); err == nil {
+			bin = staticEmitter
+		} else {
+			bin = build(b, "gcc")
+		}
+	}
+	out, _ := exec.Command(bin, "open").Output()
+	if !strings.HasPrefix(string(out), "registered") {
+		b.Skipf("no user_events here (needs Linux 6.4+ with CONFIG_USER_EVENTS): %s", out)
+	}
+	sdktest.Costs(b, func(n int) *exec.Cmd { return exec.Command(bin, "bench", fmt.Sprint(n)) }, 10_000_000, 20_000)
 }

@@ -20,6 +20,11 @@
  *                                 (sdk/c/src/spanwatch.c, compiled in)
  *   spanwatch_test marker         the fallback: the mode and probe a
  *                                 process gets without user_events
+ *   spanwatch_test bench N        time N empty calls and N spans
+ *                                 (spanwatch_span_begin and _end): prints
+ *                                 "empty NS", "span NS", "listening 0|1"
+ *                                 (sdktest.Costs); SPANWATCH_BENCH_WAIT=1
+ *                                 waits for a listener first
  *
  * The layout of struct spanwatch_event against struct span_event of
  * bpf/span_event.h is checked when this file compiles.
@@ -181,6 +186,45 @@ static int begin_to_stdout(const char *name)
 	return spanwatch_span_begin(&sw, &s, name) == 0 ? 0 : 1;
 }
 
+__attribute__((noinline)) static void bench_empty(const char *name)
+{
+	__asm__ volatile("" : : "r"(name) : "memory");
+}
+
+__attribute__((noinline)) static void bench_span(const struct spanwatch *sw, const char *name)
+{
+	struct spanwatch_span s;
+
+	spanwatch_span_begin(sw, &s, name);
+	__asm__ volatile("" : : "r"(&s) : "memory");
+	spanwatch_span_end(sw, &s, 0);
+}
+
+static int bench(long n)
+{
+	struct spanwatch sw;
+	const char *w = getenv("SPANWATCH_BENCH_WAIT");
+	uint64_t t0, t1, t2;
+
+	spanwatch_open(&sw);
+	if (w && !strcmp(w, "1")) {
+		struct timespec ts = {0, 10000000};
+
+		for (int i = 0; i < 1000 && !spanwatch_enabled(&sw); i++)
+			nanosleep(&ts, NULL);
+	}
+	t0 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	for (long i = 0; i < n; i++)
+		bench_empty("bench.c");
+	t1 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	for (long i = 0; i < n; i++)
+		bench_span(&sw, "bench.c");
+	t2 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	printf("empty %.2f\nspan %.2f\nlistening %d\n", (double)(t1 - t0) / (double)n, (double)(t2 - t1) / (double)n,
+	       spanwatch_enabled(&sw));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && !strcmp(argv[1], "begin"))
@@ -218,10 +262,12 @@ int main(int argc, char **argv)
 		printf("marker ok\n");
 		return 0;
 	}
+	if (argc >= 3 && !strcmp(argv[1], "bench"))
+		return bench(atol(argv[2]));
 	if (argc >= 4 && !strcmp(argv[1], "emit"))
 		return emit(atol(argv[2]), argv[3], 0);
 	if (argc >= 4 && !strcmp(argv[1], "libemit"))
 		return emit(atol(argv[2]), argv[3], 1);
-	fprintf(stderr, "usage: %s format | fallback PATH | open | marker | stdout NAME | begin NAME | emit N NAME | libemit N NAME\n", argv[0]);
+	fprintf(stderr, "usage: %s format | fallback PATH | open | marker | stdout NAME | begin NAME | emit N NAME | libemit N NAME | bench N\n", argv[0]);
 	return 2;
 }
