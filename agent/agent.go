@@ -4,7 +4,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,8 +34,13 @@ const DefaultShutdownTimeout = 10 * time.Second
 type Options struct {
 	Logger *slog.Logger
 	// Output receives each snapshot as one JSON line (snapshot/schema.json),
-	// when set. It is synced at shutdown when it is a file.
+	// when set, or as parts of at most OutputMaxLine bytes each when it is
+	// longer (snapshot.LineWriter). It is synced at shutdown when it is a
+	// file.
 	Output io.Writer
+	// OutputMaxLine bounds the lines of Output (snapshot.DefaultMaxLine
+	// when 0).
+	OutputMaxLine int
 	// ListenAddr serves /metrics, /snapshot, /api/alerts, /api/status and
 	// /api/dead-letters, when set. New fails when it cannot bind it.
 	ListenAddr string
@@ -219,7 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopReload := a.watchConfig(ctx)
 	defer stopReload()
 
-	out := newOutput(a.opts.Output)
+	out := newOutput(a.opts.Output, a.opts.OutputMaxLine)
 	interval := cfg.Collector.Interval
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -386,27 +390,27 @@ func (a *Agent) Addr() net.Addr {
 	return a.listener.ln.Addr()
 }
 
-// output writes snapshots as JSON lines.
+// output writes snapshots as JSON lines, each snapshot split into parts
+// of bounded lines when it is longer: what it holds is one line, whatever
+// the number of series.
 type output struct {
-	w   io.Writer
-	enc *json.Encoder
+	w  io.Writer
+	lw *snapshot.LineWriter
 }
 
-func newOutput(w io.Writer) *output {
+func newOutput(w io.Writer, maxLine int) *output {
 	if w == nil {
 		return &output{}
 	}
-	return &output{w: w, enc: json.NewEncoder(w)}
+	return &output{w: w, lw: snapshot.NewLineWriter(w, maxLine)}
 }
 
 func (o *output) write(s *snapshot.Snapshot) error {
-	if o.enc == nil {
+	if o.lw == nil {
 		return nil
 	}
-	if err := o.enc.Encode(s); err != nil {
-		return fmt.Errorf("write snapshot: %w", err)
-	}
-	return nil
+	_, err := o.lw.Write(s)
+	return err
 }
 
 // sync flushes a file's writes to its disk (an *os.File, or a rotated

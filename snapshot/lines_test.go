@@ -1,0 +1,155 @@
+package snapshot
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEncodeStreams checks that Encode, which writes item by item, writes
+// what json.Encoder writes for the whole snapshot.
+func TestEncodeStreams(t *testing.T) {
+	empty := &Snapshot{Version: Version, Time: time.Unix(1, 0).UTC(), Series: []Series{}}
+	part := full()
+	part.Part, part.More = 2, true
+	for _, s := range []*Snapshot{full(), empty, {Version: Version}, part} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := s.Encode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("Encode:\n%s\njson.Encoder:\n%s", got.String(), want.String())
+		}
+	}
+}
+
+// many is a snapshot of n series and k overruns, each series a few
+// hundred bytes of JSON.
+func many(n, k int) *Snapshot {
+	s := full()
+	base := s.Series[0]
+	s.Series = nil
+	for i := 0; i < n; i++ {
+		sr := base
+		sr.Span = fmt.Sprintf("GET /api/v1/items/%d", i)
+		sr.CgroupID = uint64(i)
+		s.Series = append(s.Series, sr)
+	}
+	ov := s.Overruns[0]
+	s.Overruns = nil
+	for i := 0; i < k; i++ {
+		o := ov
+		o.PID = uint32(i)
+		s.Overruns = append(s.Overruns, o)
+	}
+	return s
+}
+
+// TestLineWriterSplits writes snapshots small and large under several
+// bounds: every line is at most the bound (or holds a single item), is a
+// snapshot the schema accepts, and a Reader gives back each snapshot
+// whole and equal to what was written; a snapshot that fits is one line
+// without part fields, as before.
+func TestLineWriterSplits(t *testing.T) {
+	schema := compileSchema(t)
+	small, big, overrunsOnly := many(3, 1), many(5000, 40), many(0, 30)
+	for _, max := range []int{MinMaxLine, 64 << 10, DefaultMaxLine} {
+		var buf bytes.Buffer
+		lw := NewLineWriter(&buf, max)
+		want := []*Snapshot{small, big, small, overrunsOnly}
+		var lines []int
+		for _, s := range want {
+			n, err := lw.Write(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, n)
+		}
+		if lines[0] != 1 || lines[2] != 1 || (max < DefaultMaxLine && lines[1] < 2) {
+			t.Errorf("max %d: lines per snapshot %v", max, lines)
+		}
+		for i, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+			var probe struct {
+				Series   []json.RawMessage
+				Overruns []json.RawMessage
+				Part     int
+			}
+			if err := json.Unmarshal([]byte(line), &probe); err != nil {
+				t.Fatalf("max %d: line %d: %v", max, i, err)
+			}
+			if len(line) > max && len(probe.Series)+len(probe.Overruns) > 1 {
+				t.Errorf("max %d: line %d is %d bytes with %d items", max, i, len(line), len(probe.Series)+len(probe.Overruns))
+			}
+			doc, err := jsonUnmarshalAny(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := schema.Validate(doc); err != nil {
+				t.Errorf("max %d: line %d: schema: %v", max, i, err)
+			}
+		}
+		r := NewReader(&buf)
+		for i, w := range want {
+			got, err := r.Next()
+			if err != nil {
+				t.Fatalf("max %d: snapshot %d: %v", max, i, err)
+			}
+			if w.Series == nil {
+				w.Series = []Series{} // written as [], as the schema wants
+			}
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("max %d: snapshot %d read back differs: %d series %d overruns, want %d %d", max, i, len(got.Series), len(got.Overruns), len(w.Series), len(w.Overruns))
+			}
+		}
+		if _, err := r.Next(); !errors.Is(err, io.EOF) {
+			t.Errorf("max %d: after the last snapshot: %v, want EOF", max, err)
+		}
+	}
+}
+
+func jsonUnmarshalAny(s string) (any, error) {
+	var v any
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	return v, d.Decode(&v)
+}
+
+// TestReaderRefusesBrokenParts: a part without its first, parts of two
+// snapshots interleaved, and a stream cut before the last part are each
+// an error that says which value.
+func TestReaderRefusesBrokenParts(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := NewLineWriter(&buf, MinMaxLine).Write(many(500, 0)); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("%d lines", len(lines))
+	}
+	for name, tc := range map[string]struct {
+		lines []string
+		want  string
+	}{
+		"no first part":  {lines[1:], "without its part 1"},
+		"a part missing": {append([]string{lines[0]}, lines[2:]...), "after part 1"},
+		"cut":            {lines[:len(lines)-1], "the stream ends after part"},
+	} {
+		r := NewReader(strings.NewReader(strings.Join(tc.lines, "\n")))
+		_, err := r.Next()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+}
