@@ -86,6 +86,9 @@ type Detector struct {
 
 	ext externalLabels
 
+	historyBytes atomic.Int64
+	historyTrim  atomic.Bool
+
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
 	ovWindow  time.Time
@@ -216,8 +219,10 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	}
 	cfg := d.rules.Load()
 	ext := d.ext.get(cfg)
+	d.hist.maxBytes, d.hist.trimUnused = d.historyBytes.Load(), d.historyTrim.Load()
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
+	var needs []time.Duration // each series' longest range, with trimUnused
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
 		idx := indexSpans(snap)
@@ -246,6 +251,9 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		for over, n := range need {
 			d.hist.prepare(over, n, d.cfg.PolicyWorkers)
 		}
+		if d.hist.trimUnused {
+			needs = seriesNeeds(len(snap.Series), need)
+		}
 		for i, r := range cfg.Rules {
 			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
@@ -254,12 +262,46 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		}
 		d.gcBaselines(cfg, now)
 	}
+	if needs != nil {
+		d.hist.trimToRules(needs)
+	}
+	hs := d.hist.stats()
+	d.stats.historyBytes.Store(hs.bytes)
+	d.stats.historyDropped.Store(hs.dropped)
+	d.stats.historyCovered.Store(int64(hs.covered))
+	d.stats.historyWanted.Store(int64(longestRange(cfg)))
 	d.hist.release()
 	changed, send := d.advance(outs, now, d.validity(snap.Window()))
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
 	err := d.notify(ctx, send)
 	return changed, err
 }
+
+// seriesNeeds is, for each of n series, the longest range that a rule
+// selecting it or a policy asks: need holds, by range, the series it
+// selects (nil: every series).
+func seriesNeeds(n int, need map[time.Duration][]bool) []time.Duration {
+	out := make([]time.Duration, n)
+	for over, sel := range need {
+		for i := range out {
+			if (sel == nil || sel[i]) && over > out[i] {
+				out[i] = over
+			}
+		}
+	}
+	return out
+}
+
+// SetHistoryBytes bounds the memory of the range history (0: no bound):
+// past it, the oldest windows go, every series' at once, and ranges cover
+// what is left (Stats.HistoryCovered). The memory budget sets it; the
+// next evaluation applies it.
+func (d *Detector) SetHistoryBytes(n int64) { d.historyBytes.Store(n) }
+
+// SetHistoryTrim makes each series keep only the windows the ranges of
+// its own rules reach, instead of the longest range of the rule set: what
+// the memory budget sheds under pressure (memory.UnusedHistory).
+func (d *Detector) SetHistoryTrim(on bool) { d.historyTrim.Store(on) }
 
 // longestRange is how far back the rule set's ranges reach.
 func longestRange(cfg *policy.Config) time.Duration {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -23,12 +24,22 @@ import (
 //
 // Memory: a series keeps only its windows with spans in them (an idle
 // series costs its map entry, about 150 bytes), each 96 bytes plus
-// its packed histogram (2-4 bytes per non-empty bucket).
+// its packed histogram (2-4 bytes per non-empty bucket). The history
+// counts what it holds (bytes) and, with a bound (maxBytes, from the
+// memory budget), drops its oldest windows, every series' at once, until
+// it fits: ranges then cover the windows kept, less than they ask, and
+// Stats says so. With trimUnused (the budget's UnusedHistory), each
+// series keeps only the windows the ranges of its own rules reach.
 type history struct {
 	wins   []windowInfo // evaluated windows, oldest first
 	series map[string]*seriesHist
 	seq    uint64
 	keyBuf []byte
+
+	bytes      int64 // what the series' windows and entries hold
+	maxBytes   int64 // the bound; 0 for none
+	trimUnused bool
+	dropped    uint64 // windows dropped for the bound
 	// scratch is each aggregating goroutine's buffers; scratch[0] is the
 	// evaluation's own.
 	scratch []*aggScratch
@@ -44,7 +55,17 @@ type windowInfo struct {
 	seq    uint64
 	end    time.Time
 	length time.Duration
+	bytes  int64 // what the series' windows of this seq hold
 }
+
+// Costs the history counts: a series' entry (map slot, key, seriesHist)
+// beyond its key's bytes, and a window beyond its packed histogram.
+const (
+	seriesEntryBytes = 112
+	seriesWinBytes   = int64(unsafe.Sizeof(seriesWin{}))
+)
+
+func winCost(w *seriesWin) int64 { return seriesWinBytes + int64(cap(w.hist)) }
 
 // seriesHist is one series' windows with spans, oldest first.
 type seriesHist struct {
@@ -117,7 +138,8 @@ func seriesKey(b []byte, s *snapshot.Series) []byte {
 }
 
 // observe records a snapshot as the newest window, keeping what ranges up
-// to keep need, and prepares the range aggregates of this evaluation.
+// to keep need (and what the bound leaves of it), and prepares the range
+// aggregates of this evaluation.
 func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 	h.seq++
 	length := snap.Window()
@@ -125,20 +147,17 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		length = snap.Time.Sub(h.wins[len(h.wins)-1].end)
 	}
 	h.wins = append(h.wins, windowInfo{seq: h.seq, end: snap.Time, length: max(length, 0)})
-	first, _ := h.span(keep)
-	drop := 0
-	for drop < len(h.wins) && h.wins[drop].seq < first {
-		drop++
-	}
-	h.wins = append(h.wins[:0], h.wins[drop:]...)
-
 	h.snap = snap
 	h.cur = h.cur[:0]
 	if keep <= 0 {
 		// No range reaches back: nothing to keep, nothing to look up.
 		clear(h.series)
+		h.bytes = 0
+		h.wins = append(h.wins[:0], h.wins[len(h.wins)-1])
+		h.wins[0].bytes = 0
 		return
 	}
+	newest := &h.wins[len(h.wins)-1]
 	for i := range snap.Series {
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
@@ -146,39 +165,65 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		if sh == nil {
 			sh = &seriesHist{}
 			h.series[string(h.keyBuf)] = sh
+			h.bytes += seriesEntryBytes + int64(len(h.keyBuf))
 		}
 		sh.lastSeen = h.seq
-		sh.trim(first)
-		if s.Count > 0 && keep > 0 {
+		if s.Count > 0 {
 			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
+			c := winCost(&sh.wins[len(sh.wins)-1])
+			newest.bytes += c
+			h.bytes += c
 		}
 		h.cur = append(h.cur, sh)
 	}
-	// Series that left the snapshot keep their windows until no range
-	// reaches them.
+	first, _ := h.span(keep)
+	first = max(first, h.floor())
+	drop := 0
+	for drop < len(h.wins) && h.wins[drop].seq < first {
+		drop++
+	}
+	h.wins = append(h.wins[:0], h.wins[drop:]...)
+	// Every series drops what no range reaches any more (or the bound
+	// took); series that left the snapshot keep their windows until
+	// then.
 	for k, sh := range h.series {
-		if sh.lastSeen == h.seq {
-			continue
-		}
-		sh.trim(first)
-		if len(sh.wins) == 0 {
+		h.trim(sh, first)
+		if len(sh.wins) == 0 && sh.lastSeen != h.seq {
 			delete(h.series, k)
+			h.bytes -= seriesEntryBytes + int64(len(k))
 		}
 	}
 }
 
-// release drops the evaluation's range aggregates: between evaluations the
-// history keeps only the windows.
-func (h *history) release() {
-	clear(h.agg)
-	h.snap = nil
-	clear(h.cur)
-	h.cur = h.cur[:0]
+// floor is the first window the bound lets the history keep: the oldest
+// windows go, all series' at once, until what is left fits (the newest
+// always stays).
+func (h *history) floor() uint64 {
+	if h.maxBytes <= 0 || h.bytes <= h.maxBytes || len(h.wins) == 0 {
+		return 0
+	}
+	over := h.bytes - h.maxBytes
+	i := 0
+	for i < len(h.wins)-1 && over > 0 {
+		over -= h.wins[i].bytes
+		i++
+	}
+	h.dropped += uint64(i)
+	return h.wins[i].seq
 }
 
-func (sh *seriesHist) trim(first uint64) {
+// trim drops a series' windows before first, counting what they held.
+func (h *history) trim(sh *seriesHist, first uint64) {
 	drop := 0
 	for drop < len(sh.wins) && sh.wins[drop].seq < first {
+		w := &sh.wins[drop]
+		c := winCost(w)
+		h.bytes -= c
+		if len(h.wins) > 0 && w.seq >= h.wins[0].seq {
+			if j := int(w.seq - h.wins[0].seq); j < len(h.wins) && h.wins[j].seq == w.seq {
+				h.wins[j].bytes -= c
+			}
+		}
 		drop++
 	}
 	if drop > 0 {
@@ -188,6 +233,61 @@ func (sh *seriesHist) trim(first uint64) {
 			sh.wins = nil
 		}
 	}
+}
+
+// trimToRules drops, for each series of the current snapshot, the windows
+// beyond the longest range of the rules that select it (need[i], 0 for
+// none), and every window of the series the snapshot no longer holds: the
+// budget's UnusedHistory. No rule's value changes; a series that a rule
+// starts to select later has a shorter range until it fills.
+func (h *history) trimToRules(need []time.Duration) {
+	if !h.trimUnused || h.snap == nil {
+		return
+	}
+	firsts := map[time.Duration]uint64{}
+	for i, sh := range h.cur {
+		first := h.seq + 1 // none
+		if need[i] > 0 {
+			f, ok := firsts[need[i]]
+			if !ok {
+				f, _ = h.span(need[i])
+				firsts[need[i]] = f
+			}
+			first = f
+		}
+		h.trim(sh, first)
+	}
+	for k, sh := range h.series {
+		if sh.lastSeen != h.seq {
+			h.trim(sh, h.seq+1)
+			delete(h.series, k)
+			h.bytes -= seriesEntryBytes + int64(len(k))
+		}
+	}
+}
+
+// historyStats is what the history reports.
+type historyStats struct {
+	bytes   int64
+	dropped uint64
+	covered time.Duration // what the windows kept cover
+}
+
+func (h *history) stats() historyStats {
+	st := historyStats{bytes: h.bytes, dropped: h.dropped}
+	for _, w := range h.wins {
+		st.covered += w.length
+	}
+	return st
+}
+
+// release drops the evaluation's range aggregates: between evaluations the
+// history keeps only the windows.
+func (h *history) release() {
+	clear(h.agg)
+	h.snap = nil
+	clear(h.cur)
+	h.cur = h.cur[:0]
 }
 
 func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {

@@ -24,6 +24,10 @@ type counters struct {
 	overrunsLimited   atomic.Uint64
 	overrunsIgnored   atomic.Uint64
 	lastEvalNs        atomic.Int64
+	historyBytes      atomic.Int64
+	historyDropped    atomic.Uint64
+	historyCovered    atomic.Int64
+	historyWanted     atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
@@ -47,6 +51,13 @@ type Stats struct {
 	Pending, Firing   int    // alerts in each state now
 	Baselines         int    // anomaly baselines kept (-1 while an evaluation holds them)
 	LastEvaluation    time.Duration
+	// HistoryBytes is the memory the range history holds;
+	// HistoryDropped counts the windows its bound dropped before their
+	// range was done with them; HistoryCovered is the time its windows
+	// cover, against HistoryWanted, the rule set's longest range.
+	HistoryBytes                  int64
+	HistoryDropped                uint64
+	HistoryCovered, HistoryWanted time.Duration
 }
 
 // Stats returns a snapshot of the counters.
@@ -68,6 +79,10 @@ func (d *Detector) Stats() Stats {
 		OverrunsLimited:   d.stats.overrunsLimited.Load(),
 		OverrunsIgnored:   d.stats.overrunsIgnored.Load(),
 		LastEvaluation:    time.Duration(d.stats.lastEvalNs.Load()),
+		HistoryBytes:      d.stats.historyBytes.Load(),
+		HistoryDropped:    d.stats.historyDropped.Load(),
+		HistoryCovered:    time.Duration(d.stats.historyCovered.Load()),
+		HistoryWanted:     time.Duration(d.stats.historyWanted.Load()),
 	}
 	d.mu.Lock()
 	for _, g := range d.groups {
