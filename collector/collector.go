@@ -502,6 +502,23 @@ func (c *Collector) MapBytes() uint64 {
 	return total
 }
 
+// SetStackDetail keeps (true, the default) or sheds (false) the detail of
+// overrun records, what the memory budget sheds first under pressure
+// (memory.StackDetail): while shed, an overrun keeps its innermost
+// StackFramesShed user frames and no kernel stack or in-span samples,
+// and a snapshot keeps a tenth of Config.MaxOverrunsPerSnapshot (the
+// rest are counted in Stats.OverrunsDropped, and still delivered to
+// OnOverrun). Counts are never shed: the spans stay counted over their
+// budget in their series.
+func (c *Collector) SetStackDetail(full bool) {
+	c.rb.lean.Store(!full)
+	keep := c.cfg.MaxOverrunsPerSnapshot
+	if !full {
+		keep = max(keep/10, min(keep, 10))
+	}
+	c.rb.keep.Store(int64(keep))
+}
+
 // SeriesCapacity returns the number of series the kernel can hold.
 func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
 
