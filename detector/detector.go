@@ -305,17 +305,10 @@ func (d *Detector) SetHistoryTrim(on bool) { d.historyTrim.Store(on) }
 
 // longestRange is how far back the rule set's ranges reach.
 func longestRange(cfg *policy.Config) time.Duration {
-	var keep time.Duration
 	if cfg == nil {
 		return 0
 	}
-	for _, r := range cfg.Rules {
-		keep = max(keep, r.Over)
-	}
-	for _, p := range cfg.Policies {
-		keep = max(keep, p.Over)
-	}
-	return keep
+	return cfg.LongestRange()
 }
 
 // policyInputs makes each policy's input, indexed like pols: the series
