@@ -63,12 +63,12 @@ func TestDetect(t *testing.T) {
 		{
 			name: "v2 cgroup namespace: the mount root is the container", cgroup: "0::/\n", mounts: v2,
 			files: map[string]string{"sys/fs/cgroup/memory.max": "268435456\n", "sys/fs/cgroup/memory.current": "1\n"},
-			want: 268435456 / 100 * CgroupShare, source: SourceCgroup, dir: "sys/fs/cgroup", version: 2,
+			want:  268435456 / 100 * CgroupShare, source: SourceCgroup, dir: "sys/fs/cgroup", version: 2,
 		},
 		{
 			name: "v2 no limit: the default", cgroup: "0::/user.slice\n", mounts: v2,
 			files: map[string]string{"sys/fs/cgroup/user.slice/memory.max": "max\n", "sys/fs/cgroup/user.slice/memory.current": "1\n"},
-			want: MaxDefaultBudget, source: SourceDefault, dir: "sys/fs/cgroup/user.slice", version: 2,
+			want:  MaxDefaultBudget, source: SourceDefault, dir: "sys/fs/cgroup/user.slice", version: 2,
 		},
 		{
 			name:   "hybrid: v1 memory controller with a limit, unified without",
@@ -81,12 +81,12 @@ func TestDetect(t *testing.T) {
 		{
 			name: "v1 unlimited", cgroup: "4:memory:/\n", mounts: []string{"/ sys/fs/cgroup/memory cgroup rw,memory"},
 			files: map[string]string{"sys/fs/cgroup/memory/memory.stat": "hierarchical_memory_limit 9223372036854771712\n"},
-			want: MaxDefaultBudget, source: SourceDefault, dir: "sys/fs/cgroup/memory", version: 1,
+			want:  MaxDefaultBudget, source: SourceDefault, dir: "sys/fs/cgroup/memory", version: 1,
 		},
 		{
 			name: "a setting wins", cgroup: "0::/\n", mounts: v2, setting: 300 << 20,
 			files: map[string]string{"sys/fs/cgroup/memory.max": "536870912\n", "sys/fs/cgroup/memory.current": "1\n"},
-			want: 300 << 20, source: SourceSetting, dir: "sys/fs/cgroup", version: 2,
+			want:  300 << 20, source: SourceSetting, dir: "sys/fs/cgroup", version: 2,
 		},
 		{
 			name: "a setting above the limit", cgroup: "0::/\n", mounts: v2, setting: 600 << 20,
