@@ -169,10 +169,11 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		}
 		sh.lastSeen = h.seq
 		if s.Count > 0 {
+			before := cap(sh.wins)
 			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
-			c := winCost(&sh.wins[len(sh.wins)-1])
-			newest.bytes += c
-			h.bytes += c
+			w := &sh.wins[len(sh.wins)-1]
+			newest.bytes += winCost(w)
+			h.bytes += int64(cap(w.hist)) + int64(cap(sh.wins)-before)*seriesWinBytes
 		}
 		h.cur = append(h.cur, sh)
 	}
@@ -213,26 +214,43 @@ func (h *history) floor() uint64 {
 }
 
 // trim drops a series' windows before first, counting what they held.
+// The windows left move to the front of their array when it has no room
+// at its end: a range slides one window at a time, and reslicing from
+// the front would leave the next append to allocate a new array twice as
+// long (half of it slack, for as long as the series lives). An array
+// left mostly empty (a range that shrank, trimToRules) is reallocated to
+// fit.
 func (h *history) trim(sh *seriesHist, first uint64) {
 	drop := 0
 	for drop < len(sh.wins) && sh.wins[drop].seq < first {
 		w := &sh.wins[drop]
-		c := winCost(w)
-		h.bytes -= c
+		h.bytes -= int64(cap(w.hist))
 		if len(h.wins) > 0 && w.seq >= h.wins[0].seq {
 			if j := int(w.seq - h.wins[0].seq); j < len(h.wins) && h.wins[j].seq == w.seq {
-				h.wins[j].bytes -= c
+				h.wins[j].bytes -= winCost(w)
 			}
 		}
 		drop++
 	}
-	if drop > 0 {
+	if drop == 0 {
+		return
+	}
+	was := cap(sh.wins)
+	n := len(sh.wins) - drop
+	switch {
+	case n == 0:
+		sh.wins = nil
+	case n <= was/2 && was > 8:
+		sh.wins = append([]seriesWin(nil), sh.wins[drop:]...)
+	case len(sh.wins) == was:
+		copy(sh.wins, sh.wins[drop:])
+		clear(sh.wins[n:])
+		sh.wins = sh.wins[:n]
+	default:
 		clear(sh.wins[:drop])
 		sh.wins = sh.wins[drop:]
-		if len(sh.wins) == 0 {
-			sh.wins = nil
-		}
 	}
+	h.bytes -= int64(was-cap(sh.wins)) * seriesWinBytes
 }
 
 // trimToRules drops, for each series of the current snapshot, the windows
