@@ -3,6 +3,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spanwatch/spanwatch/detector"
@@ -65,7 +67,7 @@ var (
 	memGoLimitDesc = prometheus.NewDesc("spanwatch_memory_go_limit_bytes",
 		"Go's soft memory limit: the budget less the BPF maps and the binary.", nil, nil)
 	memUsageDesc = prometheus.NewDesc("spanwatch_memory_usage_bytes",
-		"The agent's memory by part, measured every second: go (live heap, stacks, runtime), bpf_maps (what the kernel charges), binary (resident code), cgroup (the cgroup's memory less inactive file pages, when there is one).", []string{"part"}, nil)
+		"The agent's memory by part, measured every second: go (live heap, stacks, runtime), bpf_maps (what the kernel charges), binary (resident code), cgroup (the memory of the cgroup whose limit set the budget, less its inactive file pages).", []string{"part"}, nil)
 	memShedDesc = prometheus.NewDesc("spanwatch_memory_shed",
 		"1 while the agent sheds this detail to stay in its memory budget (in order: stack_detail, unused_range_history, stale_exports, range_history_depth), else 0. Counts are never shed.", []string{"detail"}, nil)
 	memShedSinceDesc = prometheus.NewDesc("spanwatch_memory_shed_since_timestamp_seconds",
@@ -97,14 +99,27 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	g(memUsageDesc, float64(u.Go), "go")
 	g(memUsageDesc, float64(u.BPFMaps), "bpf_maps")
 	g(memUsageDesc, float64(u.Binary), "binary")
-	if a.plan.Budget.Cgroup.Version != 0 {
+	if a.plan.Budget.Source == memory.SourceCgroup {
+		// Only the cgroup whose limit is the budget: elsewhere it may
+		// hold other processes than the agent.
 		g(memUsageDesc, float64(u.Cgroup), "cgroup")
 	}
+	// The range history sheds by itself too, in the same order, when
+	// it reaches its share of the budget (detector.SetHistoryBytes).
+	ds := a.det.Stats()
+	own := map[memory.Level]time.Time{memory.UnusedHistory: ds.HistoryTrimmedSince, memory.HistoryDepth: ds.HistoryDepthSince}
 	for _, l := range memory.Levels() {
-		on := 0.0
+		var since time.Time
 		if st.Level >= l {
+			since = st.Since[l]
+		}
+		if t := own[l]; !t.IsZero() && (since.IsZero() || t.Before(since)) {
+			since = t
+		}
+		on := 0.0
+		if !since.IsZero() {
 			on = 1
-			g(memShedSinceDesc, float64(st.Since[l].UnixNano())/1e9, l.String())
+			g(memShedSinceDesc, float64(since.UnixNano())/1e9, l.String())
 		}
 		g(memShedDesc, on, l.String())
 	}

@@ -219,7 +219,10 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	}
 	cfg := d.rules.Load()
 	ext := d.ext.get(cfg)
-	d.hist.maxBytes, d.hist.trimUnused = d.historyBytes.Load(), d.historyTrim.Load()
+	if bound := d.historyBytes.Load(); bound != d.hist.maxBytes {
+		d.hist.maxBytes, d.hist.autoTrim = bound, false
+	}
+	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	var needs []time.Duration // each series' longest range, with trimUnused
@@ -262,14 +265,23 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		}
 		d.gcBaselines(cfg, now)
 	}
+	if d.hist.trimUnused && needs == nil && cfg != nil {
+		// The bound turned trimming on in observe, after the rules'
+		// selections were made: select again.
+		needs = d.seriesNeedsOf(cfg, snap)
+	}
 	if needs != nil {
 		d.hist.trimToRules(needs)
+	} else {
+		d.hist.trimSince = time.Time{}
 	}
 	hs := d.hist.stats()
 	d.stats.historyBytes.Store(hs.bytes)
 	d.stats.historyDropped.Store(hs.dropped)
 	d.stats.historyCovered.Store(int64(hs.covered))
 	d.stats.historyWanted.Store(int64(longestRange(cfg)))
+	d.stats.historyTrimSince.Store(unixNanos(hs.trimSince))
+	d.stats.historyDepthSince.Store(unixNanos(hs.depthSince))
 	d.hist.release()
 	changed, send := d.advance(outs, now, d.validity(snap.Window()))
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
@@ -290,6 +302,39 @@ func seriesNeeds(n int, need map[time.Duration][]bool) []time.Duration {
 		}
 	}
 	return out
+}
+
+// seriesNeedsOf is seriesNeeds for a snapshot whose selections were not
+// kept.
+func (d *Detector) seriesNeedsOf(cfg *policy.Config, snap *snapshot.Snapshot) []time.Duration {
+	idx := indexSpans(snap)
+	need := map[time.Duration][]bool{}
+	for _, r := range cfg.Rules {
+		if r.Over <= 0 {
+			continue
+		}
+		n := need[r.Over]
+		if n == nil {
+			n = make([]bool, len(snap.Series))
+			need[r.Over] = n
+		}
+		for _, j := range idx.selectSeries(&r.Match, nil) {
+			n[j] = true
+		}
+	}
+	for _, p := range cfg.Policies {
+		if p.Over > 0 {
+			need[p.Over] = nil
+		}
+	}
+	return seriesNeeds(len(snap.Series), need)
+}
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // SetHistoryBytes bounds the memory of the range history (0: no bound):

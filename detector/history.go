@@ -39,7 +39,15 @@ type history struct {
 	bytes      int64 // what the series' windows and entries hold
 	maxBytes   int64 // the bound; 0 for none
 	trimUnused bool
-	dropped    uint64 // windows dropped for the bound
+	// autoTrim is set when the bound was reached without trimUnused:
+	// the history then trims to each series' rules first, and drops
+	// whole windows only if it is still over (the budget's order). It
+	// holds until the bound changes.
+	autoTrim bool
+	dropped  uint64 // windows dropped for the bound
+	// trimSince and depthSince are when the history began to trim to
+	// rules and to drop windows for its bound (zero when it does not).
+	trimSince, depthSince time.Time
 	// scratch is each aggregating goroutine's buffers; scratch[0] is the
 	// evaluation's own.
 	scratch []*aggScratch
@@ -169,16 +177,28 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		}
 		sh.lastSeen = h.seq
 		if s.Count > 0 {
-			before := cap(sh.wins)
+			if before := cap(sh.wins); len(sh.wins) == before {
+				// Grow by a quarter, not append's double: a
+				// series' windows are many, and its range grows
+				// one window at a time.
+				sh.wins = append(make([]seriesWin, 0, before+max(2, before/4)), sh.wins...)
+			}
 			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
-			w := &sh.wins[len(sh.wins)-1]
-			newest.bytes += winCost(w)
-			h.bytes += int64(cap(w.hist)) + int64(cap(sh.wins)-before)*seriesWinBytes
+			c := winCost(&sh.wins[len(sh.wins)-1])
+			newest.bytes += c
+			h.bytes += c
 		}
 		h.cur = append(h.cur, sh)
 	}
 	first, _ := h.span(keep)
-	first = max(first, h.floor())
+	if f := h.floor(); f > first {
+		first = f
+		if h.depthSince.IsZero() {
+			h.depthSince = snap.Time
+		}
+	} else {
+		h.depthSince = time.Time{}
+	}
 	drop := 0
 	for drop < len(h.wins) && h.wins[drop].seq < first {
 		drop++
@@ -203,6 +223,12 @@ func (h *history) floor() uint64 {
 	if h.maxBytes <= 0 || h.bytes <= h.maxBytes || len(h.wins) == 0 {
 		return 0
 	}
+	if !h.trimUnused {
+		// Trimming to the rules first: the next evaluation, if that is
+		// not enough.
+		h.autoTrim, h.trimUnused = true, true
+		return 0
+	}
 	over := h.bytes - h.maxBytes
 	i := 0
 	for i < len(h.wins)-1 && over > 0 {
@@ -218,16 +244,18 @@ func (h *history) floor() uint64 {
 // at its end: a range slides one window at a time, and reslicing from
 // the front would leave the next append to allocate a new array twice as
 // long (half of it slack, for as long as the series lives). An array
-// left mostly empty (a range that shrank, trimToRules) is reallocated to
-// fit.
+// left with much room (a range that shrank, trimToRules, the bound) is
+// reallocated to fit. The history counts its windows and entries; the
+// arrays' room (a quarter at most) is left out.
 func (h *history) trim(sh *seriesHist, first uint64) {
 	drop := 0
 	for drop < len(sh.wins) && sh.wins[drop].seq < first {
 		w := &sh.wins[drop]
-		h.bytes -= int64(cap(w.hist))
+		c := winCost(w)
+		h.bytes -= c
 		if len(h.wins) > 0 && w.seq >= h.wins[0].seq {
 			if j := int(w.seq - h.wins[0].seq); j < len(h.wins) && h.wins[j].seq == w.seq {
-				h.wins[j].bytes -= winCost(w)
+				h.wins[j].bytes -= c
 			}
 		}
 		drop++
@@ -235,13 +263,12 @@ func (h *history) trim(sh *seriesHist, first uint64) {
 	if drop == 0 {
 		return
 	}
-	was := cap(sh.wins)
-	n := len(sh.wins) - drop
+	was, n := cap(sh.wins), len(sh.wins)-drop
 	switch {
 	case n == 0:
 		sh.wins = nil
-	case n <= was/2 && was > 8:
-		sh.wins = append([]seriesWin(nil), sh.wins[drop:]...)
+	case was-n > max(4, n/2):
+		sh.wins = append(make([]seriesWin, 0, n+2), sh.wins[drop:]...)
 	case len(sh.wins) == was:
 		copy(sh.wins, sh.wins[drop:])
 		clear(sh.wins[n:])
@@ -250,7 +277,6 @@ func (h *history) trim(sh *seriesHist, first uint64) {
 		clear(sh.wins[:drop])
 		sh.wins = sh.wins[drop:]
 	}
-	h.bytes -= int64(was-cap(sh.wins)) * seriesWinBytes
 }
 
 // trimToRules drops, for each series of the current snapshot, the windows
@@ -260,7 +286,11 @@ func (h *history) trim(sh *seriesHist, first uint64) {
 // starts to select later has a shorter range until it fills.
 func (h *history) trimToRules(need []time.Duration) {
 	if !h.trimUnused || h.snap == nil {
+		h.trimSince = time.Time{}
 		return
+	}
+	if h.trimSince.IsZero() {
+		h.trimSince = h.snap.Time
 	}
 	firsts := map[time.Duration]uint64{}
 	for i, sh := range h.cur {
@@ -286,13 +316,14 @@ func (h *history) trimToRules(need []time.Duration) {
 
 // historyStats is what the history reports.
 type historyStats struct {
-	bytes   int64
-	dropped uint64
-	covered time.Duration // what the windows kept cover
+	bytes                 int64
+	dropped               uint64
+	covered               time.Duration // what the windows kept cover
+	trimSince, depthSince time.Time
 }
 
 func (h *history) stats() historyStats {
-	st := historyStats{bytes: h.bytes, dropped: h.dropped}
+	st := historyStats{bytes: h.bytes, dropped: h.dropped, trimSince: h.trimSince, depthSince: h.depthSince}
 	for _, w := range h.wins {
 		st.covered += w.length
 	}

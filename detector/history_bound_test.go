@@ -113,3 +113,37 @@ func TestHistoryTrimToRules(t *testing.T) {
 		t.Errorf("trimmed history %d bytes, untrimmed %d: want less than a third", tr, f)
 	}
 }
+
+// TestHistoryBoundTrimsFirst: a bound reached while some series' windows
+// serve no rule trims those first (the budget's order: unused range
+// history before depth): no window is dropped, the rule's value stays,
+// and Stats says since when the history trims.
+func TestHistoryBoundTrimsFirst(t *testing.T) {
+	rules := "rules:\n  - {name: Long, span: span-1, when: count > 0, over: 5m, annotations: {v: \"{{ .Series.Count }}\"}}\n"
+	full := New(Config{ExternalLabels: map[string]string{}})
+	full.SetRules(mustParse(t, rules))
+	boundWindows(t, full, 40, 30)
+	d := New(Config{ExternalLabels: map[string]string{}})
+	d.SetRules(mustParse(t, rules))
+	d.SetHistoryBytes(full.Stats().HistoryBytes / 3)
+	boundWindows(t, d, 40, 30)
+	st := d.Stats()
+	if st.HistoryDropped != 0 || st.HistoryTrimmedSince.IsZero() || !st.HistoryDepthSince.IsZero() || st.HistoryCovered != 5*time.Minute {
+		t.Errorf("dropped %d windows, trimmed since %v, depth since %v, covers %s", st.HistoryDropped, st.HistoryTrimmedSince, st.HistoryDepthSince, st.HistoryCovered)
+	}
+	if st.HistoryBytes > full.Stats().HistoryBytes/3 {
+		t.Errorf("holds %d, over the bound %d", st.HistoryBytes, full.Stats().HistoryBytes/3)
+	}
+	for _, a := range d.Alerts() {
+		if a.Labels["alertname"] == "Long" && a.Annotations["v"] != "60" {
+			t.Errorf("Long over 5m counts %s, want 60", a.Annotations["v"])
+		}
+	}
+	// Past what trimming frees, the bound drops whole windows, and says
+	// since when.
+	d.SetHistoryBytes(full.Stats().HistoryBytes / 100)
+	boundWindows(t, d, 5, 30)
+	if st := d.Stats(); st.HistoryDropped == 0 || st.HistoryDepthSince.IsZero() || st.HistoryCovered >= 5*time.Minute {
+		t.Errorf("a tighter bound: dropped %d, depth since %v, covers %s", st.HistoryDropped, st.HistoryDepthSince, st.HistoryCovered)
+	}
+}

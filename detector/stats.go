@@ -28,6 +28,8 @@ type counters struct {
 	historyDropped    atomic.Uint64
 	historyCovered    atomic.Int64
 	historyWanted     atomic.Int64
+	historyTrimSince  atomic.Int64
+	historyDepthSince atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
@@ -58,31 +60,38 @@ type Stats struct {
 	HistoryBytes                  int64
 	HistoryDropped                uint64
 	HistoryCovered, HistoryWanted time.Duration
+	// HistoryTrimmedSince is when the range history began to keep each
+	// series' windows only as far back as its own rules reach (zero when
+	// it does not), HistoryDepthSince when its bound began to drop whole
+	// windows (zero when the last evaluation dropped none).
+	HistoryTrimmedSince, HistoryDepthSince time.Time
 }
 
 // Stats returns a snapshot of the counters.
 func (d *Detector) Stats() Stats {
 	s := Stats{
-		Evaluations:       d.stats.evaluations.Load(),
-		RuleEvaluations:   d.stats.ruleEvaluations.Load(),
-		RuleErrors:        d.stats.ruleErrors.Load(),
-		PolicyEvaluations: d.stats.policyEvaluations.Load(),
-		PolicyErrors:      d.stats.policyErrors.Load(),
-		PolicyTimeouts:    d.stats.policyTimeouts.Load(),
-		StateChanges:      d.stats.stateChanges.Load(),
-		Fired:             d.stats.fired.Load(),
-		Notified:          d.stats.notified.Load(),
-		NotifyErrors:      d.stats.notifyErrors.Load(),
-		OverrunAlerts:     d.stats.overrunAlerts.Load(),
-		OverrunEpisodes:   d.stats.overrunEpisodes.Load(),
-		OverrunsDeduped:   d.stats.overrunsDeduped.Load(),
-		OverrunsLimited:   d.stats.overrunsLimited.Load(),
-		OverrunsIgnored:   d.stats.overrunsIgnored.Load(),
-		LastEvaluation:    time.Duration(d.stats.lastEvalNs.Load()),
-		HistoryBytes:      d.stats.historyBytes.Load(),
-		HistoryDropped:    d.stats.historyDropped.Load(),
-		HistoryCovered:    time.Duration(d.stats.historyCovered.Load()),
-		HistoryWanted:     time.Duration(d.stats.historyWanted.Load()),
+		Evaluations:         d.stats.evaluations.Load(),
+		RuleEvaluations:     d.stats.ruleEvaluations.Load(),
+		RuleErrors:          d.stats.ruleErrors.Load(),
+		PolicyEvaluations:   d.stats.policyEvaluations.Load(),
+		PolicyErrors:        d.stats.policyErrors.Load(),
+		PolicyTimeouts:      d.stats.policyTimeouts.Load(),
+		StateChanges:        d.stats.stateChanges.Load(),
+		Fired:               d.stats.fired.Load(),
+		Notified:            d.stats.notified.Load(),
+		NotifyErrors:        d.stats.notifyErrors.Load(),
+		OverrunAlerts:       d.stats.overrunAlerts.Load(),
+		OverrunEpisodes:     d.stats.overrunEpisodes.Load(),
+		OverrunsDeduped:     d.stats.overrunsDeduped.Load(),
+		OverrunsLimited:     d.stats.overrunsLimited.Load(),
+		OverrunsIgnored:     d.stats.overrunsIgnored.Load(),
+		LastEvaluation:      time.Duration(d.stats.lastEvalNs.Load()),
+		HistoryBytes:        d.stats.historyBytes.Load(),
+		HistoryDropped:      d.stats.historyDropped.Load(),
+		HistoryCovered:      time.Duration(d.stats.historyCovered.Load()),
+		HistoryWanted:       time.Duration(d.stats.historyWanted.Load()),
+		HistoryTrimmedSince: fromUnixNanos(d.stats.historyTrimSince.Load()),
+		HistoryDepthSince:   fromUnixNanos(d.stats.historyDepthSince.Load()),
 	}
 	d.mu.Lock()
 	for _, g := range d.groups {
@@ -103,4 +112,11 @@ func (d *Detector) Stats() Stats {
 		s.Baselines = -1 // an evaluation is running; not known without waiting
 	}
 	return s
+}
+
+func fromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }

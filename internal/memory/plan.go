@@ -13,16 +13,18 @@ import (
 // collecting back to back.
 const (
 	// IdleBytes is an agent's Go memory with no series: the runtime, the
-	// code's own tables, the cgroup names, the registry.
+	// code's own tables, the cgroup names, the registry (10.5 MiB
+	// measured idle).
 	IdleBytes = 12 << 20
 	// SeriesBytes is the Go memory one live series costs, every part
 	// counted once: the collector's reader, the newest snapshot and the
-	// one /snapshot serves, the detector's per-series state and range
-	// aggregates, the exporter's two views.
-	SeriesBytes = 3 << 10
+	// one /snapshot serves, the exporter's two views (2.3 KiB measured
+	// at 131,072 series of 8-bucket windows).
+	SeriesBytes = 2560
 	// WindowBytes is one window of range history of one series with
-	// spans in it: counts, extremes and a packed histogram.
-	WindowBytes = 160
+	// spans in it: counts, extremes and a packed histogram (120 bytes
+	// measured).
+	WindowBytes = 128
 	// OverrunBytes is one symbolized overrun record kept until the next
 	// snapshot (two stacks of up to 127 frames, named).
 	OverrunBytes = 12 << 10
@@ -45,7 +47,7 @@ const (
 const (
 	// LiveShare is the part of Go's soft limit the live data may take at
 	// full capacity: the rest is the collector's room.
-	LiveShare = 0.5
+	LiveShare = 0.6
 	// HistoryShare is the part of the live share the range history may
 	// take; past it, it keeps fewer windows (HistoryDepth).
 	HistoryShare = 0.25
