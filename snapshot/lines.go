@@ -168,10 +168,15 @@ func (st *lineState) flush(more bool) error {
 
 // A Reader reads snapshots from a stream of JSON values (JSON lines, or
 // indented snapshots one after another), joining the parts of a snapshot
-// a LineWriter split.
+// a LineWriter split. A file of --output rotated by size may begin with
+// the last parts of a snapshot whose first parts went to an older file,
+// and one the agent was stopped writing ends before a snapshot's last
+// part: those parts are skipped (Skipped counts them), not errors.
 type Reader struct {
-	dec *json.Decoder
-	n   int // values read
+	dec     *json.Decoder
+	n       int // values read
+	started bool
+	skipped int
 }
 
 // NewReader returns a Reader of r.
@@ -179,17 +184,21 @@ func NewReader(r io.Reader) *Reader {
 	return &Reader{dec: json.NewDecoder(r)}
 }
 
+// Skipped is how many parts of incomplete snapshots, at the start or the
+// end of the stream, were skipped.
+func (r *Reader) Skipped() int { return r.skipped }
+
 // Next returns the next whole snapshot, io.EOF after the last. A value
-// that is not a snapshot, or parts that do not follow one another (a
-// missing part, a part of another snapshot), is an error naming the value.
+// that is not a snapshot, or a part that does not follow the one before
+// (a missing part, a part of another snapshot), is an error naming the
+// value.
 func (r *Reader) Next() (*Snapshot, error) {
 	var whole *Snapshot
+	parts := 0
 	for {
 		var raw json.RawMessage
 		if err := r.dec.Decode(&raw); errors.Is(err, io.EOF) {
-			if whole != nil {
-				return nil, fmt.Errorf("value %d: snapshot of %s: the stream ends after part %d, which says more follow", r.n, whole.Time.Format(time.RFC3339Nano), whole.Part)
-			}
+			r.skipped += parts
 			return nil, io.EOF
 		} else if err != nil {
 			return nil, fmt.Errorf("value %d: %w", r.n+1, err)
@@ -201,11 +210,16 @@ func (r *Reader) Next() (*Snapshot, error) {
 		}
 		switch {
 		case whole == nil && s.Part <= 1:
+			r.started = true
 			if !s.More {
 				s.Part = 0
 				return s, nil
 			}
-			whole = s
+			whole, parts = s, 1
+			continue
+		case whole == nil && !r.started:
+			// The tail of a snapshot whose head was rotated away.
+			r.skipped++
 			continue
 		case whole == nil:
 			return nil, fmt.Errorf("value %d: part %d of the snapshot of %s without its part 1", r.n, s.Part, s.Time.Format(time.RFC3339Nano))
@@ -215,6 +229,7 @@ func (r *Reader) Next() (*Snapshot, error) {
 		whole.Series = append(whole.Series, s.Series...)
 		whole.Overruns = append(whole.Overruns, s.Overruns...)
 		whole.Part = s.Part
+		parts++
 		if !s.More {
 			whole.Stats = s.Stats
 			whole.Part, whole.More = 0, false

@@ -126,30 +126,57 @@ func jsonUnmarshalAny(s string) (any, error) {
 	return v, d.Decode(&v)
 }
 
-// TestReaderRefusesBrokenParts: a part without its first, parts of two
-// snapshots interleaved, and a stream cut before the last part are each
-// an error that says which value.
-func TestReaderRefusesBrokenParts(t *testing.T) {
+// TestReaderParts: the tail of a snapshot at the start of a stream (a
+// rotated file) and the head of one at its end (an agent stopped while
+// writing) are skipped and counted; a part missing or foreign in between
+// is an error that says which value.
+func TestReaderParts(t *testing.T) {
 	var buf bytes.Buffer
-	if _, err := NewLineWriter(&buf, MinMaxLine).Write(many(500, 0)); err != nil {
-		t.Fatal(err)
+	lw := NewLineWriter(&buf, MinMaxLine)
+	for range 2 {
+		if _, err := lw.Write(many(500, 0)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
-	if len(lines) < 3 {
-		t.Fatalf("%d lines", len(lines))
+	per := len(lines) / 2
+	if per < 3 {
+		t.Fatalf("%d lines a snapshot", per)
+	}
+	read := func(ls []string) (int, int, error) {
+		r := NewReader(strings.NewReader(strings.Join(ls, "\n")))
+		n := 0
+		for {
+			_, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				return n, r.Skipped(), nil
+			}
+			if err != nil {
+				return n, r.Skipped(), err
+			}
+			n++
+		}
 	}
 	for name, tc := range map[string]struct {
-		lines []string
-		want  string
+		lines          []string
+		whole, skipped int
+		err            string
 	}{
-		"no first part":  {lines[1:], "without its part 1"},
-		"a part missing": {append([]string{lines[0]}, lines[2:]...), "after part 1"},
-		"cut":            {lines[:len(lines)-1], "the stream ends after part"},
+		"both":           {lines, 2, 0, ""},
+		"rotated head":   {lines[1:], 1, per - 1, ""},
+		"cut tail":       {lines[:len(lines)-1], 1, per - 1, ""},
+		"a part missing": {append(append([]string{}, lines[:per+1]...), lines[per+2:]...), 1, 0, "after part 1"},
+		"interleaved":    {append(append([]string{}, lines[:2]...), lines[per:]...), 0, 0, "after part 2"},
 	} {
-		r := NewReader(strings.NewReader(strings.Join(tc.lines, "\n")))
-		_, err := r.Next()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		whole, skipped, err := read(tc.lines)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: %v, want an error with %q", name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || whole != tc.whole || skipped != tc.skipped {
+			t.Errorf("%s: %d snapshots, %d parts skipped, %v; want %d and %d", name, whole, skipped, err, tc.whole, tc.skipped)
 		}
 	}
 }
