@@ -10,6 +10,11 @@
 #   sudo bench/memory/run.sh BINARY [MINUTES] [SERIES] [-- AGENT ARGS...]
 #   sudo bench/memory/run.sh ./spanwatch 10 131072 -- --memory-budget 1GiB
 #
+# With MEMCG_LIMIT=SIZE (bytes, or 512M) the agent runs in a memory cgroup
+# of its own with that limit (a child of this shell's, on cgroup v2 or the
+# v1 memory controller; removed at the end), so its budget comes from the
+# cgroup as in a container.
+#
 # Each row: elapsed seconds, VmRSS, RssAnon, RssFile (the mmapped BPF maps
 # are counted here), the BPF maps' memlock, the Go heap in use, Prometheus'
 # last scrape_duration_seconds and up for the agent, series live, and the
@@ -27,9 +32,11 @@ port=${PORT:-19464}
 pport=${PROM_PORT:-19090}
 watchdog=${WATCHDOG_MIB:-6144}
 pids=()
+cg=
 cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	[ -z "$cg" ] || rmdir "$cg" 2>/dev/null || true
 	[ -n "${KEEP:-}" ] || rm -rf "$d"
 }
 trap cleanup EXIT
@@ -60,11 +67,25 @@ scrape_configs:
       - targets: ["127.0.0.1:$port"]
 YAML
 
-"$bin" run --config "$d/rules.yaml" --metrics-addr "127.0.0.1:$port" --output "$d/out.jsonl" \
+launch=()
+if [ -n "${MEMCG_LIMIT:-}" ]; then
+	if v2=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup) && [ -f "/sys/fs/cgroup/$v2/memory.max" ]; then
+		cg="/sys/fs/cgroup/$v2/spanwatch-membench.$$"
+		mkdir "$cg"
+		echo "$MEMCG_LIMIT" > "$cg/memory.max"
+	else
+		v1=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+		cg="/sys/fs/cgroup/memory/$v1/spanwatch-membench.$$"
+		mkdir "$cg"
+		echo "$MEMCG_LIMIT" > "$cg/memory.limit_in_bytes"
+	fi
+	launch=(sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg")
+fi
+"${launch[@]}" "$bin" run --config "$d/rules.yaml" --metrics-addr "127.0.0.1:$port" --output "$d/out.jsonl" \
 	--output-max-size 256M --output-keep 1 "$@" 2> "$d/agent.log" &
 agent=$!
 pids+=("$agent")
-until grep -q msg=started "$d/agent.log"; do
+until grep -q msg=started "$d/agent.log" 2>/dev/null; do
 	kill -0 "$agent" 2>/dev/null || { cat "$d/agent.log"; exit 1; }
 	sleep 0.2
 done
@@ -87,7 +108,7 @@ prom() {
 	curl -s --max-time 5 "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1" |
 		jq -r '.data.result[0].value[1] // "-"' 2>/dev/null || echo -
 }
-printf '%-5s %-8s %-8s %-8s %-8s %-9s %-9s %-3s %-8s %-8s\n' sec rss_mib anon_mib file_mib maps_mib heap_mib scrape_s up series out_mib
+printf '%-5s %-8s %-8s %-8s %-8s %-9s %-8s %-5s %-9s %-3s %-8s %-8s\n' sec rss_mib anon_mib file_mib maps_mib heap_mib live_mib shed scrape_s up series out_mib
 start=$(date +%s)
 peak=0
 killed=
@@ -109,7 +130,8 @@ for ((i = 0; i <= minutes * 2; i++)); do
 	fi
 	if [ -n "$killed" ] || ! kill -0 "$agent" 2>/dev/null; then break; fi
 	heap=$(prom 'go_memstats_heap_inuse_bytes{job="spanwatch"} / 1048576')
-	printf '%-5s %-8s %-8s %-8s %-8s %-9s %-9s %-3s %-8s %-8s\n' $(($(date +%s) - start)) "$(status VmRSS)" "$(status RssAnon)" "$(status RssFile)" "$(maps)" "${heap%.*}" \
+	live=$(prom 'spanwatch_memory_usage_bytes{job="spanwatch",part="go"} / 1048576')
+	printf '%-5s %-8s %-8s %-8s %-8s %-9s %-8s %-5s %-9.4s %-3s %-8s %-8s\n' $(($(date +%s) - start)) "$(status VmRSS)" "$(status RssAnon)" "$(status RssFile)" "$(maps)" "${heap%.*}" "${live%.*}" "$(prom 'spanwatch_memory_shed_level{job="spanwatch"}')" \
 		"$(prom 'scrape_duration_seconds{job="spanwatch"}')" "$(prom 'up{job="spanwatch"}')" "$(prom spanwatch_series_live)" \
 		"$(du -cm "$d"/out.jsonl* 2>/dev/null | tail -1 | cut -f1)"
 done
@@ -129,6 +151,11 @@ if [ -z "$killed" ] && kill -0 "$agent" 2>/dev/null; then
 		echo "SIGTERM to exit: $(echo "$t1 - $t0" | bc) s"
 	fi
 fi
-grep -E 'msg=(stopped|memory_|shed)' "$d/agent.log" | tail -5 || true
-grep -c 'level=ERROR' "$d/agent.log" | sed 's/^/agent errors logged: /'
+grep -E 'msg=(stopped|memory_)' "$d/agent.log" | tail -8 || true
+grep -c 'level=ERROR' "$d/agent.log" | sed 's/^/agent errors logged: /' || true
+if [ -n "$cg" ]; then
+	for f in memory.events memory.failcnt memory.max_usage_in_bytes memory.peak; do
+		[ -f "$cg/$f" ] && echo "cgroup $f: $(tr '\n' ' ' < "$cg/$f")"
+	done
+fi
 head -2 "$d/fill.log"

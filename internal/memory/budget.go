@@ -58,6 +58,8 @@ type Budget struct {
 type Cgroup struct {
 	Dir     string
 	Version int // 1 or 2; 0 when none was found
+	// Limit is its effective memory limit in bytes (0: none).
+	Limit uint64
 }
 
 // Env is where Detect reads; the zero value means the running system.
@@ -152,11 +154,8 @@ func findCgroup(env Env) (cg Cgroup, limit uint64, where string) {
 				continue
 			}
 			limit, where = v2Limit(dir, m.mountPoint)
-			if _, err := os.Stat(filepath.Join(dir, "memory.current")); err == nil {
-				return Cgroup{Dir: dir, Version: 2}, limit, where
-			}
-			if limit != 0 {
-				return Cgroup{Dir: dir, Version: 2}, limit, where
+			if _, err := os.Stat(filepath.Join(dir, "memory.current")); err == nil || limit != 0 {
+				return Cgroup{Dir: dir, Version: 2, Limit: limit}, limit, where
 			}
 		}
 	}
@@ -175,7 +174,7 @@ func findCgroup(env Env) (cg Cgroup, limit uint64, where string) {
 			if v, err := statValue(filepath.Join(dir, "memory.stat"), "hierarchical_memory_limit"); err == nil && v < unlimitedV1 {
 				limit, where = v, "hierarchical_memory_limit of "+dir
 			}
-			return Cgroup{Dir: dir, Version: 1}, limit, where
+			return Cgroup{Dir: dir, Version: 1, Limit: limit}, limit, where
 		}
 	}
 	return Cgroup{}, 0, ""

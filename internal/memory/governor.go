@@ -81,6 +81,15 @@ type Usage struct {
 	// Events counts the times the kernel reclaimed at the cgroup's limit
 	// so far (v2 memory.events high + max + oom, v1 memory.failcnt).
 	Events uint64
+	// CgroupLimit is the cgroup's memory limit (0: none).
+	CgroupLimit uint64
+}
+
+// nearLimit says whether the cgroup's memory in use is within a tenth of
+// its limit: reclaim there is pressure on the agent, where reclaim of a
+// cgroup far from it is the page cache of --output making room.
+func (u Usage) nearLimit() bool {
+	return u.CgroupLimit == 0 || u.Cgroup >= u.CgroupLimit/10*9
 }
 
 // Total is what the budget holds: Go, the maps and the binary.
@@ -124,8 +133,10 @@ func NewGovernor(cfg GovernorConfig) *Governor {
 // Observe takes one measurement at now and returns the level it leads to,
 // calling Apply when the level changed. A level starts when usage reaches
 // its threshold, or one level up from the current when the cgroup's
-// pressure events rose since the last measurement (the kernel reclaimed at
-// the limit: the agent is nearer to it than its own figures say). A level
+// pressure events rose since the last measurement while its memory in use
+// (less inactive file pages) is within a tenth of its limit (the kernel
+// reclaimed at the limit, and not only the page cache of files the agent
+// writes: the agent is nearer to the limit than its own figures say). A level
 // ends when usage has stayed LeaveBelow under its threshold for Hold, one
 // level at a time.
 func (g *Governor) Observe(now time.Time, u Usage) Level {
@@ -139,7 +150,7 @@ func (g *Governor) Observe(now time.Time, u Usage) Level {
 			break
 		}
 	}
-	if g.primed && u.Events > g.events {
+	if g.primed && u.Events > g.events && u.nearLimit() {
 		want = max(want, min(prev+1, Top))
 	}
 	g.events, g.primed = u.Events, true

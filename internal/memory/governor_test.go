@@ -74,23 +74,27 @@ func TestGovernorJumps(t *testing.T) {
 }
 
 // TestGovernorCgroupEvents: the kernel reclaiming at the cgroup's limit
-// (its pressure events rising) sheds one level more, whatever the
-// agent's own figures; events already there at the first measurement do
-// not.
+// (its pressure events rising while its memory in use is near the limit)
+// sheds one level more, whatever the agent's own figures; events already
+// there at the first measurement do not, nor events of a cgroup far from
+// its limit (the page cache of --output being reclaimed).
 func TestGovernorCgroupEvents(t *testing.T) {
 	g := NewGovernor(GovernorConfig{Budget: 1000})
 	t0 := time.Unix(1000, 0)
 	for i, st := range []struct {
-		events uint64
-		want   Level
+		events, inUse uint64
+		want          Level
 	}{
-		{7, None}, // the count the cgroup had before the agent
-		{7, None},
-		{9, StackDetail},
-		{12, UnusedHistory},
-		{12, UnusedHistory}, // no new events, usage low: held, not yet given back
+		{7, 950, None}, // the count the cgroup had before the agent
+		{7, 950, None},
+		{9, 500, None}, // reclaim far from the limit: page cache
+		{11, 950, StackDetail},
+		{14, 1000, UnusedHistory},
+		{14, 1000, UnusedHistory}, // no new events, usage low: held, not yet given back
 	} {
-		if got := g.Observe(t0.Add(time.Duration(i)*time.Second), usageAt(0.3, st.events)); got != st.want {
+		u := usageAt(0.3, st.events)
+		u.Cgroup, u.CgroupLimit = st.inUse, 1000
+		if got := g.Observe(t0.Add(time.Duration(i)*time.Second), u); got != st.want {
 			t.Fatalf("step %d (events %d): level %s, want %s", i, st.events, got, st.want)
 		}
 	}

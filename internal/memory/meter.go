@@ -75,6 +75,7 @@ func (m *Meter) Read() Usage {
 		u.BPFMaps = maps()
 	}
 	u.Cgroup, u.Events = m.cgroupUsage()
+	u.CgroupLimit = m.cg.Limit
 	return u
 }
 
