@@ -157,7 +157,7 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		a.notifier = a.dispatcher
 	}
 	if opts.ListenAddr != "" {
-		if a.listener, err = listen(a, opts.ListenAddr); err != nil {
+		if a.listener, err = listen(a, opts.ListenAddr, a.cfg.Listener); err != nil {
 			return nil, err
 		}
 		a.registerMetrics()

@@ -25,6 +25,7 @@ func collectorConfig(s CollectorSettings, p memory.Plan, log *slog.Logger) colle
 		RingbufBytes:           s.RingbufBytes,
 		OverrunQueue:           cmp.Or(s.OverrunQueue, p.OverrunQueue),
 		MaxOverrunsPerSnapshot: p.MaxOverrunsPerSnapshot,
+		SymbolMemory:           int64(p.SymbolCacheBytes),
 		MarkerBinaries:         s.Binaries,
 		ScanInterval:           s.ScanInterval,
 	}

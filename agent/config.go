@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -52,6 +53,10 @@ type Config struct {
 	// series capacity the collector gets when the file and the command
 	// line do not set it, the range history's bound, Go's soft limit.
 	Memory memory.Plan
+	// Listener is the listener: section, with --web.config.file: TLS and
+	// authentication, and the listener's limits (a restart applies
+	// changes).
+	Listener ListenerSettings
 
 	opts LoadOptions
 }
@@ -67,6 +72,9 @@ type LoadOptions struct {
 	Flags map[string]string
 	// ExternalURL, when set, replaces the file's external_url:.
 	ExternalURL string
+	// WebConfigFile, when set, replaces the file's
+	// listener.web_config_file (--web.config.file).
+	WebConfigFile string
 	// Dir and FS are as in policy.Options, for configurations that do not
 	// come from a file of their own (the demo's built-in one).
 	Dir string
@@ -108,7 +116,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	rules, err := policy.Parse(name, data, policy.Options{Dir: opts.Dir, FS: opts.FS})
 	var sec sections
 	if err == nil {
-		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL, metrics: &rules.Metrics}
+		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL, metrics: &rules.Metrics, listener: &rules.Listener}
 	} else {
 		ec.add(err)
 		// The rules are broken; the other sections are still checked, so
@@ -129,6 +137,12 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 		ec.add(err)
 		cfg.Metrics = mcfg
 	}
+
+	dir := opts.Dir
+	if dir == "" && opts.FS == nil {
+		dir = filepath.Dir(name)
+	}
+	cfg.Listener = decodeListener(ec, sec.listener, dir, opts.WebConfigFile)
 
 	if sec.sources != nil && sec.sources.Kind != 0 {
 		srcs, err := usdt.ParseSources(name, sec.sources)
@@ -199,7 +213,7 @@ func checkExternalURL(s string) error {
 // sections are the top-level sections of a file that policy does not
 // decode itself.
 type sections struct {
-	webhooks, routing, sources, collector, externalURL, metrics *yaml.Node
+	webhooks, routing, sources, collector, externalURL, metrics, listener *yaml.Node
 }
 
 // splitSections finds the sections in a file whose rules did not load.
@@ -238,6 +252,8 @@ func splitSections(data []byte) sections {
 			sec.externalURL = v
 		case "metrics":
 			sec.metrics = v
+		case "listener":
+			sec.listener = v
 		}
 	}
 	return sec
@@ -291,6 +307,19 @@ func restartChanges(running, next *Config) []RestartChange {
 			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})
 		}
 	}
+	for _, l := range []struct {
+		key  string
+		x, y any
+	}{
+		{"web_config_file", running.Listener.WebConfigFile, next.Listener.WebConfigFile},
+		{"max_in_flight", running.Listener.MaxInFlight, next.Listener.MaxInFlight},
+		{"write_timeout", running.Listener.WriteTimeout, next.Listener.WriteTimeout},
+		{"kernel_addresses", running.Listener.KernelAddresses, next.Listener.KernelAddresses},
+	} {
+		if !reflect.DeepEqual(l.x, l.y) {
+			out = append(out, RestartChange{Key: "listener." + l.key, Old: show(l.x), New: show(l.y)})
+		}
+	}
 	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) {
 		out = append(out, RestartChange{Key: "sources",
 			Old: describeSources(running.Sources, running.Tracepoints), New: describeSources(next.Sources, next.Tracepoints)})
@@ -317,6 +346,7 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Sources = running.Sources
 	out.Tracepoints = running.Tracepoints
 	out.Metrics = running.Metrics
+	out.Listener = running.Listener
 	if next.Notify != nil {
 		if running.Notify == nil {
 			out.Notify = nil

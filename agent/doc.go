@@ -32,4 +32,17 @@
 // listener's address as seen from outside: top-level external_url:, or
 // --external-url) followed by /snapshot?span=NAME&cgroup_id=ID, which the
 // listener answers with that series from the newest snapshot.
+//
+// The listener (listener.go) is served by exporter-toolkit, with TLS and
+// basic authentication from a Prometheus web configuration file
+// (ListenerSettings.WebConfigFile). /metrics and /-/healthy go to every
+// client the web configuration admits; /snapshot and /api/* only to an
+// authenticated one: a basic-auth user, a verified client certificate, or
+// root (or the agent's own user) over loopback, which the kernel tells
+// apart from the node's other users (internal/sockdiag). Kernel stack
+// addresses are served as 0 unless ListenerSettings.KernelAddresses
+// serves them to authenticated clients. Each heavy endpoint writes at
+// most MaxInFlight responses at once, one per client (503 past it,
+// counted); a response is cut off when its client reads nothing for
+// StallTimeout, and within WriteTimeout in any case.
 package agent

@@ -91,6 +91,10 @@ type Config struct {
 	// Symbolizer turns raw stack addresses into frames; nil means a
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
+	// SymbolMemory bounds what the default symbolizer's tables, perf maps
+	// and lookup caches take together (symbolize.Limits.Memory; its
+	// default when 0). The agent's memory budget sets it.
+	SymbolMemory int64
 	// Resolver resolves cgroup ids to paths, containers, pods and units;
 	// nil means a cgroup.Resolver over the cgroup2 mount (when there is
 	// none, series keep only their cgroup id).
@@ -140,7 +144,8 @@ type Collector struct {
 	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
 	prevSource  map[string]uint64 // their counts at the last snapshot
 	prevMisses  uint64
-	quotaSeen   map[uint64]bool // cgroups whose (other) series was logged
+	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
+	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
 	reader      *seriesReader
 	lastAt      time.Time
 	mapBytes    uint64
@@ -180,7 +185,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.IdleEvict = 10 * time.Minute
 	}
 	if cfg.Symbolizer == nil {
-		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot})
+		lim := symbolize.Limits{Memory: cfg.SymbolMemory}
+		if m := cfg.SymbolMemory; m > 0 && m < 64<<20 {
+			lim.Module = m // one file may not take more than all of them
+		}
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim})
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}
@@ -591,6 +600,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	s.Host = hostName()
 	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
+	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses
 	c.prevMisses = misses

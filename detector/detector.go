@@ -25,9 +25,14 @@ type Config struct {
 	// sent, as in Prometheus). It may be nil: Evaluate still returns the
 	// changes. Evaluate and Overrun may call it concurrently.
 	Notifier alert.Notifier
-	// PolicyTimeout bounds each Rego policy's evaluation (default 1s). A
-	// policy that exceeds it is reported and its alerts keep their state.
+	// PolicyTimeout bounds each Rego policy's evaluation (default 1s), and
+	// PolicyMemory how far the Go heap may grow while the policies of one
+	// snapshot evaluate (default policy.DefaultPolicyMemory); a rule
+	// file's policy_limits: override them. A policy cut off at either is
+	// reported (logged once, counted, listed by PolicyCutOffs) and its
+	// alerts keep their state; the other policies evaluate.
 	PolicyTimeout time.Duration
+	PolicyMemory  int64
 	// PolicyWorkers is how many policies evaluate at once (default
 	// GOMAXPROCS): policies are independent and share one read-only input.
 	PolicyWorkers int
@@ -89,6 +94,9 @@ type Detector struct {
 	historyBytes atomic.Int64
 	historyTrim  atomic.Bool
 
+	cutMu  sync.Mutex // guards cutOff
+	cutOff map[string]*PolicyCutOff
+
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
 	ovWindow  time.Time
@@ -133,7 +141,10 @@ func New(cfg Config) *Detector {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.PolicyTimeout <= 0 {
-		cfg.PolicyTimeout = time.Second
+		cfg.PolicyTimeout = policy.DefaultPolicyTimeout
+	}
+	if cfg.PolicyMemory <= 0 {
+		cfg.PolicyMemory = policy.DefaultPolicyMemory
 	}
 	if cfg.PolicyWorkers <= 0 {
 		cfg.PolicyWorkers = runtime.GOMAXPROCS(0)
@@ -168,6 +179,7 @@ func New(cfg Config) *Detector {
 		hist:      newHistory(),
 		groups:    map[string]*group{},
 		ovSeen:    map[string]*overrunEntry{},
+		cutOff:    map[string]*PolicyCutOff{},
 	}
 }
 
@@ -261,7 +273,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
 		if len(cfg.Policies) > 0 {
-			outs = append(outs, d.evalPolicies(ctx, cfg.Policies, d.policyInputs(snap, cfg.Policies), ext)...)
+			outs = append(outs, d.evalPolicies(ctx, cfg, d.policyInputs(snap, cfg.Policies), ext)...)
 		}
 		d.gcBaselines(cfg, now)
 	}
@@ -470,63 +482,6 @@ func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext
 	}
 	if firstErr != nil {
 		d.ruleError(r.Name, firstErr)
-	}
-	return out
-}
-
-// evalPolicies evaluates the policies on up to PolicyWorkers goroutines,
-// returning their outputs in policy order.
-func (d *Detector) evalPolicies(ctx context.Context, pols []*policy.Policy, inputs []ast.Value, ext map[string]string) []*ruleOutput {
-	outs := make([]*ruleOutput, len(pols))
-	workers := min(d.cfg.PolicyWorkers, len(pols))
-	if workers <= 1 {
-		for i, p := range pols {
-			outs[i] = d.evalPolicy(ctx, p, inputs[i], ext)
-		}
-		return outs
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(pols) {
-					return
-				}
-				outs[i] = d.evalPolicy(ctx, pols[i], inputs[i], ext)
-			}
-		}()
-	}
-	wg.Wait()
-	return outs
-}
-
-func (d *Detector) evalPolicy(ctx context.Context, p *policy.Policy, input ast.Value, ext map[string]string) *ruleOutput {
-	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
-	d.stats.policyEvaluations.Add(1)
-	ectx, cancel := context.WithTimeout(ctx, d.cfg.PolicyTimeout)
-	alerts, err := p.Eval(ectx, input)
-	cancel()
-	if err != nil {
-		d.stats.policyErrors.Add(1)
-		if d.cfg.OnRuleError != nil {
-			d.cfg.OnRuleError(p.Name, err)
-		}
-		if errors.Is(err, policy.ErrTimeout) {
-			d.stats.policyTimeouts.Add(1)
-			d.log.Warn("policy_timeout", "policy", p.Name, "timeout", d.cfg.PolicyTimeout)
-		} else {
-			d.log.Warn("policy_error", "policy", p.Name, "err", err)
-		}
-		out.failed = true
-		return out
-	}
-	for _, a := range alerts {
-		addExternal(a.Labels, ext)
-		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}
 	}
 	return out
 }

@@ -21,6 +21,13 @@
 // process so a flood of slow spans does not flood the webhook; a span that
 // keeps overrunning is one alert, with the StartsAt of its first overrun.
 //
+// Rego policies evaluate on PolicyWorkers goroutines under their time
+// limit and, together, under one heap watch for their memory bound (the
+// rule file's policy_limits:, else Config.PolicyTimeout and PolicyMemory;
+// policies.go). A policy cut off at either keeps its alerts' state; the
+// cut-off is logged when it begins and when the policy recovers, counted
+// in Stats, and listed by PolicyCutOffs meanwhile.
+//
 // Anomaly baselines and alert state live in the Detector, not in the rule
 // set, so a reload (SetRules, or a Reloader watching the rule file) keeps
 // them for every rule that still exists.

@@ -8,51 +8,53 @@ import (
 )
 
 type counters struct {
-	evaluations       atomic.Uint64
-	ruleEvaluations   atomic.Uint64
-	ruleErrors        atomic.Uint64
-	policyEvaluations atomic.Uint64
-	policyErrors      atomic.Uint64
-	policyTimeouts    atomic.Uint64
-	stateChanges      atomic.Uint64
-	fired             atomic.Uint64
-	notified          atomic.Uint64
-	notifyErrors      atomic.Uint64
-	overrunAlerts     atomic.Uint64
-	overrunEpisodes   atomic.Uint64
-	overrunsDeduped   atomic.Uint64
-	overrunsLimited   atomic.Uint64
-	overrunsIgnored   atomic.Uint64
-	lastEvalNs        atomic.Int64
-	historyBytes      atomic.Int64
-	historyDropped    atomic.Uint64
-	historyCovered    atomic.Int64
-	historyWanted     atomic.Int64
-	historyTrimSince  atomic.Int64
-	historyDepthSince atomic.Int64
+	evaluations         atomic.Uint64
+	ruleEvaluations     atomic.Uint64
+	ruleErrors          atomic.Uint64
+	policyEvaluations   atomic.Uint64
+	policyErrors        atomic.Uint64
+	policyTimeouts      atomic.Uint64
+	policyMemoryCutOffs atomic.Uint64
+	stateChanges        atomic.Uint64
+	fired               atomic.Uint64
+	notified            atomic.Uint64
+	notifyErrors        atomic.Uint64
+	overrunAlerts       atomic.Uint64
+	overrunEpisodes     atomic.Uint64
+	overrunsDeduped     atomic.Uint64
+	overrunsLimited     atomic.Uint64
+	overrunsIgnored     atomic.Uint64
+	lastEvalNs          atomic.Int64
+	historyBytes        atomic.Int64
+	historyDropped      atomic.Uint64
+	historyCovered      atomic.Int64
+	historyWanted       atomic.Int64
+	historyTrimSince    atomic.Int64
+	historyDepthSince   atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
 // exports them.
 type Stats struct {
-	Evaluations       uint64 // Evaluate calls
-	RuleEvaluations   uint64 // one rule over one snapshot
-	RuleErrors        uint64 // rule evaluations with a template error
-	PolicyEvaluations uint64 // one policy over one snapshot
-	PolicyErrors      uint64 // failed policy evaluations, timeouts included
-	PolicyTimeouts    uint64 // policies stopped at PolicyTimeout
-	StateChanges      uint64 // alerts returned by Evaluate
-	Fired             uint64 // transitions to firing
-	Notified          uint64 // alerts handed to the notifier
-	NotifyErrors      uint64 // notifier calls that failed
-	OverrunAlerts     uint64 // overrun alerts sent
-	OverrunEpisodes   uint64 // overrun alerts with a new StartsAt (a label set's first, or after the last ended)
-	OverrunsDeduped   uint64 // overruns folded into a recent alert of the same span
-	OverrunsLimited   uint64 // overruns dropped by the OverrunBurst cap
-	OverrunsIgnored   uint64 // overruns whose budget says alert: false
-	Pending, Firing   int    // alerts in each state now
-	Baselines         int    // anomaly baselines kept (-1 while an evaluation holds them)
-	LastEvaluation    time.Duration
+	Evaluations         uint64 // Evaluate calls
+	RuleEvaluations     uint64 // one rule over one snapshot
+	RuleErrors          uint64 // rule evaluations with a template error
+	PolicyEvaluations   uint64 // one policy over one snapshot
+	PolicyErrors        uint64 // failed policy evaluations, timeouts included
+	PolicyTimeouts      uint64 // policies stopped at their time limit
+	PolicyMemoryCutOffs uint64 // policies stopped at their memory bound
+	StateChanges        uint64 // alerts returned by Evaluate
+	Fired               uint64 // transitions to firing
+	Notified            uint64 // alerts handed to the notifier
+	NotifyErrors        uint64 // notifier calls that failed
+	OverrunAlerts       uint64 // overrun alerts sent
+	OverrunEpisodes     uint64 // overrun alerts with a new StartsAt (a label set's first, or after the last ended)
+	OverrunsDeduped     uint64 // overruns folded into a recent alert of the same span
+	OverrunsLimited     uint64 // overruns dropped by the OverrunBurst cap
+	OverrunsIgnored     uint64 // overruns whose budget says alert: false
+	Pending, Firing     int    // alerts in each state now
+	Baselines           int    // anomaly baselines kept (-1 while an evaluation holds them)
+	LastEvaluation      time.Duration
 	// HistoryBytes is the memory the range history holds;
 	// HistoryDropped counts the windows its bound dropped before their
 	// range was done with them; HistoryCovered is the time its windows
@@ -76,6 +78,7 @@ func (d *Detector) Stats() Stats {
 		PolicyEvaluations:   d.stats.policyEvaluations.Load(),
 		PolicyErrors:        d.stats.policyErrors.Load(),
 		PolicyTimeouts:      d.stats.policyTimeouts.Load(),
+		PolicyMemoryCutOffs: d.stats.policyMemoryCutOffs.Load(),
 		StateChanges:        d.stats.stateChanges.Load(),
 		Fired:               d.stats.fired.Load(),
 		Notified:            d.stats.notified.Load(),

@@ -95,6 +95,8 @@ type Exporter struct {
 	readDuration, evalDuration                                                                               prometheus.Histogram
 	ruleErrors                                                                                               *prometheus.CounterVec
 	sourceEvents                                                                                             *prometheus.CounterVec
+	userFiles                                                                                                *prometheus.CounterVec
+	symbolizerBytes                                                                                          prometheus.Gauge
 }
 
 // NewExporter returns an Exporter with its collectors registered.
@@ -162,6 +164,10 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.sourceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_events_total",
 		Help: "Events of user_events and EventHeader sources that did not become a value as they should have (short, bad_loc, unpaired_end, refused EventHeader fields...), and label values keyed other, by source and reason."},
 		[]string{"source", "reason"})
+	e.userFiles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_user_file_limits_total",
+		Help: "Files users control (binaries, debug files, perf maps, their processes' /proc files) refused or read only in part, by reason: symlink, not_regular, owner, access, too_large, timeout, busy, and the parsing caps (section_size, decompressed_size, symbols, line_rows, module_memory, memory, perf_map_size, ...)."},
+		[]string{"reason"})
+	e.symbolizerBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_symbolizer_bytes", Help: "Memory the symbolizer's tables, perf maps and lookup caches take."})
 	e.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_rule_errors_total", Help: "Rule or policy evaluations that failed."}, []string{"rule"})
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -174,7 +180,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
-		buildInfo,
+		e.userFiles, e.symbolizerBytes, buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -227,6 +233,10 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 		src, reason, _ := strings.Cut(k, "/")
 		e.sourceEvents.WithLabelValues(src, reason).Add(float64(v))
 	}
+	for reason, v := range s.Stats.UserFiles {
+		e.userFiles.WithLabelValues(reason).Add(float64(v))
+	}
+	e.symbolizerBytes.Set(float64(s.Stats.SymbolizerBytes))
 	if s.Stats.SeriesCapacity > 0 {
 		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
 		e.seriesLive.Set(float64(s.Stats.SeriesLive))

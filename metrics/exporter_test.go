@@ -156,12 +156,12 @@ func TestExporterExactHistograms(t *testing.T) {
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
 					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
-					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}},
+					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}, UserFiles: map[string]uint64{"symlink": 2, "timeout": 1}, SymbolizerBytes: 4096},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
 				Series: []snapshot.Series{window("checkout", "/system.slice/shop.service", checkout2, 5, 11)},
-				Stats:  snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6},
+				Stats:  snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6, UserFiles: map[string]uint64{"symlink": 1}, SymbolizerBytes: 8192},
 			})
 			e.ObserveEvaluation(4 * time.Millisecond)
 			e.RuleError("CheckoutSlow")
@@ -232,6 +232,16 @@ func TestExporterExactHistograms(t *testing.T) {
 			if se := mfs["spanwatch_source_events_total"]; se == nil || se.GetMetric()[0].GetCounter().GetValue() != 3 ||
 				labelsOf(se.GetMetric()[0])["source"] != "eventheader" || labelsOf(se.GetMetric()[0])["reason"] != "bad_time" {
 				t.Errorf("spanwatch_source_events_total = %v", se)
+			}
+			files := map[string]float64{}
+			for _, m := range mfs["spanwatch_user_file_limits_total"].GetMetric() {
+				files[labelsOf(m)["reason"]] = m.GetCounter().GetValue()
+			}
+			if len(files) != 2 || files["symlink"] != 3 || files["timeout"] != 1 {
+				t.Errorf("spanwatch_user_file_limits_total = %v, want symlink 3, timeout 1", files)
+			}
+			if got := mfs["spanwatch_symbolizer_bytes"].GetMetric()[0].GetGauge().GetValue(); got != 8192 {
+				t.Errorf("spanwatch_symbolizer_bytes = %v, want 8192", got)
 			}
 			for name, want := range map[string]float64{"spanwatch_series_capacity": 131072, "spanwatch_series_live": 2, "spanwatch_bpf_map_bytes": 201070684} {
 				if got := mfs[name].GetMetric()[0].GetGauge().GetValue(); got != want {

@@ -48,6 +48,10 @@ func (d *Dispatcher) DeadLetters() ([]DeadLetter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read dead letters: %w", err)
 	}
+	d.mu.Lock()
+	cfg := d.cfg
+	d.mu.Unlock()
+	cfg.RedactDeadLetters(out)
 	return out, nil
 }
 

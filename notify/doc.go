@@ -29,7 +29,15 @@
 // cannot be replayed later. See Verify and examples/webhook-receiver.
 //
 // Secrets (credentials, signing keys, URL user info and query strings) never
-// appear in errors or logs: every URL is redacted first.
+// appear in errors or logs: every URL is redacted first. A receiver's
+// answer, which may echo the request, has the webhook's own secrets
+// replaced by "<redacted>" (Redacted) before errors, logs and the outbox's
+// dead letters keep it: the bearer token, the basic-auth password and its
+// base64 user:password, the HMAC key, the URL's password and query values,
+// and a url_file URL's path, each also in its URL-escaped, JSON-escaped
+// and base64 forms (values shorter than 4 bytes are no secret and are left
+// alone). Dead letters are redacted again when served
+// (Config.RedactDeadLetters), so letters stored earlier come out clean.
 //
 // Configuration lives in two sections of spanwatch's one configuration
 // file, decoded strictly by ParseConfig (schema.json documents them):

@@ -234,6 +234,16 @@ type Stats struct {
 	// and label values keyed "other" (label_other): never guessed, always
 	// counted.
 	SourceEvents map[string]uint64 `json:"source_events,omitempty"`
+	// UserFiles counts, by reason, the files users control (binaries,
+	// debug files, perf maps, their processes' /proc files) that were
+	// refused or read only in part: symlink, not_regular, owner, access,
+	// too_large, timeout, busy, and the parsing caps (section_size,
+	// decompressed_size, symbols, line_rows, module_memory, memory,
+	// perf_map_size, ...). See internal/userfile.
+	UserFiles map[string]uint64 `json:"user_files,omitempty"`
+	// SymbolizerBytes is the memory the symbolizer's tables, perf maps
+	// and caches take now (symbolize.Limits.Memory bounds it).
+	SymbolizerBytes uint64 `json:"symbolizer_bytes,omitempty"`
 	// RecursionMisses counts program runs the kernel skipped because a
 	// BPF program was already running on that CPU: spans lost.
 	RecursionMisses uint64 `json:"recursion_misses,omitempty"`

@@ -161,6 +161,7 @@ func printDeadLetters(out io.Writer, file string) error {
 	if err != nil {
 		return err
 	}
+	cfg.RedactDeadLetters(list)
 	enc := json.NewEncoder(out)
 	for _, dl := range list {
 		if err := enc.Encode(dl); err != nil {

@@ -10,9 +10,10 @@
 //
 // The order (Level) is, from the first shed to the last:
 //
-//  1. stack detail: overrun records keep their user stack cut to
-//     StackFramesShed frames, and lose their kernel stack and in-span
-//     samples; the symbolizer's caches are cut. A stack costs more bytes
+//  1. stack detail: overrun records keep their innermost 32 user frames,
+//     and lose their kernel stack and in-span samples; a snapshot keeps a
+//     tenth of its overruns. (The symbolizer's tables and caches are
+//     bounded by the plan, not cut at run time.) A stack costs more bytes
 //     than anything else the agent keeps per event, and the loss is the
 //     smallest: the span is still counted, over its budget, and alerted
 //     on; the next overrun of the same code brings the same stack.

@@ -15,7 +15,7 @@ type Level int
 const (
 	// None sheds nothing.
 	None Level = iota
-	// StackDetail cuts overrun stacks and the symbolizer's caches.
+	// StackDetail cuts overrun stacks and the overruns kept per snapshot.
 	StackDetail
 	// UnusedHistory keeps each series' range history only as far back as
 	// its own rules' ranges reach.

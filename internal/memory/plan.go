@@ -99,7 +99,8 @@ type Plan struct {
 	// MaxOverrunsPerSnapshot and OverrunQueue bound the overrun records
 	// kept for a snapshot and queued for the worker.
 	MaxOverrunsPerSnapshot, OverrunQueue int
-	// SymbolCacheBytes bounds the symbolizer's caches.
+	// SymbolCacheBytes bounds the symbolizer's tables and caches
+	// (collector.Config.SymbolMemory, symbolize.Limits.Memory).
 	SymbolCacheBytes uint64
 }
 
