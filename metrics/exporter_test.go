@@ -649,3 +649,37 @@ func TestExporterArgumentMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestExporterDropAbsent: while the memory budget sheds stale exports,
+// a series a snapshot no longer holds stops being exported at the next
+// Observe; otherwise it stays until the series TTL.
+func TestExporterDropAbsent(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	both := &snapshot.Snapshot{Time: t0, Series: []snapshot.Series{window("a", "/x", []uint64{1e6}, 0, 0), window("b", "/x", []uint64{2e6}, 0, 0)}}
+	onlyA := &snapshot.Snapshot{Time: t0.Add(10 * time.Second), Series: []snapshot.Series{window("a", "/x", []uint64{1e6}, 0, 0)}}
+	spans := func() []string {
+		var out []string
+		for _, m := range scrape(t, e.Handler())["spanwatch_spans_total"].GetMetric() {
+			out = append(out, labelsOf(m)["span"])
+		}
+		sort.Strings(out)
+		return out
+	}
+	e.Observe(both)
+	e.Observe(onlyA)
+	if got := spans(); fmt.Sprint(got) != "[a b]" {
+		t.Fatalf("without shedding: %v, want both (b until the TTL)", got)
+	}
+	e.SetDropAbsent(true)
+	e.Observe(&snapshot.Snapshot{Time: t0.Add(20 * time.Second), Series: onlyA.Series})
+	if got := spans(); fmt.Sprint(got) != "[a]" {
+		t.Errorf("shedding stale exports: %v, want only a", got)
+	}
+	if m := find(t, scrape(t, e.Handler()), "spanwatch_spans_total", "a"); m.GetCounter().GetValue() != 3 {
+		t.Errorf("a's count %v, want 3: counts are never shed", m.GetCounter().GetValue())
+	}
+}
