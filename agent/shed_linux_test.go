@@ -78,4 +78,3 @@ func TestShedOnMetrics(t *testing.T) {
 		t.Errorf("given back: /metrics says %q", grepLines(body, "spanwatch_memory_shed"))
 	}
 }
-
