@@ -20,6 +20,7 @@ import (
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
@@ -64,6 +65,9 @@ type Options struct {
 	// ShutdownTimeout bounds the work done after ctx ends (default
 	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// MaxHeldAlerts bounds the alerts held in memory while the outbox
+	// cannot be written (notify.Options.MaxHeld; 0: notify.DefaultMaxHeld).
+	MaxHeldAlerts int
 }
 
 // An Agent collects spans, evaluates the rules every interval and delivers
@@ -151,10 +155,23 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 
 	a.notifier = opts.Notifier
 	if a.notifier == nil && a.cfg.Notify != nil {
-		if a.dispatcher, err = notify.New(a.cfg.Notify, notify.Options{Logger: a.log}); err != nil {
+		if a.dispatcher, err = notify.New(a.cfg.Notify, notify.Options{Logger: a.log, MaxHeld: opts.MaxHeldAlerts}); err != nil {
 			return nil, fmt.Errorf("start notifier: %w", err)
 		}
 		a.notifier = a.dispatcher
+		// The alert state lives in the outbox beside the alerts in
+		// delivery: a restart resumes both.
+		a.det.SetStore(a.dispatcher)
+		rs, err := a.det.Restore(time.Now())
+		switch {
+		case err != nil:
+			a.log.Error("alert_state_not_restored", "err", err, "effect", "alerts that were firing fire again as new episodes")
+		case rs.Skipped != "":
+			a.log.Info("alert_state_not_restored", "reason", rs.Skipped)
+		default:
+			a.log.Info("alert_state_restored", "firing", rs.Firing, "pending", rs.Pending, "series", rs.Series,
+				"windows", rs.Windows, "baselines", rs.Baselines, "saved_ago", time.Since(rs.Saved).Round(time.Millisecond))
+		}
 	}
 	if opts.ListenAddr != "" {
 		if a.listener, err = listen(a, opts.ListenAddr, a.cfg.Listener); err != nil {
@@ -340,6 +357,7 @@ func (a *Agent) cycle(ctx context.Context, col *collector.Collector, out *output
 		a.log.Error("snapshot_failed", "error", err)
 		return nil, nil
 	}
+	crashpoint.Hit("snapshot")
 	start := time.Now()
 	changed, err := a.det.Evaluate(ctx, snap)
 	if err != nil {

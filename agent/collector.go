@@ -8,7 +8,6 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/memory"
-	"github.com/spanwatch/spanwatch/policy"
 )
 
 // collectorConfig turns the collector: settings into the collector's
@@ -38,18 +37,4 @@ func collectorConfig(s CollectorSettings, p memory.Plan, log *slog.Logger) colle
 		}
 	}
 	return cfg
-}
-
-// applyBudgets pushes the configuration's budgets into the kernel, in
-// file order (exact names win over globs; among globs the first wins).
-func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	return col.SetBudgets(budgetRules(rules))
-}
-
-func budgetRules(rules *policy.Config) []collector.BudgetRule {
-	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
-	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
-	}
-	return out
 }

@@ -32,6 +32,14 @@ func (a *Agent) registerMetrics() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spanwatch", Name: "rule_reloads_total",
 			Help: "Reloads of the configuration file that applied (after the first load)."},
 			func() float64 { return float64(a.ReloadStats().Reloads) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spanwatch", Name: "config_last_reload_successful",
+			Help: "1 when the configuration file's current contents run, 0 while they are refused (an older file runs; /api/status says why)."},
+			func() float64 {
+				if a.ReloadStats().LastError != nil {
+					return 0
+				}
+				return 1
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spanwatch", Name: "config_restart_pending",
 			Help: "Settings the configuration file changes that only a restart applies (GET /api/status lists them)."},
 			func() float64 { return float64(len(a.PendingRestart())) }),
@@ -46,6 +54,8 @@ func (a *Agent) registerMetrics() {
 		counter("detector_notify_errors_total", "Notifier calls that failed.", func(s detector.Stats) uint64 { return s.NotifyErrors }),
 		counter("detector_overrun_alerts_total", "Overrun alerts sent.", func(s detector.Stats) uint64 { return s.OverrunAlerts }),
 		counter("detector_overruns_limited_total", "Overruns not alerted: over the burst cap.", func(s detector.Stats) uint64 { return s.OverrunsLimited }),
+		counter("detector_state_save_errors_total", "Saves of the alert state to the outbox that failed (retried at the next evaluation).", func(s detector.Stats) uint64 { return s.StateSaveErrors }),
+		gauge("detector_state_bytes", "Size of the alert state last saved to the outbox (alerts, range history, baselines).", func(s detector.Stats) float64 { return float64(s.StateBytes) }),
 		gauge("alerts_pending", "Alerts pending now.", func(s detector.Stats) float64 { return float64(s.Pending) }),
 		gauge("alerts_firing", "Alerts firing now.", func(s detector.Stats) float64 { return float64(s.Firing) }),
 	)

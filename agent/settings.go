@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/collector"
 	durationpkg "github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/rotate"
@@ -22,18 +22,10 @@ const (
 	// MinInterval bounds how often the kernel's maps are read: every
 	// snapshot reads the whole stats map, on every CPU.
 	MinInterval = 100 * time.Millisecond
-	// MinMaxSeries and MaxMaxSeries bound max_series, as the collector
-	// does when it sizes the kernel's series array (collector.MaxSeriesLimit:
-	// a series' slot must fit the 18 bits of a histogram cell's key).
-	MinMaxSeries = 64
-	MaxMaxSeries = 262143
-	// MinHistogramCells and MaxHistogramCells bound histogram_cells, as the
-	// collector does; it rounds the value up to a power of two.
-	MinHistogramCells = 512
-	MaxHistogramCells = 1 << 28
-	// MaxRingbufBytes bounds ringbuf_bytes: the kernel accepts up to 2 GiB,
-	// all of it locked kernel memory.
-	MaxRingbufBytes = 1 << 30
+	// The limits of max_series, histogram_cells, ringbuf_bytes and
+	// overrun_queue are the collector's (collector.CheckMaxSeries and the
+	// others): the collector checks the same values with the same
+	// functions when it starts.
 )
 
 // CollectorSettings are the collector: section of the configuration file,
@@ -350,26 +342,11 @@ func checkBinary(path string) error {
 	return nil
 }
 
-func checkMaxSeries(n int64) error {
-	if n < MinMaxSeries || n > MaxMaxSeries {
-		return fmt.Errorf("%d is out of range: want %d to %d (leave it out for the default, 131072)", n, MinMaxSeries, MaxMaxSeries)
-	}
-	return nil
-}
+func checkMaxSeries(n int64) error { return collector.CheckMaxSeries(n) }
 
-func checkHistogramCells(n int64) error {
-	if n < MinHistogramCells || n > MaxHistogramCells {
-		return fmt.Errorf("%d is out of range: want %d to %d (rounded up to a power of two; leave it out for the default, 2^24)", n, MinHistogramCells, MaxHistogramCells)
-	}
-	return nil
-}
+func checkHistogramCells(n int64) error { return collector.CheckHistogramCells(n) }
 
-func checkSeriesQuota(n int64) error {
-	if n < 1 || n > MaxMaxSeries {
-		return fmt.Errorf("%d is out of range: want 1 to %d series per cgroup (leave it out for the default, 8192)", n, MaxMaxSeries)
-	}
-	return nil
-}
+func checkSeriesQuota(n int64) error { return collector.CheckSeriesQuota(n) }
 
 // checkMemoryBudget bounds memory_budget: at least what the agent runs
 // in, at most 1 TiB.
@@ -402,37 +379,9 @@ func size(n *yaml.Node, bad func(string, ...any)) (uint64, bool) {
 	return uint64(v), true
 }
 
-// MaxOverrunQueue bounds overrun_queue: each queued record takes about
-// 1.8 KB of the agent's memory.
-const MaxOverrunQueue = 1 << 20
+func checkOverrunQueue(n int64) error { return collector.CheckOverrunQueue(n) }
 
-func checkOverrunQueue(n int64) error {
-	switch {
-	case n < 1:
-		return fmt.Errorf("must be at least 1, not %d", n)
-	case n > MaxOverrunQueue:
-		return fmt.Errorf("%d is more than %d (about 1.8 KB of memory each)", n, MaxOverrunQueue)
-	}
-	return nil
-}
-
-// checkRingbuf applies the kernel's rules for a BPF ring buffer: a power
-// of two and a multiple of the page size (else map creation fails with
-// EINVAL), and a sane bound.
-func checkRingbuf(n int64) error {
-	page := int64(os.Getpagesize())
-	switch {
-	case n < page:
-		return fmt.Errorf("%d is less than a page (%d bytes)", n, page)
-	case n > MaxRingbufBytes:
-		return fmt.Errorf("%d is more than %d (1 GiB of locked kernel memory)", n, MaxRingbufBytes)
-	case bits.OnesCount64(uint64(n)) != 1 || n%page != 0:
-		// A power of two at least a page long is a multiple of it: page
-		// sizes are powers of two.
-		return fmt.Errorf("%d is not a power of two: the kernel wants a power of two and a multiple of the page size (%d), e.g. %d", n, page, uint64(1)<<bits.Len64(uint64(n)))
-	}
-	return nil
-}
+func checkRingbuf(n int64) error { return collector.CheckRingbufBytes(n) }
 
 // deref follows aliases, a bounded number of times.
 func deref(n *yaml.Node) *yaml.Node {

@@ -139,6 +139,9 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
+	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
+	budgetSets [budgetSets]budgetSet
+
 	mu          sync.Mutex // guards the read state below
 	closed      bool
 	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
@@ -277,7 +280,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	core.SeriesMax = cfg.MaxSeries
 	core.CellChunksMask = chunks - 1
 	core.DefaultQuota = cfg.SeriesQuota
-	core.GlobCount = 0
+	// Generation 1, set 0, no globs: no budgets.
 	atomic.StoreUint32(&core.BudgetGen, 1)
 	var other bpf.SpanwatchSpanName
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&other.Name[0])), len(other.Name)), snapshot.OtherName)
@@ -382,31 +385,41 @@ func hostName() string {
 	return h
 }
 
-// Defaults of Config's sizes.
-const (
-	DefaultMaxSeries      = 131072
-	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
-	DefaultHistogramCells = 1 << 24
-	DefaultSeriesQuota    = 8192
-)
-
 // sizes fills in and checks the sizes.
+// CheckConfig returns the error New gives cfg's sizes (MaxSeries,
+// HistogramCells, SeriesQuota, RingbufBytes, OverrunQueue) before it loads
+// anything: the same check.
+func CheckConfig(cfg Config) error { return cfg.sizes() }
+
 func (cfg *Config) sizes() error {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
-	if cfg.MaxSeries < 64 || cfg.MaxSeries > MaxSeriesLimit {
-		return fmt.Errorf("max series %d: want 64 to %d", cfg.MaxSeries, MaxSeriesLimit)
+	if err := CheckMaxSeries(int64(cfg.MaxSeries)); err != nil {
+		return fmt.Errorf("max series: %w", err)
 	}
 	if cfg.HistogramCells == 0 {
 		cfg.HistogramCells = DefaultHistogramCells
 	}
-	if cfg.HistogramCells < 512 || cfg.HistogramCells > 1<<28 {
-		return fmt.Errorf("histogram cells %d: want 512 to %d", cfg.HistogramCells, 1<<28)
+	if err := CheckHistogramCells(int64(cfg.HistogramCells)); err != nil {
+		return fmt.Errorf("histogram cells: %w", err)
 	}
 	cfg.HistogramCells = 1 << bits.Len32(cfg.HistogramCells-1)
 	if cfg.SeriesQuota == 0 {
 		cfg.SeriesQuota = DefaultSeriesQuota
+	}
+	if err := CheckSeriesQuota(int64(cfg.SeriesQuota)); err != nil {
+		return fmt.Errorf("series quota: %w", err)
+	}
+	if cfg.RingbufBytes != 0 {
+		if err := CheckRingbufBytes(int64(cfg.RingbufBytes)); err != nil {
+			return fmt.Errorf("ring buffer bytes: %w", err)
+		}
+	}
+	if cfg.OverrunQueue > 0 {
+		if err := CheckOverrunQueue(int64(cfg.OverrunQueue)); err != nil {
+			return fmt.Errorf("overrun queue: %w", err)
+		}
 	}
 	return nil
 }

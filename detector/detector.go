@@ -14,6 +14,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -71,6 +72,13 @@ type Config struct {
 	// Now is the clock for overruns without a time (default time.Now).
 	// Evaluate uses the snapshot's time, so replays are deterministic.
 	Now func() time.Time
+	// Store, when set, keeps the detector's state for a restart (Restore
+	// reads it back): saved after an evaluation whose alerts changed,
+	// before their notifications are sent (and again once the resolved
+	// ones are), and otherwise every SaveInterval (default
+	// DefaultSaveInterval).
+	Store        StateStore
+	SaveInterval time.Duration
 }
 
 // A Detector evaluates rules over snapshots. Its methods are safe for
@@ -96,6 +104,10 @@ type Detector struct {
 
 	cutMu  sync.Mutex // guards cutOff
 	cutOff map[string]*PolicyCutOff
+	// restoredAt is when Restore brought a saved state back (zero when
+	// none); lastSave when the state was last saved. Guarded by evalMu.
+	restoredAt time.Time
+	lastSave   time.Time
 
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
@@ -129,6 +141,10 @@ type active struct {
 	// keepFiringSince is the first evaluation at which a firing alert's
 	// rule no longer held (zero while it holds), as in Prometheus.
 	keepFiringSince time.Time
+	// restored marks an alert Restore brought back that its rule has not
+	// confirmed since: it is not resolved while the rule's range refills
+	// after the restart.
+	restored bool
 }
 
 // DefaultResendInterval is how often a firing alert is sent again when
@@ -171,6 +187,9 @@ func New(cfg Config) *Detector {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SaveInterval <= 0 {
+		cfg.SaveInterval = DefaultSaveInterval
+	}
 	return &Detector{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -205,6 +224,7 @@ type result struct {
 type ruleOutput struct {
 	key           string
 	kind, name    string
+	over          time.Duration // the range
 	forDur        time.Duration
 	keepFiringFor time.Duration
 	results       map[string]result // by fingerprint
@@ -295,9 +315,20 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	d.stats.historyTrimSince.Store(unixNanos(hs.trimSince))
 	d.stats.historyDepthSince.Store(unixNanos(hs.depthSince))
 	d.hist.release()
-	changed, send := d.advance(outs, now, d.validity(snap.Window()))
+	changed, send, ended := d.advance(outs, now, d.validity(snap.Window()))
+	crashpoint.Hit("evaluate")
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
+	if d.cfg.Store != nil && (len(changed) > 0 || now.Sub(d.lastSave) >= d.cfg.SaveInterval || now.Before(d.lastSave)) {
+		// Before the notifications: a restart after this finds the
+		// alerts that fire now firing (and sends them again, the same
+		// episode), and those that resolve now still firing (resolved
+		// again, and notified).
+		d.saveState(now, ended)
+	}
 	err := d.notify(ctx, send)
+	if d.cfg.Store != nil && len(ended) > 0 && err == nil {
+		d.saveState(now, nil)
+	}
 	return changed, err
 }
 
@@ -429,7 +460,7 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 // evalRule evaluates a rule over the selected series of the current
 // snapshot, each aggregated over the rule's range.
 func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
-	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
+	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, over: r.Over, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
 	var key []byte
@@ -537,7 +568,7 @@ func firingCopy(ac *active, now time.Time, valid time.Duration) *alert.Alert {
 // advance moves every alert to its state at now and returns the changes
 // and the alerts to send. A firing alert goes out when it starts firing
 // and again every ResendInterval, as Prometheus resends them.
-func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert) {
+func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert, ended []endedAlert) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	live := make(map[string]bool, len(outs))
@@ -571,6 +602,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			ac.a.Annotations, ac.a.Value = res.annotations, res.value
 			ac.keepFiringSince = time.Time{}
+			ac.restored = false
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
 				// StartsAt becomes the time it fired, as Prometheus sends
@@ -590,6 +622,16 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 				continue
 			}
 			ac := g.active[fp]
+			if ac.restored && now.Before(d.restoredAt.Add(o.over)) {
+				// Restored by a restart and not confirmed since: while
+				// the rule's range refills it is no evidence that the
+				// episode ended. It stays, resent as due, so
+				// Alertmanager does not resolve it either.
+				if ac.a.State == alert.StateFiring && now.Sub(ac.lastSent) >= d.cfg.ResendInterval {
+					send = append(send, firingCopy(ac, now, valid))
+				}
+				continue
+			}
 			if ac.a.State == alert.StateFiring && o.keepFiringFor > 0 {
 				if ac.keepFiringSince.IsZero() {
 					ac.keepFiringSince = now
@@ -600,6 +642,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 					}
 					continue
 				}
+			}
+			if ac.a.State == alert.StateFiring {
+				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
 			}
 			c, s := end(ac, now)
 			changed = append(changed, c)
@@ -616,6 +661,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 		}
 		g := d.groups[key]
 		for _, fp := range sortedKeys(g.active) {
+			if ac := g.active[fp]; ac.a.State == alert.StateFiring {
+				ended = append(ended, endedAlert{key: key, kind: g.kind, name: g.name, saved: saveAlert(ac)})
+			}
 			c, s := end(g.active[fp], now)
 			changed = append(changed, c)
 			if s != nil {
@@ -630,7 +678,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			d.stats.fired.Add(1)
 		}
 	}
-	return changed, send
+	return changed, send, ended
 }
 
 // end resolves a firing alert or drops a pending one.

@@ -31,4 +31,14 @@
 // Anomaly baselines and alert state live in the Detector, not in the rule
 // set, so a reload (SetRules, or a Reloader watching the rule file) keeps
 // them for every rule that still exists.
+//
+// With a StateStore (the agent's outbox), they survive a restart too: the
+// state (alerts with their startsAt and for: progress, the range history,
+// baselines, overrun episodes) is saved before the notifications of an
+// evaluation whose alerts changed, again once its resolved ones are sent,
+// and otherwise every SaveInterval; Restore brings it back at start. The
+// time the agent was down is a gap in the history: it ages windows out of
+// a range but is not counted in its rates. Restored firing alerts are
+// sent again at once with their startsAt (the same episode, a new endsAt)
+// and are not resolved while their rule's range refills.
 package detector

@@ -64,6 +64,11 @@ type windowInfo struct {
 	end    time.Time
 	length time.Duration
 	bytes  int64 // what the series' windows of this seq hold
+	// gap marks the time the agent was down, between the windows restored
+	// after a restart and the first one since: it counts toward a range's
+	// reach (old windows leave the range as time passes) but not toward
+	// the time its spans cover (rates).
+	gap bool
 }
 
 // Costs the history counts: a series' entry (map slot, key, seriesHist)
@@ -212,6 +217,27 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		if len(sh.wins) == 0 && sh.lastSeen != h.seq {
 			delete(h.series, k)
 			h.bytes -= seriesEntryBytes + int64(len(k))
+		}
+	}
+}
+
+// recount computes what the history holds from its windows and entries:
+// after a restore (state.go), which builds them without observe.
+func (h *history) recount() {
+	h.bytes = 0
+	at := make(map[uint64]int, len(h.wins))
+	for i := range h.wins {
+		h.wins[i].bytes = 0
+		at[h.wins[i].seq] = i
+	}
+	for k, sh := range h.series {
+		h.bytes += seriesEntryBytes + int64(len(k))
+		for j := range sh.wins {
+			c := winCost(&sh.wins[j])
+			h.bytes += c
+			if i, ok := at[sh.wins[j].seq]; ok {
+				h.wins[i].bytes += c
+			}
 		}
 	}
 }
@@ -387,12 +413,16 @@ func (h *history) span(over time.Duration) (first uint64, covered time.Duration)
 	}
 	n := len(h.wins) - 1
 	first, covered = h.wins[n].seq, h.wins[n].length
+	elapsed := covered
 	for i := n - 1; i >= 0; i-- {
 		w := h.wins[i]
-		if covered+w.length/2 > over {
+		if elapsed+w.length/2 > over {
 			break
 		}
-		first, covered = w.seq, covered+w.length
+		first, elapsed = w.seq, elapsed+w.length
+		if !w.gap {
+			covered += w.length
+		}
 	}
 	return first, covered
 }

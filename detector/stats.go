@@ -31,6 +31,8 @@ type counters struct {
 	historyWanted       atomic.Int64
 	historyTrimSince    atomic.Int64
 	historyDepthSince   atomic.Int64
+	stateSaveErrors     atomic.Uint64
+	stateBytes          atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
@@ -67,6 +69,8 @@ type Stats struct {
 	// it does not), HistoryDepthSince when its bound began to drop whole
 	// windows (zero when the last evaluation dropped none).
 	HistoryTrimmedSince, HistoryDepthSince time.Time
+	StateSaveErrors                        uint64 // state saves (Config.Store) that failed
+	StateBytes                             int64  // the size of the last state saved
 }
 
 // Stats returns a snapshot of the counters.
@@ -95,6 +99,8 @@ func (d *Detector) Stats() Stats {
 		HistoryWanted:       time.Duration(d.stats.historyWanted.Load()),
 		HistoryTrimmedSince: fromUnixNanos(d.stats.historyTrimSince.Load()),
 		HistoryDepthSince:   fromUnixNanos(d.stats.historyDepthSince.Load()),
+		StateSaveErrors:     d.stats.stateSaveErrors.Load(),
+		StateBytes:          d.stats.stateBytes.Load(),
 	}
 	d.mu.Lock()
 	for _, g := range d.groups {
