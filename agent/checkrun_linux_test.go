@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
+	"github.com/spanwatch/spanwatch/policy"
 )
 
 // limitFile is a configuration file near or past each limit the kernel and
@@ -140,7 +142,8 @@ func genLimitFile(rng *rand.Rand) limitFile {
 // values: the budgets written into a real collector's kernel maps
 // (PrepareBudgets, then Abort), the collector's sizes checked as New
 // checks them (and a real New for the small ones), the tracepoint sources
-// as AttachTracepoints checks them. The verdicts must be equal for every
+// as AttachTracepoints checks them, the sizes against the memory budget
+// as the agent's plan holds them. The verdicts must be equal for every
 // file.
 func TestCheckEqualsRunLimits(t *testing.T) {
 	requireRoot(t)
@@ -192,6 +195,20 @@ func TestCheckEqualsRunLimits(t *testing.T) {
 			realNew++
 		}
 		runErrs = append(runErrs, collector.CheckTracepointSources(f.tracepoints())...)
+		// The memory plan run applies before it loads anything: the
+		// sizes against the budget (this machine's), with the maps the
+		// collector would make.
+		if sizesErr == nil {
+			b, err := memory.Detect(memory.Env{}, 0)
+			if err == nil {
+				_, err = memory.NewPlan(b, memory.Inputs{MaxSeries: uint32(f.maxSeries), HistogramCells: uint32(f.cells), OverrunQueue: int(f.queue),
+					Interval: time.Second, LongestRange: policy.DefaultOver, Binary: BinaryBytes,
+					KernelBytes: mapEstimate(CollectorSettings{RingbufBytes: uint32(f.ringbuf)})})
+			}
+			if err != nil {
+				runErrs = append(runErrs, err)
+			}
+		}
 		runErr := errors.Join(runErrs...)
 
 		if (checkErr == nil) != (runErr == nil) {

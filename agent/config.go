@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
@@ -49,6 +50,10 @@ type Config struct {
 	// command line, else the file's external_url:); empty when neither
 	// sets it. Alerts link to it in their generatorURL.
 	ExternalURL string
+	// Memory is how the memory budget is divided (internal/memory): the
+	// series capacity the collector gets when the file and the command
+	// line do not set it, the range history's bound, Go's soft limit.
+	Memory memory.Plan
 	// Listener is the listener: section, with --web.config.file: TLS and
 	// authentication, and the listener's limits (a restart applies
 	// changes).
@@ -75,6 +80,9 @@ type LoadOptions struct {
 	// come from a file of their own (the demo's built-in one).
 	Dir string
 	FS  fs.FS
+	// MemoryEnv is where the memory budget's cgroup limit is read (the
+	// zero value: this system's /proc/self).
+	MemoryEnv memory.Env
 }
 
 // Load reads and validates a configuration file the way the agent runs it,
@@ -131,6 +139,9 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	file := decodeCollector(ec, sec.collector)
 	checkFlags(ec, opts.Collector, opts.Flags)
 	cfg.Collector = merge(opts.Collector, opts.Flags, file)
+	if len(ec.errs) == 0 {
+		planMemory(ec, cfg, file, opts)
+	}
 
 	if sec.metrics != nil {
 		mcfg, err := metrics.ParseConfig(name, deref(sec.metrics))
@@ -316,6 +327,7 @@ func restartChanges(running, next *Config) []RestartChange {
 	field("force_kprobe", a.ForceKprobe, b.ForceKprobe)
 	field("no_uprobe_multi", a.NoUprobeMulti, b.NoUprobeMulti)
 	field("scan_interval", a.ScanInterval, b.ScanInterval)
+	field("memory_budget", a.MemoryBudget, b.MemoryBudget)
 	for _, m := range []struct {
 		key  string
 		x, y any

@@ -40,6 +40,17 @@
 // and restored at start, so a restart neither fires an alert again as a
 // new episode nor resolves one (package detector, Restore).
 //
+// The agent holds itself to a memory budget (budget.go, internal/memory,
+// docs/memory.md): Load finds it (collector.memory_budget, else the
+// cgroup's limit, else a default) and divides it (Config.Memory: the
+// series capacity when max_series is not set, a max_series checked against
+// it, the range history's bound, the overrun queues, the symbolizer's
+// memory, Go's soft limit); Run applies the plan and, every second,
+// measures the agent's memory and sheds detail in the budget's order
+// (stack detail, unused range history, stale exports, range history
+// depth), never counts, saying so on /metrics. --output writes a snapshot
+// in lines of bounded length (snapshot.LineWriter).
+//
 // When Run's context ends (SIGTERM, SIGINT), the agent takes a final
 // snapshot, so the spans counted since the previous one are not lost,
 // evaluates it, writes its alerts to the outbox, syncs the output file,

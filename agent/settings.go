@@ -12,6 +12,8 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	durationpkg "github.com/spanwatch/spanwatch/internal/duration"
+	"github.com/spanwatch/spanwatch/internal/memory"
+	"github.com/spanwatch/spanwatch/internal/rotate"
 )
 
 // Defaults of the collector: section.
@@ -61,10 +63,16 @@ type CollectorSettings struct {
 	// ScanInterval is how often /proc is scanned for binaries with the
 	// marker (0: the collector's default; negative: never).
 	ScanInterval time.Duration
+	// MemoryBudget is the memory the whole agent may use, in bytes (0:
+	// from the cgroup's memory limit, else a default; see
+	// internal/memory). The series capacity, the range history, the
+	// overrun queues and Go's soft limit are sized from it, and detail is
+	// shed when the agent nears it.
+	MemoryBudget uint64
 }
 
 // collectorKeys are the keys of the collector: section.
-var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "overrun_queue", "force_kprobe", "no_uprobe_multi", "scan_interval"}
+var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "overrun_queue", "force_kprobe", "no_uprobe_multi", "scan_interval", "memory_budget"}
 
 // liveKeys are the collector: keys a reload applies to a running agent;
 // the others need a restart (they shape the BPF objects or what is
@@ -76,12 +84,13 @@ var liveKeys = map[string]bool{"interval": true}
 type fileSettings struct {
 	CollectorSettings
 	set map[string]bool
+	at  map[string]*yaml.Node // each key's value, for the positions of later checks
 }
 
 // decodeCollector decodes and validates the collector: section, reporting
 // every problem at its position.
 func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
-	fs := fileSettings{set: map[string]bool{}}
+	fs := fileSettings{set: map[string]bool{}, at: map[string]*yaml.Node{}}
 	if n == nil || n.Kind == 0 {
 		return fs
 	}
@@ -105,6 +114,7 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 			continue
 		}
 		fs.set[k.Value] = true
+		fs.at[k.Value] = v
 		bad := func(format string, a ...any) {
 			ec.at(v.Line, v.Column, "collector.%s: %s", k.Value, fmt.Sprintf(format, a...))
 		}
@@ -185,6 +195,14 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 					s.OverrunQueue = int(x)
 				}
 			}
+		case "memory_budget":
+			if n, ok := size(v, bad); ok {
+				if err := checkMemoryBudget(n); err != nil {
+					bad("%v", err)
+				} else {
+					s.MemoryBudget = n
+				}
+			}
 		case "force_kprobe":
 			s.ForceKprobe, _ = boolean(v, bad)
 		case "no_uprobe_multi":
@@ -230,6 +248,9 @@ func merge(base CollectorSettings, flags map[string]string, file fileSettings) C
 	if use("scan_interval") {
 		out.ScanInterval = file.ScanInterval
 	}
+	if use("memory_budget") {
+		out.MemoryBudget = file.MemoryBudget
+	}
 	if out.Interval == 0 {
 		out.Interval = DefaultInterval
 	}
@@ -272,6 +293,8 @@ func checkFlags(ec *errorCollector, s CollectorSettings, flags map[string]string
 			err = checkRingbuf(int64(s.RingbufBytes))
 		case "overrun_queue":
 			err = checkOverrunQueue(int64(s.OverrunQueue))
+		case "memory_budget":
+			err = checkMemoryBudget(s.MemoryBudget)
 		}
 		if err != nil {
 			ec.flag("%s: %v", flag, err)
@@ -324,6 +347,37 @@ func checkMaxSeries(n int64) error { return collector.CheckMaxSeries(n) }
 func checkHistogramCells(n int64) error { return collector.CheckHistogramCells(n) }
 
 func checkSeriesQuota(n int64) error { return collector.CheckSeriesQuota(n) }
+
+// checkMemoryBudget bounds memory_budget: at least what the agent runs
+// in, at most 1 TiB.
+func checkMemoryBudget(n uint64) error {
+	switch {
+	case n < memory.MinBudget:
+		return fmt.Errorf("%s is less than the agent runs in, %s (leave it out to take %d%% of the cgroup's memory limit)", memory.FormatBytes(n), memory.FormatBytes(memory.MinBudget), memory.CgroupShare)
+	case n > 1<<40:
+		return fmt.Errorf("%s is more than 1TiB", memory.FormatBytes(n))
+	}
+	return nil
+}
+
+// size reads a size: a number of bytes, or one with a unit (512MiB, 1GiB,
+// 500MB, 2G), as --output-max-size takes them.
+func size(n *yaml.Node, bad func(string, ...any)) (uint64, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
+		bad("want a size such as 512MiB or 1GiB, not %s", kindName(n))
+		return 0, false
+	}
+	v, err := rotate.ParseSize(n.Value)
+	if err != nil {
+		bad("%v", err)
+		return 0, false
+	}
+	if v <= 0 {
+		bad("must be positive, not %s", n.Value)
+		return 0, false
+	}
+	return uint64(v), true
+}
 
 func checkOverrunQueue(n int64) error { return collector.CheckOverrunQueue(n) }
 

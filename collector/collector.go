@@ -91,6 +91,10 @@ type Config struct {
 	// Symbolizer turns raw stack addresses into frames; nil means a
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
+	// SymbolMemory bounds what the default symbolizer's tables, perf maps
+	// and lookup caches take together (symbolize.Limits.Memory; its
+	// default when 0). The agent's memory budget sets it.
+	SymbolMemory int64
 	// Resolver resolves cgroup ids to paths, containers, pods and units;
 	// nil means a cgroup.Resolver over the cgroup2 mount (when there is
 	// none, series keep only their cgroup id).
@@ -184,7 +188,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.IdleEvict = 10 * time.Minute
 	}
 	if cfg.Symbolizer == nil {
-		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot})
+		lim := symbolize.Limits{Memory: cfg.SymbolMemory}
+		if m := cfg.SymbolMemory; m > 0 && m < 64<<20 {
+			lim.Module = m // one file may not take more than all of them
+		}
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim})
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}
@@ -519,6 +527,23 @@ func (c *Collector) MapBytes() uint64 {
 		total += mapMemlock(m)
 	}
 	return total
+}
+
+// SetStackDetail keeps (true, the default) or sheds (false) the detail of
+// overrun records, what the memory budget sheds first under pressure
+// (memory.StackDetail): while shed, an overrun keeps its innermost
+// StackFramesShed user frames and no kernel stack or in-span samples,
+// and a snapshot keeps a tenth of Config.MaxOverrunsPerSnapshot (the
+// rest are counted in Stats.OverrunsDropped, and still delivered to
+// OnOverrun). Counts are never shed: the spans stay counted over their
+// budget in their series.
+func (c *Collector) SetStackDetail(full bool) {
+	c.rb.lean.Store(!full)
+	keep := c.cfg.MaxOverrunsPerSnapshot
+	if !full {
+		keep = max(keep/10, min(keep, 10))
+	}
+	c.rb.keep.Store(int64(keep))
 }
 
 // SeriesCapacity returns the number of series the kernel can hold.

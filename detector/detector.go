@@ -99,6 +99,9 @@ type Detector struct {
 
 	ext externalLabels
 
+	historyBytes atomic.Int64
+	historyTrim  atomic.Bool
+
 	cutMu  sync.Mutex // guards cutOff
 	cutOff map[string]*PolicyCutOff
 	// restoredAt is when Restore brought a saved state back (zero when
@@ -248,8 +251,13 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	}
 	cfg := d.rules.Load()
 	ext := d.ext.get(cfg)
+	if bound := d.historyBytes.Load(); bound != d.hist.maxBytes {
+		d.hist.maxBytes, d.hist.autoTrim = bound, false
+	}
+	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
+	var needs []time.Duration // each series' longest range, with trimUnused
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
 		idx := indexSpans(snap)
@@ -278,6 +286,9 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		for over, n := range need {
 			d.hist.prepare(over, n, d.cfg.PolicyWorkers)
 		}
+		if d.hist.trimUnused {
+			needs = seriesNeeds(len(snap.Series), need)
+		}
 		for i, r := range cfg.Rules {
 			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
@@ -286,6 +297,23 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		}
 		d.gcBaselines(cfg, now)
 	}
+	if d.hist.trimUnused && needs == nil && cfg != nil {
+		// The bound turned trimming on in observe, after the rules'
+		// selections were made: select again.
+		needs = d.seriesNeedsOf(cfg, snap)
+	}
+	if needs != nil {
+		d.hist.trimToRules(needs)
+	} else {
+		d.hist.trimSince = time.Time{}
+	}
+	hs := d.hist.stats()
+	d.stats.historyBytes.Store(hs.bytes)
+	d.stats.historyDropped.Store(hs.dropped)
+	d.stats.historyCovered.Store(int64(hs.covered))
+	d.stats.historyWanted.Store(int64(longestRange(cfg)))
+	d.stats.historyTrimSince.Store(unixNanos(hs.trimSince))
+	d.stats.historyDepthSince.Store(unixNanos(hs.depthSince))
 	d.hist.release()
 	changed, send, ended := d.advance(outs, now, d.validity(snap.Window()))
 	crashpoint.Hit("evaluate")
@@ -304,19 +332,71 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	return changed, err
 }
 
+// seriesNeeds is, for each of n series, the longest range that a rule
+// selecting it or a policy asks: need holds, by range, the series it
+// selects (nil: every series).
+func seriesNeeds(n int, need map[time.Duration][]bool) []time.Duration {
+	out := make([]time.Duration, n)
+	for over, sel := range need {
+		for i := range out {
+			if (sel == nil || sel[i]) && over > out[i] {
+				out[i] = over
+			}
+		}
+	}
+	return out
+}
+
+// seriesNeedsOf is seriesNeeds for a snapshot whose selections were not
+// kept.
+func (d *Detector) seriesNeedsOf(cfg *policy.Config, snap *snapshot.Snapshot) []time.Duration {
+	idx := indexSpans(snap)
+	need := map[time.Duration][]bool{}
+	for _, r := range cfg.Rules {
+		if r.Over <= 0 {
+			continue
+		}
+		n := need[r.Over]
+		if n == nil {
+			n = make([]bool, len(snap.Series))
+			need[r.Over] = n
+		}
+		for _, j := range idx.selectSeries(&r.Match, nil) {
+			n[j] = true
+		}
+	}
+	for _, p := range cfg.Policies {
+		if p.Over > 0 {
+			need[p.Over] = nil
+		}
+	}
+	return seriesNeeds(len(snap.Series), need)
+}
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// SetHistoryBytes bounds the memory of the range history (0: no bound):
+// past it, the oldest windows go, every series' at once, and ranges cover
+// what is left (Stats.HistoryCovered). The memory budget sets it; the
+// next evaluation applies it.
+func (d *Detector) SetHistoryBytes(n int64) { d.historyBytes.Store(n) }
+
+// SetHistoryTrim makes each series keep only the windows the ranges of
+// its own rules reach, instead of the longest range of the rule set: what
+// the memory budget sheds under pressure (memory.UnusedHistory).
+func (d *Detector) SetHistoryTrim(on bool) { d.historyTrim.Store(on) }
+
 // longestRange is how far back the rule set's ranges reach.
 func longestRange(cfg *policy.Config) time.Duration {
-	var keep time.Duration
 	if cfg == nil {
 		return 0
 	}
-	for _, r := range cfg.Rules {
-		keep = max(keep, r.Over)
-	}
-	for _, p := range cfg.Policies {
-		keep = max(keep, p.Over)
-	}
-	return keep
+	return cfg.LongestRange()
 }
 
 // policyInputs makes each policy's input, indexed like pols: the series

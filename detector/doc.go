@@ -10,6 +10,10 @@
 // 1m): the detector keeps the windows of each series that the longest
 // range reaches, adds their counts and merges their histograms bucket by
 // bucket, then takes quantiles, exactly as one long window would show.
+// The history counts its memory; with a bound (SetHistoryBytes, from the
+// memory budget) it first keeps each series' windows only as far back as
+// its own rules reach, then drops its oldest windows: ranges then cover
+// less than they ask, and Stats says what they cover.
 //
 // Firing alerts go to the notifier when they fire and again every
 // ResendInterval, each valid for 4 x max(ResendInterval, interval), as

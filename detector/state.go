@@ -262,6 +262,7 @@ func (d *Detector) Restore(now time.Time) (RestoreStats, error) {
 		h.seq++
 		h.wins = append(h.wins, windowInfo{seq: h.seq, end: now, length: now.Sub(h.wins[len(h.wins)-1].end), gap: true})
 	}
+	h.recount()
 	d.hist = h
 	for _, sb := range st.Baselines {
 		d.baselines[sb.Key] = &baselineEntry{b: sb.B, seen: sb.Seen, rule: sb.Rule, metric: sb.Metric}
