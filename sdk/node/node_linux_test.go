@@ -88,14 +88,15 @@ func env(tb testing.TB, sb *sdktest.Sandbox) []string {
 // --perf-basic-prof-only-functions, each with
 // --interpreted-frames-native-stack for functions not compiled yet): 100
 // synchronous OpenTelemetry spans and 100 async spans through the SDK's
-// span(), every 10th failed, every 5th 25 ms against a 10 ms budget. The
+// span(), every 10th failed, one in ten 150 ms against a 100 ms budget (the
+// others return at once). The
 // counts are exact; the stack of each slow OpenTelemetry span starts,
 // below the SDK's and OpenTelemetry's own frames, at handleCheckout, the
 // JavaScript function that ended it.
 func TestService(t *testing.T) {
 	sb := sdktest.NewSandbox(t)
 	setup(t, sb.Dir, "testdata")
-	w := sdktest.Start(t, []collector.BudgetRule{{Span: "js.checkout.*", Budget: 10 * time.Millisecond}})
+	w := sdktest.Start(t, []collector.BudgetRule{{Span: "js.checkout.*", Budget: 100 * time.Millisecond}})
 	service, err := filepath.Abs("testdata/service.js")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,11 @@ func TestService(t *testing.T) {
 	for _, perf := range []string{"--perf-basic-prof", "--perf-basic-prof-only-functions"} {
 		t.Run(strings.TrimPrefix(perf, "--"), func(t *testing.T) {
 			name := fmt.Sprintf("js.checkout.%d.%s", os.Getpid(), strings.TrimPrefix(perf, "--perf-basic-prof"))
-			cmd := sb.Command("node", perf, "--interpreted-frames-native-stack", service, "100", name)
+			// --no-opt: without TurboFan nothing is deoptimized, and a
+			// function deoptimized while on the stack runs on in V8's
+			// generic interpreter entry, which no perf map names (seen
+			// under load: its overruns lost handleCheckout's name).
+			cmd := sb.Command("node", perf, "--interpreted-frames-native-stack", "--no-opt", service, "100", name)
 			cmd.Env = env(t, sb)
 			out, _ := cmd.StdoutPipe()
 			cmd.Stderr = os.Stderr
@@ -115,14 +120,11 @@ func TestService(t *testing.T) {
 			if first != "mode=marker\n" && first != "mode=user_events\n" {
 				t.Fatalf("service printed %q, want the marker or user_events mode", first)
 			}
-			rest, _ := r.ReadString('\n')
-			if err := cmd.Wait(); err != nil || rest != "done\n" {
-				t.Fatalf("service: %v, %q", err, rest)
-			}
+			slow := sdktest.Finish(t, r, cmd)
 			pid := cmd.Process.Pid
 			w.Wait(t, pid, 15*time.Second, map[string]sdktest.Want{
-				name + ".otel":  {Count: 100, Errors: 10, OverBudget: 20},
-				name + ".async": {Count: 100, Errors: 10, OverBudget: 20},
+				name + ".otel":  {Count: 100, Errors: 10, OverBudget: 10, Slow: slow[name+".otel"]},
+				name + ".async": {Count: 100, Errors: 10, OverBudget: 10, Slow: slow[name+".async"]},
 			})
 			ovs := w.Overruns(pid, name+".otel")
 			if len(ovs) > 0 {

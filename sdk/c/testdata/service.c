@@ -7,8 +7,11 @@
  *   service N NAME
  *
  * waits (up to 30 s) until an agent listens, then serves N requests named
- * NAME: every 10th fails, every 5th is slow (25 ms in charge_card), the
- * others take 1 ms. It prints "mode=M" first and "done" at the end.
+ * NAME: every 10th fails, every 10th (the 5th of each ten) is slow (150 ms in charge_card), the
+ * others return at once. It prints "mode=M" first, then at the end
+ * "slow NAME K", K the requests it measured itself (around the span) at
+ * 100 ms or more (on a loaded machine, a request that does nothing can
+ * wait that long for a CPU), and "done".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +34,8 @@ static void sleep_ms(long ms)
 
 __attribute__((noinline)) static void charge_card(int slow)
 {
-	sleep_ms(slow ? 25 : 1);
+	if (slow)
+		sleep_ms(150);
 	__asm__ volatile("" ::: "memory");
 }
 
@@ -46,7 +50,7 @@ __attribute__((noinline)) static void handle_checkout(const char *name, int i)
 		real = spanwatch_lib_realtime_ns();
 		spanwatch_lib_start(name, strlen(name), real, 0, NULL, NULL);
 	}
-	charge_card(i % 5 == 0);
+	charge_card(i % 10 == 5);
 	if (mono != 0)
 		spanwatch_lib_record(name, strlen(name), spanwatch_lib_monotonic_ns() - mono, real, i % 10 == 0,
 				     NULL, NULL);
@@ -54,7 +58,7 @@ __attribute__((noinline)) static void handle_checkout(const char *name, int i)
 	struct spanwatch_span s;
 
 	spanwatch_span_begin(&sw, &s, name);
-	charge_card(i % 5 == 0);
+	charge_card(i % 10 == 5);
 	spanwatch_span_end(&sw, &s, i % 10 == 0);
 #endif
 	__asm__ volatile("" ::: "memory");
@@ -62,7 +66,7 @@ __attribute__((noinline)) static void handle_checkout(const char *name, int i)
 
 int main(int argc, char **argv)
 {
-	long n;
+	long n, slow = 0;
 	int mode;
 
 	if (argc != 3) {
@@ -87,8 +91,15 @@ int main(int argc, char **argv)
 			break;
 		sleep_ms(10);
 	}
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < n; i++) {
+		struct timespec a, b;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
 		handle_checkout(argv[2], (int)i);
-	printf("done\n");
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		if ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) >= 100000000L)
+			slow++;
+	}
+	printf("slow %s %ld\ndone\n", argv[2], slow);
 	return 0;
 }

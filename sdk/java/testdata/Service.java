@@ -10,8 +10,10 @@ import io.spanwatch.Spanwatch;
  * waits (up to 30 s) for an agent, warms up (handleCheckout compiled by
  * the JIT, and the perf map written after), then serves N requests through
  * handleCheckout (a try-with-resources span named NAME.span) and N through
- * Spanwatch.run (NAME.run): every 10th fails, every 5th spends 25 ms in
- * chargeCard, the others 1 ms. Prints "mode=M" first and "done" at the end.
+ * Spanwatch.run (NAME.run): every 10th fails, one in ten spends 150 ms in
+ * chargeCard, the others return at once (Thread.sleep(0)). Prints "mode=M"
+ * first, then "slow SERIES K" for each series, K the requests it measured
+ * itself (around the span) at 100 ms or more, and "done".
  */
 public class Service {
     static void chargeCard(int ms) {
@@ -34,7 +36,7 @@ public class Service {
     static void processPayment(String name, int i) {
         try {
             Spanwatch.run(name, () -> {
-                chargeCard(i % 5 == 0 ? 25 : 1);
+                chargeCard(i % 10 == 5 ? 150 : 0);
                 if (i % 10 == 0) {
                     throw new IllegalStateException("card declined");
                 }
@@ -64,12 +66,23 @@ public class Service {
         while (PerfMap.dumps() == dumps && System.nanoTime() < wait) {
             Thread.sleep(10);
         }
+        int slowSpan = 0, slowRun = 0;
         for (int i = 0; i < n; i++) {
-            handleCheckout(name + ".span", i % 5 == 0 ? 25 : 1, i % 10 == 0);
+            long t0 = System.nanoTime();
+            handleCheckout(name + ".span", i % 10 == 5 ? 150 : 0, i % 10 == 0);
+            if (System.nanoTime() - t0 >= 100_000_000L) {
+                slowSpan++;
+            }
         }
         for (int i = 0; i < n; i++) {
+            long t0 = System.nanoTime();
             processPayment(name + ".run", i);
+            if (System.nanoTime() - t0 >= 100_000_000L) {
+                slowRun++;
+            }
         }
+        System.out.println("slow " + name + ".span " + slowSpan);
+        System.out.println("slow " + name + ".run " + slowRun);
         System.out.println("done");
     }
 }

@@ -8,8 +8,10 @@
 // through an OpenTelemetry span named NAME.otel (handleCheckout, which
 // blocks the thread as a synchronous call would) and N through the SDK's
 // own span() around an async function (NAME.async). Every 10th fails,
-// every 5th takes 25 ms, the others 1 ms. Prints "mode=M" first and
-// "done" at the end. SPANWATCH_NODE_SDK names the SDK's directory;
+// one in ten takes 150 ms, the others return at once. Prints "mode=M" first and
+// "slow SERIES K" for each series at the end, K the requests it measured
+// itself (around the span) at 100 ms or more, then "done".
+// SPANWATCH_NODE_SDK names the SDK's directory;
 // @opentelemetry/* come from NODE_PATH.
 
 const path = require('path');
@@ -35,7 +37,7 @@ function sleep(ms) {
 }
 
 async function payAsync(i) {
-  await sleep(i % 5 === 0 ? 25 : 1);
+  if (i % 10 === 5) await sleep(150);
   if (i % 10 === 0) throw new Error('card declined');
 }
 
@@ -51,14 +53,23 @@ async function main() {
   // the code stays put, then let a second pass.
   for (let i = 1; i <= 20000; i++) handleCheckout(`${name}.warm`, 0, i % 10 === 0);
   await sleep(1100);
-  for (let i = 0; i < n; i++) handleCheckout(`${name}.otel`, i % 5 === 0 ? 25 : 1, i % 10 === 0);
+  const slow = { [`${name}.otel`]: 0, [`${name}.async`]: 0 };
+  const took = (t0) => process.hrtime.bigint() - t0 >= 100000000n;
   for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    handleCheckout(`${name}.otel`, i % 10 === 5 ? 150 : 0, i % 10 === 0);
+    if (took(t0)) slow[`${name}.otel`]++;
+  }
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
     try {
       await spanwatch.span(`${name}.async`, () => payAsync(i));
     } catch (e) {
       // a failed span
     }
+    if (took(t0)) slow[`${name}.async`]++;
   }
+  for (const [series, k] of Object.entries(slow)) console.log(`slow ${series} ${k}`);
   console.log('done');
 }
 

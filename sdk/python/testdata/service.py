@@ -6,8 +6,11 @@ waits (up to 30 s) for an agent to listen, warms up, then serves N
 requests twice:
 handle_checkout times a `with spanwatch.span(NAME + ".with")` block,
 process_payment is `@spanwatch.traced(NAME + ".traced")`. Every 10th
-request raises (a failed span), every 5th spends 25 ms in charge_card, the
-others 1 ms. Prints "mode=M" first and "done" at the end.
+request raises (a failed span), one in ten spends 150 ms in charge_card, the
+others return at once. Prints "mode=M" first, then at the end "slow
+SERIES K" for each series, K the requests it measured itself (around the
+span) at 100 ms or more (on a loaded machine a request that does nothing
+can wait that long for a CPU), and "done".
 """
 
 import sys
@@ -17,12 +20,13 @@ import spanwatch
 
 
 def charge_card(slow):
-    time.sleep(0.025 if slow else 0.001)
+    if slow:
+        time.sleep(0.15)
 
 
 def handle_checkout(name, i):
     with spanwatch.span(name):
-        charge_card(i % 5 == 0)
+        charge_card(i % 10 == 5)
         if i % 10 == 0:
             raise ValueError("card declined")
 
@@ -30,7 +34,7 @@ def handle_checkout(name, i):
 def make_payment(name):
     @spanwatch.traced(name)
     def process_payment(i):
-        charge_card(i % 5 == 0)
+        charge_card(i % 10 == 5)
         if i % 10 == 0:
             raise ValueError("card declined")
 
@@ -53,15 +57,23 @@ def main():
         handle_checkout(name + ".warm", i)
         warm(i)
     time.sleep(1.1)
+    slow = {name + ".with": 0, name + ".traced": 0}
     for i in range(n):
+        t0 = time.monotonic_ns()
         try:
             handle_checkout(name + ".with", i)
         except ValueError:
             pass
+        t1 = time.monotonic_ns()
         try:
             process_payment(i)
         except ValueError:
             pass
+        t2 = time.monotonic_ns()
+        slow[name + ".with"] += t1 - t0 >= 100_000_000
+        slow[name + ".traced"] += t2 - t1 >= 100_000_000
+    for series, k in slow.items():
+        print("slow %s %d" % (series, k))
     print("done", flush=True)
 
 
