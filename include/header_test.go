@@ -214,6 +214,20 @@ func TestFallback(t *testing.T) {
 	}
 }
 
+// TestNoMarker builds the header as on architectures without the marker
+// (SPANWATCH_NO_MARKER: a plain C probe word, no assembly): where
+// user_events cannot be registered it falls back to nothing.
+func TestNoMarker(t *testing.T) {
+	bin := build(t, "gcc", "-DSPANWATCH_NO_MARKER")
+	out, code := run(t, bin, "fallback", filepath.Join(t.TempDir(), "missing"))
+	if want := fmt.Sprintf("fallback errno=%d mode=3\n", int(syscall.ENOENT)); code != 0 || out != want {
+		t.Errorf("fallback: exit %d, output %q, want %q", code, out, want)
+	}
+	if _, code := run(t, bin, "marker"); code == 0 {
+		t.Error("a build without the marker says it has one")
+	}
+}
+
 // TestProbeLayout checks, in a program built from the header, the probe
 // the agent looks for (the magic, the marker's distance, a nop and a ret
 // there); collector's TestCMarkerFound finds it from outside.

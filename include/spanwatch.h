@@ -32,7 +32,7 @@
  *    listens nothing is called.
  *
  * Either way, while nobody listens a span costs one load and a branch at
- * its beginning and nothing at its end. SPANWATCH_EMIT=off in the
+ * its beginning and a test of the span at its end. SPANWATCH_EMIT=off in the
  * environment turns spans off, =marker skips user_events, =user_events
  * insists on them (sw.error says why they failed).
  *
@@ -42,10 +42,10 @@
  * and shared objects by /proc/PID/maps when their file name contains
  * "spanwatch" (libspanwatch.so, an SDK's native part); a shared object of
  * another name that includes this header is found only when the agent is
- * told its path (marker_binaries).
+ * told its path (collector.binaries, or spanwatch run --binary).
  *
- * The marker is x86-64 only for now; elsewhere spans go through user_events
- * or nowhere (SPANWATCH_MODE_OFF).
+ * The marker is x86-64 only for now; elsewhere (or with SPANWATCH_NO_MARKER
+ * defined) spans go through user_events or nowhere (SPANWATCH_MODE_OFF).
  *
  * Needs POSIX.1-2008 declarations: the compilers' default modes have them;
  * with -std=c11 define _POSIX_C_SOURCE=200809L. Links with -pthread on
@@ -154,7 +154,7 @@ struct spanwatch_probe_ {
 #define SPANWATCH_MAGIC_ 0x4365626f72707773ull /* "swprobeC" */
 #define SPANWATCH_BUSY_ 0xffffffffu
 
-#if defined(__x86_64__) && defined(__ELF__)
+#if defined(__x86_64__) && defined(__ELF__) && !defined(SPANWATCH_NO_MARKER)
 #define SPANWATCH_HAVE_MARKER 1
 /* The marker and the probe, each in a COMDAT group so that every
  * translation unit may define them and the linker keeps one; hidden, so

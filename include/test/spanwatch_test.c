@@ -81,13 +81,14 @@ static int fallback(const char *path)
 	int err = spanwatch_open_at(&sw, path);
 	const char *env = getenv("SPANWATCH_EMIT");
 	int strict = env && !strcmp(env, "user_events");
+	uint32_t want;
 
 	if (sw.mode == SPANWATCH_MODE_USER_EVENTS)
 		return fail("spanwatch_open_at registered through a file that is not user_events_data");
 	if (sw.fd != -1 || sw.error == 0)
 		return fail("a failed registration left the struct inconsistent");
-	if (strict ? (err != -sw.error || sw.mode != SPANWATCH_MODE_OFF)
-		   : (err != 0 || sw.mode != (SPANWATCH_HAVE_MARKER ? SPANWATCH_MODE_MARKER : SPANWATCH_MODE_OFF)))
+	want = strict || !SPANWATCH_HAVE_MARKER ? SPANWATCH_MODE_OFF : SPANWATCH_MODE_MARKER;
+	if (sw.mode != want || err != (want == SPANWATCH_MODE_OFF ? -sw.error : 0))
 		return fail("wrong mode after a failed registration");
 	if (spanwatch_enabled(&sw) || spanwatch_listening())
 		return fail("reports a listener where there is none");
