@@ -27,11 +27,18 @@ import (
 // set: it waits until a collector has uprobed its marker, ends that many
 // spans named $SPANWATCH_TEST_SPAN, and exits. The agent's tests run it as
 // a child, so its spans come from another process, as in production.
+// With SPANWATCH_TEST_GET it is an HTTP client (clientMain), which the
+// listener's tests run as nobody.
 func TestMain(m *testing.M) {
 	if n := os.Getenv("SPANWATCH_TEST_EMIT"); n != "" {
 		os.Exit(emitSpans(n, os.Getenv("SPANWATCH_TEST_SPAN")))
 	}
-	os.Exit(m.Run())
+	if os.Getenv("SPANWATCH_TEST_GET") != "" {
+		os.Exit(clientMain())
+	}
+	code := m.Run()
+	removeNobodyDir()
+	os.Exit(code)
 }
 
 // shutdownSpan is the span the shutdown tests emit, named for this run: an

@@ -125,6 +125,10 @@ func TestGoodFile(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Metrics, wantMetrics) {
 		t.Errorf("metrics = %+v\nwant %+v", cfg.Metrics, wantMetrics)
 	}
+	wantListener := ListenerSettings{WebConfigFile: filepath.Join("testdata", "good", "web.yml"), MaxInFlight: 4, WriteTimeout: time.Minute, KernelAddresses: true}
+	if cfg.Listener != wantListener {
+		t.Errorf("listener = %+v\nwant %+v", cfg.Listener, wantListener)
+	}
 	// The payload's externalURL follows the agent's unless routing: sets
 	// its own.
 	if got := cfg.Notify.Routing.ExternalURL; got != cfg.ExternalURL {
@@ -135,6 +139,9 @@ func TestGoodFile(t *testing.T) {
 	min, err := Load("testdata/good/minimal.yaml", LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if min.Listener != (ListenerSettings{MaxInFlight: DefaultMaxInFlight, WriteTimeout: DefaultWriteTimeout}) {
+		t.Errorf("minimal: listener %+v", min.Listener)
 	}
 	if min.Notify != nil || min.Collector.Interval != DefaultInterval || min.ExternalURL != "" {
 		t.Errorf("minimal: notify %v, interval %s, external URL %q", min.Notify, min.Collector.Interval, min.ExternalURL)
@@ -254,6 +261,9 @@ func TestRestartChanges(t *testing.T) {
 		{"metrics", func(c *Config) {
 			c.Metrics = metrics.Config{Bounds: []time.Duration{time.Second}, NoNativeHistograms: true, SeriesTTL: time.Minute}
 		}, []string{"metrics.buckets", "metrics.native_histograms", "metrics.series_ttl"}},
+		{"listener", func(c *Config) {
+			c.Listener = ListenerSettings{WebConfigFile: "/etc/spanwatch/web.yml", MaxInFlight: 3, WriteTimeout: time.Minute, KernelAddresses: true}
+		}, []string{"listener.web_config_file", "listener.max_in_flight", "listener.write_timeout", "listener.kernel_addresses"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			running, next := base(), base()

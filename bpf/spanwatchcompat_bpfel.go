@@ -30,6 +30,13 @@ type SpanwatchCompatBudgetGlob struct {
 	Lit  [64]uint8
 }
 
+type SpanwatchCompatBudgetKey struct {
+	_      structs.HostLayout
+	NameId uint64
+	Set    uint32
+	Pad    uint32
+}
+
 type SpanwatchCompatCellChunk struct {
 	_    structs.HostLayout
 	Cell [8]uint64
@@ -44,8 +51,7 @@ type SpanwatchCompatCoreState struct {
 	CellChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	GlobCount      uint32
-	Pad            uint32
+	Pad            [2]uint32
 }
 
 type SpanwatchCompatInflightExecKey struct {
@@ -139,6 +145,7 @@ const (
 	SpanwatchCompatProgFentryPerfTpEvent   = "fentry_perf_tp_event"
 	SpanwatchCompatProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
 	SpanwatchCompatProgUprobeMarker        = "uprobe_marker"
+	SpanwatchCompatProgUprobeMarkerSysv    = "uprobe_marker_sysv"
 	SpanwatchCompatVarUnusedBudgetBits     = "unused_budget_bits"
 	SpanwatchCompatVarUnusedBudgetFlags    = "unused_budget_flags"
 	SpanwatchCompatVarUnusedBudgetGlob     = "unused_budget_glob"
@@ -201,6 +208,7 @@ type SpanwatchCompatProgramSpecs struct {
 	FentryPerfTpEvent *ebpf.ProgramSpec `ebpf:"fentry_perf_tp_event"`
 	KprobePerfTpEvent *ebpf.ProgramSpec `ebpf:"kprobe_perf_tp_event"`
 	UprobeMarker      *ebpf.ProgramSpec `ebpf:"uprobe_marker"`
+	UprobeMarkerSysv  *ebpf.ProgramSpec `ebpf:"uprobe_marker_sysv"`
 }
 
 // SpanwatchCompatMapSpecs contains maps before they are loaded into the kernel.
@@ -345,6 +353,7 @@ type SpanwatchCompatPrograms struct {
 	FentryPerfTpEvent *ebpf.Program `ebpf:"fentry_perf_tp_event"`
 	KprobePerfTpEvent *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
 	UprobeMarker      *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysv  *ebpf.Program `ebpf:"uprobe_marker_sysv"`
 }
 
 func (p *SpanwatchCompatPrograms) Close() error {
@@ -352,6 +361,7 @@ func (p *SpanwatchCompatPrograms) Close() error {
 		p.FentryPerfTpEvent,
 		p.KprobePerfTpEvent,
 		p.UprobeMarker,
+		p.UprobeMarkerSysv,
 	)
 }
 

@@ -138,10 +138,16 @@ func BenchmarkMarkerVsBareUprobe(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bare.Close()
-	markerOff, semOff, _, _, err := findMarker(exe)
+	exeFile, err := os.Open(exe)
 	if err != nil {
 		b.Fatal(err)
 	}
+	found, err := findMarker(exeFile)
+	exeFile.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	markerOff, semOff := found.off, found.sem
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {
 		b.Fatal(err)

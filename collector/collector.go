@@ -92,6 +92,10 @@ type Config struct {
 	// Symbolizer turns raw stack addresses into frames; nil means a
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
+	// SymbolMemory bounds what the default symbolizer's tables, perf maps
+	// and lookup caches take together (symbolize.Limits.Memory; its
+	// default when 0). The agent's memory budget sets it.
+	SymbolMemory int64
 	// Resolver resolves cgroup ids to paths, containers, pods and units;
 	// nil means a cgroup.Resolver over the cgroup2 mount (when there is
 	// none, series keep only their cgroup id).
@@ -143,12 +147,16 @@ type Collector struct {
 	marker *markerSource
 	rb     *overrunReader
 
+	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
+	budgetSets [budgetSets]budgetSet
+
 	mu          sync.Mutex // guards the read state below
 	closed      bool
 	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
 	prevSource  map[string]uint64 // their counts at the last snapshot
 	prevMisses  uint64
-	quotaSeen   map[uint64]bool // cgroups whose (other) series was logged
+	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
+	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
 	reader      *seriesReader
 	lastAt      time.Time
 	mapBytes    uint64
@@ -190,7 +198,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.IdleEvict = 10 * time.Minute
 	}
 	if cfg.Symbolizer == nil {
-		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot})
+		lim := symbolize.Limits{Memory: cfg.SymbolMemory}
+		if m := cfg.SymbolMemory; m > 0 && m < 64<<20 {
+			lim.Module = m // one file may not take more than all of them
+		}
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim})
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}
@@ -248,6 +260,10 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err != nil {
 		return nil, err
 	}
+	for i := range c.budgetSets {
+		c.budgetSets[i].ids = map[uint64]bool{}
+	}
+	c.reader.sets = &c.budgetSets
 	if compat {
 		// The compat core takes slots from free_slots only: all of
 		// them, in order (bpf/aggregate.h).
@@ -262,7 +278,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	core.SeriesMax = cfg.MaxSeries
 	core.CellChunksMask = chunks - 1
 	core.DefaultQuota = cfg.SeriesQuota
-	core.GlobCount = 0
+	// Generation 1, set 0, no globs: no budgets.
 	atomic.StoreUint32(&core.BudgetGen, 1)
 	var other bpf.SpanwatchSpanName
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&other.Name[0])), len(other.Name)), snapshot.OtherName)
@@ -291,7 +307,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		}
 	}
 	if cfg.Sources.Marker {
-		c.marker = newMarkerSource(c.objs.UprobeMarker, uprobeMulti, cfg)
+		c.marker = newMarkerSource(c.objs.UprobeMarker, c.objs.UprobeMarkerSysV, uprobeMulti, cfg)
 		c.log.Info("marker_uprobes", "method", c.marker.method())
 		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
@@ -330,31 +346,10 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	}
 	if uprobeMulti {
 		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
+		spec.Programs[progUprobeMarkerSysV].AttachType = ebpf.AttachTraceUprobeMulti
 	}
-	for _, m := range []string{"series", "series_index", "free_slots"} {
-		spec.Maps[m].MaxEntries = cfg.MaxSeries
-	}
-	// A name per series at most, and the "(other)" series' name.
-	spec.Maps["names"].MaxEntries = cfg.MaxSeries + 1
-	spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 63) / 64
-	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
-	spec.Maps["cells"].MaxEntries = chunks
-	spec.Maps["cell_dirty"].MaxEntries = (chunks + 63) / 64
-	if core == kernel.CoreCompat {
-		// A byte a slot for dirty marks, the histogram in cell_counts
-		// (no cell table), an exact budget per name a glob matches,
-		// and no in-flight state (no sampler).
-		spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 7) / 8
-		spec.Maps["cells"].MaxEntries = 1
-		spec.Maps["cell_dirty"].MaxEntries = 1
-		spec.Maps["cell_counts"].MaxEntries = compatCells(cfg)
-		spec.Maps["budgets"].MaxEntries += cfg.MaxSeries
-		for _, m := range []string{"inflight_exec", "inflight_gprocs"} {
-			spec.Maps[m].MaxEntries = 64
-		}
-	}
-	if cfg.RingbufBytes != 0 {
-		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
+	for name, n := range cfg.mapSizes(core) {
+		spec.Maps[name].MaxEntries = n
 	}
 	var objs objects
 	var fentryErr error
@@ -362,13 +357,13 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	if !cfg.ForceKprobe && haveBTF() {
 		var fo fentryObjects
 		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
-			objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
+			objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, UprobeMarkerSysV: fo.UprobeMarkerSysV, tp: fo.Tp, method: "fentry"}
 		}
 	}
 	if objs.method == "kprobe" {
 		var ko kprobeObjects
 		if err = spec.LoadAndAssign(&ko, nil); err == nil {
-			objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
+			objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, UprobeMarkerSysV: ko.UprobeMarkerSysV, tp: ko.Tp, method: "kprobe"}
 			if fentryErr != nil {
 				logFentryFallback(cfg.Logger, fentryErr)
 			}
@@ -384,28 +379,18 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	return objs, nil
 }
 
-// compatCells sizes the compat core's histogram cells: a preallocated
-// hash, about 80 bytes an entry, so fewer than the cell table's by
-// default (DefaultCompatHistogramCells), and at most
-// MaxCompatHistogramCells.
-func compatCells(cfg Config) uint32 {
-	if !cfg.histogramCellsSet {
-		return DefaultCompatHistogramCells
-	}
-	return min(cfg.HistogramCells, MaxCompatHistogramCells)
-}
-
 // objects are the loaded maps and the programs of one attach method.
 type objects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program
-	tp           *ebpf.Program // on perf_tp_event
-	method       string        // "fentry" or "kprobe"
+	UprobeMarker     *ebpf.Program // the Go SDK's marker
+	UprobeMarkerSysV *ebpf.Program // libspanwatch's marker
+	tp               *ebpf.Program // on perf_tp_event
+	method           string        // "fentry" or "kprobe"
 }
 
 func (o *objects) close() {
 	o.SpanwatchMaps.Close()
-	for _, p := range []*ebpf.Program{o.UprobeMarker, o.tp} {
+	for _, p := range []*ebpf.Program{o.UprobeMarker, o.UprobeMarkerSysV, o.tp} {
 		if p != nil {
 			p.Close()
 		}
@@ -414,21 +399,24 @@ func (o *objects) close() {
 
 type fentryObjects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
-	Tp           *ebpf.Program `ebpf:"fentry_perf_tp_event"`
+	UprobeMarker     *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysV *ebpf.Program `ebpf:"uprobe_marker_sysv"`
+	Tp               *ebpf.Program `ebpf:"fentry_perf_tp_event"`
 }
 
 type kprobeObjects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
-	Tp           *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
+	UprobeMarker     *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysV *ebpf.Program `ebpf:"uprobe_marker_sysv"`
+	Tp               *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
 }
 
 // Map and program names in the BPF object.
 const (
 	mapOverruns = "overruns"
 
-	progUprobeMarker = "uprobe_marker"
+	progUprobeMarker     = "uprobe_marker"
+	progUprobeMarkerSysV = "uprobe_marker_sysv"
 )
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi BPF links
@@ -449,36 +437,42 @@ func hostName() string {
 	return h
 }
 
-// Defaults of Config's sizes.
-const (
-	DefaultMaxSeries      = 131072
-	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
-	DefaultHistogramCells = 1 << 24
-	// The compat core's histogram cells (kernel.CoreCompat): a hash of
-	// about 80 bytes an entry where the full core has an 8-byte cell.
-	DefaultCompatHistogramCells = 1 << 18
-	MaxCompatHistogramCells     = 1 << 22
-	DefaultSeriesQuota          = 8192
-)
-
 // sizes fills in and checks the sizes.
+// CheckConfig returns the error New gives cfg's sizes (MaxSeries,
+// HistogramCells, SeriesQuota, RingbufBytes, OverrunQueue) before it loads
+// anything: the same check.
+func CheckConfig(cfg Config) error { return cfg.sizes() }
+
 func (cfg *Config) sizes() error {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
-	if cfg.MaxSeries < 64 || cfg.MaxSeries > MaxSeriesLimit {
-		return fmt.Errorf("max series %d: want 64 to %d", cfg.MaxSeries, MaxSeriesLimit)
+	if err := CheckMaxSeries(int64(cfg.MaxSeries)); err != nil {
+		return fmt.Errorf("max series: %w", err)
 	}
 	cfg.histogramCellsSet = cfg.HistogramCells != 0
 	if cfg.HistogramCells == 0 {
 		cfg.HistogramCells = DefaultHistogramCells
 	}
-	if cfg.HistogramCells < 512 || cfg.HistogramCells > 1<<28 {
-		return fmt.Errorf("histogram cells %d: want 512 to %d", cfg.HistogramCells, 1<<28)
+	if err := CheckHistogramCells(int64(cfg.HistogramCells)); err != nil {
+		return fmt.Errorf("histogram cells: %w", err)
 	}
 	cfg.HistogramCells = 1 << bits.Len32(cfg.HistogramCells-1)
 	if cfg.SeriesQuota == 0 {
 		cfg.SeriesQuota = DefaultSeriesQuota
+	}
+	if err := CheckSeriesQuota(int64(cfg.SeriesQuota)); err != nil {
+		return fmt.Errorf("series quota: %w", err)
+	}
+	if cfg.RingbufBytes != 0 {
+		if err := CheckRingbufBytes(int64(cfg.RingbufBytes)); err != nil {
+			return fmt.Errorf("ring buffer bytes: %w", err)
+		}
+	}
+	if cfg.OverrunQueue > 0 {
+		if err := CheckOverrunQueue(int64(cfg.OverrunQueue)); err != nil {
+			return fmt.Errorf("overrun queue: %w", err)
+		}
 	}
 	return nil
 }
@@ -588,6 +582,23 @@ func (c *Collector) MapBytes() uint64 {
 	return total
 }
 
+// SetStackDetail keeps (true, the default) or sheds (false) the detail of
+// overrun records, what the memory budget sheds first under pressure
+// (memory.StackDetail): while shed, an overrun keeps its innermost
+// StackFramesShed user frames and no kernel stack or in-span samples,
+// and a snapshot keeps a tenth of Config.MaxOverrunsPerSnapshot (the
+// rest are counted in Stats.OverrunsDropped, and still delivered to
+// OnOverrun). Counts are never shed: the spans stay counted over their
+// budget in their series.
+func (c *Collector) SetStackDetail(full bool) {
+	c.rb.lean.Store(!full)
+	keep := c.cfg.MaxOverrunsPerSnapshot
+	if !full {
+		keep = max(keep/10, min(keep, 10))
+	}
+	c.rb.keep.Store(int64(keep))
+}
+
 // SeriesCapacity returns the number of series the kernel can hold.
 func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
 
@@ -596,7 +607,7 @@ func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
 // ProgramStats.RecursionMisses, 5.12+): spans lost, counted.
 func (c *Collector) recursionMisses() uint64 {
 	var n uint64
-	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker} {
+	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker, c.objs.UprobeMarkerSysV} {
 		if p == nil {
 			continue
 		}
@@ -660,6 +671,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	s.Host = hostName()
 	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
+	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses
 	c.prevMisses = misses

@@ -565,6 +565,58 @@ func TestCoreGlobBudgetsCompat(t *testing.T) {
 	if _, got := ct.snapshot(t); got["db.users.select"].OverBudget != 0 || got["db.users.select"].BudgetNs != uint64(time.Hour) {
 		t.Fatalf("after the new rules: %+v", got["db.users.select"])
 	}
+
+	// A change is a transaction here too: the names its globs match get
+	// their exact budgets in the set it prepares, in force at Commit and
+	// not before; Abort leaves the budgets in force as they were.
+	overBy := func(name string) uint64 {
+		t.Helper()
+		ct.aggregate(t, []entry{over(name, time.Millisecond)})
+		_, got := ct.snapshot(t)
+		return got[name].OverBudget
+	}
+	tighter := []BudgetRule{{Span: "db.*", Budget: time.Millisecond}}
+	ch, err := ct.c.PrepareBudgets(tighter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := overBy("db.users.select"); n != 0 {
+		t.Fatalf("a prepared change judged db.users.select already (%d over budget)", n)
+	}
+	ch.Abort()
+	if n := overBy("db.users.select"); n != 0 {
+		t.Fatalf("an aborted change judged db.users.select (%d over budget)", n)
+	}
+	if ch, err = ct.c.PrepareBudgets(tighter); err != nil {
+		t.Fatal(err)
+	}
+	// A name first read while the change is prepared: the budgets in
+	// force give it the old glob's budget, the change the new one's.
+	ct.aggregate(t, []entry{{Name: "db.orders.select", Cgroup: 1, Value: 1}})
+	if _, got := ct.snapshot(t); got["db.orders.select"].BudgetNs != uint64(time.Hour) {
+		t.Fatalf("db.orders.select read during the change: budget %d, want the one in force (1h)", got["db.orders.select"].BudgetNs)
+	}
+	if err := ch.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// Judged by the new budgets from the first span after Commit, with
+	// no read in between.
+	ct.aggregate(t, []entry{over("db.users.select", time.Millisecond), over("db.orders.select", time.Millisecond)})
+	_, got = ct.snapshot(t)
+	for _, name := range []string{"db.users.select", "db.orders.select"} {
+		if got[name].OverBudget != 1 || got[name].BudgetNs != uint64(time.Millisecond) {
+			t.Errorf("after Commit, %s: over budget %d, budget %d; want 1 and 1ms", name, got[name].OverBudget, got[name].BudgetNs)
+		}
+	}
+	exact, _, err := ct.c.BudgetsInForce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"db.users.select", "db.orders.select"} {
+		if exact[snapshot.NameID(name)] != time.Millisecond {
+			t.Errorf("the kernel's budget of %s is %v, want the glob's 1ms", name, exact[snapshot.NameID(name)])
+		}
+	}
 }
 
 // sameDurationBucket reports whether two durations share a histogram

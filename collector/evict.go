@@ -254,9 +254,15 @@ func (r *seriesReader) pruneName(id uint64) {
 		r.log.Warn("name_prune_failed", "name_id", id, "error", err)
 	}
 	if r.globExact[id] != nil {
+		// The budget a glob gave it (compat core), in the set in force;
+		// the caller holds c.mu, as a change does when it switches sets.
 		delete(r.globExact, id)
-		if err := r.objs.Budgets.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		set := atomic.LoadUint32(&r.core.BudgetGen) >> budgetSetShift & 1
+		k := bpf.SpanwatchBudgetKey{NameId: id, Set: set}
+		if err := r.objs.Budgets.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			r.log.Warn("name_prune_failed", "name_id", id, "error", err)
+		} else {
+			delete(r.sets[set].ids, id)
 		}
 	}
 }

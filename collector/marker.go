@@ -10,19 +10,23 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/internal/elfread"
 	"github.com/spanwatch/spanwatch/internal/markerabi"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // The span SDK's marker function and enable word (emit/probe.go).
@@ -30,6 +34,16 @@ const (
 	markerSymbol = "github.com/spanwatch/spanwatch/emit.marker.abi0"
 	probeSymbol  = "github.com/spanwatch/spanwatch/emit.probe"
 )
+
+// libspanwatchName is what the file name of a shared object must contain
+// for the scan to look for libspanwatch's marker in it (libspanwatch.so,
+// the SDKs' native parts): reading every library of every process at each
+// scan would cost more than the rest of the scan together. Executables are
+// all checked, by /proc/PID/exe.
+const libspanwatchName = "spanwatch"
+
+// mapsMax caps the bytes of /proc/PID/maps read per process.
+const mapsMax = 4 << 20
 
 // fileKey identifies a binary on disk, whatever path or namespace it is seen
 // through.
@@ -61,9 +75,10 @@ const markerReleaseScans = 2
 // inode, size and modification time), not its path, so the map holds the
 // binaries running now, not every binary ever seen.
 type markerSource struct {
-	prog  *ebpf.Program
-	multi bool // prog is loaded for uprobe_multi links
-	cfg   Config
+	prog     *ebpf.Program // the Go SDK's marker (ABI0: the event on the stack)
+	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi)
+	multi    bool          // the programs are loaded for uprobe_multi links
+	cfg      Config
 
 	// attachMu is held across a whole check-and-attach (and a scan), so
 	// no binary is attached twice: two callers of attachPath for one
@@ -74,8 +89,8 @@ type markerSource struct {
 	binaries map[fileKey]*markerBinary // link nil: checked, no marker
 }
 
-func newMarkerSource(prog *ebpf.Program, multi bool, cfg Config) *markerSource {
-	return &markerSource{prog: prog, multi: multi, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
+func newMarkerSource(prog, progSysV *ebpf.Program, multi bool, cfg Config) *markerSource {
+	return &markerSource{prog: prog, progSysV: progSysV, multi: multi, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
 }
 
 // method names how the marker's uprobes are attached.
@@ -99,8 +114,9 @@ func (m *markerSource) loop(ctx context.Context) {
 	}
 }
 
-// scan looks at every process's executable and attaches to new ones that
-// contain the marker, then lets go of the binaries no process ran in the
+// scan looks at every process's executable, and at the shared objects it
+// maps whose name contains libspanwatchName, and attaches to new ones that
+// contain a marker, then lets go of the binaries no process ran in the
 // last markerReleaseScans scans. Binaries given in Config.MarkerBinaries
 // are kept while their file is there: they are watched whether or not a
 // process runs them, and attached anew when replaced.
@@ -121,17 +137,19 @@ func (m *markerSource) scan() {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		exe := filepath.Join(m.cfg.ProcRoot, e.Name(), "exe")
-		key, ok, err := m.attachLocked(exe)
-		if ok {
-			seen[key] = true
-		}
-		if err != nil {
-			m.cfg.Logger.Debug("marker_attach_failed", "exe", exe, "error", err)
+		dir := filepath.Join(m.cfg.ProcRoot, e.Name())
+		for _, bin := range append([]string{filepath.Join(dir, "exe")}, mappedLibspanwatch(dir)...) {
+			key, ok, err := m.attachLocked(bin, dir)
+			if ok {
+				seen[key] = true
+			}
+			if err != nil {
+				m.cfg.Logger.Debug("marker_attach_failed", "exe", bin, "error", err)
+			}
 		}
 	}
 	for _, b := range m.cfg.MarkerBinaries {
-		key, ok, err := m.attachLocked(b)
+		key, ok, err := m.attachLocked(b, "")
 		if ok {
 			seen[key] = true
 		}
@@ -140,6 +158,42 @@ func (m *markerSource) scan() {
 		}
 	}
 	m.release(seen)
+}
+
+// mappedLibspanwatch returns a /proc/PID/map_files path for each shared
+// object the process in procDir maps executable whose file name contains
+// libspanwatchName: libspanwatch.so, or an SDK's native part with a copy
+// of it inside.
+func mappedLibspanwatch(procDir string) []string {
+	pid, _ := strconv.Atoi(filepath.Base(procDir))
+	ctx, cancel := context.WithTimeout(context.Background(), markerTimeout)
+	defer cancel()
+	b, err := userfile.ReadProc(ctx, userfile.OnPID(filepath.Dir(procDir), pid), filepath.Join(procDir, "maps"), mapsMax)
+	if err != nil || !bytes.Contains(b, []byte(libspanwatchName)) {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		// START-END PERMS OFFSET DEV INODE PATH
+		f := strings.Fields(string(line))
+		if len(f) < 6 || len(f[1]) < 3 || f[1][2] != 'x' || !strings.HasPrefix(f[5], "/") {
+			continue
+		}
+		path := strings.Join(f[5:], " ")
+		if !strings.Contains(filepath.Base(path), libspanwatchName) || seen[f[3]+" "+f[4]] {
+			continue
+		}
+		seen[f[3]+" "+f[4]] = true
+		out = append(out, filepath.Join(procDir, "map_files", f[0]))
+	}
+	return out
 }
 
 // release lets go of the binaries not in seen for markerReleaseScans scans
@@ -191,31 +245,76 @@ func (m *markerSource) attachPath(path string) error {
 	if m.closed {
 		return ErrClosed
 	}
-	_, _, err := m.attachLocked(path)
+	_, _, err := m.attachLocked(path, "")
 	return err
 }
 
+// controlFd runs fn with the file's descriptor, held open meanwhile.
+func controlFd(f *os.File, fn func(fd int)) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Control(func(fd uintptr) { fn(int(fd)) })
+}
+
+// markerTimeout bounds each step of checking and attaching one binary: a
+// binary on a file system that does not answer (a FUSE daemon that
+// stopped) is skipped and counted, and the scan goes on.
+const markerTimeout = 2 * time.Second
+
 // attachLocked is attachPath with m.attachMu held. It returns the binary's
 // identity, with ok true, when path names a regular file, whether or not
-// it has the marker.
-func (m *markerSource) attachLocked(path string) (key fileKey, ok bool, err error) {
-	fi, err := os.Stat(path)
+// it has the marker. procDir is the /proc directory of the process found
+// running it ("" for a binary the configuration names). Stat, open, check
+// and attach each run through userfile.Do on behalf of the directory the
+// binary is in (readlink of /proc/PID/exe touches no file system): while
+// a file there hangs (a FUSE daemon that stopped answering, a network
+// file system), binaries elsewhere are checked as usual.
+func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), markerTimeout)
+	defer cancel()
+	target, err := os.Readlink(path)
+	if err != nil {
+		target = path
+	}
+	on := "directory " + filepath.Dir(strings.TrimSuffix(target, " (deleted)"))
+	keyOf := func(i userfile.Info) fileKey {
+		return fileKey{dev: i.Dev, ino: i.Ino, mtime: i.ModTime.UnixNano(), size: i.Size}
+	}
+	seen := func(k fileKey) bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		_, ok := m.binaries[k]
+		return ok
+	}
+	info, err := userfile.StatPath(ctx, path, on)
+	if errors.Is(err, userfile.ErrNotRegular) {
+		return fileKey{}, false, nil
+	}
 	if err != nil {
 		return fileKey{}, false, err
 	}
-	st, isStat := fi.Sys().(*syscall.Stat_t)
-	if !isStat || !fi.Mode().IsRegular() {
-		return fileKey{}, false, nil
-	}
-	key = fileKey{dev: st.Dev, ino: st.Ino, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
-	m.mu.Lock()
-	_, seen := m.binaries[key]
-	m.mu.Unlock()
-	if seen {
+	if key = keyOf(info); seen(key) {
 		return key, true, nil
 	}
-	markerOff, semOff, markerAddr, _, err := findMarker(path)
+	f, err := userfile.OpenPath(ctx, path, userfile.Options{On: on})
+	if errors.Is(err, userfile.ErrNotRegular) {
+		return fileKey{}, false, nil
+	}
 	if err != nil {
+		return fileKey{}, false, err
+	}
+	defer f.Close()
+	if key = keyOf(f.Info); seen(key) {
+		return key, true, nil
+	}
+	found, err := userfile.Do(ctx, on, func() (marker, error) { return findMarker(f) }, nil)
+	if err != nil {
+		if errors.Is(err, userfile.ErrTimeout) || errors.Is(err, userfile.ErrBusy) {
+			// Not remembered: tried again at the next scan.
+			return key, true, fmt.Errorf("check %s: %w", path, err)
+		}
 		m.mu.Lock()
 		m.binaries[key] = &markerBinary{path: path}
 		m.mu.Unlock()
@@ -224,21 +323,44 @@ func (m *markerSource) attachLocked(path string) (key fileKey, ok bool, err erro
 		}
 		return key, true, err
 	}
-	ex, err := link.OpenExecutable(path)
-	if err != nil {
-		return key, true, fmt.Errorf("open %s: %w", path, err)
+	if len(found.caps) > 0 {
+		m.cfg.Logger.Warn("marker_binary_capped", "binary", path, "caps", strings.Join(found.caps, ","),
+			"hint", "parts of this binary past the caps were not read; the marker was found in the rest")
 	}
-	var l link.Link
-	if m.multi {
-		l, err = ex.UprobeMulti(nil, m.prog, &link.UprobeMultiOptions{Addresses: []uint64{markerOff}, RefCtrOffsets: []uint64{semOff}})
-	} else {
-		l, err = ex.Uprobe("", m.prog, &link.UprobeOptions{Address: markerOff, RefCtrOffset: semOff})
-	}
+	// The uprobe names the file by the descriptor already open: the
+	// kernel takes that very inode, with no path to look up again. Its
+	// registration reads the probed page, which a file system that
+	// stopped answering would never give: the attach is bounded too, and
+	// a link made after the caller gave up is closed.
+	// The attach takes a descriptor of its own (dup'd through the
+	// os.File, which fails once the caller closed it), closed when the
+	// attach ends: the caller closes its own when it gives up, and a
+	// number reused meanwhile must not name another file.
+	l, err := userfile.Do(ctx, on, func() (link.Link, error) {
+		dup := -1
+		var derr error
+		if err := controlFd(f.File, func(fd int) { dup, derr = unix.Dup(fd) }); err != nil || derr != nil {
+			return nil, fmt.Errorf("open %s: %w", path, errors.Join(err, derr))
+		}
+		defer unix.Close(dup)
+		ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", dup))
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		prog := m.prog
+		if found.sysv {
+			prog = m.progSysV
+		}
+		if m.multi {
+			return ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{found.off}, RefCtrOffsets: []uint64{found.sem}})
+		}
+		return ex.Uprobe("", prog, &link.UprobeOptions{Address: found.off, RefCtrOffset: found.sem})
+	}, func(l link.Link) { l.Close() })
 	if err != nil {
 		if !m.multi && errors.Is(err, os.ErrPermission) {
-			return key, true, fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", markerSymbol, path, err)
+			return key, true, fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", found.symbol(), path, err)
 		}
-		return key, true, fmt.Errorf("uprobe %s in %s (%s): %w", markerSymbol, path, m.method(), err)
+		return key, true, fmt.Errorf("uprobe %s in %s (%s): %w", found.symbol(), path, m.method(), err)
 	}
 	real, _ := os.Readlink(path)
 	if real == "" {
@@ -246,11 +368,20 @@ func (m *markerSource) attachLocked(path string) (key fileKey, ok bool, err erro
 	}
 	// Stacks of processes that exit before their maps are read are
 	// named from the binary: the marker's address gives the load bias.
-	addAnchor(m.cfg, real, path, markerAddr)
+	// The binary is read for them only if its process could read it.
+	var cred *userfile.Cred
+	if procDir != "" {
+		if b, err := userfile.ReadProc(ctx, "", filepath.Join(procDir, "status"), 64<<10); err == nil {
+			if c, err := userfile.ParseStatus(b); err == nil {
+				cred = &c
+			}
+		}
+	}
+	addAnchor(m.cfg, symbolize.Anchor{Path: real, Open: path, Addr: found.addr, Reader: cred})
 	m.mu.Lock()
 	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()
-	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", markerOff, "semaphore", semOff, "method", m.method())
+	m.cfg.Logger.Info("marker_attached", "binary", real, "marker", found.symbol(), "offset", found.off, "semaphore", found.sem, "method", m.method())
 	return key, true, nil
 }
 
@@ -299,56 +430,141 @@ const (
 	probeMagic      = markerabi.Magic
 )
 
-// findMarker returns the file offsets of the marker function and of the
-// enable word (the uprobe's reference counter) in an ELF file. Binaries
-// without a symbol table (go build -ldflags=-s, go test) are searched
-// through the Go pclntab and the enable word's magic.
-func findMarker(path string) (markerOff, semOff, markerAddr uint64, pie bool, err error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return 0, 0, 0, false, errNoMarker // not an ELF file: nothing to attach
-	}
-	defer f.Close()
-	var probeAddr uint64
-	markerAddr, probeAddr = markerBySymbols(f)
-	if markerAddr == 0 {
-		markerAddr = markerByPclntab(f)
-	}
-	if probeAddr == 0 && markerAddr != 0 {
-		probeAddr = probeByMagic(f)
-	}
-	if markerAddr == 0 || probeAddr == 0 {
-		return 0, 0, 0, false, errNoMarker
-	}
-	if markerOff, err = fileOffset(f, markerAddr); err != nil {
-		return 0, 0, 0, false, fmt.Errorf("%s: %s: %w", path, markerSymbol, err)
-	}
-	if semOff, err = fileOffset(f, probeAddr); err != nil {
-		return 0, 0, 0, false, fmt.Errorf("%s: %s: %w", path, probeSymbol, err)
-	}
-	return markerOff, semOff, markerAddr, f.Type == elf.ET_DYN, nil
+// Caps on what findMarker reads of a binary: the marker's symbols sit in
+// the first megabytes of a symbol table, and the span SDK's binaries are
+// Go programs with pclntabs of a few MiB.
+const (
+	markerMaxSection = 64 << 20 // bytes of a symbol table, string table or pclntab read
+	markerMaxFuncs   = 1 << 20  // functions of a pclntab handed to debug/gosym
+)
+
+// marker is what findMarker found in a binary.
+type marker struct {
+	off, sem, addr uint64 // file offsets of the marker and the enable word; the marker's address
+	sysv           bool   // libspanwatch's marker (the event in %rdi), not the Go SDK's
+	caps           []string
 }
 
-func markerBySymbols(f *elf.File) (markerAddr, probeAddr uint64) {
-	syms, err := f.Symbols()
+// symbol names the marker found, for messages.
+func (mk marker) symbol() string {
+	if mk.sysv {
+		return markerabi.CMarkerSymbol
+	}
+	return markerSymbol
+}
+
+// findMarker returns the file offsets of the marker function and of the
+// enable word (the uprobe's reference counter) in an ELF file: the Go
+// SDK's, or else libspanwatch's (include/spanwatch.h). Binaries without a
+// symbol table (go build -ldflags=-s, go test, strip) are searched through
+// the Go pclntab and the enable word's magic. Every table is read within a
+// cap (a binary any user can run is any file they made). A binary with
+// both markers (a Go program that also includes spanwatch.h through cgo)
+// is attached at the Go SDK's.
+func findMarker(r io.ReaderAt) (marker, error) {
+	f, err := elfread.NewFile(r)
+	if err != nil {
+		return marker{}, errNoMarker // not an ELF file: nothing to attach
+	}
+	var mk marker
+	var probeAddr uint64
+	mk.addr, probeAddr = markerBySymbols(f, &mk.caps)
+	if mk.addr == 0 {
+		mk.addr = markerByPclntab(f, &mk.caps)
+	}
+	if probeAddr == 0 && mk.addr != 0 {
+		probeAddr = probeByMagic(f, probeMagic, &mk.caps)
+	}
+	if mk.addr == 0 || probeAddr == 0 {
+		mk.addr, probeAddr = cMarker(f, &mk.caps)
+		mk.sysv = true
+	}
+	if mk.addr == 0 || probeAddr == 0 {
+		return marker{}, errNoMarker
+	}
+	if mk.off, err = fileOffset(f, mk.addr); err != nil {
+		return marker{}, fmt.Errorf("%s: %w", mk.symbol(), err)
+	}
+	if mk.sem, err = fileOffset(f, probeAddr); err != nil {
+		return marker{}, fmt.Errorf("%s: %w", probeSymbol, err)
+	}
+	return mk, nil
+}
+
+// cMarker finds libspanwatch's probe by its magic and, from the distance
+// the probe holds, its marker: the marker must be in an executable segment
+// and be what spanwatch.h makes, a nop then a return, so that a file that
+// merely contains the magic gets no uprobe. It returns the marker's and
+// the enable word's addresses, or zeros.
+func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
+	if f.Machine != elf.EM_X86_64 {
+		return 0, 0 // the C marker is x86-64 only (the BPF program reads %rdi)
+	}
+	probeAddr = probeByMagic(f, markerabi.CMagic, caps)
+	if probeAddr == 0 {
+		return 0, 0
+	}
+	rec, ok := readAddr(f, probeAddr, markerabi.CABIOffset+4, 0)
+	if !ok || binary.LittleEndian.Uint32(rec[markerabi.CABIOffset:]) != markerabi.CABISysV {
+		return 0, 0
+	}
+	rel := int64(binary.LittleEndian.Uint64(rec[markerabi.CMarkerRelOffset:]))
+	markerAddr = probeAddr + markerabi.CMarkerRelOffset + uint64(rel)
+	code, ok := readAddr(f, markerAddr, 2, elf.PF_X)
+	if !ok || code[0] != 0x90 || code[1] != 0xc3 {
+		return 0, 0
+	}
+	return markerAddr, probeAddr
+}
+
+// readAddr reads n bytes at a virtual address from the file-backed part of
+// a loadable segment with the flags want.
+func readAddr(f *elf.File, addr uint64, n int, want elf.ProgFlag) ([]byte, bool) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&want != want || addr < p.Vaddr || addr-p.Vaddr > p.Filesz || p.Filesz-(addr-p.Vaddr) < uint64(n) {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := p.ReadAt(b, int64(addr-p.Vaddr)); err != nil {
+			return nil, false
+		}
+		return b, true
+	}
+	return nil, false
+}
+
+func markerBySymbols(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
+	table := elfread.Table(f, elf.SHT_SYMTAB)
+	strs := elfread.StringTable(f, table)
+	if table == nil || strs == nil {
+		return 0, 0
+	}
+	strtab, cut, err := elfread.ReadSection(strs, markerMaxSection, nil, nil)
 	if err != nil {
 		return 0, 0
 	}
-	for _, s := range syms {
-		switch s.Name {
-		case markerSymbol:
+	if cut {
+		*caps = append(*caps, userfile.ReasonSection)
+	}
+	capped, _ := elfread.Symbols(f, table, markerMaxSection, func(s elfread.Symbol) bool {
+		switch {
+		case elfread.NameIs(strtab, s.Name, markerSymbol):
 			markerAddr = s.Value
-		case probeSymbol:
+		case elfread.NameIs(strtab, s.Name, probeSymbol):
 			probeAddr = s.Value + probeWordOffset
 		}
+		return markerAddr == 0 || probeAddr == 0
+	})
+	if capped {
+		*caps = append(*caps, userfile.ReasonSymbols)
 	}
 	return markerAddr, probeAddr
 }
 
 // markerByPclntab finds the marker through the Go line table, which
 // stripped Go binaries keep.
-func markerByPclntab(f *elf.File) uint64 {
-	tab := pclnTable(f)
+func markerByPclntab(f *elf.File, caps *[]string) uint64 {
+	tab := pclnTable(f, caps)
 	if tab == nil {
 		return 0
 	}
@@ -361,13 +577,25 @@ func markerByPclntab(f *elf.File) uint64 {
 }
 
 // pclnTable reads a Go binary's line table, or returns nil.
-func pclnTable(f *elf.File) *gosym.Table {
+func pclnTable(f *elf.File, caps *[]string) *gosym.Table {
 	pcln, text := f.Section(".gopclntab"), f.Section(".text")
-	if pcln == nil || text == nil || pcln.Size > 1<<30 {
+	if pcln == nil || text == nil {
 		return nil
 	}
-	data, err := pcln.Data()
+	if pcln.Size > markerMaxSection {
+		userfile.Count(userfile.ReasonSection)
+		*caps = append(*caps, userfile.ReasonSection)
+		return nil
+	}
+	data, _, err := elfread.ReadSection(pcln, markerMaxSection, nil, nil)
 	if err != nil {
+		return nil
+	}
+	if n, ok := elfread.GoFuncs(data, f.ByteOrder); !ok || n > markerMaxFuncs {
+		if ok {
+			userfile.Count(userfile.ReasonGoFuncs)
+			*caps = append(*caps, userfile.ReasonGoFuncs)
+		}
 		return nil
 	}
 	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
@@ -377,30 +605,44 @@ func pclnTable(f *elf.File) *gosym.Table {
 	return tab
 }
 
-// probeByMagic finds the enable word by the magic pair that follows it, in
-// the writable segments.
-func probeByMagic(f *elf.File) uint64 {
+// probeByMagic finds an enable word by the magic pair that follows it (the
+// Go SDK's probeMagic or libspanwatch's), in the writable segments, read a
+// chunk at a time up to the cap.
+func probeByMagic(f *elf.File, want uint64, caps *[]string) uint64 {
 	var magic [16]byte
-	binary.LittleEndian.PutUint64(magic[:], probeMagic)
-	binary.LittleEndian.PutUint64(magic[8:], ^uint64(probeMagic))
+	binary.LittleEndian.PutUint64(magic[:], want)
+	binary.LittleEndian.PutUint64(magic[8:], ^want)
+	const chunk = 1 << 20
+	buf := make([]byte, chunk+len(magic))
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_W == 0 || p.Filesz > 1<<30 {
+		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_W == 0 {
 			continue
 		}
-		data := make([]byte, p.Filesz)
-		if _, err := p.ReadAt(data, 0); err != nil {
-			continue
+		size := p.Filesz
+		if size > markerMaxSection {
+			size = markerMaxSection
+			userfile.Count(userfile.ReasonSection)
+			*caps = append(*caps, userfile.ReasonSection)
 		}
-		for off := 0; off+16 <= len(data); {
-			i := bytes.Index(data[off:], magic[:])
-			if i < 0 {
+		// Chunks overlap by the magic's length, so a match across two is
+		// found; base is the segment offset of buf[0].
+		for base := uint64(0); base < size; base += chunk {
+			n, err := p.ReadAt(buf[:min(uint64(len(buf)), size-base)], int64(base))
+			if n == 0 && err != nil {
 				break
 			}
-			at := off + i
-			if (p.Vaddr+uint64(at))%8 == 0 && at >= 8 {
-				return p.Vaddr + uint64(at) - 8
+			data := buf[:n]
+			for off := 0; off+16 <= len(data); {
+				i := bytes.Index(data[off:], magic[:])
+				if i < 0 {
+					break
+				}
+				at := base + uint64(off+i)
+				if (p.Vaddr+at)%8 == 0 && at >= 8 {
+					return p.Vaddr + at - 8
+				}
+				off += i + 1
 			}
-			off = at + 1
 		}
 	}
 	return 0

@@ -170,7 +170,8 @@ type seriesReader struct {
 	cellKeys  []uint32          // reused by readCellCounts
 	cellVals  []uint64
 	globWrote bool                       // the read wrote glob budgets: bump the generation
-	globExact map[uint64]*compiledBudget // name ids given a glob's budget
+	globExact map[uint64]*compiledBudget // name ids given a glob's budget in the set in force
+	sets      *[budgetSets]budgetSet     // the Collector's: what each set of budgets holds
 }
 
 type logger interface {
@@ -179,20 +180,14 @@ type logger interface {
 }
 
 func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (_ *seriesReader, err error) {
+	// The per-slot arrays grow with the slots in use (grow), not with
+	// the capacity: an idle agent holds none of them.
 	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax, compat: compat,
-		names:        map[uint64]string{},
-		pruned:       map[uint64]string{},
-		otherNameID:  snapshot.NameID(snapshot.OtherName),
-		slotState:    make([]*seriesState, seriesMax),
-		slotCells:    make([][]uint32, seriesMax),
-		slotPrev:     make([]slotTotals, seriesMax),
-		cellHead:     make([]int32, seriesMax),
-		inQuarantine: make([]bool, seriesMax),
-		byKey:        map[bpf.SpanwatchSeriesKey]*seriesState{},
-		nameRefs:     map[uint64]int{},
-	}
-	for i := range r.cellHead {
-		r.cellHead[i] = -1
+		names:       map[uint64]string{},
+		pruned:      map[uint64]string{},
+		otherNameID: snapshot.NameID(snapshot.OtherName),
+		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
+		nameRefs:    map[uint64]int{},
 	}
 	if compat {
 		r.cellPrev = map[uint32]uint64{}
@@ -235,6 +230,28 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (
 	}
 	r.core = (*bpf.SpanwatchCoreState)(unsafe.Pointer(&m.mem[0]))
 	return r, nil
+}
+
+// grow extends the per-slot arrays to hold slots below n (at most the
+// capacity), doubling so that a filling map costs few copies.
+func (r *seriesReader) grow(n uint32) {
+	n = min(n, r.seriesMax)
+	have := uint32(len(r.slotState))
+	if n <= have {
+		return
+	}
+	if c := uint32(cap(r.slotState)); n <= c {
+		n = c
+	} else {
+		n = min(max(n, 2*have, 64), r.seriesMax)
+	}
+	r.slotState = append(r.slotState, make([]*seriesState, n-have)...)
+	r.slotCells = append(r.slotCells, make([][]uint32, n-have)...)
+	r.slotPrev = append(r.slotPrev, make([]slotTotals, n-have)...)
+	r.inQuarantine = append(r.inQuarantine, make([]bool, n-have)...)
+	for range n - have {
+		r.cellHead = append(r.cellHead, -1)
+	}
 }
 
 func (r *seriesReader) close() {
@@ -294,6 +311,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 	if hwm > uint64(r.seriesMax) {
 		hwm = uint64(r.seriesMax)
 	}
+	r.grow(uint32(hwm+63) &^ 63)
 
 	// Slots whose counters changed: their dirty bits, swapped to zero
 	// before the counters are read, so a value added after its read sets
@@ -336,7 +354,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					continue
 				}
 				slot := key>>cellFieldBits - 1
-				if slot >= r.seriesMax || (r.slotState[slot] == nil && r.stateOfSlot(slot) == nil) {
+				if slot >= r.seriesMax || r.stateOfSlot(slot) == nil {
 					// The slot's key is not known yet: give the
 					// count back for the next window.
 					atomic.AddUint64(&r.cells[i], uint64(n))
@@ -480,7 +498,7 @@ func (r *seriesReader) readCellCounts(only map[uint32]bool) error {
 			if d == 0 {
 				continue
 			}
-			if slot >= r.seriesMax || (r.slotState[slot] == nil && r.stateOfSlot(slot) == nil) {
+			if slot >= r.seriesMax || r.stateOfSlot(slot) == nil {
 				continue // its slot is not published yet: next read
 			}
 			r.cellPrev[key] = total
@@ -515,6 +533,9 @@ func (r *seriesReader) noteCell(slot, cell uint32) {
 func (r *seriesReader) stateOfSlot(slot uint32) *seriesState {
 	if slot >= r.seriesMax {
 		return nil
+	}
+	if slot >= uint32(len(r.slotState)) {
+		r.grow(slot + 1)
 	}
 	if st := r.slotState[slot]; st != nil {
 		return st

@@ -4,6 +4,7 @@ package collector
 
 import (
 	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -21,16 +22,15 @@ type explainer interface {
 	Explain([]snapshot.Frame) string
 }
 
-// addAnchor tells the symbolizer, when it takes anchors, that the binary
-// at path (opened through open) has a probe at addr (an address in the
-// file's own terms).
-func addAnchor(cfg Config, path, open string, addr uint64) {
+// addAnchor tells the symbolizer, when it takes anchors, that a binary
+// has a probe site (see symbolize.Anchor).
+func addAnchor(cfg Config, an symbolize.Anchor) {
 	a, ok := cfg.Symbolizer.(anchorer)
 	if !ok {
 		return
 	}
-	if err := a.AddAnchor(symbolize.Anchor{Path: path, Open: open, Addr: addr}); err != nil {
-		cfg.Logger.Debug("symbolize_anchor_failed", "binary", path, "error", err)
+	if err := a.AddAnchor(an); err != nil {
+		cfg.Logger.Debug("symbolize_anchor_failed", "binary", an.Path, "error", err)
 	}
 }
 
@@ -52,6 +52,31 @@ func explain(s Symbolizer, frames []snapshot.Frame) string {
 		return e.Explain(frames)
 	}
 	return ""
+}
+
+// A memoryUser says how much memory it takes; *symbolize.Symbolizer is one.
+type memoryUser interface {
+	Memory() int64
+}
+
+// userFiles adds the window's counts of users' files refused or read in
+// part (internal/userfile: the symbolizer's, the /proc scan's, the USDT
+// tracer's, all in the process), and the symbolizer's memory. c.mu is
+// held.
+func (c *Collector) userFiles(st *snapshot.Stats) {
+	now := userfile.Counts()
+	for k, v := range now {
+		if d := v - c.prevFiles[k]; d > 0 {
+			if st.UserFiles == nil {
+				st.UserFiles = map[string]uint64{}
+			}
+			st.UserFiles[k] = d
+		}
+	}
+	c.prevFiles = now
+	if m, ok := c.cfg.Symbolizer.(memoryUser); ok {
+		st.SymbolizerBytes = uint64(max(0, m.Memory()))
+	}
 }
 
 func joinErr(a, b string) string {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
@@ -53,7 +54,7 @@ func (c *Collector) AttachUSDTWith(ctx context.Context, cfg usdt.TracerConfig, s
 	// frames of processes that exit before their maps are read.
 	for _, site := range tr.Sites() {
 		if site.Role == "end" || site.Role == "single" {
-			addAnchor(c.cfg, site.Path, "", site.Probe.Address)
+			addAnchor(c.cfg, symbolize.Anchor{Path: site.Path, Addr: site.Probe.Address})
 		}
 	}
 	return tr, errors.Join(errs...)

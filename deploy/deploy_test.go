@@ -275,6 +275,15 @@ func TestManifestPrivileges(t *testing.T) {
 	if ann := ds.Spec.Template.Annotations["prometheus.io/port"]; ann != port {
 		t.Errorf("prometheus.io/port annotation %q, want %s", ann, port)
 	}
+	// The listener: every address of the pod (Prometheus on the pod IP,
+	// kubectl on loopback), never the host's network; the probe on the
+	// free endpoint, not on /metrics (which takes a scrape slot).
+	if host, _, _ := net.SplitHostPort(args["metrics-addr"]); host != "" || ds.Spec.Template.Spec.HostNetwork {
+		t.Errorf("--metrics-addr=%s, hostNetwork %v: want every address of the pod's own network", args["metrics-addr"], ds.Spec.Template.Spec.HostNetwork)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/-/healthy" {
+		t.Errorf("readiness probe %+v, want GET /-/healthy", p)
+	}
 	if c.Args[0] != "run" {
 		t.Errorf("args start with %q, want run", c.Args[0])
 	}

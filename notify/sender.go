@@ -158,10 +158,18 @@ func (s *sender) send(ctx context.Context, body []byte, idemKey string, now time
 		return Response{Retry: true, Reason: reason, Err: fmt.Errorf("post %s: %w", redacted, redactErr(err))}
 	}
 	defer resp.Body.Close()
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, maxBodyExcerpt))
+	// A receiver may echo the request, credentials and all: its answer is
+	// redacted before anything keeps it (errors, logs, dead letters).
+	// Enough is read past the excerpt that a secret it cuts is whole.
+	red := s.w.redactor(target)
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, int64(maxBodyExcerpt+red.longest())))
 	// Drain a little more so the connection can be reused.
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	r := Response{StatusCode: resp.StatusCode, Body: strings.ToValidUTF8(string(excerpt), "?")}
+	text := red.redact(string(excerpt))
+	if len(text) > maxBodyExcerpt {
+		text = text[:maxBodyExcerpt]
+	}
+	r := Response{StatusCode: resp.StatusCode, Body: strings.ToValidUTF8(text, "?")}
 	code := resp.StatusCode
 	switch {
 	case code >= 200 && code < 300:

@@ -29,14 +29,20 @@ type Config struct {
 
 	// The sections other packages decode, as written: Webhooks and Routing
 	// (package notify), Sources (internal/usdt), Collector and ExternalURL
-	// (package agent), Metrics (package metrics: the Prometheus exporter).
-	// A section that is absent has Kind 0.
+	// (package agent), Metrics (package metrics: the Prometheus exporter),
+	// Listener (package agent: the HTTP listener's TLS, authentication and
+	// limits). A section that is absent has Kind 0.
 	Webhooks    yaml.Node
 	Routing     yaml.Node
 	Sources     yaml.Node
 	Collector   yaml.Node
 	ExternalURL yaml.Node
 	Metrics     yaml.Node
+	Listener    yaml.Node
+
+	// Limits bound the policies' evaluation (policy_limits:); zero fields
+	// are left to the detector's defaults.
+	Limits Limits
 
 	// ExternalLabels are added to every alert (rule, policy and overrun
 	// alerts) that does not set the label itself, as Prometheus adds its
@@ -165,7 +171,20 @@ func LoadFile(name string) (*Config, error) {
 	return Parse(name, data, Options{})
 }
 
-var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics"}
+var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics", "listener", "policy_limits"}
+
+// LongestRange is how far back the ranges of the rules and policies
+// reach: what the detector keeps of every series' windows.
+func (c *Config) LongestRange() time.Duration {
+	var keep time.Duration
+	for _, r := range c.Rules {
+		keep = max(keep, r.Over)
+	}
+	for _, p := range c.Policies {
+		keep = max(keep, p.Over)
+	}
+	return keep
+}
 
 // DefaultOver is the range of a rule or policy that does not set over:.
 // A quantile over one window flaps: a 10s window of a service doing 5
@@ -263,6 +282,10 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 			cfg.ExternalURL = *v
 		case "metrics":
 			cfg.Metrics = *v
+		case "listener":
+			cfg.Listener = *v
+		case "policy_limits":
+			cfg.Limits = d.limits(v)
 		}
 	})
 	for _, b := range cfg.Budgets {

@@ -12,6 +12,12 @@
 // yaml.Node values for those packages to decode.
 //
 // Rego policies run in a sandbox: builtins that reach outside the agent
-// (http.send, net.*, opa.runtime) are refused when the policy is loaded, and
-// each evaluation runs under a time limit.
+// (http.send, net.*, opa.runtime), and graph.reachable_paths, are refused
+// when the policy is loaded, and each evaluation runs under a time limit
+// and a memory bound (policy_limits:, Limits). The bound holds two ways:
+// builtins that can allocate far more in one call than their operands hold
+// refuse a call that would pass it, before it runs (guard.go:
+// WithMemoryLimit carries the bound), and WatchHeap cancels evaluations
+// that grow the Go heap past it a step at a time (heap.go). Either way
+// Policy.Eval returns an error wrapping ErrMemory.
 package policy

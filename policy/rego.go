@@ -73,6 +73,8 @@ func deniedBuiltin(name string) string {
 		return "it reaches the network (DNS lookups) or is one of the net.* builtins spanwatch refuses"
 	case name == "opa.runtime":
 		return "it exposes the agent's environment and configuration"
+	case name == "graph.reachable_paths":
+		return "the paths it lists grow exponentially with the graph, in one step that no time or memory limit can stop (graph.reachable lists the nodes)"
 	}
 	return ""
 }
@@ -346,13 +348,25 @@ type PolicyAlert struct {
 
 // Eval evaluates the policy over an input made by Input, under the
 // context's deadline. A policy that exceeds the deadline returns an error
-// wrapping ErrTimeout.
+// wrapping ErrTimeout; one cut off at its memory bound (a builtin that
+// would pass WithMemoryLimit's bound, or a WatchHeap that saw the heap
+// pass it) an error wrapping ErrMemory.
 func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, error) {
 	// The result stays an AST term: converting it to Go values and then
 	// to strings cost more than the evaluation when a policy fires for
 	// many series.
 	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm))
 	if err != nil {
+		switch {
+		case errors.Is(err, ErrMemory):
+			var te *topdown.Error
+			if errors.As(err, &te) {
+				return nil, fmt.Errorf("policy %s: %w: %s", p.Name, ErrMemory, te.Message)
+			}
+			return nil, fmt.Errorf("policy %s: %w", p.Name, ErrMemory)
+		case errors.Is(context.Cause(ctx), ErrMemory):
+			return nil, fmt.Errorf("policy %s: %w", p.Name, ErrHeapGrew)
+		}
 		if ctx.Err() != nil || topdown.IsCancel(err) {
 			return nil, fmt.Errorf("policy %s: %w", p.Name, ErrTimeout)
 		}

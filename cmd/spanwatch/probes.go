@@ -15,6 +15,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/usdt"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 func init() {
@@ -92,9 +93,11 @@ func listProbes(w io.Writer, paths []string, pid int, filter *glob.Glob, asJSON,
 		// it is listed once.
 		exe := filepath.Join("/proc", strconv.Itoa(pid), "exe")
 		if target, err := os.Readlink(exe); err == nil {
-			viaRoot := filepath.Join("/proc", strconv.Itoa(pid), "root") + target
-			if _, err := os.Stat(viaRoot); err == nil {
-				exe = viaRoot
+			// Looked up inside the process's root, as it sees it.
+			root := filepath.Join("/proc", strconv.Itoa(pid), "root")
+			if f, err := userfile.Open(context.Background(), root, target, userfile.Options{Symlinks: true}); err == nil {
+				f.Close()
+				exe = root + target
 			}
 		}
 		paths = []string{exe}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/internal/rotate"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 func init() {
@@ -40,9 +41,16 @@ errors and wait for it while the rest applies. On SIGTERM or SIGINT, run
 takes a final snapshot, evaluates it, writes its alerts to the outbox and
 exits.
 
-With --metrics-addr, run serves /metrics (Prometheus), /snapshot (the
-newest snapshot; ?span=NAME&cgroup_id=ID for one series, which alerts link
-to in their generatorURL), /api/alerts, /api/status and /api/dead-letters.
+With --metrics-addr, run serves /metrics (Prometheus), /-/healthy,
+/snapshot (the newest snapshot; ?span=NAME&cgroup_id=ID for one series,
+which alerts link to in their generatorURL), /api/alerts, /api/status and
+/api/dead-letters. TLS and basic authentication come from a Prometheus
+exporter web configuration file (--web.config.file, or the listener:
+section's web_config_file). /metrics goes to every client the web
+configuration admits; /snapshot and /api/*, which show every process's
+stacks, pids and cgroups, only to an authenticated client (a basic-auth
+user, a verified client certificate) or to root over loopback. Kernel
+stack addresses are served as 0 unless listener.kernel_addresses is set.
 
 Needs root, or CAP_BPF + CAP_PERFMON (+ CAP_SYS_PTRACE to see processes of
 other users and containers). Uprobes (the SDK's marker, USDT probes) attach as
@@ -54,15 +62,18 @@ Examples:
   spanwatch run --config rules.yaml --output snapshots.jsonl --metrics-addr 127.0.0.1:9464
   spanwatch run --config rules.yaml --output /var/log/spanwatch/snapshots.jsonl --output-max-size 100M --output-keep 5
   spanwatch run --config rules.yaml --log-format json
-  spanwatch run --config rules.yaml --metrics-addr :9464 --external-url http://$NODE_IP:9464`,
+  spanwatch run --config rules.yaml --metrics-addr :9464 --external-url http://$NODE_IP:9464
+  spanwatch run --config rules.yaml --metrics-addr :9464 --web.config.file /etc/spanwatch/web.yml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			config := fs.String("config", "", "the configuration `FILE` (budgets, rules, policies, webhooks, sources, collector)")
 			output := fs.String("output", "", "write each snapshot as a JSON line to `FILE` (- for stdout)")
 			metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /snapshot and /api/* on `ADDR`, e.g. 127.0.0.1:9464")
+			webConfig := fs.String("web.config.file", "", "TLS and basic authentication for the listener: a Prometheus exporter web configuration `FILE` (overrides listener.web_config_file)")
 			externalURL := fs.String("external-url", "", "the listener as seen from outside, for alerts' generatorURL (`URL`; overrides external_url:)")
 			logs := newLogFlags(fs)
 			maxSize := fs.String("output-max-size", "", "rotate --output when it would grow past `SIZE` (e.g. 100M, 1GiB; default: never)")
 			keep := fs.Int("output-keep", 5, "keep `N` rotated files of --output (FILE.1 the newest ... FILE.N)")
+			maxLine := fs.String("output-max-line", "1MiB", "split a snapshot longer than `SIZE` over several lines of --output (parts that spanwatch test and stacks join; at least 16KiB)")
 			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *config == "" {
@@ -73,6 +84,7 @@ Examples:
 				}
 				lo := cflags.loadOptions()
 				lo.ExternalURL = *externalURL
+				lo.WebConfigFile = *webConfig
 				cfg, err := agent.Load(*config, lo)
 				if err != nil {
 					return configError(err)
@@ -85,6 +97,10 @@ Examples:
 					if limit, err = rotate.ParseSize(*maxSize); err != nil || limit <= 0 {
 						return usageErrorf("--output-max-size: %v", cmp.Or(err, fmt.Errorf("must be positive")))
 					}
+				}
+				lineMax, err := rotate.ParseSize(*maxLine)
+				if err != nil || lineMax < snapshot.MinMaxLine || lineMax > 1<<30 {
+					return usageErrorf("--output-max-line: %v", cmp.Or(err, fmt.Errorf("%s is out of range: want 16KiB to 1GiB", *maxLine)))
 				}
 				if *keep < 0 {
 					return usageErrorf("--output-keep must not be negative, not %d", *keep)
@@ -102,7 +118,7 @@ Examples:
 					defer f.Close()
 					out = f
 				}
-				return startAgent(ctx, cfg, agent.Options{Logger: logs.logger(), Output: out, ListenAddr: *metricsAddr})
+				return startAgent(ctx, cfg, agent.Options{Logger: logs.logger(), Output: out, OutputMaxLine: int(lineMax), ListenAddr: *metricsAddr})
 			}
 		},
 	})

@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // Default places the kubelet and the container runtimes keep what names a
@@ -255,7 +258,9 @@ var criAnnotations = [][3]string{
 const maxCRIConfig = 4 << 20
 
 func readCRIConfig(path string) (K8sNames, bool) {
-	f, err := os.Open(path)
+	// The runtime's state is root's, but read as any file is: a regular
+	// file only (never a FIFO left there), within a time and a size.
+	f, err := userfile.OpenPath(context.Background(), path, userfile.Options{})
 	if err != nil {
 		return K8sNames{}, false
 	}

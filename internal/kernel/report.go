@@ -187,11 +187,12 @@ func Rows(f Facts) []Row {
 	rows = append(rows, ext)
 
 	rows = append(rows, row("marker spans (Go SDK without user_events)", p.Has(Uprobes), "a uprobe on the marker's nop", "collector TestMarkerSpansExact"))
+	rows = append(rows, row("marker spans (libspanwatch: C, Python, Node.js, Java)", p.Has(Uprobes), "a uprobe on the C marker's nop, in programs and in shared libraries", "collector TestCMarkerSpans"))
 
 	ue := Row{Name: "user_events spans", State: Works, How: "fentry on perf_tp_event", Test: "test/vm/e2e TestSpansOnEachCPU"}
 	switch {
 	case !p.Has(UserEvents):
-		ue.State, ue.How, ue.Why = Declined, "the SDKs use the marker (Go) or nothing (C header)", p.lacks(UserEvents)
+		ue.State, ue.How, ue.Why = Declined, "the SDKs use the marker", p.lacks(UserEvents)
 	case !p.Has(FentryPerfTp):
 		ue.State, ue.How, ue.Why = Replaced, "a kprobe on perf_tp_event", p.lacks(FentryPerfTp)
 	}

@@ -1,14 +1,16 @@
 package symbolize
 
 import (
+	"context"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
+	"github.com/spanwatch/spanwatch/internal/elfread"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -26,6 +28,10 @@ type Anchor struct {
 	// Addr is the site's address in the file's own terms (the ELF
 	// virtual address USDT notes and symbols give).
 	Addr uint64
+	// Reader, when set, is the process the binary was found running in:
+	// the binary is read only if that process could read it itself. Nil
+	// for a binary the operator named.
+	Reader *userfile.Cred
 }
 
 // anchorMod is a binary with anchors, open until RemoveAnchor or Close.
@@ -38,55 +44,90 @@ type anchorMod struct {
 
 // AddAnchor keeps a traced binary open and remembers one of its probe
 // sites, so that User names frames in it for processes that exited before
-// they were captured. Adding a site twice is harmless.
+// they were captured. Adding a site twice is harmless. The binary is
+// opened and its headers read outside the symbolizer's lock, within
+// Config.Timeout.
 func (s *Symbolizer) AddAnchor(a Anchor) error {
 	open := a.Open
 	if open == "" {
 		open = a.Path
 	}
-	f, err := os.Open(open)
+	ctx, cancel := s.op()
+	defer cancel()
+	on := ""
+	if a.Reader != nil {
+		on = userfile.OnUID(a.Reader.UID[1])
+	}
+	f, err := userfile.OpenRooted(ctx, open, userfile.Options{Reader: a.Reader, On: on})
 	if err != nil {
 		return fmt.Errorf("anchor %s: %w", a.Path, err)
 	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+	key := fileKey{dev: f.Info.Dev, inode: f.Info.Ino}
+	if s.addSite(key, a.Addr) {
+		f.Close()
+		return nil
+	}
+	type header struct {
+		pie  bool
+		exec [][2]uint64
+	}
+	h, err := userfile.Do(ctx, fmt.Sprintf("device %d", f.Info.Dev), func() (header, error) {
+		ef, err := elfread.NewFile(f)
+		if err != nil {
+			return header{}, err
+		}
+		h := header{pie: ef.Type == elf.ET_DYN}
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+				h.exec = append(h.exec, [2]uint64{p.Vaddr, p.Vaddr + p.Memsz})
+			}
+		}
+		return h, nil
+	}, nil)
+	if err != nil {
 		f.Close()
 		return fmt.Errorf("anchor %s: %w", a.Path, err)
 	}
-	key := fileKey{dev: uint64(st.Dev), inode: st.Ino}
+	am := &anchorMod{mod: newModule(s, f, a.Path, key), pie: h.pie, addrs: []uint64{a.Addr}, exec: h.exec}
+	am.mod.debug = &debugPlace{reader: a.Reader, on: on}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		f.Close()
+		am.mod.close()
 		return ErrClosed
 	}
-	if am := s.anchors[key]; am != nil {
-		f.Close()
-		for _, x := range am.addrs {
-			if x == a.Addr {
-				return nil
-			}
-		}
-		am.addrs = append(am.addrs, a.Addr)
+	if old := s.anchors[key]; old != nil {
+		// Added meanwhile.
+		am.mod.close()
+		addAddr(old, a.Addr)
 		return nil
-	}
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		f.Close()
-		return fmt.Errorf("anchor %s: %w", a.Path, err)
-	}
-	am := &anchorMod{mod: newModule(f, a.Path), pie: ef.Type == elf.ET_DYN, addrs: []uint64{a.Addr}}
-	am.mod.debugDirs = []string{"/usr/lib/debug"}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			am.exec = append(am.exec, [2]uint64{p.Vaddr, p.Vaddr + p.Memsz})
-		}
 	}
 	if s.anchors == nil {
 		s.anchors = map[fileKey]*anchorMod{}
 	}
 	s.anchors[key] = am
 	return nil
+}
+
+// addSite adds a site to a binary already anchored; false when it is not.
+func (s *Symbolizer) addSite(key fileKey, addr uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	am := s.anchors[key]
+	if am == nil {
+		return false
+	}
+	addAddr(am, addr)
+	return true
+}
+
+func addAddr(am *anchorMod, addr uint64) {
+	for _, x := range am.addrs {
+		if x == addr {
+			return
+		}
+	}
+	am.addrs = append(am.addrs, addr)
 }
 
 // RemoveAnchor forgets the anchors of the binary with device dev and inode
@@ -112,36 +153,49 @@ var errExitedAnchored = errors.New("the process exited before its maps were read
 
 // fromAnchors names the frames of a stack whose process was never
 // captured, in the anchored binary whose site is the stack's first frame.
-// It returns nil when no anchor fits. s.mu is held.
-func (s *Symbolizer) fromAnchors(addrs []uint64) ([]snapshot.Frame, *anchorMod) {
+// It returns nil when no anchor fits.
+func (s *Symbolizer) fromAnchors(ctx context.Context, addrs []uint64) ([]snapshot.Frame, *anchorMod) {
 	if len(addrs) == 0 {
 		return nil, nil
 	}
+	type site struct {
+		am   *anchorMod
+		addr uint64
+	}
+	var sites []site
+	s.mu.Lock()
+	for _, am := range s.anchors {
+		for _, a := range am.addrs {
+			sites = append(sites, site{am, a})
+		}
+	}
+	s.mu.Unlock()
 	page := uint64(os.Getpagesize())
 	var best []snapshot.Frame
 	var bestMod *anchorMod
 	bestNamed := 0
-	for _, am := range s.anchors {
-		for _, site := range am.addrs {
-			bias := addrs[0] - site
-			if (!am.pie && bias != 0) || (am.pie && bias%page != 0) {
-				continue
-			}
-			if err := am.mod.load(); err != nil {
-				s.log.Debug("anchor_unparsable", "path", am.mod.path, "error", err)
-				continue
-			}
-			frames, named := am.symbolize(addrs, bias)
-			if named > bestNamed {
-				best, bestMod, bestNamed = frames, am, named
-			}
+	for _, st := range sites {
+		am := st.am
+		bias := addrs[0] - st.addr
+		if (!am.pie && bias != 0) || (am.pie && bias%page != 0) {
+			continue
+		}
+		var frames []snapshot.Frame
+		var named int
+		if err := am.mod.with(ctx, func(t *tables) { frames, named = am.symbolize(t, addrs, bias) }); err != nil {
+			s.log.Debug("anchor_unparsable", "path", am.mod.path, "error", err)
+			continue
+		}
+		if named > bestNamed {
+			best, bestMod, bestNamed = frames, am, named
 		}
 	}
 	return best, bestMod
 }
 
 // symbolize names addrs that fall in the binary's code at load bias bias.
-func (am *anchorMod) symbolize(addrs []uint64, bias uint64) ([]snapshot.Frame, int) {
+// The module's lock is held and t loaded.
+func (am *anchorMod) symbolize(t *tables, addrs []uint64, bias uint64) ([]snapshot.Frame, int) {
 	frames := make([]snapshot.Frame, 0, len(addrs)+8)
 	named := 0
 	for i, a := range addrs {
@@ -160,8 +214,8 @@ func (am *anchorMod) symbolize(addrs []uint64, bias uint64) ([]snapshot.Frame, i
 			frames = append(frames, f)
 			continue
 		}
-		f.Module, f.Offset, f.BuildID = am.mod.name, a-bias, am.mod.buildID
-		res := am.mod.lookup(pc)
+		f.Module, f.Offset, f.BuildID = am.mod.name, a-bias, t.buildID
+		res := am.mod.lookupLocked(pc)
 		last := res[len(res)-1]
 		f.Function, f.File, f.Line = last.fn, last.file, last.line
 		for _, r := range res[:len(res)-1] {
@@ -200,20 +254,23 @@ func (s *Symbolizer) Explain(frames []snapshot.Frame) string {
 }
 
 // noteUnnamed records, for a module without symbols, what would name its
-// frames. s.mu is held; m is loaded.
+// frames. The dpkg database is read outside the lock.
 func (s *Symbolizer) noteUnnamed(m *module) {
-	if !m.noSymbols || m.buildID == "" {
+	var id string
+	var none bool
+	m.with(s.base, func(t *tables) { id, none = t.buildID, t.noSymbols })
+	if !none || id == "" {
 		return
 	}
-	if s.unnamed == nil {
-		s.unnamed = map[string]string{}
-	}
-	if _, ok := s.unnamed[m.buildID]; ok {
+	s.mu.Lock()
+	_, seen := s.unnamed[id]
+	s.mu.Unlock()
+	if seen {
 		return
 	}
 	why := fmt.Sprintf("%s has no symbol table (stripped) and no debug file", m.name)
-	if isHex(m.buildID) && len(m.buildID) > 2 {
-		why += fmt.Sprintf(" (looked for /usr/lib/debug/.build-id/%s/%s.debug)", m.buildID[:2], m.buildID[2:])
+	if isHex(id) && len(id) > 2 {
+		why += fmt.Sprintf(" (looked for /usr/lib/debug/.build-id/%s/%s.debug)", id[:2], id[2:])
 	}
 	why += ": its internal functions show as module+offset"
 	if pkg := s.packageOf(m.path); pkg != "" {
@@ -223,7 +280,12 @@ func (s *Symbolizer) noteUnnamed(m *module) {
 		why += "; install the debug symbols of the package that provides it (Debian and Ubuntu: its -dbgsym package, " +
 			"find-dbgsym-packages names it; Fedora: dnf debuginfo-install), or build it without stripping"
 	}
-	s.unnamed[m.buildID] = why
+	s.mu.Lock()
+	if s.unnamed == nil {
+		s.unnamed = map[string]string{}
+	}
+	s.unnamed[id] = why
+	s.mu.Unlock()
 }
 
 func isHex(s string) bool {

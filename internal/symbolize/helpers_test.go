@@ -2,13 +2,37 @@ package symbolize
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
+
+// lookupFile loads the ELF file at path as a module of s, with debug files
+// looked for at debug (nil: nowhere), and looks addr up in it.
+func lookupFile(t testing.TB, s *Symbolizer, path string, debug *debugPlace, addr uint64) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := userfile.OpenPath(ctx, path, userfile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newModule(s, f, path, fileKey{dev: f.Info.Dev, inode: f.Info.Ino})
+	m.debug = debug
+	defer m.close()
+	var r []result
+	if err := m.with(ctx, func(*tables) { r = m.lookupLocked(addr) }); err != nil {
+		t.Fatalf("load %s: %v", path, err)
+	}
+	return r[len(r)-1]
+}
 
 // markerLines maps the "call:NAME" and "line:NAME" comments of a source
 // file to their line numbers, so expected lines are read from the source.

@@ -5,9 +5,13 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/internal/elfread"
 )
 
 // goInline reads the inline trees of a Go 1.21+ binary, which debug/gosym
@@ -40,10 +44,12 @@ const (
 )
 
 // newGoInline sets up inline expansion for a Go binary whose pclntab is
-// pcln, mapped at pclnAddr, with functions relative to text. read maps
-// file bytes.
-func newGoInline(ef *elf.File, r readerAt, read func(off, size uint64) ([]byte, error), pcln []byte, pclnAddr, text uint64) *goInline {
-	bi, err := buildinfo.Read(r)
+// pcln, mapped at pclnAddr, with functions relative to text.
+func newGoInline(ef *elf.File, p *parser, pcln []byte, pclnAddr, text uint64) *goInline {
+	// debug/buildinfo searches the data segment for its blob and reads
+	// the strings it points at: a read budget bounds what a crafted file
+	// makes it read (the blob is near the segment's start).
+	bi, err := buildinfo.Read(&limitedReaderAt{r: p.r, left: maxBuildInfoRead})
 	if err != nil || !goAtLeast(bi.GoVersion, 21) {
 		return nil
 	}
@@ -65,13 +71,13 @@ func newGoInline(ef *elf.File, r readerAt, read func(off, size uint64) ([]byte, 
 	if len(g.pclntable) < 8*(nfunc+1) {
 		return nil
 	}
-	gofunc := findGofunc(ef, read, pclnAddr, funcnameOff, text)
+	gofunc := findGofunc(ef, p, pclnAddr, funcnameOff, text)
 	if gofunc == 0 {
 		return nil
 	}
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_LOAD && gofunc >= p.Vaddr && gofunc < p.Vaddr+p.Filesz {
-			b, err := read(p.Off+gofunc-p.Vaddr, p.Filesz-(gofunc-p.Vaddr))
+	for _, ph := range ef.Progs {
+		if ph.Type == elf.PT_LOAD && gofunc >= ph.Vaddr && gofunc < ph.Vaddr+ph.Filesz {
+			b, err := p.read(ph.Off+gofunc-ph.Vaddr, ph.Filesz-(gofunc-ph.Vaddr))
 			if err != nil {
 				return nil
 			}
@@ -82,9 +88,21 @@ func newGoInline(ef *elf.File, r readerAt, read func(off, size uint64) ([]byte, 
 	return nil
 }
 
-// readerAt is what debug/buildinfo reads.
-type readerAt interface {
-	ReadAt(p []byte, off int64) (int, error)
+// maxBuildInfoRead bounds what debug/buildinfo reads of one file.
+const maxBuildInfoRead = 16 << 20
+
+// A limitedReaderAt fails reads once left bytes were read.
+type limitedReaderAt struct {
+	r    io.ReaderAt
+	left int64
+}
+
+func (l *limitedReaderAt) ReadAt(b []byte, off int64) (int, error) {
+	if int64(len(b)) > l.left {
+		return 0, fmt.Errorf("read past the %d bytes allowed", maxBuildInfoRead)
+	}
+	l.left -= int64(len(b))
+	return l.r.ReadAt(b, off)
 }
 
 // goAtLeast reports whether a version like "go1.26.8" is 1.minor or later.
@@ -105,22 +123,36 @@ func goAtLeast(v string, minor int) bool {
 // symbol table is there, else from the moduledata itself, found in the
 // writable data as the words pointing at the pclntab and its funcnametab
 // and checked against runtime.text.
-func findGofunc(ef *elf.File, read func(off, size uint64) ([]byte, error), pclnAddr, funcnameOff, text uint64) uint64 {
-	if syms, err := ef.Symbols(); err == nil {
-		for _, s := range syms {
-			if s.Name == "go:func.*" {
-				return s.Value
+func findGofunc(ef *elf.File, p *parser, pclnAddr, funcnameOff, text uint64) uint64 {
+	if table := elfread.Table(ef, elf.SHT_SYMTAB); table != nil {
+		var value uint64
+		if strs := elfread.StringTable(ef, table); strs != nil {
+			if strtab, _, err := elfread.ReadSection(strs, p.lim.Section, p.view(), p.t.budget.grant); err == nil {
+				if p.view() == nil {
+					// A copy only searched here: its room goes back.
+					defer p.t.budget.give(int64(len(strtab)))
+				}
+				elfread.Symbols(ef, table, p.lim.Section, func(s elfread.Symbol) bool {
+					if elfread.NameIs(strtab, s.Name, "go:func.*") {
+						value = s.Value
+						return false
+					}
+					return true
+				})
 			}
+		}
+		if value != 0 {
+			return value
 		}
 	}
 	var pat [16]byte
 	binary.LittleEndian.PutUint64(pat[:], pclnAddr)
 	binary.LittleEndian.PutUint64(pat[8:], pclnAddr+funcnameOff)
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_W == 0 || p.Filesz == 0 {
+	for _, ph := range ef.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_W == 0 || ph.Filesz == 0 {
 			continue
 		}
-		data, err := read(p.Off, p.Filesz)
+		data, err := p.read(ph.Off, ph.Filesz)
 		if err != nil {
 			continue
 		}
@@ -257,6 +289,9 @@ func (g *goInline) name(off int32) string {
 		if i := bytes.IndexByte(b, 0); i >= 0 {
 			s = string(b[:i])
 		}
+	}
+	if len(g.names) >= maxCache {
+		clear(g.names)
 	}
 	g.names[off] = s
 	return s

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -144,15 +143,12 @@ func parseMaps(b []byte) ([]mapRegion, error) {
 	return out, sc.Err()
 }
 
-// readNSPid returns the PID the process has in its own PID namespace (the
+// parseNSPid returns the PID the process has in its own PID namespace (the
 // last NSpid entry of /proc/PID/status): a JIT inside a container names its
-// perf map after that PID, not the host's.
-func readNSPid(procRoot string, pid uint32) uint32 {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "status"))
-	if err != nil {
-		return pid
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
+// perf map after that PID, not the host's. It returns pid when status has
+// none.
+func parseNSPid(status []byte, pid uint32) uint32 {
+	for line := range strings.SplitSeq(string(status), "\n") {
 		rest, ok := strings.CutPrefix(line, "NSpid:")
 		if !ok {
 			continue

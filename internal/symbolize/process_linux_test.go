@@ -5,6 +5,7 @@ package symbolize
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"debug/elf"
 	"debug/gosym"
 	"errors"
@@ -14,12 +15,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -298,13 +299,25 @@ func TestVDSO(t *testing.T) {
 }
 
 // TestDebugFile symbolizes a stripped C binary from its separate debug
-// file, found by build id, as Debian's -dbgsym packages install them.
+// file: found by build id inside the process's root (as Debian's -dbgsym
+// packages install them, or through a link as Fedora's do), or by
+// .gnu_debuglink next to the binary. A link out of the root stays inside
+// it, and a debug file of another build is refused.
 func TestDebugFile(t *testing.T) {
 	dir := t.TempDir()
 	full := filepath.Join(dir, "cprog-full")
 	buildC(t, full, filepath.Join("testdata", "cprog.c"))
 	bin := filepath.Join(dir, "cprog")
 	run(t, "strip", "--strip-all", "-o", bin, full)
+	// Another program, whose one big function covers the addresses of
+	// cprog's: its debug file, wrongly taken, would name them "evil".
+	other := filepath.Join(dir, "other-full")
+	src := filepath.Join(dir, "other.c")
+	body := "volatile int v;\nvoid evil(void) {\n" + strings.Repeat("v++;\n", 2000) + "}\nint main(void) { evil(); return 0; }\n"
+	if err := os.WriteFile(src, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buildC(t, other, src)
 
 	ef, err := elf.Open(full)
 	if err != nil {
@@ -319,36 +332,67 @@ func TestDebugFile(t *testing.T) {
 		}
 	}
 	ef.Close()
-	debugDir := filepath.Join(dir, "debug")
-	debugFile := filepath.Join(debugDir, ".build-id", id[:2], id[2:]+".debug")
-	if err := os.MkdirAll(filepath.Dir(debugFile), 0o755); err != nil {
-		t.Fatal(err)
+	rel := filepath.Join("usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
+	place := func(t *testing.T, root, name string, from string) {
+		t.Helper()
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "objcopy", "--only-keep-debug", from, p)
 	}
-	run(t, "objcopy", "--only-keep-debug", full, debugFile)
+	link := func(t *testing.T, root, name, target string) {
+		t.Helper()
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The debug link names cprog.debug, with the CRC of that file.
+	linked := filepath.Join(dir, "cprog-linked")
+	run(t, "objcopy", "--only-keep-debug", full, filepath.Join(dir, "cprog.debug"))
+	run(t, "objcopy", "--add-gnu-debuglink="+filepath.Join(dir, "cprog.debug"), "--remove-section=.note.gnu.build-id", bin, linked)
 
 	for _, tc := range []struct {
-		dirs     []string
-		wantFn   string
-		wantFile string
+		name   string
+		bin    string
+		setup  func(t *testing.T, root string)
+		wantFn string
 	}{
-		{nil, "", ""},
-		{[]string{filepath.Join(dir, "nothing"), debugDir}, "slow", "cprog.c"},
+		{"none", bin, func(*testing.T, string) {}, ""},
+		{"build id", bin, func(t *testing.T, root string) { place(t, root, rel, full) }, "slow"},
+		{"build id, relative link inside the root", bin, func(t *testing.T, root string) {
+			place(t, root, "usr/lib/debug/usr/bin/cprog.debug", full)
+			link(t, root, rel, "../../usr/bin/cprog.debug")
+		}, "slow"},
+		{"build id, absolute link out of the root", bin, func(t *testing.T, root string) {
+			// Outside the root, at the path the link names; inside, that
+			// path does not exist.
+			outside := filepath.Join(dir, "outside.debug")
+			run(t, "objcopy", "--only-keep-debug", full, outside)
+			link(t, root, rel, outside)
+		}, ""},
+		{"build id of another binary", bin, func(t *testing.T, root string) { place(t, root, rel, other) }, ""},
+		{"debug link next to the binary", linked, func(t *testing.T, root string) {
+			place(t, root, filepath.Join(filepath.Dir(linked), ".debug", "cprog.debug"), full)
+		}, "slow"},
+		{"debug link, CRC of another file", linked, func(t *testing.T, root string) {
+			place(t, root, filepath.Join(filepath.Dir(linked), "cprog.debug"), other)
+		}, ""},
 	} {
-		f, err := os.Open(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := newModule(f, bin)
-		m.debugDirs = tc.dirs
-		if err := m.load(); err != nil {
-			t.Fatal(err)
-		}
-		r := m.lookup(slow + 4)[0]
-		fn, file, line := r.fn, r.file, r.line
-		if fn != tc.wantFn || filepath.Base(file) != tc.wantFile && tc.wantFile != "" || (tc.wantFile != "") != (line > 0) {
-			t.Errorf("debug dirs %v: %q %q:%d, want %q in %q", tc.dirs, fn, file, line, tc.wantFn, tc.wantFile)
-		}
-		m.close()
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			tc.setup(t, root)
+			s := New(Config{})
+			defer s.Close()
+			r := lookupFile(t, s, tc.bin, &debugPlace{root: root, path: tc.bin}, slow+4)
+			if r.fn != tc.wantFn || (tc.wantFn != "") != (filepath.Base(r.file) == "cprog.c" && r.line > 0) {
+				t.Errorf("%q %q:%d, want %q in cprog.c", r.fn, r.file, r.line, tc.wantFn)
+			}
+		})
 	}
 }
 
@@ -628,15 +672,12 @@ func TestReplaced(t *testing.T) {
 	if err := os.WriteFile(path, []byte("x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	f, err := userfile.OpenPath(context.Background(), path, userfile.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
+	st := f.Info
 	dev := uint64(unix.Major(st.Dev))<<32 | uint64(unix.Minor(st.Dev))
 	for _, tc := range []struct {
 		name string
@@ -647,7 +688,7 @@ func TestReplaced(t *testing.T) {
 		{"same device, other inode: replaced", mapRegion{dev: dev, inode: st.Ino + 1}, true},
 		{"other device (an overlay's layer): cannot tell", mapRegion{dev: dev + 1, inode: st.Ino + 1}, false},
 	} {
-		if got := replaced(f, tc.r); got != tc.want {
+		if got := replaced(f.Info, tc.r); got != tc.want {
 			t.Errorf("%s: replaced = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -56,21 +58,51 @@ func TestParseMaps(t *testing.T) {
 }
 
 func TestParsePerfMapLine(t *testing.T) {
+	type entry struct {
+		start, end uint64
+		name       string
+	}
 	for _, tc := range []struct {
 		line string
-		want perfEntry
+		want entry
 		ok   bool
 	}{
-		{"7f0000001000 40 jit_alpha", perfEntry{0x7f0000001000, 0x7f0000001040, "jit_alpha"}, true},
-		{"0x10 0x20 LazyCompile:*beta foo.js:12", perfEntry{0x10, 0x30, "LazyCompile:*beta foo.js:12"}, true},
-		{"10 0 empty", perfEntry{}, false},
-		{"zz 10 bad", perfEntry{}, false},
-		{"10", perfEntry{}, false},
+		{"7f0000001000 40 jit_alpha", entry{0x7f0000001000, 0x7f0000001040, "jit_alpha"}, true},
+		{"0x10 0x20 LazyCompile:*beta foo.js:12", entry{0x10, 0x30, "LazyCompile:*beta foo.js:12"}, true},
+		{"10 0 empty", entry{}, false},
+		{"zz 10 bad", entry{}, false},
+		{"10", entry{}, false},
+		{"ffffffffffffffff 2 wraps", entry{}, false},
 	} {
-		got, ok := parsePerfMapLine([]byte(tc.line))
-		if ok != tc.ok || got != tc.want {
+		e, name, ok := parsePerfMapLine([]byte(tc.line))
+		got := entry{e.start, e.end, string(name)}
+		if ok != tc.ok || ok && got != tc.want {
 			t.Errorf("parsePerfMapLine(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestParsePerfMapCaps reads a perf map cut at its size cap and past its
+// memory budget: the entries that fit are kept, the caps counted.
+func TestParsePerfMapCaps(t *testing.T) {
+	var total atomic.Int64
+	before := userfile.Counts()
+	pm := parsePerfMap([]byte("1000 10 a\n2000 10 b\n3000 10 partial_na"), true, newBudget(1<<20, &total, 1<<20))
+	if len(pm.entries) != 2 {
+		t.Errorf("%d entries from a cut map, want 2 (the cut line dropped)", len(pm.entries))
+	}
+	if _, name, ok := pm.lookup(0x2004); !ok || name != "b" {
+		t.Errorf("lookup(0x2004) = %q, %v", name, ok)
+	}
+	// Room for two entries and their names only.
+	pm = parsePerfMap([]byte("1000 10 a\n2000 10 b\n3000 10 c\n"), false, newBudget(2*(perfEntrySize+1), &total, 1<<20))
+	if len(pm.entries) != 2 {
+		t.Errorf("%d entries within a budget for 2", len(pm.entries))
+	}
+	pm.free()
+	after := userfile.Counts()
+	if after[userfile.ReasonPerfMapSize] <= before[userfile.ReasonPerfMapSize] || after[userfile.ReasonModuleMemory] <= before[userfile.ReasonModuleMemory] {
+		t.Errorf("caps not counted: before %v, after %v", before, after)
 	}
 }
 
@@ -135,5 +167,40 @@ func TestHint(t *testing.T) {
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 			t.Errorf("%s: Hint = %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestBudget: a file's budget within its cap and the symbolizer's total,
+// granting what fits and counting each cap once per file.
+func TestBudget(t *testing.T) {
+	var total atomic.Int64
+	a := newBudget(100, &total, 150)
+	if !a.take(60) || a.take(41) {
+		t.Fatal("take: 60 fits a 100 cap, 41 more does not")
+	}
+	if g := a.grant(60); g != 40 {
+		t.Errorf("grant(60) = %d, want the 40 left of the file's cap", g)
+	}
+	b := newBudget(100, &total, 150)
+	if g := b.grant(80); g != 50 {
+		t.Errorf("grant(80) = %d, want the 50 left of the total", g)
+	}
+	if g := b.grant(1); g != 0 {
+		t.Errorf("grant(1) with nothing left = %d", g)
+	}
+	if caps := a.caps(); len(caps) != 1 || caps[0] != userfile.ReasonModuleMemory {
+		t.Errorf("a's caps %v", caps)
+	}
+	if caps := b.caps(); len(caps) != 1 || caps[0] != userfile.ReasonMemory {
+		t.Errorf("b's caps %v", caps)
+	}
+	a.release()
+	b.give(20)
+	if total.Load() != 30 || b.bytes() != 30 {
+		t.Errorf("total %d, b %d; want 30, 30", total.Load(), b.bytes())
+	}
+	b.release()
+	if total.Load() != 0 {
+		t.Errorf("total %d after release", total.Load())
 	}
 }

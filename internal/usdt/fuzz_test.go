@@ -2,8 +2,12 @@ package usdt
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/binary"
+	"runtime"
 	"testing"
+
+	"github.com/spanwatch/spanwatch/internal/elfbuild"
 )
 
 // FuzzParseNotes feeds arbitrary section contents to the note parser: it
@@ -80,6 +84,36 @@ func FuzzParseArgs(f *testing.F) {
 			if a.Kind < ArgConst || a.Kind > ArgDeref {
 				t.Fatalf("%q: kind %d", s, a.Kind)
 			}
+		}
+	})
+}
+
+// FuzzParseSizes builds ELF files whose sizes the fuzzer chooses, as holes
+// of a sparse file: the probe note section (or one claiming any size), a
+// symbol table and a string table that an argument naming a symbol
+// (RIP-relative, "4@counter(%rip)") makes the parser search. Parsing one
+// must allocate within a bound set by the caps, not by the sizes.
+func FuzzParseSizes(f *testing.F) {
+	f.Add(uint32(0), uint32(256<<20), uint32(0))      // a 256 MiB symbol table to search
+	f.Add(uint32(0), uint32(24*4), uint32(1<<30))     // a 1 GiB string table
+	f.Add(uint32(32<<20), uint32(24*4), uint32(4096)) // a note section past its cap
+	f.Fuzz(func(t *testing.T, noteSize, symtab, strtab uint32) {
+		le := binary.LittleEndian
+		notes := note(le, "stapsdt", 3, sdtDesc(le, 8, 0x400100, 0, 0, "p", "n", "4@counter(%rip)"))
+		sym, str := elfbuild.Symbols(0x401000, "counter", "other")
+		file := elfbuild.Build(
+			elfbuild.Section{Name: ".note.stapsdt", Type: elf.SHT_NOTE, Data: notes, Size: uint64(noteSize)},
+			elfbuild.Section{Name: ".symtab", Type: elf.SHT_SYMTAB, Data: sym, Size: uint64(symtab), Link: 3, Entsize: 24},
+			elfbuild.Section{Name: ".strtab", Type: elf.SHT_STRTAB, Data: str, Size: uint64(strtab)},
+		)
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		Parse(file)
+		runtime.ReadMemStats(&b)
+		// The note section is read whole up to 16 MiB, a string table up
+		// to 64 MiB (grown by doubling), a symbol table a chunk at a time.
+		if n := b.TotalAlloc - a.TotalAlloc; n > 192<<20 {
+			t.Errorf("parsing allocated %d MiB (note %d, symtab %d, strtab %d)", n>>20, noteSize, symtab, strtab)
 		}
 	})
 }

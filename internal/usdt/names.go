@@ -2,13 +2,14 @@ package usdt
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -129,23 +130,17 @@ func (r *nameReader) read(tgid uint32, addr uint64) (string, error) {
 	if addr == 0 {
 		return "", errors.New("null pointer")
 	}
-	f, err := os.Open(filepath.Join(r.procRoot, strconv.Itoa(int(tgid)), "mem"))
+	// A name may point into a mapping of a FUSE file whose daemon never
+	// answers: the read is bounded (userfile.ReadProcAt).
+	buf, err := userfile.ReadProcAt(context.Background(), userfile.OnPID(r.procRoot, int(tgid)),
+		filepath.Join(r.procRoot, strconv.Itoa(int(tgid)), "mem"), int64(addr), snapshot.NameLen)
 	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	buf := make([]byte, snapshot.NameLen)
-	n, err := f.ReadAt(buf, int64(addr))
-	if n == 0 {
-		if err == nil {
-			err = errors.New("nothing read")
-		}
 		return "", fmt.Errorf("read pid %d memory at %#x: %w", tgid, addr, err)
 	}
-	buf = buf[:n]
+	n := len(buf)
 	if i := bytes.IndexByte(buf, 0); i >= 0 {
 		buf = buf[:i]
-	} else if n < len(buf) {
+	} else if n < snapshot.NameLen {
 		// The string runs into memory that cannot be read.
 		return "", fmt.Errorf("read pid %d memory at %#x: string not terminated within %d readable bytes", tgid, addr, n)
 	}

@@ -2,13 +2,17 @@ package usdt
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
+	"time"
+
+	"github.com/spanwatch/spanwatch/internal/elfread"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // Limits against malformed or hostile files. A real binary has at most a
@@ -83,6 +87,27 @@ type File struct {
 	// a process that runs the file (fs/binfmt_elf.c).
 	CodeStart, CodeLen uint64
 	Probes             []Probe
+
+	dev, ino uint64         // the file's identity, when opened by path
+	fd       *userfile.File // kept open by the tracer until it attached
+}
+
+// fdPath names the open file for the kernel (/proc/self/fd/N), so that a
+// uprobe attaches to the very file whose probes were read, whatever its
+// path names meanwhile; Path when the file is not open.
+func (f *File) fdPath() string {
+	if f.fd == nil {
+		return f.Path
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", f.fd.Fd())
+}
+
+// release closes the file the tracer kept open.
+func (f *File) release() {
+	if f.fd != nil {
+		f.fd.Close()
+		f.fd = nil
+	}
 }
 
 // Lookup returns every call site of provider:name.
@@ -96,19 +121,38 @@ func (f *File) Lookup(provider, name string) []Probe {
 	return out
 }
 
+// openTimeout bounds opening and parsing one file: a file on a file
+// system that stopped answering (a FUSE daemon) is given up on.
+const openTimeout = 5 * time.Second
+
 // Open reads the USDT probes of the ELF file at path. A file without probes
-// gives ErrNoProbes.
+// gives ErrNoProbes. A path through a process's root in procfs
+// (/proc/PID/root/...) is resolved inside that root, links included, as
+// the process sees it; the file must be a regular file, and opening and
+// parsing it are bounded in time (userfile).
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	f, err := open(context.Background(), path, "")
+	if err != nil {
+		return nil, err
+	}
+	f.release()
+	return f, nil
+}
+
+// open is Open keeping the file open (File.fd), on behalf of on.
+func open(ctx context.Context, path, on string) (*File, error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	fh, err := userfile.OpenRooted(ctx, path, userfile.Options{Symlinks: true, On: on})
 	if err != nil {
 		return nil, err // *PathError: "open PATH: ..."
 	}
-	defer fh.Close()
-	f, err := Parse(fh)
+	f, err := userfile.Do(ctx, fmt.Sprintf("device %d", fh.Info.Dev), func() (*File, error) { return Parse(fh) }, nil)
 	if err != nil {
+		fh.Close()
 		return nil, fmt.Errorf("read probes of %s: %w", path, err)
 	}
-	f.Path = path
+	f.Path, f.dev, f.ino, f.fd = path, fh.Info.Dev, fh.Info.Ino, fh
 	return f, nil
 }
 
@@ -120,11 +164,10 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 			f, err = nil, fmt.Errorf("malformed ELF file: %v", p)
 		}
 	}()
-	ef, err := elf.NewFile(r)
+	ef, err := elfread.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("parse ELF: %w", err)
 	}
-	defer ef.Close()
 	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
 		return nil, fmt.Errorf("ELF type %s: not an executable or shared library", ef.Type)
 	}
@@ -171,7 +214,7 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 	if b := ef.Section(".stapsdt.base"); b != nil {
 		base, haveBase = b.Addr, true
 	}
-	syms := &symbolTable{f: ef}
+	syms := &symbolTable{f: ef, names: map[string]uint64{}}
 
 	for _, n := range notes {
 		p := Probe{
@@ -371,39 +414,62 @@ func fileOffset(ef *elf.File, vaddr uint64, exec bool) (uint64, error) {
 }
 
 // symbolTable resolves symbols for RIP-relative arguments ("4@counter(%rip)"),
-// loading the ELF symbol tables only when an argument needs one.
+// searching the ELF symbol tables for each name an argument needs (a few
+// per file), a chunk at a time and within a cap, and remembering the
+// answers.
 type symbolTable struct {
-	f      *elf.File
-	loaded bool
-	syms   map[string]uint64
+	f       *elf.File
+	strtabs map[*elf.Section][]byte
+	names   map[string]uint64
 }
 
+// maxSymbolBytes bounds what is read of one symbol or string table.
+const maxSymbolBytes = 64 << 20
+
 func (t *symbolTable) lookup(name string) (uint64, bool) {
-	if !t.loaded {
-		t.loaded = true
-		t.syms = map[string]uint64{}
-		for _, get := range []func() ([]elf.Symbol, error){t.f.Symbols, t.f.DynamicSymbols} {
-			syms, err := get()
-			if err != nil {
-				continue
+	if v, ok := t.names[name]; ok {
+		return v, v != ambiguous && v != missing
+	}
+	v := missing
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		table := elfread.Table(t.f, typ)
+		strs := elfread.StringTable(t.f, table)
+		if table == nil || strs == nil {
+			continue
+		}
+		if t.strtabs == nil {
+			t.strtabs = map[*elf.Section][]byte{}
+		}
+		strtab, ok := t.strtabs[strs]
+		if !ok {
+			strtab, _, _ = elfread.ReadSection(strs, maxSymbolBytes, nil, nil)
+			t.strtabs[strs] = strtab
+		}
+		elfread.Symbols(t.f, table, maxSymbolBytes, func(s elfread.Symbol) bool {
+			if s.Section == elf.SHN_UNDEF || !elfread.NameIs(strtab, s.Name, name) {
+				return true
 			}
-			for _, s := range syms {
-				if s.Section == elf.SHN_UNDEF || s.Name == "" {
-					continue
-				}
-				// Static symbols of different files may share a name: an
-				// argument naming one of those cannot be resolved.
-				if v, dup := t.syms[s.Name]; dup && v != s.Value {
-					t.syms[s.Name] = ambiguous
-					continue
-				}
-				t.syms[s.Name] = s.Value
+			// Static symbols of different files may share a name: an
+			// argument naming one of those cannot be resolved.
+			if v != missing && v != s.Value {
+				v = ambiguous
+				return false
 			}
+			v = s.Value
+			return true
+		})
+		if v == ambiguous {
+			break
 		}
 	}
-	v, ok := t.syms[name]
-	return v, ok && v != ambiguous
+	if len(t.names) < 1<<12 {
+		t.names[name] = v
+	}
+	return v, v != ambiguous && v != missing
 }
+
+// missing marks a symbol name not found.
+const missing = ^uint64(0) - 1
 
 // ambiguous marks a symbol name defined more than once with different values.
 const ambiguous = ^uint64(0)
@@ -411,12 +477,11 @@ const ambiguous = ^uint64(0)
 // isExecutable tells a program from a shared library: ET_EXEC, or ET_DYN
 // with DF_1_PIE, or, where the linker did not mark it, ET_DYN with an
 // interpreter and no soname (glibc's libc.so.6 has an interpreter, and a
-// soname).
+// soname). Only the dynamic section is read, within maxDynamicBytes (a
+// real one is a few hundred bytes): debug/elf's DynValue and DynString
+// would read it and the string table whole, at the sizes a file claims.
 func isExecutable(ef *elf.File) bool {
 	if ef.Type == elf.ET_EXEC {
-		return true
-	}
-	if v, err := ef.DynValue(elf.DT_FLAGS_1); err == nil && len(v) > 0 && v[0]&uint64(elf.DF_1_PIE) != 0 {
 		return true
 	}
 	interp := false
@@ -425,6 +490,39 @@ func isExecutable(ef *elf.File) bool {
 			interp = true
 		}
 	}
-	soname, _ := ef.DynString(elf.DT_SONAME)
-	return interp && len(soname) == 0
+	dyn := ef.SectionByType(elf.SHT_DYNAMIC)
+	if dyn == nil {
+		return interp
+	}
+	b, _, err := elfread.ReadSection(dyn, maxDynamicBytes, nil, nil)
+	if err != nil {
+		return interp
+	}
+	entry := 16 // Elf64_Dyn: d_tag, d_val
+	if ef.Class == elf.ELFCLASS32 {
+		entry = 8
+	}
+	soname := false
+	for ; len(b) >= entry; b = b[entry:] {
+		var tag, val uint64
+		if entry == 16 {
+			tag, val = ef.ByteOrder.Uint64(b), ef.ByteOrder.Uint64(b[8:])
+		} else {
+			tag, val = uint64(ef.ByteOrder.Uint32(b)), uint64(ef.ByteOrder.Uint32(b[4:]))
+		}
+		switch elf.DynTag(tag) {
+		case elf.DT_NULL:
+			return interp && !soname
+		case elf.DT_FLAGS_1:
+			if val&uint64(elf.DF_1_PIE) != 0 {
+				return true
+			}
+		case elf.DT_SONAME:
+			soname = true
+		}
+	}
+	return interp && !soname
 }
+
+// maxDynamicBytes bounds what is read of a dynamic section.
+const maxDynamicBytes = 64 << 10

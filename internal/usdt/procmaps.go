@@ -2,11 +2,14 @@ package usdt
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // A Mapping is one file-backed line of /proc/PID/maps.
@@ -22,16 +25,20 @@ type Mapping struct {
 // maxMapsLines bounds the lines read from one /proc/PID/maps.
 const maxMapsLines = 1 << 20
 
+// maxMapsBytes bounds what is read of one /proc/PID/maps.
+const maxMapsBytes = 64 << 20
+
 // ReadMaps reads the file-backed mappings of process pid from
-// procRoot/PID/maps (procRoot is normally "/proc").
+// procRoot/PID/maps (procRoot is normally "/proc"). The read is bounded in
+// time (userfile.ReadProc): it waits for the process's mmap lock, which a
+// process stuck in a page fault on a FUSE file may hold indefinitely.
 func ReadMaps(procRoot string, pid int) ([]Mapping, error) {
-	fh, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "maps"))
+	b, err := userfile.ReadProc(context.Background(), userfile.OnPID(procRoot, pid), filepath.Join(procRoot, strconv.Itoa(pid), "maps"), maxMapsBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read mappings of pid %d: %w", pid, err)
 	}
-	defer fh.Close()
 	var out []Mapping
-	sc := bufio.NewScanner(fh)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for n := 0; sc.Scan(); n++ {
 		if n >= maxMapsLines {
@@ -94,13 +101,11 @@ func ProcessFiles(procRoot string, pid int) ([]string, error) {
 	return out, nil
 }
 
-// runtimeAddress returns where file offset off of the file at path is mapped
-// in process pid, matching the file by device and inode.
-func runtimeAddress(procRoot string, pid int, path string, off uint64) (uint64, error) {
-	st, err := statDevIno(path)
-	if err != nil {
-		return 0, err
-	}
+// runtimeAddress returns where file offset off of file f is mapped in
+// process pid, matching the file by device and inode.
+func runtimeAddress(procRoot string, pid int, f *File, off uint64) (uint64, error) {
+	st := devIno{dev: f.dev, ino: f.ino}
+	path := f.Path
 	maps, err := ReadMaps(procRoot, pid)
 	if err != nil {
 		return 0, err

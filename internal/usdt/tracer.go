@@ -21,6 +21,7 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -504,10 +505,17 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		}
 		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
 	}
-	files, err := t.candidateFiles(s)
+	files, err := t.candidateFiles(ctx, s)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Describe(), err)
 	}
+	// The files stay open until their sites are attached: the uprobes
+	// take them by descriptor.
+	defer func() {
+		for _, f := range files {
+			f.release()
+		}
+	}()
 	var lastSites []Probe
 	for _, w := range wants {
 		for _, f := range files {
@@ -689,9 +697,12 @@ func checkArgs(p Probe, idx []int) error {
 	return nil
 }
 
-// candidateFiles opens the files whose probes a source uses.
-func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
+// candidateFiles opens the files whose probes a source uses, and keeps
+// them open (File.release closes them). Files of a process are opened
+// inside its root, as it sees them (userfile).
+func (t *Tracer) candidateFiles(ctx context.Context, s SpanSource) ([]*File, error) {
 	var paths []string
+	on := ""
 	switch {
 	case s.PID != 0 && s.Binary != "":
 		paths = []string{filepath.Join(t.cfg.ProcRoot, strconv.Itoa(s.PID), "root", s.Binary)}
@@ -705,26 +716,32 @@ func (t *Tracer) candidateFiles(s SpanSource) ([]*File, error) {
 	default:
 		paths = []string{s.Binary}
 	}
+	if s.PID != 0 {
+		on = userfile.OnPID(t.cfg.ProcRoot, s.PID)
+	}
 	var files []*File
 	seen := map[devIno]bool{}
 	for i, p := range paths {
-		// The executable is among a process's mapped files too: attach
-		// to each file once, or every probe would fire twice.
-		if id, err := statDevIno(p); err == nil {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-		}
-		f, err := Open(p)
+		f, err := open(ctx, p, on)
 		if err != nil {
 			if s.PID != 0 && s.Binary == "" && i > 0 {
 				continue // a mapped file without probes, or not ELF
+			}
+			for _, f := range files {
+				f.release()
 			}
 			if errors.Is(err, ErrNoProbes) {
 				return nil, fmt.Errorf("%s has no USDT probes (spanwatch probes %s lists them)", p, p)
 			}
 			return nil, err
+		}
+		// The executable is among a process's mapped files too: attach
+		// to each file once, or every probe would fire twice.
+		if id := (devIno{f.dev, f.ino}); seen[id] {
+			f.release()
+			continue
+		} else {
+			seen[id] = true
 		}
 		files = append(files, f)
 	}
@@ -783,7 +800,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 		var key bpf.UsdtUsdtIpKey
 		switch {
 		case pid != 0:
-			addr, err := runtimeAddress(t.cfg.ProcRoot, pid, f.Path, p.Offset)
+			addr, err := runtimeAddress(t.cfg.ProcRoot, pid, f, p.Offset)
 			if err != nil {
 				return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
 			}
@@ -809,7 +826,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 			}
 		}()
 	}
-	ex, err := link.OpenExecutable(f.Path)
+	ex, err := link.OpenExecutable(f.fdPath())
 	if err != nil {
 		return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
 	}

@@ -1,0 +1,10 @@
+# concat of shared parts (one builtin call): unbounded, allocates 1 to a few GB.
+package spanwatch
+
+alerts contains {"labels": {"alertname": "Hostile"}} if {
+	some s in input.series
+	kb := concat("", [s.span | some _ in numbers.range(1, 10)])
+	mb := concat("", [kb | some _ in numbers.range(1, 1000)])
+	gb := concat("", [mb | some _ in numbers.range(1, 1000)])
+	count(gb) > 0
+}

@@ -1,0 +1,9 @@
+# array.flatten of a shared array (one builtin call): unbounded, allocates 1 to a few GB.
+package spanwatch
+
+alerts contains {"labels": {"alertname": "Hostile"}} if {
+	some s in input.series
+	a := [s.span | some _ in numbers.range(1, 100000)]
+	b := [a | some _ in numbers.range(1, 1000)]
+	count(array.flatten(b)) > 0
+}
