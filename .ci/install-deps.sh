@@ -5,8 +5,11 @@
 # tests against programs we did not write), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
-# (capability tests), zsh (the completion script's test) and Chromium (the
-# flame graph seen in a browser). Idempotent: installs only what is
+# (capability tests), zsh (the completion script's test), Chromium (the
+# flame graph seen in a browser), runc (the container image run as the
+# DaemonSet runs it) and qemu-user (the arm64 release binary run on an
+# amd64 host); then the Go programs the deployment tests run (helm,
+# kubectl-validate: deploy/tools.sh). Idempotent: installs only what is
 # missing, and runs apt-get update at most once.
 set -euo pipefail
 
@@ -16,7 +19,7 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
-	chromium
+	chromium runc qemu-user
 )
 
 missing=()
@@ -38,3 +41,6 @@ if ! command -v go >/dev/null; then
 	echo "install-deps: Go is not on PATH (expected /usr/local/go/bin/go)" >&2
 	exit 1
 fi
+# helm and kubectl-validate, built from their Go modules into a cache
+# (about 5 minutes the first time, nothing after).
+"$(dirname "$0")/../deploy/tools.sh" install
