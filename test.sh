@@ -23,18 +23,31 @@ done
 
 step() { printf '\n=== %s\n' "$*"; }
 
-# Tests never change the machine they run on. The device nodes they use are
-# recorded now and checked when the script ends, however it ends: a test run
-# as root once replaced /dev/null with a regular file (zsh's compinit writing
-# its dump over it), which broke every later non-root write to it.
+# Tests never change the machine they run on. What they could change is
+# recorded now and checked when the script ends, however it ends: the
+# device nodes they use (a test run as root once replaced /dev/null with a
+# regular file: zsh's compinit writing its dump over it), the sysctls BPF
+# tests touch (statistics are switched on with BPF_ENABLE_STATS, an fd the
+# kernel closes, never with the sysctl), and the host's mounts of the
+# kinds the agent makes (tracefs: the collector mounts it where it is
+# missing, which is why the tests run in a mount namespace of their own,
+# below).
 devices=(/dev/null /dev/zero /dev/full /dev/random /dev/urandom)
-devstate() { stat -c '%n %F %t:%T %a' "${devices[@]}" 2>&1; }
-devices_before=$(devstate)
+sysctls=(kernel.bpf_stats_enabled kernel.perf_event_paranoid kernel.unprivileged_bpf_disabled kernel.kptr_restrict kernel.perf_event_max_stack)
+machine_state() {
+	stat -c '%n %F %t:%T %a' "${devices[@]}" 2>&1
+	for s in "${sysctls[@]}"; do
+		echo "$s = $(cat "/proc/sys/${s//.//}" 2>/dev/null)"
+	done
+	# The host's mount namespace (init's), whatever namespace this runs in.
+	awk '{ for (i = 7; $i != "-"; i++); if ($(i+1) ~ /^(tracefs|debugfs|bpf|tmpfs)$/) print "mount", $5, $(i+1) }' /proc/1/mountinfo 2>/dev/null | sort
+}
+devices_before=$(machine_state)
 check_devices() {
 	local rc=$? now
-	now=$(devstate)
+	now=$(machine_state)
 	if [[ $now != "$devices_before" ]]; then
-		echo "test.sh: device nodes changed during the run (a test changed the machine):" >&2
+		echo "test.sh: the machine changed during the run (a test changed it; or, for a mount or sysctl, something else on the machine did):" >&2
 		diff <(echo "$devices_before") <(echo "$now") >&2 || true
 		exit 1
 	fi
@@ -45,6 +58,14 @@ trap check_devices EXIT
 if [[ $(id -u) -eq 0 ]]; then
 	step "install dependencies"
 	.ci/install-deps.sh
+fi
+
+# As root the tests, and the demo, run in a mount namespace of their own
+# (mounts private): what the agent mounts there (tracefs) goes away with
+# them instead of staying on the machine.
+private=()
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null; then
+	private=(unshare --mount --propagation private)
 fi
 
 step "no build artefacts tracked in git (.ci/tracked-artefacts.sh)"
@@ -72,7 +93,7 @@ else
 fi
 
 step "go test ./... (real BPF on this kernel as root)"
-if ! go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/spanwatch-gotest.log; then
+if ! "${private[@]}" go test -count=1 -timeout 20m ./... 2>&1 | tee /tmp/spanwatch-gotest.log; then
 	echo "go test failed (log: /tmp/spanwatch-gotest.log)" >&2
 	exit 1
 fi
@@ -86,14 +107,14 @@ step "go test -race -short ./... (real BPF on this kernel as root)"
 # binaries for amd64 and arm64 and its OCI image, run under runc. The
 # Helm chart's tests (helm lint and template, kubectl-validate: built by
 # deploy/tools.sh) run in both.
-if ! go test -race -short -count=1 -timeout 30m ./... 2>&1 | tee /tmp/spanwatch-race.log; then
+if ! "${private[@]}" go test -race -short -count=1 -timeout 30m ./... 2>&1 | tee /tmp/spanwatch-race.log; then
 	echo "go test -race failed (log: /tmp/spanwatch-race.log)" >&2
 	exit 1
 fi
 
 step "spanwatch demo (built-in config and workload)"
 if [[ $(id -u) -eq 0 ]]; then
-	go run ./cmd/spanwatch demo --duration 3s > /tmp/spanwatch-demo.log 2>&1 || { cat /tmp/spanwatch-demo.log; exit 1; }
+	"${private[@]}" go run ./cmd/spanwatch demo --duration 3s > /tmp/spanwatch-demo.log 2>&1 || { cat /tmp/spanwatch-demo.log; exit 1; }
 	tail -n 2 /tmp/spanwatch-demo.log
 else
 	echo "skipped: the demo loads BPF and needs root"

@@ -4,7 +4,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +20,8 @@ import (
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/policy"
@@ -35,8 +37,13 @@ const DefaultShutdownTimeout = 10 * time.Second
 type Options struct {
 	Logger *slog.Logger
 	// Output receives each snapshot as one JSON line (snapshot/schema.json),
-	// when set. It is synced at shutdown when it is a file.
+	// when set, or as parts of at most OutputMaxLine bytes each when it is
+	// longer (snapshot.LineWriter). It is synced at shutdown when it is a
+	// file.
 	Output io.Writer
+	// OutputMaxLine bounds the lines of Output (snapshot.DefaultMaxLine
+	// when 0).
+	OutputMaxLine int
 	// ListenAddr serves /metrics, /snapshot, /api/alerts, /api/status and
 	// /api/dead-letters, when set. New fails when it cannot bind it.
 	ListenAddr string
@@ -58,6 +65,9 @@ type Options struct {
 	// ShutdownTimeout bounds the work done after ctx ends (default
 	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// MaxHeldAlerts bounds the alerts held in memory while the outbox
+	// cannot be written (notify.Options.MaxHeld; 0: notify.DefaultMaxHeld).
+	MaxHeldAlerts int
 }
 
 // An Agent collects spans, evaluates the rules every interval and delivers
@@ -73,6 +83,11 @@ type Agent struct {
 	notifier   alert.Notifier     // where alerts go, nil for nowhere
 	exporter   *metrics.Exporter  // nil without a listener
 	listener   *listener          // nil without a listener
+
+	plan  memory.Plan // how the memory budget is divided (cfg.Memory at start)
+	meter *memory.Meter
+	maps  memory.ProcessMapBytes
+	gov   *memory.Governor
 
 	mu       sync.Mutex
 	cfg      *Config         // what runs
@@ -106,6 +121,11 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 			a.Close()
 		}
 	}()
+	// The meter reads the binary's resident size now, before the BPF
+	// maps are mapped into the process.
+	a.plan = cfg.Memory
+	a.meter = memory.NewMeter(a.plan.Budget.Cgroup, a.maps.Read)
+	a.gov = memory.NewGovernor(memory.GovernorConfig{Logger: a.log, Budget: a.plan.Budget.Bytes, Apply: a.shed})
 	if opts.ListenAddr != "" {
 		mcfg := cfg.Metrics
 		mcfg.Logger = a.log
@@ -137,10 +157,23 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 
 	a.notifier = opts.Notifier
 	if a.notifier == nil && a.cfg.Notify != nil {
-		if a.dispatcher, err = notify.New(a.cfg.Notify, notify.Options{Logger: a.log}); err != nil {
+		if a.dispatcher, err = notify.New(a.cfg.Notify, notify.Options{Logger: a.log, MaxHeld: opts.MaxHeldAlerts}); err != nil {
 			return nil, fmt.Errorf("start notifier: %w", err)
 		}
 		a.notifier = a.dispatcher
+		// The alert state lives in the outbox beside the alerts in
+		// delivery: a restart resumes both.
+		a.det.SetStore(a.dispatcher)
+		rs, err := a.det.Restore(time.Now())
+		switch {
+		case err != nil:
+			a.log.Error("alert_state_not_restored", "err", err, "effect", "alerts that were firing fire again as new episodes")
+		case rs.Skipped != "":
+			a.log.Info("alert_state_not_restored", "reason", rs.Skipped)
+		default:
+			a.log.Info("alert_state_restored", "firing", rs.Firing, "pending", rs.Pending, "series", rs.Series,
+				"windows", rs.Windows, "baselines", rs.Baselines, "saved_ago", time.Since(rs.Saved).Round(time.Millisecond))
+		}
 	}
 	if opts.ListenAddr != "" {
 		if a.listener, err = listen(a, opts.ListenAddr, a.cfg.Listener); err != nil {
@@ -178,7 +211,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.listener != nil {
 		a.listener.serve()
 	}
-	ccfg := collectorConfig(cfg.Collector, a.log)
+	a.applyPlan()
+	ccfg := collectorConfig(cfg.Collector, a.plan, a.log)
 	ccfg.OnOverrun = func(ov snapshot.Overrun) {
 		al, err := a.det.Overrun(work, ov)
 		if err != nil {
@@ -224,8 +258,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	stopReload := a.watchConfig(ctx)
 	defer stopReload()
+	govCtx, stopGov := context.WithCancel(ctx)
+	defer stopGov()
+	go a.gov.Run(govCtx, time.Second, a.meter.Read)
 
-	out := newOutput(a.opts.Output)
+	out := newOutput(a.opts.Output, a.opts.OutputMaxLine)
 	interval := cfg.Collector.Interval
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -247,6 +284,41 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// applyPlan sets what the memory plan sizes before the collector loads:
+// Go's soft limit and the range history's bound, and logs the plan.
+func (a *Agent) applyPlan() {
+	p := a.plan
+	if p.GoLimit == 0 {
+		return // a configuration not made by Parse: no plan
+	}
+	debug.SetMemoryLimit(int64(p.GoLimit))
+	a.det.SetHistoryBytes(int64(p.HistoryBytes))
+	a.log.Info("memory_budget", "budget", memory.FormatBytes(p.Budget.Bytes), "from", p.Budget.Detail,
+		"max_series", p.MaxSeries, "histogram_cells", p.HistogramCells, "bpf_maps", memory.FormatBytes(p.KernelBytes),
+		"go_limit", memory.FormatBytes(p.GoLimit), "range_history", memory.FormatBytes(p.HistoryBytes))
+}
+
+// shed applies a level of the memory budget's shedding (internal/memory
+// gives the order): each part sheds its detail at its level and takes it
+// back below.
+func (a *Agent) shed(l memory.Level) {
+	a.mu.Lock()
+	col := a.col
+	a.mu.Unlock()
+	if col != nil {
+		col.SetStackDetail(l < memory.StackDetail)
+	}
+	a.det.SetHistoryTrim(l >= memory.UnusedHistory)
+	if a.exporter != nil {
+		a.exporter.SetDropAbsent(l >= memory.StaleExports)
+	}
+	hist := a.plan.HistoryBytes
+	if l >= memory.HistoryDepth {
+		hist /= 4
+	}
+	a.det.SetHistoryBytes(int64(hist))
 }
 
 // watchConfig reloads the configuration when its files change and on
@@ -291,6 +363,7 @@ func (a *Agent) cycle(ctx context.Context, col *collector.Collector, out *output
 		a.log.Error("snapshot_failed", "error", err)
 		return nil, nil
 	}
+	crashpoint.Hit("snapshot")
 	start := time.Now()
 	changed, err := a.det.Evaluate(ctx, snap)
 	if err != nil {
@@ -394,27 +467,27 @@ func (a *Agent) Addr() net.Addr {
 	return a.listener.ln.Addr()
 }
 
-// output writes snapshots as JSON lines.
+// output writes snapshots as JSON lines, each snapshot split into parts
+// of bounded lines when it is longer: what it holds is one line, whatever
+// the number of series.
 type output struct {
-	w   io.Writer
-	enc *json.Encoder
+	w  io.Writer
+	lw *snapshot.LineWriter
 }
 
-func newOutput(w io.Writer) *output {
+func newOutput(w io.Writer, maxLine int) *output {
 	if w == nil {
 		return &output{}
 	}
-	return &output{w: w, enc: json.NewEncoder(w)}
+	return &output{w: w, lw: snapshot.NewLineWriter(w, maxLine)}
 }
 
 func (o *output) write(s *snapshot.Snapshot) error {
-	if o.enc == nil {
+	if o.lw == nil {
 		return nil
 	}
-	if err := o.enc.Encode(s); err != nil {
-		return fmt.Errorf("write snapshot: %w", err)
-	}
-	return nil
+	_, err := o.lw.Write(s)
+	return err
 }
 
 // sync flushes a file's writes to its disk (an *os.File, or a rotated

@@ -3,26 +3,30 @@
 package agent
 
 import (
+	"cmp"
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/internal/memory"
 )
 
 // collectorConfig turns the collector: settings into the collector's
-// configuration.
-func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
+// configuration, with the sizes the memory plan gives where the settings
+// leave them out (the plan holds the settings when they are given).
+func collectorConfig(s CollectorSettings, p memory.Plan, log *slog.Logger) collector.Config {
 	cfg := collector.Config{
-		Logger:         log,
-		ForceKprobe:    s.ForceKprobe,
-		NoUprobeMulti:  s.NoUprobeMulti,
-		MaxSeries:      s.MaxSeries,
-		HistogramCells: s.HistogramCells,
-		SeriesQuota:    s.SeriesQuota,
-		RingbufBytes:   s.RingbufBytes,
-		OverrunQueue:   s.OverrunQueue,
-		MarkerBinaries: s.Binaries,
-		ScanInterval:   s.ScanInterval,
+		Logger:                 log,
+		ForceKprobe:            s.ForceKprobe,
+		NoUprobeMulti:          s.NoUprobeMulti,
+		MaxSeries:              cmp.Or(s.MaxSeries, p.MaxSeries),
+		HistogramCells:         cmp.Or(s.HistogramCells, p.HistogramCells),
+		SeriesQuota:            s.SeriesQuota,
+		RingbufBytes:           s.RingbufBytes,
+		OverrunQueue:           cmp.Or(s.OverrunQueue, p.OverrunQueue),
+		MaxOverrunsPerSnapshot: p.MaxOverrunsPerSnapshot,
+		SymbolMemory:           int64(p.SymbolCacheBytes),
+		MarkerBinaries:         s.Binaries,
+		ScanInterval:           s.ScanInterval,
 	}
 	for _, src := range s.Sources {
 		switch src {
@@ -33,18 +37,4 @@ func collectorConfig(s CollectorSettings, log *slog.Logger) collector.Config {
 		}
 	}
 	return cfg
-}
-
-// applyBudgets pushes the configuration's budgets into the kernel, in
-// file order (exact names win over globs; among globs the first wins).
-func applyBudgets(col *collector.Collector, rules *policy.Config) error {
-	return col.SetBudgets(budgetRules(rules))
-}
-
-func budgetRules(rules *policy.Config) []collector.BudgetRule {
-	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
-	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
-	}
-	return out
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
@@ -48,6 +50,10 @@ type Config struct {
 	// command line, else the file's external_url:); empty when neither
 	// sets it. Alerts link to it in their generatorURL.
 	ExternalURL string
+	// Memory is how the memory budget is divided (internal/memory): the
+	// series capacity the collector gets when the file and the command
+	// line do not set it, the range history's bound, Go's soft limit.
+	Memory memory.Plan
 	// Listener is the listener: section, with --web.config.file: TLS and
 	// authentication, and the listener's limits (a restart applies
 	// changes).
@@ -74,6 +80,9 @@ type LoadOptions struct {
 	// come from a file of their own (the demo's built-in one).
 	Dir string
 	FS  fs.FS
+	// MemoryEnv is where the memory budget's cgroup limit is read (the
+	// zero value: this system's /proc/self).
+	MemoryEnv memory.Env
 }
 
 // Load reads and validates a configuration file the way the agent runs it,
@@ -83,6 +92,8 @@ type LoadOptions struct {
 // and every credentials file they name), external_url, and the command
 // line's values. Every problem is reported at once, as an ErrorList with
 // file:line:col positions. spanwatch check and spanwatch run both call it.
+// A file without any section (empty, or only comments) is refused: write
+// rules: [] to run with no rules.
 func Load(path string, opts LoadOptions) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -92,6 +103,13 @@ func Load(path string, opts LoadOptions) (*Config, error) {
 	data, err := io.ReadAll(io.LimitReader(f, policy.MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("load configuration: %w", err)
+	}
+	if noSections(data) {
+		// On purpose: an editor or a deploy that truncates the file and
+		// writes it again gives a reload an empty file now and then. Taken
+		// as it is, it would drop every rule, budget and webhook, and end
+		// every alert without a word.
+		return nil, ErrorList{{File: path, Line: 1, Col: 1, Msg: "the file has no sections: spanwatch does not run an empty configuration file (one caught half-written would silence every alert); to run without rules, say so: rules: []"}}
 	}
 	cfg, err := Parse(path, data, opts)
 	if cfg != nil {
@@ -108,6 +126,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	rules, err := policy.Parse(name, data, policy.Options{Dir: opts.Dir, FS: opts.FS})
 	var sec sections
 	if err == nil {
+		checkBudgets(ec, rules)
 		sec = sections{webhooks: &rules.Webhooks, routing: &rules.Routing, sources: &rules.Sources, collector: &rules.Collector, externalURL: &rules.ExternalURL, metrics: &rules.Metrics, listener: &rules.Listener}
 	} else {
 		ec.add(err)
@@ -120,6 +139,9 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 	file := decodeCollector(ec, sec.collector)
 	checkFlags(ec, opts.Collector, opts.Flags)
 	cfg.Collector = merge(opts.Collector, opts.Flags, file)
+	if len(ec.errs) == 0 {
+		planMemory(ec, cfg, file, opts)
+	}
 
 	if sec.metrics != nil {
 		mcfg, err := metrics.ParseConfig(name, deref(sec.metrics))
@@ -140,6 +162,7 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 		tps, err := tpsource.ParseSources(name, sec.sources)
 		ec.add(err)
 		cfg.Tracepoints = tps
+		checkSourceLimits(ec, srcs, tps)
 	}
 
 	if sec.webhooks != nil && sec.webhooks.Kind != 0 {
@@ -179,6 +202,27 @@ func Parse(name string, data []byte, opts LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// noSections reports whether data is a YAML document without any
+// top-level key: empty, only comments, null, or {}. A file that does not
+// parse is policy's to report.
+func noSections(data []byte) bool {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		return errors.Is(err, io.EOF)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return doc.Kind == 0
+	}
+	top := deref(doc.Content[0])
+	switch {
+	case top.Kind == yaml.ScalarNode && top.Tag == "!!null":
+		return true
+	case top.Kind == yaml.MappingNode:
+		return len(top.Content) == 0
+	}
+	return false
 }
 
 // checkExternalURL accepts an absolute http or https URL, with a path when
@@ -263,8 +307,8 @@ func (c RestartChange) String() string {
 
 // restartChanges lists what differs between the running configuration
 // and next that a reload cannot apply: the collector: settings other than
-// interval, the USDT sources, the outbox's path, and webhooks where none
-// ran (no dispatcher was started).
+// interval, the USDT sources, the outbox's path, webhooks where none
+// ran (no dispatcher was started), and no webhooks where some ran.
 func restartChanges(running, next *Config) []RestartChange {
 	var out []RestartChange
 	a, b := running.Collector, next.Collector
@@ -283,6 +327,7 @@ func restartChanges(running, next *Config) []RestartChange {
 	field("force_kprobe", a.ForceKprobe, b.ForceKprobe)
 	field("no_uprobe_multi", a.NoUprobeMulti, b.NoUprobeMulti)
 	field("scan_interval", a.ScanInterval, b.ScanInterval)
+	field("memory_budget", a.MemoryBudget, b.MemoryBudget)
 	for _, m := range []struct {
 		key  string
 		x, y any
@@ -315,6 +360,12 @@ func restartChanges(running, next *Config) []RestartChange {
 	switch {
 	case running.Notify == nil && next.Notify != nil:
 		out = append(out, RestartChange{Key: "webhooks", Old: "none", New: fmt.Sprintf("%d webhooks", len(next.Notify.Webhooks))})
+	case running.Notify != nil && next.Notify == nil:
+		// The section is gone: the running webhooks keep delivering (the
+		// alerts they hold, and the resolved notifications of those that
+		// fire now) until a restart. A file truncated by an editor does
+		// not silence every alert.
+		out = append(out, RestartChange{Key: "webhooks", Old: fmt.Sprintf("%d webhooks", len(running.Notify.Webhooks)), New: "none"})
 	case running.Notify != nil && next.Notify != nil && running.Notify.Routing.Outbox.Path != next.Notify.Routing.Outbox.Path:
 		out = append(out, RestartChange{Key: "routing.outbox.path", Old: running.Notify.Routing.Outbox.Path, New: next.Notify.Routing.Outbox.Path})
 	}
@@ -335,14 +386,15 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Tracepoints = running.Tracepoints
 	out.Metrics = running.Metrics
 	out.Listener = running.Listener
-	if next.Notify != nil {
-		if running.Notify == nil {
-			out.Notify = nil
-		} else {
-			n := *next.Notify
-			n.Routing.Outbox.Path = running.Notify.Routing.Outbox.Path
-			out.Notify = &n
-		}
+	switch {
+	case running.Notify == nil:
+		out.Notify = nil
+	case next.Notify == nil:
+		out.Notify = running.Notify
+	default:
+		n := *next.Notify
+		n.Routing.Outbox.Path = running.Notify.Routing.Outbox.Path
+		out.Notify = &n
 	}
 	return &out
 }

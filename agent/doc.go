@@ -12,16 +12,44 @@
 // refuses a program, a binary with no marker).
 //
 // The configuration is reloaded when its files change (polled every
-// second, independently of the snapshot interval) and on SIGHUP. A file
-// that does not load keeps the whole running configuration; the failure
-// is logged and counted. A file that loads applies live: rules, policies,
-// budgets, webhooks and routing, external_url and collector.interval (the
-// ticker is reset). Settings that shape the BPF objects or what is
-// attached (the other collector: keys, the USDT sources, the outbox's
-// path, webhooks where none ran) keep their running values: each is logged
-// as an error saying a restart applies it, counted in
-// spanwatch_config_restart_pending and listed by GET /api/status, while
-// the rest of the file applies.
+// second, independently of the snapshot interval) and on SIGHUP. A reload
+// is a transaction: every section the agent applies live (rules,
+// policies, budgets, webhooks and routing, external_url,
+// collector.interval) is prepared first (the budgets are written into the
+// kernel's set of budgets not in force, the webhooks are built), then all
+// are committed, or none: the kernel switches budget sets with one store,
+// so spans are judged by the old budgets or the new, never a mix. A file
+// that does not load, or a section that does not prepare (budgets the
+// kernel cannot hold), keeps the whole running configuration; the failure
+// is logged and counted (spanwatch_rule_reload_failures_total,
+// spanwatch_config_last_reload_successful, GET /api/status). A file
+// without any section (empty, or only comments: a file caught
+// half-written) is refused, by check and run alike; write rules: [] to run
+// without rules. Settings that shape the BPF objects or what is attached
+// (the other collector: keys, the sources, the outbox's path, webhooks
+// where none ran, and no webhooks where some ran) keep their running
+// values: each is logged as an error saying a restart applies it, counted
+// in spanwatch_config_restart_pending and listed by GET /api/status,
+// while the rest of the file applies. What delivery was doing (backoff,
+// group timers) carries over every reload.
+//
+// A restart resumes where the agent stopped, even after SIGKILL: the
+// outbox holds the alerts in delivery, and the detector's alert state
+// (firing and pending alerts with their startsAt and for: progress, the
+// range history, the anomaly baselines) is saved in it as the agent runs
+// and restored at start, so a restart neither fires an alert again as a
+// new episode nor resolves one (package detector, Restore).
+//
+// The agent holds itself to a memory budget (budget.go, internal/memory,
+// docs/memory.md): Load finds it (collector.memory_budget, else the
+// cgroup's limit, else a default) and divides it (Config.Memory: the
+// series capacity when max_series is not set, a max_series checked against
+// it, the range history's bound, the overrun queues, the symbolizer's
+// memory, Go's soft limit); Run applies the plan and, every second,
+// measures the agent's memory and sheds detail in the budget's order
+// (stack detail, unused range history, stale exports, range history
+// depth), never counts, saying so on /metrics. --output writes a snapshot
+// in lines of bounded length (snapshot.LineWriter).
 //
 // When Run's context ends (SIGTERM, SIGINT), the agent takes a final
 // snapshot, so the spans counted since the previous one are not lost,

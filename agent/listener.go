@@ -451,7 +451,10 @@ type Status struct {
 	ExternalURL    string `json:"external_url,omitempty"`
 	Reloads        uint64 `json:"reloads"`
 	ReloadFailures uint64 `json:"reload_failures"`
-	LastReload     string `json:"last_reload_error,omitempty"`
+	// LastReloadSuccessful is false while the file's current contents
+	// are refused (LastReload says why): what runs is an older file.
+	LastReloadSuccessful bool   `json:"last_reload_successful"`
+	LastReload           string `json:"last_reload_error,omitempty"`
 	// RestartPending lists the settings the file changes that only a
 	// restart applies.
 	RestartPending []RestartChange `json:"restart_pending"`
@@ -468,6 +471,7 @@ func (l *listener) status(w http.ResponseWriter, r *http.Request) {
 		Reloads: st.Reloads, ReloadFailures: st.Failures, RestartPending: l.a.PendingRestart(),
 		PoliciesCutOff: l.a.det.PolicyCutOffs(),
 	}
+	out.LastReloadSuccessful = st.LastError == nil
 	if st.LastError != nil {
 		out.LastReload = st.LastError.Error()
 	}

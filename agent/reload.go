@@ -3,42 +3,82 @@
 package agent
 
 import (
-	"github.com/spanwatch/spanwatch/notify"
+	"fmt"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
 // loadForReload reads the configuration file again, with the command
-// line's values of the first load. Its commit installs what the file says,
-// except what only a restart applies: those settings keep their running
-// values, and each is logged as an error that says so. The rest of the
-// file applies, so that fixing a rule during an incident is not held up
-// by an unrelated edit that waits for the next restart;
-// spanwatch_config_restart_pending and /api/status show what waits.
+// line's values of the first load, and prepares every section the running
+// agent applies live: the budgets are written into the kernel's set not in
+// force, the webhooks and routing are built. Nothing that runs changes
+// until commit, which puts them all in force, or none: the one step that
+// can fail (regrouping the outbox) goes first and undoes itself; the others
+// cannot fail (one store of the kernel's budget word, pointer swaps). The
+// detector takes the rules after commit. A step that fails to prepare
+// fails the reload, which the reloader counts and reports
+// (spanwatch_rule_reload_failures_total, /api/status), and the running
+// configuration stays whole.
+//
+// Settings only a restart applies keep their running values, and each is
+// logged as an error that says so. The rest of the file applies, so that
+// fixing a rule during an incident is not held up by an unrelated edit
+// that waits for the next restart; spanwatch_config_restart_pending and
+// /api/status show what waits.
+//
+// This is the shape of a reload coordinator whose subscribers each
+// prepare their section and then commit (reloadStep).
 func (a *Agent) loadForReload(path string, opts LoadOptions) (*policy.Config, func() error, error) {
 	next, err := Load(path, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	commit := func() error {
-		a.mu.Lock()
-		running := a.cfg
-		a.mu.Unlock()
-		if running == nil { // the first load
+	a.mu.Lock()
+	running, col := a.cfg, a.col
+	a.mu.Unlock()
+	if running == nil { // the first load: New and Run apply it
+		return next.Rules, func() error {
 			a.mu.Lock()
 			a.cfg = next
 			a.mu.Unlock()
 			return nil
+		}, nil
+	}
+	changes := restartChanges(running, next)
+	eff := keepRunning(running, next, changes)
+
+	var steps []reloadStep
+	abort := func() {
+		for _, s := range steps {
+			s.abort()
 		}
-		changes := restartChanges(running, next)
-		eff := keepRunning(running, next, changes)
-		if a.dispatcher != nil {
-			ncfg := eff.Notify
-			if ncfg == nil {
-				// The webhooks: section is gone: the dispatcher keeps its
-				// outbox and delivers nothing more.
-				ncfg = &notify.Config{File: running.Notify.File, Routing: running.Notify.Routing}
-			}
-			if err := a.dispatcher.Reload(ncfg); err != nil {
+	}
+	if a.dispatcher != nil {
+		// eff.Notify is never nil while a dispatcher runs: a file without
+		// webhooks: keeps the running ones until a restart.
+		p, err := a.dispatcher.PrepareReload(eff.Notify)
+		if err != nil {
+			return nil, nil, fmt.Errorf("webhooks: %w", err)
+		}
+		steps = append(steps, reloadStep{commit: p.Commit, abort: func() {}})
+	}
+	if col != nil {
+		ch, err := col.PrepareBudgets(budgetRules(eff.Rules))
+		if err != nil {
+			abort()
+			return nil, nil, fmt.Errorf("budgets: %w", err)
+		}
+		steps = append(steps, reloadStep{commit: ch.Commit, abort: ch.Abort})
+	}
+	commit := func() error {
+		crashpoint.Hit("reload")
+		for i, s := range steps {
+			if err := s.commit(); err != nil {
+				for _, rest := range steps[i+1:] {
+					rest.abort()
+				}
 				return err
 			}
 		}
@@ -51,11 +91,19 @@ func (a *Agent) loadForReload(path string, opts LoadOptions) (*policy.Config, fu
 		a.mu.Unlock()
 		return nil
 	}
-	return next.Rules, commit, nil
+	return eff.Rules, commit, nil
 }
 
-// applyReloaded applies what the collector takes live: the budgets, and
-// the interval (the loop resets its ticker).
+// A reloadStep is one section's prepared change: commit puts it in force,
+// abort drops it. Only the first step's commit may fail (it undoes itself
+// when it does).
+type reloadStep struct {
+	commit func() error
+	abort  func()
+}
+
+// applyReloaded hands a reloaded interval to the loop, which resets its
+// ticker. The budgets were applied with the rest (loadForReload).
 func (a *Agent) applyReloaded() {
 	a.mu.Lock()
 	cfg, col := a.cfg, a.col
@@ -63,12 +111,15 @@ func (a *Agent) applyReloaded() {
 	if col == nil {
 		return // not running yet: Run applies cfg when it starts
 	}
-	if err := applyBudgets(col, cfg.Rules); err != nil {
-		a.log.Error("reload_budgets_failed", "error", err)
-	}
 	select {
 	case <-a.interval:
 	default:
 	}
 	a.interval <- cfg.Collector.Interval
+}
+
+// applyBudgets pushes the configuration's budgets into the kernel, at
+// start.
+func applyBudgets(col *collector.Collector, rules *policy.Config) error {
+	return col.SetBudgets(budgetRules(rules))
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"math/bits"
 	"os"
 	"slices"
 	"strconv"
@@ -11,7 +10,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/collector"
 	durationpkg "github.com/spanwatch/spanwatch/internal/duration"
+	"github.com/spanwatch/spanwatch/internal/memory"
+	"github.com/spanwatch/spanwatch/internal/rotate"
 )
 
 // Defaults of the collector: section.
@@ -20,18 +22,10 @@ const (
 	// MinInterval bounds how often the kernel's maps are read: every
 	// snapshot reads the whole stats map, on every CPU.
 	MinInterval = 100 * time.Millisecond
-	// MinMaxSeries and MaxMaxSeries bound max_series, as the collector
-	// does when it sizes the kernel's series array (collector.MaxSeriesLimit:
-	// a series' slot must fit the 18 bits of a histogram cell's key).
-	MinMaxSeries = 64
-	MaxMaxSeries = 262143
-	// MinHistogramCells and MaxHistogramCells bound histogram_cells, as the
-	// collector does; it rounds the value up to a power of two.
-	MinHistogramCells = 512
-	MaxHistogramCells = 1 << 28
-	// MaxRingbufBytes bounds ringbuf_bytes: the kernel accepts up to 2 GiB,
-	// all of it locked kernel memory.
-	MaxRingbufBytes = 1 << 30
+	// The limits of max_series, histogram_cells, ringbuf_bytes and
+	// overrun_queue are the collector's (collector.CheckMaxSeries and the
+	// others): the collector checks the same values with the same
+	// functions when it starts.
 )
 
 // CollectorSettings are the collector: section of the configuration file,
@@ -69,10 +63,16 @@ type CollectorSettings struct {
 	// ScanInterval is how often /proc is scanned for binaries with the
 	// marker (0: the collector's default; negative: never).
 	ScanInterval time.Duration
+	// MemoryBudget is the memory the whole agent may use, in bytes (0:
+	// from the cgroup's memory limit, else a default; see
+	// internal/memory). The series capacity, the range history, the
+	// overrun queues and Go's soft limit are sized from it, and detail is
+	// shed when the agent nears it.
+	MemoryBudget uint64
 }
 
 // collectorKeys are the keys of the collector: section.
-var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "overrun_queue", "force_kprobe", "no_uprobe_multi", "scan_interval"}
+var collectorKeys = []string{"interval", "sources", "binaries", "max_series", "histogram_cells", "series_quota", "ringbuf_bytes", "overrun_queue", "force_kprobe", "no_uprobe_multi", "scan_interval", "memory_budget"}
 
 // liveKeys are the collector: keys a reload applies to a running agent;
 // the others need a restart (they shape the BPF objects or what is
@@ -84,12 +84,13 @@ var liveKeys = map[string]bool{"interval": true}
 type fileSettings struct {
 	CollectorSettings
 	set map[string]bool
+	at  map[string]*yaml.Node // each key's value, for the positions of later checks
 }
 
 // decodeCollector decodes and validates the collector: section, reporting
 // every problem at its position.
 func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
-	fs := fileSettings{set: map[string]bool{}}
+	fs := fileSettings{set: map[string]bool{}, at: map[string]*yaml.Node{}}
 	if n == nil || n.Kind == 0 {
 		return fs
 	}
@@ -113,6 +114,7 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 			continue
 		}
 		fs.set[k.Value] = true
+		fs.at[k.Value] = v
 		bad := func(format string, a ...any) {
 			ec.at(v.Line, v.Column, "collector.%s: %s", k.Value, fmt.Sprintf(format, a...))
 		}
@@ -193,6 +195,14 @@ func decodeCollector(ec *errorCollector, n *yaml.Node) fileSettings {
 					s.OverrunQueue = int(x)
 				}
 			}
+		case "memory_budget":
+			if n, ok := size(v, bad); ok {
+				if err := checkMemoryBudget(n); err != nil {
+					bad("%v", err)
+				} else {
+					s.MemoryBudget = n
+				}
+			}
 		case "force_kprobe":
 			s.ForceKprobe, _ = boolean(v, bad)
 		case "no_uprobe_multi":
@@ -238,6 +248,9 @@ func merge(base CollectorSettings, flags map[string]string, file fileSettings) C
 	if use("scan_interval") {
 		out.ScanInterval = file.ScanInterval
 	}
+	if use("memory_budget") {
+		out.MemoryBudget = file.MemoryBudget
+	}
 	if out.Interval == 0 {
 		out.Interval = DefaultInterval
 	}
@@ -280,6 +293,8 @@ func checkFlags(ec *errorCollector, s CollectorSettings, flags map[string]string
 			err = checkRingbuf(int64(s.RingbufBytes))
 		case "overrun_queue":
 			err = checkOverrunQueue(int64(s.OverrunQueue))
+		case "memory_budget":
+			err = checkMemoryBudget(s.MemoryBudget)
 		}
 		if err != nil {
 			ec.flag("%s: %v", flag, err)
@@ -327,58 +342,46 @@ func checkBinary(path string) error {
 	return nil
 }
 
-func checkMaxSeries(n int64) error {
-	if n < MinMaxSeries || n > MaxMaxSeries {
-		return fmt.Errorf("%d is out of range: want %d to %d (leave it out for the default, 131072)", n, MinMaxSeries, MaxMaxSeries)
-	}
-	return nil
-}
+func checkMaxSeries(n int64) error { return collector.CheckMaxSeries(n) }
 
-func checkHistogramCells(n int64) error {
-	if n < MinHistogramCells || n > MaxHistogramCells {
-		return fmt.Errorf("%d is out of range: want %d to %d (rounded up to a power of two; leave it out for the default, 2^24)", n, MinHistogramCells, MaxHistogramCells)
-	}
-	return nil
-}
+func checkHistogramCells(n int64) error { return collector.CheckHistogramCells(n) }
 
-func checkSeriesQuota(n int64) error {
-	if n < 1 || n > MaxMaxSeries {
-		return fmt.Errorf("%d is out of range: want 1 to %d series per cgroup (leave it out for the default, 8192)", n, MaxMaxSeries)
-	}
-	return nil
-}
+func checkSeriesQuota(n int64) error { return collector.CheckSeriesQuota(n) }
 
-// MaxOverrunQueue bounds overrun_queue: each queued record takes about
-// 1.8 KB of the agent's memory.
-const MaxOverrunQueue = 1 << 20
-
-func checkOverrunQueue(n int64) error {
+// checkMemoryBudget bounds memory_budget: at least what the agent runs
+// in, at most 1 TiB.
+func checkMemoryBudget(n uint64) error {
 	switch {
-	case n < 1:
-		return fmt.Errorf("must be at least 1, not %d", n)
-	case n > MaxOverrunQueue:
-		return fmt.Errorf("%d is more than %d (about 1.8 KB of memory each)", n, MaxOverrunQueue)
+	case n < memory.MinBudget:
+		return fmt.Errorf("%s is less than the agent runs in, %s (leave it out to take %d%% of the cgroup's memory limit)", memory.FormatBytes(n), memory.FormatBytes(memory.MinBudget), memory.CgroupShare)
+	case n > 1<<40:
+		return fmt.Errorf("%s is more than 1TiB", memory.FormatBytes(n))
 	}
 	return nil
 }
 
-// checkRingbuf applies the kernel's rules for a BPF ring buffer: a power
-// of two and a multiple of the page size (else map creation fails with
-// EINVAL), and a sane bound.
-func checkRingbuf(n int64) error {
-	page := int64(os.Getpagesize())
-	switch {
-	case n < page:
-		return fmt.Errorf("%d is less than a page (%d bytes)", n, page)
-	case n > MaxRingbufBytes:
-		return fmt.Errorf("%d is more than %d (1 GiB of locked kernel memory)", n, MaxRingbufBytes)
-	case bits.OnesCount64(uint64(n)) != 1 || n%page != 0:
-		// A power of two at least a page long is a multiple of it: page
-		// sizes are powers of two.
-		return fmt.Errorf("%d is not a power of two: the kernel wants a power of two and a multiple of the page size (%d), e.g. %d", n, page, uint64(1)<<bits.Len64(uint64(n)))
+// size reads a size: a number of bytes, or one with a unit (512MiB, 1GiB,
+// 500MB, 2G), as --output-max-size takes them.
+func size(n *yaml.Node, bad func(string, ...any)) (uint64, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
+		bad("want a size such as 512MiB or 1GiB, not %s", kindName(n))
+		return 0, false
 	}
-	return nil
+	v, err := rotate.ParseSize(n.Value)
+	if err != nil {
+		bad("%v", err)
+		return 0, false
+	}
+	if v <= 0 {
+		bad("must be positive, not %s", n.Value)
+		return 0, false
+	}
+	return uint64(v), true
 }
+
+func checkOverrunQueue(n int64) error { return collector.CheckOverrunQueue(n) }
+
+func checkRingbuf(n int64) error { return collector.CheckRingbufBytes(n) }
 
 // deref follows aliases, a bounded number of times.
 func deref(n *yaml.Node) *yaml.Node {

@@ -62,6 +62,13 @@ enum core_sizes {
 	GLOB_MAX = 64,
 	GLOB_LEN = 64,
 	GLOB_STEPS = 8192, /* enough for any name against any pattern */
+	/* Exact-name budgets of one set. The budgets are kept in two sets
+	 * (budgets and budget_globs hold both): the collector writes the set
+	 * not in force, then switches with one store of core_state.budget_gen,
+	 * so a span is judged by one configuration's budgets or the other's,
+	 * never a mix. */
+	BUDGET_MAX = 4096,
+	BUDGET_SETS = 2,
 };
 
 /* Span sources, as reported in overrun records. */
@@ -143,6 +150,11 @@ enum budget_bits {
 	BUDGET_FLAGS_MASK = 0xff, /* flags: 8 bits from BUDGET_NS_BITS */
 	BUDGET_GEN_SHIFT = 52, /* gen: the 12 bits from here */
 	BUDGET_GEN_MASK = 0xfff,
+	/* core_state.budget_gen: gen (BUDGET_GEN_MASK), the set in force and
+	 * its glob count. */
+	BUDGET_SET_SHIFT = 12,
+	BUDGET_GLOBS_SHIFT = 16,
+	BUDGET_GLOBS_MASK = 0xff,
 };
 
 #define BUDGET_NS_MASK ((1ULL << BUDGET_NS_BITS) - 1)
@@ -152,6 +164,13 @@ enum budget_bits {
 struct budget {
 	__u64 budget_ns;
 	__u32 flags; /* BUDGET_* */
+	__u32 _pad;
+};
+
+/* The key of budgets: a name in one set. */
+struct budget_key {
+	__u64 name_id;
+	__u32 set; /* 0 or 1 */
 	__u32 _pad;
 };
 
@@ -201,7 +220,7 @@ struct overrun {
  * The core's shared state: one entry of an mmapable array, shared by every
  * object that includes this header (global variables would be each
  * object's own). The collector writes the configuration before attaching
- * anything, and budget_gen and glob_count with atomic stores after.
+ * anything, and budget_gen with an atomic store after.
  */
 struct core_state {
 	__u64 next_slot; /* the bump allocator of never-used slots */
@@ -210,11 +229,13 @@ struct core_state {
 	__u32 series_max;    /* slots in the series array */
 	__u32 cell_chunks_mask; /* cell chunks - 1: a power of two - 1 */
 	__u32 default_quota;	/* series per cgroup, unless cg_quota says */
-	/* The budgets' generation: the collector adds one after every change
-	 * to budgets or budget_globs, so series look their budget up again. */
+	/* The budgets in force, one word the collector stores at once after
+	 * it wrote the set the word names: the generation (bits 0..11: series
+	 * look their budget up again when it changes), the set of budgets and
+	 * budget_globs (bit BUDGET_SET_SHIFT) and that set's glob count (8
+	 * bits from BUDGET_GLOBS_SHIFT). */
 	__u32 budget_gen;
-	__u32 glob_count; /* entries of budget_globs in use */
-	__u32 _pad;
+	__u32 _pad[2];
 };
 
 struct {
@@ -306,18 +327,19 @@ struct {
 	__type(value, __u32);
 } cg_quota SEC(".maps");
 
-/* name_id -> budget for exact names, written by the collector. */
+/* {name_id, set} -> budget for exact names, written by the collector. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
+	__uint(max_entries, BUDGET_MAX * BUDGET_SETS);
+	__type(key, struct budget_key);
 	__type(value, struct budget);
 } budgets SEC(".maps");
 
-/* Glob budgets in the order of the rule file; exact names win over them. */
+/* Glob budgets in the order of the rule file; exact names win over them.
+ * Set s holds entries s * GLOB_MAX onwards. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, GLOB_MAX);
+	__uint(max_entries, GLOB_MAX * BUDGET_SETS);
 	__type(key, __u32);
 	__type(value, struct budget_glob);
 } budget_globs SEC(".maps");
@@ -726,13 +748,14 @@ static long glob_step(__u64 i, struct glob_state *st)
 struct budget_search {
 	const char *name;
 	__u32 count; /* globs in use */
-	__u32 _pad;
+	__u32 base;  /* the set's first entry */
 	struct budget found;
 };
 
 static long glob_try(__u32 i, struct budget_search *bs)
 {
-	struct budget_glob *g = bpf_map_lookup_elem(&budget_globs, &i);
+	__u32 idx = bs->base + i;
+	struct budget_glob *g = bpf_map_lookup_elem(&budget_globs, &idx);
 	struct glob_state st = {};
 
 	if (!g || i >= bs->count)
@@ -750,14 +773,30 @@ static long glob_try(__u32 i, struct budget_search *bs)
 	return 0;
 }
 
-/* budget_lookup finds the budget of a name: an exact entry, else the
- * first matching glob. It returns it packed as the series' cache keeps it
- * (flags << 44 | budget_ns), without the generation. A global function, so
- * the verifier checks the glob matcher once. */
-__noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
+/* budget_word reads core_state.budget_gen: which budgets are in force. */
+static __always_inline __u32 budget_word(const struct core_state *c)
 {
-	struct budget *b = bpf_map_lookup_elem(&budgets, &name_id);
-	struct core_state *c = core_get();
+	return *(volatile const __u32 *)&c->budget_gen;
+}
+
+/* budget_exact returns the exact-name budget of name_id in the set that
+ * word (core_state.budget_gen, read once) puts in force, or NULL. */
+static __always_inline struct budget *budget_exact(__u64 name_id, __u32 word)
+{
+	struct budget_key k = {.name_id = name_id, .set = (word >> BUDGET_SET_SHIFT) & 1};
+
+	return bpf_map_lookup_elem(&budgets, &k);
+}
+
+/* budget_lookup finds the budget of a name in the set word puts in force:
+ * an exact entry, else the first matching glob. It returns it packed as
+ * the series' cache keeps it (flags << 44 | budget_ns), without the
+ * generation. A global function, so the verifier checks the glob matcher
+ * once. */
+__noinline __u64 budget_lookup(__u64 name_id, struct span_name *name, __u32 word)
+{
+	struct budget *b = budget_exact(name_id, word);
+	__u32 globs = (word >> BUDGET_GLOBS_SHIFT) & BUDGET_GLOBS_MASK;
 	__u64 ns = 0, flags = 0;
 
 	if (!name)
@@ -765,8 +804,12 @@ __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name)
 	if (b) {
 		ns = b->budget_ns;
 		flags = b->flags;
-	} else if (c && c->glob_count) {
-		struct budget_search bs = {.name = name->name, .count = c->glob_count};
+	} else if (globs) {
+		struct budget_search bs = {
+			.name = name->name,
+			.count = globs,
+			.base = ((word >> BUDGET_SET_SHIFT) & 1) * GLOB_MAX,
+		};
 		bpf_loop(GLOB_MAX, glob_try, &bs, 0);
 		ns = bs.found.budget_ns;
 		flags = bs.found.flags;
@@ -806,9 +849,10 @@ __noinline __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struc
 	/* The budget, from the slot's cache when the budgets did not change
 	 * since it was filled. */
 	__u64 cached = *(volatile __u64 *)&s->budget;
-	__u32 gen = *(volatile __u32 *)&c->budget_gen & BUDGET_GEN_MASK;
+	__u32 word = budget_word(c);
+	__u32 gen = word & BUDGET_GEN_MASK;
 	if (BUDGET_GEN(cached) != gen) {
-		cached = ((__u64)gen << BUDGET_GEN_SHIFT) | budget_lookup(name_id, name);
+		cached = ((__u64)gen << BUDGET_GEN_SHIFT) | budget_lookup(name_id, name, word);
 		s->budget = cached; /* one aligned store: readers see old or new */
 	}
 	__u64 budget_ns = cached & BUDGET_NS_MASK;

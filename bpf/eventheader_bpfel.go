@@ -30,6 +30,13 @@ type EventheaderBudgetGlob struct {
 	Lit  [64]uint8
 }
 
+type EventheaderBudgetKey struct {
+	_      structs.HostLayout
+	NameId uint64
+	Set    uint32
+	Pad    uint32
+}
+
 type EventheaderCellChunk struct {
 	_    structs.HostLayout
 	Cell [8]uint64
@@ -44,8 +51,7 @@ type EventheaderCoreState struct {
 	CellChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	GlobCount      uint32
-	Pad            uint32
+	Pad            [2]uint32
 }
 
 type EventheaderEhCount uint32

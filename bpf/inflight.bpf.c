@@ -411,7 +411,9 @@ static long scan_one(__u32 j, struct scan_state *st)
 		__builtin_memcpy(s->name, tn->name[i].name, sizeof(s->name));
 		name_cut(s->name);
 		name_id = span_name_id(s->name);
-		b = bpf_map_lookup_elem(&budgets, &name_id);
+		struct core_state *c = core_get();
+
+		b = c ? budget_exact(name_id, budget_word(c)) : NULL;
 		budget = b ? b->budget_ns : 0;
 	}
 	if (!budget || st->now - start <= budget)

@@ -23,10 +23,13 @@ type SpanwatchBudget struct {
 type SpanwatchBudgetBits uint32
 
 const (
-	SpanwatchBudgetBitsBUDGET_NS_BITS    SpanwatchBudgetBits = 44
-	SpanwatchBudgetBitsBUDGET_FLAGS_MASK SpanwatchBudgetBits = 255
-	SpanwatchBudgetBitsBUDGET_GEN_SHIFT  SpanwatchBudgetBits = 52
-	SpanwatchBudgetBitsBUDGET_GEN_MASK   SpanwatchBudgetBits = 4095
+	SpanwatchBudgetBitsBUDGET_NS_BITS     SpanwatchBudgetBits = 44
+	SpanwatchBudgetBitsBUDGET_FLAGS_MASK  SpanwatchBudgetBits = 255
+	SpanwatchBudgetBitsBUDGET_GEN_SHIFT   SpanwatchBudgetBits = 52
+	SpanwatchBudgetBitsBUDGET_GEN_MASK    SpanwatchBudgetBits = 4095
+	SpanwatchBudgetBitsBUDGET_SET_SHIFT   SpanwatchBudgetBits = 12
+	SpanwatchBudgetBitsBUDGET_GLOBS_SHIFT SpanwatchBudgetBits = 16
+	SpanwatchBudgetBitsBUDGET_GLOBS_MASK  SpanwatchBudgetBits = 255
 )
 
 type SpanwatchBudgetFlags uint32
@@ -44,6 +47,13 @@ type SpanwatchBudgetGlob struct {
 	Pad  [6]uint8
 	Kind [64]uint8
 	Lit  [64]uint8
+}
+
+type SpanwatchBudgetKey struct {
+	_      structs.HostLayout
+	NameId uint64
+	Set    uint32
+	Pad    uint32
 }
 
 type SpanwatchCellChunk struct {
@@ -65,6 +75,8 @@ const (
 	SpanwatchCoreSizesGLOB_MAX        SpanwatchCoreSizes = 64
 	SpanwatchCoreSizesGLOB_LEN        SpanwatchCoreSizes = 64
 	SpanwatchCoreSizesGLOB_STEPS      SpanwatchCoreSizes = 8192
+	SpanwatchCoreSizesBUDGET_MAX      SpanwatchCoreSizes = 4096
+	SpanwatchCoreSizesBUDGET_SETS     SpanwatchCoreSizes = 2
 )
 
 type SpanwatchCoreState struct {
@@ -76,8 +88,7 @@ type SpanwatchCoreState struct {
 	CellChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	GlobCount      uint32
-	Pad            uint32
+	Pad            [2]uint32
 }
 
 type SpanwatchCounter uint32

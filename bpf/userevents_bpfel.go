@@ -30,6 +30,13 @@ type UsereventsBudgetGlob struct {
 	Lit  [64]uint8
 }
 
+type UsereventsBudgetKey struct {
+	_      structs.HostLayout
+	NameId uint64
+	Set    uint32
+	Pad    uint32
+}
+
 type UsereventsCellChunk struct {
 	_    structs.HostLayout
 	Cell [8]uint64
@@ -44,8 +51,7 @@ type UsereventsCoreState struct {
 	CellChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	GlobCount      uint32
-	Pad            uint32
+	Pad            [2]uint32
 }
 
 type UsereventsSeriesKey struct {

@@ -5,153 +5,125 @@ package collector
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
-	"github.com/spanwatch/spanwatch/internal/glob"
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
-// A BudgetRule gives the spans whose name matches Span a budget: a span
-// slower than it is counted as over budget and sends an overrun record,
-// with the thread's user stack unless NoUserStack, and its kernel stack too
-// with KernelStack.
-type BudgetRule struct {
-	// Span is an exact name or a glob (internal/glob: '*', '?', '\',
-	// a leading '!'), as in rule files.
-	Span   string
-	Budget time.Duration
-	// NoUserStack sends the overrun without a user stack: no stack walk
-	// at all (capture_stack: false).
-	NoUserStack bool
-	// KernelStack captures the kernel stack too.
-	KernelStack bool
-}
-
-// Budget limits: an exact name is at most snapshot.NameLen-1 bytes; a glob
-// at most 64 bytes of pattern (GLOB_LEN), and at most 64 globs (GLOB_MAX);
-// a budget below 2^44 ns (4.9 hours, BUDGET_NS_BITS: the kernel's cache
-// field).
+// The kernel keeps two sets of budgets (budgets and budget_globs hold
+// both) and one word that says which is in force (core_state.budget_gen:
+// the generation, the set and its glob count). A change writes the set
+// not in force, where no span looks, then switches with one store of the
+// word: a span is judged by the old budgets or the new, never a mix, and
+// a change that fails half way leaves the budgets in force untouched.
 const (
-	maxGlobs     = int(bpf.SpanwatchCoreSizesGLOB_MAX)
-	maxGlobLen   = int(bpf.SpanwatchCoreSizesGLOB_LEN)
-	maxBudget    = time.Duration(1<<bpf.SpanwatchBudgetBitsBUDGET_NS_BITS - 1)
-	captureUser  = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_USER)
-	captureKernl = uint32(bpf.SpanwatchBudgetFlagsBUDGET_CAPTURE_KERNEL)
+	budgetSetShift   = uint32(bpf.SpanwatchBudgetBitsBUDGET_SET_SHIFT)
+	budgetGlobsShift = uint32(bpf.SpanwatchBudgetBitsBUDGET_GLOBS_SHIFT)
 )
 
-type compiledBudget struct {
-	rule  BudgetRule
-	glob  *glob.Glob
-	flags uint32
+// budgetSet is what the collector wrote into one set of the kernel's
+// budgets: every name id that may be there (after a failed write, a
+// superset), and how many glob entries.
+type budgetSet struct {
+	ids   map[uint64]bool
+	globs int
 }
 
-// budgetTable is the budgets as the kernel has them: exact names by id,
-// globs in order. Exact names win over globs; among globs the first match
-// wins (as policy.Config.BudgetEntry decides).
-type budgetTable struct {
-	exact map[uint64]*compiledBudget
-	globs []*compiledBudget
+// A BudgetChange is a new set of budgets written into the kernel but not
+// in force yet: Commit puts it in force at once, Abort drops it. Only one
+// change is prepared at a time: a second PrepareBudgets waits for the
+// first's Commit or Abort.
+type BudgetChange struct {
+	c    *Collector
+	t    *budgetTable
+	set  uint32
+	done bool
 }
 
-func (t *budgetTable) lookup(name string) *compiledBudget {
-	if t == nil {
-		return nil
-	}
-	if b, ok := t.exact[snapshot.NameID(name)]; ok {
-		return b
-	}
-	for _, b := range t.globs {
-		if b.glob.Match(name) {
-			return b
-		}
-	}
-	return nil
-}
-
-// CheckBudgets validates rules the way SetBudgets would, without a
-// collector: for `spanwatch check`.
-func CheckBudgets(rules []BudgetRule) error {
-	_, err := compileBudgets(rules)
-	return err
-}
-
-func compileBudgets(rules []BudgetRule) (*budgetTable, error) {
-	t := &budgetTable{exact: map[uint64]*compiledBudget{}}
-	var errs []error
-	for _, r := range rules {
-		if r.Budget <= 0 || r.Budget > maxBudget {
-			errs = append(errs, fmt.Errorf("budget for %q: %s is out of range (1ns to %s)", r.Span, r.Budget, maxBudget))
-			continue
-		}
-		g, err := glob.Compile(r.Span)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("budget for %q: %w", r.Span, err))
-			continue
-		}
-		b := &compiledBudget{rule: r, glob: g, flags: captureUser}
-		if r.NoUserStack {
-			b.flags = 0
-		}
-		if r.KernelStack {
-			b.flags |= captureKernl
-		}
-		if name, ok := g.Exact(); ok {
-			if len(name) > snapshot.NameLen-1 {
-				errs = append(errs, fmt.Errorf("budget for %q: a name is at most %d bytes", r.Span, snapshot.NameLen-1))
-				continue
-			}
-			if _, dup := t.exact[snapshot.NameID(name)]; !dup {
-				t.exact[snapshot.NameID(name)] = b
-			}
-			continue
-		}
-		kinds, _, _ := g.Tokens()
-		if len(kinds) > maxGlobLen {
-			errs = append(errs, fmt.Errorf("budget for %q: a glob pattern is at most %d bytes", r.Span, maxGlobLen))
-			continue
-		}
-		t.globs = append(t.globs, b)
-	}
-	if len(t.globs) > maxGlobs {
-		errs = append(errs, fmt.Errorf("%d glob budgets: at most %d (give exact names for the others)", len(t.globs), maxGlobs))
-	}
-	return t, errors.Join(errs...)
-}
-
-// SetBudgets replaces the budgets. Every span is judged against them from
-// its very first occurrence, exact names and globs alike: the kernel
-// matches a new name against the globs itself (bpf_loop, 5.17+). Counts
-// are kept.
+// SetBudgets replaces the budgets, all at once: PrepareBudgets, then
+// Commit. Every span is judged against them from its very first
+// occurrence, exact names and globs alike: the kernel matches a new name
+// against the globs itself (bpf_loop, 5.17+). Counts are kept. On error
+// the budgets in force are unchanged.
 func (c *Collector) SetBudgets(rules []BudgetRule) error {
-	t, err := compileBudgets(rules)
+	ch, err := c.PrepareBudgets(rules)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
+	return ch.Commit()
+}
+
+// PrepareBudgets validates rules (as CheckBudgets) and writes them into
+// the kernel's set of budgets that is not in force; nothing changes for
+// the spans until Commit. On error nothing is in force that was not
+// before, and no change is left prepared.
+func (c *Collector) PrepareBudgets(rules []BudgetRule) (*BudgetChange, error) {
+	t, errs := compileBudgets(rules)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	old := c.reader.budgets
-	for id, b := range t.exact {
-		v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
-		if err := c.objs.Budgets.Update(id, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
+	c.budgetMu.Lock()
+	ok := false
+	defer func() {
+		if !ok {
+			c.budgetMu.Unlock()
+		}
+	}()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
+	set := (word>>budgetSetShift)&1 ^ 1
+	if err := c.writeBudgetSet(set, t); err != nil {
+		return nil, err
+	}
+	ok = true
+	return &BudgetChange{c: c, t: t, set: set}, nil
+}
+
+// writeBudgetSet makes set hold t: what it held and t does not is deleted
+// first (the map holds two sets of MaxExactBudgets), then t is written.
+func (c *Collector) writeBudgetSet(set uint32, t *budgetTable) error {
+	s := &c.budgetSets[set]
+	if s.ids == nil {
+		s.ids = map[uint64]bool{}
+	}
+	for id := range s.ids {
+		if _, keep := t.exact[id]; keep {
+			continue
+		}
+		k := bpf.SpanwatchBudgetKey{NameId: id, Set: set}
+		if err := c.objs.Budgets.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clear unused budget set: %w", err)
+		}
+		delete(s.ids, id)
+	}
+	if budgetWriteHook != nil {
+		if err := budgetWriteHook(); err != nil {
+			return err
 		}
 	}
-	if old != nil {
-		for id := range old.exact {
-			if _, keep := t.exact[id]; !keep {
-				if err := c.objs.Budgets.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return fmt.Errorf("delete budget of %q: %w", old.exact[id].rule.Span, err)
-				}
+	for id, b := range t.exact {
+		s.ids[id] = true // before the write: a failed write may have landed
+		k := bpf.SpanwatchBudgetKey{NameId: id, Set: set}
+		v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+		if err := c.objs.Budgets.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
+		}
+		if budgetWriteHook != nil {
+			if err := budgetWriteHook(); err != nil {
+				return err
 			}
 		}
 	}
+	base := set * uint32(MaxGlobBudgets)
 	for i, b := range t.globs {
 		kinds, lits, neg := b.glob.Tokens()
 		var g bpf.SpanwatchBudgetGlob
@@ -162,26 +134,52 @@ func (c *Collector) SetBudgets(rules []BudgetRule) error {
 		}
 		copy(g.Kind[:], kinds)
 		copy(g.Lit[:], lits)
-		if err := c.objs.BudgetGlobs.Update(uint32(i), &g, ebpf.UpdateAny); err != nil {
+		if err := c.objs.BudgetGlobs.Update(base+uint32(i), &g, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("set budget of %q: %w", b.rule.Span, err)
 		}
 	}
-	atomic.StoreUint32(&c.reader.core.GlobCount, uint32(len(t.globs)))
-	c.reader.budgets = t
-	c.reader.budgetGen++
-	c.bumpBudgetGen()
+	s.globs = len(t.globs)
 	return nil
 }
 
-// bumpBudgetGen makes every series look its budget up again at its next
-// span. The generation is kept in 12 bits in each series' cache, where 0
-// is a fresh slot's: 0 is skipped.
-func (c *Collector) bumpBudgetGen() {
-	g := atomic.LoadUint32(&c.reader.core.BudgetGen) + 1
-	if g&budgetGenMask == 0 {
-		g++
+// budgetWriteHook, when set (by tests), runs between the writes of a
+// budget set and fails the write when it returns an error: a change that
+// fails half way.
+var budgetWriteHook func() error
+
+// Commit puts the prepared budgets in force, for every span at once: one
+// store of the word the kernel reads. Every series looks its budget up
+// again at its next span.
+func (ch *BudgetChange) Commit() error {
+	if ch.done {
+		return errors.New("budget change already committed or aborted")
 	}
-	atomic.StoreUint32(&c.reader.core.BudgetGen, g)
+	ch.done = true
+	c := ch.c
+	defer c.budgetMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
+	gen := (word + 1) & budgetGenMask
+	if gen == 0 {
+		gen = 1 // 0 is a fresh slot's cache
+	}
+	atomic.StoreUint32(&c.reader.core.BudgetGen, gen|ch.set<<budgetSetShift|uint32(len(ch.t.globs))<<budgetGlobsShift)
+	c.reader.budgets = ch.t
+	c.reader.budgetGen++
+	return nil
+}
+
+// Abort drops a prepared change: the budgets in force stay.
+func (ch *BudgetChange) Abort() {
+	if ch.done {
+		return
+	}
+	ch.done = true
+	ch.c.budgetMu.Unlock()
 }
 
 // budgetOf returns the budget the kernel applies to a name, in ns.
@@ -190,4 +188,54 @@ func (r *seriesReader) budgetOf(name string) uint64 {
 		return uint64(b.rule.Budget)
 	}
 	return 0
+}
+
+// BudgetsInForce reads the budgets the kernel applies now from its maps
+// (not from the collector's copy): the exact names' budgets by name id,
+// and the glob patterns with their budgets, in order. For tests and
+// diagnostics: it walks the whole budgets map.
+func (c *Collector) BudgetsInForce() (exact map[uint64]time.Duration, globs []BudgetRule, err error) {
+	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
+	set := word >> budgetSetShift & 1
+	n := int(word >> budgetGlobsShift & uint32(bpf.SpanwatchBudgetBitsBUDGET_GLOBS_MASK))
+	exact = map[uint64]time.Duration{}
+	var (
+		k bpf.SpanwatchBudgetKey
+		v bpf.SpanwatchBudget
+	)
+	it := c.objs.Budgets.Iterate()
+	for it.Next(&k, &v) {
+		if k.Set == set {
+			exact[k.NameId] = time.Duration(v.BudgetNs)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read budgets: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		var g bpf.SpanwatchBudgetGlob
+		if err := c.objs.BudgetGlobs.Lookup(set*uint32(MaxGlobBudgets)+uint32(i), &g); err != nil {
+			return nil, nil, fmt.Errorf("read glob budget %d: %w", i, err)
+		}
+		var b strings.Builder
+		if g.Neg != 0 {
+			b.WriteByte('!')
+		}
+		for j := 0; j < int(g.Len) && j < len(g.Kind); j++ {
+			switch g.Kind[j] {
+			case 1:
+				b.WriteByte('*')
+			case 2:
+				b.WriteByte('?')
+			default:
+				if g.Lit[j] == '*' || g.Lit[j] == '?' || g.Lit[j] == '\\' {
+					b.WriteByte('\\')
+				}
+				b.WriteByte(g.Lit[j])
+			}
+		}
+		globs = append(globs, BudgetRule{Span: b.String(), Budget: time.Duration(g.B.BudgetNs),
+			NoUserStack: g.B.Flags&captureUser == 0, KernelStack: g.B.Flags&captureKernl != 0})
+	}
+	return exact, globs, nil
 }

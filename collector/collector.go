@@ -92,6 +92,10 @@ type Config struct {
 	// Symbolizer turns raw stack addresses into frames; nil means a
 	// symbolize.Symbolizer over ProcRoot.
 	Symbolizer Symbolizer
+	// SymbolMemory bounds what the default symbolizer's tables, perf maps
+	// and lookup caches take together (symbolize.Limits.Memory; its
+	// default when 0). The agent's memory budget sets it.
+	SymbolMemory int64
 	// Resolver resolves cgroup ids to paths, containers, pods and units;
 	// nil means a cgroup.Resolver over the cgroup2 mount (when there is
 	// none, series keep only their cgroup id).
@@ -135,6 +139,9 @@ type Collector struct {
 	ue     *userEventsSource
 	marker *markerSource
 	rb     *overrunReader
+
+	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
+	budgetSets [budgetSets]budgetSet
 
 	mu          sync.Mutex // guards the read state below
 	closed      bool
@@ -182,7 +189,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		cfg.IdleEvict = 10 * time.Minute
 	}
 	if cfg.Symbolizer == nil {
-		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot})
+		lim := symbolize.Limits{Memory: cfg.SymbolMemory}
+		if m := cfg.SymbolMemory; m > 0 && m < 64<<20 {
+			lim.Module = m // one file may not take more than all of them
+		}
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim})
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}
@@ -270,7 +281,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	core.SeriesMax = cfg.MaxSeries
 	core.CellChunksMask = chunks - 1
 	core.DefaultQuota = cfg.SeriesQuota
-	core.GlobCount = 0
+	// Generation 1, set 0, no globs: no budgets.
 	atomic.StoreUint32(&core.BudgetGen, 1)
 	var other bpf.SpanwatchSpanName
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&other.Name[0])), len(other.Name)), snapshot.OtherName)
@@ -381,31 +392,41 @@ func hostName() string {
 	return h
 }
 
-// Defaults of Config's sizes.
-const (
-	DefaultMaxSeries      = 131072
-	MaxSeriesLimit        = uint32(bpf.SpanwatchCoreSizesCELL_SLOT_MAX) + 1 // slot+1 must fit the cell key (CELL_SLOT_MAX)
-	DefaultHistogramCells = 1 << 24
-	DefaultSeriesQuota    = 8192
-)
-
 // sizes fills in and checks the sizes.
+// CheckConfig returns the error New gives cfg's sizes (MaxSeries,
+// HistogramCells, SeriesQuota, RingbufBytes, OverrunQueue) before it loads
+// anything: the same check.
+func CheckConfig(cfg Config) error { return cfg.sizes() }
+
 func (cfg *Config) sizes() error {
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = DefaultMaxSeries
 	}
-	if cfg.MaxSeries < 64 || cfg.MaxSeries > MaxSeriesLimit {
-		return fmt.Errorf("max series %d: want 64 to %d", cfg.MaxSeries, MaxSeriesLimit)
+	if err := CheckMaxSeries(int64(cfg.MaxSeries)); err != nil {
+		return fmt.Errorf("max series: %w", err)
 	}
 	if cfg.HistogramCells == 0 {
 		cfg.HistogramCells = DefaultHistogramCells
 	}
-	if cfg.HistogramCells < 512 || cfg.HistogramCells > 1<<28 {
-		return fmt.Errorf("histogram cells %d: want 512 to %d", cfg.HistogramCells, 1<<28)
+	if err := CheckHistogramCells(int64(cfg.HistogramCells)); err != nil {
+		return fmt.Errorf("histogram cells: %w", err)
 	}
 	cfg.HistogramCells = 1 << bits.Len32(cfg.HistogramCells-1)
 	if cfg.SeriesQuota == 0 {
 		cfg.SeriesQuota = DefaultSeriesQuota
+	}
+	if err := CheckSeriesQuota(int64(cfg.SeriesQuota)); err != nil {
+		return fmt.Errorf("series quota: %w", err)
+	}
+	if cfg.RingbufBytes != 0 {
+		if err := CheckRingbufBytes(int64(cfg.RingbufBytes)); err != nil {
+			return fmt.Errorf("ring buffer bytes: %w", err)
+		}
+	}
+	if cfg.OverrunQueue > 0 {
+		if err := CheckOverrunQueue(int64(cfg.OverrunQueue)); err != nil {
+			return fmt.Errorf("overrun queue: %w", err)
+		}
 	}
 	return nil
 }
@@ -508,6 +529,23 @@ func (c *Collector) MapBytes() uint64 {
 		total += mapMemlock(m)
 	}
 	return total
+}
+
+// SetStackDetail keeps (true, the default) or sheds (false) the detail of
+// overrun records, what the memory budget sheds first under pressure
+// (memory.StackDetail): while shed, an overrun keeps its innermost
+// StackFramesShed user frames and no kernel stack or in-span samples,
+// and a snapshot keeps a tenth of Config.MaxOverrunsPerSnapshot (the
+// rest are counted in Stats.OverrunsDropped, and still delivered to
+// OnOverrun). Counts are never shed: the spans stay counted over their
+// budget in their series.
+func (c *Collector) SetStackDetail(full bool) {
+	c.rb.lean.Store(!full)
+	keep := c.cfg.MaxOverrunsPerSnapshot
+	if !full {
+		keep = max(keep/10, min(keep, 10))
+	}
+	c.rb.keep.Store(int64(keep))
 }
 
 // SeriesCapacity returns the number of series the kernel can hold.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
@@ -404,20 +404,18 @@ func TestEventHeaderLimitsBPF(t *testing.T) {
 // the last one needed); full is full_main.golden (cloud role fields first:
 // the needed fields end at the 14th).
 func BenchmarkEventHeaderDecoder(b *testing.B) {
-	const stats = "/proc/sys/kernel/bpf_stats_enabled"
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	old, err := os.ReadFile(stats)
-	if errors.Is(err, os.ErrNotExist) {
-		b.Skipf("no %s: the kernel has no BPF statistics (5.1+)", stats)
-	} else if err != nil {
-		b.Fatal(err)
+	// BPF_ENABLE_STATS, not the sysctl: statistics stay on while the fd is
+	// open, and the kernel turns them off when it closes, however the
+	// benchmark ends (a sysctl written back in a defer is left on by a
+	// crash, or by two runs that overlap).
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Skipf("BPF statistics: %v (kernel 5.8+)", err)
 	}
-	if err := os.WriteFile(stats, []byte("1"), 0); err != nil {
-		b.Fatal(err)
-	}
-	defer os.WriteFile(stats, old, 0)
+	defer stats.Close()
 	h := newEHHarness(b, Config{})
 	put := func(p []byte) {
 		var in bpf.EventheaderEhTestIn

@@ -45,7 +45,7 @@ func (c *Collector) startInflight(ctx context.Context) {
 		return
 	}
 	w, err := inflight.New(inflight.Config{
-		Logger: c.log, Budgets: c.objs.Budgets, Overruns: c.objs.Overruns, Counters: c.objs.Counters,
+		Logger: c.log, Core: c.objs.Core, Budgets: c.objs.Budgets, Overruns: c.objs.Overruns, Counters: c.objs.Counters,
 		Exec: c.objs.InflightExec, GProcs: c.objs.InflightGprocs,
 		Budget: c.inflightBudget, MinBudget: c.inflightMinBudget,
 		Interval: cfg.Interval, Samples: cfg.Samples, Frequency: cfg.Frequency,

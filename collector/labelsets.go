@@ -7,18 +7,15 @@ import (
 	"strconv"
 )
 
-// maxLabelSets is SRC_LABELSETS - 1 in bpf/source.h: ids 1..4095.
-const maxLabelSets = 4095
-
 // AllocLabelSet gives a source with labels a label set id of its own,
 // unique in this collector, and registers ls under it (RegisterLabelSet).
 func (c *Collector) AllocLabelSet(ls LabelSet) (uint16, error) {
-	for id := uint16(1); id <= maxLabelSets; id++ {
+	for id := uint16(1); id <= MaxLabelSets; id++ {
 		if _, taken := c.reader.labelSets.LoadOrStore(id, ls); !taken {
 			return id, nil
 		}
 	}
-	return 0, errors.New("no label set id left: " + strconv.Itoa(maxLabelSets) + " sources with labels")
+	return 0, errors.New("no label set id left: " + strconv.Itoa(MaxLabelSets) + " sources with labels")
 }
 
 // FreeLabelSet gives a label set id back.

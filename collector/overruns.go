@@ -75,6 +75,10 @@ type overrunReader struct {
 
 	read         atomic.Uint64 // records read from the ring buffer
 	queueDropped atomic.Uint64 // records dropped because the queue was full
+	// lean is set while the memory budget sheds stack detail
+	// (SetStackDetail); keep is the overruns a snapshot keeps now.
+	lean atomic.Bool
+	keep atomic.Int64
 
 	mu      sync.Mutex
 	pending []snapshot.Overrun
@@ -103,6 +107,7 @@ func newOverrunQueue(rd recordReader, cfg Config, r *seriesReader) *overrunReade
 		stop: make(chan struct{}),
 	}
 	o.wait = o.sleep
+	o.keep.Store(int64(cfg.MaxOverrunsPerSnapshot))
 	return o
 }
 
@@ -206,8 +211,9 @@ func (o *overrunReader) handle(raw []byte) {
 		return
 	}
 	deliver := o.cfg.OnOverrun != nil
+	keep := int(o.keep.Load())
 	o.mu.Lock()
-	room := len(o.pending) < o.cfg.MaxOverrunsPerSnapshot
+	room := len(o.pending) < keep
 	if !room && !deliver {
 		o.dropped++
 	}
@@ -218,17 +224,39 @@ func (o *overrunReader) handle(raw []byte) {
 	if !out.StillRunning {
 		o.symbolize(&out, r)
 	}
+	if o.lean.Load() {
+		leanStacks(&out)
+	}
 	o.resolveCgroup(&out)
 	if deliver {
 		o.cfg.OnOverrun(out)
 	}
 	o.mu.Lock()
-	if len(o.pending) < o.cfg.MaxOverrunsPerSnapshot {
+	if len(o.pending) < keep {
 		o.pending = append(o.pending, out)
 	} else {
 		o.dropped++
 	}
 	o.mu.Unlock()
+}
+
+// StackFramesShed is how many user stack frames an overrun keeps while
+// the memory budget sheds stack detail.
+const StackFramesShed = 32
+
+// leanStacks cuts an overrun to what the memory budget keeps while it
+// sheds stack detail: the innermost StackFramesShed user frames, no
+// kernel stack, no in-span samples. The record, its span, duration and
+// budget stay, and the span is counted over its budget in its series.
+func leanStacks(ov *snapshot.Overrun) {
+	cut := len(ov.UserStack) > StackFramesShed || len(ov.KernelStack) > 0 || len(ov.Samples) > 0
+	if len(ov.UserStack) > StackFramesShed {
+		ov.UserStack = ov.UserStack[:StackFramesShed:StackFramesShed]
+	}
+	ov.KernelStack, ov.Samples = nil, nil
+	if cut {
+		ov.StackError = joinErr(ov.StackError, fmt.Sprintf("stack detail shed under memory pressure: the innermost %d user frames kept, kernel stack and in-span samples left out", StackFramesShed))
+	}
 }
 
 // take returns the overruns kept since the last call and the counts of

@@ -168,20 +168,14 @@ type logger interface {
 }
 
 func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesReader, err error) {
+	// The per-slot arrays grow with the slots in use (grow), not with
+	// the capacity: an idle agent holds none of them.
 	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax,
-		names:        map[uint64]string{},
-		pruned:       map[uint64]string{},
-		otherNameID:  snapshot.NameID(snapshot.OtherName),
-		slotState:    make([]*seriesState, seriesMax),
-		slotCells:    make([][]uint32, seriesMax),
-		slotPrev:     make([]slotTotals, seriesMax),
-		cellHead:     make([]int32, seriesMax),
-		inQuarantine: make([]bool, seriesMax),
-		byKey:        map[bpf.SpanwatchSeriesKey]*seriesState{},
-		nameRefs:     map[uint64]int{},
-	}
-	for i := range r.cellHead {
-		r.cellHead[i] = -1
+		names:       map[uint64]string{},
+		pruned:      map[uint64]string{},
+		otherNameID: snapshot.NameID(snapshot.OtherName),
+		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
+		nameRefs:    map[uint64]int{},
 	}
 	defer func() {
 		if err != nil {
@@ -220,6 +214,28 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesRead
 	}
 	r.core = (*bpf.SpanwatchCoreState)(unsafe.Pointer(&m.mem[0]))
 	return r, nil
+}
+
+// grow extends the per-slot arrays to hold slots below n (at most the
+// capacity), doubling so that a filling map costs few copies.
+func (r *seriesReader) grow(n uint32) {
+	n = min(n, r.seriesMax)
+	have := uint32(len(r.slotState))
+	if n <= have {
+		return
+	}
+	if c := uint32(cap(r.slotState)); n <= c {
+		n = c
+	} else {
+		n = min(max(n, 2*have, 64), r.seriesMax)
+	}
+	r.slotState = append(r.slotState, make([]*seriesState, n-have)...)
+	r.slotCells = append(r.slotCells, make([][]uint32, n-have)...)
+	r.slotPrev = append(r.slotPrev, make([]slotTotals, n-have)...)
+	r.inQuarantine = append(r.inQuarantine, make([]bool, n-have)...)
+	for range n - have {
+		r.cellHead = append(r.cellHead, -1)
+	}
 }
 
 func (r *seriesReader) close() {
@@ -279,6 +295,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 	if hwm > uint64(r.seriesMax) {
 		hwm = uint64(r.seriesMax)
 	}
+	r.grow(uint32(hwm+63) &^ 63)
 
 	// Slots whose counters changed: their dirty bits, swapped to zero
 	// before the counters are read, so a value added after its read sets
@@ -312,7 +329,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					continue
 				}
 				slot := key>>cellFieldBits - 1
-				if slot >= r.seriesMax || (r.slotState[slot] == nil && r.stateOfSlot(slot) == nil) {
+				if slot >= r.seriesMax || r.stateOfSlot(slot) == nil {
 					// The slot's key is not known yet: give the
 					// count back for the next window.
 					atomic.AddUint64(&r.cells[i], uint64(n))
@@ -412,6 +429,9 @@ func (r *seriesReader) noteCell(slot, cell uint32) {
 func (r *seriesReader) stateOfSlot(slot uint32) *seriesState {
 	if slot >= r.seriesMax {
 		return nil
+	}
+	if slot >= uint32(len(r.slotState)) {
+		r.grow(slot + 1)
 	}
 	if st := r.slotState[slot]; st != nil {
 		return st

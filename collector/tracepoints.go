@@ -91,6 +91,9 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 			t.Close()
 		}
 	}()
+	if err := errors.Join(CheckTracepointSources(srcs)...); err != nil {
+		return nil, fmt.Errorf("tracepoint sources: %w", err)
+	}
 	needUE, needEH := false, false
 	labelValues := 0
 	for i := range srcs {

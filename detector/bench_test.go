@@ -250,3 +250,54 @@ func BenchmarkRange(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStateSave is what an evaluation adds when the detector keeps
+// its state for a restart (Config.Store): encoding the alerts, the range
+// history (the default 1m range: six 10s windows of every series) and the
+// baselines, over 1k and 10k series, beside the evaluation itself
+// (BenchmarkEvaluate's 100 rules). It reports the state's size. Restore is
+// the decoding, once at start.
+func BenchmarkStateSave(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		d := New(Config{ExternalLabels: map[string]string{}})
+		d.SetRules(benchRules(b, 0))
+		for step := 0; step < 7; step++ {
+			if _, err := d.Evaluate(context.Background(), benchSnapshot(n, step)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("series=%d/encode", n), func(b *testing.B) {
+			var size int
+			for range b.N {
+				d.evalMu.Lock()
+				data, err := d.marshalState(t0, nil)
+				d.evalMu.Unlock()
+				if err != nil {
+					b.Fatal(err)
+				}
+				size = len(data)
+			}
+			b.ReportMetric(float64(size), "state-bytes")
+			b.ReportMetric(float64(size)/float64(n), "bytes/series")
+		})
+		b.Run(fmt.Sprintf("series=%d/evaluate", n), func(b *testing.B) {
+			for i := range b.N {
+				if _, err := d.Evaluate(context.Background(), benchSnapshot(n, 7+i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("series=%d/restore", n), func(b *testing.B) {
+			d.evalMu.Lock()
+			data, _ := d.marshalState(t0.Add(time.Minute), nil)
+			d.evalMu.Unlock()
+			store := &memStore{data: map[string][]byte{stateName: data}}
+			for range b.N {
+				r := New(Config{ExternalLabels: map[string]string{}, Store: store})
+				if _, err := r.Restore(t0.Add(time.Minute + time.Second)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

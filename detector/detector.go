@@ -14,6 +14,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -71,6 +72,13 @@ type Config struct {
 	// Now is the clock for overruns without a time (default time.Now).
 	// Evaluate uses the snapshot's time, so replays are deterministic.
 	Now func() time.Time
+	// Store, when set, keeps the detector's state for a restart (Restore
+	// reads it back): saved after an evaluation whose alerts changed,
+	// before their notifications are sent (and again once the resolved
+	// ones are), and otherwise every SaveInterval (default
+	// DefaultSaveInterval).
+	Store        StateStore
+	SaveInterval time.Duration
 }
 
 // A Detector evaluates rules over snapshots. Its methods are safe for
@@ -91,8 +99,15 @@ type Detector struct {
 
 	ext externalLabels
 
+	historyBytes atomic.Int64
+	historyTrim  atomic.Bool
+
 	cutMu  sync.Mutex // guards cutOff
 	cutOff map[string]*PolicyCutOff
+	// restoredAt is when Restore brought a saved state back (zero when
+	// none); lastSave when the state was last saved. Guarded by evalMu.
+	restoredAt time.Time
+	lastSave   time.Time
 
 	ovMu      sync.Mutex
 	ovSeen    map[string]*overrunEntry
@@ -126,6 +141,10 @@ type active struct {
 	// keepFiringSince is the first evaluation at which a firing alert's
 	// rule no longer held (zero while it holds), as in Prometheus.
 	keepFiringSince time.Time
+	// restored marks an alert Restore brought back that its rule has not
+	// confirmed since: it is not resolved while the rule's range refills
+	// after the restart.
+	restored bool
 }
 
 // DefaultResendInterval is how often a firing alert is sent again when
@@ -168,6 +187,9 @@ func New(cfg Config) *Detector {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SaveInterval <= 0 {
+		cfg.SaveInterval = DefaultSaveInterval
+	}
 	return &Detector{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -202,6 +224,7 @@ type result struct {
 type ruleOutput struct {
 	key           string
 	kind, name    string
+	over          time.Duration // the range
 	forDur        time.Duration
 	keepFiringFor time.Duration
 	results       map[string]result // by fingerprint
@@ -228,8 +251,13 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 	}
 	cfg := d.rules.Load()
 	ext := d.ext.get(cfg)
+	if bound := d.historyBytes.Load(); bound != d.hist.maxBytes {
+		d.hist.maxBytes, d.hist.autoTrim = bound, false
+	}
+	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
+	var needs []time.Duration // each series' longest range, with trimUnused
 	if cfg != nil {
 		outs = make([]*ruleOutput, 0, len(cfg.Rules)+len(cfg.Policies))
 		idx := indexSpans(snap)
@@ -258,6 +286,9 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		for over, n := range need {
 			d.hist.prepare(over, n, d.cfg.PolicyWorkers)
 		}
+		if d.hist.trimUnused {
+			needs = seriesNeeds(len(snap.Series), need)
+		}
 		for i, r := range cfg.Rules {
 			outs = append(outs, d.evalRule(r, sels[i], now, ext))
 		}
@@ -266,26 +297,106 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		}
 		d.gcBaselines(cfg, now)
 	}
+	if d.hist.trimUnused && needs == nil && cfg != nil {
+		// The bound turned trimming on in observe, after the rules'
+		// selections were made: select again.
+		needs = d.seriesNeedsOf(cfg, snap)
+	}
+	if needs != nil {
+		d.hist.trimToRules(needs)
+	} else {
+		d.hist.trimSince = time.Time{}
+	}
+	hs := d.hist.stats()
+	d.stats.historyBytes.Store(hs.bytes)
+	d.stats.historyDropped.Store(hs.dropped)
+	d.stats.historyCovered.Store(int64(hs.covered))
+	d.stats.historyWanted.Store(int64(longestRange(cfg)))
+	d.stats.historyTrimSince.Store(unixNanos(hs.trimSince))
+	d.stats.historyDepthSince.Store(unixNanos(hs.depthSince))
 	d.hist.release()
-	changed, send := d.advance(outs, now, d.validity(snap.Window()))
+	changed, send, ended := d.advance(outs, now, d.validity(snap.Window()))
+	crashpoint.Hit("evaluate")
 	d.stats.lastEvalNs.Store(int64(time.Since(start)))
+	if d.cfg.Store != nil && (len(changed) > 0 || now.Sub(d.lastSave) >= d.cfg.SaveInterval || now.Before(d.lastSave)) {
+		// Before the notifications: a restart after this finds the
+		// alerts that fire now firing (and sends them again, the same
+		// episode), and those that resolve now still firing (resolved
+		// again, and notified).
+		d.saveState(now, ended)
+	}
 	err := d.notify(ctx, send)
+	if d.cfg.Store != nil && len(ended) > 0 && err == nil {
+		d.saveState(now, nil)
+	}
 	return changed, err
 }
 
+// seriesNeeds is, for each of n series, the longest range that a rule
+// selecting it or a policy asks: need holds, by range, the series it
+// selects (nil: every series).
+func seriesNeeds(n int, need map[time.Duration][]bool) []time.Duration {
+	out := make([]time.Duration, n)
+	for over, sel := range need {
+		for i := range out {
+			if (sel == nil || sel[i]) && over > out[i] {
+				out[i] = over
+			}
+		}
+	}
+	return out
+}
+
+// seriesNeedsOf is seriesNeeds for a snapshot whose selections were not
+// kept.
+func (d *Detector) seriesNeedsOf(cfg *policy.Config, snap *snapshot.Snapshot) []time.Duration {
+	idx := indexSpans(snap)
+	need := map[time.Duration][]bool{}
+	for _, r := range cfg.Rules {
+		if r.Over <= 0 {
+			continue
+		}
+		n := need[r.Over]
+		if n == nil {
+			n = make([]bool, len(snap.Series))
+			need[r.Over] = n
+		}
+		for _, j := range idx.selectSeries(&r.Match, nil) {
+			n[j] = true
+		}
+	}
+	for _, p := range cfg.Policies {
+		if p.Over > 0 {
+			need[p.Over] = nil
+		}
+	}
+	return seriesNeeds(len(snap.Series), need)
+}
+
+func unixNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// SetHistoryBytes bounds the memory of the range history (0: no bound):
+// past it, the oldest windows go, every series' at once, and ranges cover
+// what is left (Stats.HistoryCovered). The memory budget sets it; the
+// next evaluation applies it.
+func (d *Detector) SetHistoryBytes(n int64) { d.historyBytes.Store(n) }
+
+// SetHistoryTrim makes each series keep only the windows the ranges of
+// its own rules reach, instead of the longest range of the rule set: what
+// the memory budget sheds under pressure (memory.UnusedHistory).
+func (d *Detector) SetHistoryTrim(on bool) { d.historyTrim.Store(on) }
+
 // longestRange is how far back the rule set's ranges reach.
 func longestRange(cfg *policy.Config) time.Duration {
-	var keep time.Duration
 	if cfg == nil {
 		return 0
 	}
-	for _, r := range cfg.Rules {
-		keep = max(keep, r.Over)
-	}
-	for _, p := range cfg.Policies {
-		keep = max(keep, p.Over)
-	}
-	return keep
+	return cfg.LongestRange()
 }
 
 // policyInputs makes each policy's input, indexed like pols: the series
@@ -349,7 +460,7 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 // evalRule evaluates a rule over the selected series of the current
 // snapshot, each aggregated over the rule's range.
 func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
-	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
+	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, over: r.Over, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	var firstErr error
 	var key []byte
@@ -457,7 +568,7 @@ func firingCopy(ac *active, now time.Time, valid time.Duration) *alert.Alert {
 // advance moves every alert to its state at now and returns the changes
 // and the alerts to send. A firing alert goes out when it starts firing
 // and again every ResendInterval, as Prometheus resends them.
-func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert) {
+func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duration) (changed, send []*alert.Alert, ended []endedAlert) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	live := make(map[string]bool, len(outs))
@@ -491,6 +602,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			ac.a.Annotations, ac.a.Value = res.annotations, res.value
 			ac.keepFiringSince = time.Time{}
+			ac.restored = false
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
 				// StartsAt becomes the time it fired, as Prometheus sends
@@ -510,6 +622,16 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 				continue
 			}
 			ac := g.active[fp]
+			if ac.restored && now.Before(d.restoredAt.Add(o.over)) {
+				// Restored by a restart and not confirmed since: while
+				// the rule's range refills it is no evidence that the
+				// episode ended. It stays, resent as due, so
+				// Alertmanager does not resolve it either.
+				if ac.a.State == alert.StateFiring && now.Sub(ac.lastSent) >= d.cfg.ResendInterval {
+					send = append(send, firingCopy(ac, now, valid))
+				}
+				continue
+			}
 			if ac.a.State == alert.StateFiring && o.keepFiringFor > 0 {
 				if ac.keepFiringSince.IsZero() {
 					ac.keepFiringSince = now
@@ -520,6 +642,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 					}
 					continue
 				}
+			}
+			if ac.a.State == alert.StateFiring {
+				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
 			}
 			c, s := end(ac, now)
 			changed = append(changed, c)
@@ -536,6 +661,9 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 		}
 		g := d.groups[key]
 		for _, fp := range sortedKeys(g.active) {
+			if ac := g.active[fp]; ac.a.State == alert.StateFiring {
+				ended = append(ended, endedAlert{key: key, kind: g.kind, name: g.name, saved: saveAlert(ac)})
+			}
 			c, s := end(g.active[fp], now)
 			changed = append(changed, c)
 			if s != nil {
@@ -550,7 +678,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			d.stats.fired.Add(1)
 		}
 	}
-	return changed, send
+	return changed, send, ended
 }
 
 // end resolves a firing alert or drops a pending one.

@@ -10,6 +10,10 @@
 // 1m): the detector keeps the windows of each series that the longest
 // range reaches, adds their counts and merges their histograms bucket by
 // bucket, then takes quantiles, exactly as one long window would show.
+// The history counts its memory; with a bound (SetHistoryBytes, from the
+// memory budget) it first keeps each series' windows only as far back as
+// its own rules reach, then drops its oldest windows: ranges then cover
+// less than they ask, and Stats says what they cover.
 //
 // Firing alerts go to the notifier when they fire and again every
 // ResendInterval, each valid for 4 x max(ResendInterval, interval), as
@@ -31,4 +35,14 @@
 // Anomaly baselines and alert state live in the Detector, not in the rule
 // set, so a reload (SetRules, or a Reloader watching the rule file) keeps
 // them for every rule that still exists.
+//
+// With a StateStore (the agent's outbox), they survive a restart too: the
+// state (alerts with their startsAt and for: progress, the range history,
+// baselines, overrun episodes) is saved before the notifications of an
+// evaluation whose alerts changed, again once its resolved ones are sent,
+// and otherwise every SaveInterval; Restore brings it back at start. The
+// time the agent was down is a gap in the history: it ages windows out of
+// a range but is not counted in its rates. Restored firing alerts are
+// sent again at once with their startsAt (the same episode, a new endsAt)
+// and are not resolved while their rule's range refills.
 package detector

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -23,12 +24,30 @@ import (
 //
 // Memory: a series keeps only its windows with spans in them (an idle
 // series costs its map entry, about 150 bytes), each 96 bytes plus
-// its packed histogram (2-4 bytes per non-empty bucket).
+// its packed histogram (2-4 bytes per non-empty bucket). The history
+// counts what it holds (bytes) and, with a bound (maxBytes, from the
+// memory budget), drops its oldest windows, every series' at once, until
+// it fits: ranges then cover the windows kept, less than they ask, and
+// Stats says so. With trimUnused (the budget's UnusedHistory), each
+// series keeps only the windows the ranges of its own rules reach.
 type history struct {
 	wins   []windowInfo // evaluated windows, oldest first
 	series map[string]*seriesHist
 	seq    uint64
 	keyBuf []byte
+
+	bytes      int64 // what the series' windows and entries hold
+	maxBytes   int64 // the bound; 0 for none
+	trimUnused bool
+	// autoTrim is set when the bound was reached without trimUnused:
+	// the history then trims to each series' rules first, and drops
+	// whole windows only if it is still over (the budget's order). It
+	// holds until the bound changes.
+	autoTrim bool
+	dropped  uint64 // windows dropped for the bound
+	// trimSince and depthSince are when the history began to trim to
+	// rules and to drop windows for its bound (zero when it does not).
+	trimSince, depthSince time.Time
 	// scratch is each aggregating goroutine's buffers; scratch[0] is the
 	// evaluation's own.
 	scratch []*aggScratch
@@ -44,7 +63,22 @@ type windowInfo struct {
 	seq    uint64
 	end    time.Time
 	length time.Duration
+	bytes  int64 // what the series' windows of this seq hold
+	// gap marks the time the agent was down, between the windows restored
+	// after a restart and the first one since: it counts toward a range's
+	// reach (old windows leave the range as time passes) but not toward
+	// the time its spans cover (rates).
+	gap bool
 }
+
+// Costs the history counts: a series' entry (map slot, key, seriesHist)
+// beyond its key's bytes, and a window beyond its packed histogram.
+const (
+	seriesEntryBytes = 112
+	seriesWinBytes   = int64(unsafe.Sizeof(seriesWin{}))
+)
+
+func winCost(w *seriesWin) int64 { return seriesWinBytes + int64(cap(w.hist)) }
 
 // seriesHist is one series' windows with spans, oldest first.
 type seriesHist struct {
@@ -117,7 +151,8 @@ func seriesKey(b []byte, s *snapshot.Series) []byte {
 }
 
 // observe records a snapshot as the newest window, keeping what ranges up
-// to keep need, and prepares the range aggregates of this evaluation.
+// to keep need (and what the bound leaves of it), and prepares the range
+// aggregates of this evaluation.
 func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 	h.seq++
 	length := snap.Window()
@@ -125,20 +160,17 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		length = snap.Time.Sub(h.wins[len(h.wins)-1].end)
 	}
 	h.wins = append(h.wins, windowInfo{seq: h.seq, end: snap.Time, length: max(length, 0)})
-	first, _ := h.span(keep)
-	drop := 0
-	for drop < len(h.wins) && h.wins[drop].seq < first {
-		drop++
-	}
-	h.wins = append(h.wins[:0], h.wins[drop:]...)
-
 	h.snap = snap
 	h.cur = h.cur[:0]
 	if keep <= 0 {
 		// No range reaches back: nothing to keep, nothing to look up.
 		clear(h.series)
+		h.bytes = 0
+		h.wins = append(h.wins[:0], h.wins[len(h.wins)-1])
+		h.wins[0].bytes = 0
 		return
 	}
+	newest := &h.wins[len(h.wins)-1]
 	for i := range snap.Series {
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
@@ -146,25 +178,182 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		if sh == nil {
 			sh = &seriesHist{}
 			h.series[string(h.keyBuf)] = sh
+			h.bytes += seriesEntryBytes + int64(len(h.keyBuf))
 		}
 		sh.lastSeen = h.seq
-		sh.trim(first)
-		if s.Count > 0 && keep > 0 {
+		if s.Count > 0 {
+			if before := cap(sh.wins); len(sh.wins) == before {
+				// Grow by a quarter, not append's double: a
+				// series' windows are many, and its range grows
+				// one window at a time.
+				sh.wins = append(make([]seriesWin, 0, before+max(2, before/4)), sh.wins...)
+			}
 			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
+			c := winCost(&sh.wins[len(sh.wins)-1])
+			newest.bytes += c
+			h.bytes += c
 		}
 		h.cur = append(h.cur, sh)
 	}
-	// Series that left the snapshot keep their windows until no range
-	// reaches them.
-	for k, sh := range h.series {
-		if sh.lastSeen == h.seq {
-			continue
+	first, _ := h.span(keep)
+	if f := h.floor(); f > first {
+		first = f
+		if h.depthSince.IsZero() {
+			h.depthSince = snap.Time
 		}
-		sh.trim(first)
-		if len(sh.wins) == 0 {
+	} else {
+		h.depthSince = time.Time{}
+	}
+	drop := 0
+	for drop < len(h.wins) && h.wins[drop].seq < first {
+		drop++
+	}
+	h.wins = append(h.wins[:0], h.wins[drop:]...)
+	// Every series drops what no range reaches any more (or the bound
+	// took); series that left the snapshot keep their windows until
+	// then.
+	for k, sh := range h.series {
+		h.trim(sh, first)
+		if len(sh.wins) == 0 && sh.lastSeen != h.seq {
 			delete(h.series, k)
+			h.bytes -= seriesEntryBytes + int64(len(k))
 		}
 	}
+}
+
+// recount computes what the history holds from its windows and entries:
+// after a restore (state.go), which builds them without observe.
+func (h *history) recount() {
+	h.bytes = 0
+	at := make(map[uint64]int, len(h.wins))
+	for i := range h.wins {
+		h.wins[i].bytes = 0
+		at[h.wins[i].seq] = i
+	}
+	for k, sh := range h.series {
+		h.bytes += seriesEntryBytes + int64(len(k))
+		for j := range sh.wins {
+			c := winCost(&sh.wins[j])
+			h.bytes += c
+			if i, ok := at[sh.wins[j].seq]; ok {
+				h.wins[i].bytes += c
+			}
+		}
+	}
+}
+
+// floor is the first window the bound lets the history keep: the oldest
+// windows go, all series' at once, until what is left fits (the newest
+// always stays).
+func (h *history) floor() uint64 {
+	if h.maxBytes <= 0 || h.bytes <= h.maxBytes || len(h.wins) == 0 {
+		return 0
+	}
+	if !h.trimUnused {
+		// Trimming to the rules first: the next evaluation, if that is
+		// not enough.
+		h.autoTrim, h.trimUnused = true, true
+		return 0
+	}
+	over := h.bytes - h.maxBytes
+	i := 0
+	for i < len(h.wins)-1 && over > 0 {
+		over -= h.wins[i].bytes
+		i++
+	}
+	h.dropped += uint64(i)
+	return h.wins[i].seq
+}
+
+// trim drops a series' windows before first, counting what they held.
+// The windows left move to the front of their array when it has no room
+// at its end: a range slides one window at a time, and reslicing from
+// the front would leave the next append to allocate a new array twice as
+// long (half of it slack, for as long as the series lives). An array
+// left with much room (a range that shrank, trimToRules, the bound) is
+// reallocated to fit. The history counts its windows and entries; the
+// arrays' room (a quarter at most) is left out.
+func (h *history) trim(sh *seriesHist, first uint64) {
+	drop := 0
+	for drop < len(sh.wins) && sh.wins[drop].seq < first {
+		w := &sh.wins[drop]
+		c := winCost(w)
+		h.bytes -= c
+		if len(h.wins) > 0 && w.seq >= h.wins[0].seq {
+			if j := int(w.seq - h.wins[0].seq); j < len(h.wins) && h.wins[j].seq == w.seq {
+				h.wins[j].bytes -= c
+			}
+		}
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	was, n := cap(sh.wins), len(sh.wins)-drop
+	switch {
+	case n == 0:
+		sh.wins = nil
+	case was-n > max(4, n/2):
+		sh.wins = append(make([]seriesWin, 0, n+2), sh.wins[drop:]...)
+	case len(sh.wins) == was:
+		copy(sh.wins, sh.wins[drop:])
+		clear(sh.wins[n:])
+		sh.wins = sh.wins[:n]
+	default:
+		clear(sh.wins[:drop])
+		sh.wins = sh.wins[drop:]
+	}
+}
+
+// trimToRules drops, for each series of the current snapshot, the windows
+// beyond the longest range of the rules that select it (need[i], 0 for
+// none), and every window of the series the snapshot no longer holds: the
+// budget's UnusedHistory. No rule's value changes; a series that a rule
+// starts to select later has a shorter range until it fills.
+func (h *history) trimToRules(need []time.Duration) {
+	if !h.trimUnused || h.snap == nil {
+		h.trimSince = time.Time{}
+		return
+	}
+	if h.trimSince.IsZero() {
+		h.trimSince = h.snap.Time
+	}
+	firsts := map[time.Duration]uint64{}
+	for i, sh := range h.cur {
+		first := h.seq + 1 // none
+		if need[i] > 0 {
+			f, ok := firsts[need[i]]
+			if !ok {
+				f, _ = h.span(need[i])
+				firsts[need[i]] = f
+			}
+			first = f
+		}
+		h.trim(sh, first)
+	}
+	for k, sh := range h.series {
+		if sh.lastSeen != h.seq {
+			h.trim(sh, h.seq+1)
+			delete(h.series, k)
+			h.bytes -= seriesEntryBytes + int64(len(k))
+		}
+	}
+}
+
+// historyStats is what the history reports.
+type historyStats struct {
+	bytes                 int64
+	dropped               uint64
+	covered               time.Duration // what the windows kept cover
+	trimSince, depthSince time.Time
+}
+
+func (h *history) stats() historyStats {
+	st := historyStats{bytes: h.bytes, dropped: h.dropped, trimSince: h.trimSince, depthSince: h.depthSince}
+	for _, w := range h.wins {
+		st.covered += w.length
+	}
+	return st
 }
 
 // release drops the evaluation's range aggregates: between evaluations the
@@ -174,20 +363,6 @@ func (h *history) release() {
 	h.snap = nil
 	clear(h.cur)
 	h.cur = h.cur[:0]
-}
-
-func (sh *seriesHist) trim(first uint64) {
-	drop := 0
-	for drop < len(sh.wins) && sh.wins[drop].seq < first {
-		drop++
-	}
-	if drop > 0 {
-		clear(sh.wins[:drop])
-		sh.wins = sh.wins[drop:]
-		if len(sh.wins) == 0 {
-			sh.wins = nil
-		}
-	}
 }
 
 func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
@@ -238,12 +413,16 @@ func (h *history) span(over time.Duration) (first uint64, covered time.Duration)
 	}
 	n := len(h.wins) - 1
 	first, covered = h.wins[n].seq, h.wins[n].length
+	elapsed := covered
 	for i := n - 1; i >= 0; i-- {
 		w := h.wins[i]
-		if covered+w.length/2 > over {
+		if elapsed+w.length/2 > over {
 			break
 		}
-		first, covered = w.seq, covered+w.length
+		first, elapsed = w.seq, elapsed+w.length
+		if !w.gap {
+			covered += w.length
+		}
 	}
 	return first, covered
 }

@@ -95,7 +95,7 @@ func (d *Detector) evalPolicies(ctx context.Context, cfg *policy.Config, inputs 
 // evalPolicy evaluates one policy under timeout; the error is returned
 // for evalPolicies to report once the policy's last attempt is known.
 func (d *Detector) evalPolicy(ctx context.Context, timeout time.Duration, p *policy.Policy, input ast.Value, ext map[string]string) (*ruleOutput, error) {
-	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
+	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, over: p.Over, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
 	d.stats.policyEvaluations.Add(1)
 	ectx, cancel := context.WithTimeout(ctx, timeout)
 	alerts, err := p.Eval(ectx, input)

@@ -25,6 +25,14 @@ type counters struct {
 	overrunsLimited     atomic.Uint64
 	overrunsIgnored     atomic.Uint64
 	lastEvalNs          atomic.Int64
+	historyBytes        atomic.Int64
+	historyDropped      atomic.Uint64
+	historyCovered      atomic.Int64
+	historyWanted       atomic.Int64
+	historyTrimSince    atomic.Int64
+	historyDepthSince   atomic.Int64
+	stateSaveErrors     atomic.Uint64
+	stateBytes          atomic.Int64
 }
 
 // Stats are the detector's counters since New; the metrics endpoint
@@ -49,6 +57,20 @@ type Stats struct {
 	Pending, Firing     int    // alerts in each state now
 	Baselines           int    // anomaly baselines kept (-1 while an evaluation holds them)
 	LastEvaluation      time.Duration
+	// HistoryBytes is the memory the range history holds;
+	// HistoryDropped counts the windows its bound dropped before their
+	// range was done with them; HistoryCovered is the time its windows
+	// cover, against HistoryWanted, the rule set's longest range.
+	HistoryBytes                  int64
+	HistoryDropped                uint64
+	HistoryCovered, HistoryWanted time.Duration
+	// HistoryTrimmedSince is when the range history began to keep each
+	// series' windows only as far back as its own rules reach (zero when
+	// it does not), HistoryDepthSince when its bound began to drop whole
+	// windows (zero when the last evaluation dropped none).
+	HistoryTrimmedSince, HistoryDepthSince time.Time
+	StateSaveErrors                        uint64 // state saves (Config.Store) that failed
+	StateBytes                             int64  // the size of the last state saved
 }
 
 // Stats returns a snapshot of the counters.
@@ -71,6 +93,14 @@ func (d *Detector) Stats() Stats {
 		OverrunsLimited:     d.stats.overrunsLimited.Load(),
 		OverrunsIgnored:     d.stats.overrunsIgnored.Load(),
 		LastEvaluation:      time.Duration(d.stats.lastEvalNs.Load()),
+		HistoryBytes:        d.stats.historyBytes.Load(),
+		HistoryDropped:      d.stats.historyDropped.Load(),
+		HistoryCovered:      time.Duration(d.stats.historyCovered.Load()),
+		HistoryWanted:       time.Duration(d.stats.historyWanted.Load()),
+		HistoryTrimmedSince: fromUnixNanos(d.stats.historyTrimSince.Load()),
+		HistoryDepthSince:   fromUnixNanos(d.stats.historyDepthSince.Load()),
+		StateSaveErrors:     d.stats.stateSaveErrors.Load(),
+		StateBytes:          d.stats.stateBytes.Load(),
 	}
 	d.mu.Lock()
 	for _, g := range d.groups {
@@ -91,4 +121,11 @@ func (d *Detector) Stats() Stats {
 		s.Baselines = -1 // an evaluation is running; not known without waiting
 	}
 	return s
+}
+
+func fromUnixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }

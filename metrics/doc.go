@@ -17,8 +17,15 @@
 // sets how long a series that stopped appearing stays.
 //
 // Snapshots are deltas over a window; the Exporter adds them up, so its
-// counters and histograms are cumulative, as Prometheus expects. Other
-// packages register their own collectors in Registry.
+// counters and histograms are cumulative, as Prometheus expects. Each
+// Observe publishes an immutable view of every series (about 100 bytes a
+// series, the cumulative histograms packed at 2-4 bytes a bucket), and a
+// scrape writes the span families straight from the newest view, in the
+// negotiated format, through a 64 KiB buffer: it takes no lock and keeps
+// nothing per series, whatever their number (expose.go), and its output
+// is what expfmt would write for the same families. Other packages
+// register their own collectors in Registry; they are encoded by expfmt
+// before the span families.
 //
 // The endpoint binds to DefaultAddr (127.0.0.1:9464, loopback only) unless
 // told otherwise: span names and cgroup paths say what runs on the host, so

@@ -1,10 +1,10 @@
 package metrics
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"net"
@@ -13,12 +13,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 
 	"github.com/spanwatch/spanwatch/internal/buildinfo"
@@ -74,7 +74,8 @@ func DefaultBounds() []time.Duration {
 }
 
 // An Exporter turns snapshots into Prometheus metrics. It is safe for
-// concurrent use: Observe runs in the collection loop while scrapes read.
+// concurrent use: Observe runs in the collection loop while scrapes read
+// the newest view, without a lock.
 type Exporter struct {
 	classic *classicBounds
 	native  bool
@@ -82,10 +83,11 @@ type Exporter struct {
 	reg     *prometheus.Registry
 	log     *slog.Logger
 
-	mu     sync.Mutex
-	keyBuf []byte // Observe's scratch for series keys
-	series map[string]*seriesState
-	descs  map[string]*seriesDescs // by the source label names, joined
+	view atomic.Pointer[view] // the newest; never nil
+
+	mu         sync.Mutex // serializes Observe and guards bd
+	bd         builder
+	dropAbsent atomic.Bool // SetDropAbsent
 
 	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, overrunsQueueDropped, snapshots prometheus.Counter
 	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses                        prometheus.Counter
@@ -97,36 +99,6 @@ type Exporter struct {
 	symbolizerBytes                                                                                          prometheus.Gauge
 }
 
-// seriesDescs are the per-span metrics' descriptions for one set of label
-// names.
-type seriesDescs struct {
-	spans, errors, overBudget, duration, budget, max *prometheus.Desc
-	values                                           *prometheus.Desc // argument metrics
-}
-
-type seriesState struct {
-	descs      *seriesDescs
-	labels     []string
-	count      uint64
-	errors     uint64
-	overBudget uint64
-	sumNs      uint64
-	budgetNs   uint64
-	maxNs      uint64
-	// zero and hist are the cumulative histogram: spans of 0 ns, and the
-	// schema-6 buckets, sorted. Observe adds to hist in place; a scrape
-	// copies it under the lock.
-	zero     uint64
-	hist     []snapshot.Bucket
-	created  time.Time
-	lastSeen time.Time
-	// An argument metric (a series of Kind "metric"): its values' signed
-	// sum and the negative buckets, sorted by index (of |v|).
-	metric bool
-	sumVal int64
-	neg    []snapshot.Bucket
-}
-
 // NewExporter returns an Exporter with its collectors registered.
 func NewExporter(cfg Config) (*Exporter, error) {
 	e := &Exporter{
@@ -134,9 +106,9 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		ttl:    cfg.SeriesTTL,
 		reg:    cfg.Registry,
 		log:    cfg.Logger,
-		series: map[string]*seriesState{},
-		descs:  map[string]*seriesDescs{},
 	}
+	e.view.Store(&view{})
+	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}}
 	bounds := cfg.Bounds
 	if bounds == nil {
 		bounds = DefaultBounds()
@@ -205,7 +177,6 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	}, func() float64 { return 1 })
 
 	for _, col := range []prometheus.Collector{
-		(*spanCollector)(e),
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
@@ -216,32 +187,6 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		}
 	}
 	return e, nil
-}
-
-// descsFor returns the per-span descriptions for series with the given
-// extra (source) label names, sorted. e.mu is held, or e is being built.
-func (e *Exporter) descsFor(extra []string) *seriesDescs {
-	key := strings.Join(extra, ",")
-	if d := e.descs[key]; d != nil {
-		return d
-	}
-	labels := append(append([]string{}, seriesLabels...), extra...)
-	d := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("spanwatch_"+name, help, labels, nil)
-	}
-	sd := &seriesDescs{
-		spans:      d("spans_total", "Spans that ended, per span name and cgroup."),
-		errors:     d("span_errors_total", "Spans that ended with an error status."),
-		overBudget: d("span_over_budget_total", "Spans slower than their budget."),
-		duration: d("span_duration_seconds", "Span durations: a native histogram of schema 6 (exactly spanwatch's buckets) "+
-			"to scrapers that negotiate protobuf, and classic buckets whose le are boundaries of those buckets, so every count is exact."),
-		budget: d("span_budget_seconds", "The span's budget, when one is set."),
-		max:    d("span_max_duration_seconds", "The longest span seen since the series began."),
-		values: d("metric_values", "Argument metrics (metric: in a source; the span label names the metric): the values' count, "+
-			"signed sum and, to scrapers that negotiate protobuf, a native histogram of schema 6 with negative buckets, exactly spanwatch's."),
-	}
-	e.descs[key] = sd
-	return sd
 }
 
 // sourceLabelNames returns a series' source label names that can be
@@ -270,78 +215,9 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	key := e.keyBuf[:0]
-	for i := range s.Series {
-		sr := &s.Series[i]
-		var extra []string
-		if len(sr.SourceLabels) > 0 {
-			extra = sourceLabelNames(sr.SourceLabels)
-		}
-		key = key[:0]
-		if sr.IsMetric() {
-			key = append(key, 'm', 0) // apart from a span of the same name
-		}
-		// Label values must be UTF-8 (a scrape of an invalid one fails
-		// as a whole); series whose names differ only in bytes that are
-		// not are one exported series.
-		for _, v := range [...]string{sr.Span, sr.Namespace, sr.Pod, sr.Container, sr.Process, sr.Unit, sr.Cgroup} {
-			key = append(append(key, valid(v)...), 0)
-		}
-		for _, k := range extra {
-			key = append(append(append(append(key, k...), 1), valid(sr.SourceLabels[k])...), 0)
-		}
-		st := e.series[string(key)] // no allocation: the compiler converts in place
-		if st == nil {
-			values := []string{valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup)}
-			for _, k := range extra {
-				values = append(values, valid(sr.SourceLabels[k]))
-			}
-			st = &seriesState{descs: e.descsFor(extra), labels: values, created: now, metric: sr.IsMetric()}
-			e.series[string(key)] = st
-		}
-		if st.metric {
-			st.count += sr.Count
-			st.sumVal += sr.Sum
-			st.lastSeen = now
-			var pos, neg []snapshot.Bucket
-			for _, b := range sr.Histogram {
-				switch {
-				case b.Zero:
-					st.zero += b.Count
-				case b.Negative:
-					neg = append(neg, b)
-				default:
-					pos = append(pos, b)
-				}
-			}
-			slices.SortFunc(neg, func(a, b snapshot.Bucket) int { return cmp.Compare(a.Index, b.Index) })
-			st.hist = addHistogram(st.hist, pos)
-			st.neg = addHistogram(st.neg, neg)
-			continue
-		}
-		st.count += sr.Count
-		st.errors += sr.Errors
-		st.overBudget += sr.OverBudget
-		st.sumNs += sr.SumNs
-		st.budgetNs = sr.BudgetNs
-		st.maxNs = max(st.maxNs, sr.MaxNs)
-		st.lastSeen = now
-		positive := sr.Histogram
-		if len(positive) > 0 && positive[0].Zero {
-			st.zero += positive[0].Count
-			positive = positive[1:]
-		}
-		st.hist = addHistogram(st.hist, positive)
-	}
-	e.keyBuf = key
-	if e.ttl > 0 {
-		for k, st := range e.series {
-			if now.Sub(st.lastSeen) > e.ttl {
-				delete(e.series, k)
-			}
-		}
-	}
-	e.seriesGauge.Set(float64(len(e.series)))
+	v := e.build(e.view.Load(), s, now, e.dropAbsent.Load())
+	e.view.Store(v)
+	e.seriesGauge.Set(float64(len(v.series)))
 
 	e.events.Add(float64(s.Stats.Events))
 	e.ringbufDrops.Add(float64(s.Stats.RingbufDrops))
@@ -389,13 +265,11 @@ func (e *Exporter) RuleError(rule string) { e.ruleErrors.WithLabelValues(rule).I
 // register their own collectors in it.
 func (e *Exporter) Registry() *prometheus.Registry { return e.reg }
 
-// Handler returns the /metrics HTTP handler.
-func (e *Exporter) Handler() http.Handler {
-	return promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
-		ErrorLog:          slog.NewLogLogger(e.log.Handler(), slog.LevelWarn),
-		EnableOpenMetrics: true,
-	})
-}
+// SetDropAbsent makes Observe stop exporting, at once, the series a
+// snapshot no longer holds (series the collector evicted from the kernel),
+// instead of after the series TTL: what the memory budget sheds under
+// pressure (memory.StaleExports).
+func (e *Exporter) SetDropAbsent(on bool) { e.dropAbsent.Store(on) }
 
 // Serve serves /metrics on ln until ctx is done, then shuts the server
 // down and returns nil.
@@ -432,100 +306,6 @@ func (e *Exporter) ListenAndServe(ctx context.Context, addr string) error {
 		return fmt.Errorf("listen for metrics: %w", err)
 	}
 	return e.Serve(ctx, ln)
-}
-
-// spanCollector exposes the per-series state as const metrics at scrape
-// time.
-type spanCollector Exporter
-
-// Describe describes nothing: the collector is unchecked, since series
-// with source labels bring label names (and so descriptions) that appear
-// only as snapshots arrive.
-func (c *spanCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c *spanCollector) Collect(ch chan<- prometheus.Metric) {
-	e := (*Exporter)(c)
-	// Copy the state under the lock and build the metrics outside it, so
-	// a scrape of many series does not hold up Observe.
-	e.mu.Lock()
-	states := make([]seriesState, 0, len(e.series))
-	n := 0
-	for _, st := range e.series {
-		n += len(st.hist) + len(st.neg)
-	}
-	buckets := make([]snapshot.Bucket, 0, n)
-	for _, st := range e.series {
-		cp := *st
-		k := len(buckets)
-		buckets = append(buckets, st.hist...)
-		cp.hist = buckets[k:len(buckets):len(buckets)]
-		k = len(buckets)
-		buckets = append(buckets, st.neg...)
-		cp.neg = buckets[k:len(buckets):len(buckets)]
-		states = append(states, cp)
-	}
-	e.mu.Unlock()
-
-	for i := range states {
-		st := &states[i]
-		d := st.descs
-		if st.metric {
-			total := st.zero
-			for _, b := range st.hist {
-				total += b.Count
-			}
-			for _, b := range st.neg {
-				total += b.Count
-			}
-			ch <- &durationHistogram{
-				desc: d.values, labels: prometheus.MakeLabelPairs(d.values, st.labels),
-				count: total, sumSec: float64(st.sumVal), zero: st.zero, buckets: st.hist, negative: st.neg,
-				native: e.native, created: st.created,
-			}
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(d.spans, prometheus.CounterValue, float64(st.count), st.labels...)
-		ch <- prometheus.MustNewConstMetric(d.errors, prometheus.CounterValue, float64(st.errors), st.labels...)
-		ch <- prometheus.MustNewConstMetric(d.overBudget, prometheus.CounterValue, float64(st.overBudget), st.labels...)
-		ch <- prometheus.MustNewConstMetric(d.max, prometheus.GaugeValue, float64(st.maxNs)/1e9, st.labels...)
-		if st.budgetNs > 0 {
-			ch <- prometheus.MustNewConstMetric(d.budget, prometheus.GaugeValue, float64(st.budgetNs)/1e9, st.labels...)
-		}
-		// The count is the histogram's total, so the +Inf bucket and
-		// _count agree even if a window's Count and histogram differ.
-		total := st.zero
-		for _, b := range st.hist {
-			total += b.Count
-		}
-		ch <- &durationHistogram{
-			desc: d.duration, labels: prometheus.MakeLabelPairs(d.duration, st.labels),
-			count: total, sumSec: float64(st.sumNs) / 1e9, zero: st.zero, buckets: st.hist,
-			classic: e.classic, native: e.native, created: st.created,
-		}
-	}
-}
-
-// addHistogram adds src's counts to dst, both sorted, in place when every
-// bucket of src is already in dst (a series' usual window), else into a
-// new merged slice.
-func addHistogram(dst, src []snapshot.Bucket) []snapshot.Bucket {
-	j := 0
-	for i := range src {
-		for j < len(dst) && dst[j].Index < src[i].Index {
-			j++
-		}
-		if j == len(dst) || dst[j].Index != src[i].Index {
-			return snapshot.MergeHistogram(dst, src)
-		}
-	}
-	j = 0
-	for i := range src {
-		for dst[j].Index < src[i].Index {
-			j++
-		}
-		dst[j].Count += src[i].Count
-	}
-	return dst
 }
 
 // valid returns s as valid UTF-8, with U+FFFD for bytes that are not.

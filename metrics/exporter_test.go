@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -501,32 +500,42 @@ func TestExporterLabels(t *testing.T) {
 	}
 }
 
-func TestAddHistogram(t *testing.T) {
-	b := func(pairs ...int) []snapshot.Bucket {
-		var h []snapshot.Bucket
+// TestPackedHistogram checks the exporter's packed cumulative histograms:
+// merging a window into them and the round trip through the packing,
+// negative indexes (durations under a second) included.
+func TestPackedHistogram(t *testing.T) {
+	b := func(pairs ...int) []bucketCount {
+		var h []bucketCount
 		for i := 0; i+1 < len(pairs); i += 2 {
-			h = append(h, snapshot.DurationBucketAt(int32(pairs[i]), uint64(pairs[i+1])))
+			h = append(h, bucketCount{int32(pairs[i]), uint64(pairs[i+1])})
 		}
 		return h
 	}
-	for _, tc := range []struct {
-		dst, src, want []snapshot.Bucket
-		inPlace        bool
-	}{
-		{b(1, 1, 5, 2, 9, 3), b(5, 10), b(1, 1, 5, 12, 9, 3), true},
-		{b(1, 1, 5, 2, 9, 3), b(1, 1, 9, 1), b(1, 2, 5, 2, 9, 4), true},
-		{b(1, 1, 5, 2), b(3, 7), b(1, 1, 3, 7, 5, 2), false},
-		{b(1, 1), b(1, 1, 2, 2), b(1, 2, 2, 2), false},
-		{nil, b(4, 4), b(4, 4), false},
-		{b(4, 4), nil, b(4, 4), true},
+	for _, tc := range []struct{ dst, add, want []bucketCount }{
+		{b(1, 1, 5, 2, 9, 3), b(5, 10), b(1, 1, 5, 12, 9, 3)},
+		{b(1, 1, 5, 2, 9, 3), b(1, 1, 9, 1), b(1, 2, 5, 2, 9, 4)},
+		{b(1, 1, 5, 2), b(3, 7), b(1, 1, 3, 7, 5, 2)},
+		{b(-700, 1, -638, 1<<40), b(-700, 2, 400, 3), b(-700, 3, -638, 1<<40, 400, 3)},
+		{nil, b(4, 4), b(4, 4)},
+		{b(4, 4), nil, b(4, 4)},
 	} {
-		dst := slices.Clone(tc.dst)
-		got := addHistogram(dst, tc.src)
+		got := mergeCounts(nil, tc.dst, tc.add)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("addHistogram(%v, %v) = %v, want %v", tc.dst, tc.src, got, tc.want)
+			t.Errorf("mergeCounts(%v, %v) = %v, want %v", tc.dst, tc.add, got, tc.want)
 		}
-		if inPlace := len(dst) > 0 && len(got) > 0 && &got[0] == &dst[0]; inPlace != tc.inPlace {
-			t.Errorf("addHistogram(%v, %v): in place %v, want %v", tc.dst, tc.src, inPlace, tc.inPlace)
+		p := appendPacked([]byte{0xff}, got)
+		back := unpack(nil, p[1:], uint32(len(got)))
+		if fmt.Sprint(back) != fmt.Sprint(got) {
+			t.Errorf("unpack(appendPacked(%v)) = %v", got, back)
+		}
+		v := &view{buckets: p}
+		it := v.iter(packedRef{off: 1, len: uint32(len(p) - 1), n: uint32(len(got))})
+		var walked []bucketCount
+		for it.Next() {
+			walked = append(walked, bucketCount{it.idx, it.cnt})
+		}
+		if fmt.Sprint(walked) != fmt.Sprint(got) {
+			t.Errorf("iterating %v gave %v", got, walked)
 		}
 	}
 }
@@ -638,5 +647,39 @@ func TestExporterArgumentMetrics(t *testing.T) {
 		if got := find(t, mfs, "spanwatch_spans_total", "bytes.delta").GetCounter().GetValue(); got != 1 {
 			t.Errorf("the span of the same name: %v spans, want 1", got)
 		}
+	}
+}
+
+// TestExporterDropAbsent: while the memory budget sheds stale exports,
+// a series a snapshot no longer holds stops being exported at the next
+// Observe; otherwise it stays until the series TTL.
+func TestExporterDropAbsent(t *testing.T) {
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	both := &snapshot.Snapshot{Time: t0, Series: []snapshot.Series{window("a", "/x", []uint64{1e6}, 0, 0), window("b", "/x", []uint64{2e6}, 0, 0)}}
+	onlyA := &snapshot.Snapshot{Time: t0.Add(10 * time.Second), Series: []snapshot.Series{window("a", "/x", []uint64{1e6}, 0, 0)}}
+	spans := func() []string {
+		var out []string
+		for _, m := range scrape(t, e.Handler())["spanwatch_spans_total"].GetMetric() {
+			out = append(out, labelsOf(m)["span"])
+		}
+		sort.Strings(out)
+		return out
+	}
+	e.Observe(both)
+	e.Observe(onlyA)
+	if got := spans(); fmt.Sprint(got) != "[a b]" {
+		t.Fatalf("without shedding: %v, want both (b until the TTL)", got)
+	}
+	e.SetDropAbsent(true)
+	e.Observe(&snapshot.Snapshot{Time: t0.Add(20 * time.Second), Series: onlyA.Series})
+	if got := spans(); fmt.Sprint(got) != "[a]" {
+		t.Errorf("shedding stale exports: %v, want only a", got)
+	}
+	if m := find(t, scrape(t, e.Handler()), "spanwatch_spans_total", "a"); m.GetCounter().GetValue() != 3 {
+		t.Errorf("a's count %v, want 3: counts are never shed", m.GetCounter().GetValue())
 	}
 }

@@ -1,14 +1,18 @@
 package notify
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/spanwatch/spanwatch/internal/boltcheck"
 )
 
 // A DeadLetter is a notification given up on: refused by its receiver (a
@@ -63,19 +67,7 @@ func readDeadLetters(tx *bolt.Tx) ([]DeadLetter, error) {
 	}
 	err := top.ForEachBucket(func(name []byte) error {
 		return top.Bucket(name).ForEach(func(k, v []byte) error {
-			var dl deadLetter
-			if err := json.Unmarshal(v, &dl); err != nil {
-				out = append(out, DeadLetter{Webhook: string(name), Reason: "unreadable", Error: fmt.Sprintf("dead letter %x: %v", k, err)})
-				return nil
-			}
-			body := json.RawMessage(dl.Body)
-			if !json.Valid(body) {
-				body, _ = json.Marshal(string(dl.Body))
-			}
-			out = append(out, DeadLetter{
-				Webhook: string(name), ID: dl.ID, Group: dl.Group, Created: dl.Created, Oldest: dl.Oldest,
-				Alerts: dl.Alerts, Reason: dl.Reason, Error: dl.Error, At: dl.At, Body: body,
-			})
+			out = append(out, decodeDeadLetter(string(name), k, v))
 			return nil
 		})
 	})
@@ -83,11 +75,59 @@ func readDeadLetters(tx *bolt.Tx) ([]DeadLetter, error) {
 	return out, err
 }
 
+// decodeDeadLetter decodes the dead letter stored under key k of webhook.
+func decodeDeadLetter(webhook string, k, v []byte) DeadLetter {
+	var dl deadLetter
+	if err := json.Unmarshal(v, &dl); err != nil {
+		return DeadLetter{Webhook: webhook, Reason: "unreadable", Error: fmt.Sprintf("dead letter %x: %v", k, err)}
+	}
+	body := json.RawMessage(dl.Body)
+	if !json.Valid(body) {
+		body, _ = json.Marshal(string(dl.Body))
+	}
+	return DeadLetter{
+		Webhook: webhook, ID: dl.ID, Group: dl.Group, Created: dl.Created, Oldest: dl.Oldest,
+		Alerts: dl.Alerts, Reason: dl.Reason, Error: dl.Error, At: dl.At, Body: body,
+	}
+}
+
+// ErrOutboxDamaged is returned with the dead letters that could still be
+// read from a damaged outbox file.
+var ErrOutboxDamaged = errors.New("outbox damaged")
+
 // ReadDeadLetters lists the dead letters of the outbox file at path while
 // no agent runs on it (a running agent holds the file's lock: ask its
-// listener instead, GET /api/dead-letters). It opens the file read-only
-// and changes nothing.
+// listener instead, GET /api/dead-letters). It changes nothing. The file
+// is verified before bbolt maps it (as the agent does at start); from a
+// damaged file it returns the dead letters that can still be read, with an
+// error wrapping ErrOutboxDamaged that says what is wrong.
 func ReadDeadLetters(path string) ([]DeadLetter, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open outbox %s: %w", path, err)
+	}
+	defer f.Close()
+	locked, err := lockFile(f, false, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("lock outbox %s: %w", path, err)
+	}
+	if !locked {
+		return nil, fmt.Errorf("open outbox %s: %w: ask the agent's listener (GET /api/dead-letters)", path, ErrOutboxInUse)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("open outbox %s: %w", path, err)
+	}
+	if cerr := boltcheck.Check(f, fi.Size()); cerr != nil {
+		var out []DeadLetter
+		boltcheck.Salvage(f, fi.Size(), func(buckets [][]byte, k, v []byte) {
+			if len(buckets) == 2 && bytes.Equal(buckets[0], bucketDead) {
+				out = append(out, decodeDeadLetter(string(buckets[1]), k, v))
+			}
+		})
+		sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+		return out, fmt.Errorf("%s: %w: %v (%d dead letters read from what is readable; the agent moves the file aside and salvages it at its next start)", path, ErrOutboxDamaged, cerr, len(out))
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {

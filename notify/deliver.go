@@ -11,6 +11,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 )
 
 func (h *hook) signal() {
@@ -133,14 +135,26 @@ func (h *hook) remove(key []byte, group string, dead *deadLetter) error {
 	return nil
 }
 
+// deliveryState is where a webhook's delivery stands with the head of
+// its queue: the attempts made at it, the last error, and when the next
+// attempt may be. It belongs to the webhook, not to its worker: a reload
+// that keeps the webhook (same name, same destination) hands it to the new
+// worker, which resumes the backoff instead of starting it again. Only the
+// worker touches it; a reload reads it after the worker stopped.
+type deliveryState struct {
+	head       []byte // the key of the notification the attempts were at
+	attempt    int    // attempts at head
+	headErr    string // the last error of head
+	notBefore  time.Time
+	lastLogged string // the kind of the last error logged
+}
+
 // deliver sends h's queued notifications one at a time, in order, until
 // ctx ends. Delivered notifications leave the outbox in batches: when the
 // queue has no more to send, before a retry's wait, every 64, and on exit.
 func (h *hook) deliver(ctx context.Context) {
 	d, w := h.d, h.w
-	attempt := 0       // attempts at the queue's head notification
-	var headErr string // the last error of the head notification
-	var lastLogged string
+	ds := &h.ds
 	var last []byte // the key last sent or removed; the next one follows it
 	var done [][]byte
 	var doneGroups []string
@@ -166,6 +180,16 @@ func (h *hook) deliver(ctx context.Context) {
 			return true
 		}
 	}
+	// Writes after a failed attempt (dead letters) are retried with the
+	// same backoff as deliveries, from min_backoff.
+	writeFails := 0
+	writeFailed := func(err error) bool {
+		writeFails++
+		h.setLastErr(err)
+		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), writeFails)
+		d.logger.Error("outbox_write_failed", "webhook", w.Name, "retry_in", wait.Round(time.Millisecond), "err", err)
+		return sleep(wait)
+	}
 	for ctx.Err() == nil {
 		key, q, err := h.head(last)
 		var ue *unreadableError
@@ -173,9 +197,10 @@ func (h *hook) deliver(ctx context.Context) {
 			h.setLastErr(err)
 			d.logger.Error("queued_notification_unreadable_dead_lettered", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
-				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
-				sleep(time.Second)
+				writeFailed(err)
+				continue
 			}
+			writeFails = 0
 			last = key
 			continue
 		}
@@ -196,23 +221,35 @@ func (h *hook) deliver(ctx context.Context) {
 			}
 			continue
 		}
+		if !bytes.Equal(key, ds.head) {
+			*ds = deliveryState{head: key, lastLogged: ds.lastLogged}
+		}
 		now := time.Now()
-		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && attempt >= w.MaxAttempts) {
-			msg := fmt.Sprintf("given up after %d attempts over %s", attempt, now.Sub(q.Created).Round(time.Millisecond))
-			if headErr != "" {
-				msg += ": last error: " + headErr
+		if wait := ds.notBefore.Sub(now); wait > 0 {
+			// A retry whose wait a reload interrupted: the rest of it.
+			removeDone()
+			if !sleep(wait) {
+				return
+			}
+			continue
+		}
+		if (w.MaxAge > 0 && now.Sub(q.Created) > w.MaxAge.D()) || (w.MaxAttempts > 0 && ds.attempt >= w.MaxAttempts) {
+			msg := fmt.Sprintf("given up after %d attempts over %s", ds.attempt, now.Sub(q.Created).Round(time.Millisecond))
+			if ds.headErr != "" {
+				msg += ": last error: " + ds.headErr
 			}
 			d.logger.Error("notification_expired_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
-				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
-				sleep(time.Second)
+				writeFailed(err)
 				continue
 			}
+			writeFails = 0
 			h.failures[ReasonExpired].Add(1)
-			attempt, headErr, last = 0, "", key
+			*ds = deliveryState{lastLogged: ds.lastLogged}
+			last = key
 			continue
 		}
-		attempt++
+		ds.attempt++
 		h.attempts.Add(1)
 		// An attempt under way when Close is called is allowed to finish
 		// (it is bounded by the webhook's timeout): aborting it could
@@ -223,45 +260,50 @@ func (h *hook) deliver(ctx context.Context) {
 			// Counted before the queue shrinks, so that a reader who sees
 			// an empty queue also sees the count.
 			h.delivered.Add(1)
+			crashpoint.Hit("delivery")
 			done, doneGroups, last = append(done, key), append(doneGroups, q.Group), key
 			if len(done) >= maxDeliveredBatch {
 				removeDone()
 			}
+			if ds.lastLogged != "" {
+				d.logger.Info("webhook_delivering_again", "webhook", w.Name, "attempts", ds.attempt)
+			}
+			*ds = deliveryState{}
 			if ctx.Err() != nil {
 				return
 			}
-			if lastLogged != "" {
-				d.logger.Info("webhook_delivering_again", "webhook", w.Name, "attempts", attempt)
-				lastLogged = ""
-			}
-			attempt, headErr = 0, ""
 			continue
 		}
 		removeDone()
 		h.failures[r.Reason].Add(1)
 		h.setLastErr(r.Err)
-		headErr = r.Err.Error()
-		if ctx.Err() != nil {
-			return // shutting down: the notification stays queued
-		}
+		ds.headErr = r.Err.Error()
 		if !r.Retry {
 			d.logger.Error("notification_rejected_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
-				d.logger.Error("outbox_write_failed", "webhook", w.Name, "err", err)
-				sleep(time.Second)
+				// Stays at the head: the next pass dead-letters it again.
+				ds.attempt--
+				writeFailed(err)
+				continue
 			}
-			attempt, headErr, last = 0, "", key
+			writeFails = 0
+			*ds = deliveryState{lastLogged: ds.lastLogged}
+			last = key
 			continue
 		}
-		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), attempt)
+		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), ds.attempt)
 		if r.RetryAfter > 0 {
 			wait = min(r.RetryAfter, maxRetryAfter)
 		}
+		ds.notBefore = now.Add(wait)
 		// Warn when the kind of error changes, not at every attempt (the
 		// text of a connection error changes with each local port).
-		if s := fmt.Sprint(r.Reason, r.StatusCode); s != lastLogged {
-			d.logger.Warn("delivery_failed_retrying", "webhook", w.Name, "reason", r.Reason, "attempt", attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
-			lastLogged = s
+		if s := fmt.Sprint(r.Reason, r.StatusCode); s != ds.lastLogged {
+			d.logger.Warn("delivery_failed_retrying", "webhook", w.Name, "reason", r.Reason, "attempt", ds.attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
+			ds.lastLogged = s
+		}
+		if ctx.Err() != nil {
+			return // shutting down: the notification stays queued
 		}
 		if !sleep(wait) {
 			return

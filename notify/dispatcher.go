@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,6 +27,10 @@ var (
 	ErrOutboxFull = errors.New("outbox full")
 	// ErrClosed means the Dispatcher was closed.
 	ErrClosed = errors.New("dispatcher closed")
+	// ErrHoldFull means the outbox could not be written and MaxHeld alerts
+	// wait in memory already; the alerts named in the error were refused
+	// and counted.
+	ErrHoldFull = errors.New("outbox not writable and alert hold full")
 )
 
 // Options are the parts of a Dispatcher that do not come from the
@@ -33,7 +38,14 @@ var (
 type Options struct {
 	// Logger receives delivery failures and outbox recovery; nil discards.
 	Logger *slog.Logger
+	// MaxHeld bounds the alerts kept in memory while the outbox cannot be
+	// written (a full disk): DefaultMaxHeld when 0. Past it, alerts are
+	// refused with ErrHoldFull and counted (Stats().Outbox.HeldDropped).
+	MaxHeld int
 }
+
+// DefaultMaxHeld is Options.MaxHeld's default: about 1 KB of memory each.
+const DefaultMaxHeld = 10000
 
 // A Dispatcher groups alerts and delivers them to every configured webhook,
 // through a durable outbox. It implements alert.Notifier. Create it with
@@ -48,7 +60,18 @@ type Dispatcher struct {
 	overflow   atomic.Uint64
 	corrupt    string // where a damaged outbox was moved, if one was
 	corruptErr string
+	salvaged   int // records carried over from the damaged outbox
+	unreadable int // records of the damaged outbox that could not be
 	orphans    int // entries kept for webhooks no longer configured
+
+	maxHeld      int
+	held         []*alert.Alert // accepted, not yet written (guarded by mu)
+	pendingFlush []touched      // groups to notify before the next held alert (guarded by mu)
+	heldDropped  atomic.Uint64
+	writeErrors  atomic.Uint64
+	holdKick     chan struct{}
+	holdStop     context.CancelFunc
+	holdDone     chan struct{}
 
 	mu     sync.Mutex // guards hooks' groups, closed and all outbox writes of alerts/nflog
 	hooks  []*hook
@@ -77,6 +100,10 @@ type hook struct {
 	kick    chan struct{}   // wakes the flusher
 	nextSeq uint64          // numbers groups in order of creation; guarded by d.mu
 	inQueue map[string]int  // queued notifications by group key; guarded by d.mu
+	ds      deliveryState   // the delivery worker's; see deliveryState
+	// flushFails counts the flushes in a row whose outbox write failed:
+	// the next try waits a backoff, not a group_interval. Guarded by d.mu.
+	flushFails int
 
 	attempts  atomic.Uint64
 	delivered atomic.Uint64
@@ -94,6 +121,7 @@ type group struct {
 	labels  map[string]string
 	alerts  map[string]*storedAlert // by fingerprint
 	timer   *time.Timer
+	at      time.Time   // when timer fires; kept across a reload
 	flushed bool        // the first notification (after group_wait) happened
 	last    *nflogEntry // the last notification, nil before the first
 	seq     uint64      // order of creation within the webhook
@@ -139,7 +167,11 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dispatcher{cfg: cfg, logger: logger, maxEntries: cfg.Routing.Outbox.MaxEntries}
+	d := &Dispatcher{cfg: cfg, logger: logger, maxEntries: cfg.Routing.Outbox.MaxEntries,
+		maxHeld: opts.MaxHeld, holdKick: make(chan struct{}, 1), holdDone: make(chan struct{})}
+	if d.maxHeld <= 0 {
+		d.maxHeld = DefaultMaxHeld
+	}
 	if d.maxEntries <= 0 {
 		d.maxEntries = DefaultOutboxMaxEntries
 	}
@@ -148,24 +180,31 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 		return nil, err
 	}
 	d.hooks = hooks
-	db, movedTo, cause, err := openOutbox(cfg.Routing.Outbox.Path)
+	db, rec, err := openOutbox(cfg.Routing.Outbox.Path)
 	if err != nil {
 		return nil, err
 	}
 	d.db = db
-	if movedTo != "" {
-		d.corrupt, d.corruptErr = movedTo, cause.Error()
-		logger.Error("outbox_damaged_moved_aside_undelivered",
-			"path", cfg.Routing.Outbox.Path, "moved_to", movedTo, "err", cause)
+	if rec != nil {
+		d.corrupt, d.corruptErr, d.salvaged, d.unreadable = rec.movedTo, rec.cause.Error(), rec.salvaged, rec.unreadable
+		logger.Error("outbox_damaged_moved_aside",
+			"path", cfg.Routing.Outbox.Path, "moved_to", rec.movedTo, "err", rec.cause,
+			"salvaged", rec.salvaged, "unreadable", rec.unreadable, "damage", strings.Join(rec.problems, "; "))
 	}
 	d.mu.Lock()
-	err = d.restoreLocked()
+	err = d.restoreLocked(nil)
 	d.mu.Unlock()
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	d.start()
+	hctx, stop := context.WithCancel(context.Background())
+	d.holdStop = stop
+	go func() {
+		defer close(d.holdDone)
+		d.holdWriter(hctx)
+	}()
 	return d, nil
 }
 
@@ -232,17 +271,48 @@ func (d *Dispatcher) stop() {
 // restart on the same outbox would: it stops delivery (an attempt under way
 // finishes), swaps the webhooks, regroups the stored alerts under the new
 // group_by and match, reports entries of removed webhooks (kept), and
-// resumes. Counters carry over for webhooks that keep their name. The
-// outbox path cannot change without a restart. When cfg is rejected, the
-// running configuration stays.
+// resumes. What delivery was doing carries over for every webhook that
+// keeps its name: counters, and for one that keeps its destination too, the
+// backoff of the notification being retried; a group keeps its timer. So a
+// reload, however often, neither resends early nor restarts a backoff. The
+// outbox path cannot change without a restart. When cfg is rejected, or
+// the outbox cannot be regrouped, the running configuration stays whole.
+// Reload is PrepareReload, then Commit.
 func (d *Dispatcher) Reload(cfg *Config) error {
+	p, err := d.PrepareReload(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Commit()
+}
+
+// A PreparedReload is a configuration checked against the running
+// dispatcher, its webhooks built, ready to put in place with Commit. It
+// changes nothing until then; dropping it changes nothing.
+type PreparedReload struct {
+	d     *Dispatcher
+	cfg   *Config
+	hooks []*hook
+}
+
+// PrepareReload checks cfg against the running dispatcher and builds its
+// webhooks (senders, templates), without touching what runs.
+func (d *Dispatcher) PrepareReload(cfg *Config) (*PreparedReload, error) {
 	if cfg.Routing.Outbox.Path != d.cfg.Routing.Outbox.Path {
-		return fmt.Errorf("reload: outbox path changed from %s to %s: restart spanwatch to move it", d.cfg.Routing.Outbox.Path, cfg.Routing.Outbox.Path)
+		return nil, fmt.Errorf("reload: outbox path changed from %s to %s: restart spanwatch to move it", d.cfg.Routing.Outbox.Path, cfg.Routing.Outbox.Path)
 	}
 	hooks, err := d.newHooks(cfg)
 	if err != nil {
-		return fmt.Errorf("reload: %w", err)
+		return nil, fmt.Errorf("reload: %w", err)
 	}
+	return &PreparedReload{d: d, cfg: cfg, hooks: hooks}, nil
+}
+
+// Commit puts the prepared configuration in place. On error (the outbox
+// could not be regrouped, or the dispatcher is closed) the running one
+// stays, with its groups and delivery state.
+func (p *PreparedReload) Commit() error {
+	d, cfg, hooks := p.d, p.cfg, p.hooks
 	d.life.Lock()
 	defer d.life.Unlock()
 	d.mu.Lock()
@@ -253,15 +323,29 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 	}
 	d.stop()
 	d.mu.Lock()
+	old, oldCfg, oldMax := d.hooks, d.cfg, d.maxEntries
+	deadlines := map[string]time.Time{}
+	for _, oh := range old {
+		for _, g := range oh.groups {
+			if !g.at.IsZero() {
+				deadlines[g.key] = g.at // group keys start with the webhook's name
+			}
+		}
+	}
 	for _, nh := range hooks {
-		for _, oh := range d.hooks {
-			if oh.w.Name == nh.w.Name {
-				nh.attempts.Store(oh.attempts.Load())
-				nh.delivered.Store(oh.delivered.Load())
-				for r, c := range oh.failures {
-					nh.failures[r].Store(c.Load())
-				}
-				nh.lastErr.Store(oh.lastErr.Load())
+		for _, oh := range old {
+			if oh.w.Name != nh.w.Name {
+				continue
+			}
+			nh.attempts.Store(oh.attempts.Load())
+			nh.delivered.Store(oh.delivered.Load())
+			for r, c := range oh.failures {
+				nh.failures[r].Store(c.Load())
+			}
+			nh.lastErr.Store(oh.lastErr.Load())
+			nh.flushFails = oh.flushFails
+			if oh.w.URL == nh.w.URL && oh.w.URLFile == nh.w.URLFile {
+				nh.ds = oh.ds
 			}
 		}
 	}
@@ -269,7 +353,18 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 	if cfg.Routing.Outbox.MaxEntries > 0 {
 		d.maxEntries = cfg.Routing.Outbox.MaxEntries
 	}
-	err = d.restoreLocked()
+	err := d.restoreLocked(deadlines)
+	if err != nil {
+		// The regrouping's transaction rolled back: the old webhooks
+		// resume with their groups, timers where they were.
+		d.cfg, d.hooks, d.maxEntries = oldCfg, old, oldMax
+		now := time.Now()
+		for _, h := range old {
+			for _, g := range h.groups {
+				h.schedule(g, max(0, g.at.Sub(now)))
+			}
+		}
+	}
 	d.mu.Unlock()
 	d.start()
 	if err != nil {
@@ -279,8 +374,10 @@ func (d *Dispatcher) Reload(cfg *Config) error {
 }
 
 // restoreLocked loads the alerts, notification log and queue depth left in
-// the outbox, and schedules each group. Called with d.mu held.
-func (d *Dispatcher) restoreLocked() error {
+// the outbox, and schedules each group: at its deadline in deadlines (a
+// reload: by group key) when it has one, else as a restart would. Called
+// with d.mu held.
+func (d *Dispatcher) restoreLocked(deadlines map[string]time.Time) error {
 	now := time.Now()
 	var total int64
 	err := d.db.Update(func(tx *bolt.Tx) error {
@@ -387,7 +484,9 @@ func (d *Dispatcher) restoreLocked() error {
 	for _, h := range d.hooks {
 		for _, g := range h.groups {
 			var wait time.Duration
-			if g.flushed {
+			if at, ok := deadlines[g.key]; ok {
+				wait = max(0, at.Sub(now))
+			} else if g.flushed {
 				wait = max(0, g.last.At.Add(h.w.GroupInterval.D()).Sub(now))
 			} else {
 				wait = h.initialWait(g, now)
@@ -423,9 +522,14 @@ func (d *Dispatcher) reportOrphans(tx *bolt.Tx) {
 }
 
 // Notify accepts alerts for delivery: it returns once they are written to
-// the outbox. Firing and resolved alerts are delivered; pending and inactive
-// ones are ignored. retry is true when the caller should offer the same alerts
-// again later (the outbox is full or could not be written).
+// the outbox. Firing and resolved alerts are delivered; pending and
+// inactive ones are ignored. When the outbox cannot be written (a full
+// disk, an I/O error), the alerts are held in memory, in order, up to
+// Options.MaxHeld, and written with backoff until the outbox takes them;
+// alerts that arrive meanwhile queue behind them. An alert that fired and
+// resolved while held is delivered firing, then resolved. retry is true
+// when the caller should offer the same alerts again later: the outbox is
+// full (max_entries), or the hold is.
 func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, err
@@ -435,7 +539,74 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 	if d.closed {
 		return false, ErrClosed
 	}
-	now := time.Now()
+	var accepted []*alert.Alert
+	for _, a := range alerts {
+		// Pending and inactive alerts are not news for a receiver; an
+		// alert without a state counts as firing.
+		if a == nil || a.State == alert.StatePending || a.State == alert.StateInactive {
+			continue
+		}
+		// A copy: the caller may reuse its alert and maps.
+		ac := *a
+		ac.Labels, ac.Annotations = maps.Clone(a.Labels), maps.Clone(a.Annotations)
+		ac.Fingerprint = fingerprint(a)
+		accepted = append(accepted, &ac)
+	}
+	if len(accepted) == 0 {
+		return false, nil
+	}
+	if len(d.held) > 0 {
+		// Behind the alerts already held: order is kept.
+		return d.holdLocked(accepted)
+	}
+	refused, _, err := d.writeAlertsLocked(accepted, time.Now())
+	if err != nil {
+		d.writeErrors.Add(1)
+		d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held)+len(accepted), "max_held", d.maxHeld, "err", err)
+		return d.holdLocked(accepted)
+	}
+	return d.refusedLocked(refused)
+}
+
+// refusedLocked reports alerts the full outbox refused.
+func (d *Dispatcher) refusedLocked(refused int) (bool, error) {
+	if refused == 0 {
+		return false, nil
+	}
+	d.overflow.Add(uint64(refused))
+	err := fmt.Errorf("%w: %d entries (max_entries): %d alert deliveries refused; raise routing.outbox.max_entries or fix the webhooks that do not accept alerts", ErrOutboxFull, d.maxEntries, refused)
+	d.logger.Error("outbox_full_alerts_refused", "refused", refused, "max_entries", d.maxEntries)
+	return true, err
+}
+
+// holdLocked keeps alerts in memory for the hold writer, as many as
+// MaxHeld allows; the rest are refused and counted.
+func (d *Dispatcher) holdLocked(alerts []*alert.Alert) (bool, error) {
+	n := min(len(alerts), max(0, d.maxHeld-len(d.held)))
+	d.held = append(d.held, alerts[:n]...)
+	select {
+	case d.holdKick <- struct{}{}:
+	default:
+	}
+	if dropped := len(alerts) - n; dropped > 0 {
+		d.heldDropped.Add(uint64(dropped))
+		d.logger.Error("outbox_hold_full_alerts_refused", "refused", dropped, "max_held", d.maxHeld)
+		return true, fmt.Errorf("%w: the outbox cannot be written and %d alerts wait in memory already: %d refused", ErrHoldFull, d.maxHeld, dropped)
+	}
+	return false, nil
+}
+
+// touched is a group an outbox write changed, and the alert it wrote.
+type touched struct {
+	h  *hook
+	g  *group
+	fp string
+}
+
+// writeAlertsLocked writes alerts to the outbox in one transaction and
+// adds them to their groups. refused counts those the full outbox did not
+// take; err is a failed write, after which nothing changed.
+func (d *Dispatcher) writeAlertsLocked(alerts []*alert.Alert, now time.Time) (refused int, groups []touched, err error) {
 	type op struct {
 		h      *hook
 		gk     string
@@ -445,31 +616,21 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 	}
 	var ops []op
 	var added int64
-	refused := 0
 	err = d.db.Update(func(tx *bolt.Tx) error {
 		ops, added, refused = ops[:0], 0, 0
-		for _, a := range alerts {
-			// Pending and inactive alerts are not news for a receiver; an
-			// alert without a state counts as firing.
-			if a == nil || a.State == alert.StatePending || a.State == alert.StateInactive {
-				continue
-			}
-			// A copy: the caller may reuse its alert and maps.
-			ac := *a
-			ac.Labels, ac.Annotations = maps.Clone(a.Labels), maps.Clone(a.Annotations)
-			ac.Fingerprint = fingerprint(a)
+		for _, ac := range alerts {
 			for _, h := range d.hooks {
-				if !h.matches(&ac) {
+				if !h.matches(ac) {
 					continue
 				}
-				gk, labels := h.groupKey(&ac)
+				gk, labels := h.groupKey(ac)
 				b := subRO(tx, bucketAlerts, h.w.Name)
 				key := []byte(gk + "\x00" + ac.Fingerprint)
-				sa := &storedAlert{Alert: &ac, Accepted: now}
+				sa := &storedAlert{Alert: ac, Accepted: now}
 				if old := b.Get(key); old != nil {
 					var prev storedAlert
 					if json.Unmarshal(old, &prev) == nil && prev.Alert != nil &&
-						identity(prev.Alert) == identity(&ac) && prev.Alert.State == ac.State {
+						identity(prev.Alert) == identity(ac) && prev.Alert.State == ac.State {
 						sa.Accepted = prev.Accepted
 					}
 				} else {
@@ -489,10 +650,11 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 				ops = append(ops, op{h, gk, labels, ac.Fingerprint, sa})
 			}
 		}
-		return nil
+		crashpoint.Hit("outbox_write")
+		return writeFault()
 	})
 	if err != nil {
-		return true, fmt.Errorf("write outbox: %w", err)
+		return 0, nil, fmt.Errorf("write outbox: %w", err)
 	}
 	d.entries.Add(added)
 	for _, o := range ops {
@@ -502,23 +664,141 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 			g = h.newGroup(o.gk, o.labels)
 			g.alerts[o.fp] = o.sa
 			h.schedule(g, h.initialWait(g, now))
-			continue
+		} else {
+			g.alerts[o.fp] = o.sa
+			// Like Alertmanager: before the group's first notification, an
+			// alert whose group_wait is already over (it started long ago)
+			// makes the group flush at once.
+			if !g.flushed && !o.sa.Alert.StartsAt.IsZero() && o.sa.Alert.StartsAt.Add(h.w.GroupWait.D()).Before(now) {
+				h.schedule(g, 0)
+			}
 		}
-		g.alerts[o.fp] = o.sa
-		// Like Alertmanager: before the group's first notification, an
-		// alert whose group_wait is already over (it started long ago)
-		// makes the group flush at once.
-		if !g.flushed && !o.sa.Alert.StartsAt.IsZero() && o.sa.Alert.StartsAt.Add(h.w.GroupWait.D()).Before(now) {
-			h.schedule(g, 0)
+		groups = append(groups, touched{h, g, o.fp})
+	}
+	return refused, groups, nil
+}
+
+// writeFault, when set (by tests), fails outbox writes of alerts.
+var writeFault = func() error { return nil }
+
+// holdWriter writes the held alerts to the outbox, with backoff from
+// 100ms to 30s while it fails, until ctx ends.
+func (d *Dispatcher) holdWriter(ctx context.Context) {
+	fails := 0
+	for {
+		if fails == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.holdKick:
+			}
+		} else {
+			// A new alert does not cut the backoff short.
+			t := time.NewTimer(backoff(100*time.Millisecond, 30*time.Second, fails))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return
+		}
+		held := len(d.held)
+		err := d.flushHeldLocked(time.Now())
+		left := len(d.held)
+		d.mu.Unlock()
+		switch {
+		case err != nil:
+			fails++
+			d.writeErrors.Add(1)
+			if fails == 1 || fails%10 == 0 {
+				d.logger.Error("outbox_write_failed_alerts_held", "held", left, "attempts", fails, "err", err)
+			}
+		case held > 0:
+			if fails > 0 {
+				d.logger.Info("outbox_writable_again", "written", held-left, "attempts", fails)
+			}
+			fails = 0
 		}
 	}
-	if refused > 0 {
-		d.overflow.Add(uint64(refused))
-		err := fmt.Errorf("%w: %d entries (max_entries): %d alert deliveries refused; raise routing.outbox.max_entries or fix the webhooks that do not accept alerts", ErrOutboxFull, d.maxEntries, refused)
-		d.logger.Error("outbox_full_alerts_refused", "refused", refused, "max_entries", d.maxEntries)
-		return true, err
+}
+
+// flushHeldLocked writes the held alerts in order. An alert held twice
+// (it fired, then resolved) is written in steps: its first state, then
+// its group's notification is queued at once, then the next state, so that
+// a receiver hears of the episode it would otherwise miss. On error what
+// is left stays held, and the next call resumes where this one stopped.
+func (d *Dispatcher) flushHeldLocked(now time.Time) error {
+	if err := d.flushPendingLocked(now); err != nil {
+		return err
 	}
-	return false, nil
+	for len(d.held) > 0 {
+		seen := map[string]bool{}
+		n := 0
+		for n < len(d.held) && !seen[d.held[n].Fingerprint] {
+			seen[d.held[n].Fingerprint] = true
+			n++
+		}
+		refused, groups, err := d.writeAlertsLocked(d.held[:n], now)
+		if err != nil {
+			return err
+		}
+		d.refusedLocked(refused)
+		clear(d.held[:n])
+		d.held = d.held[n:]
+		if len(d.held) == 0 {
+			d.held = nil
+			return nil
+		}
+		// Alerts with a later state still held: their groups notify
+		// now, before that state replaces this one.
+		later := map[string]bool{}
+		for _, a := range d.held {
+			later[a.Fingerprint] = true
+		}
+		for _, t := range groups {
+			if later[t.fp] {
+				d.pendingFlush = append(d.pendingFlush, t)
+			}
+		}
+		if err := d.flushPendingLocked(now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushPendingLocked flushes the groups flushHeldLocked marked, each
+// webhook's in one transaction.
+func (d *Dispatcher) flushPendingLocked(now time.Time) error {
+	if len(d.pendingFlush) == 0 {
+		return nil
+	}
+	byHook := map[*hook][]*group{}
+	var order []*hook
+	seen := map[*group]bool{}
+	for _, t := range d.pendingFlush {
+		if t.h.groups[t.g.key] != t.g || seen[t.g] {
+			continue // gone since (a reload), or listed already
+		}
+		seen[t.g] = true
+		if _, ok := byHook[t.h]; !ok {
+			order = append(order, t.h)
+		}
+		byHook[t.h] = append(byHook[t.h], t.g)
+	}
+	for _, h := range order {
+		if err := h.flushLocked(byHook[h], now); err != nil {
+			return err
+		}
+		delete(byHook, h)
+	}
+	d.pendingFlush = nil
+	return nil
 }
 
 // Flush makes every group send the notification it is due now, without
@@ -529,6 +809,10 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 	if d.closed {
 		d.mu.Unlock()
 		return ErrClosed
+	}
+	if err := d.flushHeldLocked(time.Now()); err != nil {
+		d.mu.Unlock()
+		return fmt.Errorf("flush: %d alerts held: %w", len(d.held), err)
 	}
 	for _, h := range d.hooks {
 		groups := make([]*group, 0, len(h.groups))
@@ -569,7 +853,12 @@ func (d *Dispatcher) Close() error {
 		defer d.life.Unlock()
 		d.mu.Lock()
 		d.closed = true
+		if len(d.held) > 0 {
+			d.logger.Error("outbox_closed_held_alerts_lost", "alerts", len(d.held), "reason", "the outbox could not be written until the end")
+		}
 		d.mu.Unlock()
+		d.holdStop()
+		<-d.holdDone
 		d.stop()
 		d.closeErr = d.db.Close()
 	})

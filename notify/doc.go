@@ -51,13 +51,34 @@
 // its groups, the last notification of each group (Alertmanager's
 // notification log), the delivery queue, and dead letters: notifications
 // refused permanently or given up after max_age or max_attempts, kept (the
-// last 256) for inspection. A file bbolt cannot open, or whose consistency
-// check fails, is renamed aside (path.corrupt-TIMESTAMP), reported in the
-// log and in Stats, and a fresh outbox is started.
+// last 256) for inspection. It also keeps what the agent saves to survive a
+// restart (SaveState, LoadState: the detector's alert state).
+//
+// A damaged outbox never takes the process down. bbolt reads its file
+// through a memory map with unchecked pointers, and its own check runs on
+// a goroutine of its own, where a fault kills the process; so the file is
+// first verified with bounds-checked reads (internal/boltcheck). A file
+// that fails, or that bbolt refuses, is renamed aside
+// (path.corrupt-TIMESTAMP, kept as it was), a fresh outbox is started, and
+// every record that can still be read from the damaged copy is carried
+// over (alerts, notification log, queued notifications in order, dead
+// letters); all of it is logged and reported in Stats (MovedAside,
+// Damage, Salvaged, Unreadable). ReadDeadLetters verifies the same way and
+// lists what it can read from a damaged file.
+//
+// Writes that fail (a full disk, an I/O error) lose nothing: alerts are
+// held in memory, in order, up to Options.MaxHeld (refused and counted
+// past it), and written with backoff until the outbox takes them; a group
+// whose notification could not be queued tries again with backoff, not a
+// group_interval later. An alert that fired and resolved while held is
+// delivered firing, then resolved.
 //
 // Reload applies a changed configuration in place, as a restart on the same
 // outbox would (stored alerts are regrouped under the new group_by and
-// match); Flush sends what is due now and waits for the queues to drain;
+// match), and keeps what delivery was doing: each group's timer, and the
+// backoff of a notification being retried (for a webhook that keeps its
+// name and destination), so a reload, however often, neither resends early
+// nor restarts a backoff; Flush sends what is due now and waits for the queues to drain;
 // Close lets an attempt under way finish and leaves the rest in the outbox.
 // Stats returns the dispatcher's counters; NewCollector exports them to
 // Prometheus.

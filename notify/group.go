@@ -83,6 +83,7 @@ func (h *hook) schedule(g *group, wait time.Duration) {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
+	g.at = time.Now().Add(wait)
 	g.timer = time.AfterFunc(wait, func() { h.tick(g) })
 }
 
@@ -127,10 +128,18 @@ func (h *hook) flusher(ctx context.Context) {
 		clear(h.due)
 		// Oldest group first, so the queue keeps the order groups came in.
 		sort.Slice(groups, func(i, j int) bool { return groups[i].seq < groups[j].seq })
-		h.flushLocked(groups, time.Now())
+		next := h.w.GroupInterval.D()
+		if err := h.flushLocked(groups, time.Now()); err != nil {
+			// A full disk: try again with backoff, not a group_interval
+			// later.
+			h.flushFails++
+			next = min(next, backoff(100*time.Millisecond, 30*time.Second, h.flushFails))
+		} else {
+			h.flushFails = 0
+		}
 		for _, g := range groups {
 			if h.groups[g.key] == g {
-				h.schedule(g, h.w.GroupInterval.D())
+				h.schedule(g, next)
 			}
 		}
 		d.mu.Unlock()
@@ -267,8 +276,9 @@ func (h *hook) plan(g *group, now time.Time) *flushPlan {
 
 // flushLocked sends the notifications that groups are due, queuing them
 // all in one outbox transaction (one fsync however many groups are due at
-// once). Called with d.mu held.
-func (h *hook) flushLocked(groups []*group, now time.Time) {
+// once). Called with d.mu held. The error is a failed outbox write:
+// nothing changed, the caller tries again.
+func (h *hook) flushLocked(groups []*group, now time.Time) error {
 	d, w := h.d, h.w
 	var plans []*flushPlan
 	var net int64
@@ -288,7 +298,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 		plans = append(plans, p)
 	}
 	if len(plans) == 0 {
-		return
+		return nil
 	}
 	err := d.db.Update(func(tx *bolt.Tx) error {
 		qb, ab, nb := subRO(tx, bucketQueue, w.Name), subRO(tx, bucketAlerts, w.Name), subRO(tx, bucketNflog, w.Name)
@@ -326,12 +336,15 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 				}
 			}
 		}
-		return nil
+		return writeFault()
 	})
 	if err != nil {
+		d.writeErrors.Add(1)
 		h.setLastErr(err)
-		d.logger.Error("outbox_write_failed_notifications_postponed", "webhook", w.Name, "groups", len(plans), "err", err)
-		return
+		if h.flushFails == 0 {
+			d.logger.Error("outbox_write_failed_notifications_retried", "webhook", w.Name, "groups", len(plans), "err", err)
+		}
+		return err
 	}
 	d.entries.Add(net)
 	queuedN := 0
@@ -358,6 +371,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) {
 		h.queued.Add(int64(queuedN))
 		h.signal()
 	}
+	return nil
 }
 
 // idempotencyKey identifies one notification: the same across its

@@ -28,6 +28,19 @@ type OutboxStats struct {
 	// sound.
 	MovedAside string
 	Damage     string
+	// Salvaged counts the records (alerts, notification log entries,
+	// queued notifications, dead letters) read back from the damaged
+	// outbox into the fresh one; Unreadable those found but not readable.
+	// What lay on pages that could not be read is in the copy only.
+	Salvaged   int
+	Unreadable int
+	// WriteErrors counts outbox writes that failed (a full disk, an I/O
+	// error); each is retried. Held is how many alerts wait in memory for
+	// the outbox to take them, and HeldDropped counts alerts refused
+	// because MaxHeld were held already.
+	WriteErrors uint64
+	Held        int
+	HeldDropped uint64
 	// Orphaned counts entries kept in the outbox for webhooks that are no
 	// longer configured; they are delivered if the webhook comes back.
 	Orphaned int
@@ -62,10 +75,16 @@ func (d *Dispatcher) Stats() Stats {
 		Overflow:   d.overflow.Load(),
 		MovedAside: d.corrupt,
 		Damage:     d.corruptErr,
+		Salvaged:   d.salvaged,
+		Unreadable: d.unreadable,
 		Orphaned:   d.orphans,
+
+		WriteErrors: d.writeErrors.Load(),
+		HeldDropped: d.heldDropped.Load(),
 	}}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	s.Outbox.Held = len(d.held)
 	for _, h := range d.hooks {
 		ws := WebhookStats{
 			Name:       h.w.Name,

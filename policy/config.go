@@ -173,6 +173,19 @@ func LoadFile(name string) (*Config, error) {
 
 var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics", "listener", "policy_limits"}
 
+// LongestRange is how far back the ranges of the rules and policies
+// reach: what the detector keeps of every series' windows.
+func (c *Config) LongestRange() time.Duration {
+	var keep time.Duration
+	for _, r := range c.Rules {
+		keep = max(keep, r.Over)
+	}
+	for _, p := range c.Policies {
+		keep = max(keep, p.Over)
+	}
+	return keep
+}
+
 // DefaultOver is the range of a rule or policy that does not set over:.
 // A quantile over one window flaps: a 10s window of a service doing 5
 // requests a second holds 50 spans, so its p99 is its slowest span, and

@@ -5,4 +5,7 @@
 // It is a leaf: it imports nothing from spanwatch and nothing that needs BPF,
 // root or Linux, so rule tooling (spanwatch check, spanwatch test) builds and
 // runs anywhere. The JSON form is stable and documented by schema.json.
+// LineWriter writes snapshots as JSON lines of bounded length (a long one
+// in parts, each a line); Reader reads them back whole; Encode streams a
+// snapshot's indented form item by item.
 package snapshot

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -28,7 +29,15 @@ type Snapshot struct {
 	// WindowNs is the length of the window in nanoseconds.
 	WindowNs int64 `json:"window_ns"`
 	// Host is the node the agent runs on.
-	Host     string    `json:"host,omitempty"`
+	Host string `json:"host,omitempty"`
+	// Part numbers the lines of a snapshot too long for one line of
+	// --output (LineWriter): 1, 2, ... in order; 0 (absent) for a
+	// snapshot on one line. Every part has the snapshot's version, time,
+	// window and host; its series and then its overruns are spread over
+	// the parts in order; the stats are on the last part. More says that
+	// more parts follow. A Reader joins the parts.
+	Part     int       `json:"part,omitempty"`
+	More     bool      `json:"more,omitempty"`
 	Series   []Series  `json:"series"`
 	Overruns []Overrun `json:"overruns,omitempty"`
 	Stats    Stats     `json:"stats"`
@@ -260,10 +269,67 @@ type Stats struct {
 }
 
 // Encode writes s as indented JSON.
+//
+// It writes s item by item (each series, each overrun), so that encoding
+// a snapshot of many series holds one item at a time, not the whole
+// document; the bytes are those json.Encoder with SetIndent("", "  ")
+// writes for s.
 func (s *Snapshot) Encode(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var item bytes.Buffer
+	enc := json.NewEncoder(&item)
+	put := func(v any, prefix string) ([]byte, error) {
+		item.Reset()
+		enc.SetIndent(prefix, "  ")
+		if err := enc.Encode(v); err != nil {
+			return nil, err
+		}
+		return bytes.TrimSuffix(item.Bytes(), []byte("\n")), nil
+	}
+	head, err := put(partHead{Version: s.Version, Time: s.Time, WindowNs: s.WindowNs, Host: s.Host, Part: s.Part, More: s.More}, "")
+	if err != nil {
+		return err
+	}
+	bw.Write(head[:len(head)-2]) // without "\n}"
+	bw.WriteString(",\n  \"series\": ")
+	list := func(n int, at func(int) any) error {
+		if n == 0 {
+			bw.WriteString("[]")
+			return nil
+		}
+		bw.WriteString("[\n    ")
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				bw.WriteString(",\n    ")
+			}
+			b, err := put(at(i), "    ")
+			if err != nil {
+				return err
+			}
+			bw.Write(b)
+		}
+		bw.WriteString("\n  ]")
+		return nil
+	}
+	if s.Series == nil {
+		bw.WriteString("null")
+	} else if err := list(len(s.Series), func(i int) any { return &s.Series[i] }); err != nil {
+		return err
+	}
+	if len(s.Overruns) > 0 {
+		bw.WriteString(",\n  \"overruns\": ")
+		if err := list(len(s.Overruns), func(i int) any { return &s.Overruns[i] }); err != nil {
+			return err
+		}
+	}
+	stats, err := put(&s.Stats, "  ")
+	if err != nil {
+		return err
+	}
+	bw.WriteString(",\n  \"stats\": ")
+	bw.Write(stats)
+	bw.WriteString("\n}\n")
+	return bw.Flush()
 }
 
 // Decode reads one JSON snapshot: version 2, or version 1 converted (see

@@ -26,6 +26,9 @@ import (
 // is set: once a collector uprobed its marker, it ends that many spans
 // named $SPANWATCH_TEST_SPAN and exits.
 func TestMain(m *testing.M) {
+	if v := os.Getenv("SPANWATCH_TEST_SCHEDULE"); v != "" {
+		os.Exit(emitSchedule(v))
+	}
 	if v := os.Getenv("SPANWATCH_TEST_EMIT"); v != "" {
 		n, _ := strconv.Atoi(v)
 		for deadline := time.Now().Add(30 * time.Second); !emit.Enabled(); time.Sleep(time.Millisecond) {

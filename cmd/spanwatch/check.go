@@ -22,7 +22,9 @@ func init() {
 check loads each configuration file the way run does, everything but the
 kernel: it compiles every condition, template, glob and Rego policy (reading
 the policies' data files), validates the collector: section (values the
-kernel would refuse included), the USDT sources:, the webhooks and routing
+kernel would refuse included), the budgets against the kernel's limits
+(range, how many, a glob's length), the USDT and tracepoint sources:
+against the kernel's maps, the webhooks and routing
 as the notifier will (with the outbox's directory and every credentials file
 they name), and external_url. It prints "FILE: OK (N rules, M policies, K
 budgets)" or every problem found, at once, as "file:line:col: message". A

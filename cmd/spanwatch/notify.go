@@ -35,7 +35,10 @@ notify dead-letters prints the notifications the outbox gave up on (refused
 by their receiver, expired, or impossible to render), one JSON object per
 line, oldest first, with the receiver's answer and the body. It reads the
 outbox file, which a running agent holds locked: ask the agent's listener
-instead (GET /api/dead-letters).
+instead (GET /api/dead-letters). A damaged file is read as far as it can
+be: the dead letters that can still be read are printed, then the damage
+is reported and the command exits 1 (the agent moves such a file aside and
+salvages it at its next start).
 
 Examples:
   spanwatch notify test --config /etc/spanwatch/spanwatch.yaml --webhook ops
@@ -149,15 +152,16 @@ func printDeadLetters(out io.Writer, file string) error {
 		return err
 	}
 	list, err := notify.ReadDeadLetters(cfg.Routing.Outbox.Path)
-	if err != nil {
+	if err != nil && !errors.Is(err, notify.ErrOutboxDamaged) {
 		return err
 	}
 	cfg.RedactDeadLetters(list)
+	// From a damaged outbox: what could be read, then the error.
 	enc := json.NewEncoder(out)
 	for _, dl := range list {
 		if err := enc.Encode(dl); err != nil {
 			return err
 		}
 	}
-	return nil
+	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/internal/duration"
+	"github.com/spanwatch/spanwatch/internal/rotate"
 )
 
 // collectorFlags are the flags that override the configuration file's
@@ -21,7 +22,7 @@ type collectorFlags struct {
 // flagKeys maps each flag to the collector: key it overrides.
 var flagKeys = map[string]string{
 	"interval": "interval", "source": "sources", "binary": "binaries", "force-kprobe": "force_kprobe",
-	"no-uprobe-multi": "no_uprobe_multi", "max-series": "max_series",
+	"no-uprobe-multi": "no_uprobe_multi", "max-series": "max_series", "memory-budget": "memory_budget",
 }
 
 func newCollectorFlags(fs *flag.FlagSet) *collectorFlags {
@@ -39,7 +40,18 @@ func newCollectorFlags(fs *flag.FlagSet) *collectorFlags {
 	})
 	fs.BoolVar(&o.s.ForceKprobe, "force-kprobe", false, "attach the user_events source with a kprobe instead of fentry")
 	fs.BoolVar(&o.s.NoUprobeMulti, "no-uprobe-multi", false, "attach uprobes through perf_event_open (needs CAP_SYS_ADMIN), as before kernel 6.6, instead of uprobe_multi links")
-	fs.Var(uint32Flag{&o.s.MaxSeries}, "max-series", "the kernel holds `N` series (span, cgroup, labels; default 131072, at most 262143)")
+	fs.Var(uint32Flag{&o.s.MaxSeries}, "max-series", "the kernel holds `N` series (span, cgroup, labels; default: the most the memory budget holds, up to 131072; at most 262143)")
+	fs.Func("memory-budget", "the memory the whole agent may use, e.g. 512MiB, 1GiB (default: 90% of the cgroup's memory limit, else a quarter of the machine's memory, at most 1GiB)", func(s string) error {
+		n, err := rotate.ParseSize(s)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("must be positive, not %s", s)
+		}
+		o.s.MemoryBudget = uint64(n)
+		return nil
+	})
 	return o
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/internal/rotate"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 func init() {
@@ -73,6 +74,7 @@ Examples:
 			logs := newLogFlags(fs)
 			maxSize := fs.String("output-max-size", "", "rotate --output when it would grow past `SIZE` (e.g. 100M, 1GiB; default: never)")
 			keep := fs.Int("output-keep", 5, "keep `N` rotated files of --output (FILE.1 the newest ... FILE.N)")
+			maxLine := fs.String("output-max-line", "1MiB", "split a snapshot longer than `SIZE` over several lines of --output (parts that spanwatch test and stacks join; at least 16KiB)")
 			cflags := newCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *config == "" {
@@ -97,6 +99,10 @@ Examples:
 						return usageErrorf("--output-max-size: %v", cmp.Or(err, fmt.Errorf("must be positive")))
 					}
 				}
+				lineMax, err := rotate.ParseSize(*maxLine)
+				if err != nil || lineMax < snapshot.MinMaxLine || lineMax > 1<<30 {
+					return usageErrorf("--output-max-line: %v", cmp.Or(err, fmt.Errorf("%s is out of range: want 16KiB to 1GiB", *maxLine)))
+				}
 				if *keep < 0 {
 					return usageErrorf("--output-keep must not be negative, not %d", *keep)
 				}
@@ -113,7 +119,7 @@ Examples:
 					defer f.Close()
 					out = f
 				}
-				return startAgent(ctx, cfg, agent.Options{Logger: logs.logger(), Output: out, ListenAddr: *metricsAddr})
+				return startAgent(ctx, cfg, agent.Options{Logger: logs.logger(), Output: out, OutputMaxLine: int(lineMax), ListenAddr: *metricsAddr})
 			}
 		},
 	})

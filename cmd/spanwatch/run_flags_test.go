@@ -14,6 +14,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/internal/rotate"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // TestRunOutputAndLogFlags checks what run hands the agent for --output
@@ -50,6 +51,9 @@ func TestRunOutputAndLogFlags(t *testing.T) {
 	if _, ok := got.Output.(*rotate.File); !ok {
 		t.Fatalf("Output is %T, want a rotated file", got.Output)
 	}
+	if got.OutputMaxLine != snapshot.DefaultMaxLine {
+		t.Errorf("OutputMaxLine %d, want the default %d", got.OutputMaxLine, snapshot.DefaultMaxLine)
+	}
 	files, _ := filepath.Glob(out + "*")
 	if len(files) != 3 { // snapshots.jsonl, .1, .2: 50 lines of 60 bytes in 1 KiB files
 		t.Errorf("files %v, want the file and 2 rotated ones", files)
@@ -76,6 +80,7 @@ func TestRunOutputAndLogFlags(t *testing.T) {
 		{[]string{"--output-max-size", "1k"}, "give --output FILE"},
 		{[]string{"--output", out, "--output-max-size", "lots"}, "--output-max-size: bad size"},
 		{[]string{"--output", out, "--output-keep", "-1"}, "--output-keep must not be negative"},
+		{[]string{"--output", out, "--output-max-line", "1k"}, "--output-max-line: 1k is out of range"},
 		{[]string{"--log-format", "xml"}, "want text or json"},
 		{[]string{"--interval", "1x"}, "unknown unit"},
 	} {

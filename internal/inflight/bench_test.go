@@ -156,7 +156,7 @@ func BenchmarkScanSDK(b *testing.B) {
 				bpftest.SkipUnlessLoaded(b, "load the inflight programs", err)
 			}
 			defer w.Close()
-			if err := m.budgets.Put(snapshot.NameID("op"), &bpf.SpanwatchBudget{BudgetNs: uint64(time.Hour), Flags: captureUser}); err != nil {
+			if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID("op")}, &bpf.SpanwatchBudget{BudgetNs: uint64(time.Hour), Flags: captureUser}); err != nil {
 				b.Fatal(err)
 			}
 			now, _ := monotonicNs()

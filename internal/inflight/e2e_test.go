@@ -61,7 +61,7 @@ func testUSDTStuckSpan(t *testing.T, statusArg int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
+	if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := New(Config{

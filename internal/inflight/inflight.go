@@ -53,9 +53,12 @@ type Config struct {
 	// thread, and where Go processes keep g. Nil: SDK spans are not
 	// watched.
 	Exec, GProcs *ebpf.Map
+	// Core is the core's core map (bpf/aggregate.h), whose budget_gen
+	// says which of the two sets in Budgets is in force; nil: set 0 (tests
+	// that write Budgets themselves).
+	Core *ebpf.Map
 	// Budget returns a span's budget in nanoseconds, 0 for none; nil
-	// looks the name id up in Budgets (which holds glob budgets only for
-	// names the collector has seen end). prefix says the span's final
+	// looks the name id up in Budgets (set 0, exact names only). prefix says the span's final
 	// name may extend name (SPAN_F_NAME_PREFIX: a start name the tracing
 	// library completes when the span ends).
 	Budget func(nameID uint64, name string, prefix bool) uint64
@@ -345,6 +348,9 @@ func (w *Watcher) addUSDT(m USDTMaps) error {
 	// budgets in budgets (exact names, and globs of names seen before).
 	repl["usdt_task_names"] = m.TaskNames
 	repl["budgets"] = w.cfg.Budgets
+	if w.cfg.Core != nil {
+		repl["core"] = w.cfg.Core // which set of budgets is in force
+	}
 	task := &taskObjects{}
 	if err := w.spec.LoadAndAssign(task, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 		return fmt.Errorf("load the task iterator (needs kernel 5.11+ and BTF): %w", err)
@@ -469,7 +475,7 @@ func (w *Watcher) budget(st *scanState, id uint64, name *[snapshot.NameLen]int8,
 		b = w.cfg.Budget(id, snapshot.NameString(unsafe.Slice((*byte)(unsafe.Pointer(&name[0])), len(name))), prefix)
 	} else {
 		var v bpf.SpanwatchBudget
-		if err := w.cfg.Budgets.Lookup(id, &v); err == nil && v.Flags&captureUser != 0 {
+		if err := w.cfg.Budgets.Lookup(&bpf.SpanwatchBudgetKey{NameId: id}, &v); err == nil && v.Flags&captureUser != 0 {
 			b = v.BudgetNs
 		}
 	}
@@ -670,12 +676,12 @@ func (w *Watcher) minBudget() uint64 {
 		return w.cfg.MinBudget()
 	}
 	var (
-		id  uint64
+		k   bpf.SpanwatchBudgetKey
 		b   bpf.SpanwatchBudget
 		min uint64
 	)
-	for it := w.cfg.Budgets.Iterate(); it.Next(&id, &b); {
-		if b.BudgetNs != 0 && b.Flags&captureUser != 0 && (min == 0 || b.BudgetNs < min) {
+	for it := w.cfg.Budgets.Iterate(); it.Next(&k, &b); {
+		if k.Set == 0 && b.BudgetNs != 0 && b.Flags&captureUser != 0 && (min == 0 || b.BudgetNs < min) {
 			min = b.BudgetNs
 		}
 	}

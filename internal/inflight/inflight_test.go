@@ -148,7 +148,7 @@ func TestStuckSpan(t *testing.T) {
 			if err := m.sources.Put(uint32(7), &src); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.budgets.Put(snapshot.NameID(span), &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
+			if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
 				t.Fatal(err)
 			}
 			now, _ := monotonicNs()

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -348,27 +347,24 @@ func expandSteps(dir string, steps []Step, start time.Time, interval time.Durati
 	return out, nil
 }
 
-// readSnapshots reads one or more concatenated JSON snapshots.
+// readSnapshots reads one or more concatenated JSON snapshots, joining
+// the parts of a snapshot --output split over several lines.
 func readSnapshots(path string) ([]*snapshot.Snapshot, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read snapshots: %w", err)
 	}
 	defer f.Close()
-	dec := json.NewDecoder(f)
+	// snapshot.Reader decodes every version of the form (a recording
+	// made by an older spanwatch keeps working) and refuses unknown
+	// fields.
+	r := snapshot.NewReader(f)
 	var out []*snapshot.Snapshot
 	for {
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+		s, err := r.Next()
+		if errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return nil, fmt.Errorf("%s: snapshot %d: %w", path, len(out), err)
-		}
-		// snapshot.Decode reads every version of the form (a recording
-		// made by an older spanwatch keeps working) and refuses unknown
-		// fields.
-		s, err := snapshot.Decode(bytes.NewReader(raw))
-		if err != nil {
 			return nil, fmt.Errorf("%s: snapshot %d: %w", path, len(out), err)
 		}
 		out = append(out, s)

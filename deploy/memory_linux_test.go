@@ -1,0 +1,54 @@
+//go:build linux
+
+package deploy
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/memory"
+	"github.com/spanwatch/spanwatch/policy"
+)
+
+// DaemonSetSeries is the series capacity the DaemonSet's memory limit
+// gives the agent under its own rules (docs/memory.md, deploy/README.md).
+const DaemonSetSeries = 25000
+
+// TestManifestMemory holds the DaemonSet's memory to what was measured
+// (BENCHMARKS.md, "Memory budget"): its limit is the agent's budget (90%
+// of it), which must hold DaemonSetSeries series under the ConfigMap's
+// rules; its request must cover the agent idle at that budget (the BPF
+// maps the plan sizes, the binary, the Go runtime: 95 MiB measured) and
+// stay within the limit.
+func TestManifestMemory(t *testing.T) {
+	m := loadManifest(t)
+	rules, err := policy.Parse("rules.yaml", []byte(m.cm.Data["rules.yaml"]), policy.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.ds.Spec.Template.Spec.Containers[0]
+	limit := c.Resources.Limits[corev1.ResourceMemory]
+	request := c.Resources.Requests[corev1.ResourceMemory]
+	b := memory.Budget{Bytes: uint64(limit.Value()) / 100 * memory.CgroupShare, Source: memory.SourceCgroup, Detail: "the DaemonSet's limit"}
+	p, err := memory.NewPlan(b, memory.Inputs{
+		Interval: agent.DefaultInterval, LongestRange: rules.LongestRange(), Binary: agent.BinaryBytes,
+		KernelBytes: func(series, cells uint32) (uint64, error) {
+			return collector.EstimateMapBytes(collector.Config{MaxSeries: series, HistogramCells: cells})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MaxSeries < DaemonSetSeries {
+		t.Errorf("limits.memory %s: the budget holds %d series, want at least %d", limit.String(), p.MaxSeries, DaemonSetSeries)
+	}
+	idle := p.KernelBytes + agent.BinaryBytes + memory.IdleBytes
+	if uint64(request.Value()) < idle || request.Cmp(limit) > 0 {
+		t.Errorf("requests.memory %s: want at least the agent idle at this budget, %s, and at most the limit %s", request.String(), memory.FormatBytes(idle), limit.String())
+	}
+	t.Logf("limit %s: budget %s, %d series, BPF maps %s; idle %s, request %s",
+		limit.String(), memory.FormatBytes(b.Bytes), p.MaxSeries, memory.FormatBytes(p.KernelBytes), memory.FormatBytes(idle), request.String())
+}

@@ -1,0 +1,184 @@
+package memory
+
+import (
+	"cmp"
+	"os"
+	"path/filepath"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A Meter measures the agent's memory (Usage). It is safe for concurrent
+// use.
+type Meter struct {
+	cg     Cgroup
+	maps   func() uint64
+	binary uint64
+
+	mu      sync.Mutex
+	samples []metrics.Sample
+}
+
+// Go memory classes, from runtime/metrics: what Go has mapped (total),
+// less what it returned to the kernel or holds free, less the heap's
+// objects, plus the heap's live objects as of the last collection.
+const (
+	goTotal    = "/memory/classes/total:bytes"
+	goReleased = "/memory/classes/heap/released:bytes"
+	goFree     = "/memory/classes/heap/free:bytes"
+	goObjects  = "/memory/classes/heap/objects:bytes"
+	goLive     = "/gc/heap/live:bytes"
+)
+
+// NewMeter returns a meter of the agent's memory: maps reports the BPF
+// maps' memory (nil: none yet), cg the cgroup to watch (zero: none). The
+// binary's resident size is read now, before any BPF map is mmapped into
+// the process (those pages count as file pages too).
+func NewMeter(cg Cgroup, maps func() uint64) *Meter {
+	m := &Meter{cg: cg, maps: maps}
+	for _, n := range []string{goTotal, goReleased, goFree, goObjects, goLive} {
+		m.samples = append(m.samples, metrics.Sample{Name: n})
+	}
+	m.binary = statusBytes("/proc/self/status", "RssFile:")
+	return m
+}
+
+// SetMaps sets what reports the BPF maps' memory.
+func (m *Meter) SetMaps(maps func() uint64) {
+	m.mu.Lock()
+	m.maps = maps
+	m.mu.Unlock()
+}
+
+// Read measures now.
+func (m *Meter) Read() Usage {
+	m.mu.Lock()
+	metrics.Read(m.samples)
+	var v [5]uint64
+	for i, s := range m.samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			v[i] = s.Value.Uint64()
+		}
+	}
+	maps := m.maps
+	m.mu.Unlock()
+	u := Usage{Binary: m.binary}
+	if inUse := v[0] - v[1] - v[2]; inUse >= v[3] {
+		u.Go = inUse - v[3] + v[4]
+	} else {
+		u.Go = inUse
+	}
+	if maps != nil {
+		u.BPFMaps = maps()
+	}
+	u.Cgroup, u.Events = m.cgroupUsage()
+	u.CgroupLimit = m.cg.Limit
+	return u
+}
+
+// GoLimitFor is the Go soft limit (debug.SetMemoryLimit) that leaves room
+// in the budget for the BPF maps and the binary.
+func GoLimitFor(budget, bpfMaps, binary uint64) uint64 {
+	rest := budget - min(budget, bpfMaps+binary)
+	return rest
+}
+
+// Binary returns the binary's resident size as read by NewMeter.
+func (m *Meter) Binary() uint64 { return m.binary }
+
+// cgroupUsage reads the cgroup's memory in use less its inactive file
+// pages, and its pressure events so far.
+func (m *Meter) cgroupUsage() (inUse, events uint64) {
+	switch m.cg.Version {
+	case 2:
+		cur := fileUint(filepath.Join(m.cg.Dir, "memory.current"))
+		inactive, _ := statValue(filepath.Join(m.cg.Dir, "memory.stat"), "inactive_file")
+		for _, k := range []string{"high", "max", "oom"} {
+			n, _ := statValue(filepath.Join(m.cg.Dir, "memory.events"), k)
+			events += n
+		}
+		return cur - min(cur, inactive), events
+	case 1:
+		cur := fileUint(filepath.Join(m.cg.Dir, "memory.usage_in_bytes"))
+		inactive, _ := statValue(filepath.Join(m.cg.Dir, "memory.stat"), "total_inactive_file")
+		return cur - min(cur, inactive), fileUint(filepath.Join(m.cg.Dir, "memory.failcnt"))
+	}
+	return 0, 0
+}
+
+func fileUint(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// statusBytes reads a "Key: N kB" line of /proc/self/status.
+func statusBytes(path, key string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				n, _ := strconv.ParseUint(f[0], 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+// ProcessMapBytes is the memory the kernel charges for the BPF maps this
+// process holds open: the memlock of each map in /proc/self/fdinfo (the
+// maps of every object, the collector's and the sources'). It caches the
+// figure for MapBytesTTL: maps are created at start and as sources
+// attach, not on every measurement.
+type ProcessMapBytes struct {
+	mu   sync.Mutex
+	at   time.Time
+	n    uint64
+	proc string
+}
+
+// MapBytesTTL is how long ProcessMapBytes keeps its figure.
+const MapBytesTTL = 30 * time.Second
+
+// Read returns the figure, read again when older than MapBytesTTL.
+func (p *ProcessMapBytes) Read() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); p.at.IsZero() || now.Sub(p.at) >= MapBytesTTL {
+		p.n, p.at = mapMemlock(cmp.Or(p.proc, "/proc/self")), now
+	}
+	return p.n
+}
+
+func mapMemlock(proc string) uint64 {
+	dir := filepath.Join(proc, "fdinfo")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total uint64
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.Contains(string(b), "\nmap_id:") {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
