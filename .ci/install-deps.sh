@@ -7,10 +7,12 @@
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
 # (capability tests), zsh (the completion script's test), Chromium (the
 # flame graph seen in a browser), runc (the container image run as the
-# DaemonSet runs it) and qemu-user (the arm64 release binary run on an
-# amd64 host); then the Go programs the deployment tests run (helm,
-# kubectl-validate: deploy/tools.sh). Idempotent: installs only what is
-# missing, and runs apt-get update at most once.
+# DaemonSet runs it), qemu-user (the arm64 release binary run on an amd64
+# host), and the runtimes the SDKs of sdk/ are tested with (Debian's
+# CPython 3.11 with its headers, setuptools and pip; OpenJDK 17; Node.js
+# with npm and its headers); then the Go programs the deployment tests run
+# (helm, kubectl-validate: deploy/tools.sh). Idempotent: installs only
+# what is missing, and runs apt-get update at most once.
 set -euo pipefail
 
 pkgs=(
@@ -20,7 +22,15 @@ pkgs=(
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
 	chromium runc qemu-user
+	python3.11-dev python3-setuptools python3-pip openjdk-17-jdk-headless
 )
+# Node.js: Debian's nodejs, npm and libnode-dev (the headers the addon is
+# built against), unless a Node.js is installed already: NodeSource's
+# nodejs package carries npm and the headers itself, and conflicts with
+# Debian's npm.
+if ! command -v node >/dev/null; then
+	pkgs+=(nodejs npm libnode-dev)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -14,7 +14,8 @@
  *  - marker: a uprobe on the Go SDK's marker function (an ABI0 assembly
  *    function whose first instruction is a nop), for kernels without
  *    user_events. Its one argument, a pointer to the struct span_event, is on
- *    the user stack at sp+8.
+ *    the user stack at sp+8. libspanwatch's marker (include/spanwatch.h)
+ *    takes it in %rdi, as C does: uprobe_marker_sysv.
  */
 
 #include "aggregate.h"
@@ -69,14 +70,11 @@ int BPF_KPROBE(kprobe_perf_tp_event, __u16 event_type, __u64 cnt, void *record, 
 	return on_tp_event(ctx, event_type, record, entry_size);
 }
 
-SEC("uprobe")
-int uprobe_marker(struct pt_regs *ctx)
+static __always_inline int on_marker(struct pt_regs *ctx, __u64 ptr)
 {
 	struct span_event ev;
-	__u64 ptr;
 
-	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(ctx->sp + 8)) ||
-	    bpf_probe_read_user(&ev, sizeof(ev), (void *)ptr)) {
+	if (bpf_probe_read_user(&ev, sizeof(ev), (void *)ptr)) {
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
@@ -87,6 +85,27 @@ int uprobe_marker(struct pt_regs *ctx)
 	inflight_end(&ev);
 	span_aggregate(ctx, &ev, SOURCE_MARKER);
 	return 0;
+}
+
+/* The Go SDK's marker (ABI0): the event's address is on the stack. */
+SEC("uprobe")
+int uprobe_marker(struct pt_regs *ctx)
+{
+	__u64 ptr;
+
+	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(ctx->sp + 8))) {
+		count(COUNTER_READ_ERRORS);
+		return 0;
+	}
+	return on_marker(ctx, ptr);
+}
+
+/* libspanwatch's marker (include/spanwatch.h, x86-64 System V): the
+ * event's address is the first argument, in %rdi. */
+SEC("uprobe")
+int uprobe_marker_sysv(struct pt_regs *ctx)
+{
+	return on_marker(ctx, ctx->di);
 }
 
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */

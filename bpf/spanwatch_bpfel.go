@@ -269,6 +269,7 @@ const (
 	SpanwatchProgFentryPerfTpEvent   = "fentry_perf_tp_event"
 	SpanwatchProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
 	SpanwatchProgUprobeMarker        = "uprobe_marker"
+	SpanwatchProgUprobeMarkerSysv    = "uprobe_marker_sysv"
 	SpanwatchVarUnusedBudgetBits     = "unused_budget_bits"
 	SpanwatchVarUnusedBudgetFlags    = "unused_budget_flags"
 	SpanwatchVarUnusedBudgetGlob     = "unused_budget_glob"
@@ -331,6 +332,7 @@ type SpanwatchProgramSpecs struct {
 	FentryPerfTpEvent *ebpf.ProgramSpec `ebpf:"fentry_perf_tp_event"`
 	KprobePerfTpEvent *ebpf.ProgramSpec `ebpf:"kprobe_perf_tp_event"`
 	UprobeMarker      *ebpf.ProgramSpec `ebpf:"uprobe_marker"`
+	UprobeMarkerSysv  *ebpf.ProgramSpec `ebpf:"uprobe_marker_sysv"`
 }
 
 // SpanwatchMapSpecs contains maps before they are loaded into the kernel.
@@ -472,6 +474,7 @@ type SpanwatchPrograms struct {
 	FentryPerfTpEvent *ebpf.Program `ebpf:"fentry_perf_tp_event"`
 	KprobePerfTpEvent *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
 	UprobeMarker      *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysv  *ebpf.Program `ebpf:"uprobe_marker_sysv"`
 }
 
 func (p *SpanwatchPrograms) Close() error {
@@ -479,6 +482,7 @@ func (p *SpanwatchPrograms) Close() error {
 		p.FentryPerfTpEvent,
 		p.KprobePerfTpEvent,
 		p.UprobeMarker,
+		p.UprobeMarkerSysv,
 	)
 }
 

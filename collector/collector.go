@@ -224,6 +224,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	uprobeMulti := !cfg.NoUprobeMulti && HaveUprobeMulti()
 	if uprobeMulti {
 		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
+		spec.Programs[progUprobeMarkerSysV].AttachType = ebpf.AttachTraceUprobeMulti
 	}
 	for _, m := range []string{"series", "series_index", "free_slots"} {
 		spec.Maps[m].MaxEntries = cfg.MaxSeries
@@ -247,13 +248,13 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if !cfg.ForceKprobe && haveBTF() {
 		var fo fentryObjects
 		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
-			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, tp: fo.Tp, method: "fentry"}
+			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, UprobeMarkerSysV: fo.UprobeMarkerSysV, tp: fo.Tp, method: "fentry"}
 		}
 	}
 	if c.objs.method == "kprobe" {
 		var ko kprobeObjects
 		if err = spec.LoadAndAssign(&ko, nil); err == nil {
-			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, tp: ko.Tp, method: "kprobe"}
+			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, UprobeMarkerSysV: ko.UprobeMarkerSysV, tp: ko.Tp, method: "kprobe"}
 			if fentryErr != nil {
 				logFentryFallback(c.log, fentryErr)
 			}
@@ -316,7 +317,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		}
 	}
 	if cfg.Sources.Marker {
-		c.marker = newMarkerSource(c.objs.UprobeMarker, uprobeMulti, cfg)
+		c.marker = newMarkerSource(c.objs.UprobeMarker, c.objs.UprobeMarkerSysV, uprobeMulti, cfg)
 		c.log.Info("marker_uprobes", "method", c.marker.method())
 		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
@@ -341,14 +342,15 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 // objects are the loaded maps and the programs of one attach method.
 type objects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program
-	tp           *ebpf.Program // on perf_tp_event
-	method       string        // "fentry" or "kprobe"
+	UprobeMarker     *ebpf.Program // the Go SDK's marker
+	UprobeMarkerSysV *ebpf.Program // libspanwatch's marker
+	tp               *ebpf.Program // on perf_tp_event
+	method           string        // "fentry" or "kprobe"
 }
 
 func (o *objects) close() {
 	o.SpanwatchMaps.Close()
-	for _, p := range []*ebpf.Program{o.UprobeMarker, o.tp} {
+	for _, p := range []*ebpf.Program{o.UprobeMarker, o.UprobeMarkerSysV, o.tp} {
 		if p != nil {
 			p.Close()
 		}
@@ -357,21 +359,24 @@ func (o *objects) close() {
 
 type fentryObjects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
-	Tp           *ebpf.Program `ebpf:"fentry_perf_tp_event"`
+	UprobeMarker     *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysV *ebpf.Program `ebpf:"uprobe_marker_sysv"`
+	Tp               *ebpf.Program `ebpf:"fentry_perf_tp_event"`
 }
 
 type kprobeObjects struct {
 	bpf.SpanwatchMaps
-	UprobeMarker *ebpf.Program `ebpf:"uprobe_marker"`
-	Tp           *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
+	UprobeMarker     *ebpf.Program `ebpf:"uprobe_marker"`
+	UprobeMarkerSysV *ebpf.Program `ebpf:"uprobe_marker_sysv"`
+	Tp               *ebpf.Program `ebpf:"kprobe_perf_tp_event"`
 }
 
 // Map and program names in the BPF object.
 const (
 	mapOverruns = "overruns"
 
-	progUprobeMarker = "uprobe_marker"
+	progUprobeMarker     = "uprobe_marker"
+	progUprobeMarkerSysV = "uprobe_marker_sysv"
 )
 
 // HaveUprobeMulti reports whether the kernel has uprobe_multi BPF links
@@ -556,7 +561,7 @@ func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
 // ProgramStats.RecursionMisses, 5.12+): spans lost, counted.
 func (c *Collector) recursionMisses() uint64 {
 	var n uint64
-	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker} {
+	for _, p := range []*ebpf.Program{c.objs.tp, c.objs.UprobeMarker, c.objs.UprobeMarkerSysV} {
 		if p == nil {
 			continue
 		}

@@ -8,10 +8,17 @@
 //     perf_tp_event (a kprobe where fentry is unavailable) filtered by the
 //     event's id, and opens a counting perf event on the tracepoint on every
 //     CPU, without which perf_tp_event is never reached on that CPU.
-//   - marker: for kernels without user_events, the span SDK calls a marker
+//   - marker: for kernels without user_events, the span SDKs call a marker
 //     function; the collector finds binaries that contain it by scanning
 //     /proc and uprobes the marker in each, once per file, and lets a
-//     binary go when no process has run it for two scans.
+//     binary go when no process has run it for two scans. Executables are
+//     checked by /proc/PID/exe: the Go SDK's marker (an ABI0 function, its
+//     argument on the stack: uprobe_marker) or libspanwatch's
+//     (include/spanwatch.h, a C function, its argument in %rdi:
+//     uprobe_marker_sysv), found in stripped binaries by the magic after
+//     its enable word. Shared objects are checked when a process maps one
+//     whose file name contains "spanwatch" (libspanwatch.so, the Python,
+//     Node.js and Java SDKs' native parts), through /proc/PID/map_files.
 //
 // Snapshot reads the per-CPU stats map with batch lookups into reused
 // buffers, sums the CPUs and returns the deltas since the previous call.

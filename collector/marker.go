@@ -35,6 +35,16 @@ const (
 	probeSymbol  = "github.com/spanwatch/spanwatch/emit.probe"
 )
 
+// libspanwatchName is what the file name of a shared object must contain
+// for the scan to look for libspanwatch's marker in it (libspanwatch.so,
+// the SDKs' native parts): reading every library of every process at each
+// scan would cost more than the rest of the scan together. Executables are
+// all checked, by /proc/PID/exe.
+const libspanwatchName = "spanwatch"
+
+// mapsMax caps the bytes of /proc/PID/maps read per process.
+const mapsMax = 4 << 20
+
 // fileKey identifies a binary on disk, whatever path or namespace it is seen
 // through.
 type fileKey struct {
@@ -65,9 +75,10 @@ const markerReleaseScans = 2
 // inode, size and modification time), not its path, so the map holds the
 // binaries running now, not every binary ever seen.
 type markerSource struct {
-	prog  *ebpf.Program
-	multi bool // prog is loaded for uprobe_multi links
-	cfg   Config
+	prog     *ebpf.Program // the Go SDK's marker (ABI0: the event on the stack)
+	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi)
+	multi    bool          // the programs are loaded for uprobe_multi links
+	cfg      Config
 
 	// attachMu is held across a whole check-and-attach (and a scan), so
 	// no binary is attached twice: two callers of attachPath for one
@@ -78,8 +89,8 @@ type markerSource struct {
 	binaries map[fileKey]*markerBinary // link nil: checked, no marker
 }
 
-func newMarkerSource(prog *ebpf.Program, multi bool, cfg Config) *markerSource {
-	return &markerSource{prog: prog, multi: multi, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
+func newMarkerSource(prog, progSysV *ebpf.Program, multi bool, cfg Config) *markerSource {
+	return &markerSource{prog: prog, progSysV: progSysV, multi: multi, cfg: cfg, binaries: map[fileKey]*markerBinary{}}
 }
 
 // method names how the marker's uprobes are attached.
@@ -103,8 +114,9 @@ func (m *markerSource) loop(ctx context.Context) {
 	}
 }
 
-// scan looks at every process's executable and attaches to new ones that
-// contain the marker, then lets go of the binaries no process ran in the
+// scan looks at every process's executable, and at the shared objects it
+// maps whose name contains libspanwatchName, and attaches to new ones that
+// contain a marker, then lets go of the binaries no process ran in the
 // last markerReleaseScans scans. Binaries given in Config.MarkerBinaries
 // are kept while their file is there: they are watched whether or not a
 // process runs them, and attached anew when replaced.
@@ -125,13 +137,15 @@ func (m *markerSource) scan() {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		exe := filepath.Join(m.cfg.ProcRoot, e.Name(), "exe")
-		key, ok, err := m.attachLocked(exe, filepath.Join(m.cfg.ProcRoot, e.Name()))
-		if ok {
-			seen[key] = true
-		}
-		if err != nil {
-			m.cfg.Logger.Debug("marker_attach_failed", "exe", exe, "error", err)
+		dir := filepath.Join(m.cfg.ProcRoot, e.Name())
+		for _, bin := range append([]string{filepath.Join(dir, "exe")}, mappedLibspanwatch(dir)...) {
+			key, ok, err := m.attachLocked(bin, dir)
+			if ok {
+				seen[key] = true
+			}
+			if err != nil {
+				m.cfg.Logger.Debug("marker_attach_failed", "exe", bin, "error", err)
+			}
 		}
 	}
 	for _, b := range m.cfg.MarkerBinaries {
@@ -144,6 +158,42 @@ func (m *markerSource) scan() {
 		}
 	}
 	m.release(seen)
+}
+
+// mappedLibspanwatch returns a /proc/PID/map_files path for each shared
+// object the process in procDir maps executable whose file name contains
+// libspanwatchName: libspanwatch.so, or an SDK's native part with a copy
+// of it inside.
+func mappedLibspanwatch(procDir string) []string {
+	pid, _ := strconv.Atoi(filepath.Base(procDir))
+	ctx, cancel := context.WithTimeout(context.Background(), markerTimeout)
+	defer cancel()
+	b, err := userfile.ReadProc(ctx, userfile.OnPID(filepath.Dir(procDir), pid), filepath.Join(procDir, "maps"), mapsMax)
+	if err != nil || !bytes.Contains(b, []byte(libspanwatchName)) {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		// START-END PERMS OFFSET DEV INODE PATH
+		f := strings.Fields(string(line))
+		if len(f) < 6 || len(f[1]) < 3 || f[1][2] != 'x' || !strings.HasPrefix(f[5], "/") {
+			continue
+		}
+		path := strings.Join(f[5:], " ")
+		if !strings.Contains(filepath.Base(path), libspanwatchName) || seen[f[3]+" "+f[4]] {
+			continue
+		}
+		seen[f[3]+" "+f[4]] = true
+		out = append(out, filepath.Join(procDir, "map_files", f[0]))
+	}
+	return out
 }
 
 // release lets go of the binaries not in seen for markerReleaseScans scans
@@ -297,16 +347,20 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 		if err != nil {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
-		if m.multi {
-			return ex.UprobeMulti(nil, m.prog, &link.UprobeMultiOptions{Addresses: []uint64{found.off}, RefCtrOffsets: []uint64{found.sem}})
+		prog := m.prog
+		if found.sysv {
+			prog = m.progSysV
 		}
-		return ex.Uprobe("", m.prog, &link.UprobeOptions{Address: found.off, RefCtrOffset: found.sem})
+		if m.multi {
+			return ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{found.off}, RefCtrOffsets: []uint64{found.sem}})
+		}
+		return ex.Uprobe("", prog, &link.UprobeOptions{Address: found.off, RefCtrOffset: found.sem})
 	}, func(l link.Link) { l.Close() })
 	if err != nil {
 		if !m.multi && errors.Is(err, os.ErrPermission) {
-			return key, true, fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", markerSymbol, path, err)
+			return key, true, fmt.Errorf("uprobe %s in %s: the perf_uprobe PMU needs CAP_SYS_ADMIN (kernels before 6.6, or NoUprobeMulti): %w", found.symbol(), path, err)
 		}
-		return key, true, fmt.Errorf("uprobe %s in %s (%s): %w", markerSymbol, path, m.method(), err)
+		return key, true, fmt.Errorf("uprobe %s in %s (%s): %w", found.symbol(), path, m.method(), err)
 	}
 	real, _ := os.Readlink(path)
 	if real == "" {
@@ -327,7 +381,7 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 	m.mu.Lock()
 	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()
-	m.cfg.Logger.Info("marker_attached", "binary", real, "offset", found.off, "semaphore", found.sem, "method", m.method())
+	m.cfg.Logger.Info("marker_attached", "binary", real, "marker", found.symbol(), "offset", found.off, "semaphore", found.sem, "method", m.method())
 	return key, true, nil
 }
 
@@ -387,14 +441,26 @@ const (
 // marker is what findMarker found in a binary.
 type marker struct {
 	off, sem, addr uint64 // file offsets of the marker and the enable word; the marker's address
+	sysv           bool   // libspanwatch's marker (the event in %rdi), not the Go SDK's
 	caps           []string
 }
 
+// symbol names the marker found, for messages.
+func (mk marker) symbol() string {
+	if mk.sysv {
+		return markerabi.CMarkerSymbol
+	}
+	return markerSymbol
+}
+
 // findMarker returns the file offsets of the marker function and of the
-// enable word (the uprobe's reference counter) in an ELF file. Binaries
-// without a symbol table (go build -ldflags=-s, go test) are searched
-// through the Go pclntab and the enable word's magic. Every table is read
-// within a cap (a binary any user can run is any file they made).
+// enable word (the uprobe's reference counter) in an ELF file: the Go
+// SDK's, or else libspanwatch's (include/spanwatch.h). Binaries without a
+// symbol table (go build -ldflags=-s, go test, strip) are searched through
+// the Go pclntab and the enable word's magic. Every table is read within a
+// cap (a binary any user can run is any file they made). A binary with
+// both markers (a Go program that also includes spanwatch.h through cgo)
+// is attached at the Go SDK's.
 func findMarker(r io.ReaderAt) (marker, error) {
 	f, err := elfread.NewFile(r)
 	if err != nil {
@@ -407,18 +473,64 @@ func findMarker(r io.ReaderAt) (marker, error) {
 		mk.addr = markerByPclntab(f, &mk.caps)
 	}
 	if probeAddr == 0 && mk.addr != 0 {
-		probeAddr = probeByMagic(f, &mk.caps)
+		probeAddr = probeByMagic(f, probeMagic, &mk.caps)
+	}
+	if mk.addr == 0 || probeAddr == 0 {
+		mk.addr, probeAddr = cMarker(f, &mk.caps)
+		mk.sysv = true
 	}
 	if mk.addr == 0 || probeAddr == 0 {
 		return marker{}, errNoMarker
 	}
 	if mk.off, err = fileOffset(f, mk.addr); err != nil {
-		return marker{}, fmt.Errorf("%s: %w", markerSymbol, err)
+		return marker{}, fmt.Errorf("%s: %w", mk.symbol(), err)
 	}
 	if mk.sem, err = fileOffset(f, probeAddr); err != nil {
 		return marker{}, fmt.Errorf("%s: %w", probeSymbol, err)
 	}
 	return mk, nil
+}
+
+// cMarker finds libspanwatch's probe by its magic and, from the distance
+// the probe holds, its marker: the marker must be in an executable segment
+// and be what spanwatch.h makes, a nop then a return, so that a file that
+// merely contains the magic gets no uprobe. It returns the marker's and
+// the enable word's addresses, or zeros.
+func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
+	if f.Machine != elf.EM_X86_64 {
+		return 0, 0 // the C marker is x86-64 only (the BPF program reads %rdi)
+	}
+	probeAddr = probeByMagic(f, markerabi.CMagic, caps)
+	if probeAddr == 0 {
+		return 0, 0
+	}
+	rec, ok := readAddr(f, probeAddr, markerabi.CABIOffset+4, 0)
+	if !ok || binary.LittleEndian.Uint32(rec[markerabi.CABIOffset:]) != markerabi.CABISysV {
+		return 0, 0
+	}
+	rel := int64(binary.LittleEndian.Uint64(rec[markerabi.CMarkerRelOffset:]))
+	markerAddr = probeAddr + markerabi.CMarkerRelOffset + uint64(rel)
+	code, ok := readAddr(f, markerAddr, 2, elf.PF_X)
+	if !ok || code[0] != 0x90 || code[1] != 0xc3 {
+		return 0, 0
+	}
+	return markerAddr, probeAddr
+}
+
+// readAddr reads n bytes at a virtual address from the file-backed part of
+// a loadable segment with the flags want.
+func readAddr(f *elf.File, addr uint64, n int, want elf.ProgFlag) ([]byte, bool) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Flags&want != want || addr < p.Vaddr || addr-p.Vaddr > p.Filesz || p.Filesz-(addr-p.Vaddr) < uint64(n) {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := p.ReadAt(b, int64(addr-p.Vaddr)); err != nil {
+			return nil, false
+		}
+		return b, true
+	}
+	return nil, false
 }
 
 func markerBySymbols(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
@@ -493,12 +605,13 @@ func pclnTable(f *elf.File, caps *[]string) *gosym.Table {
 	return tab
 }
 
-// probeByMagic finds the enable word by the magic pair that follows it, in
-// the writable segments, read a chunk at a time up to the cap.
-func probeByMagic(f *elf.File, caps *[]string) uint64 {
+// probeByMagic finds an enable word by the magic pair that follows it (the
+// Go SDK's probeMagic or libspanwatch's), in the writable segments, read a
+// chunk at a time up to the cap.
+func probeByMagic(f *elf.File, want uint64, caps *[]string) uint64 {
 	var magic [16]byte
-	binary.LittleEndian.PutUint64(magic[:], probeMagic)
-	binary.LittleEndian.PutUint64(magic[8:], ^uint64(probeMagic))
+	binary.LittleEndian.PutUint64(magic[:], want)
+	binary.LittleEndian.PutUint64(magic[8:], ^want)
 	const chunk = 1 << 20
 	buf := make([]byte, chunk+len(magic))
 	for _, p := range f.Progs {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 // build compiles test/spanwatch_test.c with cc and flags into a temporary
 // directory, skipping when the compiler is missing.
-func build(t *testing.T, cc string, flags ...string) string {
+func build(t testing.TB, cc string, flags ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("%s not installed (Debian package build-essential or clang)", cc)
@@ -177,13 +178,19 @@ func TestBeginPayload(t *testing.T) {
 	}
 }
 
-// TestFallback checks that a failed registration leaves a no-op that
-// reports disabled, emits nothing and closes cleanly.
+// TestFallback checks that a failed user_events registration falls back
+// to the marker (x86-64), or to nothing when SPANWATCH_EMIT=user_events
+// insists, and that either reports nobody listening, emits nothing and
+// closes cleanly.
 func TestFallback(t *testing.T) {
 	bin := build(t, "gcc")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "user_events_data")
 	os.WriteFile(file, nil, 0o644)
+	marker := 1 // SPANWATCH_MODE_MARKER
+	if runtime.GOARCH != "amd64" {
+		marker = 3
+	}
 	for _, tc := range []struct {
 		path  string
 		errno syscall.Errno
@@ -192,10 +199,44 @@ func TestFallback(t *testing.T) {
 		{file, syscall.ENOTTY},                          // not user_events_data
 		{dir, syscall.EISDIR},
 	} {
-		out, code := run(t, bin, "fallback", tc.path)
-		if want := fmt.Sprintf("fallback errno=%d\n", int(tc.errno)); code != 0 || out != want {
-			t.Errorf("fallback %s: exit %d, output %q, want %q (%v)", tc.path, code, out, want, tc.errno)
+		for _, strict := range []bool{false, true} {
+			cmd := exec.Command(bin, "fallback", tc.path)
+			mode := marker
+			if strict {
+				cmd.Env = append(os.Environ(), "SPANWATCH_EMIT=user_events")
+				mode = 3 // SPANWATCH_MODE_OFF
+			}
+			out, err := cmd.Output()
+			if want := fmt.Sprintf("fallback errno=%d mode=%d\n", int(tc.errno), mode); err != nil || string(out) != want {
+				t.Errorf("fallback %s (strict %v): %v, output %q, want %q (%v)", tc.path, strict, err, out, want, tc.errno)
+			}
 		}
+	}
+}
+
+// TestNoMarker builds the header as on architectures without the marker
+// (SPANWATCH_NO_MARKER: a plain C probe word, no assembly): where
+// user_events cannot be registered it falls back to nothing.
+func TestNoMarker(t *testing.T) {
+	bin := build(t, "gcc", "-DSPANWATCH_NO_MARKER")
+	out, code := run(t, bin, "fallback", filepath.Join(t.TempDir(), "missing"))
+	if want := fmt.Sprintf("fallback errno=%d mode=3\n", int(syscall.ENOENT)); code != 0 || out != want {
+		t.Errorf("fallback: exit %d, output %q, want %q", code, out, want)
+	}
+	if _, code := run(t, bin, "marker"); code == 0 {
+		t.Error("a build without the marker says it has one")
+	}
+}
+
+// TestProbeLayout checks, in a program built from the header, the probe
+// the agent looks for (the magic, the marker's distance, a nop and a ret
+// there); collector's TestCMarkerFound finds it from outside.
+func TestProbeLayout(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the marker is x86-64 only")
+	}
+	if out, code := run(t, build(t, "gcc"), "marker"); code != 0 || out != "marker ok\n" {
+		t.Fatalf("marker: exit %d, output %q", code, out)
 	}
 }
 
@@ -221,7 +262,11 @@ func TestOpenOnHost(t *testing.T) {
 	case have:
 		t.Logf("user_events present, not root: %s", out)
 	default:
-		if out != fmt.Sprintf("fallback errno=%d\n", int(syscall.ENOENT)) {
+		mode := 1 // the marker
+		if runtime.GOARCH != "amd64" {
+			mode = 3
+		}
+		if out != fmt.Sprintf("fallback errno=%d mode=%d\n", int(syscall.ENOENT), mode) {
 			t.Fatalf("no user_events here, want the ENOENT fallback, got %q", out)
 		}
 		t.Log("kernel without user_events (or tracefs not mounted): checked the fallback; the VM harness runs 'spanwatch_test emit' against a kernel with CONFIG_USER_EVENTS")

@@ -4,6 +4,7 @@ package include
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/sdktest"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
 )
@@ -25,8 +27,9 @@ const emitterEnv = "SPANWATCH_C_EMITTER"
 // test/spanwatch_test.c, shipped into the VM with the package's testdata.
 const staticEmitter = "testdata/spanwatch_test.static"
 
-// TestEmitThroughCollector sends spans from C through the kernel's
-// user_events to a real collector: counts, errors, budgets, and the trace
+// TestEmitThroughCollector sends spans from C (the header, and
+// libspanwatch's C ABI) through the kernel's user_events to a real
+// collector: counts, errors, budgets, and the trace
 // and span ids the C program wrote, byte for byte. It needs root and a
 // kernel with user_events (6.4+, CONFIG_USER_EVENTS), as in the test VM.
 func TestEmitThroughCollector(t *testing.T) {
@@ -60,6 +63,14 @@ func TestEmitThroughCollector(t *testing.T) {
 		}
 	}
 
+	// The header's functions, then libspanwatch's C ABI (sdk/c/src/spanwatch.c,
+	// compiled into the program): the same user_events path.
+	for _, mode := range []string{"emit", "libemit"} {
+		t.Run(mode, func(t *testing.T) { emitThroughCollector(t, bin, mode) })
+	}
+}
+
+func emitThroughCollector(t *testing.T, bin, mode string) {
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{UserEvents: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatalf("collector: %v", err)
@@ -75,9 +86,9 @@ func TestEmitThroughCollector(t *testing.T) {
 	if _, err := c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "emit", "200", "c.span").CombinedOutput()
+	out, err := exec.Command(bin, mode, "200", "c.span").CombinedOutput()
 	if err != nil {
-		t.Fatalf("spanwatch_test emit: %v\n%s", err, out)
+		t.Fatalf("spanwatch_test %s: %v\n%s", mode, err, out)
 	}
 	if !strings.Contains(string(out), "enabled=1") {
 		t.Fatalf("the C program saw no listener: %s", out)
@@ -112,4 +123,31 @@ func TestEmitThroughCollector(t *testing.T) {
 			t.Fatalf("overrun %+v: want c.span, trace 0102..10, span a1..a8, 1 ms, from user_events", ov)
 		}
 	}
+}
+
+// BenchmarkUserEventsSpanCost measures what a span costs a C program
+// through user_events (the header's begin and end, a writev each), beside
+// an empty call: with no tracer on the event, and with a collector
+// attached. It needs a kernel with user_events, as in the test VM:
+// test/vm/run.sh ./include -- -test.run '^$' -test.bench UserEvents.
+func BenchmarkUserEventsSpanCost(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to register user_events and load BPF")
+	}
+	if _, err := userevents.TracefsDir(); err != nil {
+		b.Skipf("no tracefs: %v", err)
+	}
+	bin := os.Getenv(emitterEnv)
+	if bin == "" {
+		if _, err := os.Stat(staticEmitter); err == nil {
+			bin = staticEmitter
+		} else {
+			bin = build(b, "gcc")
+		}
+	}
+	out, _ := exec.Command(bin, "open").Output()
+	if !strings.HasPrefix(string(out), "registered") {
+		b.Skipf("no user_events here (needs Linux 6.4+ with CONFIG_USER_EVENTS): %s", out)
+	}
+	sdktest.Costs(b, func(n int) *exec.Cmd { return exec.Command(bin, "bench", fmt.Sprint(n)) }, 10_000_000, 20_000)
 }

@@ -16,6 +16,15 @@
  *   spanwatch_test emit N NAME    register, then emit N spans named NAME
  *                                 (1 ms each, every 10th an error, trace id
  *                                 bytes 1..16, span id bytes 0xa1..0xa8)
+ *   spanwatch_test libemit N NAME the same through libspanwatch's C ABI
+ *                                 (sdk/c/src/spanwatch.c, compiled in)
+ *   spanwatch_test marker         the fallback: the mode and probe a
+ *                                 process gets without user_events
+ *   spanwatch_test bench N        time N empty calls and N spans
+ *                                 (spanwatch_span_begin and _end): prints
+ *                                 "empty NS", "span NS", "listening 0|1"
+ *                                 (sdktest.Costs); SPANWATCH_BENCH_WAIT=1
+ *                                 waits for a listener first
  *
  * The layout of struct spanwatch_event against struct span_event of
  * bpf/span_event.h is checked when this file compiles.
@@ -27,6 +36,9 @@
 
 #include "../../bpf/span_event.h"
 #include "../spanwatch.h"
+/* libspanwatch itself, without its load-time registration. */
+#define SPANWATCH_LIB_NO_INIT
+#include "../../sdk/c/src/spanwatch.c"
 
 #define SAME_FIELD(f)                                                                        \
 	_Static_assert(offsetof(struct spanwatch_event, f) == offsetof(struct span_event, f), \
@@ -47,7 +59,10 @@ _Static_assert(sizeof(struct spanwatch_event) == sizeof(struct span_event), "str
 _Static_assert(SPANWATCH_NAME_LEN == SPAN_NAME_LEN, "name length");
 _Static_assert(SPANWATCH_STATUS_ERROR == SPAN_STATUS_ERROR, "error status");
 _Static_assert(sizeof(struct spanwatch_user_reg_) == 28, "struct user_reg is 28 bytes");
-_Static_assert(sizeof(struct spanwatch_user_unreg_) == 16, "struct user_unreg is 16 bytes");
+_Static_assert(offsetof(struct spanwatch_probe_, magic) == 8, "the magic follows the word");
+_Static_assert(offsetof(struct spanwatch_probe_, marker_rel) == 24, "markerabi.CMarkerRelOffset");
+_Static_assert(offsetof(struct spanwatch_probe_, abi) == 32, "markerabi.CABIOffset");
+_Static_assert(sizeof(struct spanwatch_probe_) == 64, "the probe is 64 bytes");
 
 static int fail(const char *what)
 {
@@ -55,46 +70,68 @@ static int fail(const char *what)
 	return 1;
 }
 
+/* fallback: user_events cannot be registered through path; the process
+ * falls back to the marker (or, with SPANWATCH_EMIT=user_events, to
+ * nothing), reports nobody listening while no agent is attached, and sends
+ * nothing. */
 static int fallback(const char *path)
 {
-	struct spanwatch sw;
+	struct spanwatch sw, again;
 	struct spanwatch_span s;
 	int err = spanwatch_open_at(&sw, path);
+	const char *env = getenv("SPANWATCH_EMIT");
+	int strict = env && !strcmp(env, "user_events");
+	uint32_t want;
 
-	if (err == 0)
-		return fail("spanwatch_open_at succeeded on a file that is not user_events_data");
-	if (err != -sw.error || sw.fd != -1)
-		return fail("a failed open left the struct inconsistent");
-	if (spanwatch_enabled(&sw))
-		return fail("a failed open reports enabled");
+	if (sw.mode == SPANWATCH_MODE_USER_EVENTS)
+		return fail("spanwatch_open_at registered through a file that is not user_events_data");
+	if (sw.fd != -1 || sw.error == 0)
+		return fail("a failed registration left the struct inconsistent");
+	want = strict || !SPANWATCH_HAVE_MARKER ? SPANWATCH_MODE_OFF : SPANWATCH_MODE_MARKER;
+	if (sw.mode != want || err != (want == SPANWATCH_MODE_OFF ? -sw.error : 0))
+		return fail("wrong mode after a failed registration");
+	if (spanwatch_enabled(&sw) || spanwatch_listening())
+		return fail("reports a listener where there is none");
 	if (spanwatch_emit(&sw, "x", 1, 0, 0, NULL, NULL) != 0)
-		return fail("emit on a no-op did not return 0");
-	spanwatch_span_start(&s, "x");
+		return fail("emit with nobody listening did not return 0");
+	spanwatch_span_begin(&sw, &s, "x");
+	if (s.start_mono_ns != 0)
+		return fail("span_begin timed a span nobody listens to");
 	if (spanwatch_span_end(&sw, &s, 1) != 0)
-		return fail("span_end on a no-op did not return 0");
+		return fail("span_end with nobody listening did not return 0");
+	/* A second open returns the first's state, whatever its path. */
+	spanwatch_open(&again);
+	if (again.mode != sw.mode || again.error != sw.error)
+		return fail("a second open chose again");
 	spanwatch_close(&sw);
 	spanwatch_close(&sw);
-	printf("fallback errno=%d\n", sw.error);
+	printf("fallback errno=%d mode=%u\n", again.error, again.mode);
 	return 0;
 }
 
-static int emit(long n, const char *name)
+static int emit(long n, const char *name, int lib)
 {
 	struct spanwatch sw;
 	uint8_t trace[16], span[8];
 	int err = spanwatch_open(&sw), i;
 
-	if (err != 0) {
-		printf("fallback errno=%d\n", -err);
+	if (err != 0 || sw.mode != SPANWATCH_MODE_USER_EVENTS) {
+		printf("fallback errno=%d mode=%u\n", sw.error, sw.mode);
 		return 2;
 	}
+	lib_sw = sw; /* what the library's constructor does */
 	for (i = 0; i < 16; i++)
 		trace[i] = (uint8_t)(i + 1);
 	for (i = 0; i < 8; i++)
 		span[i] = (uint8_t)(0xa1 + i);
 	printf("registered write_index=%u enabled=%d\n", sw.write_index, spanwatch_enabled(&sw));
 	for (long k = 0; k < n; k++) {
-		err = spanwatch_emit(&sw, name, 1000000, spanwatch_clock_ns_(CLOCK_REALTIME), k % 10 == 9, trace, span);
+		if (lib)
+			err = spanwatch_lib_record(name, strlen(name), 1000000, spanwatch_lib_realtime_ns(), k % 10 == 9,
+						   trace, span);
+		else
+			err = spanwatch_emit(&sw, name, 1000000, spanwatch_clock_ns_(CLOCK_REALTIME), k % 10 == 9,
+					     trace, span);
 		if (err != 0) {
 			printf("emit errno=%d\n", -err);
 			return 1;
@@ -105,9 +142,19 @@ static int emit(long n, const char *name)
 	return 0;
 }
 
+/* as_if_user_events: stdout stands for user_events_data, with write index
+ * 7 and the enable bit set. */
+static struct spanwatch as_if_user_events(void)
+{
+	struct spanwatch sw = {.mode = SPANWATCH_MODE_USER_EVENTS, .write_index = 7, .fd = 1, .error = 0};
+
+	__atomic_store_n(&spanwatch_probe_.word, 1ull << 32, __ATOMIC_RELAXED);
+	return sw;
+}
+
 static int to_stdout(const char *name)
 {
-	struct spanwatch sw = {.enabled = 1, .write_index = 7, .fd = 1, .error = 0};
+	struct spanwatch sw = as_if_user_events();
 	uint8_t trace[16], span[8];
 	int i;
 
@@ -121,7 +168,7 @@ static int to_stdout(const char *name)
 
 static int begin_to_stdout(const char *name)
 {
-	struct spanwatch sw = {.enabled = 1, .write_index = 7, .fd = 1, .error = 0};
+	struct spanwatch sw = as_if_user_events();
 	struct spanwatch_span s;
 	struct spanwatch_event ev;
 
@@ -140,6 +187,45 @@ static int begin_to_stdout(const char *name)
 	return spanwatch_span_begin(&sw, &s, name) == 0 ? 0 : 1;
 }
 
+__attribute__((noinline)) static void bench_empty(const char *name)
+{
+	__asm__ volatile("" : : "r"(name) : "memory");
+}
+
+__attribute__((noinline)) static void bench_span(const struct spanwatch *sw, const char *name)
+{
+	struct spanwatch_span s;
+
+	spanwatch_span_begin(sw, &s, name);
+	__asm__ volatile("" : : "r"(&s) : "memory");
+	spanwatch_span_end(sw, &s, 0);
+}
+
+static int bench(long n)
+{
+	struct spanwatch sw;
+	const char *w = getenv("SPANWATCH_BENCH_WAIT");
+	uint64_t t0, t1, t2;
+
+	spanwatch_open(&sw);
+	if (w && !strcmp(w, "1")) {
+		struct timespec ts = {0, 10000000};
+
+		for (int i = 0; i < 1000 && !spanwatch_enabled(&sw); i++)
+			nanosleep(&ts, NULL);
+	}
+	t0 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	for (long i = 0; i < n; i++)
+		bench_empty("bench.c");
+	t1 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	for (long i = 0; i < n; i++)
+		bench_span(&sw, "bench.c");
+	t2 = spanwatch_clock_ns_(CLOCK_MONOTONIC);
+	printf("empty %.2f\nspan %.2f\nlistening %d\n", (double)(t1 - t0) / (double)n, (double)(t2 - t1) / (double)n,
+	       spanwatch_enabled(&sw));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && !strcmp(argv[1], "begin"))
@@ -154,18 +240,35 @@ int main(int argc, char **argv)
 		return fallback(argv[2]);
 	if (argc >= 2 && !strcmp(argv[1], "open")) {
 		struct spanwatch sw;
-		int err = spanwatch_open(&sw);
 
-		if (err != 0) {
-			printf("fallback errno=%d\n", -err);
+		spanwatch_open(&sw);
+		if (sw.mode != SPANWATCH_MODE_USER_EVENTS) {
+			printf("fallback errno=%d mode=%u\n", sw.error, sw.mode);
 			return spanwatch_enabled(&sw) ? 1 : 0;
 		}
 		printf("registered write_index=%u\n", sw.write_index);
 		spanwatch_close(&sw);
 		return 0;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "marker")) {
+		/* The probe as the agent reads it: the magic after the word, the
+		 * marker at the distance the probe holds, a nop then a ret. */
+		const unsigned char *m = (const unsigned char *)&spanwatch_probe_.marker_rel + spanwatch_probe_.marker_rel;
+
+		if (!SPANWATCH_HAVE_MARKER)
+			return fail("no marker on this architecture");
+		if (spanwatch_probe_.magic[0] != 0x4365626f72707773ull || spanwatch_probe_.magic[1] != ~0x4365626f72707773ull ||
+		    spanwatch_probe_.abi != 1 || m[0] != 0x90 || m[1] != 0xc3)
+			return fail("the probe is not what the agent looks for");
+		printf("marker ok\n");
+		return 0;
+	}
+	if (argc >= 3 && !strcmp(argv[1], "bench"))
+		return bench(atol(argv[2]));
 	if (argc >= 4 && !strcmp(argv[1], "emit"))
-		return emit(atol(argv[2]), argv[3]);
-	fprintf(stderr, "usage: %s format | fallback PATH | open | stdout NAME | begin NAME | emit N NAME\n", argv[0]);
+		return emit(atol(argv[2]), argv[3], 0);
+	if (argc >= 4 && !strcmp(argv[1], "libemit"))
+		return emit(atol(argv[2]), argv[3], 1);
+	fprintf(stderr, "usage: %s format | fallback PATH | open | marker | stdout NAME | begin NAME | emit N NAME | libemit N NAME | bench N\n", argv[0]);
 	return 2;
 }

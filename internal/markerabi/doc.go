@@ -1,7 +1,10 @@
-// Package markerabi holds what the span SDK's marker (emit) and the
-// collector that attaches to it (collector/marker.go) must agree on: where
-// the enable word sits in emit's probe variable, and the magic that
-// follows it so that the collector finds the word in binaries without a
-// symbol table. Both import these constants; the package imports nothing,
-// so that emit stays light.
+// Package markerabi holds what the span SDKs' markers and the collector
+// that attaches to them (collector/marker.go) must agree on: where the
+// enable word sits in the Go SDK's (emit) probe variable and in
+// libspanwatch's probe (include/spanwatch.h), and the magics that follow
+// them so that the collector finds the word, and the C marker, in binaries
+// without a symbol table. Both Go sides import these constants; the C
+// header spells the same values, and the collector's tests check them
+// against binaries built from it. The package imports nothing, so that
+// emit stays light.
 package markerabi

@@ -18,8 +18,35 @@ var ownPrefixes = []string{
 	// Instrumentation libraries (otelhttp, otelgrpc, ...) end the spans
 	// they start, in their own middleware.
 	"go.opentelemetry.io/contrib/instrumentation/",
-	// include/spanwatch.h, when the compiler did not inline it.
+	// include/spanwatch.h, when the compiler did not inline it, and the
+	// native parts of the SDKs for other languages built from it
+	// (libspanwatch, the Python extension, the Node.js addon, the JNI
+	// library), whose C functions are all named spanwatch_*.
 	"spanwatch_",
+}
+
+// jsFrame splits a JavaScript frame as V8 names it in its perf map
+// (--perf-basic-prof): "JS:~name /path/file.js:line:col" (Node.js 20+;
+// the mark after the colon says how the function is compiled) or
+// "LazyCompile:*name /path/file.js:line" (older), into the function's
+// name and where it is.
+func jsFrame(name string) (fn, loc string, ok bool) {
+	for _, p := range []string{"JS:", "LazyCompile:", "Function:", "InterpretedFunction:"} {
+		if rest, found := strings.CutPrefix(name, p); found {
+			rest = strings.TrimLeft(rest, "~*^+-")
+			fn, loc, _ = strings.Cut(rest, " ")
+			return fn, loc, true
+		}
+	}
+	return "", "", false
+}
+
+// ownJS reports whether a JavaScript frame hands a span to spanwatch: the
+// Node.js SDK's functions (all named spanwatch*) and OpenTelemetry JS's
+// span ending and processors (under node_modules/@opentelemetry/).
+func ownJS(name string) bool {
+	fn, loc, ok := jsFrame(name)
+	return ok && (strings.HasPrefix(fn, "spanwatch") || strings.Contains(loc, "/@opentelemetry/"))
 }
 
 // glueFunctions are what the SDKs call on their way into the kernel: the
@@ -29,6 +56,9 @@ var gluePrefixes = []string{
 	"syscall.", "golang.org/x/sys/unix.", "internal/runtime/syscall.",
 	"runtime.entersyscall", "runtime.exitsyscall", "runtime/internal/syscall.",
 	"writev", "__writev", "__GI___writev", "syscall", "__syscall",
+	// Node.js and V8 between JavaScript and a native addon (N-API, the
+	// API callback builtins).
+	"v8impl::", "v8::internal::", "Builtins_", "Builtin:",
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -44,7 +74,16 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // spanwatch (the span SDKs, the OpenTelemetry SDK's span ending), which
 // TrimOwn leaves out of the top of a stack.
 func IsOwnFrame(f snapshot.Frame) bool {
-	return f.Function != "" && hasAnyPrefix(f.Function, ownPrefixes)
+	return f.Function != "" && (hasAnyPrefix(f.Function, ownPrefixes) || ownJS(f.Function) || ownJava(f.Function))
+}
+
+// ownJava reports whether a Java frame, as the JVM names compiled methods
+// in its perf map ("void io.spanwatch.Span.close()": the return type, then
+// the qualified method and its parameters), is the Java SDK's
+// (io.spanwatch).
+func ownJava(name string) bool {
+	_, method, ok := strings.Cut(name, " ")
+	return ok && strings.HasPrefix(method, "io.spanwatch.") && strings.HasSuffix(method, ")")
 }
 
 // TrimOwn returns frames (innermost first) without the frames at the top

@@ -55,6 +55,26 @@ func TestTrimOwn(t *testing.T) {
 			ue + "(*Event).Write," + emit + "writeUserEvent," + emit + "Span.End,main.work", "main.work", 6},
 		{"C header", "writev,spanwatch_emit_event,spanwatch_span_end,handle_request,main", "handle_request,main", 3},
 		{"C header inlined: libc wrapper over user code is kept", "writev,handle_request,main", "writev,handle_request,main", 0},
+		{"Node.js OpenTelemetry processor through the addon", "spanwatch_marker_,spanwatch_js_record," +
+			"v8impl::(anonymous namespace)::FunctionCallbackWrapper::Invoke,v8::internal::Builtin_HandleApiCall," +
+			"Builtins_CEntry_Return1_ArgvOnStack_BuiltinExit,JS:~spanwatchOnEnd /app/node_modules/spanwatch/otel.js:55:65," +
+			"JS:*onEnd /app/node_modules/@opentelemetry/sdk-trace-base/build/src/MultiSpanProcessor.js:50:10," +
+			"JS:^end /app/node_modules/@opentelemetry/sdk-trace-base/build/src/Span.js:177:8," +
+			"JS:~handleCheckout /app/server.js:31:24,JS:~main /app/server.js:47:20",
+			"JS:~handleCheckout /app/server.js:31:24,JS:~main /app/server.js:47:20", 8},
+		{"older V8 names", "spanwatch_js_record,LazyCompile:*spanwatchEnd /app/node_modules/spanwatch/index.js:60,LazyCompile:~handle /app/s.js:3",
+			"LazyCompile:~handle /app/s.js:3", 2},
+		{"a user's JavaScript function is not own", "JS:~end /app/s.js:3:1,JS:~main /app/s.js:9:1", "JS:~end /app/s.js:3:1,JS:~main /app/s.js:9:1", 0},
+		{"V8 glue alone is kept", "Builtins_CEntry_Return1_ArgvOnStack_BuiltinExit,JS:~main /app/s.js:9:1",
+			"Builtins_CEntry_Return1_ArgvOnStack_BuiltinExit,JS:~main /app/s.js:9:1", 0},
+		{"Python extension", "spanwatch_marker_,spanwatch_py_emit_,py::handle_checkout:/app/service.py,py::main:/app/service.py",
+			"py::handle_checkout:/app/service.py,py::main:/app/service.py", 2},
+		{"Java through JNI", "spanwatch_marker_,spanwatch_jni_record," +
+			"void io.spanwatch.Spanwatch.nativeRecord(java.lang.String; long; long; boolean; byte[]; byte[])," +
+			"void io.spanwatch.Span.close(),void Service.handleCheckout(java.lang.String; int),Interpreter",
+			"void Service.handleCheckout(java.lang.String; int),Interpreter", 4},
+		{"a Java class of another package is not own", "void io.spanwatchers.App.run(),Interpreter",
+			"void io.spanwatchers.App.run(),Interpreter", 0},
 		{"no own frames", "main.slow,main.main", "main.slow,main.main", 0},
 		{"only own frames are kept", emit + "marker," + emit + "Record", emit + "marker," + emit + "Record", 0},
 		{"unnamed frame ends the own run", emit + "marker,?,main.main", "app+0x234,main.main", 1},
