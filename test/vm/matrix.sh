@@ -128,20 +128,26 @@ run_kernel() {
 	return $rc
 }
 
-# The VM kernels, $SPANWATCH_VM_JOBS at once (default: one per two CPUs,
-# at least one: single-threaded TCG keeps a VM on one host thread), then
-# the host alone, whose tests are timed.
-jobs=${SPANWATCH_VM_JOBS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
+# The VM kernels, $SPANWATCH_VM_JOBS at once (default: one per CPU: a VM
+# under single-threaded TCG is one host thread), the longest first so that
+# they end together (6.12-rt, slowest under TCG, and the user_events
+# kernel, built on first use), then the host alone, whose tests are timed.
+jobs=${SPANWATCH_VM_JOBS:-$(nproc)}
 [[ " ${kernels[*]} " == *" userevents "* ]] && user_events_programs
 status=0
 results=()
 running=0
-
+order=()
+for k in 6.12-rt userevents 6.1 6.12 5.10; do
+	[[ " ${kernels[*]} " == *" $k "* ]] && order+=("$k")
+done
 for k in "${kernels[@]}"; do
 	results+=("$k=$out/$k.log")
-	[ "$k" = host ] && continue
-	run_kernel "$k" &
+	[[ $k == host || " ${order[*]} " == *" $k "* ]] || order+=("$k")
+done
 
+for k in "${order[@]}"; do
+	run_kernel "$k" &
 	running=$((running + 1))
 	if [ $running -ge "$jobs" ]; then
 		wait -n || status=1
