@@ -31,6 +31,15 @@ func spinFor(d time.Duration) {
 	}
 }
 
+// threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
+func threadCPU(t *testing.T) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ts.Nano())
+}
+
 //go:noinline
 func sleepFor(d time.Duration) { time.Sleep(d) }
 
@@ -202,17 +211,44 @@ func TestInflightSDKSpans(t *testing.T) {
 		{"sleepy", "sleepFor", true, func() { sleepFor(400 * time.Millisecond) }, "TestInflightSDKSpans.func2"},
 	} {
 		t.Run(tc.span, func(t *testing.T) {
-			sp := emit.Start(tc.span)
-			tc.run()
-			sp.End(nil)
-			o := waitOverrun(t, overruns, tc.span, func(o snapshot.Overrun) bool { return !o.StillRunning })
-			w, n := sampled(o, tc.fn, tc.offCPU)
-			t.Logf("%s: %v over %v, %d samples in %s covering %v; overrun: %s", tc.span, time.Duration(o.DurationNs), budget, n, tc.fn, time.Duration(w), describe([]snapshot.Overrun{o}))
-			if n == 0 {
-				t.Fatalf("no %s sample names %s: %s", map[bool]string{false: "on-CPU", true: "off-CPU"}[tc.offCPU], tc.fn, describe([]snapshot.Overrun{o}))
+			// A busy span on a loaded host has gone unsampled: in the
+			// test VM (qemu TCG, Debian's 6.1 and 6.12 at host load
+			// 9-14, the emulated CPU clock's samples arriving as the
+			// emulation allows), and on this 2-core host at load 10
+			// (the spinning thread 3ms on a CPU in a 1.1s span). A span
+			// with no sample is run again, up to 3 times, each try's
+			// overrun judged on its own.
+			const tries = 3
+			var o snapshot.Overrun
+			var w, n uint64
+			// The thread's CPU time over the span: on-CPU samples
+			// cover no more than that, which a loaded machine cuts
+			// below the span's duration (load 9 on this 2-core host:
+			// 176ms of samples in a 400ms busy span).
+			var cpu time.Duration
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			for try := 1; ; try++ {
+				seen := len(overruns())
+				cpu0 := threadCPU(t)
+				sp := emit.Start(tc.span)
+				tc.run()
+				sp.End(nil)
+				cpu = threadCPU(t) - cpu0
+				since := func() []snapshot.Overrun { return overruns()[seen:] }
+				o = waitOverrun(t, since, tc.span, func(o snapshot.Overrun) bool { return !o.StillRunning })
+				w, n = sampled(o, tc.fn, tc.offCPU)
+				t.Logf("%s (try %d): %v over %v (%v on the CPU), %d samples in %s covering %v; overrun: %s", tc.span, try, time.Duration(o.DurationNs), budget, cpu, n, tc.fn, time.Duration(w), describe([]snapshot.Overrun{o}))
+				if n > 0 {
+					break
+				}
+				if try == tries {
+					t.Fatalf("no %s sample names %s in %d tries: %s", map[bool]string{false: "on-CPU", true: "off-CPU"}[tc.offCPU], tc.fn, tries, describe([]snapshot.Overrun{o}))
+				}
 			}
 			// Sampling begins within a scan (20ms) of the budget and
-			// covers the rest: at least half the duration. On a loaded
+			// covers the rest: at least half the duration (of a busy
+			// span, of the thread's time on the CPU). On a loaded
 			// machine (other tests, -race) the spinning thread is
 			// preempted and sampled off the CPU, still in spinFor: that
 			// time is the span's too. So is that of samples whose walk
@@ -225,8 +261,12 @@ func TestInflightSDKSpans(t *testing.T) {
 			// over 350ms in runs on Debian's 6.1 and 6.12-rt. The
 			// coverage is checked on real clocks only; in the VM the
 			// samples' stacks are (above, below).
-			if w+other+lost < o.DurationNs/2 {
-				msg := fmt.Sprintf("samples in %s cover %v (%v on the other side of the CPU, %v walked past it) of %v", tc.fn, time.Duration(w), time.Duration(other), time.Duration(lost), time.Duration(o.DurationNs))
+			want := o.DurationNs / 2
+			if !tc.offCPU {
+				want = min(want, uint64(cpu.Nanoseconds())/2)
+			}
+			if w+other+lost < want {
+				msg := fmt.Sprintf("samples in %s cover %v (%v on the other side of the CPU, %v walked past it) of %v (%v on the CPU)", tc.fn, time.Duration(w), time.Duration(other), time.Duration(lost), time.Duration(o.DurationNs), cpu)
 				if os.Getenv("SPANWATCH_IN_VM") == "1" {
 					t.Log(msg + " (in the VM: not checked)")
 				} else {
@@ -236,8 +276,12 @@ func TestInflightSDKSpans(t *testing.T) {
 			if hot := profile.Hottest(o.Samples, 1); len(hot) == 0 || hot[0].Frame.Function != fnPrefix+tc.fn {
 				t.Errorf("hottest frame %+v, want %s", hot, tc.fn)
 			}
-			// The first sample was reported at once, still running.
-			waitOverrun(t, overruns, tc.span, func(o snapshot.Overrun) bool { return o.StillRunning && hasFrame(o.UserStack, tc.fn) })
+			// The first sample was reported at once, still running: in
+			// fn, or in its caller when it was taken in a leaf's prologue
+			// (Debian's 6.1 in the VM: at time.Now under the closure).
+			waitOverrun(t, overruns, tc.span, func(o snapshot.Overrun) bool {
+				return o.StillRunning && (hasFrame(o.UserStack, tc.fn) || hasFrame(o.UserStack, tc.caller))
+			})
 		})
 	}
 	t.Run("stuck", func(t *testing.T) {
