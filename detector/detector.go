@@ -645,6 +645,15 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			if ac.a.State == alert.StateFiring {
 				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
+				if ac.restored && ac.lastSent.IsZero() {
+					// Restored, and not sent since: the state is saved
+					// before the notification is written, and a kill in
+					// between leaves an alert no receiver heard of.
+					// Resolved alone, it would be dropped as resolved
+					// before anyone heard it fire: it goes out firing
+					// first (the same episode), then resolved.
+					send = append(send, firingCopy(ac, now, valid))
+				}
 			}
 			c, s := end(ac, now)
 			changed = append(changed, c)

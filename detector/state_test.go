@@ -168,3 +168,40 @@ func TestRestoreTooOld(t *testing.T) {
 		t.Errorf("restore of an old state: %+v, %v", rs, err)
 	}
 }
+
+// TestRestartUnsentAlertResolves restarts between the save of an alert
+// that fires and its notification (the state is saved first): the alert
+// comes back firing, and when its rule no longer holds at the first
+// evaluation it is sent firing (the same episode), then resolved. Sent
+// resolved alone, no receiver would hear of it (notify drops an alert
+// that resolved before its group was ever notified).
+func TestRestartUnsentAlertResolves(t *testing.T) {
+	store := &memStore{data: map[string][]byte{}}
+	rec := &recorder{}
+	cfg := Config{Notifier: rec, Store: store, ExternalLabels: map[string]string{}}
+	a := New(cfg)
+	a.SetRules(mustParse(t, restartRules))
+	restartRun(t, a, 0, 1)
+	fired, _ := episodes(rec.take()) // the kill: never written
+	if len(fired["Now"]) != 1 {
+		t.Fatalf("before the restart: %v", fired)
+	}
+	b := New(cfg)
+	b.SetRules(mustParse(t, restartRules))
+	if _, err := b.Restore(t0.Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	empty := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(2 * time.Second), WindowNs: 1e9}
+	if _, err := b.Evaluate(context.Background(), empty); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, al := range rec.take() {
+		if al.Name() == "Now" {
+			got = append(got, fmt.Sprintf("%s %s", al.State, al.StartsAt.Sub(t0)))
+		}
+	}
+	if want := []string{"firing 0s", "resolved 0s"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after the restart, Now was sent %q, want %q", got, want)
+	}
+}
