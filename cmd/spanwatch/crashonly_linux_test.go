@@ -235,20 +235,19 @@ routing:
 		sc := bufio.NewScanner(emOut)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
-			var n [3]int64
-			for i := range min(len(f), 3) {
-				n[i], _ = strconv.ParseInt(f[i], 10, 64)
+			at := func(i int) time.Time {
+				ns, _ := strconv.ParseInt(f[i], 10, 64)
+				return time.Unix(0, ns)
 			}
 			emMu.Lock()
 			switch {
-			case f[0] == "end":
-				emEnd = time.Unix(0, n[1])
-			case f[0] == "gap" && len(f) == 4:
-				k := int(n[1])
-				to, _ := strconv.ParseInt(f[3], 10, 64)
-				gaps[k] = append(gaps[k], interval{time.Unix(0, n[2]), time.Unix(0, to)})
-			default:
-				nameFrom = append(nameFrom, time.Unix(0, n[0]))
+			case len(f) == 2 && f[0] == "end":
+				emEnd = at(1)
+			case len(f) == 4 && f[0] == "gap":
+				k, _ := strconv.Atoi(f[1])
+				gaps[k] = append(gaps[k], interval{at(2), at(3)})
+			case len(f) == 2:
+				nameFrom = append(nameFrom, at(1))
 			}
 			emMu.Unlock()
 		}
