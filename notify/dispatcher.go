@@ -56,7 +56,7 @@ type Dispatcher struct {
 	db     *bolt.DB
 
 	maxEntries int
-	entries    atomic.Int64 // stored alerts + queued notifications
+	entries    atomic.Int64 // stored alerts + queued notifications; changed under mu
 	overflow   atomic.Uint64
 	corrupt    string // where a damaged outbox was moved, if one was
 	corruptErr string
