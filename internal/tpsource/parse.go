@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/internal/srcspec"
+	"github.com/spanwatch/spanwatch/internal/typo"
 )
 
 // MaxOperands bounds the fields an error: predicate and labels: read:
@@ -238,7 +239,7 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 		}
 		if !ok {
 			hint := ""
-			if near := nearest(k.Value, known); near != "" {
+			if near := typo.Nearest(k.Value, known, 2); near != "" {
 				hint = fmt.Sprintf("; did you mean %s?", near)
 			}
 			d.errorf(k, "%s: unknown key %q (known: %s)%s", what, k.Value, strings.Join(known, ", "), hint)
@@ -391,35 +392,4 @@ func (d *decoder) check(s *Source, n *yaml.Node, has map[string]*yaml.Node) {
 	if has["key"] != nil && has["key_field"] != nil {
 		d.errorf(has["key_field"], "give key: thread or key_field: FIELD, not both")
 	}
-}
-
-// nearest suggests the closest known key to a mistyped one.
-func nearest(s string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := distance(s, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
