@@ -165,7 +165,7 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		rs, err := a.det.Restore(time.Now())
 		switch {
 		case err != nil:
-			a.log.Error("alert_state_not_restored", "err", err, "effect", "alerts that were firing fire again as new episodes")
+			a.log.Error("alert_state_not_restored", "error", err, "effect", "alerts that were firing fire again as new episodes")
 		case rs.Skipped != "":
 			a.log.Info("alert_state_not_restored", "reason", rs.Skipped)
 		default:
