@@ -15,9 +15,10 @@ import (
 	"text/template"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/internal/crashpoint"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Errors returned by Notify.

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spanwatch/spanwatch/alert"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/alert"
 )
 
 // matches reports whether a has the label values of the webhook's match.
