@@ -5,10 +5,13 @@
 # tests against programs we did not write), qemu, busybox and the kernel source
 # (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
-# (capability tests), zsh (the completion script's test) and Chromium (the
-# flame graph seen in a browser), and the runtimes the SDKs of sdk/ are
-# tested with (Debian's CPython 3.11 with its headers, setuptools and pip;
-# OpenJDK 17; Node.js with npm and its headers). Idempotent: installs only
+# (capability tests), zsh (the completion script's test), Chromium (the
+# flame graph seen in a browser), runc (the container image run as the
+# DaemonSet runs it), qemu-user (the arm64 release binary run on an amd64
+# host), and the runtimes the SDKs of sdk/ are tested with (Debian's
+# CPython 3.11 with its headers, setuptools and pip; OpenJDK 17; Node.js
+# with npm and its headers); then the Go programs the deployment tests run
+# (helm, kubectl-validate: deploy/tools.sh). Idempotent: installs only
 # what is missing, and runs apt-get update at most once.
 set -euo pipefail
 
@@ -18,7 +21,7 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
-	chromium
+	chromium runc qemu-user
 	python3.11-dev python3-setuptools python3-pip openjdk-17-jdk-headless
 )
 # Node.js: Debian's nodejs, npm and libnode-dev (the headers the addon is
@@ -48,3 +51,6 @@ if ! command -v go >/dev/null; then
 	echo "install-deps: Go is not on PATH (expected /usr/local/go/bin/go)" >&2
 	exit 1
 fi
+# helm and kubectl-validate, built from their Go modules into a cache
+# (about 5 minutes the first time, nothing after).
+"$(dirname "$0")/../deploy/tools.sh" install

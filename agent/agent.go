@@ -97,6 +97,8 @@ type Agent struct {
 	externalURLs atomic.Pointer[string]
 
 	last lastSnapshot
+	// phase is what /-/ready answers: starting, ready, stopping.
+	phase atomic.Int32
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -194,6 +196,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWork()
 
 	cfg := a.coord.Config()
+	// The listener answers from the start: /-/healthy says the process
+	// serves, /-/ready says 503 until the BPF objects are loaded and the
+	// first snapshot is taken.
+	if a.listener != nil {
+		a.listener.serve()
+	}
 	a.applyPlan()
 	ccfg := collectorConfig(cfg.Collector, a.plan, a.log)
 	ccfg.OnOverrun = func(ov snapshot.Overrun) {
@@ -237,9 +245,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.OnReady != nil {
 		a.opts.OnReady(col)
 	}
-	if a.listener != nil {
-		a.listener.serve()
-	}
+	a.phase.Store(int32(phaseFirstSnapshot))
 
 	stopReload := a.watchConfig(ctx)
 	defer stopReload()
@@ -359,6 +365,7 @@ func (a *Agent) cycle(ctx context.Context, col *collector.Collector, out *output
 		a.exporter.ObserveEvaluation(time.Since(start))
 	}
 	a.last.set(snap)
+	a.phase.CompareAndSwap(int32(phaseFirstSnapshot), int32(phaseReady))
 	if err := out.write(snap); err != nil {
 		return snap, err
 	}
@@ -379,6 +386,7 @@ func (a *Agent) cycle(ctx context.Context, col *collector.Collector, out *output
 // reach the outbox, and syncs the output.
 func (a *Agent) shutdown(work context.Context, col *collector.Collector, out *output) error {
 	start := time.Now()
+	a.phase.Store(int32(phaseStopping))
 	a.log.Info("shutting_down", "reason", "context ended (SIGTERM, SIGINT or the end of the run)")
 	ctx, cancel := context.WithTimeout(work, a.opts.ShutdownTimeout)
 	defer cancel()

@@ -63,12 +63,14 @@
 //
 // The listener (listener.go) is served by exporter-toolkit, with TLS and
 // basic authentication from a Prometheus web configuration file
-// (config.ListenerSettings.WebConfigFile). /metrics and /-/healthy go to
-// every client the web configuration admits; /snapshot and /api/* only to
-// an authenticated one: a basic-auth user, a verified client certificate,
-// or root (or the agent's own user) over loopback, which the kernel tells
-// apart from the node's other users (internal/sockdiag). Kernel stack
-// addresses are served as 0 unless
+// (config.ListenerSettings.WebConfigFile). /metrics, /-/healthy and
+// /-/ready go to every client the web configuration admits; /snapshot and
+// /api/* only to an authenticated one: a basic-auth user, a verified
+// client certificate, or root (or the agent's own user) over loopback,
+// which the kernel tells apart from the node's other users
+// (internal/sockdiag). /-/ready answers 503 until the BPF objects are
+// loaded and the first snapshot is taken, and again while the agent shuts
+// down (ready.go). Kernel stack addresses are served as 0 unless
 // config.ListenerSettings.KernelAddresses serves them to authenticated
 // clients. Each heavy endpoint writes at
 // most MaxInFlight responses at once, one per client (503 past it,

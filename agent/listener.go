@@ -30,7 +30,10 @@ import (
 // listener serves the agent's HTTP endpoints:
 //
 //	GET /metrics            Prometheus metrics
-//	GET /-/healthy          200 while the agent runs (for probes)
+//	GET /-/healthy          200 while the agent serves (liveness)
+//	GET /-/ready            200 once the BPF objects are loaded and the
+//	                        first snapshot is taken, 503 while starting or
+//	                        shutting down (readiness; ready.go)
 //	GET /snapshot           the newest snapshot; ?span=NAME&cgroup_id=ID
 //	                        keeps the matching series and overruns (what an
 //	                        alert's generatorURL points at)
@@ -95,6 +98,7 @@ func listen(a *Agent, addr string, set config.ListenerSettings) (*listener, erro
 	l.metrics = newListenerMetrics()
 	eps := []endpoint{
 		{path: "/-/healthy", h: func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") }},
+		{path: "/-/ready", h: l.ready},
 		{path: "/snapshot", sensitive: true, heavy: true, h: l.snapshot},
 		{path: "/api/alerts", sensitive: true, heavy: true, h: l.alerts},
 		{path: "/api/status", sensitive: true, h: l.status},

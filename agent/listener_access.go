@@ -19,9 +19,9 @@ import (
 	"github.com/spanwatch/spanwatch/internal/sockdiag"
 )
 
-// Who may read what. /metrics and /-/healthy are served to every client
-// the web configuration lets in (Prometheus' convention: an exporter's
-// metrics are for whoever can scrape it). /snapshot and /api/* hold every
+// Who may read what. /metrics, /-/healthy and /-/ready are served to
+// every client the web configuration lets in (Prometheus' convention: an
+// exporter's metrics are for whoever can scrape it). /snapshot and /api/* hold every
 // process's stacks, pids, cgroups and the alerts' contents: they are
 // served only to a client that proved who it is, one of
 //

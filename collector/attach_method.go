@@ -18,20 +18,21 @@ import (
 // configured to refuse fentry) answers EPERM even to root. cilium/ebpf then
 // appends "(MEMLOCK may be too low, consider rlimit.RemoveMemlock)" to the
 // error, which is not true here: the kprobe variant, with the same maps, just
-// loaded with the same privileges and memory limit. So that case, the
-// expected path on such a kernel, is logged at info without the library's
-// error text; a kernel without the program type or trampolines likewise. Any
-// other error (a verifier rejection of the fentry program, say) is a warning
-// with the error: fentry should have loaded and did not.
+// loaded with the same privileges and memory limit. That case, and a kernel
+// without trampolines, are the expected paths on such kernels: a fallback,
+// not an error, logged at debug as fentry_fallback without the library's
+// error text (the start's kernel summary says what runs). Any other error (a
+// verifier rejection of the fentry program, say) is a warning with the
+// error: fentry should have loaded and did not.
 func logFentryFallback(log *slog.Logger, fentryErr error) {
 	var verr *ebpf.VerifierError
 	switch {
 	case errors.As(fentryErr, &verr):
 		log.Warn("fentry_load_failed", "error", fentryErr, "fallback", "kprobe")
 	case errors.Is(fentryErr, unix.EPERM):
-		log.Info("fentry_refused", "reason", "this kernel refuses fentry programs (EPERM while the kprobe loads)", "fallback", "kprobe")
+		log.Debug("fentry_fallback", "fallback", "kprobe", "reason", "this kernel does not allow fentry programs (EPERM: lockdown or its configuration)")
 	case errors.Is(fentryErr, ebpf.ErrNotSupported), errors.Is(fentryErr, unix.EOPNOTSUPP):
-		log.Info("fentry_unsupported", "reason", "this kernel has no fentry trampolines", "fallback", "kprobe")
+		log.Debug("fentry_fallback", "fallback", "kprobe", "reason", "this kernel has no fentry trampolines")
 	default:
 		log.Warn("fentry_load_failed", "error", fentryErr, "fallback", "kprobe")
 	}

@@ -25,9 +25,9 @@ func TestFentryFallbackMessage(t *testing.T) {
 		extra string // also in the line
 	}{
 		{"refused by the kernel", fmt.Errorf("field Tp: program fentry_perf_tp_event: load program: %w (%s, consider rlimit.RemoveMemlock)", unix.EPERM, memlock),
-			"level=INFO msg=fentry_refused", "this kernel refuses fentry programs"},
+			"level=DEBUG msg=fentry_fallback", "this kernel does not allow fentry programs"},
 		{"no trampolines", fmt.Errorf("load program: %w", ebpf.ErrNotSupported),
-			"level=INFO msg=fentry_unsupported", "no fentry trampolines"},
+			"level=DEBUG msg=fentry_fallback", "no fentry trampolines"},
 		{"verifier", fmt.Errorf("load program: %w", &ebpf.VerifierError{Cause: unix.EINVAL, Log: []string{"R1 invalid mem access"}}),
 			"level=WARN msg=fentry_load_failed", "R1 invalid mem access"},
 		{"other", fmt.Errorf("load program: %w", unix.E2BIG),
@@ -35,7 +35,7 @@ func TestFentryFallbackMessage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			logFentryFallback(slog.New(slog.NewTextHandler(&buf, nil)), tc.err)
+			logFentryFallback(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), tc.err)
 			out := buf.String()
 			if strings.Count(out, "\n") != 1 {
 				t.Fatalf("want one line, got %q", out)
@@ -53,7 +53,7 @@ func TestFentryFallbackMessage(t *testing.T) {
 // TestStartLogsNoMemlockHint starts a collector on this kernel: whichever
 // way the core attaches, nothing it logs suggests raising MEMLOCK (the
 // collector removes the limit before loading), and on a kernel that refuses
-// fentry the fallback is logged at info, not as a warning.
+// fentry the fallback is logged once, at debug, not as a warning.
 func TestStartLogsNoMemlockHint(t *testing.T) {
 	var buf bytes.Buffer
 	c := newTestCollector(t, Config{Logger: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -63,8 +63,8 @@ func TestStartLogsNoMemlockHint(t *testing.T) {
 	}
 	t.Logf("core attached with %s", c.objs.method)
 	if c.objs.method == "kprobe" && haveBTF() {
-		if !strings.Contains(out, "msg=fentry_") {
-			t.Errorf("the kprobe fallback is not logged:\n%s", out)
+		if n := strings.Count(out, "level=DEBUG msg=fentry_fallback"); n != 1 {
+			t.Errorf("the kprobe fallback is logged %d times at debug, want once:\n%s", n, out)
 		}
 		if strings.Contains(out, "level=WARN msg=fentry_") && !strings.Contains(out, "fentry_load_failed") {
 			t.Errorf("an expected fallback is logged as a warning:\n%s", out)

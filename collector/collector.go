@@ -24,6 +24,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/userevents"
 )
 
 // Sources selects which span sources a collector attaches.
@@ -305,7 +306,13 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 			if !cfg.Sources.Marker {
 				return nil, err
 			}
-			c.log.Warn("user_events_unavailable", "error", err, "fallback", "marker")
+			if errors.Is(err, userevents.ErrNotSupported) {
+				// Most distributions' kernels leave user_events out: the
+				// marker is the expected path there, not an error.
+				c.log.Debug("user_events_fallback", "fallback", "marker", "reason", "this kernel has no user_events (Linux 6.4+ with CONFIG_USER_EVENTS=y)")
+			} else {
+				c.log.Warn("user_events_unavailable", "error", err, "fallback", "marker")
+			}
 			c.ue = nil
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,61 +49,106 @@ type manifest struct {
 	ds        *appsv1.DaemonSet
 }
 
-// loadManifest splits the manifest into documents and decodes each one
-// strictly (unknown or misspelt fields are errors) into its API type.
+// loadManifest decodes the manifest strictly (decodeObjects) and checks
+// that it holds the Namespace, ServiceAccount, ConfigMap and DaemonSet,
+// and nothing else.
 func loadManifest(t *testing.T) manifest {
 	t.Helper()
-	f, err := os.Open(manifestPath)
+	data, err := os.ReadFile(manifestPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	objs, err := decodeObjects(manifestPath, data)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var m manifest
-	r := k8syaml.NewYAMLReader(bufio.NewReader(f))
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *corev1.Namespace:
+			m.namespace = o
+		case *corev1.ServiceAccount:
+			m.sa = o
+		case *corev1.ConfigMap:
+			m.cm = o
+		case *appsv1.DaemonSet:
+			m.ds = o
+		default:
+			t.Fatalf("%s: unexpected %T", manifestPath, o)
+		}
+	}
+	if m.namespace == nil || m.sa == nil || m.cm == nil || m.ds == nil || len(objs) != 4 {
+		t.Fatalf("%s: want a Namespace, ServiceAccount, ConfigMap and DaemonSet, got %d objects", manifestPath, len(objs))
+	}
+	return m
+}
+
+// kinds are the API types a rendering of the chart may hold, each
+// decoded strictly into its Go type: Kubernetes' own (k8s.io/api) and
+// prometheus-operator's (its monitoring/v1 API module).
+var kinds = map[schema.GroupVersionKind]func() any{
+	corev1.SchemeGroupVersion.WithKind("Namespace"):            func() any { return &corev1.Namespace{} },
+	corev1.SchemeGroupVersion.WithKind("ServiceAccount"):       func() any { return &corev1.ServiceAccount{} },
+	corev1.SchemeGroupVersion.WithKind("ConfigMap"):            func() any { return &corev1.ConfigMap{} },
+	corev1.SchemeGroupVersion.WithKind("Secret"):               func() any { return &corev1.Secret{} },
+	corev1.SchemeGroupVersion.WithKind("Service"):              func() any { return &corev1.Service{} },
+	appsv1.SchemeGroupVersion.WithKind("DaemonSet"):            func() any { return &appsv1.DaemonSet{} },
+	monitoringv1.SchemeGroupVersion.WithKind("ServiceMonitor"): func() any { return &monitoringv1.ServiceMonitor{} },
+	monitoringv1.SchemeGroupVersion.WithKind("PodMonitor"):     func() any { return &monitoringv1.PodMonitor{} },
+	monitoringv1.SchemeGroupVersion.WithKind("PrometheusRule"): func() any { return &monitoringv1.PrometheusRule{} },
+}
+
+// decodeObjects splits a multi-document YAML stream into its documents,
+// skips those holding only comments (helm template writes some), and
+// decodes each strictly (unknown, misspelt or duplicate fields are
+// errors) into its API type.
+func decodeObjects(name string, data []byte) ([]any, error) {
+	var objs []any
+	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
 		doc, err := r.Read()
 		if errors.Is(err, io.EOF) {
-			break
+			return objs, nil
 		}
 		if err != nil {
-			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
 		}
 		var meta struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
 		}
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
-			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
+		}
+		if meta.APIVersion == "" && meta.Kind == "" && len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
 		}
 		gv, err := schema.ParseGroupVersion(meta.APIVersion)
 		if err != nil {
-			t.Fatalf("%s: document %d: %v", manifestPath, i, err)
+			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
 		}
-		var obj any
-		switch gvk := gv.WithKind(meta.Kind); gvk {
-		case corev1.SchemeGroupVersion.WithKind("Namespace"):
-			m.namespace = &corev1.Namespace{}
-			obj = m.namespace
-		case corev1.SchemeGroupVersion.WithKind("ServiceAccount"):
-			m.sa = &corev1.ServiceAccount{}
-			obj = m.sa
-		case corev1.SchemeGroupVersion.WithKind("ConfigMap"):
-			m.cm = &corev1.ConfigMap{}
-			obj = m.cm
-		case appsv1.SchemeGroupVersion.WithKind("DaemonSet"):
-			m.ds = &appsv1.DaemonSet{}
-			obj = m.ds
-		default:
-			t.Fatalf("%s: document %d: unexpected %v", manifestPath, i, gvk)
+		mk, ok := kinds[gv.WithKind(meta.Kind)]
+		if !ok {
+			return nil, fmt.Errorf("%s: document %d: unexpected %v", name, i, gv.WithKind(meta.Kind))
 		}
+		obj := mk()
 		if err := decodeStrict(doc, obj); err != nil {
-			t.Fatalf("%s: document %d (%s): %v", manifestPath, i, meta.Kind, err)
+			return nil, fmt.Errorf("%s: document %d (%s): %w", name, i, meta.Kind, err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+// stripComments drops the YAML comment lines of doc.
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, l := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			out = append(out, l...)
+			out = append(out, '\n')
 		}
 	}
-	if m.namespace == nil || m.sa == nil || m.cm == nil || m.ds == nil {
-		t.Fatalf("%s: want a Namespace, ServiceAccount, ConfigMap and DaemonSet", manifestPath)
-	}
-	return m
+	return out
 }
 
 // decodeStrict decodes a YAML document the way the API server's strict
@@ -281,8 +327,11 @@ func TestManifestPrivileges(t *testing.T) {
 	if host, _, _ := net.SplitHostPort(args["metrics-addr"]); host != "" || ds.Spec.Template.Spec.HostNetwork {
 		t.Errorf("--metrics-addr=%s, hostNetwork %v: want every address of the pod's own network", args["metrics-addr"], ds.Spec.Template.Spec.HostNetwork)
 	}
-	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/-/healthy" {
-		t.Errorf("readiness probe %+v, want GET /-/healthy", p)
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/-/healthy" || p.HTTPGet.Port.String() != c.Ports[0].Name {
+		t.Errorf("liveness probe %+v, want GET /-/healthy on the metrics port", p)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/-/ready" || p.HTTPGet.Port.String() != c.Ports[0].Name {
+		t.Errorf("readiness probe %+v, want GET /-/ready on the metrics port", p)
 	}
 	if c.Args[0] != "run" {
 		t.Errorf("args start with %q, want run", c.Args[0])
@@ -484,6 +533,16 @@ func TestMain(m *testing.M) {
 // TestFlagsExist checks that every flag the manifest and the unit pass to
 // spanwatch run is one the built binary knows.
 func TestFlagsExist(t *testing.T) {
+	m := loadManifest(t)
+	unitArgs := strings.Fields(loadUnit(t).get("Service", "ExecStart"))
+	checkFlags(t, "manifest", m.ds.Spec.Template.Spec.Containers[0].Args)
+	checkFlags(t, "unit", unitArgs[1:])
+}
+
+// checkFlags checks that args are "run" and flags the built binary's run
+// command knows.
+func checkFlags(t *testing.T, where string, args []string) {
+	t.Helper()
 	bin := spanwatchBinary(t)
 	out, err := exec.Command(bin, "help", "run").CombinedOutput()
 	if err != nil {
@@ -492,19 +551,13 @@ func TestFlagsExist(t *testing.T) {
 	if !strings.Contains(string(out), "Usage: spanwatch run") {
 		t.Skipf("this build has no run command:\n%s", out)
 	}
-	m := loadManifest(t)
-	unitArgs := strings.Fields(loadUnit(t).get("Service", "ExecStart"))
-	for where, args := range map[string][]string{
-		"manifest": m.ds.Spec.Template.Spec.Containers[0].Args,
-		"unit":     unitArgs[1:],
-	} {
-		if args[0] != "run" {
-			t.Errorf("%s: command %q, want run", where, args[0])
-		}
-		for flag := range flagArgs(args[1:]) {
-			if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(flag) + `[ \t\n]`).Match(out) {
-				t.Errorf("%s: spanwatch run has no flag --%s", where, flag)
-			}
+	if len(args) == 0 || args[0] != "run" {
+		t.Errorf("%s: command %q, want run", where, args)
+		return
+	}
+	for flag := range flagArgs(args[1:]) {
+		if !regexp.MustCompile(`(?m)^  -` + regexp.QuoteMeta(flag) + `[ \t\n]`).Match(out) {
+			t.Errorf("%s: spanwatch run has no flag --%s", where, flag)
 		}
 	}
 }

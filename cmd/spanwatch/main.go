@@ -21,7 +21,7 @@ import (
 // spanwatch bring stay apart.
 type command struct {
 	name    string
-	args    string // argument synopsis, e.g. "[flags] FILE..."
+	args    string // argument synopsis, e.g. "[flags] FILE..."; flags may stand anywhere
 	summary string // one line for "spanwatch help"
 	help    string // paragraphs for "spanwatch CMD --help"
 	// flags declares the command's flags on fs and returns the function
@@ -40,11 +40,6 @@ func register(c *command) {
 
 // errUsage marks an error in how the command was called: exit status 2.
 var errUsage = errors.New("usage")
-
-// errHelpShown is returned by a command that printed its help when asked
-// for it after parsing its own arguments (as "notify test --help" does):
-// exit status 0.
-var errHelpShown = errors.New("help shown")
 
 func usageErrorf(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
@@ -82,7 +77,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := newFlagSet(c, stderr)
 	runFn := c.flags(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -90,10 +86,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := runFn(ctx, fs.Args()); err != nil {
-		if errors.Is(err, errHelpShown) {
-			return 0
-		}
+	if err := runFn(ctx, pos); err != nil {
 		fmt.Fprintf(stderr, "spanwatch %s: %v\n", c.name, err)
 		if errors.Is(err, errUsage) {
 			fmt.Fprintf(stderr, "run \"spanwatch %s --help\" for usage\n", c.name)
@@ -102,6 +95,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseInterspersed parses a command's flags wherever they stand among its
+// positional arguments, so "probes PATH --filter X" filters rather than
+// taking --filter for a second path (the flag package alone stops at the
+// first positional argument). "--" ends the flags: what follows it is
+// positional, however it starts; "-" alone is positional (standard input).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" && !takesValue(fs, args[:used-1]) {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// takesValue says whether the last of args is a flag that takes the next
+// argument as its value ("--filter --" filters by "--").
+func takesValue(fs *flag.FlagSet, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	a := args[len(args)-1]
+	if len(a) < 2 || a[0] != '-' || strings.Contains(a, "=") {
+		return false
+	}
+	f := fs.Lookup(strings.TrimLeft(a, "-"))
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return !ok || !b.IsBoolFlag()
 }
 
 func newFlagSet(c *command, out io.Writer) *flag.FlagSet {

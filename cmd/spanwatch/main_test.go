@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -179,5 +181,40 @@ collector:
 	}
 	if !found {
 		t.Fatalf("no SpanOverBudget alert with the stack arrived; %d payloads:\n%s\ndemo output:\n%s", len(bodies), strings.Join(bodies, "\n"), out)
+	}
+}
+
+func TestParseInterspersed(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		pos    []string
+		filter string
+		json   bool
+	}{
+		{[]string{"a", "--filter", "x", "b"}, []string{"a", "b"}, "x", false},
+		{[]string{"--json", "a", "--filter=x"}, []string{"a"}, "x", true},
+		{[]string{"a", "--json", "b", "--filter", "x"}, []string{"a", "b"}, "x", true},
+		{[]string{"a", "--", "--filter", "x"}, []string{"a", "--filter", "x"}, "", false},
+		{[]string{"--filter", "--", "a", "--json"}, []string{"a"}, "--", true},
+		{[]string{"--json", "--", "-", "--json"}, []string{"-", "--json"}, "", true},
+		{[]string{"-", "--json"}, []string{"-"}, "", true},
+		{nil, nil, "", false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		filter := fs.String("filter", "", "")
+		asJSON := fs.Bool("json", false, "")
+		pos, err := parseInterspersed(fs, tc.args)
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if !slices.Equal(pos, tc.pos) || *filter != tc.filter || *asJSON != tc.json {
+			t.Errorf("%q: positional %q filter %q json %v, want %q %q %v", tc.args, pos, *filter, *asJSON, tc.pos, tc.filter, tc.json)
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if _, err := parseInterspersed(fs, []string{"a", "--nope"}); err == nil {
+		t.Error("an unknown flag after a positional argument was accepted")
 	}
 }

@@ -54,16 +54,8 @@ Examples:
 				if len(args) == 0 || (args[0] != "test" && args[0] != "dead-letters") {
 					return usageErrorf("expected the subcommand \"test\" or \"dead-letters\"")
 				}
-				// Flags may follow "test": the flag package stops at the
-				// first argument, so parse the rest again.
-				if err := fs.Parse(args[1:]); err != nil {
-					if errors.Is(err, flag.ErrHelp) {
-						return errHelpShown // fs printed the help
-					}
-					return usageErrorf("%v", err)
-				}
-				if fs.NArg() > 0 {
-					return usageErrorf("unexpected arguments %q", fs.Args())
+				if len(args) > 1 {
+					return usageErrorf("unexpected arguments %q", args[1:])
 				}
 				if args[0] == "dead-letters" {
 					if *config == "" {

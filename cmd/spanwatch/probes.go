@@ -166,6 +166,10 @@ func listProbes(w io.Writer, paths []string, pid int, filter *glob.Glob, asJSON,
 	if len(listings) == 0 && len(errs) == 0 && filter != nil {
 		return fmt.Errorf("no probe matches %q", filter)
 	}
+	if len(listings) == 0 && !explicit && !asJSON {
+		// An empty answer says so: the process was read, and has none.
+		fmt.Fprintf(w, "process %d: no USDT probes in its executable or its %d mapped libraries\n", pid, len(paths)-1)
+	}
 	return errors.Join(errs...)
 }
 

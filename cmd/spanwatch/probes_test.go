@@ -131,9 +131,34 @@ func TestProbesCommandErrors(t *testing.T) {
 	if code := run([]string{"probes", exe}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "no USDT probes") {
 		t.Errorf("binary without probes: exit %d, %q", code, stderr.String())
 	}
-	stderr.Reset()
-	if code := run([]string{"probes", "--filter", `app:\`, exe}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "bad --filter") {
-		t.Errorf("bad filter: exit %d, %q", code, stderr.String())
+	// The flag is read wherever it stands: after the path too.
+	for _, args := range [][]string{{"probes", "--filter", `app:\`, exe}, {"probes", exe, "--filter", `app:\`}} {
+		stderr.Reset()
+		if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "bad --filter") {
+			t.Errorf("%q: exit %d, %q, want the bad filter refused", args, code, stderr.String())
+		}
+	}
+}
+
+// TestProbesPidEmpty checks that a process without probes gets an answer
+// that says so, not an empty output.
+func TestProbesPidEmpty(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var out bytes.Buffer
+	if err := listProbes(&out, nil, cmd.Process.Pid, nil, false, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "process " + strconv.Itoa(cmd.Process.Pid) + ": no USDT probes in its executable or its "
+	if !strings.HasPrefix(out.String(), want) {
+		t.Errorf("probes --pid of sleep(1): %q, want %q...", out.String(), want)
+	}
+	out.Reset()
+	if err := listProbes(&out, nil, cmd.Process.Pid, nil, true, false); err != nil || strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("--json: %q, %v; want []", out.String(), err)
 	}
 }
 

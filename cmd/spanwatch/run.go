@@ -42,8 +42,9 @@ errors and wait for it while the rest applies. On SIGTERM or SIGINT, run
 takes a final snapshot, evaluates it, writes its alerts to the outbox and
 exits.
 
-With --metrics-addr, run serves /metrics (Prometheus), /-/healthy,
-/snapshot (the newest snapshot; ?span=NAME&cgroup_id=ID for one series,
+With --metrics-addr, run serves /metrics (Prometheus), /-/healthy (200
+while it serves), /-/ready (200 once the BPF objects are loaded and the
+first snapshot is taken; 503 while starting or shutting down), /snapshot (the newest snapshot; ?span=NAME&cgroup_id=ID for one series,
 which alerts link to in their generatorURL), /api/alerts, /api/status and
 /api/dead-letters. TLS and basic authentication come from a Prometheus
 exporter web configuration file (--web.config.file, or the listener:

@@ -229,8 +229,18 @@ func New(cfg Config) (*Watcher, error) {
 	w.repl["inflight_parked"] = w.objs.InflightParked
 	if cfg.Exec != nil {
 		if err := w.loadLister(); err != nil {
-			// Scans then read the map with batch lookups (5.6+).
-			w.log.Info("inflight_lister_unavailable", "error", err, "fallback", "batch lookups of inflight_exec")
+			// Scans then read the map with batch lookups (5.6+), which
+			// find the same spans: a fallback, not an error, when the
+			// kernel refuses or lacks the iterator (the start's kernel
+			// summary says what runs); a warning for anything else.
+			switch {
+			case errors.Is(err, unix.EPERM):
+				w.log.Debug("inflight_lister_fallback", "fallback", "batch lookups of inflight_exec", "reason", "this kernel does not allow the map element iterator (EPERM: lockdown or its configuration)")
+			case errors.Is(err, ebpf.ErrNotSupported), errors.Is(err, unix.EOPNOTSUPP):
+				w.log.Debug("inflight_lister_fallback", "fallback", "batch lookups of inflight_exec", "reason", "this kernel has no map element iterators (5.9+ with BTF)")
+			default:
+				w.log.Warn("inflight_lister_load_failed", "error", err, "fallback", "batch lookups of inflight_exec")
+			}
 		}
 	}
 	if cfg.Inflight != nil {
