@@ -19,12 +19,12 @@ import (
 
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/detector"
 	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
-	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -58,7 +58,7 @@ type Options struct {
 	// OnReady is called once the collector is attached.
 	OnReady func(*collector.Collector)
 	// ReloadInterval is how often the configuration file and the files it
-	// names are polled for changes (default detector.DefaultReloadInterval;
+	// names are polled for changes (default config.DefaultReloadInterval;
 	// negative: only on SIGHUP). It is independent of the snapshot
 	// interval.
 	ReloadInterval time.Duration
@@ -78,11 +78,11 @@ type Agent struct {
 	log  *slog.Logger
 
 	det        *detector.Detector
-	reloader   *detector.Reloader // nil for a configuration not from a file
-	dispatcher *notify.Dispatcher // nil without webhooks or with Options.Notifier
-	notifier   alert.Notifier     // where alerts go, nil for nowhere
-	exporter   *metrics.Exporter  // nil without a listener
-	listener   *listener          // nil without a listener
+	coord      *config.Coordinator // what runs, and its reloads
+	dispatcher *notify.Dispatcher  // nil without webhooks or with Options.Notifier
+	notifier   alert.Notifier      // where alerts go, nil for nowhere
+	exporter   *metrics.Exporter   // nil without a listener
+	listener   *listener           // nil without a listener
 
 	plan  memory.Plan // how the memory budget is divided (cfg.Memory at start)
 	meter *memory.Meter
@@ -90,10 +90,11 @@ type Agent struct {
 	gov   *memory.Governor
 
 	mu       sync.Mutex
-	cfg      *Config         // what runs
-	pending  []RestartChange // what the file says that only a restart applies
 	col      *collector.Collector
 	interval chan time.Duration // a reload changed the interval
+	// externalURLs is the running external_url, where alerts'
+	// generatorURL points.
+	externalURLs atomic.Pointer[string]
 
 	last lastSnapshot
 	// phase is what /-/ready answers: starting, ready, stopping.
@@ -106,9 +107,10 @@ type Agent struct {
 // New prepares an agent for cfg without loading anything into the kernel:
 // it opens the outbox (when the configuration has webhooks) and binds the
 // listener, so that a busy port or a locked outbox stops the agent before
-// it starts. When cfg came from a file (Load), New reads that file again
-// through the reloader, which watches exactly what it read from then on.
-func New(cfg *Config, opts Options) (_ *Agent, err error) {
+// it starts. When cfg came from a file (config.Load), New reads that file
+// again through its coordinator, which watches exactly what it read from
+// then on.
+func New(cfg *config.Config, opts Options) (_ *Agent, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -138,26 +140,16 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		dcfg.OnRuleError = func(rule string, _ error) { a.exporter.RuleError(rule) }
 	}
 	a.det = detector.New(dcfg)
-	if cfg.Path != "" {
-		a.reloader = detector.NewReloader(detector.ReloaderConfig{
-			Logger:   a.log,
-			Path:     cfg.Path,
-			Detector: a.det,
-			Interval: opts.ReloadInterval,
-			Load:     func(path string) (*policy.Config, func() error, error) { return a.loadForReload(path, cfg.opts) },
-			OnReload: func(*policy.Config) { a.applyReloaded() },
-		})
-		if _, err := a.reloader.Load(); err != nil {
-			return nil, err
-		}
-	} else {
-		a.cfg = cfg
-		a.det.SetRules(cfg.Rules)
+	a.coord = config.NewCoordinator(cfg, config.CoordinatorConfig{Logger: a.log, Interval: opts.ReloadInterval})
+	if cfg, err = a.coord.Load(); err != nil {
+		return nil, err
 	}
+	a.det.SetRules(cfg.Rules)
+	a.externalURLs.Store(&cfg.ExternalURL)
 
 	a.notifier = opts.Notifier
-	if a.notifier == nil && a.cfg.Notify != nil {
-		if a.dispatcher, err = notify.New(a.cfg.Notify, notify.Options{Logger: a.log, MaxHeld: opts.MaxHeldAlerts}); err != nil {
+	if a.notifier == nil && cfg.Notify != nil {
+		if a.dispatcher, err = notify.New(cfg.Notify, notify.Options{Logger: a.log, MaxHeld: opts.MaxHeldAlerts}); err != nil {
 			return nil, fmt.Errorf("start notifier: %w", err)
 		}
 		a.notifier = a.dispatcher
@@ -167,7 +159,7 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		rs, err := a.det.Restore(time.Now())
 		switch {
 		case err != nil:
-			a.log.Error("alert_state_not_restored", "err", err, "effect", "alerts that were firing fire again as new episodes")
+			a.log.Error("alert_state_not_restored", "error", err, "effect", "alerts that were firing fire again as new episodes")
 		case rs.Skipped != "":
 			a.log.Info("alert_state_not_restored", "reason", rs.Skipped)
 		default:
@@ -176,11 +168,12 @@ func New(cfg *Config, opts Options) (_ *Agent, err error) {
 		}
 	}
 	if opts.ListenAddr != "" {
-		if a.listener, err = listen(a, opts.ListenAddr, a.cfg.Listener); err != nil {
+		if a.listener, err = listen(a, opts.ListenAddr, cfg.Listener); err != nil {
 			return nil, err
 		}
 		a.registerMetrics()
 	}
+	a.subscribe()
 	return a, nil
 }
 
@@ -202,9 +195,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 
-	a.mu.Lock()
-	cfg := a.cfg
-	a.mu.Unlock()
+	cfg := a.coord.Config()
 	// The listener answers from the start: /-/healthy says the process
 	// serves, /-/ready says 503 until the BPF objects are loaded and the
 	// first snapshot is taken.
@@ -228,7 +219,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer col.Close()
-	if err := applyBudgets(col, cfg.Rules); err != nil {
+	if err := applyBudgets(col, cfg); err != nil {
 		return err
 	}
 	srcs, err := attachUSDT(ctx, col, cfg.Sources, a.log)
@@ -338,17 +329,17 @@ func (a *Agent) watchConfig(ctx context.Context) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if a.reloader == nil {
+				if !a.coord.Reloadable() {
 					a.log.Warn("reload_unavailable", "trigger", "sighup", "reason", "the configuration is built in, not from a file")
 					continue
 				}
-				a.reloader.Reload() // logged and counted there
+				a.coord.Reload() // logged and counted there
 			}
 		}
 	}()
-	if a.reloader != nil {
+	if a.coord.Reloadable() {
 		wg.Add(1)
-		go func() { defer wg.Done(); a.reloader.Run(ctx) }()
+		go func() { defer wg.Done(); a.coord.Run(ctx) }()
 	}
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); wg.Wait() }) }
@@ -436,28 +427,15 @@ func (a *Agent) Close() error {
 }
 
 // Config returns the configuration that runs now.
-func (a *Agent) Config() *Config {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cfg
-}
+func (a *Agent) Config() *config.Config { return a.coord.Config() }
 
 // PendingRestart returns what the configuration file changes that only a
 // restart applies; empty when what runs is what the file says.
-func (a *Agent) PendingRestart() []RestartChange {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]RestartChange(nil), a.pending...)
-}
+func (a *Agent) PendingRestart() []config.RestartChange { return a.coord.Pending() }
 
-// ReloadStats returns the reloader's counters (zero for a configuration
+// ReloadStats returns the reloads' counters (zero for a configuration
 // that did not come from a file).
-func (a *Agent) ReloadStats() detector.ReloadStats {
-	if a.reloader == nil {
-		return detector.ReloadStats{}
-	}
-	return a.reloader.Stats()
-}
+func (a *Agent) ReloadStats() config.ReloadStats { return a.coord.Stats() }
 
 // Addr is the listener's address, nil without one.
 func (a *Agent) Addr() net.Addr {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -159,8 +160,8 @@ func testShutdown(t *testing.T, interval, spread time.Duration, linesOK func(int
 		t.Fatal(err)
 	}
 	defer out.Close()
-	cfg, err := Parse("rules.yaml", []byte("rules:\n  - {name: Failing, span: "+shutdownSpan+", when: error_ratio > 5%}\n"),
-		LoadOptions{Collector: CollectorSettings{Interval: interval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
+	cfg, err := config.Parse("rules.yaml", []byte("rules:\n  - {name: Failing, span: "+shutdownSpan+", when: error_ratio > 5%}\n"),
+		config.LoadOptions{Collector: config.CollectorSettings{Interval: interval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 	"log/slog"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/memory"
 )
 
 // collectorConfig turns the collector: settings into the collector's
 // configuration, with the sizes the memory plan gives where the settings
 // leave them out (the plan holds the settings when they are given).
-func collectorConfig(s CollectorSettings, p memory.Plan, log *slog.Logger) collector.Config {
+func collectorConfig(s config.CollectorSettings, p memory.Plan, log *slog.Logger) collector.Config {
 	cfg := collector.Config{
 		Logger:                 log,
 		ForceKprobe:            s.ForceKprobe,

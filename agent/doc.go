@@ -5,33 +5,33 @@
 // into BPF, the USDT sources and their in-flight watcher, the output file,
 // the HTTP listener, and reloading.
 //
-// Load reads a configuration file and validates every section the agent
-// reads, the way the agent runs it but without BPF: spanwatch check is Load,
-// and spanwatch run is Load, then New and Run. A file that Load accepts
-// fails later only for reasons of the running system (a kernel that
-// refuses a program, a binary with no marker).
+// The configuration is package config's: config.Load reads and validates
+// every section of the file, the way the agent runs it but without BPF;
+// spanwatch check is config.Load, and spanwatch run is config.Load, then
+// New and Run.
 //
 // The configuration is reloaded when its files change (polled every
-// second, independently of the snapshot interval) and on SIGHUP. A reload
-// is a transaction: every section the agent applies live (rules,
-// policies, budgets, webhooks and routing, external_url,
-// collector.interval) is prepared first (the budgets are written into the
-// kernel's set of budgets not in force, the webhooks are built), then all
-// are committed, or none: the kernel switches budget sets with one store,
-// so spans are judged by the old budgets or the new, never a mix. A file
-// that does not load, or a section that does not prepare (budgets the
-// kernel cannot hold), keeps the whole running configuration; the failure
-// is logged and counted (spanwatch_rule_reload_failures_total,
-// spanwatch_config_last_reload_successful, GET /api/status). A file
-// without any section (empty, or only comments: a file caught
-// half-written) is refused, by check and run alike; write rules: [] to run
-// without rules. Settings that shape the BPF objects or what is attached
-// (the other collector: keys, the sources, the outbox's path, webhooks
-// where none ran, and no webhooks where some ran) keep their running
-// values: each is logged as an error saying a restart applies it, counted
-// in spanwatch_config_restart_pending and listed by GET /api/status,
-// while the rest of the file applies. What delivery was doing (backoff,
-// group timers) carries over every reload.
+// second, independently of the snapshot interval) and on SIGHUP, by
+// package config's Coordinator, as a transaction: each part of the agent
+// that applies a section live subscribes (reload.go): the webhooks and
+// routing (the dispatcher builds them), the budgets (written into the
+// kernel's set of budgets not in force), the rules with their policies,
+// external labels and policy limits (the detector), the listener's
+// external_url, and collector.interval (the loop). Every subscriber
+// prepares first, then all commit, or none: the kernel switches budget
+// sets with one store, so spans are judged by the old budgets or the new,
+// never a mix. A file that does not load, or a part that does not prepare
+// (budgets the kernel cannot hold), keeps the whole running
+// configuration; the failure is logged and counted
+// (spanwatch_rule_reload_failures_total,
+// spanwatch_config_last_reload_successful, GET /api/status). Settings
+// that shape the BPF objects or what is attached (the other collector:
+// keys, the sources, the outbox's path, webhooks where none ran, and no
+// webhooks where some ran) keep their running values: each is logged as an
+// error saying a restart applies it, counted in
+// spanwatch_config_restart_pending and listed by GET /api/status, while
+// the rest of the file applies. What delivery was doing (backoff, group
+// timers) carries over every reload.
 //
 // A restart resumes where the agent stopped, even after SIGKILL: the
 // outbox holds the alerts in delivery, and the detector's alert state
@@ -40,8 +40,8 @@
 // and restored at start, so a restart neither fires an alert again as a
 // new episode nor resolves one (package detector, Restore).
 //
-// The agent holds itself to a memory budget (budget.go, internal/memory,
-// docs/memory.md): Load finds it (collector.memory_budget, else the
+// The agent holds itself to a memory budget (internal/memory,
+// docs/memory.md): config.Load finds it (collector.memory_budget, else the
 // cgroup's limit, else a default) and divides it (Config.Memory: the
 // series capacity when max_series is not set, a max_series checked against
 // it, the range history's bound, the overrun queues, the symbolizer's
@@ -63,15 +63,16 @@
 //
 // The listener (listener.go) is served by exporter-toolkit, with TLS and
 // basic authentication from a Prometheus web configuration file
-// (ListenerSettings.WebConfigFile). /metrics, /-/healthy and /-/ready go
-// to every client the web configuration admits; /snapshot and /api/* only
-// to an authenticated one: a basic-auth user, a verified client
-// certificate, or root (or the agent's own user) over loopback, which the
-// kernel tells apart from the node's other users (internal/sockdiag).
-// /-/ready answers 503 until the BPF objects are loaded and the first
-// snapshot is taken, and again while the agent shuts down (ready.go). Kernel stack
-// addresses are served as 0 unless ListenerSettings.KernelAddresses
-// serves them to authenticated clients. Each heavy endpoint writes at
+// (config.ListenerSettings.WebConfigFile). /metrics, /-/healthy and
+// /-/ready go to every client the web configuration admits; /snapshot and
+// /api/* only to an authenticated one: a basic-auth user, a verified
+// client certificate, or root (or the agent's own user) over loopback,
+// which the kernel tells apart from the node's other users
+// (internal/sockdiag). /-/ready answers 503 until the BPF objects are
+// loaded and the first snapshot is taken, and again while the agent shuts
+// down (ready.go). Kernel stack addresses are served as 0 unless
+// config.ListenerSettings.KernelAddresses serves them to authenticated
+// clients. Each heavy endpoint writes at
 // most MaxInFlight responses at once, one per client (503 past it,
 // counted); a response is cut off when its client reads nothing for
 // StallTimeout, and within WriteTimeout in any case.

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/detector"
 )
 
@@ -52,7 +53,7 @@ type listener struct {
 	a       *Agent
 	ln      net.Listener
 	srv     *http.Server
-	set     ListenerSettings
+	set     config.ListenerSettings
 	web     *webConfig // as read at the start; nil without a file
 	access  *access
 	metrics *listenerMetrics
@@ -75,13 +76,13 @@ type endpoint struct {
 // rather than a log line while it runs without its endpoints. It says
 // what it serves to whom, and warns when that reaches beyond loopback in
 // clear text or without authentication.
-func listen(a *Agent, addr string, set ListenerSettings) (*listener, error) {
+func listen(a *Agent, addr string, set config.ListenerSettings) (*listener, error) {
 	l := &listener{a: a, set: set, access: &access{webFile: set.WebConfigFile, euid: uint32(os.Geteuid())}, stall: StallTimeout}
 	if set.MaxInFlight <= 0 {
-		l.set.MaxInFlight = DefaultMaxInFlight
+		l.set.MaxInFlight = config.DefaultMaxInFlight
 	}
 	if set.WriteTimeout <= 0 {
-		l.set.WriteTimeout = DefaultWriteTimeout
+		l.set.WriteTimeout = config.DefaultWriteTimeout
 	}
 	if set.WebConfigFile != "" {
 		var err error
@@ -457,7 +458,7 @@ type Status struct {
 	LastReload           string `json:"last_reload_error,omitempty"`
 	// RestartPending lists the settings the file changes that only a
 	// restart applies.
-	RestartPending []RestartChange `json:"restart_pending"`
+	RestartPending []config.RestartChange `json:"restart_pending"`
 	// PoliciesCutOff lists the Rego policies whose evaluations are being
 	// cut off at their time or memory limit (policy_limits:).
 	PoliciesCutOff []detector.PolicyCutOff `json:"policies_cut_off"`
@@ -476,7 +477,7 @@ func (l *listener) status(w http.ResponseWriter, r *http.Request) {
 		out.LastReload = st.LastError.Error()
 	}
 	if out.RestartPending == nil {
-		out.RestartPending = []RestartChange{}
+		out.RestartPending = []config.RestartChange{}
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -503,9 +504,10 @@ func (l *listener) deadLetters(w http.ResponseWriter, r *http.Request) {
 // else, with a listener, http://NODE:PORT (NODE_NAME or the host name, as
 // Prometheus defaults its own), else nothing.
 func (a *Agent) externalURL() string {
-	a.mu.Lock()
-	u := a.cfg.ExternalURL
-	a.mu.Unlock()
+	var u string
+	if p := a.externalURLs.Load(); p != nil {
+		u = *p
+	}
 	if u != "" {
 		return strings.TrimRight(u, "/")
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/memtest"
 )
 
@@ -31,7 +32,7 @@ func TestListenerFigures(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make sockets as other users")
 	}
-	cfg, err := Parse("rules.yaml", []byte("rules: []\n"), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\n"), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

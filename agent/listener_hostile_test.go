@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -42,7 +43,7 @@ func testSnapshot() *snapshot.Snapshot {
 // address.
 func serveAgent(t *testing.T, dir, text string, snap *snapshot.Snapshot, logs *syncBuffer, before ...func(*Agent)) (*Agent, string) {
 	t.Helper()
-	cfg, err := Parse(filepath.Join(dir, "spanwatch.yaml"), []byte(text), LoadOptions{})
+	cfg, err := config.Parse(filepath.Join(dir, "spanwatch.yaml"), []byte(text), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +290,7 @@ func TestListenerNotLoopback(t *testing.T) {
 	if ip == nil {
 		t.Skip("this host has no non-loopback address to listen on")
 	}
-	cfg, err := Parse("rules.yaml", []byte("rules: []\n"), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\n"), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -49,7 +50,7 @@ func testLogger(buf *syncBuffer) *slog.Logger {
 // that an address reaching beyond loopback is logged as such, one on
 // loopback is not.
 func TestListenerBind(t *testing.T) {
-	cfg, err := Parse("rules.yaml", []byte("rules: []\n"), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\n"), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ routing:
   outbox: {path: %s}
 external_url: http://node1.example:9464/sw/
 `, hook.URL, filepath.Join(dir, "outbox.db"))
-	cfg, err := Parse("rules.yaml", []byte(file), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte(file), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func TestGeneratorURL(t *testing.T) {
 		t.Errorf("no base: %q", got)
 	}
 
-	cfg, err := Parse("rules.yaml", []byte("rules: []\n"), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\n"), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -33,8 +34,8 @@ func probe(base, path string) (int, string) {
 // the start.
 func TestReadiness(t *testing.T) {
 	requireRoot(t)
-	cfg, err := Parse("rules.yaml", []byte("rules: []\n"),
-		LoadOptions{Collector: CollectorSettings{Interval: 2 * time.Second, ScanInterval: -1, Sources: []string{"marker"}}})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\n"),
+		config.LoadOptions{Collector: config.CollectorSettings{Interval: 2 * time.Second, ScanInterval: -1, Sources: []string{"marker"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

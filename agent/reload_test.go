@@ -16,6 +16,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -118,7 +119,7 @@ func TestReload(t *testing.T) {
 	r := &reloadRig{t: t, path: filepath.Join(t.TempDir(), "spanwatch.yaml"), firing: map[string]bool{}}
 	// An hour: whatever reloads within the test is the poll's doing.
 	r.config([]string{"A"}, "interval: 1h")
-	cfg, err := Load(r.path, LoadOptions{Collector: CollectorSettings{Interval: DefaultInterval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
+	cfg, err := config.Load(r.path, config.LoadOptions{Collector: config.CollectorSettings{Interval: config.DefaultInterval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

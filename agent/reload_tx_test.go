@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -106,7 +107,7 @@ func TestReloadSequences(t *testing.T) {
 		}
 	}
 	write(full)
-	cfg, err := Load(path, LoadOptions{Collector: CollectorSettings{Interval: DefaultInterval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
+	cfg, err := config.Load(path, config.LoadOptions{Collector: config.CollectorSettings{Interval: config.DefaultInterval, Binaries: []string{exe}, ScanInterval: -1, Sources: []string{"marker"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

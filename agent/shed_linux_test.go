@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -18,7 +19,7 @@ import (
 // when, level by level, and that given back it says so; and that the
 // exporter's part of the shedding (stale exports) applies.
 func TestShedOnMetrics(t *testing.T) {
-	cfg, err := Parse("rules.yaml", []byte("rules: []\ncollector:\n  memory_budget: 256MiB\n"), LoadOptions{})
+	cfg, err := config.Parse("rules.yaml", []byte("rules: []\ncollector:\n  memory_budget: 256MiB\n"), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (t *budgetTable) lookup(name string) *compiledBudget {
 
 // CheckBudgets validates rules the way SetBudgets does, without a
 // collector or a kernel: spanwatch check and run call it through
-// agent.Load. The errors are *BudgetError, one per problem.
+// config.Load. The errors are *BudgetError, one per problem.
 func CheckBudgets(rules []BudgetRule) []error {
 	_, errs := compileBudgets(rules)
 	return errs

@@ -190,7 +190,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	var closers []func() error
 	if cfg.ScanInterval == 0 {
-		cfg.ScanInterval = 2 * time.Second
+		cfg.ScanInterval = DefaultScanInterval
 	}
 	if cfg.MaxOverrunsPerSnapshot == 0 {
 		cfg.MaxOverrunsPerSnapshot = 1000

@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
 // This file builds on every system: the limits of Config's sizes, checked
-// by New and, through agent.Load, by spanwatch check, with the same
+// by New and, through config.Load, by spanwatch check, with the same
 // functions.
 
 // Defaults and limits of Config's sizes.
@@ -36,11 +38,25 @@ const (
 	// MaxOverrunQueue bounds OverrunQueue: each queued record takes about
 	// 1.8 KB of the agent's memory.
 	MaxOverrunQueue = 1 << 20
+	// DefaultScanInterval is how often /proc is scanned for binaries with
+	// the marker when Config.ScanInterval is 0.
+	DefaultScanInterval = 2 * time.Second
 	// MaxLabelSets is how many sources with labels (USDT and tracepoint
 	// sources together) one collector holds: label set ids 1..4095
 	// (SRC_LABELSETS - 1 in bpf/source.h).
 	MaxLabelSets = srcspec.MaxLabelSet
 )
+
+// DefaultRingbufBytes is the overrun ring buffer's size when
+// Config.RingbufBytes is 0: the size the BPF object declares (0 if the
+// object cannot be read).
+var DefaultRingbufBytes = sync.OnceValue(func() uint32 {
+	spec, err := bpf.LoadSpanwatch()
+	if err != nil || spec.Maps["overruns"] == nil {
+		return 0
+	}
+	return spec.Maps["overruns"].MaxEntries
+})
 
 // CheckMaxSeries validates a MaxSeries other than 0 (the default).
 func CheckMaxSeries(n int64) error {

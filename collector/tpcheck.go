@@ -5,12 +5,13 @@ import (
 	"sync"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 )
 
 // This file builds on every system: the limits of tracepoint sources that
 // the kernel objects' maps set, checked by AttachTracepoints before it
-// writes them and, through agent.Load, by spanwatch check, with the same
+// writes them and, through config.Load, by spanwatch check, with the same
 // function.
 
 // tpLimits reads the sizes of the maps that hold tracepoint sources from
@@ -28,8 +29,13 @@ var tpLimits = sync.OnceValues(func() (ueSources, ehMappings int) {
 	return ueSources, ehMappings
 })
 
+// at is an error at a source's position in the configuration file.
+func at(p section.Pos, format string, a ...any) error {
+	return &section.Error{File: p.File, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, a...)}
+}
+
 // CheckTracepointSources reports the sources the kernel's maps cannot
-// hold, each at its position: a user_events source past the size of
+// hold, each at its position (a *section.Error): a user_events source past the size of
 // ue_sources (its index is its place among all tracepoint sources), and
 // EventHeader sources past the mappings eh_mappings holds.
 func CheckTracepointSources(srcs []tpsource.Source) []error {
@@ -41,7 +47,7 @@ func CheckTracepointSources(srcs []tpsource.Source) []error {
 		switch s.Kind {
 		case tpsource.UserEvents:
 			if ueMax > 0 && i >= ueMax {
-				errs = append(errs, fmt.Errorf("%s: source %d: the kernel holds %d tracepoint sources (user_events sources must be among the first %d)", s.Pos, i+1, ueMax, ueMax))
+				errs = append(errs, at(s.Pos, "source %d: the kernel holds %d tracepoint sources (user_events sources must be among the first %d)", i+1, ueMax, ueMax))
 			}
 		case tpsource.EventHeader:
 			n := 1
@@ -49,7 +55,7 @@ func CheckTracepointSources(srcs []tpsource.Source) []error {
 				n = 2
 			}
 			if mappings += n; ehMax > 0 && mappings > ehMax && mappings-n < ehMax+1 {
-				errs = append(errs, fmt.Errorf("%s: more than %d EventHeader event mappings (one per source, two for a start/end pair): the kernel holds %d", s.Pos, ehMax, ehMax))
+				errs = append(errs, at(s.Pos, "more than %d EventHeader event mappings (one per source, two for a start/end pair): the kernel holds %d", ehMax, ehMax))
 			}
 		}
 	}

@@ -263,7 +263,7 @@ func (t *Tracepoints) Status() []TracepointStatus {
 	defer t.mu.Unlock()
 	out := make([]TracepointStatus, len(t.sources))
 	for i, s := range t.sources {
-		out[i] = TracepointStatus{Source: s.src.Describe(), Pos: s.src.Pos, Tracepoints: slices.Clone(s.attached), Problems: map[string]string{}}
+		out[i] = TracepointStatus{Source: s.src.Describe(), Pos: s.src.Pos.String(), Tracepoints: slices.Clone(s.attached), Problems: map[string]string{}}
 		for k, v := range s.problems {
 			out[i].Problems[k] = v
 		}

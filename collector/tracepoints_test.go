@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
@@ -252,7 +253,7 @@ func TestUserEventPairs(t *testing.T) {
 // type, keeps the source off that event, with a suggestion.
 func TestUserEventFieldProblems(t *testing.T) {
 	h := newUEHarness(t, []tpsource.Source{
-		{Kind: tpsource.UserEvents, Event: "uev_req", Span: "s", DurationField: tpsource.Field{"dur_sn"}, StatusField: tpsource.Field{"route"}, Pos: "r.yaml:3:7"},
+		{Kind: tpsource.UserEvents, Event: "uev_req", Span: "s", DurationField: tpsource.Field{"dur_sn"}, StatusField: tpsource.Field{"route"}, Pos: section.Pos{File: "r.yaml", Line: 3, Col: 7}},
 	})
 	h.bind("uev_req", 921, "u64 dur_ns", "char[8] route")
 	st := h.tp.Status()
@@ -315,8 +316,14 @@ func parseSources(t *testing.T, doc string) []tpsource.Source {
 	if err := yaml.Unmarshal([]byte(doc), &node); err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := tpsource.ParseSources("rules.yaml", &node)
-	if err != nil {
+	// The lists of the sources: section, as package config hands them
+	// to internal/tpsource.
+	d := section.NewDecoder("rules.yaml", nil)
+	var srcs []tpsource.Source
+	for m, i := node.Content[0], 0; i+1 < len(m.Content); i += 2 {
+		srcs = append(srcs, tpsource.DecodeSources(d, tpsource.Kind(m.Content[i].Value), m.Content[i+1])...)
+	}
+	if err := d.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return srcs

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
@@ -79,8 +80,11 @@ func parseUSDTSources(t *testing.T, doc string) []usdt.SpanSource {
 	if err := yaml.Unmarshal([]byte(doc), &n); err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := usdt.ParseSources("test.yaml", n.Content[0].Content[1])
-	if err != nil {
+	// The usdt: list of the sources: section, as package config hands it
+	// to internal/usdt.
+	d := section.NewDecoder("test.yaml", nil)
+	srcs := usdt.DecodeSources(d, n.Content[0].Content[1].Content[1])
+	if err := d.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return srcs

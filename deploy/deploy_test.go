@@ -370,7 +370,7 @@ func TestManifestRules(t *testing.T) {
 	if len(cfg.Budgets) == 0 || len(cfg.Rules) == 0 {
 		t.Errorf("rules.yaml has %d budgets and %d rules, want some of each", len(cfg.Budgets), len(cfg.Rules))
 	}
-	nc, err := notify.ParseConfig("rules.yaml", &cfg.Webhooks, &cfg.Routing)
+	nc, err := notify.ParseConfigFile("rules.yaml", []byte(data))
 	if err != nil {
 		t.Fatalf("ConfigMap rules.yaml webhooks: %v", err)
 	}

@@ -7,8 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/policy"
 )
@@ -34,7 +34,7 @@ func TestManifestMemory(t *testing.T) {
 	request := c.Resources.Requests[corev1.ResourceMemory]
 	b := memory.Budget{Bytes: uint64(limit.Value()) / 100 * memory.CgroupShare, Source: memory.SourceCgroup, Detail: "the DaemonSet's limit"}
 	p, err := memory.NewPlan(b, memory.Inputs{
-		Interval: agent.DefaultInterval, LongestRange: rules.LongestRange(), Binary: agent.BinaryBytes,
+		Interval: config.DefaultInterval, LongestRange: rules.LongestRange(), Binary: config.BinaryBytes,
 		KernelBytes: func(series, cells uint32) (uint64, error) {
 			return collector.EstimateMapBytes(collector.Config{MaxSeries: series, HistogramCells: cells})
 		},
@@ -45,7 +45,7 @@ func TestManifestMemory(t *testing.T) {
 	if p.MaxSeries < DaemonSetSeries {
 		t.Errorf("limits.memory %s: the budget holds %d series, want at least %d", limit.String(), p.MaxSeries, DaemonSetSeries)
 	}
-	idle := p.KernelBytes + agent.BinaryBytes + memory.IdleBytes
+	idle := p.KernelBytes + config.BinaryBytes + memory.IdleBytes
 	if uint64(request.Value()) < idle || request.Cmp(limit) > 0 {
 		t.Errorf("requests.memory %s: want at least the agent idle at this budget, %s, and at most the limit %s", request.String(), memory.FormatBytes(idle), limit.String())
 	}

@@ -523,7 +523,7 @@ func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext
 // ruleError counts, logs and reports a rule's failed evaluation.
 func (d *Detector) ruleError(name string, err error) {
 	d.stats.ruleErrors.Add(1)
-	d.log.Warn("rule_error", "rule", name, "err", err)
+	d.log.Warn("rule_error", "rule", name, "error", err)
 	if d.cfg.OnRuleError != nil {
 		d.cfg.OnRuleError(name, err)
 	}
@@ -735,7 +735,7 @@ func (d *Detector) notify(ctx context.Context, alerts []*alert.Alert) error {
 	retry, err := d.cfg.Notifier.Notify(ctx, alerts...)
 	if err != nil {
 		d.stats.notifyErrors.Add(1)
-		d.log.Warn("notify_error", "alerts", len(alerts), "retry", retry, "err", err)
+		d.log.Warn("notify_error", "alerts", len(alerts), "retry", retry, "error", err)
 		return fmt.Errorf("notify %d alerts: %w", len(alerts), err)
 	}
 	return nil

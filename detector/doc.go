@@ -33,8 +33,9 @@
 // in Stats, and listed by PolicyCutOffs meanwhile.
 //
 // Anomaly baselines and alert state live in the Detector, not in the rule
-// set, so a reload (SetRules, or a Reloader watching the rule file) keeps
-// them for every rule that still exists.
+// set, so a reload (SetRules, which the agent's subscriber to package
+// config's reload coordinator calls) keeps them for every rule that still
+// exists.
 //
 // With a StateStore (the agent's outbox), they survive a restart too: the
 // state (alerts with their startsAt and for: progress, the range history,

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/detector"
 	"github.com/spanwatch/spanwatch/internal/amtest"
 	"github.com/spanwatch/spanwatch/notify"
@@ -65,7 +66,7 @@ routing:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ncfg, err := notify.ParseConfig(cfg.Name, &cfg.Webhooks, &cfg.Routing)
+	ncfg, err := notify.ParseConfigFile(cfg.Name, []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ receivers:
 
 // agentRules is a rule file whose one webhook posts to a real
 // Alertmanager's API.
-func agentRules(t *testing.T, amURL, extra string) *policy.Config {
+func agentRules(t *testing.T, amURL, extra string) *config.Config {
 	t.Helper()
 	src := fmt.Sprintf(`
 rules:
@@ -167,20 +168,16 @@ webhooks:
 routing:
   outbox: {path: %s}
 %s`, amURL, filepath.Join(t.TempDir(), "outbox.db"), extra)
-	cfg, err := policy.Parse("spanwatch.yaml", []byte(src), policy.Options{})
+	cfg, err := config.Parse("spanwatch.yaml", []byte(src), config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
 }
 
-func dispatcherFor(t *testing.T, cfg *policy.Config) *notify.Dispatcher {
+func dispatcherFor(t *testing.T, cfg *config.Config) *notify.Dispatcher {
 	t.Helper()
-	ncfg, err := notify.ParseConfig(cfg.Name, &cfg.Webhooks, &cfg.Routing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disp, err := notify.New(ncfg, notify.Options{})
+	disp, err := notify.New(cfg.Notify, notify.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +200,7 @@ func TestTwoNodesTwoAlerts(t *testing.T) {
 	for _, node := range []string{"node-a", "node-b"} {
 		cfg := agentRules(t, am.URL, "")
 		d := detector.New(detector.Config{Notifier: dispatcherFor(t, cfg), ExternalLabels: map[string]string{detector.NodeLabel: node}})
-		d.SetRules(cfg)
+		d.SetRules(cfg.Rules)
 		if _, err := d.Evaluate(ctx, slowCheckout(now, 10*time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +239,7 @@ func TestAlertmanagerKeepsFiring(t *testing.T) {
 	cfg := agentRules(t, am.URL, "")
 	const resend, window = 500 * time.Millisecond, 100 * time.Millisecond
 	d := detector.New(detector.Config{Notifier: dispatcherFor(t, cfg), ResendInterval: resend, ExternalLabels: map[string]string{}})
-	d.SetRules(cfg)
+	d.SetRules(cfg.Rules)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	evalDone := make(chan struct{})

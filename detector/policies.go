@@ -139,11 +139,11 @@ func (d *Detector) policyDone(name string, err error, timeout time.Duration, mem
 		d.stats.policyMemoryCutOffs.Add(1)
 		reason, limit = CutOffMemory, policy.FormatSize(memory)
 	default:
-		d.log.Warn("policy_error", "policy", name, "err", err)
+		d.log.Warn("policy_error", "policy", name, "error", err)
 		return
 	}
 	if prev == nil || prev.Reason != reason || prev.Limit != limit {
-		d.log.Warn("policy_cut_off", "policy", name, "reason", reason, "limit", limit, "err", err,
+		d.log.Warn("policy_cut_off", "policy", name, "reason", reason, "limit", limit, "error", err,
 			"hint", "its alerts keep their state; it is tried again each evaluation, and this is logged again only when it recovers")
 		prev = &PolicyCutOff{Policy: name, Reason: reason, Limit: limit, Since: time.Now()}
 		d.cutOff[name] = prev

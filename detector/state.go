@@ -298,7 +298,7 @@ func (d *Detector) saveState(now time.Time, ended []endedAlert) {
 	}
 	if err != nil {
 		d.stats.stateSaveErrors.Add(1)
-		d.log.Warn("state_save_failed", "err", err, "effect", "a restart now would lose the alert state since the last save")
+		d.log.Warn("state_save_failed", "error", err, "effect", "a restart now would lose the alert state since the last save")
 		return
 	}
 	d.lastSave = now

@@ -1,37 +1,37 @@
 package metrics
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/duration"
 )
 
-// ParseConfig reads a rule file's metrics: section (a zero node, Kind 0,
-// when the file has none) into a Config: the classic buckets, whether to
-// export native histograms, and the series TTL.
+// Decode decodes the metrics: section (n nil or a zero Node: the file has
+// none) into a Config: the classic buckets, whether to export native
+// histograms, and the series TTL. It reports every mistake into d, each
+// as "file:line:col: message"; package config calls it for the
+// configuration file.
 //
 //	metrics:
 //	  buckets: [1ms, 5ms, 25ms, 100ms, 250ms, 1s, 5s]   # classic le bounds, snapped (SnapBound)
 //	  native_histograms: true                         # the default
 //	  series_ttl: 1h                                  # the default; 0 keeps every series
-//
-// Every mistake is reported, each as "file:line:col: message".
-func ParseConfig(file string, n *yaml.Node) (Config, error) {
+func Decode(d *section.Decoder, n *yaml.Node) Config {
 	var cfg Config
 	if n == nil || n.Kind == 0 {
-		return cfg, nil
+		return cfg
 	}
-	var errs []error
+	n = section.Resolve(n)
 	fail := func(at *yaml.Node, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s:%d:%d: metrics: %s", file, at.Line, at.Column, fmt.Sprintf(format, a...)))
+		d.Errorf(at, "metrics: %s", fmt.Sprintf(format, a...))
 	}
 	if n.Kind != yaml.MappingNode {
 		fail(n, "want a mapping with buckets, native_histograms, series_ttl")
-		return cfg, errors.Join(errs...)
+		return cfg
 	}
 	dur := func(v *yaml.Node, what string) (time.Duration, bool) {
 		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" || v.ShortTag() == "!!bool" {
@@ -99,7 +99,7 @@ func ParseConfig(file string, n *yaml.Node) (Config, error) {
 			fail(k, "unknown key %q (want one of: buckets, native_histograms, series_ttl)", k.Value)
 		}
 	}
-	return cfg, errors.Join(errs...)
+	return cfg
 }
 
 func mustIndex(d time.Duration) int32 {

@@ -6,9 +6,18 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
-func section(t *testing.T, src string) *yaml.Node {
+// ParseConfig decodes a metrics: section alone, as package config does.
+func ParseConfig(file string, n *yaml.Node) (Config, error) {
+	d := section.NewDecoder(file, nil)
+	cfg := Decode(d, n)
+	return cfg, d.Err()
+}
+
+func sectionNode(t *testing.T, src string) *yaml.Node {
 	t.Helper()
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
@@ -36,7 +45,7 @@ func TestParseConfig(t *testing.T) {
 		{"keep forever", "metrics:\n  series_ttl: 0\n", Config{SeriesTTL: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseConfig("rules.yaml", section(t, tc.src))
+			got, err := ParseConfig("rules.yaml", sectionNode(t, tc.src))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,7 +73,7 @@ func TestParseConfigErrors(t *testing.T) {
   series_ttl: -1h
   bucket: [1s]
 `
-	_, err := ParseConfig("rules.yaml", section(t, src))
+	_, err := ParseConfig("rules.yaml", sectionNode(t, src))
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -86,7 +95,7 @@ func TestParseConfigErrors(t *testing.T) {
 			t.Errorf("error %d = %q, want prefix %q", i, lines[i], w)
 		}
 	}
-	if _, err := ParseConfig("rules.yaml", section(t, "metrics: [1s]\n")); err == nil || !strings.Contains(err.Error(), "rules.yaml:1:10: metrics: want a mapping") {
+	if _, err := ParseConfig("rules.yaml", sectionNode(t, "metrics: [1s]\n")); err == nil || !strings.Contains(err.Error(), "rules.yaml:1:10: metrics: want a mapping") {
 		t.Errorf("a list for metrics: %v", err)
 	}
 }

@@ -13,7 +13,7 @@
 // bounds are bucket boundaries of the same scheme (SnapBound moves a
 // configured bound to the nearest one, by at most 0.55%), so every classic
 // count is exact too. Config (or the rule file's metrics: section,
-// ParseConfig) chooses the classic bounds, turns the native form off, and
+// Decode) chooses the classic bounds, turns the native form off, and
 // sets how long a series that stopped appearing stays.
 //
 // Snapshots are deltas over a window; the Exporter adds them up, so its

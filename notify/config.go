@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // Format selects how a webhook's request body is built.
@@ -140,40 +142,44 @@ type TLSConfig struct {
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
-// ParseConfig decodes the webhooks: and routing: sections of filename (either
-// may be nil), applies defaults and validates the result. Errors read
-// "file:line:col: message".
-func ParseConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
-	c, err := decodeConfig(filename, webhooks, routing)
-	if err != nil {
-		return nil, err
+// Decode decodes the webhooks: and routing: sections of d's file (either
+// may be nil or a zero Node: a section the file does not have), applies
+// the defaults and validates the result, and with checkFiles runs
+// CheckFiles too, reporting every problem into d. It returns nil when a
+// section does not decode or validate. Package config calls it for the
+// configuration file.
+func Decode(d *section.Decoder, webhooks, routing *yaml.Node, checkFiles bool) *Config {
+	before := d.Len()
+	c := decodeConfig(d, webhooks, routing)
+	if c == nil {
+		return nil
 	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+	d.Add(c.Validate())
+	if checkFiles {
+		d.Add(c.CheckFiles())
 	}
-	return c, nil
+	if d.Len() > before {
+		return nil
+	}
+	return c
 }
 
-// ParseConfigWithFiles is ParseConfig followed by CheckFiles, reporting
-// the problems of both at once: what the agent checks before it starts.
-func ParseConfigWithFiles(filename string, webhooks, routing *yaml.Node) (*Config, error) {
-	c, err := decodeConfig(filename, webhooks, routing)
-	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(c.Validate(), c.CheckFiles()); err != nil {
-		return nil, err
-	}
-	return c, nil
+// ParseConfig is Decode for the sections' nodes alone, without CheckFiles:
+// what tests and tools that hold the nodes use. Errors read
+// "file:line:col: message".
+func ParseConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
+	d := section.NewDecoder(filename, nil)
+	c := Decode(d, webhooks, routing, false)
+	return c, d.Err()
 }
 
 // decodeConfig decodes the sections and applies the defaults.
-func decodeConfig(filename string, webhooks, routing *yaml.Node) (*Config, error) {
-	c := &Config{File: filename}
-	d := &decoder{file: filename}
-	// A zero Node (Kind 0) is a section the file does not have. Both
-	// sections are decoded, so that the mistakes of both are reported at
-	// once; Validate runs only on what decoded.
+func decodeConfig(sd *section.Decoder, webhooks, routing *yaml.Node) *Config {
+	c := &Config{File: sd.File}
+	d := &decoder{file: sd.File}
+	// A nil or zero Node (Kind 0) is a section the file does not have.
+	// Both sections are decoded, so that the mistakes of both are
+	// reported at once; Validate runs only on what decoded.
 	var errs []error
 	if webhooks != nil && webhooks.Kind != 0 {
 		errs = append(errs, d.decode(webhooks, reflect.ValueOf(&c.Webhooks).Elem()))
@@ -182,31 +188,36 @@ func decodeConfig(filename string, webhooks, routing *yaml.Node) (*Config, error
 		errs = append(errs, d.decode(routing, reflect.ValueOf(&c.Routing).Elem()))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		sd.Add(err)
+		return nil
 	}
 	c.applyDefaults()
-	return c, nil
+	return c
 }
 
 // ParseConfigFile decodes the webhooks: and routing: sections of a spanwatch
-// configuration file whose content is data, ignoring its other top-level
-// keys (rules, budgets, policies), which the policy package owns.
+// configuration file whose content is data, without CheckFiles, leaving its
+// other sections alone: what the notify commands and tests use. Package
+// config reads the whole file for spanwatch check and run.
 func ParseConfigFile(filename string, data []byte) (*Config, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", filename, err)
+	root, perr := section.ParseDocument(filename, data)
+	if perr != nil {
+		return nil, section.ErrorList{perr}
 	}
+	d := section.NewDecoder(filename, data)
 	var webhooks, routing *yaml.Node
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
-		top := doc.Content[0]
-		for i := 0; i+1 < len(top.Content); i += 2 {
-			switch top.Content[i].Value {
+	if root != nil {
+		d.Fields(root, "rule file", nil, func(key string, _, v *yaml.Node) {
+			switch key {
 			case "webhooks":
-				webhooks = top.Content[i+1]
+				webhooks = v
 			case "routing":
-				routing = top.Content[i+1]
+				routing = v
 			}
-		}
+		})
+	}
+	if d.Len() > 0 {
+		return nil, d.Err()
 	}
 	return ParseConfig(filename, webhooks, routing)
 }
@@ -264,7 +275,7 @@ func (c *Config) Validate() error {
 	var errs []error
 	errf := func(m *meta, key, format string, a ...any) {
 		p := m.at(key)
-		errs = append(errs, &ConfigError{File: c.File, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, a...)})
+		errs = append(errs, &section.Error{File: c.File, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, a...)})
 	}
 	ob := &c.Routing.Outbox
 	if ob.Path == "" {

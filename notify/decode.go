@@ -11,23 +11,9 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/duration"
 )
-
-// A ConfigError is a mistake in the configuration file, located at the
-// node that caused it. Its message reads "file:line:col: message".
-type ConfigError struct {
-	File      string
-	Line, Col int
-	Msg       string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Line == 0 {
-		return fmt.Sprintf("%s: %s", e.File, e.Msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
-}
 
 // position is where a YAML node starts.
 type position struct{ Line, Col int }
@@ -105,28 +91,16 @@ const (
 
 func (d *decoder) errorf(n *yaml.Node, format string, a ...any) error {
 	d.errors++
-	return &ConfigError{File: d.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, a...)}
+	return section.Errorf(d.file, n, format, a...)
 }
 
 // full reports whether enough errors were found to stop.
 func (d *decoder) full() bool { return d.errors >= maxErrors }
 
+// kindName is section.KindName as notify's messages have always said it:
+// "got string "x"", without the article.
 func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		switch n.Tag {
-		case "!!null":
-			return "null"
-		case "!!str":
-			return fmt.Sprintf("string %q", n.Value)
-		}
-		return fmt.Sprintf("%s %s", strings.TrimPrefix(n.Tag, "!!"), n.Value)
-	}
-	return "an unsupported node"
+	return strings.TrimPrefix(section.KindName(n), "the ")
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value) error {

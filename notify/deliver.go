@@ -166,7 +166,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		if err := h.removeDelivered(done, doneGroups); err != nil {
 			// They stay in the outbox: sent again after a restart.
-			d.logger.Error("outbox_write_after_delivery_failed", "webhook", w.Name, "notifications", len(done), "err", err)
+			d.logger.Error("outbox_write_after_delivery_failed", "webhook", w.Name, "notifications", len(done), "error", err)
 			return
 		}
 		done, doneGroups = done[:0], doneGroups[:0]
@@ -189,7 +189,7 @@ func (h *hook) deliver(ctx context.Context) {
 		writeFails++
 		h.setLastErr(err)
 		wait := backoff(w.MinBackoff.D(), w.MaxBackoff.D(), writeFails)
-		d.logger.Error("outbox_write_failed", "webhook", w.Name, "retry_in", wait.Round(time.Millisecond), "err", err)
+		d.logger.Error("outbox_write_failed", "webhook", w.Name, "retry_in", wait.Round(time.Millisecond), "error", err)
 		return sleep(wait)
 	}
 	for ctx.Err() == nil {
@@ -197,7 +197,7 @@ func (h *hook) deliver(ctx context.Context) {
 		var ue *unreadableError
 		if errors.As(err, &ue) {
 			h.setLastErr(err)
-			d.logger.Error("queued_notification_unreadable_dead_lettered", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "err", err)
+			d.logger.Error("queued_notification_unreadable_dead_lettered", "webhook", w.Name, "key", fmt.Sprintf("%x", key), "error", err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonRender, Error: err.Error(), At: time.Now()}); err != nil {
 				writeFailed(err)
 				continue
@@ -208,7 +208,7 @@ func (h *hook) deliver(ctx context.Context) {
 		}
 		if err != nil {
 			h.setLastErr(err)
-			d.logger.Error("outbox_read_failed", "webhook", w.Name, "err", err)
+			d.logger.Error("outbox_read_failed", "webhook", w.Name, "error", err)
 			if !sleep(time.Second) {
 				return
 			}
@@ -240,7 +240,7 @@ func (h *hook) deliver(ctx context.Context) {
 			if ds.headErr != "" {
 				msg += ": last error: " + ds.headErr
 			}
-			d.logger.Error("notification_expired_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "err", msg)
+			d.logger.Error("notification_expired_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "error", msg)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: ReasonExpired, Error: msg, At: now}); err != nil {
 				writeFailed(err)
 				continue
@@ -281,7 +281,7 @@ func (h *hook) deliver(ctx context.Context) {
 		h.setLastErr(r.Err)
 		ds.headErr = r.Err.Error()
 		if !r.Retry {
-			d.logger.Error("notification_rejected_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "err", r.Err)
+			d.logger.Error("notification_rejected_dead_lettered", "webhook", w.Name, "group", q.Group, "alerts", q.Alerts, "reason", r.Reason, "error", r.Err)
 			if err := h.remove(key, q.Group, &deadLetter{queued: *q, Reason: r.Reason, Error: r.Err.Error(), At: now}); err != nil {
 				// Stays at the head: the next pass dead-letters it again.
 				ds.attempt--
@@ -301,7 +301,7 @@ func (h *hook) deliver(ctx context.Context) {
 		// Warn when the kind of error changes, not at every attempt (the
 		// text of a connection error changes with each local port).
 		if s := fmt.Sprint(r.Reason, r.StatusCode); s != ds.lastLogged {
-			d.logger.Warn("delivery_failed_retrying", "webhook", w.Name, "reason", r.Reason, "attempt", ds.attempt, "retry_in", wait.Round(time.Millisecond), "err", r.Err)
+			d.logger.Warn("delivery_failed_retrying", "webhook", w.Name, "reason", r.Reason, "attempt", ds.attempt, "retry_in", wait.Round(time.Millisecond), "error", r.Err)
 			ds.lastLogged = s
 		}
 		if ctx.Err() != nil {

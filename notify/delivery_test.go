@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/alert"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/alert"
 )
 
 // TestDeliverySurvivesFailingReceivers sends firing and then resolved

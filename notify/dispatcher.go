@@ -15,9 +15,10 @@ import (
 	"text/template"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/internal/crashpoint"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Errors returned by Notify.
@@ -188,7 +189,7 @@ func New(cfg *Config, opts Options) (*Dispatcher, error) {
 	if rec != nil {
 		d.corrupt, d.corruptErr, d.salvaged, d.unreadable = rec.movedTo, rec.cause.Error(), rec.salvaged, rec.unreadable
 		logger.Error("outbox_damaged_moved_aside",
-			"path", cfg.Routing.Outbox.Path, "moved_to", rec.movedTo, "err", rec.cause,
+			"path", cfg.Routing.Outbox.Path, "moved_to", rec.movedTo, "error", rec.cause,
 			"salvaged", rec.salvaged, "unreadable", rec.unreadable, "damage", strings.Join(rec.problems, "; "))
 	}
 	d.mu.Lock()
@@ -409,7 +410,7 @@ func (d *Dispatcher) restoreLocked(deadlines map[string]time.Time) error {
 				var sa storedAlert
 				if err := json.Unmarshal(v, &sa); err != nil || sa.Alert == nil {
 					total++
-					d.logger.Error("outbox_record_unreadable_kept", "webhook", h.w.Name, "key", string(k), "err", err)
+					d.logger.Error("outbox_record_unreadable_kept", "webhook", h.w.Name, "key", string(k), "error", err)
 					return nil
 				}
 				fp := fingerprint(sa.Alert)
@@ -570,14 +571,14 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 		}
 		if err := d.flushHeldLocked(time.Now()); err != nil {
 			d.writeErrors.Add(1)
-			d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held), "max_held", d.maxHeld, "err", err)
+			d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held), "max_held", d.maxHeld, "error", err)
 		}
 		return false, nil
 	}
 	refused, _, err := d.writeAlertsLocked(accepted, time.Now())
 	if err != nil {
 		d.writeErrors.Add(1)
-		d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held)+len(accepted), "max_held", d.maxHeld, "err", err)
+		d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held)+len(accepted), "max_held", d.maxHeld, "error", err)
 		return d.holdLocked(accepted)
 	}
 	return d.refusedLocked(refused)
@@ -744,7 +745,7 @@ func (d *Dispatcher) holdWriter(ctx context.Context) {
 			fails++
 			d.writeErrors.Add(1)
 			if fails == 1 || fails%10 == 0 {
-				d.logger.Error("outbox_write_failed_alerts_held", "held", left, "attempts", fails, "err", err)
+				d.logger.Error("outbox_write_failed_alerts_held", "held", left, "attempts", fails, "error", err)
 			}
 		case held > 0:
 			if fails > 0 {

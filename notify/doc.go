@@ -40,8 +40,9 @@
 // (Config.RedactDeadLetters), so letters stored earlier come out clean.
 //
 // Configuration lives in two sections of spanwatch's one configuration
-// file, decoded strictly by ParseConfig (schema.json documents them):
-// webhooks:, a list of receivers, and routing:, whose outbox: key sets the
+// file, decoded strictly by Decode, which package config calls
+// (config/schema.json documents them): webhooks:, a list of receivers,
+// and routing:, whose outbox: key sets the
 // outbox file (default /var/lib/spanwatch/outbox.db) and its bound
 // (max_entries, default 10000). The bound counts stored alerts plus queued
 // notifications; alerts beyond it are refused with ErrOutboxFull and counted,

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // CheckFiles checks what Validate cannot without the file system: that the
@@ -17,12 +19,12 @@ import (
 // The agent calls it before it starts and spanwatch check calls it, so both
 // refuse the same files. Credentials are re-read at each attempt while the
 // agent runs (they may be rotated); a file missing then is retried and
-// counted as reason "credentials". Errors are ConfigErrors, all at once.
+// counted as reason "credentials". Errors are *section.Error, all at once.
 func (c *Config) CheckFiles() error {
 	var errs []error
 	errf := func(m *meta, key, format string, a ...any) {
 		p := m.at(key)
-		errs = append(errs, &ConfigError{File: c.File, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, a...)})
+		errs = append(errs, &section.Error{File: c.File, Line: p.Line, Col: p.Col, Msg: fmt.Sprintf(format, a...)})
 	}
 	ob := &c.Routing.Outbox
 	if ob.Path != "" {

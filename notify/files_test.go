@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // TestCheckFiles checks the files a configuration names, each problem at
@@ -113,4 +115,12 @@ func TestDecodeReportsAll(t *testing.T) {
 			t.Errorf("error %d = %q, want %q...", i, lines[i], w)
 		}
 	}
+}
+
+// ParseConfigWithFiles is ParseConfig followed by CheckFiles, reporting
+// the problems of both at once, as package config does.
+func ParseConfigWithFiles(filename string, webhooks, routing *yaml.Node) (*Config, error) {
+	d := section.NewDecoder(filename, nil)
+	c := Decode(d, webhooks, routing, true)
+	return c, d.Err()
 }

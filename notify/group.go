@@ -15,8 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spanwatch/spanwatch/alert"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/alert"
 )
 
 // matches reports whether a has the label values of the webhook's match.
@@ -251,7 +252,7 @@ func (h *hook) plan(g *group, now time.Time) *flushPlan {
 			if err != nil {
 				h.failures[ReasonRender].Add(1)
 				h.setLastErr(err)
-				d.logger.Error("notification_not_rendered_dropped", "webhook", w.Name, "group", g.key, "err", err)
+				d.logger.Error("notification_not_rendered_dropped", "webhook", w.Name, "group", g.key, "error", err)
 			} else {
 				p.q = &queued{ID: idempotencyKey(w.Name, g.key, send, now), Group: g.key, Created: now, Oldest: oldest, Alerts: len(send), Body: body}
 				p.net++
@@ -342,7 +343,7 @@ func (h *hook) flushLocked(groups []*group, now time.Time) error {
 		d.writeErrors.Add(1)
 		h.setLastErr(err)
 		if h.flushFails == 0 {
-			d.logger.Error("outbox_write_failed_notifications_retried", "webhook", w.Name, "groups", len(plans), "err", err)
+			d.logger.Error("outbox_write_failed_notifications_retried", "webhook", w.Name, "groups", len(plans), "error", err)
 		}
 		return err
 	}

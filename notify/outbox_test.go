@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/alert"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/spanwatch/spanwatch/alert"
 )
 
 const childEnv = "SPANWATCH_NOTIFY_TEST_CHILD"

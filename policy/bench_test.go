@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,35 +9,24 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // A Config is one decoded and compiled rule file. It is immutable once
 // returned, so the detector can share it between goroutines and swap it
 // atomically on reload.
 type Config struct {
-	// Name is the file name given to Parse (the path for LoadFile).
+	// Name is the configuration file's name (the path for LoadFile).
 	Name string
 	// Budgets in file order.
 	Budgets  []*Budget
 	Rules    []*Rule
 	Policies []*Policy
-
-	// The sections other packages decode, as written: Webhooks and Routing
-	// (package notify), Sources (internal/usdt), Collector and ExternalURL
-	// (package agent), Metrics (package metrics: the Prometheus exporter),
-	// Listener (package agent: the HTTP listener's TLS, authentication and
-	// limits). A section that is absent has Kind 0.
-	Webhooks    yaml.Node
-	Routing     yaml.Node
-	Sources     yaml.Node
-	Collector   yaml.Node
-	ExternalURL yaml.Node
-	Metrics     yaml.Node
-	Listener    yaml.Node
 
 	// Limits bound the policies' evaluation (policy_limits:); zero fields
 	// are left to the detector's defaults.
@@ -60,14 +48,6 @@ type Config struct {
 	globBudgets  []*Budget
 }
 
-// A Position is where something was defined.
-type Position struct {
-	File      string
-	Line, Col int
-}
-
-func (p Position) String() string { return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col) }
-
 // A Budget is how long a span may take. The collector pushes budgets into
 // BPF; a span slower than its budget captures a stack and raises an
 // overrun alert.
@@ -88,7 +68,7 @@ type Budget struct {
 	// "alertname" replaces the default SpanOverBudget.
 	Labels      map[string]*Template
 	Annotations map[string]*Template
-	Pos         Position
+	Pos         section.Pos
 }
 
 // BudgetFor returns the budget of a span name: an exact entry wins over
@@ -143,7 +123,7 @@ type Rule struct {
 	KeepFiringFor time.Duration
 	Labels        map[string]*Template
 	Annotations   map[string]*Template
-	Pos           Position
+	Pos           section.Pos
 }
 
 // Options change how Parse reads referenced files.
@@ -170,8 +150,6 @@ func LoadFile(name string) (*Config, error) {
 	}
 	return Parse(name, data, Options{})
 }
-
-var topKeys = []string{"budgets", "rules", "policies", "external_labels", "webhooks", "routing", "sources", "collector", "external_url", "metrics", "listener", "policy_limits"}
 
 // LongestRange is how far back the ranges of the rules and policies
 // reach: what the detector keeps of every series' windows.
@@ -200,109 +178,131 @@ const DefaultOver = time.Minute
 // range in memory.
 const MaxOver = time.Hour
 
-// Parse decodes and compiles a rule file. name is used in error messages
-// and, unless opts.Dir is set, to resolve relative paths. Every problem
-// found is returned at once as an ErrorList.
+// Keys are the top-level sections of the configuration file that policy
+// decodes, in the order the file's documentation lists them.
+var Keys = []string{"budgets", "rules", "policies", "external_labels", "policy_limits"}
+
+// Parse decodes and compiles the rules of a configuration file held in
+// memory: its budgets:, rules:, policies:, external_labels: and
+// policy_limits: sections. The file's other top-level keys are left alone:
+// package config owns the file, decodes every section and reports unknown
+// keys; Parse serves tests and tools that need the rules alone. name is
+// used in error messages and, unless opts.Dir is set, to resolve relative
+// paths. Every problem found is returned at once as a section.ErrorList.
 func Parse(name string, data []byte, opts Options) (*Config, error) {
-	if len(data) > MaxFileBytes {
-		return nil, ErrorList{{File: name, Msg: fmt.Sprintf("file is larger than %d bytes", MaxFileBytes)}}
+	root, perr := section.ParseDocument(name, data)
+	if perr != nil {
+		return nil, section.ErrorList{perr}
 	}
-	d := &decoder{file: name, lines: strings.Split(string(data), "\n")}
-	cfg := &Config{Name: name, exactBudgets: map[string]*Budget{}}
+	d := section.NewDecoder(name, data)
+	s := NewSections(d, opts)
+	if root != nil {
+		d.Fields(root, "rule file", nil, func(key string, _, v *yaml.Node) {
+			if slices.Contains(Keys, key) {
+				s.Decode(key, v)
+			}
+		})
+	}
+	cfg := s.Finish()
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Sections decodes policy's sections of one configuration file into a
+// Config: Decode once for each section the file has, in file order, then
+// Finish. Package config drives it while it decodes the whole file; the
+// errors go to the file's section.Decoder.
+type Sections struct {
+	d           *decoder
+	cfg         *Config
+	opts        Options
+	dir         string
+	policyNodes []*yaml.Node
+	failed      bool
+}
+
+// NewSections returns a Sections decoding into d's file. opts.Dir (else
+// the file's directory) is where relative policy and data paths are read
+// from.
+func NewSections(d *section.Decoder, opts Options) *Sections {
+	s := &Sections{d: &decoder{d}, opts: opts, cfg: &Config{Name: d.File, exactBudgets: map[string]*Budget{}}}
 	if opts.FS == nil {
-		cfg.Files = append(cfg.Files, name)
+		s.cfg.Files = append(s.cfg.Files, d.File)
 	}
-	dir := opts.Dir
-	if dir == "" {
+	s.dir = opts.Dir
+	if s.dir == "" {
 		if opts.FS != nil {
-			dir = path.Dir(name)
+			s.dir = path.Dir(d.File)
 		} else {
-			dir = filepath.Dir(name)
+			s.dir = filepath.Dir(d.File)
 		}
 	}
+	return s
+}
 
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, ErrorList{yamlSyntaxError(name, data, err)}
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return nil, ErrorList{{File: name, Line: extra.Line, Col: extra.Column, Msg: "more than one YAML document: a rule file is one document"}}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, ErrorList{yamlError(name, err)}
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return cfg, nil // an empty file is a valid, empty rule file
-	}
-	if err := checkTree(name, &doc); err != nil {
-		return nil, ErrorList{err.(*Error)}
-	}
-	root := resolve(doc.Content[0])
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-		return cfg, nil
-	}
-
-	var policyNodes []*yaml.Node
-	d.fields(root, "rule file", topKeys, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "budgets":
-			for _, n := range d.seq(v, "budgets") {
-				if b := d.budget(n); b != nil {
-					cfg.Budgets = append(cfg.Budgets, b)
-				}
+// Decode decodes section key (one of Keys), whose value is v.
+func (s *Sections) Decode(key string, v *yaml.Node) {
+	d, cfg := s.d, s.cfg
+	before := d.Len()
+	switch key {
+	case "budgets":
+		for _, n := range d.seq(v, "budgets") {
+			if b := d.budget(n); b != nil {
+				cfg.Budgets = append(cfg.Budgets, b)
 			}
-		case "rules":
-			names := map[string]*Rule{}
-			for _, n := range d.seq(v, "rules") {
-				r := d.rule(n)
-				if r == nil {
-					continue
-				}
-				if first, dup := names[r.Name]; dup {
-					d.errorf(n, "duplicate rule name %q (first defined at line %d)", r.Name, first.Pos.Line)
-					continue
-				}
-				names[r.Name] = r
-				cfg.Rules = append(cfg.Rules, r)
-			}
-		case "policies":
-			policyNodes = d.seq(v, "policies")
-		case "webhooks":
-			cfg.Webhooks = *v
-		case "routing":
-			cfg.Routing = *v
-		case "sources":
-			cfg.Sources = *v
-		case "collector":
-			cfg.Collector = *v
-		case "external_labels":
-			cfg.ExternalLabels = d.externalLabels(v)
-		case "external_url":
-			cfg.ExternalURL = *v
-		case "metrics":
-			cfg.Metrics = *v
-		case "listener":
-			cfg.Listener = *v
-		case "policy_limits":
-			cfg.Limits = d.limits(v)
 		}
-	})
-	for _, b := range cfg.Budgets {
-		if s, ok := b.Span.Exact(); ok {
-			if first, dup := cfg.exactBudgets[s]; dup {
-				d.errorf(&yaml.Node{Line: b.Pos.Line, Column: b.Pos.Col}, "duplicate budget for span %q (first at line %d)", s, first.Pos.Line)
+	case "rules":
+		names := map[string]*Rule{}
+		for _, n := range d.seq(v, "rules") {
+			r := d.rule(n)
+			if r == nil {
 				continue
 			}
-			cfg.exactBudgets[s] = b
+			if first, dup := names[r.Name]; dup {
+				d.errorf(n, "duplicate rule name %q (first defined at line %d)", r.Name, first.Pos.Line)
+				continue
+			}
+			names[r.Name] = r
+			cfg.Rules = append(cfg.Rules, r)
+		}
+	case "policies":
+		// Compiled in Finish: the errors of the configuration file come
+		// before those of the files it names.
+		s.policyNodes = d.seq(v, "policies")
+	case "external_labels":
+		cfg.ExternalLabels = d.externalLabels(v)
+	case "policy_limits":
+		cfg.Limits = d.limits(v)
+	default:
+		panic("policy: Decode of section " + key)
+	}
+	if d.Len() > before {
+		s.failed = true
+	}
+}
+
+// Finish indexes the budgets and compiles the policies, and returns the
+// rules; nil when any of policy's sections had an error.
+func (s *Sections) Finish() *Config {
+	d, cfg := s.d, s.cfg
+	before := d.Len()
+	for _, b := range cfg.Budgets {
+		if name, ok := b.Span.Exact(); ok {
+			if first, dup := cfg.exactBudgets[name]; dup {
+				d.errorf(&yaml.Node{Line: b.Pos.Line, Column: b.Pos.Col}, "duplicate budget for span %q (first at line %d)", name, first.Pos.Line)
+				continue
+			}
+			cfg.exactBudgets[name] = b
 		} else {
 			cfg.globBudgets = append(cfg.globBudgets, b)
 		}
 	}
 
 	names := map[string]*Policy{}
-	rd := &fileReader{dir: dir, fsys: opts.FS}
-	for _, n := range policyNodes {
+	rd := &fileReader{dir: s.dir, fsys: s.opts.FS}
+	for _, n := range s.policyNodes {
 		p := d.policy(n, rd)
 		if p == nil {
 			continue
@@ -314,82 +314,24 @@ func Parse(name string, data []byte, opts Options) (*Config, error) {
 		names[p.Name] = p
 		cfg.Policies = append(cfg.Policies, p)
 		for _, f := range p.files {
-			if opts.FS == nil && !contains(cfg.Files, f) {
+			if s.opts.FS == nil && !slices.Contains(cfg.Files, f) {
 				cfg.Files = append(cfg.Files, f)
 			}
 		}
 	}
-	if len(d.errs) > 0 {
-		return nil, d.errs
+	if s.failed || d.Len() > before {
+		return nil
 	}
-	return cfg, nil
+	return cfg
 }
 
-// bisectMaxBytes bounds the files whose syntax errors are located by
-// bisection (rule files are far smaller).
-const bisectMaxBytes = 256 << 10
-
-// yamlSyntaxError reports a YAML syntax error at the line where it is. For
-// errors inside a block, yaml.v3 names the line where the block starts
-// (and counts it from 0); the line that breaks the document is the last
-// line of the shortest prefix that fails with the same message, found by
-// bisection. When no prefix reproduces the message, yaml.v3's line stands.
-func yamlSyntaxError(file string, data []byte, err error) *Error {
-	e := yamlError(file, err)
-	if len(data) > bisectMaxBytes {
-		return e // bisection re-parses up to log2(lines) prefixes: bound it
-	}
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	if len(lines) < 2 {
-		return e
-	}
-	fails := func(n int) (*Error, bool) {
-		var doc yaml.Node
-		perr := yaml.Unmarshal(bytes.Join(lines[:n], nil), &doc)
-		if perr == nil {
-			return nil, false
-		}
-		return yamlError(file, perr), true
-	}
-	lo, hi := 0, len(lines) // lines[:lo] parses (lo = 0: empty); lines[:hi] fails
-	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if _, bad := fails(mid); bad {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	if pe, bad := fails(hi); bad && pe.Msg == e.Msg {
-		e.Line = hi
-	}
-	return e
-}
-
-// yamlError turns a yaml.v3 syntax error ("yaml: line 3: ...") into an
-// Error with the line number.
-func yamlError(file string, err error) *Error {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "yaml: ")
-	e := &Error{File: file}
-	var line int
-	if n, _ := fmt.Sscanf(msg, "line %d:", &line); n == 1 {
-		e.Line = line
-		msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
-	}
-	e.Msg = "bad YAML: " + msg
-	return e
-}
-
-func (d *decoder) pos(n *yaml.Node) Position {
-	return Position{File: d.file, Line: n.Line, Col: n.Column}
-}
+func (d *decoder) pos(n *yaml.Node) section.Pos { return section.At(d.File, n) }
 
 var budgetKeys = []string{"span", "budget", "capture_stack", "kernel_stack", "alert", "labels", "annotations"}
 
 func (d *decoder) budget(n *yaml.Node) *Budget {
-	b := &Budget{CaptureStack: true, Alert: true, Pos: d.pos(resolve(n))}
-	ok := d.fields(n, "budget", budgetKeys, func(key string, k, v *yaml.Node) {
+	b := &Budget{CaptureStack: true, Alert: true, Pos: d.pos(section.Resolve(n))}
+	ok := d.Fields(n, "budget", budgetKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "span":
 			b.Span = d.glob(v, "budget span")
@@ -415,7 +357,7 @@ func (d *decoder) budget(n *yaml.Node) *Budget {
 	if !ok {
 		return nil
 	}
-	rn := resolve(n)
+	rn := section.Resolve(n)
 	if b.Span == nil && !hasKey(rn, "span") {
 		d.errorf(rn, "budget: missing span (an exact span name or a glob)")
 		return nil
@@ -431,12 +373,12 @@ func (d *decoder) budget(n *yaml.Node) *Budget {
 }
 
 func hasKey(n *yaml.Node, key string) bool {
-	n = resolve(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.MappingNode {
 		return false
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		if resolve(n.Content[i]).Value == key {
+		if section.Resolve(n.Content[i]).Value == key {
 			return true
 		}
 	}
@@ -446,10 +388,10 @@ func hasKey(n *yaml.Node, key string) bool {
 var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "match", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
-	rn := resolve(n)
+	rn := section.Resolve(n)
 	r := &Rule{Pos: d.pos(rn), Over: DefaultOver}
-	nerr := len(d.errs)
-	ok := d.fields(n, "rule", ruleKeys, func(key string, k, v *yaml.Node) {
+	nerr := d.Len()
+	ok := d.Fields(n, "rule", ruleKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "name":
 			if s, ok := d.name(v, "rule name"); ok {
@@ -487,7 +429,7 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 				if err != nil {
 					var ce *ConditionError
 					if errors.As(err, &ce) {
-						d.errorAt(v, ce.Offset, "when: %s", ce.Msg)
+						d.ErrorAt(v, ce.Offset, "when: %s", ce.Msg)
 					} else {
 						d.errorf(v, "when: %v", err)
 					}
@@ -531,7 +473,7 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 	case hasAnomaly && r.Anomaly != nil:
 		r.Kind = KindAnomaly
 	}
-	if len(d.errs) > nerr {
+	if d.Len() > nerr {
 		return nil
 	}
 	return r
@@ -541,9 +483,9 @@ var anomalyKeys = []string{"metric", "sensitivity", "warmup", "alpha", "directio
 
 func (d *decoder) anomaly(n *yaml.Node) *Anomaly {
 	a := &Anomaly{Sensitivity: 3, Warmup: DefaultWarmup, Alpha: DefaultAlpha, Direction: DirectionUp}
-	nerr := len(d.errs)
+	nerr := d.Len()
 	minCountSet := false
-	ok := d.fields(n, "anomaly", anomalyKeys, func(key string, k, v *yaml.Node) {
+	ok := d.Fields(n, "anomaly", anomalyKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "metric":
 			if s, ok := d.name(v, "anomaly metric"); ok {
@@ -597,11 +539,11 @@ func (d *decoder) anomaly(n *yaml.Node) *Anomaly {
 			}
 		}
 	})
-	if !ok || len(d.errs) > nerr {
+	if !ok || d.Len() > nerr {
 		return nil
 	}
 	if a.Metric == "" {
-		d.errorf(resolve(n), "anomaly: missing metric (one of %s)", metricList())
+		d.errorf(section.Resolve(n), "anomaly: missing metric (one of %s)", metricList())
 		return nil
 	}
 	if !minCountSet && a.Metric.IsLatency() {
@@ -615,13 +557,13 @@ func (d *decoder) anomaly(n *yaml.Node) *Anomaly {
 var policyKeys = []string{"file", "data", "name", "over", "for", "keep_firing_for"}
 
 func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
-	rn := resolve(n)
+	rn := section.Resolve(n)
 	spec := policySpec{pos: d.pos(rn), over: DefaultOver}
-	nerr := len(d.errs)
+	nerr := d.Len()
 	if rn.Kind == yaml.ScalarNode {
 		spec.file, _ = d.name(rn, "policy file")
 	} else {
-		d.fields(n, "policy", policyKeys, func(key string, k, v *yaml.Node) {
+		d.Fields(n, "policy", policyKeys, func(key string, k, v *yaml.Node) {
 			switch key {
 			case "file":
 				spec.file, _ = d.name(v, "policy file")
@@ -642,12 +584,12 @@ func (d *decoder) policy(n *yaml.Node, rd *fileReader) *Policy {
 			d.errorf(rn, "policy: missing file (a .rego file, relative to the rule file)")
 		}
 	}
-	if len(d.errs) > nerr || spec.file == "" {
+	if d.Len() > nerr || spec.file == "" {
 		return nil
 	}
 	p, errs := compilePolicy(context.Background(), spec, rd)
 	if len(errs) > 0 {
-		d.errs = append(d.errs, errs...)
+		d.Add(errs)
 		return nil
 	}
 	return p
@@ -661,7 +603,7 @@ func (d *decoder) over(n *yaml.Node) time.Duration {
 		return DefaultOver
 	}
 	if v > MaxOver {
-		d.errorf(n, "over: %s is longer than 1h, the longest range: the detector keeps every window of a range in memory", resolve(n).Value)
+		d.errorf(n, "over: %s is longer than 1h, the longest range: the detector keeps every window of a range in memory", section.Resolve(n).Value)
 		return DefaultOver
 	}
 	return v
@@ -670,12 +612,12 @@ func (d *decoder) over(n *yaml.Node) time.Duration {
 // externalLabels decodes external_labels: label names to plain strings
 // (no templates: they are the same on every alert).
 func (d *decoder) externalLabels(n *yaml.Node) map[string]string {
-	n = resolve(n)
+	n = section.Resolve(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return map[string]string{}
 	}
 	out := map[string]string{}
-	d.fields(n, "external_labels", nil, func(key string, k, v *yaml.Node) {
+	d.Fields(n, "external_labels", nil, func(key string, k, v *yaml.Node) {
 		switch {
 		case !labelNameRE.MatchString(key):
 			d.errorf(k, "external_labels: bad label name %q: want letters, digits and underscores, not starting with a digit", key)
@@ -684,7 +626,7 @@ func (d *decoder) externalLabels(n *yaml.Node) map[string]string {
 			d.errorf(k, "external_labels: alertname is set by each rule, policy and budget, not for all alerts")
 			return
 		}
-		vn := resolve(v)
+		vn := section.Resolve(v)
 		if vn.Kind == yaml.ScalarNode && vn.ShortTag() == "!!null" {
 			out[key] = "" // key: (nothing) removes a default label, like ""
 			return

@@ -7,6 +7,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/spanwatch/spanwatch/internal/typo"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -267,33 +268,11 @@ func suggestMetric(name string) string {
 	}
 	best, bestD := "", 3
 	for _, m := range Metrics {
-		if d := editDistance(lower, string(m)); d < bestD {
+		if d := typo.Distance(lower, string(m)); d < bestD {
 			best, bestD = string(m), d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between two short ASCII
-// strings.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func metricList() string {

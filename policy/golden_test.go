@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden .err files of testdata/bad")
@@ -33,7 +35,7 @@ func TestBadFiles(t *testing.T) {
 			if err == nil {
 				t.Fatalf("loaded without error: %d rules, %d policies", len(cfg.Rules), len(cfg.Policies))
 			}
-			var list ErrorList
+			var list section.ErrorList
 			if !errors.As(err, &list) {
 				t.Errorf("error is %T, want ErrorList", err)
 			}

@@ -7,6 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/rotate"
 )
 
@@ -54,25 +55,25 @@ var limitKeys = []string{"timeout", "memory"}
 
 func (d *decoder) limits(n *yaml.Node) Limits {
 	var l Limits
-	n = resolve(n)
+	n = section.Resolve(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return l
 	}
-	d.fields(n, "policy_limits", limitKeys, func(key string, k, v *yaml.Node) {
+	d.Fields(n, "policy_limits", limitKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "timeout":
 			t, ok := d.duration(v, "policy_limits.timeout")
 			switch {
 			case !ok:
 			case t <= 0 || t > MaxPolicyTimeout:
-				d.errorf(v, "policy_limits.timeout: %s is out of range: want more than 0 and at most %s (default %s)", resolve(v).Value, MaxPolicyTimeout, DefaultPolicyTimeout)
+				d.errorf(v, "policy_limits.timeout: %s is out of range: want more than 0 and at most %s (default %s)", section.Resolve(v).Value, MaxPolicyTimeout, DefaultPolicyTimeout)
 			default:
 				l.Timeout = t
 			}
 		case "memory":
-			v = resolve(v)
+			v = section.Resolve(v)
 			if v.Kind != yaml.ScalarNode || (v.ShortTag() != "!!str" && v.ShortTag() != "!!int") {
-				d.errorf(v, "policy_limits.memory must be a size such as 64MiB, not %s", kindName(v))
+				d.errorf(v, "policy_limits.memory must be a size such as 64MiB, not %s", section.KindName(v))
 				return
 			}
 			b, err := rotate.ParseSize(v.Value)

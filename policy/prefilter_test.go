@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 

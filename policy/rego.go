@@ -18,6 +18,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // Query is what spanwatch evaluates in every policy: a set of alert
@@ -44,7 +46,7 @@ type Policy struct {
 	// For and KeepFiringFor work as on YAML rules.
 	For           time.Duration
 	KeepFiringFor time.Duration
-	Pos           Position
+	Pos           section.Pos
 
 	files []string
 	query rego.PreparedEvalQuery
@@ -53,7 +55,7 @@ type Policy struct {
 }
 
 type policySpec struct {
-	pos           Position
+	pos           section.Pos
 	file          string
 	fileNode      *yaml.Node
 	data          []string
@@ -99,15 +101,15 @@ var sandboxCaps = sandboxCapabilities()
 
 const sandboxWhy = "policies run inside the agent on every snapshot and must not reach outside it; compute from input and data instead"
 
-func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Policy, ErrorList) {
+func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Policy, section.ErrorList) {
 	p := &Policy{Pos: spec.pos, Over: spec.over, For: spec.forDur, KeepFiringFor: spec.keepFiringFor}
 	p.File = rd.path(spec.file)
 	p.Name = spec.name
 	if p.Name == "" {
 		p.Name = strings.TrimSuffix(filepath.Base(spec.file), ".rego")
 	}
-	at := func(msg string, a ...any) ErrorList {
-		return ErrorList{{File: spec.pos.File, Line: spec.pos.Line, Col: spec.pos.Col, Msg: fmt.Sprintf(msg, a...)}}
+	at := func(msg string, a ...any) section.ErrorList {
+		return section.ErrorList{{File: spec.pos.File, Line: spec.pos.Line, Col: spec.pos.Col, Msg: fmt.Sprintf(msg, a...)}}
 	}
 	src, err := rd.read(p.File)
 	if err != nil {
@@ -120,14 +122,14 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 		return nil, astErrors(p.File, err)
 	}
 	if mod == nil {
-		return nil, ErrorList{{File: p.File, Msg: "empty policy: want a package spanwatch with an alerts rule"}}
+		return nil, section.ErrorList{{File: p.File, Msg: "empty policy: want a package spanwatch with an alerts rule"}}
 	}
 	if errs := scanDenied(p.File, mod); len(errs) > 0 {
 		return nil, errs
 	}
 	if got := mod.Package.Path.String(); got != "data.spanwatch" {
 		loc := mod.Package.Location
-		return nil, ErrorList{{File: p.File, Line: loc.Row, Col: loc.Col, Msg: fmt.Sprintf("package is %s: a spanwatch policy is package spanwatch and defines alerts (a set of {labels, annotations} objects)", strings.TrimPrefix(got, "data."))}}
+		return nil, section.ErrorList{{File: p.File, Line: loc.Row, Col: loc.Col, Msg: fmt.Sprintf("package is %s: a spanwatch policy is package spanwatch and defines alerts (a set of {labels, annotations} objects)", strings.TrimPrefix(got, "data."))}}
 	}
 	hasAlerts := false
 	for _, r := range mod.Rules {
@@ -136,7 +138,7 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 		}
 	}
 	if !hasAlerts {
-		return nil, ErrorList{{File: p.File, Line: mod.Package.Location.Row, Col: mod.Package.Location.Col, Msg: "policy defines no alerts rule: want e.g. alerts contains {\"labels\": {\"alertname\": \"X\"}} if { ... }"}}
+		return nil, section.ErrorList{{File: p.File, Line: mod.Package.Location.Row, Col: mod.Package.Location.Col, Msg: "policy defines no alerts rule: want e.g. alerts contains {\"labels\": {\"alertname\": \"X\"}} if { ... }"}}
 	}
 
 	data := map[string]any{}
@@ -150,11 +152,11 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 		}
 		obj, err := decodeData(full, raw)
 		if err != nil {
-			return nil, ErrorList{{File: full, Msg: err.Error()}}
+			return nil, section.ErrorList{{File: full, Msg: err.Error()}}
 		}
 		for k, v := range obj {
 			if _, dup := data[k]; dup {
-				return nil, ErrorList{{File: full, Msg: fmt.Sprintf("data key %q is also set by an earlier data file of policy %s", k, p.Name)}}
+				return nil, section.ErrorList{{File: full, Msg: fmt.Sprintf("data key %q is also set by an earlier data file of policy %s", k, p.Name)}}
 			}
 			data[k] = v
 		}
@@ -230,15 +232,15 @@ func unwrapPathError(err error) error {
 
 // scanDenied finds calls to denied builtins before compiling, so the error
 // says why instead of "undefined function".
-func scanDenied(file string, mod *ast.Module) ErrorList {
-	var errs ErrorList
+func scanDenied(file string, mod *ast.Module) section.ErrorList {
+	var errs section.ErrorList
 	report := func(ref ast.Ref, loc *ast.Location) {
 		name := ref.String()
 		why := deniedBuiltin(name)
 		if why == "" {
 			return
 		}
-		e := &Error{File: file, Msg: fmt.Sprintf("%s is not allowed in a spanwatch policy: %s; %s", name, why, sandboxWhy)}
+		e := &section.Error{File: file, Msg: fmt.Sprintf("%s is not allowed in a spanwatch policy: %s; %s", name, why, sandboxWhy)}
 		if loc != nil {
 			e.Line, e.Col = loc.Row, loc.Col
 		}
@@ -268,12 +270,12 @@ func scanDenied(file string, mod *ast.Module) ErrorList {
 }
 
 // astErrors turns OPA parse and compile errors into positioned Errors.
-func astErrors(file string, err error) ErrorList {
+func astErrors(file string, err error) section.ErrorList {
 	var aes ast.Errors
 	if errors.As(err, &aes) && len(aes) > 0 {
-		var out ErrorList
+		var out section.ErrorList
 		for _, ae := range aes {
-			e := &Error{File: file, Msg: ae.Message}
+			e := &section.Error{File: file, Msg: ae.Message}
 			if ae.Location != nil {
 				if ae.Location.File != "" {
 					e.File = ae.Location.File
@@ -292,7 +294,7 @@ func astErrors(file string, err error) ErrorList {
 		}
 		return out
 	}
-	return ErrorList{{File: file, Msg: err.Error()}}
+	return section.ErrorList{{File: file, Msg: err.Error()}}
 }
 
 // decodeData reads a JSON or YAML data file; its top level must be an
@@ -312,8 +314,8 @@ func decodeData(name string, raw []byte) (map[string]any, error) {
 			return nil, fmt.Errorf("bad YAML: %v", strings.TrimPrefix(err.Error(), "yaml: "))
 		}
 		if n.Kind != 0 {
-			if err := checkTree(name, &n); err != nil {
-				return nil, errors.New(err.(*Error).Msg)
+			if err := section.CheckTree(name, &n); err != nil {
+				return nil, errors.New(err.Msg)
 			}
 		}
 		if err := n.Decode(&v); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -146,14 +147,14 @@ func parseValueCondition(text string) (*Condition, error) {
 // label, or any other label of the series: cgroup, container, pod...) must
 // match its glob.
 func (d *decoder) labelMatchers(n *yaml.Node) map[string]*Glob {
-	n = resolve(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, "match must be a mapping of label names to globs, like {status: \"5*\"}, not %s", kindName(n))
+		d.errorf(n, "match must be a mapping of label names to globs, like {status: \"5*\"}, not %s", section.KindName(n))
 		return nil
 	}
 	out := map[string]*Glob{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), resolve(n.Content[i+1])
+		k, v := section.Resolve(n.Content[i]), section.Resolve(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode || k.Value == "" {
 			d.errorf(k, "match: label names must be strings")
 			continue
@@ -167,7 +168,7 @@ func (d *decoder) labelMatchers(n *yaml.Node) map[string]*Glob {
 			continue
 		}
 		if v.Kind != yaml.ScalarNode || v.ShortTag() == "!!null" {
-			d.errorf(v, "match: label %s: want a glob (a value, or * and ? patterns), not %s", k.Value, kindName(v))
+			d.errorf(v, "match: label %s: want a glob (a value, or * and ? patterns), not %s", k.Value, section.KindName(v))
 			continue
 		}
 		g, err := CompileGlob(v.Value)

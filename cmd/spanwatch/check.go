@@ -9,8 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/spanwatch/spanwatch/agent"
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/config"
 )
 
 func init() {
@@ -39,7 +38,7 @@ Examples:
 			printSchema := fs.Bool("schema", false, "print the configuration file's JSON Schema and exit")
 			return func(ctx context.Context, args []string) error {
 				if *printSchema {
-					_, err := os.Stdout.Write(policy.Schema())
+					_, err := os.Stdout.Write(config.Schema())
 					return err
 				}
 				if len(args) == 0 {
@@ -55,7 +54,7 @@ Examples:
 func checkFiles(w io.Writer, files []string) error {
 	failed := 0
 	for _, f := range files {
-		cfg, err := agent.Load(f, agent.LoadOptions{})
+		cfg, err := config.Load(f, config.LoadOptions{})
 		if err != nil {
 			failed++
 			fmt.Fprintf(w, "%s: FAILED\n", f)
@@ -76,7 +75,7 @@ func checkFiles(w io.Writer, files []string) error {
 // errorLines splits a configuration error into its problems, one per
 // line; a problem's own line breaks (a Rego compiler's) are indented.
 func errorLines(err error) []string {
-	var list agent.ErrorList
+	var list config.ErrorList
 	if !errors.As(err, &list) {
 		return []string{strings.ReplaceAll(err.Error(), "\n", "\n  ")}
 	}

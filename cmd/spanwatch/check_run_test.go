@@ -10,14 +10,15 @@ import (
 	"testing"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/config"
 )
 
-// TestCheckEqualsRun gives every broken file of agent/testdata/broken (at
+// TestCheckEqualsRun gives every broken file of config/testdata/broken (at
 // least 40, every section of the file) to check and to run: both fail,
 // with the same problems, and run fails before it starts the agent (before
 // anything is loaded into the kernel).
 func TestCheckEqualsRun(t *testing.T) {
-	files, err := filepath.Glob("../../agent/testdata/broken/*.yaml")
+	files, err := filepath.Glob("../../config/testdata/broken/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestCheckEqualsRun(t *testing.T) {
 	}
 	started := 0
 	saved := startAgent
-	startAgent = func(context.Context, *agent.Config, agent.Options) error { started++; return nil }
+	startAgent = func(context.Context, *config.Config, agent.Options) error { started++; return nil }
 	defer func() { startAgent = saved }()
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestCheckEqualsRun(t *testing.T) {
 		})
 	}
 	// A good file passes both, and run starts the agent with it.
-	good := "../../agent/testdata/good/minimal.yaml"
+	good := "../../config/testdata/good/minimal.yaml"
 	if err := checkFiles(&bytes.Buffer{}, []string{good}); err != nil {
 		t.Errorf("check %s: %v", good, err)
 	}

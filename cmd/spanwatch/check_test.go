@@ -11,18 +11,18 @@ import (
 
 func TestCheckFiles(t *testing.T) {
 	var out bytes.Buffer
-	err := checkFiles(&out, []string{"../../agent/testdata/good/minimal.yaml", "../../examples/rego/spanwatch.yaml"})
+	err := checkFiles(&out, []string{"../../config/testdata/good/minimal.yaml", "../../examples/rego/spanwatch.yaml"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "../../agent/testdata/good/minimal.yaml: OK (1 rules, 0 policies, 0 budgets)\n" +
+	want := "../../config/testdata/good/minimal.yaml: OK (1 rules, 0 policies, 0 budgets)\n" +
 		"../../examples/rego/spanwatch.yaml: OK (1 rules, 1 policies, 2 budgets)\n"
 	if out.String() != want {
 		t.Errorf("output:\n%s\nwant:\n%s", out.String(), want)
 	}
 
 	out.Reset()
-	err = checkFiles(&out, []string{"../../policy/testdata/bad/duplicate_rule.yaml", "../../agent/testdata/good/minimal.yaml", "../../policy/testdata/bad/rego_http_send.yaml"})
+	err = checkFiles(&out, []string{"../../policy/testdata/bad/duplicate_rule.yaml", "../../config/testdata/good/minimal.yaml", "../../policy/testdata/bad/rego_http_send.yaml"})
 	if err == nil || err.Error() != "2 of 3 files failed" {
 		t.Errorf("err = %v", err)
 	}

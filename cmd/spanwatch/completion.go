@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/config"
 )
 
 func init() {
@@ -42,12 +44,20 @@ the values of flags that take one of a few words, and file names.
 
 // flagWords are the values of flags that take one of a few words, by
 // flag name (the same in every command that has the flag).
-var flagWords = map[string][]string{
-	"source":     {"user_events", "marker"},
+var flagWords = mergeWords(config.FlagWords(), map[string][]string{
 	"format":     {"folded", "pprof", "json", "text"},
 	"value":      {"count", "duration"},
 	"log-format": {"text", "json"},
 	"sort":       sortKeyNames(),
+})
+
+// mergeWords adds more to words (the collector flags' words come from
+// their settings' rows, package config).
+func mergeWords(words, more map[string][]string) map[string][]string {
+	for k, v := range more {
+		words[k] = v
+	}
+	return words
 }
 
 // subWords are the words a command takes as its first argument, when they

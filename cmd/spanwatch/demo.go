@@ -19,6 +19,7 @@ import (
 	"github.com/spanwatch/spanwatch/agent"
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -57,16 +58,16 @@ Examples:
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			runFor := duration.Flag(fs, "duration", 10*time.Second, "run for `DURATION` (0: until interrupted)")
 			printConfig := fs.Bool("print-config", false, "print the built-in rule file and exit")
-			config := fs.String("config", "", "use this rule `FILE` instead of the built-in one (its webhooks get the alerts)")
+			configFile := fs.String("config", "", "use this rule `FILE` instead of the built-in one (its webhooks get the alerts)")
 			jsonOut := fs.Bool("json", false, "print only JSON lines on stdout: snapshots, and {\"alert\": ...} for each alert")
 			logs := newLogFlags(fs)
-			cflags := newCollectorFlags(fs)
+			cflags := config.NewCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
 				if *printConfig {
 					_, err := os.Stdout.Write(demoConfig)
 					return err
 				}
-				return runDemo(ctx, os.Stdout, os.Stderr, demoOptions{duration: *runFor, json: *jsonOut, logs: logs, load: cflags.loadOptions(), config: *config})
+				return runDemo(ctx, os.Stdout, os.Stderr, demoOptions{duration: *runFor, json: *jsonOut, logs: logs, load: cflags.LoadOptions(), config: *configFile})
 			}
 		},
 	})
@@ -77,7 +78,7 @@ type demoOptions struct {
 	duration time.Duration
 	json     bool
 	logs     *logFlags
-	load     agent.LoadOptions
+	load     config.LoadOptions
 }
 
 // runDemo runs the agent over the built-in workload. Tables, alerts and
@@ -100,12 +101,12 @@ func runDemo(ctx context.Context, w, errw io.Writer, o demoOptions) error {
 	lo.Collector.Binaries = append(lo.Collector.Binaries, exe)
 	lo.Collector.ScanInterval = -1
 	lo.Flags["scan_interval"] = "demo"
-	var cfg *agent.Config
+	var cfg *config.Config
 	if o.config != "" {
-		cfg, err = agent.Load(o.config, lo)
+		cfg, err = config.Load(o.config, lo)
 	} else {
 		lo.Dir = "."
-		cfg, err = agent.Parse("demo.yaml (built-in)", demoConfig, lo)
+		cfg, err = config.Parse("demo.yaml (built-in)", demoConfig, lo)
 	}
 	if err != nil {
 		return configError(err)

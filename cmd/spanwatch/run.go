@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/rotate"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -66,7 +67,7 @@ Examples:
   spanwatch run --config rules.yaml --metrics-addr :9464 --external-url http://$NODE_IP:9464
   spanwatch run --config rules.yaml --metrics-addr :9464 --web.config.file /etc/spanwatch/web.yml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			config := fs.String("config", "", "the configuration `FILE` (budgets, rules, policies, webhooks, sources, collector)")
+			configFile := fs.String("config", "", "the configuration `FILE` (budgets, rules, policies, webhooks, sources, collector)")
 			output := fs.String("output", "", "write each snapshot as a JSON line to `FILE` (- for stdout)")
 			metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /snapshot and /api/* on `ADDR`, e.g. 127.0.0.1:9464")
 			webConfig := fs.String("web.config.file", "", "TLS and basic authentication for the listener: a Prometheus exporter web configuration `FILE` (overrides listener.web_config_file)")
@@ -75,18 +76,18 @@ Examples:
 			maxSize := fs.String("output-max-size", "", "rotate --output when it would grow past `SIZE` (e.g. 100M, 1GiB; default: never)")
 			keep := fs.Int("output-keep", 5, "keep `N` rotated files of --output (FILE.1 the newest ... FILE.N)")
 			maxLine := fs.String("output-max-line", "1MiB", "split a snapshot longer than `SIZE` over several lines of --output (parts that spanwatch test and stacks join; at least 16KiB)")
-			cflags := newCollectorFlags(fs)
+			cflags := config.NewCollectorFlags(fs)
 			return func(ctx context.Context, args []string) error {
-				if *config == "" {
+				if *configFile == "" {
 					return usageErrorf("--config FILE is required (try \"spanwatch demo\" for a built-in one)")
 				}
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
 				}
-				lo := cflags.loadOptions()
+				lo := cflags.LoadOptions()
 				lo.ExternalURL = *externalURL
 				lo.WebConfigFile = *webConfig
-				cfg, err := agent.Load(*config, lo)
+				cfg, err := config.Load(*configFile, lo)
 				if err != nil {
 					return configError(err)
 				}
@@ -127,7 +128,7 @@ Examples:
 
 // startAgent starts the agent and runs it until ctx ends; tests replace it
 // to see that a bad file stops run before anything is loaded.
-var startAgent = func(ctx context.Context, cfg *agent.Config, opts agent.Options) error {
+var startAgent = func(ctx context.Context, cfg *config.Config, opts agent.Options) error {
 	a, err := agent.New(cfg, opts)
 	if err != nil {
 		return err

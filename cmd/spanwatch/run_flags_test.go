@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/rotate"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -22,14 +23,14 @@ import (
 // error before anything starts.
 func TestRunOutputAndLogFlags(t *testing.T) {
 	dir := t.TempDir()
-	config := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(config, []byte("budgets:\n  - {span: x, budget: 1s}\n"), 0o644); err != nil {
+	configPath := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(configPath, []byte("budgets:\n  - {span: x, budget: 1s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	saved := startAgent
 	defer func() { startAgent = saved }()
 	var got agent.Options
-	startAgent = func(_ context.Context, _ *agent.Config, opts agent.Options) error {
+	startAgent = func(_ context.Context, _ *config.Config, opts agent.Options) error {
 		got = opts
 		if opts.Output == nil {
 			return nil
@@ -45,7 +46,7 @@ func TestRunOutputAndLogFlags(t *testing.T) {
 	}
 	out := filepath.Join(dir, "snapshots.jsonl")
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"run", "--config", config, "--output", out, "--output-max-size", "1k", "--output-keep", "2", "--log-format", "json"}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"run", "--config", configPath, "--output", out, "--output-max-size", "1k", "--output-keep", "2", "--log-format", "json"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("run: exit %d\n%s", code, stderr.String())
 	}
 	if _, ok := got.Output.(*rotate.File); !ok {
@@ -85,13 +86,13 @@ func TestRunOutputAndLogFlags(t *testing.T) {
 		{[]string{"--interval", "1x"}, "unknown unit"},
 	} {
 		stderr.Reset()
-		args := append([]string{"run", "--config", config}, tc.args...)
+		args := append([]string{"run", "--config", configPath}, tc.args...)
 		if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
 			t.Errorf("spanwatch %s: exit %d, %q; want 2 and %q", strings.Join(args, " "), code, stderr.String(), tc.want)
 		}
 	}
 	// One duration syntax on the command line too: 1d is a day.
-	if code := run([]string{"run", "--config", config, "--interval", "1d"}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"run", "--config", configPath, "--interval", "1d"}, &stdout, &stderr); code != 0 {
 		t.Errorf("--interval 1d: exit %d\n%s", code, stderr.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/agent"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -43,20 +44,21 @@ Examples:
   sudo spanwatch top --filter 'namespace=shop,process=!envoy'
   sudo spanwatch top -n 3 > spans.txt    # three refreshes, no screen control`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			config := fs.String("config", "", "take budgets from this rule `FILE`")
+			configFile := fs.String("config", "", "take budgets from this rule `FILE`")
 			rows := fs.Int("rows", 30, "show at most `N` spans")
 			n := fs.Int("n", 0, "exit after `N` refreshes (0: until interrupted); output is plain text")
 			logs := newLogFlags(fs)
 			sortBy := fs.String("sort", "rate", "order the table by `KEY`: rate, errors, p50, p90, p99, max, over, span, process")
 			filter := fs.String("filter", "", "show only series matching `FILTER`: LABEL=GLOB,... or a span GLOB")
-			cflags := newCollectorFlags(fs)
-			fs.Lookup("interval").DefValue = "1s"
-			cflags.s.Interval = time.Second
+			cflags := config.NewCollectorFlags(fs)
+			if err := cflags.SetDefault("interval", "1s"); err != nil {
+				panic(err)
+			}
 			return func(ctx context.Context, args []string) error {
-				lo := cflags.loadOptions()
-				cfg, err := agent.Parse("(none)", nil, lo)
-				if *config != "" {
-					cfg, err = agent.Load(*config, lo)
+				lo := cflags.LoadOptions()
+				cfg, err := config.Parse("(none)", nil, lo)
+				if *configFile != "" {
+					cfg, err = config.Load(*configFile, lo)
 				}
 				if err != nil {
 					return configError(err)

@@ -55,7 +55,11 @@ func TestRulesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := notify.ParseConfig("rules.yaml", &cfg.Webhooks, &cfg.Routing); err != nil {
+	data, err := os.ReadFile("rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := notify.ParseConfigFile("rules.yaml", data); err != nil {
 		t.Fatal(err)
 	}
 	for _, span := range []string{"checkout", "payment.charge"} {

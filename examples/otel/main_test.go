@@ -52,7 +52,11 @@ func TestSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := notify.ParseConfig("rules.yaml", &cfg.Webhooks, &cfg.Routing); err != nil {
+	data, err := os.ReadFile("rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := notify.ParseConfigFile("rules.yaml", data); err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]int{}

@@ -1,18 +1,18 @@
 package duration_test
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/spanwatch/spanwatch/metrics"
-	"github.com/spanwatch/spanwatch/notify"
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/config"
 )
 
-// TestEverySectionOneSyntax parses one rule file whose every duration uses
-// the units Go's time.ParseDuration lacks (d, w) or fractions, through each
-// package that decodes a section of it, and checks each got the same
-// value: there is one duration syntax, not one per section.
+// TestEverySectionOneSyntax parses one configuration file whose every
+// duration uses the units Go's time.ParseDuration lacks (d, w) or
+// fractions, through package config, which hands each section to the
+// package that decodes it, and checks each got the same value: there is
+// one duration syntax, not one per section.
 func TestEverySectionOneSyntax(t *testing.T) {
 	const day = 24 * time.Hour
 	src := []byte(`
@@ -35,20 +35,19 @@ webhooks:
     max_age: 2d
 metrics:
   series_ttl: 1d
+routing:
+  outbox: {path: ` + filepath.Join(t.TempDir(), "outbox.db") + `}
 `)
-	cfg, err := policy.Parse("rules.yaml", src, policy.Options{})
+	all, err := config.Parse("rules.yaml", src, config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := all.Rules
 	r := cfg.Rules[0]
 	if r.For != day || r.KeepFiringFor != 7*day || cfg.Budgets[0].Budget != 1500*time.Millisecond {
 		t.Errorf("rules: for %v, keep_firing_for %v, budget %v", r.For, r.KeepFiringFor, cfg.Budgets[0].Budget)
 	}
-	n, err := notify.ParseConfig("rules.yaml", &cfg.Webhooks, &cfg.Routing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := n.Webhooks[0]
+	w := all.Notify.Webhooks[0]
 	for name, got := range map[string]time.Duration{
 		"timeout": w.Timeout.D(), "group_wait": w.GroupWait.D(), "group_interval": w.GroupInterval.D(),
 		"repeat_interval": w.RepeatInterval.D(), "max_age": w.MaxAge.D(),
@@ -58,11 +57,7 @@ metrics:
 			t.Errorf("webhooks: %s = %v, want %v", name, got, want)
 		}
 	}
-	m, err := metrics.ParseConfig("rules.yaml", &cfg.Metrics)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.SeriesTTL != day {
+	if m := all.Metrics; m.SeriesTTL != day {
 		t.Errorf("metrics: series_ttl = %v, want 1d", m.SeriesTTL)
 	}
 }

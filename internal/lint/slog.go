@@ -13,6 +13,10 @@ import (
 // digits may follow the first letter ("ipv6_listen", "http2").
 var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
 
+// keySpellings are the keys the house spells one way everywhere, by the
+// spelling it refuses: a log reader greps one key for every error.
+var keySpellings = map[string]string{"err": "error"}
+
 // IsSnakeCase reports whether s is a snake_case name.
 func IsSnakeCase(s string) bool { return snakeCase.MatchString(s) }
 
@@ -46,7 +50,8 @@ var attrFuncs = map[string]bool{
 
 // CheckSlog returns the calls in files (type-checked into info) that log
 // through log/slog with a message that is not a snake_case string constant,
-// or a key that is not a snake_case string constant.
+// or a key that is not a snake_case string constant, or a key the house
+// spells otherwise ("err" for "error").
 func CheckSlog(fset *token.FileSet, files []*ast.File, info *types.Info) []Problem {
 	var probs []Problem
 	report := func(n ast.Node, format string, args ...any) {
@@ -105,6 +110,8 @@ func checkKey(info *types.Info, key ast.Expr, report func(ast.Node, string, ...a
 		report(key, "slog key is not a string constant")
 	case !IsSnakeCase(s):
 		report(key, "slog key %q is not snake_case", s)
+	case keySpellings[s] != "":
+		report(key, "slog key %q: the house spells it %q", s, keySpellings[s])
 	}
 }
 

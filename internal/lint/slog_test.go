@@ -128,7 +128,7 @@ func TestCheckSlog(t *testing.T) {
 			l.ErrorContext(ctx, "send_failed", slog.String("url_host", "x"), "attempt", 2)
 			l.Debug(name, args...)`, []string{"slog message is not a string constant"}},
 		{"sentence", `l.Info("Reloaded rules")`, []string{`slog message "Reloaded rules" is not a snake_case`}},
-		{"spaced message", `slog.Error("send failed", "err", err)`, []string{`"send failed"`}},
+		{"spaced message", `slog.Error("send failed", "error", err)`, []string{`"send failed"`}},
 		{"dynamic message", `l.Warn("x: " + name)`, []string{"not a string constant"}},
 		{"camel key", `l.Info("started", "listenAddr", ":1")`, []string{`slog key "listenAddr" is not snake_case`}},
 		{"spaced key", `l.WarnContext(ctx, "started", "listen addr", ":1")`, []string{`slog key "listen addr"`}},

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // A Resolver turns an operand's name, as written in a predicate or a label
@@ -195,21 +197,7 @@ func (e *SyntaxError) Error() string { return e.Msg }
 //	arg2 => 500
 //	     ^
 func (e *SyntaxError) Caret(indent string) string {
-	line, off := e.Text, e.Offset
-	// One line of the text: the one the offset is in.
-	if i := strings.LastIndexByte(line[:min(off, len(line))], '\n'); i >= 0 {
-		line, off = line[i+1:], off-i-1
-	}
-	if i := strings.IndexByte(line, '\n'); i >= 0 {
-		line = line[:i]
-	}
-	pad := strings.Map(func(r rune) rune {
-		if r == '\t' {
-			return '\t'
-		}
-		return ' '
-	}, line[:min(off, len(line))])
-	return indent + line + "\n" + indent + pad + "^"
+	return section.Caret(e.Text, e.Offset, indent)
 }
 
 // maxDepth bounds nesting (parentheses, not), so a hostile predicate

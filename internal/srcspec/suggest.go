@@ -1,6 +1,10 @@
 package srcspec
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/spanwatch/spanwatch/internal/typo"
+)
 
 // Nearest returns the candidate closest to name, for "did you mean"
 // hints: one that differs only in "__" against "_" (USDT probe names are
@@ -28,30 +32,9 @@ func Nearest(name string, candidates []string) string {
 		if c == name {
 			continue
 		}
-		if d := editDistance(n, norm(c)); d < bestD {
+		if d := typo.Distance(n, norm(c)); d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of two strings, by bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

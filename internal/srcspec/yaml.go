@@ -7,122 +7,88 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
-// ScalarPos returns the line and column of byte off of scalar node n's
-// value in its file: past the opening quote of a quoted scalar, on the
-// line it is on in a block scalar. Escapes in a double-quoted scalar are
-// not accounted for.
-func ScalarPos(n *yaml.Node, off int) (line, col int) {
-	line, col = n.Line, n.Column
-	switch n.Style {
-	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
-		col++
-	case yaml.LiteralStyle, yaml.FoldedStyle:
-		// The value starts on the line after the indicator, at the
-		// block's indentation, which yaml.v3 does not report: count
-		// lines only.
-		line++
-		line += strings.Count(n.Value[:min(off, len(n.Value))], "\n")
-		return line, 0
-	}
-	v := n.Value[:min(off, len(n.Value))]
-	if i := strings.LastIndexByte(v, '\n'); i >= 0 {
-		return line + strings.Count(v, "\n"), off - i
-	}
-	return line, col + off
-}
-
-// position renders file:line:col of byte off of scalar n.
-func position(file string, n *yaml.Node, off int) string {
-	line, col := ScalarPos(n, off)
-	if col == 0 {
-		return fmt.Sprintf("%s:%d", file, line)
-	}
-	return fmt.Sprintf("%s:%d:%d", file, line, col)
-}
-
-// ErrorAt returns an error at byte off of scalar n, "file:line:col: msg",
-// followed by the scalar and a caret under that byte.
-func ErrorAt(file string, n *yaml.Node, off int, msg string) error {
-	se := &SyntaxError{Text: n.Value, Offset: off, Msg: msg}
-	return fmt.Errorf("%s: %s\n%s", position(file, n, off), msg, se.Caret("\t"))
-}
-
 // DecodePredicate parses the predicate in scalar node n (an error: option)
-// with the source's operands. Its error is "file:line:col: msg" at the
-// offending byte, with the predicate and a caret under that byte.
-func DecodePredicate(file string, n *yaml.Node, resolve Resolver) (*Predicate, error) {
+// with the source's operands, reporting into d: a syntax error at the
+// offending byte, with the predicate and a caret under that byte. It
+// returns nil on error.
+func DecodePredicate(d *section.Decoder, n *yaml.Node, resolve Resolver) *Predicate {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return nil, fmt.Errorf("%s:%d:%d: error must be a predicate, like \"arg2 >= 500\"", file, n.Line, n.Column)
+		d.Errorf(n, "error must be a predicate, like \"arg2 >= 500\"")
+		return nil
 	}
 	if strings.TrimSpace(n.Value) == "" {
-		return nil, fmt.Errorf("%s:%d:%d: error must not be empty: write a predicate, like \"arg2 >= 500\"", file, n.Line, n.Column)
+		d.Errorf(n, "error must not be empty: write a predicate, like \"arg2 >= 500\"")
+		return nil
 	}
 	p, err := ParsePredicate(n.Value, resolve)
 	if err != nil {
 		var se *SyntaxError
 		if errors.As(err, &se) {
-			return nil, ErrorAt(file, n, se.Offset, "error: "+se.Msg)
+			d.ErrorInScalar(n, se.Offset, "error: "+se.Msg)
+		} else {
+			d.Errorf(n, "error: %v", err)
 		}
-		return nil, fmt.Errorf("%s:%d:%d: error: %w", file, n.Line, n.Column, err)
+		return nil
 	}
-	return p, nil
+	return p
 }
 
 // DecodeLabels decodes a labels: mapping of label names to operands
-// ({status: arg2}), in file order. Every problem is returned, each at its
-// file:line:col.
-func DecodeLabels(file string, n *yaml.Node, resolve Resolver) ([]Label, []error) {
-	var errs []error
-	at := func(x *yaml.Node, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s:%d:%d: %s", file, x.Line, x.Column, fmt.Sprintf(format, a...)))
-	}
+// ({status: arg2}), in file order, reporting every problem into d. ok is
+// false when there was one.
+func DecodeLabels(d *section.Decoder, n *yaml.Node, resolve Resolver) (labels []Label, ok bool) {
+	before := d.Len()
 	if n.Kind != yaml.MappingNode {
-		at(n, "labels must be a mapping of label names to operands, like {status: arg2}")
-		return nil, errs
+		d.Errorf(n, "labels must be a mapping of label names to operands, like {status: arg2}")
+		return nil, false
 	}
 	if len(n.Content)/2 > MaxLabels {
-		at(n, "%d labels: a series carries at most %d", len(n.Content)/2, MaxLabels)
+		d.Errorf(n, "%d labels: a series carries at most %d", len(n.Content)/2, MaxLabels)
 	}
 	var out []Label
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
-			at(k, "label names must be strings")
+			d.Errorf(k, "label names must be strings")
 			continue
 		}
 		if err := CheckLabelName(k.Value); err != nil {
-			at(k, "%v", err)
+			d.Errorf(k, "%v", err)
 			continue
 		}
 		if seen[k.Value] {
-			at(k, "label %s given twice", k.Value)
+			d.Errorf(k, "label %s given twice", k.Value)
 			continue
 		}
 		seen[k.Value] = true
 		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
-			at(v, "label %s: want an operand, like arg2", k.Value)
+			d.Errorf(v, "label %s: want an operand, like arg2", k.Value)
 			continue
 		}
 		idx, err := resolve(v.Value)
 		if err != nil {
-			at(v, "label %s: %v", k.Value, err)
+			d.Errorf(v, "label %s: %v", k.Value, err)
 			continue
 		}
 		out = append(out, Label{Name: k.Value, Operand: idx, OperandName: v.Value})
 	}
-	return out, errs
+	return out, d.Len() == before
 }
 
-// DecodeLabelCap decodes label_cap: 1 to MaxLabelCap distinct values.
-func DecodeLabelCap(file string, n *yaml.Node) (int, error) {
+// DecodeLabelCap decodes label_cap: 1 to MaxLabelCap distinct values,
+// reporting a bad one into d.
+func DecodeLabelCap(d *section.Decoder, n *yaml.Node) (int, bool) {
 	v, err := strconv.ParseInt(n.Value, 0, 64)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" || err != nil || v < 1 || v > MaxLabelCap {
-		return 0, fmt.Errorf("%s:%d:%d: label_cap must be an integer from 1 to %d (distinct values kept per label; later ones are keyed \"other\")", file, n.Line, n.Column, MaxLabelCap)
+		d.Errorf(n, "label_cap must be an integer from 1 to %d (distinct values kept per label; later ones are keyed \"other\")", MaxLabelCap)
+		return 0, false
 	}
-	return int(v), nil
+	return int(v), true
 }
 
 // MaxMetricName is the longest metric name: a series name's room.

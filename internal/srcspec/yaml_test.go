@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // valueOf returns the node of key in the first mapping of doc.
@@ -24,6 +26,30 @@ func valueOf(t *testing.T, doc, key string) *yaml.Node {
 	return nil
 }
 
+// decodePredicate, decodeLabels and decodeLabelCap run the decoders on a
+// decoder of their own and return what it collected.
+func decodePredicate(file string, n *yaml.Node, r Resolver) (*Predicate, error) {
+	d := section.NewDecoder(file, nil)
+	p := DecodePredicate(d, n, r)
+	return p, d.Err()
+}
+
+func decodeLabels(file string, n *yaml.Node, r Resolver) ([]Label, []error) {
+	d := section.NewDecoder(file, nil)
+	ls, _ := DecodeLabels(d, n, r)
+	var errs []error
+	for _, e := range d.Errors() {
+		errs = append(errs, e)
+	}
+	return ls, errs
+}
+
+func decodeLabelCap(file string, n *yaml.Node) (int, error) {
+	d := section.NewDecoder(file, nil)
+	v, _ := DecodeLabelCap(d, n)
+	return v, d.Err()
+}
+
 func TestDecodePredicatePositions(t *testing.T) {
 	for _, tc := range []struct {
 		doc, want string
@@ -36,7 +62,7 @@ func TestDecodePredicatePositions(t *testing.T) {
 		{"error: [a]\n", "f.yaml:1:8: error must be a predicate"},
 		{"error: ''\n", "f.yaml:1:8: error must not be empty"},
 	} {
-		_, err := DecodePredicate("f.yaml", valueOf(t, tc.doc, "error"), argResolver)
+		_, err := decodePredicate("f.yaml", valueOf(t, tc.doc, "error"), argResolver)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%q:\n%v\nwant:\n%s", tc.doc, err, tc.want)
 		}
@@ -44,7 +70,7 @@ func TestDecodePredicatePositions(t *testing.T) {
 }
 
 func TestDecodeLabels(t *testing.T) {
-	got, errs := DecodeLabels("f.yaml", valueOf(t, "labels: {status: arg2, method: arg3}\n", "labels"), argResolver)
+	got, errs := decodeLabels("f.yaml", valueOf(t, "labels: {status: arg2, method: arg3}\n", "labels"), argResolver)
 	if len(errs) != 0 || len(got) != 2 || got[0] != (Label{"status", 2, "arg2"}) || got[1] != (Label{"method", 3, "arg3"}) {
 		t.Fatalf("got %+v, %v", got, errs)
 	}
@@ -61,7 +87,7 @@ func TestDecodeLabels(t *testing.T) {
 		{"labels: {status: }\n", []string{"f.yaml:1:18: label status: want an operand"}},
 		{"labels:\n  a: arg1\n  a: arg2\n", []string{"f.yaml:3:3: label a given twice"}},
 	} {
-		_, errs := DecodeLabels("f.yaml", valueOf(t, tc.doc, "labels"), argResolver)
+		_, errs := decodeLabels("f.yaml", valueOf(t, tc.doc, "labels"), argResolver)
 		if len(errs) != len(tc.want) {
 			t.Errorf("%q: errors %v, want %d", tc.doc, errs, len(tc.want))
 			continue
@@ -85,11 +111,11 @@ func TestLabelsEncode(t *testing.T) {
 }
 
 func TestDecodeLabelCap(t *testing.T) {
-	if v, err := DecodeLabelCap("f.yaml", valueOf(t, "label_cap: 20\n", "label_cap")); err != nil || v != 20 {
+	if v, err := decodeLabelCap("f.yaml", valueOf(t, "label_cap: 20\n", "label_cap")); err != nil || v != 20 {
 		t.Errorf("20: %d, %v", v, err)
 	}
 	for _, doc := range []string{"label_cap: 0\n", "label_cap: 10001\n", "label_cap: x\n", "label_cap: 1.5\n"} {
-		if _, err := DecodeLabelCap("f.yaml", valueOf(t, doc, "label_cap")); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:1:12: label_cap must be") {
+		if _, err := decodeLabelCap("f.yaml", valueOf(t, doc, "label_cap")); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:1:12: label_cap must be") {
 			t.Errorf("%q: %v", doc, err)
 		}
 	}

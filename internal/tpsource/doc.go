@@ -1,5 +1,6 @@
 // Package tpsource describes span sources on user_events tracepoints, as
-// the sources: section of a rule file declares them (ParseSources):
+// the sources: section of a rule file declares them (DecodeSources, which
+// package config calls for the user_events: and eventheader: lists):
 //
 //   - user_events: any user_event registered by any process, its payload
 //     cast by the field offsets of the kernel's own format file (no header

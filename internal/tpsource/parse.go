@@ -1,14 +1,15 @@
 package tpsource
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
+	"github.com/spanwatch/spanwatch/internal/typo"
 )
 
 // MaxOperands bounds the fields an error: predicate and labels: read:
@@ -21,72 +22,41 @@ var MaxOperands = map[Kind]int{UserEvents: srcspec.MaxOperands, EventHeader: 8}
 // SPAN_NAME_LEN (128) bytes with room for the terminating NUL.
 const MaxSpanName = 127
 
-// ParseSources decodes the user_events: and eventheader: lists of a rule
-// file's sources: section (node is the section's value; the usdt: list is
-// internal/usdt's and is skipped here). Every error is reported, joined,
-// as "file:line:col: message".
-func ParseSources(filename string, node *yaml.Node) ([]Source, error) {
-	d := &decoder{file: filename}
-	if node == nil {
-		return nil, nil
+// DecodeSources decodes the user_events: or eventheader: list (kind) of
+// the configuration file's sources: section (n is the list), reporting
+// every problem into d at its position. Package config calls it for the
+// configuration file.
+func DecodeSources(d *section.Decoder, kind Kind, n *yaml.Node) []Source {
+	td := &decoder{d}
+	n = section.Resolve(n)
+	if section.IsNull(n) {
+		return nil
 	}
-	node = deref(node)
-	if node.Kind == yaml.DocumentNode && len(node.Content) == 1 {
-		node = deref(node.Content[0])
+	if n.Kind != yaml.SequenceNode {
+		td.errorf(n, "sources.%s must be a list of span sources", kind)
+		return nil
 	}
-	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
-		return nil, nil
-	}
-	if node.Kind != yaml.MappingNode {
-		d.errorf(node, "sources must be a mapping")
-		return nil, errors.Join(d.errs...)
-	}
+	before := d.Len()
 	var out []Source
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		k, v := deref(node.Content[i]), deref(node.Content[i+1])
-		kind := Kind(k.Value)
-		if kind != UserEvents && kind != EventHeader {
-			continue // usdt:, and unknown keys, are internal/usdt's to report
-		}
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			continue
-		}
-		if v.Kind != yaml.SequenceNode {
-			d.errorf(v, "sources.%s must be a list of span sources", kind)
-			continue
-		}
-		for _, item := range v.Content {
-			if s, ok := d.source(kind, item); ok {
-				out = append(out, s)
-			}
+	for _, item := range n.Content {
+		if s, ok := td.source(kind, item); ok {
+			out = append(out, s)
 		}
 	}
-	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
+	if d.Len() > before {
+		return nil
 	}
-	return out, nil
+	return out
 }
 
 type decoder struct {
-	file string
-	errs []error
+	*section.Decoder
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func (d *decoder) pos(n *yaml.Node) string { return fmt.Sprintf("%s:%d:%d", d.file, n.Line, n.Column) }
-
-func (d *decoder) errorf(n *yaml.Node, format string, a ...any) {
-	d.errs = append(d.errs, fmt.Errorf("%s: %s", d.pos(n), fmt.Sprintf(format, a...)))
-}
+func (d *decoder) errorf(n *yaml.Node, format string, a ...any) { d.Errorf(n, format, a...) }
 
 func (d *decoder) str(n *yaml.Node, what string) (string, bool) {
-	n = deref(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		d.errorf(n, "%s must be a string", what)
 		return "", false
@@ -114,7 +84,7 @@ func (d *decoder) name(n *yaml.Node, what string) (string, bool) {
 }
 
 func (d *decoder) uint(n *yaml.Node, what string, max uint64) (uint64, bool) {
-	n = deref(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		d.errorf(n, "%s must be an integer", what)
 		return 0, false
@@ -130,7 +100,7 @@ func (d *decoder) uint(n *yaml.Node, what string, max uint64) (uint64, bool) {
 // field decodes a field: a name, a dotted path (EventHeader), or a list
 // of names (EventHeader, for names that contain dots).
 func (d *decoder) field(kind Kind, n *yaml.Node, what string) (Field, bool) {
-	n = deref(n)
+	n = section.Resolve(n)
 	if n.Kind == yaml.SequenceNode {
 		if kind != EventHeader {
 			d.errorf(n, "%s: a user_event field is one name", what)
@@ -216,9 +186,9 @@ func (s *Source) resolver() srcspec.Resolver {
 }
 
 func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
-	n = deref(n)
-	s := Source{Kind: kind, Pos: d.pos(n)}
-	before := len(d.errs)
+	n = section.Resolve(n)
+	s := Source{Kind: kind, Pos: section.At(d.File, n)}
+	before := d.Len()
 	what := string(kind) + " source"
 	if n.Kind != yaml.MappingNode {
 		d.errorf(n, "%s must be a mapping", what)
@@ -227,7 +197,7 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 	known := keys[kind]
 	has := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := deref(n.Content[i]), n.Content[i+1]
+		k, v := section.Resolve(n.Content[i]), n.Content[i+1]
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k, "%s: keys must be strings", what)
 			continue
@@ -238,7 +208,7 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 		}
 		if !ok {
 			hint := ""
-			if near := nearest(k.Value, known); near != "" {
+			if near := typo.Nearest(k.Value, known, 2); near != "" {
 				hint = fmt.Sprintf("; did you mean %s?", near)
 			}
 			d.errorf(k, "%s: unknown key %q (known: %s)%s", what, k.Value, strings.Join(known, ", "), hint)
@@ -279,21 +249,11 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 		case "status_field":
 			s.StatusField, _ = d.field(kind, v, "status_field")
 		case "error":
-			p, err := srcspec.DecodePredicate(d.file, deref(v), s.resolver())
-			if err != nil {
-				d.errs = append(d.errs, err)
-			}
-			s.Error = p
+			s.Error = srcspec.DecodePredicate(d.Decoder, section.Resolve(v), s.resolver())
 		case "labels":
-			ls, errs := srcspec.DecodeLabels(d.file, deref(v), s.resolver())
-			d.errs = append(d.errs, errs...)
-			s.Labels.List = ls
+			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, section.Resolve(v), s.resolver())
 		case "label_cap":
-			c, err := srcspec.DecodeLabelCap(d.file, deref(v))
-			if err != nil {
-				d.errs = append(d.errs, err)
-			}
-			s.Labels.Cap = c
+			s.Labels.Cap, _ = srcspec.DecodeLabelCap(d.Decoder, section.Resolve(v))
 		case "metric":
 			if name, ok := d.str(v, "metric"); ok {
 				if len(name) > MaxSpanName {
@@ -309,11 +269,11 @@ func (d *decoder) source(kind Kind, n *yaml.Node) (Source, bool) {
 			}
 		}
 	}
-	if len(d.errs) > before {
+	if d.Len() > before {
 		return s, false
 	}
 	d.check(&s, n, has)
-	if len(d.errs) > before {
+	if d.Len() > before {
 		return s, false
 	}
 	return s, true
@@ -391,35 +351,4 @@ func (d *decoder) check(s *Source, n *yaml.Node, has map[string]*yaml.Node) {
 	if has["key"] != nil && has["key_field"] != nil {
 		d.errorf(has["key_field"], "give key: thread or key_field: FIELD, not both")
 	}
-}
-
-// nearest suggests the closest known key to a mistyped one.
-func nearest(s string, known []string) string {
-	best, bestD := "", 3
-	for _, k := range known {
-		if d := distance(s, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
-
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := 1
-			if a[i-1] == b[j-1] {
-				c = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 func sourcesNode(t *testing.T, doc string) *yaml.Node {
@@ -22,6 +24,22 @@ func sourcesNode(t *testing.T, doc string) *yaml.Node {
 	}
 	t.Fatal("no sources: in document")
 	return nil
+}
+
+// ParseSources decodes the user_events: and eventheader: lists of a
+// sources: section (node), in file order, as package config does.
+func ParseSources(file string, node *yaml.Node) ([]Source, error) {
+	d := section.NewDecoder(file, nil)
+	var out []Source
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		if k := Kind(node.Content[i].Value); k == UserEvents || k == EventHeader {
+			out = append(out, DecodeSources(d, k, node.Content[i+1])...)
+		}
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func TestParseSources(t *testing.T) {
@@ -56,12 +74,12 @@ sources:
 		t.Fatal(err)
 	}
 	want := []Source{
-		{Kind: UserEvents, Event: "uev_req", Span: "checkout", DurationField: Field{"dur_ns"}, StatusField: Field{"status"}, Pos: "r.yaml:6:7"},
-		{Kind: UserEvents, Start: "uev_begin", End: "uev_end", KeyField: Field{"req_id"}, NameField: Field{"route"}, Pos: "r.yaml:10:7"},
-		{Kind: UserEvents, Event: "uev_stock", Metric: "stock.delta", ValueField: Field{"delta"}, Pos: "r.yaml:14:7"},
-		{Kind: EventHeader, Provider: "opentelemetry_traces", Pos: "r.yaml:18:7"},
+		{Kind: UserEvents, Event: "uev_req", Span: "checkout", DurationField: Field{"dur_ns"}, StatusField: Field{"status"}, Pos: section.Pos{File: "r.yaml", Line: 6, Col: 7}},
+		{Kind: UserEvents, Start: "uev_begin", End: "uev_end", KeyField: Field{"req_id"}, NameField: Field{"route"}, Pos: section.Pos{File: "r.yaml", Line: 10, Col: 7}},
+		{Kind: UserEvents, Event: "uev_stock", Metric: "stock.delta", ValueField: Field{"delta"}, Pos: section.Pos{File: "r.yaml", Line: 14, Col: 7}},
+		{Kind: EventHeader, Provider: "opentelemetry_traces", Pos: section.Pos{File: "r.yaml", Line: 18, Col: 7}},
 		{Kind: EventHeader, Provider: "myapp", Level: 4, Keyword: 3, Event: "Request", NameField: Field{"PartB", "route"},
-			DurationField: Field{"PartC", "dur.ns"}, StatusField: Field{"PartB", "failed"}, Pos: "r.yaml:19:7"},
+			DurationField: Field{"PartC", "dur.ns"}, StatusField: Field{"PartB", "failed"}, Pos: section.Pos{File: "r.yaml", Line: 19, Col: 7}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%+v\nwant\n%+v", got, want)

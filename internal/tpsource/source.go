@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
@@ -78,8 +79,8 @@ type Source struct {
 	Labels   srcspec.Labels
 	Operands []Field
 
-	// Pos is where the source is declared, "file:line:col".
-	Pos string
+	// Pos is where the source is declared.
+	Pos section.Pos
 }
 
 // IsMetric reports whether the source feeds a metric series.

@@ -19,8 +19,9 @@
 // too), or by process for sites attached in one (pid:).
 //
 // Spans come from probes as declared in a config file's sources: section
-// (ParseSources, which also checks sources against binaries present on the
-// machine): a start/end pair matched in the kernel by thread (a stack of
+// (DecodeSources, which package config calls for the usdt: list, and which
+// also checks sources against binaries present on the machine): a
+// start/end pair matched in the kernel by thread (a stack of
 // open spans per thread, so nesting and recursion pair right) or by an
 // argument, a single probe that carries a duration (or none), or an
 // argument metric. Error predicates, labels and metric values come from

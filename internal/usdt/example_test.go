@@ -5,6 +5,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
@@ -36,7 +37,7 @@ func ExampleParseArgs_arm64() {
 	// u16 7
 }
 
-func ExampleParseSources() {
+func ExampleDecodeSources() {
 	var doc yaml.Node
 	yaml.Unmarshal([]byte(`
 usdt:
@@ -49,8 +50,11 @@ usdt:
     span: querry
     start: {provider: mysql, probe: query__start}
 `), &doc)
-	srcs, err := usdt.ParseSources("/etc/spanwatch/rules.yaml", &doc)
-	fmt.Println(len(srcs), err)
+	// The usdt: list of the sources: section, as package config hands it
+	// over; errors go to the configuration file's decoder.
+	d := section.NewDecoder("/etc/spanwatch/rules.yaml", nil)
+	srcs := usdt.DecodeSources(d, doc.Content[0].Content[1])
+	fmt.Println(len(srcs), d.Err())
 
 	doc = yaml.Node{}
 	yaml.Unmarshal([]byte(`
@@ -61,7 +65,7 @@ usdt:
     end: {provider: mysql, probe: query__done}
     status_arg: 2
 `), &doc)
-	srcs, _ = usdt.ParseSources("/etc/spanwatch/rules.yaml", &doc)
+	srcs = usdt.DecodeSources(section.NewDecoder("/etc/spanwatch/rules.yaml", nil), doc.Content[0].Content[1])
 	fmt.Println(srcs[0].Describe())
 	// Output:
 	// 0 /etc/spanwatch/rules.yaml:8:5: a start/end pair needs both start: and end:

@@ -11,6 +11,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -65,8 +66,8 @@ type SpanSource struct {
 	DurationArg int // -1: none
 	// ValueArg is a metric's value argument.
 	ValueArg int // -1: none
-	// Pos is where the source is declared, "file:line:col".
-	Pos string
+	// Pos is where the source is declared.
+	Pos section.Pos
 }
 
 // Paired reports whether the source is a start/end pair.
@@ -124,74 +125,46 @@ func ArgResolver(name string) (int, error) {
 	return 0, fmt.Errorf("unknown operand %s: want arg0 to arg%d (the probe's arguments)", name, MaxArgs-1)
 }
 
-// ParseSources decodes the sources: section of a config file (node is the
-// section's value; filename is for error positions and for resolving
-// relative binary paths). Unknown keys and invalid combinations are errors
-// of the form "file:line:col: message"; all of them are reported, joined.
+// DecodeSources decodes the usdt: list of the configuration file's
+// sources: section (n is the list), reporting every problem into d at its
+// position, and returns nil when there was one; relative binary paths are
+// taken from the file's directory. Package config calls it for the
+// configuration file.
 //
 // A source whose binary is present and readable here is also checked
 // against the binary's probes: each probe exists (a near miss gets a
 // suggestion), and every call site has the arguments the source reads.
-// Binaries that are not present (a rule file checked away from the host
-// it runs on) and pid: sources are checked when they attach.
-func ParseSources(filename string, node *yaml.Node) ([]SpanSource, error) {
-	d := &srcDecoder{file: filename, files: map[string]*File{}}
-	if node == nil {
-		return nil, nil
+// Binaries that are not present (a configuration checked away from the
+// host it runs on) and pid: sources are checked when they attach.
+func DecodeSources(d *section.Decoder, n *yaml.Node) []SpanSource {
+	sd := &srcDecoder{Decoder: d, files: map[string]*File{}}
+	n = section.Resolve(n)
+	if section.IsNull(n) {
+		return nil
 	}
-	node = deref(node)
-	if node.Kind == yaml.DocumentNode && len(node.Content) == 1 {
-		node = deref(node.Content[0])
+	if n.Kind != yaml.SequenceNode {
+		sd.errorf(n, "sources.usdt must be a list of span sources")
+		return nil
 	}
-	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
-		return nil, nil
-	}
+	before := d.Len()
 	var out []SpanSource
-	// user_events: and eventheader: are internal/tpsource's to decode.
-	d.mapping(node, "sources", []string{"usdt", "user_events", "eventheader"}, func(key string, v *yaml.Node) {
-		if key != "usdt" {
-			return
+	for _, item := range n.Content {
+		if s, ok := sd.source(item); ok {
+			out = append(out, s)
 		}
-		v = deref(v)
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			return
-		}
-		if v.Kind != yaml.SequenceNode {
-			d.errorf(v, "sources.usdt must be a list of span sources")
-			return
-		}
-		for _, item := range v.Content {
-			if s, ok := d.source(item); ok {
-				out = append(out, s)
-			}
-		}
-	})
-	if len(d.errs) > 0 {
-		return nil, errors.Join(d.errs...)
 	}
-	return out, nil
+	if d.Len() > before {
+		return nil
+	}
+	return out
 }
 
 type srcDecoder struct {
-	file  string
-	errs  []error
+	*section.Decoder
 	files map[string]*File // binaries opened for checks, by path
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
-}
-
-func (d *srcDecoder) pos(n *yaml.Node) string {
-	return fmt.Sprintf("%s:%d:%d", d.file, n.Line, n.Column)
-}
-
-func (d *srcDecoder) errorf(n *yaml.Node, format string, a ...any) {
-	d.errs = append(d.errs, fmt.Errorf("%s: %s", d.pos(n), fmt.Sprintf(format, a...)))
-}
+func (d *srcDecoder) errorf(n *yaml.Node, format string, a ...any) { d.Errorf(n, format, a...) }
 
 // mapping walks a mapping whose keys must be in keys, rejecting unknown and
 // repeated keys (with the nearest known key as a hint).
@@ -202,7 +175,7 @@ func (d *srcDecoder) mapping(n *yaml.Node, what string, keys []string, f func(ke
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := deref(n.Content[i])
+		k := section.Resolve(n.Content[i])
 		if k.Kind != yaml.ScalarNode {
 			d.errorf(k, "%s: keys must be strings", what)
 			continue
@@ -232,7 +205,7 @@ func (d *srcDecoder) mapping(n *yaml.Node, what string, keys []string, f func(ke
 }
 
 func (d *srcDecoder) str(n *yaml.Node, what string) (string, bool) {
-	n = deref(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || n.Tag == "!!map" || n.Tag == "!!seq" {
 		d.errorf(n, "%s must be a string", what)
 		return "", false
@@ -245,7 +218,7 @@ func (d *srcDecoder) str(n *yaml.Node, what string) (string, bool) {
 }
 
 func (d *srcDecoder) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
-	n = deref(n)
+	n = section.Resolve(n)
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		d.errorf(n, "%s must be an integer", what)
 		return 0, false
@@ -261,7 +234,7 @@ func (d *srcDecoder) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 func (d *srcDecoder) probeRef(n *yaml.Node, what string) (ProbeRef, bool) {
 	var r ProbeRef
 	ok := true
-	n = deref(n)
+	n = section.Resolve(n)
 	if !d.mapping(n, what, []string{"provider", "probe"}, func(key string, v *yaml.Node) {
 		s, good := d.str(v, what+"."+key)
 		ok = ok && good
@@ -286,14 +259,14 @@ var sourceKeys = []string{
 }
 
 func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
-	n = deref(n)
-	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: d.pos(n)}
-	before := len(d.errs)
+	n = section.Resolve(n)
+	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: section.At(d.File, n)}
+	before := d.Len()
 	const what = "usdt source"
 	has := map[string]*yaml.Node{}
 	argMax := MaxArgs - 1
 	if !d.mapping(n, what, sourceKeys, func(key string, v *yaml.Node) {
-		v = deref(v)
+		v = section.Resolve(v)
 		has[key] = v
 		switch key {
 		case "binary":
@@ -327,23 +300,11 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 		case "value_arg":
 			s.ValueArg, _ = d.intIn(v, key, 0, argMax)
 		case "error":
-			p, err := srcspec.DecodePredicate(d.file, v, ArgResolver)
-			if err != nil {
-				d.errs = append(d.errs, err)
-				return
-			}
-			s.Error = p
+			s.Error = srcspec.DecodePredicate(d.Decoder, v, ArgResolver)
 		case "labels":
-			ls, errs := srcspec.DecodeLabels(d.file, v, ArgResolver)
-			d.errs = append(d.errs, errs...)
-			s.Labels.List = ls
+			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, ArgResolver)
 		case "label_cap":
-			c, err := srcspec.DecodeLabelCap(d.file, v)
-			if err != nil {
-				d.errs = append(d.errs, err)
-				return
-			}
-			s.Labels.Cap = c
+			s.Labels.Cap, _ = srcspec.DecodeLabelCap(d.Decoder, v)
 		case "key":
 			if k, ok := d.str(v, "key"); ok && k != "thread" {
 				d.errorf(v, `key must be "thread" (use key_arg: N to pair by an argument)`)
@@ -358,7 +319,7 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	}) {
 		return s, false
 	}
-	if len(d.errs) > before {
+	if d.Len() > before {
 		return s, false
 	}
 	metric := has["metric"] != nil
@@ -407,14 +368,14 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	if has["label_cap"] != nil && has["labels"] == nil {
 		d.errorf(has["label_cap"], "label_cap without labels:")
 	}
-	if len(d.errs) > before {
+	if d.Len() > before {
 		return s, false
 	}
 	if s.Binary != "" && s.PID == 0 && !filepath.IsAbs(s.Binary) {
-		s.Binary = filepath.Join(filepath.Dir(d.file), s.Binary)
+		s.Binary = filepath.Join(filepath.Dir(d.File), s.Binary)
 	}
 	d.checkBinary(&s, has)
-	if len(d.errs) > before {
+	if d.Len() > before {
 		return s, false
 	}
 	return s, true
@@ -485,7 +446,7 @@ func probeNameNode(n *yaml.Node) *yaml.Node {
 	if n != nil && n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if n.Content[i].Value == "probe" {
-				return deref(n.Content[i+1])
+				return section.Resolve(n.Content[i+1])
 			}
 		}
 	}
@@ -550,7 +511,7 @@ func (d *srcDecoder) checkBinary(s *SpanSource, has map[string]*yaml.Node) {
 					node = has[r.name]
 				}
 				if u.off >= 0 && node.Kind == yaml.ScalarNode {
-					d.errs = append(d.errs, srcspec.ErrorAt(d.file, node, u.off, msg))
+					d.ErrorInScalar(node, u.off, msg)
 				} else {
 					d.errorf(node, "%s", msg)
 				}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
 )
 
 // sourcesNode parses a whole config file and returns its sources: value,
@@ -24,6 +26,27 @@ func sourcesNode(t *testing.T, doc string) *yaml.Node {
 	}
 	t.Fatal("no sources: in document")
 	return nil
+}
+
+// ParseSources decodes the usdt: list of a sources: section (node) as
+// package config does, which walks the section: other kinds of source are
+// skipped, a key that is no kind of source is refused.
+func ParseSources(file string, node *yaml.Node) ([]SpanSource, error) {
+	d := section.NewDecoder(file, nil)
+	var out []SpanSource
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		switch k := node.Content[i]; k.Value {
+		case "usdt":
+			out = append(out, DecodeSources(d, node.Content[i+1])...)
+		case "user_events", "eventheader":
+		default:
+			d.Errorf(k, "sources: unknown key %q (known: usdt, user_events, eventheader)", k.Value)
+		}
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func TestParseSources(t *testing.T) {
@@ -55,16 +78,16 @@ sources:
 		{
 			Binary: "/usr/sbin/mysqld", Span: "query", NameArg: -1,
 			Start: ProbeRef{"mysql", "query__start"}, End: ProbeRef{"mysql", "query__done"},
-			KeyArg: -1, StatusArg: 2, DurationArg: -1, ValueArg: -1, Pos: "/etc/spanwatch/rules.yaml:5:7",
+			KeyArg: -1, StatusArg: 2, DurationArg: -1, ValueArg: -1, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 5, Col: 7},
 		},
 		{
 			Binary: "/etc/spanwatch/app", Span: "request", NameArg: -1,
 			Probe: ProbeRef{"app", "request_done"}, KeyArg: -1, StatusArg: -1, DurationArg: 1, ValueArg: -1,
-			Pos: "/etc/spanwatch/rules.yaml:11:7",
+			Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 11, Col: 7},
 		},
 		{
 			PID: 4242, NameArg: 1, Start: ProbeRef{"app", "begin"}, End: ProbeRef{"app", "end"},
-			KeyArg: 0, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: "/etc/spanwatch/rules.yaml:15:7",
+			KeyArg: 0, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 15, Col: 7},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {

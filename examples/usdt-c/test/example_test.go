@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/internal/usdt"
-	"github.com/spanwatch/spanwatch/policy"
 )
 
 // build builds ../server.c with the example's Makefile into dir, next to a
@@ -59,14 +59,11 @@ func TestBuildsAndRuns(t *testing.T) {
 func TestConfigMatchesBinary(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := build(t, dir)
-	cfg, err := policy.LoadFile(cfgPath)
+	cfg, err := config.Load(cfgPath, config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := usdt.ParseSources(cfg.Name, &cfg.Sources)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := cfg.Sources
 	if len(srcs) != 2 {
 		t.Fatalf("%d usdt sources, want 2", len(srcs))
 	}
@@ -101,15 +98,12 @@ func TestConfigMatchesBinary(t *testing.T) {
 			}
 		}
 	}
-	if b, ok := cfg.BudgetFor("/checkout"); !ok || b.Milliseconds() >= 80 {
+	if b, ok := cfg.Rules.BudgetFor("/checkout"); !ok || b.Milliseconds() >= 80 {
 		t.Errorf("/checkout budget %v: the 80 ms slow path must exceed it", b)
 	}
 	// A typo in the config is caught with its position.
 	bad := strings.Replace(string(mustRead(t, cfgPath)), "key_arg: 0", "key_ark: 0", 1)
-	cfgBad, err := policy.Parse(cfgPath, []byte(bad), policy.Options{})
-	if err == nil {
-		_, err = usdt.ParseSources(cfgBad.Name, &cfgBad.Sources)
-	}
+	_, err = config.Parse(cfgPath, []byte(bad), config.LoadOptions{})
 	if err == nil || !strings.Contains(err.Error(), "key_ark") {
 		t.Errorf("misspelt key accepted: %v", err)
 	}

@@ -12,8 +12,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
-	"github.com/spanwatch/spanwatch/internal/usdt"
-	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -27,14 +26,11 @@ func TestUnderSpanwatch(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfgPath := build(t, dir)
-	cfg, err := policy.LoadFile(cfgPath)
+	cfg, err := config.Load(cfgPath, config.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := usdt.ParseSources(cfg.Name, &cfg.Sources)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := cfg.Sources
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatalf("collector: %v", err)
@@ -46,7 +42,7 @@ func TestUnderSpanwatch(t *testing.T) {
 	}
 	defer tr.Close()
 	var budgets []collector.BudgetRule
-	for _, b := range cfg.Budgets {
+	for _, b := range cfg.Rules.Budgets {
 		budgets = append(budgets, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget})
 	}
 	if err := c.SetBudgets(budgets); err != nil {

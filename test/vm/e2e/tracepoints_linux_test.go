@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
 	"github.com/spanwatch/spanwatch/internal/eventheader/ehtest"
@@ -80,8 +81,14 @@ func newTPRig(t *testing.T, sources string) *tpRig {
 	if err := yaml.Unmarshal([]byte(sources), &node); err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := tpsource.ParseSources("rules.yaml", &node)
-	if err != nil {
+	// The lists of the sources: section, as package config hands them
+	// to internal/tpsource.
+	d := section.NewDecoder("rules.yaml", nil)
+	var srcs []tpsource.Source
+	for m, i := node.Content[0], 0; i+1 < len(m.Content); i += 2 {
+		srcs = append(srcs, tpsource.DecodeSources(d, tpsource.Kind(m.Content[i].Value), m.Content[i+1])...)
+	}
+	if err := d.Err(); err != nil {
 		t.Fatal(err)
 	}
 	tp, err := c.AttachTracepoints(context.Background(), srcs, collector.TracepointConfig{

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package agent
+package config
 
 // mapEstimate is nil where there is no BPF: the plan counts the agent's
 // own memory only.

@@ -1,7 +1,8 @@
-package agent
+package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
@@ -219,15 +221,16 @@ func TestCommandLine(t *testing.T) {
 
 // TestErrorOrder checks the report order: the configuration file's
 // problems by position, then the other files' in the order reported, then
-// the command line's.
+// the command line's. Every decoder reports positioned errors
+// (section.Error); an error without one is the file's.
 func TestErrorOrder(t *testing.T) {
-	ec := &errorCollector{file: "a.yaml"}
-	ec.flag("--interval: bad")
-	ec.add(&notify.ConfigError{File: "a.yaml", Line: 9, Col: 1, Msg: "nine"})
-	ec.add(errors.Join(errors.New("a.yaml:3:5: three"), errors.New("a.yaml:3:2: three-two")))
-	ec.add(errors.New("p.rego:1:1: rego"))
-	ec.add(errors.New("not positioned"))
-	got := ec.list().Error()
+	d := section.NewDecoder("a.yaml", nil)
+	d.Flag("--interval: bad")
+	d.Add(&section.Error{File: "a.yaml", Line: 9, Col: 1, Msg: "nine"})
+	d.Add(errors.Join(&section.Error{File: "a.yaml", Line: 3, Col: 5, Msg: "three"}, &section.Error{File: "a.yaml", Line: 3, Col: 2, Msg: "three-two"}))
+	d.Add(&section.Error{File: "p.rego", Line: 1, Col: 1, Msg: "rego"})
+	d.Add(errors.New("not positioned"))
+	got := d.Errors().Sorted("a.yaml").Error()
 	want := "a.yaml: not positioned\na.yaml:3:2: three-two\na.yaml:3:5: three\na.yaml:9:1: nine\np.rego:1:1: rego\n--interval: bad"
 	if got != want {
 		t.Errorf("order:\n%s\nwant:\n%s", got, want)
@@ -241,7 +244,7 @@ func TestRestartChanges(t *testing.T) {
 		return &Config{
 			Collector: CollectorSettings{Interval: time.Second, MaxSeries: 100, Sources: []string{"marker"}},
 			Notify:    &notify.Config{Routing: notify.Routing{Outbox: notify.Outbox{Path: "/a/outbox.db"}}},
-			Sources:   []usdt.SpanSource{{Binary: "/bin/x", Span: "s", Pos: "f:1:1"}},
+			Sources:   []usdt.SpanSource{{Binary: "/bin/x", Span: "s", Pos: section.Pos{File: "f", Line: 1, Col: 1}}},
 		}
 	}
 	for _, tc := range []struct {
@@ -251,7 +254,7 @@ func TestRestartChanges(t *testing.T) {
 	}{
 		{"nothing", func(*Config) {}, nil},
 		{"interval is live", func(c *Config) { c.Collector.Interval = 5 * time.Second }, nil},
-		{"source moved in the file", func(c *Config) { c.Sources[0].Pos = "f:9:1" }, nil},
+		{"source moved in the file", func(c *Config) { c.Sources[0].Pos.Line = 9 }, nil},
 		{"max_series", func(c *Config) { c.Collector.MaxSeries = 200 }, []string{"collector.max_series"}},
 		{"ringbuf and kprobe", func(c *Config) { c.Collector.RingbufBytes = 1 << 20; c.Collector.ForceKprobe = true },
 			[]string{"collector.ringbuf_bytes", "collector.force_kprobe"}},
@@ -313,5 +316,43 @@ func TestBudgetsOnly(t *testing.T) {
 	}
 	if got, ok := b.Rules.BudgetFor("checkout"); !ok || got != 250*time.Millisecond {
 		t.Errorf("budget = %v, %v", got, ok)
+	}
+}
+
+// TestWebhooksInWholeFile reads one whole configuration file: package
+// config splits it once and hands webhooks: and routing: to package
+// notify, which decodes them with their positions in the same file.
+func TestWebhooksInWholeFile(t *testing.T) {
+	outbox := filepath.Join(t.TempDir(), "outbox.db")
+	const file = `budgets:
+  - span: checkout
+    budget: 250ms
+rules:
+  - name: CheckoutSlow
+    span: checkout
+    when: p99 > 200ms
+webhooks:
+  - name: ops
+    url: https://alerts.example/hook
+    group_by: [alertname, span]
+    %s
+routing:
+  outbox: {path: %s, max_entries: 500}
+`
+	cfg, err := Parse("spanwatch.yaml", []byte(fmt.Sprintf(file, "send_resolved: false", outbox)), LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cfg.Notify
+	if w := c.Webhooks[0]; w.Name != "ops" || w.SendResolved || len(w.GroupBy) != 2 || c.Routing.Outbox.MaxEntries != 500 {
+		t.Errorf("config %+v", c)
+	}
+	if len(cfg.Rules.Rules) != 1 || len(cfg.Rules.Budgets) != 1 {
+		t.Errorf("rules %+v", cfg.Rules)
+	}
+
+	_, err = Parse("spanwatch.yaml", []byte(fmt.Sprintf(file, "send_resolvd: false", outbox)), LoadOptions{})
+	if err == nil || !strings.HasPrefix(err.Error(), `spanwatch.yaml:12:5: unknown key "send_resolvd"`) {
+		t.Errorf("error %v, want it located in the whole file", err)
 	}
 }

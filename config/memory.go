@@ -1,28 +1,36 @@
-package agent
+package config
 
 import (
 	"errors"
 	"strings"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/memory"
 )
+
+// BinaryBytes is what the agent's executable takes resident: its code
+// and data once paged in (about 20 MiB measured, with margin).
+const BinaryBytes = 24 << 20
+
+// errKernelEstimate marks a failure to estimate the maps' memory.
+var errKernelEstimate = errors.New("estimate the BPF maps' memory")
 
 // planMemory finds the memory budget and divides it (internal/memory):
 // the series capacity and histogram cells, the range history's bound,
 // the overrun queues, Go's soft limit. A setting the budget cannot hold
 // is reported where it was set: the file's key or the flag.
-func planMemory(ec *errorCollector, cfg *Config, file fileSettings, opts LoadOptions) {
+func planMemory(d *section.Decoder, cfg *Config, file decoded[CollectorSettings], opts LoadOptions) {
 	s := cfg.Collector
 	where := func(key string, format string, a ...any) {
 		if flag := opts.Flags[key]; flag != "" {
-			ec.flag(flag+": "+format, a...)
+			d.Flag(flag+": "+format, a...)
 			return
 		}
 		if n := file.at[key]; n != nil {
-			ec.at(n.Line, n.Column, "collector."+key+": "+format, a...)
+			d.Errorf(n, "collector."+key+": "+format, a...)
 			return
 		}
-		ec.flag("memory budget: "+format, a...)
+		d.Flag("memory budget: "+format, a...)
 	}
 	b, err := memory.Detect(opts.MemoryEnv, s.MemoryBudget)
 	if err != nil {
@@ -54,10 +62,3 @@ func planMemory(ec *errorCollector, cfg *Config, file fileSettings, opts LoadOpt
 	}
 	cfg.Memory = p
 }
-
-// BinaryBytes is what the agent's executable takes resident: its code
-// and data once paged in (about 20 MiB measured, with margin).
-const BinaryBytes = 24 << 20
-
-// errKernelEstimate marks a failure to estimate the maps' memory.
-var errKernelEstimate = errors.New("estimate the BPF maps' memory")

@@ -1,4 +1,4 @@
-package agent
+package config
 
 import (
 	"testing"
@@ -25,7 +25,7 @@ budgets:
 		{Span: "quiet", Budget: 20 * time.Millisecond, NoUserStack: true},
 		{Span: "db.*", Budget: 30 * time.Millisecond, KernelStack: true},
 	}
-	got := budgetRules(cfg)
+	got := BudgetRules(cfg)
 	if len(got) != len(want) {
 		t.Fatalf("%d budget rules, want %d: %+v", len(got), len(want), got)
 	}

@@ -1,0 +1,104 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/tpsource"
+	"github.com/spanwatch/spanwatch/internal/usdt"
+)
+
+// restartChanges lists what differs between the running configuration
+// and next that a reload cannot apply: the collector: settings that are
+// not live (all but interval), the metrics: and listener: sections, the
+// sources, the outbox's path, webhooks where none ran (no dispatcher was
+// started), and no webhooks where some ran.
+func restartChanges(running, next *Config) []RestartChange {
+	out := collectorSettings.restartChanges(&running.Collector, &next.Collector)
+	for _, m := range []struct {
+		key  string
+		x, y any
+	}{
+		{"buckets", running.Metrics.Bounds, next.Metrics.Bounds},
+		{"native_histograms", !running.Metrics.NoNativeHistograms, !next.Metrics.NoNativeHistograms},
+		{"series_ttl", running.Metrics.SeriesTTL, next.Metrics.SeriesTTL},
+	} {
+		if !reflect.DeepEqual(m.x, m.y) {
+			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})
+		}
+	}
+	out = append(out, listenerSettings.restartChanges(&running.Listener, &next.Listener)...)
+	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) {
+		out = append(out, RestartChange{Key: "sources",
+			Old: describeSources(running.Sources, running.Tracepoints), New: describeSources(next.Sources, next.Tracepoints)})
+	}
+	switch {
+	case running.Notify == nil && next.Notify != nil:
+		out = append(out, RestartChange{Key: "webhooks", Old: "none", New: fmt.Sprintf("%d webhooks", len(next.Notify.Webhooks))})
+	case running.Notify != nil && next.Notify == nil:
+		// The section is gone: the running webhooks keep delivering (the
+		// alerts they hold, and the resolved notifications of those that
+		// fire now) until a restart. A file truncated by an editor does
+		// not silence every alert.
+		out = append(out, RestartChange{Key: "webhooks", Old: fmt.Sprintf("%d webhooks", len(running.Notify.Webhooks)), New: "none"})
+	case running.Notify != nil && next.Notify != nil && running.Notify.Routing.Outbox.Path != next.Notify.Routing.Outbox.Path:
+		out = append(out, RestartChange{Key: "routing.outbox.path", Old: running.Notify.Routing.Outbox.Path, New: next.Notify.Routing.Outbox.Path})
+	}
+	return out
+}
+
+// keepRunning returns next with the settings of changes taken from
+// running: what a reload applies when some of the file needs a restart.
+func keepRunning(running, next *Config, changes []RestartChange) *Config {
+	if len(changes) == 0 {
+		return next
+	}
+	out := *next
+	out.Collector = collectorSettings.keepRunning(running.Collector, next.Collector)
+	out.Listener = listenerSettings.keepRunning(running.Listener, next.Listener)
+	out.Sources = running.Sources
+	out.Tracepoints = running.Tracepoints
+	out.Metrics = running.Metrics
+	switch {
+	case running.Notify == nil:
+		out.Notify = nil
+	case next.Notify == nil:
+		out.Notify = running.Notify
+	default:
+		n := *next.Notify
+		n.Routing.Outbox.Path = running.Notify.Routing.Outbox.Path
+		out.Notify = &n
+	}
+	return &out
+}
+
+func sameSources(a, b []usdt.SpanSource) bool {
+	return slices.EqualFunc(a, b, func(x, y usdt.SpanSource) bool {
+		x.Pos, y.Pos = section.Pos{}, section.Pos{} // moving a source in the file changes nothing
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+func sameTracepoints(a, b []tpsource.Source) bool {
+	return slices.EqualFunc(a, b, func(x, y tpsource.Source) bool {
+		x.Pos, y.Pos = section.Pos{}, section.Pos{}
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+func describeSources(s []usdt.SpanSource, t []tpsource.Source) string {
+	if len(s)+len(t) == 0 {
+		return "none"
+	}
+	var names []string
+	for i := range s {
+		names = append(names, s[i].Describe())
+	}
+	for i := range t {
+		names = append(names, t[i].Describe())
+	}
+	return strings.Join(names, "; ")
+}
