@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # spanwatch's test suite: what CI runs (.ci/run) and what the README tells
 # you to run. As root it runs everything: the real BPF tests on this kernel,
-# and the user_events tests inside a VM with a user_events kernel (built on
-# first use and cached, see test/vm/README.md). Then it runs every package
+# and the kernel matrix: the BPF tests and the agent end to end in VMs
+# booting Debian's stock kernels (5.10, 6.1, 6.12, 6.12-rt) and a kernel
+# with user_events (built on first use and cached), checked against
+# docs/kernels.md (see test/vm/README.md). Then it runs every package
 # again under the race detector (-race -short, about 5 minutes on 2 cores).
 # As another user the tests that need root skip and say why. It fails on a
 # build artefact tracked in git and on a tree that does not build for arm64.
@@ -121,11 +123,11 @@ else
 fi
 
 if [[ $vm -eq 1 ]]; then
-	step "user_events tests in a VM (test/vm/run-all.sh)"
+	step "the kernel matrix in VMs: Debian's 5.10, 6.1, 6.12, 6.12-rt, the user_events kernel, the host (test/vm/matrix.sh)"
 	if [[ $(id -u) -eq 0 ]]; then
-		test/vm/run-all.sh
+		test/vm/matrix.sh
 	else
-		echo "skipped: building the VM kernel and image needs root (apt-get)"
+		echo "skipped: fetching the VM kernels and booting them needs root (apt-get, the kernel cache)"
 	fi
 fi
 

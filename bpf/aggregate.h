@@ -32,7 +32,31 @@
  * The maps are defined here. An object that includes this header and is
  * loaded beside spanwatch.bpf.c is loaded with MapReplacements for all of
  * them (collector.Maps()), so every source feeds the same aggregates.
- * Needs kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob budgets).
+ * The full objects need kernel 5.12+ (atomics), 5.17+ (bpf_loop, for glob
+ * budgets).
+ *
+ * Built with SPANWATCH_COMPAT (the compat objects, for 5.10 to 5.16), the
+ * core uses only what 5.10 has: the one atomic instruction there is, an
+ * add whose result is not used (BPF_XADD), and bounded loops instead of
+ * bpf_loop. What needs more is done another way, and every count stays
+ * exact:
+ *
+ *  - Histogram cells are a hash map (cell_counts) keyed by (slot, bucket)
+ *    holding cumulative counts: a new cell is inserted with BPF_NOEXIST
+ *    (the insertion is the atomic step, a compare-and-swap's place), then
+ *    added to; the collector reads the whole map each window and keeps
+ *    the previous counts.
+ *  - Dirty marks are one byte per slot, set with a plain store.
+ *  - Slots come from free_slots only, which the collector fills with
+ *    every slot at load; next_slot counts the slots taken (an add).
+ *  - A slot is published with a plain store (x86-64 keeps stores in
+ *    order), not an exchange.
+ *  - min and max are not kept (no compare-and-swap): the collector gives
+ *    the bounds of the lowest and highest histogram buckets (exact for a
+ *    window of one value).
+ *  - Glob budgets are not matched in the kernel (no bpf_loop): the
+ *    collector writes an exact budget for each new name a glob matches,
+ *    when it reads the series.
  */
 #ifndef SPANWATCH_AGGREGATE_H
 #define SPANWATCH_AGGREGATE_H
@@ -42,6 +66,20 @@
 #include <bpf/bpf_tracing.h>
 #include "span_event.h"
 #include "hist.h"
+
+/*
+ * SW_GLOBAL makes a function one the verifier checks once, not at every
+ * call: a global (non-static) BPF function, whose pointer arguments may
+ * be NULL to the verifier and are checked. Before 5.12 a global function
+ * takes no pointer but the context ("Arg#4 type PTR ... is not supported
+ * yet"): the compat objects make them static subprograms, verified with
+ * each caller's arguments.
+ */
+#ifndef SPANWATCH_COMPAT
+#define SW_GLOBAL __noinline
+#else
+#define SW_GLOBAL static __noinline
+#endif
 
 enum core_sizes {
 	MAX_USTACK = 127, /* the kernel's default perf_event_max_stack */
@@ -304,6 +342,16 @@ struct {
 	__type(value, __u64);
 } cell_dirty SEC(".maps");
 
+/* The compat core's histogram cells (SPANWATCH_COMPAT): cell key (the
+ * high 32 bits of a cell above) -> cumulative count. Sized by the
+ * collector; one entry in the other objects, which do not use it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cell_counts SEC(".maps");
+
 /* Series created per cgroup (BPF adds), released per cgroup (the
  * collector writes), and quotas that differ from default_quota. */
 struct {
@@ -443,6 +491,7 @@ static __always_inline void name_cut(char *name)
 	count(COUNTER_NAME_TRUNCATED);
 }
 
+#ifndef SPANWATCH_COMPAT
 static __always_inline void atomic_max(__u64 *p, __u64 v)
 {
 	__u64 cur = *(volatile __u64 *)p;
@@ -469,6 +518,22 @@ static __always_inline void mark_dirty(void *bitmap, __u32 bit)
 	if (w && !(*(volatile __u64 *)w & mask))
 		__sync_fetch_and_or(w, mask);
 }
+#else
+/* No compare-and-swap: min and max are not kept (see the top). */
+static __always_inline void atomic_max(__u64 *p, __u64 v)
+{
+}
+
+/* One byte per mark, set with a plain store: no atomic or before 5.12. */
+static __always_inline void mark_dirty(void *bitmap, __u32 bit)
+{
+	__u32 word = bit / 8;
+	__u8 *w = bpf_map_lookup_elem(bitmap, &word);
+
+	if (w && !((volatile __u8 *)w)[bit & 7])
+		((volatile __u8 *)w)[bit & 7] = 1;
+}
+#endif
 
 /* hist_field returns the cell field of a value: durations are never
  * negative; metric values are signed. A global function: its six-step
@@ -494,6 +559,7 @@ static __always_inline __u32 hist_field(__u64 v, int metric)
 	return neg + idx;
 }
 
+#ifndef SPANWATCH_COMPAT
 /* cell_add counts one value in the (slot, field) cell: the first of the
  * probed cells that holds the key, else the first empty one, claimed with
  * a compare-and-swap. Cells are never freed while their slot is live, so a
@@ -547,7 +613,7 @@ static long cell_try(__u64 i, struct cell_probe *p)
 
 /* cell_probe_all walks the probe order for the key's cell, claiming an
  * empty one. A global function, verified once. */
-__noinline int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
+SW_GLOBAL int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
 {
 	struct cell_probe p = {.key = key, .mask = cell_chunks_mask};
 
@@ -578,11 +644,45 @@ static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_
 	cell_probe_all(key, cell_chunks_mask);
 }
 
+#else
+/* cell_add counts a value in the (slot, field) cell of cell_counts: an
+ * add to an existing cell, else an insertion, which only one CPU wins;
+ * a loser adds to the winner's cell. */
+static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+{
+	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
+	__u64 one = 1, *n = bpf_map_lookup_elem(&cell_counts, &key);
+
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&cell_counts, &key, &one, BPF_NOEXIST) == 0)
+		return;
+	n = bpf_map_lookup_elem(&cell_counts, &key);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	count(COUNTER_HIST_FULL); /* the map is full */
+}
+#endif
+
 /* slot_alloc takes a slot: a freed one, else a never-used one. */
 static __always_inline int slot_alloc(struct core_state *c, __u32 *slot)
 {
-	if (bpf_map_pop_elem(&free_slots, slot) == 0)
+	if (bpf_map_pop_elem(&free_slots, slot) == 0) {
+#ifdef SPANWATCH_COMPAT
+		/* The collector filled the queue with every slot, in order:
+		 * the slots taken bound the slots ever used. */
+		__sync_fetch_and_add(&c->next_slot, 1);
+#endif
 		return 0;
+	}
+#ifdef SPANWATCH_COMPAT
+	count(COUNTER_SERIES_FULL);
+	return -1;
+#endif
 	__u64 n = __sync_fetch_and_add(&c->next_slot, 1);
 	if (n >= c->series_max || n > CELL_SLOT_MAX) {
 		count(COUNTER_SERIES_FULL);
@@ -635,12 +735,12 @@ static __always_inline void quota_count(__u64 cgroup_id)
  * at the same moment: then the slot it published is returned. A global
  * function, so the verifier checks it once, not at every caller.
  */
-__noinline int series_create(struct series_key *key, struct span_name *name, int has_name)
+static __noinline int series_create(struct series_key *key, struct span_name *name, int has_name)
 {
 	struct core_state *c = core_get();
 	__u32 *idx, slot;
 
-	/* Arguments of a global function may be NULL, for the verifier. */
+	/* Checked, though no caller passes NULL. */
 	if (!c || !key || !name)
 		return -1;
 	if (key->name_id != c->other_name_id && quota_exceeded(c, key->cgroup_id)) {
@@ -676,19 +776,69 @@ __noinline int series_create(struct series_key *key, struct span_name *name, int
 	if (key->name_id != c->other_name_id)
 		quota_count(key->cgroup_id);
 	/* Publish: the collector reads the key of a live slot only. */
+#ifndef SPANWATCH_COMPAT
 	__sync_lock_test_and_set(&s->state, SLOT_LIVE);
+#else
+	/* No exchange before 5.12: a plain store after the key's, which
+	 * x86-64 keeps in order (the compiler must too). */
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&s->state = SLOT_LIVE;
+#endif
 	return slot;
 }
 
+/* budget_pack packs a budget as the series' cache keeps it, without the
+ * generation: flags << 44 | budget_ns (clamped). */
+static __always_inline __u64 budget_pack(__u64 ns, __u64 flags)
+{
+	if (ns > BUDGET_NS_MASK)
+		ns = BUDGET_NS_MASK;
+	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
+}
+
+/* budget_word reads core_state.budget_gen: which budgets are in force. */
+static __always_inline __u32 budget_word(const struct core_state *c)
+{
+	return *(volatile const __u32 *)&c->budget_gen;
+}
+
+/* budget_exact returns the exact-name budget of name_id in the set that
+ * word (core_state.budget_gen, read once) puts in force, or NULL. */
+static __always_inline struct budget *budget_exact(__u64 name_id, __u32 word)
+{
+	struct budget_key k = {.name_id = name_id, .set = (word >> BUDGET_SET_SHIFT) & 1};
+
+	return bpf_map_lookup_elem(&budgets, &k);
+}
+
+#ifdef SPANWATCH_COMPAT
+/* budget_lookup finds the budget of a name in the set word puts in
+ * force: an exact entry only (no bpf_loop here: the collector writes an
+ * exact entry into that set for each name a glob matches). */
+SW_GLOBAL __u64 budget_lookup(__u64 name_id, struct span_name *name, __u32 word)
+{
+	struct budget *b = budget_exact(name_id, word);
+
+	if (!name || !b)
+		return 0;
+	return budget_pack(b->budget_ns, b->flags);
+}
+#else
 /* Glob matching (budgets), the same as policy's globs: '*' any run of
  * characters, '?' one character, literal bytes otherwise; the classic
- * matcher that backtracks to the last '*' only. */
+ * matcher that backtracks to the last '*' only. The states of the two
+ * loops are kept small: each bpf_loop callback is a frame of its own, and
+ * kernels before 6.12 (6.1 at least) count them all in the 512 bytes a
+ * chain of calls may use, rounded up to 32 bytes each. */
 struct glob_state {
 	const __u8 *name;
 	const struct budget_glob *g;
-	__u32 ti, si, star_t, star_s;
-	int has_star;
-	int result; /* -1 running, 0 no match, 1 match */
+	/* Positions in the pattern (ti, star_t: below GLOB_LEN) and in the
+	 * name (si, star_s: at most SPAN_NAME_LEN + 3). */
+	__u8 ti, si, star_t, star_s;
+	__u8 has_star;
+	__s8 result; /* -1 running, 0 no match, 1 match */
+	__u8 _pad[2];
 };
 
 static __always_inline __u32 utf8_len(__u8 c)
@@ -702,12 +852,24 @@ static __always_inline __u32 utf8_len(__u8 c)
 	return 4;
 }
 
+/* name_at is n[i], 0 past the name. The index is masked on an opaque
+ * copy: with byte-sized positions clang tests i < SPAN_NAME_LEN on a sign
+ * bit of another register and drops the mask, and the verifier, seeing no
+ * bound on the register it indexes with, refuses the load (6.18). */
+static __always_inline __u8 name_at(const __u8 *n, __u32 i)
+{
+	__u32 j = i;
+
+	asm volatile("" : "+r"(j));
+	return i < SPAN_NAME_LEN ? n[j & (SPAN_NAME_LEN - 1)] : 0;
+}
+
 static long glob_step(__u64 i, struct glob_state *st)
 {
 	const __u8 *n = st->name;
 	const struct budget_glob *g = st->g;
 	__u32 ti = st->ti, si = st->si;
-	__u8 c = si < SPAN_NAME_LEN ? n[si & (SPAN_NAME_LEN - 1)] : 0;
+	__u8 c = name_at(n, si);
 
 	if (ti < g->len && ti < GLOB_LEN) {
 		__u8 kind = g->kind[ti & (GLOB_LEN - 1)];
@@ -734,7 +896,7 @@ static long glob_step(__u64 i, struct glob_state *st)
 	}
 	/* Mismatch: let the last '*' take one more character. */
 	__u32 ss = st->star_s;
-	__u8 sc = ss < SPAN_NAME_LEN ? n[ss & (SPAN_NAME_LEN - 1)] : 0;
+	__u8 sc = name_at(n, ss);
 	if (!st->has_star || !sc) {
 		st->result = 0;
 		return 1;
@@ -748,8 +910,8 @@ static long glob_step(__u64 i, struct glob_state *st)
 struct budget_search {
 	const char *name;
 	__u32 count; /* globs in use */
-	__u32 base;  /* the set's first entry */
-	struct budget found;
+	__u32 base;  /* the set's first entry in budget_globs */
+	__u64 found; /* the first match's budget, packed: flags << 44 | budget_ns */
 };
 
 static long glob_try(__u32 i, struct budget_search *bs)
@@ -763,29 +925,22 @@ static long glob_try(__u32 i, struct budget_search *bs)
 	st.name = (const __u8 *)bs->name;
 	st.g = g;
 	st.result = -1;
+	/* The matcher's starting state must be unknown to the verifier.
+	 * Before 6.7 it walks a bpf_loop callback once, from the state the
+	 * caller left: with has_star a known 0 the backtracking branch is
+	 * dead code to it, and removed (seen on 6.1: a '*' only ever matched
+	 * the empty run). A value read from the map is unknown to it, and
+	 * len >> 7 is 0 (len <= GLOB_LEN). */
+	__u8 zero = g->len >> 7;
+	st.ti = st.si = st.star_t = st.star_s = st.has_star = zero;
 	bpf_loop(GLOB_STEPS, glob_step, &st, 0);
 	if (st.result == -1)
 		return 0; /* cannot happen within GLOB_STEPS; no match */
 	if (st.result != g->neg) {
-		bs->found = g->b;
+		bs->found = budget_pack(g->b.budget_ns, g->b.flags);
 		return 1;
 	}
 	return 0;
-}
-
-/* budget_word reads core_state.budget_gen: which budgets are in force. */
-static __always_inline __u32 budget_word(const struct core_state *c)
-{
-	return *(volatile const __u32 *)&c->budget_gen;
-}
-
-/* budget_exact returns the exact-name budget of name_id in the set that
- * word (core_state.budget_gen, read once) puts in force, or NULL. */
-static __always_inline struct budget *budget_exact(__u64 name_id, __u32 word)
-{
-	struct budget_key k = {.name_id = name_id, .set = (word >> BUDGET_SET_SHIFT) & 1};
-
-	return bpf_map_lookup_elem(&budgets, &k);
 }
 
 /* budget_lookup finds the budget of a name in the set word puts in force:
@@ -793,31 +948,27 @@ static __always_inline struct budget *budget_exact(__u64 name_id, __u32 word)
  * the series' cache keeps it (flags << 44 | budget_ns), without the
  * generation. A global function, so the verifier checks the glob matcher
  * once. */
-__noinline __u64 budget_lookup(__u64 name_id, struct span_name *name, __u32 word)
+SW_GLOBAL __u64 budget_lookup(__u64 name_id, struct span_name *name, __u32 word)
 {
 	struct budget *b = budget_exact(name_id, word);
 	__u32 globs = (word >> BUDGET_GLOBS_SHIFT) & BUDGET_GLOBS_MASK;
-	__u64 ns = 0, flags = 0;
 
 	if (!name)
 		return 0;
-	if (b) {
-		ns = b->budget_ns;
-		flags = b->flags;
-	} else if (globs) {
-		struct budget_search bs = {
-			.name = name->name,
-			.count = globs,
-			.base = ((word >> BUDGET_SET_SHIFT) & 1) * GLOB_MAX,
-		};
-		bpf_loop(GLOB_MAX, glob_try, &bs, 0);
-		ns = bs.found.budget_ns;
-		flags = bs.found.flags;
-	}
-	if (ns > BUDGET_NS_MASK)
-		ns = BUDGET_NS_MASK;
-	return ((flags & BUDGET_FLAGS_MASK) << BUDGET_NS_BITS) | ns;
+	if (b)
+		return budget_pack(b->budget_ns, b->flags);
+	if (!globs)
+		return 0;
+	struct budget_search bs = {
+		.name = name->name,
+		.count = globs,
+		.base = ((word >> BUDGET_SET_SHIFT) & 1) * GLOB_MAX,
+	};
+	bpf_loop(GLOB_MAX, glob_try, &bs, 0);
+	return bs.found;
 }
+
+#endif
 
 /*
  * series_add adds one value to a slot: count, sum, errors (how & 2), the
@@ -827,7 +978,7 @@ __noinline __u64 budget_lookup(__u64 name_id, struct span_name *name, __u32 word
  * and counts the span over budget when it is; 0 for a metric value. A
  * global function, verified once.
  */
-__noinline __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct span_name *name)
+SW_GLOBAL __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct span_name *name)
 {
 	struct core_state *c = core_get();
 	struct series_slot *s = bpf_map_lookup_elem(&series, &slot);

@@ -8,6 +8,10 @@
  * over. The collector's tests and benchmarks load it beside the core with
  * MapReplacements, to check the core against Go (bucket indexes, glob
  * budgets, quotas, names) and to fill the maps quickly.
+ *
+ * Built with SPANWATCH_COMPAT (no bpf_loop before 5.17), each run does at
+ * most CORETEST_COMPAT_RUN values, in a bounded loop over a subprogram;
+ * internal/coretest splits its work in runs that size.
  */
 
 #include "aggregate.h"
@@ -18,6 +22,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 enum coretest_sizes {
 	CORETEST_BATCH = 1 << 16,
 	CORETEST_HOT_VALS = 1024, /* a power of two */
+	CORETEST_COMPAT_RUN = 32, /* values a run of the compat object does */
 };
 
 struct coretest_in {
@@ -44,9 +49,9 @@ struct coretest_ctx {
 	__u32 n;
 };
 
-static long one(__u64 i, struct coretest_ctx *c)
+/* aggregate_entry aggregates entry idx of coretest_input. */
+static __always_inline int aggregate_entry(void *ctx, __u32 idx)
 {
-	__u32 idx = c->first + (__u32)(i % c->n);
 	struct coretest_in *e = bpf_map_lookup_elem(&coretest_input, &idx);
 	struct span_event ev = {};
 	struct agg_in in = {};
@@ -65,8 +70,14 @@ static long one(__u64 i, struct coretest_ctx *c)
 	in.value = e->value;
 	in.source = SOURCE_USDT;
 	in.error = e->error;
-	series_aggregate(c->ctx, &in);
+	series_aggregate(ctx, &in);
 	return 0;
+}
+
+#ifndef SPANWATCH_COMPAT
+static long one(__u64 i, struct coretest_ctx *c)
+{
+	return aggregate_entry(c->ctx, c->first + (__u32)(i % c->n));
 }
 
 SEC("raw_tp")
@@ -80,6 +91,30 @@ int coretest_run(struct bpf_raw_tracepoint_args *ctx)
 	bpf_loop(total, one, &c, 0);
 	return 0;
 }
+#else
+/* A subprogram: the loop below walks it once a value, not the core
+ * inlined CORETEST_COMPAT_RUN times. */
+static __noinline int compat_one(void *ctx, __u32 idx)
+{
+	return aggregate_entry(ctx, idx);
+}
+
+SEC("raw_tp")
+int coretest_run(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 first = ctx->args[0], n = ctx->args[1];
+	__u64 total = ctx->args[1] * ctx->args[2];
+
+	if (!n)
+		return 0;
+	for (__u32 i = 0; i < CORETEST_COMPAT_RUN; i++) {
+		if (i >= total)
+			break;
+		compat_one(ctx, first + i % n);
+	}
+	return 0;
+}
+#endif
 
 /* The bucket index of each value in args[0..], for comparison with Go. */
 struct {
@@ -96,16 +131,21 @@ struct {
 	__type(value, __s64);
 } coretest_idx SEC(".maps");
 
-static long index_one(__u64 i, void *metric)
+static __always_inline int index_of(__u32 k, __u64 metric)
 {
-	__u32 k = i;
 	__u64 *v = bpf_map_lookup_elem(&coretest_vals, &k);
 	__s64 *out = bpf_map_lookup_elem(&coretest_idx, &k);
 
 	if (!v || !out)
 		return 1;
-	*out = *(__u64 *)metric ? hist_value_index(*v) : hist_duration_index(*v);
+	*out = metric ? hist_value_index(*v) : hist_duration_index(*v);
 	return 0;
+}
+
+#ifndef SPANWATCH_COMPAT
+static long index_one(__u64 i, void *metric)
+{
+	return index_of(i, *(__u64 *)metric);
 }
 
 SEC("raw_tp")
@@ -116,6 +156,26 @@ int coretest_index(struct bpf_raw_tracepoint_args *ctx)
 	bpf_loop(ctx->args[0], index_one, &metric, 0);
 	return 0;
 }
+#else
+static __noinline int compat_index(__u32 k, __u64 metric)
+{
+	return index_of(k, metric);
+}
+
+/* Values args[2] to args[2] + min(args[0], CORETEST_COMPAT_RUN). */
+SEC("raw_tp")
+int coretest_index(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 first = ctx->args[2];
+
+	for (__u32 i = 0; i < CORETEST_COMPAT_RUN; i++) {
+		if (i >= ctx->args[0])
+			break;
+		compat_index(first + i, ctx->args[1]);
+	}
+	return 0;
+}
+#endif
 
 const struct coretest_in *unused_coretest_in __attribute__((unused));
 const enum coretest_sizes *unused_coretest_sizes __attribute__((unused));
@@ -130,7 +190,7 @@ struct hot_ctx {
 	__u32 hint; /* as a USDT fast path keeps it in task storage */
 };
 
-static long hot_one(__u64 i, struct hot_ctx *h)
+static __always_inline int hot_value(struct hot_ctx *h, __u64 i)
 {
 	__u32 k = (__u32)(i % h->nvals) & (CORETEST_HOT_VALS - 1);
 	__u64 *v = bpf_map_lookup_elem(&coretest_vals, &k);
@@ -141,6 +201,20 @@ static long hot_one(__u64 i, struct hot_ctx *h)
 	series_aggregate(h->ctx, h->in);
 	return 0;
 }
+
+#ifndef SPANWATCH_COMPAT
+static long hot_one(__u64 i, struct hot_ctx *h)
+{
+	return hot_value(h, i);
+}
+#else
+static __noinline int compat_hot(struct hot_ctx *h, __u64 i)
+{
+	if (!h)
+		return 1;
+	return hot_value(h, i);
+}
+#endif
 
 SEC("raw_tp")
 int coretest_hot(struct bpf_raw_tracepoint_args *ctx)
@@ -158,6 +232,14 @@ int coretest_hot(struct bpf_raw_tracepoint_args *ctx)
 	in.source = SOURCE_USDT;
 	if (ctx->args[2])
 		in.hint = &h.hint;
+#ifndef SPANWATCH_COMPAT
 	bpf_loop(ctx->args[0], hot_one, &h, 0);
+#else
+	for (__u32 i = 0; i < CORETEST_COMPAT_RUN; i++) {
+		if (i >= ctx->args[0])
+			break;
+		compat_hot(&h, i);
+	}
+#endif
 	return 0;
 }

@@ -69,8 +69,9 @@ type CoretestCoretestIn struct {
 type CoretestCoretestSizes uint32
 
 const (
-	CoretestCoretestSizesCORETEST_BATCH    CoretestCoretestSizes = 65536
-	CoretestCoretestSizesCORETEST_HOT_VALS CoretestCoretestSizes = 1024
+	CoretestCoretestSizesCORETEST_BATCH      CoretestCoretestSizes = 65536
+	CoretestCoretestSizesCORETEST_HOT_VALS   CoretestCoretestSizes = 1024
+	CoretestCoretestSizesCORETEST_COMPAT_RUN CoretestCoretestSizes = 32
 )
 
 type CoretestSeriesKey struct {
@@ -108,6 +109,7 @@ type CoretestSpanName struct {
 const (
 	CoretestMapBudgetGlobs         = "budget_globs"
 	CoretestMapBudgets             = "budgets"
+	CoretestMapCellCounts          = "cell_counts"
 	CoretestMapCellDirty           = "cell_dirty"
 	CoretestMapCells               = "cells"
 	CoretestMapCgCreated           = "cg_created"
@@ -184,6 +186,7 @@ type CoretestProgramSpecs struct {
 type CoretestMapSpecs struct {
 	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts    *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells         *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
@@ -232,6 +235,7 @@ func (o *CoretestObjects) Close() error {
 type CoretestMaps struct {
 	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellCounts    *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
 	Cells         *ebpf.Map `ebpf:"cells"`
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
@@ -254,6 +258,7 @@ func (m *CoretestMaps) Close() error {
 	return _CoretestClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

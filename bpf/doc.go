@@ -7,10 +7,15 @@
 // histogram, budgets, names, and the overrun ring buffer. span_event.h is the
 // payload layout that emit/ mirrors in Go.
 //
-// The programs need kernel 5.8+ (ring buffer), BTF for fentry (5.5+, the
-// kprobe is the fallback), and CAP_BPF with CAP_PERFMON, or root. They are
-// built for x86-64 only: the Go side builds on every little-endian
-// architecture, and CheckArch refuses to load them elsewhere.
+// The objects come in two builds (internal/kernel chooses at load time):
+// the full ones, for kernels with BPF atomics (5.12+), bpf_loop (5.17+) and
+// task storage, and the compat ones (gen_compat.go, SPANWATCH_COMPAT), for
+// 5.10 to 5.16, which do with the plain atomic add and bounded loops
+// (aggregate.h says what differs). Both need a ring buffer (5.8+), BTF
+// for fentry (5.5+, the kprobe is the fallback), and CAP_BPF with
+// CAP_PERFMON, or root. They are built for x86-64 only: the Go side builds
+// on every little-endian architecture, and CheckArch refuses to load them
+// elsewhere.
 //
 // The values C and Go share are C enums that bpf2go writes as Go constants
 // (gen.go); Go code uses the generated constants, and the few Go-only

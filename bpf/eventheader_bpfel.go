@@ -363,6 +363,7 @@ const (
 const (
 	EventheaderMapBudgetGlobs          = "budget_globs"
 	EventheaderMapBudgets              = "budgets"
+	EventheaderMapCellCounts           = "cell_counts"
 	EventheaderMapCellDirty            = "cell_dirty"
 	EventheaderMapCells                = "cells"
 	EventheaderMapCgCreated            = "cg_created"
@@ -458,6 +459,7 @@ type EventheaderProgramSpecs struct {
 type EventheaderMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
@@ -523,6 +525,7 @@ func (o *EventheaderObjects) Close() error {
 type EventheaderMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
 	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
@@ -551,6 +554,7 @@ func (m *EventheaderMaps) Close() error {
 	return _EventheaderClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

@@ -212,6 +212,7 @@ type InflightUsdtTaskSpans struct {
 const (
 	InflightMapBudgetGlobs               = "budget_globs"
 	InflightMapBudgets                   = "budgets"
+	InflightMapCellCounts                = "cell_counts"
 	InflightMapCellDirty                 = "cell_dirty"
 	InflightMapCells                     = "cells"
 	InflightMapCgCreated                 = "cg_created"
@@ -308,6 +309,7 @@ type InflightProgramSpecs struct {
 type InflightMapSpecs struct {
 	BudgetGlobs     *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets         *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts      *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty       *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells           *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
@@ -372,6 +374,7 @@ func (o *InflightObjects) Close() error {
 type InflightMaps struct {
 	BudgetGlobs     *ebpf.Map `ebpf:"budget_globs"`
 	Budgets         *ebpf.Map `ebpf:"budgets"`
+	CellCounts      *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty       *ebpf.Map `ebpf:"cell_dirty"`
 	Cells           *ebpf.Map `ebpf:"cells"`
 	CgCreated       *ebpf.Map `ebpf:"cg_created"`
@@ -401,6 +404,7 @@ func (m *InflightMaps) Close() error {
 	return _InflightClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

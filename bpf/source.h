@@ -33,7 +33,9 @@
  * numbered by the collector (collector.RegisterLabelSet), unique across
  * sources, so objects never share a (labelset, label) counter.
  *
- * Needs aggregate.h first. Kernel 5.12+ (atomics with fetch).
+ * Needs aggregate.h first. Kernel 5.12+ (atomics with fetch); the compat
+ * objects (SPANWATCH_COMPAT) 5.10+, where a label's cap may be passed by
+ * one value per CPU admitting a new value at the same moment.
  */
 #ifndef SPANWATCH_SOURCE_H
 #define SPANWATCH_SOURCE_H
@@ -166,7 +168,7 @@ static __always_inline __u64 src_nonzero(__u64 x)
  * of each comparison's operator; all of it is computed without branches,
  * so the verifier walks one path (about 600 instructions, run in full).
  */
-__noinline int src_pred_holds(const struct src_pred *p, const struct src_operands *o)
+SW_GLOBAL int src_pred_holds(const struct src_pred *p, const struct src_operands *o)
 {
 	__u64 holds = 0, any = 0;
 
@@ -219,12 +221,24 @@ static __always_inline int src_label_admit(__u16 labelset, __u32 label, __u64 va
 	n = bpf_map_lookup_elem(&src_label_count, &idx);
 	if (!n || *(volatile __u64 *)n >= cap)
 		goto other;
+#ifndef SPANWATCH_COMPAT
 	if (__sync_fetch_and_add(n, 1) >= cap)
 		goto other;
 	err = bpf_map_update_elem(&src_label_values, &k, &one, BPF_NOEXIST);
 	if (err == 0)
 		return 1;
 	__sync_fetch_and_add(n, -1);
+#else
+	/* No fetch-and-add before 5.12: the count is read above and added
+	 * to after the insertion, so CPUs admitting new values of one label
+	 * at the same moment may each pass the cap once (at most one value
+	 * per CPU over it); every value is still counted, in its series. */
+	err = bpf_map_update_elem(&src_label_values, &k, &one, BPF_NOEXIST);
+	if (err == 0) {
+		__sync_fetch_and_add(n, 1);
+		return 1;
+	}
+#endif
 	if (err == -17) /* EEXIST: admitted by another CPU meanwhile */
 		return 1;
 	src_count(SRC_COUNTER_LABEL_FULL);
@@ -239,7 +253,7 @@ other:
  * (none when l has no labels). A label whose operand could not be read is
  * keyed "other" too, and counted.
  */
-__noinline int src_labels_apply(const struct src_labels *l, const struct src_operands *o, struct series_key *key)
+SW_GLOBAL int src_labels_apply(const struct src_labels *l, const struct src_operands *o, struct series_key *key)
 {
 	if (!l || !o || !key)
 		return 0;

@@ -175,6 +175,7 @@ type SourcetestSrcTerm struct {
 const (
 	SourcetestMapBudgetGlobs         = "budget_globs"
 	SourcetestMapBudgets             = "budgets"
+	SourcetestMapCellCounts          = "cell_counts"
 	SourcetestMapCellDirty           = "cell_dirty"
 	SourcetestMapCells               = "cells"
 	SourcetestMapCgCreated           = "cg_created"
@@ -252,6 +253,7 @@ type SourcetestProgramSpecs struct {
 type SourcetestMapSpecs struct {
 	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells            *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
@@ -305,6 +307,7 @@ func (o *SourcetestObjects) Close() error {
 type SourcetestMaps struct {
 	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
 	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
 	Cells            *ebpf.Map `ebpf:"cells"`
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
@@ -329,6 +332,7 @@ func (m *SourcetestMaps) Close() error {
 	return _SourcetestClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

@@ -21,6 +21,14 @@
 #include "aggregate.h"
 #include "inflight.h"
 
+/* The compat objects (SPANWATCH_COMPAT, 5.10 to 5.16) have no in-flight
+ * sampler (it needs 5.18's bpf_copy_from_user_task): start events are
+ * dropped, and no stack of open spans is kept for it. */
+#ifdef SPANWATCH_COMPAT
+#define inflight_start(ev, source) ((void)(ev), (void)(source))
+#define inflight_end(ev) ((void)(ev))
+#endif
+
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 #define TRACE_ENTRY_SIZE 8

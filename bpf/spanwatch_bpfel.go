@@ -249,6 +249,7 @@ const (
 const (
 	SpanwatchMapBudgetGlobs          = "budget_globs"
 	SpanwatchMapBudgets              = "budgets"
+	SpanwatchMapCellCounts           = "cell_counts"
 	SpanwatchMapCellDirty            = "cell_dirty"
 	SpanwatchMapCells                = "cells"
 	SpanwatchMapCgCreated            = "cg_created"
@@ -341,6 +342,7 @@ type SpanwatchProgramSpecs struct {
 type SpanwatchMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
@@ -403,6 +405,7 @@ func (o *SpanwatchObjects) Close() error {
 type SpanwatchMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
 	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
@@ -426,6 +429,7 @@ func (m *SpanwatchMaps) Close() error {
 	return _SpanwatchClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

@@ -40,9 +40,11 @@
  *
  * This object includes aggregate.h and is loaded with MapReplacements for
  * the core's maps, so USDT spans feed the same aggregates as every source.
- * Needs kernel 5.11+ (task storage in tracing programs; the core needs
+ * Needs kernel 5.11+ (task storage in tracing programs; the full core needs
  * 5.17+ anyway), 5.15+ for BPF cookies (else the IP map and no fast path),
- * 4.20+ for semaphores (reference counters).
+ * 4.20+ for semaphores (reference counters). Built with SPANWATCH_COMPAT
+ * (5.10+), thread stacks and names live in LRU hashes keyed by thread id,
+ * and there are no sleepable programs.
  */
 
 #include "aggregate.h"
@@ -118,6 +120,7 @@ struct {
 } usdt_inflight SEC(".maps");
 
 /* The open spans of each thread (task_spans.h). */
+#ifndef SPANWATCH_COMPAT
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -131,6 +134,33 @@ struct {
 	__type(key, int);
 	__type(value, struct task_span_names);
 } usdt_task_names SEC(".maps");
+#else
+/* No task storage in uprobe programs before 5.11: hashes keyed by the
+ * thread id, least recently used first out, so threads that exit with
+ * spans open cannot fill them (the collector sizes them). A thread only
+ * ever touches its own entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct usdt_task_spans);
+} usdt_task_start SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct task_span_names);
+} usdt_task_names SEC(".maps");
+
+/* A zeroed entry to insert from: too large for the BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct task_span_names);
+} usdt_task_zero SEC(".maps");
+#endif
 
 /* Names the collector read for the fallback, by process and address. */
 struct usdt_name_key {
@@ -165,11 +195,13 @@ struct {
 	__type(value, __u64);
 } usdt_counters SEC(".maps");
 
+#ifndef SPANWATCH_COMPAT
 /* Set by the collector before loading: the kernel has the
  * bpf_copy_from_user_str kfunc (6.12+). */
 volatile const __u32 usdt_have_str_kfunc = 0;
 
 extern int bpf_copy_from_user_str(void *dst, __u32 dst__sz, const void *unsafe_ptr__ign, __u64 flags) __weak __ksym;
+#endif
 
 /* The cookie's fast-path bit and the source index beside it (the spec
  * id is in the low 32 bits, USDT_COOKIE_SPEC). */
@@ -189,6 +221,7 @@ static __always_inline void usdt_count(__u32 idx)
 		__sync_fetch_and_add(c, 1);
 }
 
+#ifndef SPANWATCH_COMPAT
 /*
  * task_cgroup_id is bpf_get_current_cgroup_id() for a task from
  * bpf_get_current_task_btf(): the same chain (task->cgroups->dfl_cgrp->kn->id,
@@ -213,8 +246,61 @@ static __always_inline __u64 task_cgroup_id(struct task_struct *task)
 	return t->cgroups->dfl_cgrp->kn->id;
 }
 
+/* spans_get returns the current thread's stack of open spans. */
+static __always_inline struct usdt_task_spans *spans_get(int create)
+{
+	return bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* names_get returns the current thread's name slots. */
+static __always_inline struct task_span_names *names_get(int create)
+{
+	return bpf_task_storage_get(&usdt_task_names, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline __u64 current_cgroup_id(void)
+{
+	return task_cgroup_id(bpf_get_current_task_btf());
+}
+#else
+/* thread_get returns the current thread's entry of map (usdt_task_start
+ * or usdt_task_names), inserting a zeroed one when create is set. */
+static __always_inline void *thread_get(void *map, int create)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0;
+	void *v = bpf_map_lookup_elem(map, &tid), *z;
+
+	if (v || !create)
+		return v;
+	z = bpf_map_lookup_elem(&usdt_task_zero, &zero);
+	if (!z)
+		return 0;
+	bpf_map_update_elem(map, &tid, z, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, &tid);
+}
+
+static __always_inline struct usdt_task_spans *spans_get(int create)
+{
+	return thread_get(&usdt_task_start, create);
+}
+
+static __always_inline struct task_span_names *names_get(int create)
+{
+	return thread_get(&usdt_task_names, create);
+}
+
+/* No BTF pointers to the task in uprobe programs before 5.11: the
+ * helper. */
+static __always_inline __u64 current_cgroup_id(void)
+{
+	return bpf_get_current_cgroup_id();
+}
+#endif
+
 /* usdt_arg_get is usdt_arg as a global function: verified once. */
-__noinline int usdt_arg_get(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 n, __u64 *res)
+SW_GLOBAL int usdt_arg_get(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 n, __u64 *res)
 {
 	if (!spec || !res)
 		return -22;
@@ -223,7 +309,7 @@ __noinline int usdt_arg_get(struct pt_regs *ctx, const struct usdt_spec *spec, _
 
 /* usdt_fetch reads the arguments in mask into o. An argument that cannot
  * be read is left out of o->ok and counted. */
-__noinline int usdt_fetch(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 mask, struct src_operands *o)
+SW_GLOBAL int usdt_fetch(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 mask, struct src_operands *o)
 {
 	if (!spec || !o)
 		return 0;
@@ -250,8 +336,14 @@ static __always_inline void hex(__u8 *dst, __u64 v, int n)
 		if (i >= n)
 			break;
 		__u64 d = (v >> (4 * (n - 1 - i))) & 15;
-		/* '0' + d, and 39 more for a..f, where 9 - d wraps. */
-		dst[i] = '0' + d + ((9 - d) >> 63) * 39;
+		/* '0' + d, and 39 more for a..f, where 9 - d wraps. The
+		 * empty asm hides that a10 is 0 or 1: clang would make the
+		 * product a branch, and 24 digits of branches are 2^24 paths
+		 * to a verifier that does not prune them (1M instructions
+		 * processed on 5.10, 737k on 6.1; 6.18 prunes them). */
+		__u64 a10 = (9 - d) >> 63;
+		asm volatile("" : "+r"(a10));
+		dst[i] = '0' + d + a10 * 39;
 	}
 }
 
@@ -261,7 +353,7 @@ static __always_inline void hex(__u8 *dst, __u64 v, int n)
  * "(name@ADDR.TGID)" (16 and 8 hex digits), asking the collector to read
  * it. A global function: verified once.
  */
-__noinline int usdt_name_unread(__u64 addr, struct span_name *dst)
+SW_GLOBAL int usdt_name_unread(__u64 addr, struct span_name *dst)
 {
 	struct usdt_name_key k = {.tgid = bpf_get_current_pid_tgid() >> 32, .addr = addr};
 	struct span_name *cached;
@@ -303,7 +395,7 @@ __noinline int usdt_name_unread(__u64 addr, struct span_name *dst)
 
 /* usdt_name_id cuts a name read from user memory (name_cut), hashes it
  * and leaves it NUL-padded. Global: verified once. */
-__noinline __u64 usdt_name_id(struct span_name *n)
+SW_GLOBAL __u64 usdt_name_id(struct span_name *n)
 {
 	if (!n)
 		return 0;
@@ -322,13 +414,16 @@ static __always_inline void read_name(struct pt_regs *ctx, const struct usdt_spe
 {
 	__u64 ptr = 0;
 	long len;
+#ifndef SPANWATCH_COMPAT
 	char b;
+#endif
 
 	if (usdt_arg_get(ctx, spec, n, &ptr)) {
 		count(COUNTER_READ_ERRORS);
 		usdt_name_unread(0, dst);
 		return;
 	}
+#ifndef SPANWATCH_COMPAT
 	if (sleepable && usdt_have_str_kfunc) {
 		len = bpf_copy_from_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr, 0);
 	} else {
@@ -341,24 +436,25 @@ static __always_inline void read_name(struct pt_regs *ctx, const struct usdt_spe
 				len = bpf_probe_read_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr);
 		}
 	}
+#else
+	/* No sleepable uprobes before 6.0 (and no kfuncs here). */
+	len = bpf_probe_read_user_str(dst->name, SPAN_NAME_LEN, (void *)ptr);
+#endif
 	if (len < 0) {
 		usdt_name_unread(ptr, dst);
 		return;
 	}
 	/* A full buffer: name_cut needs the byte after the first 127. */
 	if (len == SPAN_NAME_LEN) {
+#ifndef SPANWATCH_COMPAT
 		long err = sleepable ? bpf_copy_from_user(&dst->name[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1)
 				     : bpf_probe_read_user(&dst->name[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1);
+#else
+		long err = bpf_probe_read_user(&dst->name[SPAN_NAME_LEN - 1], 1, (void *)ptr + SPAN_NAME_LEN - 1);
+#endif
 		if (err)
 			dst->name[SPAN_NAME_LEN - 1] = 0;
 	}
-}
-
-/* names_get returns the current task's name slots. */
-static __always_inline struct task_span_names *names_get(int create)
-{
-	return bpf_task_storage_get(&usdt_task_names, bpf_get_current_task_btf(), 0,
-				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
 /* spans_push opens a span of source on the thread's stack (ts), at the
@@ -401,7 +497,7 @@ static __always_inline void spans_drop_taken(struct usdt_task_spans *ts)
 }
 
 /* spans_drop is spans_drop_taken as a global function. */
-__noinline int spans_drop(struct usdt_task_spans *ts)
+SW_GLOBAL int spans_drop(struct usdt_task_spans *ts)
 {
 	if (ts)
 		spans_drop_taken(ts);
@@ -414,7 +510,7 @@ __noinline int spans_drop(struct usdt_task_spans *ts)
  * 0 and fills t, or -1 when the thread has no open span of source. A
  * global function: the rare path, verified once.
  */
-__noinline int spans_take_deep(struct usdt_task_spans *ts, __u32 source, struct taken *t)
+SW_GLOBAL int spans_take_deep(struct usdt_task_spans *ts, __u32 source, struct taken *t)
 {
 	if (!ts || !t)
 		return -1;
@@ -501,8 +597,7 @@ static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 n
 		in->start_ns = now;
 		return 0;
 	}
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct usdt_task_spans *ts = spans_get(1);
 	__u32 flags = 0;
 
 	if (!ts) {
@@ -529,8 +624,7 @@ static __always_inline int start(struct pt_regs *ctx, int sleepable)
 	__u64 cookie = usdt_cookie(ctx);
 
 	if (cookie & USDT_COOKIE_FAST) {
-		struct usdt_task_spans *ts = bpf_task_storage_get(&usdt_task_start, bpf_get_current_task_btf(), 0,
-								  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		struct usdt_task_spans *ts = spans_get(1);
 		if (!ts) {
 			usdt_count(USDT_COUNTER_NO_STORAGE);
 			return 0;
@@ -547,11 +641,13 @@ int usdt_start(struct pt_regs *ctx)
 	return start(ctx, 0);
 }
 
+#ifndef SPANWATCH_COMPAT
 SEC("uprobe.s")
 int usdt_start_s(struct pt_regs *ctx)
 {
 	return start(ctx, 1);
 }
+#endif
 
 /*
  * finish evaluates the source's error predicate and labels over the
@@ -583,7 +679,6 @@ int usdt_end(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = usdt_cookie(ctx);
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct usdt_inflight *inf = 0;
 	struct usdt_inflight_key k;
 	struct usdt_task_spans *ts;
@@ -621,7 +716,7 @@ int usdt_end(struct pt_regs *ctx)
 			in.key.name_id = usdt_name_id((struct span_name *)inf->name);
 		}
 	} else {
-		ts = bpf_task_storage_get(&usdt_task_start, task, 0, 0);
+		ts = spans_get(0);
 		if (!ts || spans_take(ts, source, &t)) {
 			usdt_count(USDT_COUNTER_UNPAIRED);
 			return 0;
@@ -639,7 +734,7 @@ int usdt_end(struct pt_regs *ctx)
 			}
 		}
 	}
-	in.key.cgroup_id = task_cgroup_id(task);
+	in.key.cgroup_id = current_cgroup_id();
 	if (spec && src->end_args) {
 		__builtin_memset(&ops, 0, sizeof(ops));
 		usdt_fetch(ctx, spec, src->end_args, &ops);
@@ -689,7 +784,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 		in.name = n->name;
 		in.key.name_id = usdt_name_id(n);
 	}
-	in.key.cgroup_id = task_cgroup_id(bpf_get_current_task_btf());
+	in.key.cgroup_id = current_cgroup_id();
 	finish(ctx, src, opsp, &in);
 	return 0;
 }
@@ -700,11 +795,13 @@ int usdt_single(struct pt_regs *ctx)
 	return single(ctx, 0);
 }
 
+#ifndef SPANWATCH_COMPAT
 SEC("uprobe.s")
 int usdt_single_s(struct pt_regs *ctx)
 {
 	return single(ctx, 1);
 }
+#endif
 
 /* Test only: every argument of the site that fired. */
 struct usdt_test_record {

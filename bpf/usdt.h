@@ -4,14 +4,23 @@
  * site's argument string (internal/usdt) into a struct usdt_spec, writes it
  * into usdt_specs at a spec id, and attaches the uprobe at that site with the
  * spec id as its BPF cookie (kernel 5.15+). Without cookies the collector
- * sets usdt_have_cookie = 0 before loading and fills usdt_ip_to_spec,
- * keyed by the call site's run-time address (per process, or 0 for every
- * process of a non-PIE executable).
+ * sets usdt_have_cookie = 0 before loading and fills usdt_ip_to_spec:
+ * a site in an executable is keyed by its distance from the start of the
+ * executable's code and the length of that code, both of which the kernel
+ * keeps for every process (mm->start_code and end_code: the executable
+ * segments' bounds plus the load bias), so a PIE executable is traced in
+ * every process that runs it, as with cookies, in containers too (no file
+ * identity to compare across mounts); the collector refuses two
+ * executables whose keys collide. A site attached in one process (pid:)
+ * is keyed by the process and its run-time address, which is how a shared
+ * library's sites are told apart.
  *
  * internal/usdt/spec.go fills the layouts through their bpf2go types.
  */
 #ifndef SPANWATCH_USDT_H
 #define SPANWATCH_USDT_H
+
+#include <bpf/bpf_core_read.h>
 
 enum usdt_sizes {
 	USDT_MAX_ARGS = 12,
@@ -44,10 +53,21 @@ struct usdt_spec {
 };
 
 struct usdt_ip_key {
-	__u32 tgid; /* 0: any process */
+	__u32 tgid;	/* the process (ip its run-time address), or 0: */
 	__u32 _pad;
-	__u64 ip;
+	__u64 code_len; /* the executable's end_code - start_code, and */
+	__u64 ip;	/* the site's distance from start_code */
 };
+
+/* The fields of the current task the lookup reads (CO-RE). */
+struct mm_struct___usdt {
+	unsigned long start_code;
+	unsigned long end_code;
+} __attribute__((preserve_access_index));
+
+struct task_struct___usdt {
+	struct mm_struct___usdt *mm;
+} __attribute__((preserve_access_index));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -87,7 +107,14 @@ static __always_inline int usdt_spec_id_from(struct pt_regs *ctx, __u64 cookie, 
 	};
 	__u32 *v = bpf_map_lookup_elem(&usdt_ip_to_spec, &k);
 	if (!v) {
+		/* A site of the process's executable. */
+		struct task_struct___usdt *t = (void *)bpf_get_current_task();
+		struct mm_struct___usdt *mm = BPF_CORE_READ(t, mm);
+		__u64 start = BPF_CORE_READ(mm, start_code);
+
 		k.tgid = 0;
+		k.code_len = BPF_CORE_READ(mm, end_code) - start;
+		k.ip -= start;
 		v = bpf_map_lookup_elem(&usdt_ip_to_spec, &k);
 		if (!v)
 			return -2; /* ENOENT */

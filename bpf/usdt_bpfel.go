@@ -217,10 +217,11 @@ type UsdtUsdtInflightKey struct {
 }
 
 type UsdtUsdtIpKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Pad  uint32
-	Ip   uint64
+	_       structs.HostLayout
+	Tgid    uint32
+	Pad     uint32
+	CodeLen uint64
+	Ip      uint64
 }
 
 type UsdtUsdtNameKey struct {
@@ -298,6 +299,7 @@ type UsdtUsdtTestRecord struct {
 const (
 	UsdtMapBudgetGlobs           = "budget_globs"
 	UsdtMapBudgets               = "budgets"
+	UsdtMapCellCounts            = "cell_counts"
 	UsdtMapCellDirty             = "cell_dirty"
 	UsdtMapCells                 = "cells"
 	UsdtMapCgCreated             = "cg_created"
@@ -407,6 +409,7 @@ type UsdtProgramSpecs struct {
 type UsdtMapSpecs struct {
 	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells            *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
@@ -482,6 +485,7 @@ func (o *UsdtObjects) Close() error {
 type UsdtMaps struct {
 	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
 	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
 	Cells            *ebpf.Map `ebpf:"cells"`
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
@@ -514,6 +518,7 @@ func (m *UsdtMaps) Close() error {
 	return _UsdtClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

@@ -256,6 +256,7 @@ type UsereventsUeTestIn struct {
 const (
 	UsereventsMapBudgetGlobs          = "budget_globs"
 	UsereventsMapBudgets              = "budgets"
+	UsereventsMapCellCounts           = "cell_counts"
 	UsereventsMapCellDirty            = "cell_dirty"
 	UsereventsMapCells                = "cells"
 	UsereventsMapCgCreated            = "cg_created"
@@ -343,6 +344,7 @@ type UsereventsProgramSpecs struct {
 type UsereventsMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
 	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
@@ -402,6 +404,7 @@ func (o *UsereventsObjects) Close() error {
 type UsereventsMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
 	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
@@ -430,6 +433,7 @@ func (m *UsereventsMaps) Close() error {
 	return _UsereventsClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellCounts,
 		m.CellDirty,
 		m.Cells,
 		m.CgCreated,

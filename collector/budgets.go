@@ -20,6 +20,12 @@ import (
 // not in force, where no span looks, then switches with one store of the
 // word: a span is judged by the old budgets or the new, never a mix, and
 // a change that fails half way leaves the budgets in force untouched.
+//
+// The compat core (kernels 5.10 to 5.16, no bpf_loop) matches no globs:
+// the collector gives each name a glob matches an exact entry in the set
+// in force, as it first reads the name's series (globBudget), and a change
+// writes those of every live series into the set it prepares, so that
+// they come in force with it.
 const (
 	budgetSetShift   = uint32(bpf.SpanwatchBudgetBitsBUDGET_SET_SHIFT)
 	budgetGlobsShift = uint32(bpf.SpanwatchBudgetBitsBUDGET_GLOBS_SHIFT)
@@ -27,7 +33,8 @@ const (
 
 // budgetSet is what the collector wrote into one set of the kernel's
 // budgets: every name id that may be there (after a failed write, a
-// superset), and how many glob entries.
+// superset; the compat core's names given a glob's budget included), and
+// how many glob entries.
 type budgetSet struct {
 	ids   map[uint64]bool
 	globs int
@@ -38,17 +45,23 @@ type budgetSet struct {
 // change is prepared at a time: a second PrepareBudgets waits for the
 // first's Commit or Abort.
 type BudgetChange struct {
-	c    *Collector
-	t    *budgetTable
-	set  uint32
-	done bool
+	c   *Collector
+	t   *budgetTable
+	set uint32
+	// globExact is, for the compat core, the names given a glob's
+	// budget in set.
+	globExact map[uint64]*compiledBudget
+	done      bool
 }
 
 // SetBudgets replaces the budgets, all at once: PrepareBudgets, then
 // Commit. Every span is judged against them from its very first
 // occurrence, exact names and globs alike: the kernel matches a new name
-// against the globs itself (bpf_loop, 5.17+). Counts are kept. On error
-// the budgets in force are unchanged.
+// against the globs itself (bpf_loop, 5.17+). With the compat core (no
+// bpf_loop) the collector writes an exact budget for each name a glob
+// matches, as it first reads the name's series: the spans of a new name
+// before that read are judged against exact budgets only. Counts are
+// kept. On error the budgets in force are unchanged.
 func (c *Collector) SetBudgets(rules []BudgetRule) error {
 	ch, err := c.PrepareBudgets(rules)
 	if err != nil {
@@ -84,8 +97,18 @@ func (c *Collector) PrepareBudgets(rules []BudgetRule) (*BudgetChange, error) {
 	if err := c.writeBudgetSet(set, t); err != nil {
 		return nil, err
 	}
+	ch := &BudgetChange{c: c, t: t, set: set}
+	if c.reader.compat {
+		ch.globExact = map[uint64]*compiledBudget{}
+		c.mu.Lock()
+		err := c.reader.globBudgets(ch)
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
 	ok = true
-	return &BudgetChange{c: c, t: t, set: set}, nil
+	return ch, nil
 }
 
 // writeBudgetSet makes set hold t: what it held and t does not is deleted
@@ -162,12 +185,19 @@ func (ch *BudgetChange) Commit() error {
 	if c.closed {
 		return ErrClosed
 	}
-	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
-	gen := (word + 1) & budgetGenMask
-	if gen == 0 {
-		gen = 1 // 0 is a fresh slot's cache
+	if c.reader.compat {
+		// The names first read since PrepareBudgets: their glob
+		// budgets, into the set about to be in force. A write refused
+		// here leaves the name unjudged (logged), not the change half
+		// made.
+		if err := c.reader.globBudgets(ch); err != nil {
+			c.log.Warn("glob_budget_failed", "error", err, "effect", "the spans of names first seen during the change are not judged against a glob's budget")
+		}
+		c.reader.globExact = ch.globExact
+		c.reader.globWrote = false
 	}
-	atomic.StoreUint32(&c.reader.core.BudgetGen, gen|ch.set<<budgetSetShift|uint32(len(ch.t.globs))<<budgetGlobsShift)
+	word := atomic.LoadUint32(&c.reader.core.BudgetGen)
+	atomic.StoreUint32(&c.reader.core.BudgetGen, nextBudgetGen(word)|ch.set<<budgetSetShift|uint32(len(ch.t.globs))<<budgetGlobsShift)
 	c.reader.budgets = ch.t
 	c.reader.budgetGen++
 	return nil
@@ -180,6 +210,84 @@ func (ch *BudgetChange) Abort() {
 	}
 	ch.done = true
 	ch.c.budgetMu.Unlock()
+}
+
+// nextBudgetGen is the generation after word's. It is kept in 12 bits in
+// each series' cache, where 0 is a fresh slot's: 0 is skipped.
+func nextBudgetGen(word uint32) uint32 {
+	gen := (word + 1) & budgetGenMask
+	if gen == 0 {
+		gen = 1
+	}
+	return gen
+}
+
+// bumpBudgetGen makes every series look its budget up again at its next
+// span, the same budgets in force (the compat core's glob budgets were
+// added to them).
+func (r *seriesReader) bumpBudgetGen() {
+	word := atomic.LoadUint32(&r.core.BudgetGen)
+	atomic.StoreUint32(&r.core.BudgetGen, word&^budgetGenMask|nextBudgetGen(word))
+}
+
+// globBudgets writes, for the compat core, the exact budget of each live
+// series' name that ch's globs give one (and ch's exact names do not)
+// into ch's set, which is not in force yet. The caller holds c.mu.
+func (r *seriesReader) globBudgets(ch *BudgetChange) error {
+	if len(ch.t.globs) == 0 {
+		return nil
+	}
+	ids := &r.sets[ch.set]
+	for _, st := range r.order {
+		id := st.key.NameId
+		if st.dead || ch.globExact[id] != nil {
+			continue
+		}
+		if _, exact := ch.t.exact[id]; exact {
+			continue
+		}
+		b := ch.t.lookup(st.name)
+		if b == nil {
+			continue
+		}
+		ids.ids[id] = true // before the write: a failed write may have landed
+		k := bpf.SpanwatchBudgetKey{NameId: id, Set: ch.set}
+		v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+		if err := r.objs.Budgets.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("set the budget of %q from %q: %w", st.name, b.rule.Span, err)
+		}
+		ch.globExact[id] = b
+	}
+	return nil
+}
+
+// globBudget gives a name the budget of the first glob that matches it,
+// as an exact entry of the set of budgets in force, for the compat core,
+// which matches no globs itself; a name with an exact budget keeps it.
+// The caller bumps the generation (globWrote says a read must) and holds
+// c.mu, as Commit does when it changes the set in force.
+func (r *seriesReader) globBudget(id uint64, name string) {
+	if r.budgets == nil || len(r.budgets.globs) == 0 || r.globExact[id] != nil {
+		return
+	}
+	if _, exact := r.budgets.exact[id]; exact {
+		return
+	}
+	b := r.budgets.lookup(name)
+	if b == nil {
+		return
+	}
+	set := atomic.LoadUint32(&r.core.BudgetGen) >> budgetSetShift & 1
+	r.sets[set].ids[id] = true // before the write: a failed write may have landed
+	k := bpf.SpanwatchBudgetKey{NameId: id, Set: set}
+	v := bpf.SpanwatchBudget{BudgetNs: uint64(b.rule.Budget), Flags: b.flags}
+	if err := r.objs.Budgets.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		r.log.Warn("glob_budget_failed", "span", name, "budget", b.rule.Span, "error", err,
+			"effect", "its spans are not judged against the glob's budget")
+		return
+	}
+	r.globExact[id] = b
+	r.globWrote = true
 }
 
 // budgetOf returns the budget the kernel applies to a name, in ns.

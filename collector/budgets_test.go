@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -31,8 +32,11 @@ func kernelBudgets(t *testing.T, c *Collector) (map[uint64]uint64, []string) {
 	return out, gs
 }
 
-// wantBudgets is what the kernel should hold for rules.
-func wantBudgets(rules []BudgetRule) (map[uint64]uint64, []string) {
+// wantBudgets is what the kernel should hold for rules. With the compat
+// core (no glob matching in the kernel) the set in force holds an exact
+// budget for each of the names seen (series the collector read) that a
+// glob matches and no exact name does: the first glob's.
+func wantBudgets(rules []BudgetRule, compat bool, seen ...string) (map[uint64]uint64, []string) {
 	exact := map[uint64]uint64{}
 	var globs []string
 	for _, r := range rules {
@@ -40,6 +44,18 @@ func wantBudgets(rules []BudgetRule) (map[uint64]uint64, []string) {
 			globs = append(globs, fmt.Sprintf("%s=%d", r.Span, r.Budget))
 		} else if _, dup := exact[snapshot.NameID(r.Span)]; !dup {
 			exact[snapshot.NameID(r.Span)] = uint64(r.Budget)
+		}
+	}
+	if compat {
+		t, _ := compileBudgets(rules)
+		for _, name := range seen {
+			id := snapshot.NameID(name)
+			if _, ok := exact[id]; ok {
+				continue
+			}
+			if b := t.lookup(name); b != nil {
+				exact[id] = uint64(b.rule.Budget)
+			}
 		}
 	}
 	return exact, globs
@@ -62,13 +78,31 @@ func budgetConfig(prefix string, exact, globs int, budget time.Duration) []Budge
 // kernel's maps after each: the budgets in force are exactly the old set
 // after a refused change and exactly the new set after an applied one,
 // and spans are judged by them.
+//
+// With the compat core the names a glob matches get exact budgets, in the
+// set a change writes: they come in force with it, and go with it.
 func TestBudgetsAllOrNothing(t *testing.T) {
-	ct := newCoreTest(t, Config{MaxSeries: 8192, HistogramCells: 1 << 14})
+	forEachCore(t, testBudgetsAllOrNothing)
+}
+
+func testBudgetsAllOrNothing(t *testing.T, core kernel.Core) {
+	ct := newCoreTest(t, Config{MaxSeries: 8192, HistogramCells: 1 << 14, Core: core})
 	c := ct.c
+	// The names spans are sent for, each read once under every budget
+	// (1ns) first: the compat core judges a name by a glob from the
+	// collector's first read of it (the full core from its first span:
+	// TestCoreGlobBudgetsFirstSight).
+	seen := []string{"a.exact.7", "a.glob3.x", "b.exact.7", "b.glob3.x", "b.glob3.y"}
+	var warm []entry
+	for _, n := range seen {
+		warm = append(warm, entry{Name: n, Cgroup: 1, Value: 1})
+	}
+	ct.aggregate(t, warm)
+	ct.snapshot(t)
 	check := func(step string, rules []BudgetRule) {
 		t.Helper()
 		gotE, gotG := kernelBudgets(t, c)
-		wantE, wantG := wantBudgets(rules)
+		wantE, wantG := wantBudgets(rules, core == kernel.CoreCompat, seen...)
 		if !maps.Equal(gotE, wantE) {
 			t.Fatalf("%s: kernel holds %d exact budgets, want %d (the set in force differs)", step, len(gotE), len(wantE))
 		}

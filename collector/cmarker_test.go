@@ -21,15 +21,15 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 )
 
 // buildC compiles C sources with cc and args into dir/name, skipping when
 // the compiler is missing.
 func buildC(t testing.TB, cc, out string, args ...string) string {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skip("libspanwatch's marker is x86-64 only")
-	}
+	requireCMarker(t)
 	if _, err := exec.LookPath(cc); err != nil {
 		t.Skipf("%s not installed (Debian package build-essential or clang)", cc)
 	}
@@ -38,6 +38,15 @@ func buildC(t testing.TB, cc, out string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
 	}
 	return out
+}
+
+// requireCMarker skips where libspanwatch has no marker (it is x86-64
+// only).
+func requireCMarker(t testing.TB) {
+	t.Helper()
+	if runtime.GOARCH != "amd64" {
+		t.Skip("libspanwatch's marker is x86-64 only")
+	}
 }
 
 // symbolOffset returns the file offset of a symbol of an ELF file.
@@ -273,7 +282,8 @@ func cSeries(t *testing.T, c *Collector, name string, want uint64) (count, errs,
 // durations, through uprobe_marker_sysv.
 func TestCMarkerSpans(t *testing.T) {
 	requireBPF(t)
-	bin := buildC(t, "gcc", filepath.Join(t.TempDir(), "cmarker"), "-O2", "testdata/cmarker.c")
+	requireCMarker(t)
+	bin := bpftest.CProgram(t, "cmarker")
 	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{bin}, Inflight: InflightConfig{Off: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -294,33 +304,15 @@ func TestCMarkerSpans(t *testing.T) {
 }
 
 // TestCMarkerScanFindsLibrary: the /proc scan finds a shared libspanwatch
-// that a running process maps (not its executable), attaches to it once,
+// that a running process maps (not its executable: testdata/cmarkerlib.c,
+// linked with libspanwatch.so beside it), attaches to it once,
 // and spans from the process are counted; the library's uprobe is let go
 // when the process exits.
 func TestCMarkerScanFindsLibrary(t *testing.T) {
 	requireBPF(t)
-	dir := t.TempDir()
-	lib := buildC(t, "gcc", filepath.Join(dir, "libspanwatch.so.1"), "-O2", "-shared", "-fPIC", "-Wl,-soname,libspanwatch.so.1", "../sdk/c/src/spanwatch.c")
-	if err := os.Symlink("libspanwatch.so.1", filepath.Join(dir, "libspanwatch.so")); err != nil {
-		t.Fatal(err)
-	}
-	src := filepath.Join(dir, "app.c")
-	os.WriteFile(src, []byte(`#include <stdio.h>
-#include <string.h>
-#include "libspanwatch.h"
-int main(int argc, char **argv) {
-	char line[64];
-	printf("ready mode=%d\n", spanwatch_lib_mode());
-	fflush(stdout);
-	while (fgets(line, sizeof line, stdin)) {
-		spanwatch_lib_record(argv[1], strlen(argv[1]), 2000000, 0, line[0] == 'e', 0, 0);
-		printf("listening=%d\n", spanwatch_lib_listening());
-		fflush(stdout);
-	}
-	return 0;
-}
-`), 0o644)
-	app := buildC(t, "gcc", filepath.Join(dir, "app"), "-O2", "-I../sdk/c", src, "-L"+dir, "-lspanwatch", "-Wl,-rpath,"+dir)
+	requireCMarker(t)
+	app := bpftest.CProgram(t, "cmarker-lib")
+	lib := filepath.Join(filepath.Dir(app), "libspanwatch.so")
 
 	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1, Inflight: InflightConfig{Off: true}})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/cgroup"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
@@ -113,6 +114,13 @@ type Config struct {
 	// Inflight configures the sampling of spans running past their
 	// budget: where their time goes, and spans that never end.
 	Inflight InflightConfig
+	// Core chooses the BPF objects: "" for the ones the kernel's
+	// features allow (kernel.Probes.ChooseCore, with the compat ones
+	// should the verifier refuse the full ones), or kernel.CoreFull or
+	// kernel.CoreCompat (tests, and kernels whose probes mislead).
+	Core kernel.Core
+
+	histogramCellsSet bool // HistogramCells was given, not defaulted
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -154,7 +162,9 @@ type Collector struct {
 	lastAt      time.Time
 	mapBytes    uint64
 
-	inflight *inflightState // nil when off or unavailable
+	inflight    *inflightState // nil when off or unavailable
+	inflightErr error          // why it is unavailable
+	facts       kernel.Facts   // what the kernel has, and the core loaded
 
 	closers []func() error
 
@@ -211,71 +221,58 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, fmt.Errorf("cannot use BPF: %w: run spanwatch as root, or grant it CAP_BPF and CAP_PERFMON (plus CAP_SYS_PTRACE for other users' processes)", err)
 	}
 
-	spec, err := bpf.LoadSpanwatch()
-	if err != nil {
-		return nil, fmt.Errorf("load bpf spec: %w", err)
-	}
 	if err := cfg.sizes(); err != nil {
 		return nil, err
+	}
+	probes := kernel.Probe()
+	variant := cfg.Core
+	if variant == "" {
+		if variant, err = probes.ChooseCore(); err != nil {
+			return nil, err
+		}
 	}
 	// Whether the marker is attached through a uprobe_multi link is
 	// decided at load time: such a program must be loaded with that
 	// attach type.
 	uprobeMulti := !cfg.NoUprobeMulti && HaveUprobeMulti()
-	if uprobeMulti {
-		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
-		spec.Programs[progUprobeMarkerSysV].AttachType = ebpf.AttachTraceUprobeMulti
-	}
-	for _, m := range []string{"series", "series_index", "free_slots"} {
-		spec.Maps[m].MaxEntries = cfg.MaxSeries
-	}
-	// A name per series at most, and the "(other)" series' name.
-	spec.Maps["names"].MaxEntries = cfg.MaxSeries + 1
-	spec.Maps["series_dirty"].MaxEntries = (cfg.MaxSeries + 63) / 64
-	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
-	spec.Maps["cells"].MaxEntries = chunks
-	spec.Maps["cell_dirty"].MaxEntries = (chunks + 63) / 64
-	if cfg.RingbufBytes != 0 {
-		spec.Maps[mapOverruns].MaxEntries = cfg.RingbufBytes
-	}
-	c := &Collector{cfg: cfg, log: cfg.Logger, closers: closers}
-	// Only the program of one attach method is loaded: where fentry is
-	// unavailable (no BTF, no trampolines, or a kernel that refuses
-	// tracing programs) it would not load at all, and the kprobe takes its
-	// place.
-	c.objs.method = "kprobe"
-	var fentryErr error
-	if !cfg.ForceKprobe && haveBTF() {
-		var fo fentryObjects
-		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
-			c.objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, UprobeMarkerSysV: fo.UprobeMarkerSysV, tp: fo.Tp, method: "fentry"}
-		}
-	}
-	if c.objs.method == "kprobe" {
-		var ko kprobeObjects
-		if err = spec.LoadAndAssign(&ko, nil); err == nil {
-			c.objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, UprobeMarkerSysV: ko.UprobeMarkerSysV, tp: ko.Tp, method: "kprobe"}
-			if fentryErr != nil {
-				logFentryFallback(c.log, fentryErr)
-			}
-		}
+	c := &Collector{cfg: cfg, log: cfg.Logger, closers: closers, facts: kernel.Facts{Probes: probes, Core: variant}}
+	c.objs, err = loadCore(cfg, variant, uprobeMulti, probes.Release)
+	if err != nil && variant == kernel.CoreFull && cfg.Core == "" && errors.Is(err, kernel.ErrRefused) {
+		// The probes allowed the full objects and the verifier refused
+		// them: the compat ones need less of it.
+		c.log.Warn("bpf_core_refused", "error", err, "fallback", "compat objects")
+		c.facts.Core, c.facts.CoreFallback = kernel.CoreCompat, err
+		c.objs, err = loadCore(cfg, kernel.CoreCompat, uprobeMulti, probes.Release)
 	}
 	if err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load bpf programs: %+v", verr)
-		}
-		return nil, fmt.Errorf("load bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+		return nil, err
 	}
+	compat := c.facts.Core == kernel.CoreCompat
+	chunks := c.objs.Cells.MaxEntries()
+	// What this kernel gets, in one line: the table of spanwatch kernel.
+	c.log.Info("kernel", kernel.LogArgs(c.facts)...)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 
-	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries)
+	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries, compat)
 	if err != nil {
 		return nil, err
+	}
+	for i := range c.budgetSets {
+		c.budgetSets[i].ids = map[uint64]bool{}
+	}
+	c.reader.sets = &c.budgetSets
+	if compat {
+		// The compat core takes slots from free_slots only: all of
+		// them, in order (bpf/aggregate.h).
+		for slot := uint32(0); slot < cfg.MaxSeries; slot++ {
+			if err := c.objs.FreeSlots.Update(nil, slot, ebpf.UpdateAny); err != nil {
+				return nil, fmt.Errorf("fill the free slots: %w", err)
+			}
+		}
 	}
 	core := c.reader.core
 	core.OtherNameId = snapshot.NameID(snapshot.OtherName)
@@ -337,6 +334,56 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	}
 	_ = ctx
 	return c, nil
+}
+
+// loadCore loads the core's objects (full or compat) with the maps sized
+// from cfg, and the programs of one attach method for user_events: only
+// that one is loaded, since where fentry is unavailable (no BTF, no
+// trampolines, or a kernel that refuses tracing programs) it would not
+// load at all, and the kprobe takes its place. A verifier refusal is a
+// *kernel.LoadError.
+func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (objects, error) {
+	load := bpf.LoadSpanwatch
+	if core == kernel.CoreCompat {
+		load = bpf.LoadSpanwatchCompat
+	}
+	spec, err := load()
+	if err != nil {
+		return objects{}, fmt.Errorf("load bpf spec: %w", err)
+	}
+	if uprobeMulti {
+		spec.Programs[progUprobeMarker].AttachType = ebpf.AttachTraceUprobeMulti
+		spec.Programs[progUprobeMarkerSysV].AttachType = ebpf.AttachTraceUprobeMulti
+	}
+	for name, n := range cfg.mapSizes(core) {
+		spec.Maps[name].MaxEntries = n
+	}
+	var objs objects
+	var fentryErr error
+	objs.method = "kprobe"
+	if !cfg.ForceKprobe && haveBTF() {
+		var fo fentryObjects
+		if fentryErr = spec.LoadAndAssign(&fo, nil); fentryErr == nil {
+			objs = objects{SpanwatchMaps: fo.SpanwatchMaps, UprobeMarker: fo.UprobeMarker, UprobeMarkerSysV: fo.UprobeMarkerSysV, tp: fo.Tp, method: "fentry"}
+		}
+	}
+	if objs.method == "kprobe" {
+		var ko kprobeObjects
+		if err = spec.LoadAndAssign(&ko, nil); err == nil {
+			objs = objects{SpanwatchMaps: ko.SpanwatchMaps, UprobeMarker: ko.UprobeMarker, UprobeMarkerSysV: ko.UprobeMarkerSysV, tp: ko.Tp, method: "kprobe"}
+			if fentryErr != nil {
+				logFentryFallback(cfg.Logger, fentryErr)
+			}
+		}
+	}
+	if err != nil {
+		if lerr := kernel.NewLoadError(string(core)+" core", release, err); lerr != nil {
+			cfg.Logger.Debug("bpf_verifier_log", "object", string(core)+" core", "log", kernel.VerifierLog(err))
+			return objects{}, lerr
+		}
+		return objects{}, fmt.Errorf("load bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
+	}
+	return objs, nil
 }
 
 // objects are the loaded maps and the programs of one attach method.
@@ -410,6 +457,7 @@ func (cfg *Config) sizes() error {
 	if err := CheckMaxSeries(int64(cfg.MaxSeries)); err != nil {
 		return fmt.Errorf("max series: %w", err)
 	}
+	cfg.histogramCellsSet = cfg.HistogramCells != 0
 	if cfg.HistogramCells == 0 {
 		cfg.HistogramCells = DefaultHistogramCells
 	}
@@ -440,6 +488,10 @@ func haveBTF() bool {
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")
 	return err == nil
 }
+
+// Kernel returns what the collector found on this kernel: the probes, the
+// core objects it loaded, and why (kernel.Rows makes the table of it).
+func (c *Collector) Kernel() kernel.Facts { return c.facts }
 
 // UserEventsAttached reports whether the user_events source is attached, and
 // how ("fentry" or "kprobe").
@@ -494,6 +546,7 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 		"series_dirty": o.SeriesDirty,
 		"cells":        o.Cells,
 		"cell_dirty":   o.CellDirty,
+		"cell_counts":  o.CellCounts,
 		"cg_created":   o.CgCreated,
 		"cg_released":  o.CgReleased,
 		"cg_quota":     o.CgQuota,

@@ -6,7 +6,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/coretest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -18,6 +20,17 @@ type coreTest struct {
 
 type entry = coretest.Entry
 
+// forEachCore runs f on each core the kernel can load: the full objects
+// (BPF atomics, bpf_loop; failing where the kernel's release should have
+// them) and the compat ones, which run on every kernel from 5.10.
+func forEachCore(t *testing.T, f func(*testing.T, kernel.Core)) {
+	t.Run("full", func(t *testing.T) {
+		bpftest.Require(t, kernel.Atomics, kernel.Loop)
+		f(t, kernel.CoreFull)
+	})
+	t.Run("compat", func(t *testing.T) { f(t, kernel.CoreCompat) })
+}
+
 func newCoreTest(t testing.TB, cfg Config) *coreTest {
 	t.Helper()
 	requireBPF(t)
@@ -28,7 +41,7 @@ func newCoreTest(t testing.TB, cfg Config) *coreTest {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	core, err := coretest.Load(c.Maps())
+	core, err := coretest.Load(c.Maps(), c.Kernel().Core == kernel.CoreCompat)
 	if err != nil {
 		t.Fatal(err)
 	}

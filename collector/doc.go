@@ -20,16 +20,20 @@
 //     whose file name contains "spanwatch" (libspanwatch.so, the Python,
 //     Node.js and Java SDKs' native parts), through /proc/PID/map_files.
 //
-// Snapshot reads the per-CPU stats map with batch lookups into reused
-// buffers, sums the CPUs and returns the deltas since the previous call.
+// Snapshot reads the series array and the histogram cells, mapped into
+// the collector's memory, where they changed since the last read (dirty
+// marks), and returns the window's counts.
 // Overrun records are read from the ring buffer continuously by a goroutine
 // that only copies them into a bounded queue (Config.OverrunQueue); one
 // worker behind it decodes, symbolizes and delivers them (OnOverrun), so a
 // slow consumer costs queued records, counted in
 // Stats.OverrunsQueueDropped, and never backs up into the ring buffer.
 //
-// Needs Linux 5.8+ with BTF (fentry) or kprobes, and CAP_BPF + CAP_PERFMON
-// (or root); CAP_SYS_PTRACE to read other users' /proc/PID/exe. The
+// Needs Linux 5.10+ and CAP_BPF + CAP_PERFMON (or root); CAP_SYS_PTRACE
+// to read other users' /proc/PID/exe. The BPF objects are chosen at load
+// from the kernel's features (internal/kernel): the full ones, or the
+// compat ones on 5.10 to 5.16; the collector logs what the kernel gets
+// in one line (msg=kernel), and CheckKernel is `spanwatch kernel`. The
 // marker's uprobes attach as uprobe_multi links (6.6+); on older kernels,
 // or with Config.NoUprobeMulti, through the perf_uprobe PMU, which needs
 // CAP_SYS_ADMIN.

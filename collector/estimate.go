@@ -11,19 +11,19 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // EstimateMapBytes estimates the memory the kernel charges for the maps of
 // a collector with cfg's sizes (zero sizes: the defaults), before anything
 // is loaded: the aggregation core's maps sized as New sizes them, and the
-// in-flight sampler's. The agent's memory budget plans the series capacity
+// in-flight sampler's, for the objects New loads on this kernel (cfg.Core,
+// or the probes' choice: the compat objects have no sampler). The agent's memory budget plans the series capacity
 // with it. It follows the kernel's own accounting (bpf_map_memory_usage,
 // 6.x) per map type; TestEstimateMapBytes holds it within 5% of what the
 // kernel reports for a loaded collector.
 //
-// New sizes the maps with the same rules (series, series_index,
-// free_slots, names, series_dirty, cells, cell_dirty, overruns); a change
-// there must change mapSizes too, which the test catches.
+// New sizes the maps with the same function (mapSizes).
 func EstimateMapBytes(cfg Config) (uint64, error) {
 	if err := cfg.sizes(); err != nil {
 		return 0, err
@@ -32,12 +32,25 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 	if err != nil {
 		cpus = 1
 	}
+	core := cfg.Core
+	if core == "" {
+		// The objects New would load here (kernel.Probe runs once per
+		// process: New reuses its answers).
+		if core, err = kernel.Probe().ChooseCore(); err != nil {
+			return 0, err
+		}
+	}
 	// The in-flight sampler's object shares the core's maps and some of
 	// its own with the main object (loaded beside it): each name once.
+	// The compat objects have no sampler.
+	loads := []func() (*ebpf.CollectionSpec, error){bpf.LoadSpanwatch, bpf.LoadInflight}
+	if core == kernel.CoreCompat {
+		loads = []func() (*ebpf.CollectionSpec, error){bpf.LoadSpanwatchCompat}
+	}
 	var total uint64
 	seen := map[string]bool{}
-	sizes := cfg.mapSizes()
-	for _, load := range []func() (*ebpf.CollectionSpec, error){bpf.LoadSpanwatch, bpf.LoadInflight} {
+	sizes := cfg.mapSizes(core)
+	for _, load := range loads {
 		spec, err := load()
 		if err != nil {
 			return 0, fmt.Errorf("estimate map memory: %w", err)
@@ -57,21 +70,48 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 	return total, nil
 }
 
-// mapSizes are the max_entries New gives the core's maps for cfg's sizes
-// (the others keep their declared size).
-func (cfg *Config) mapSizes() map[string]uint32 {
+// mapSizes are the max_entries New gives the maps of core's objects for
+// cfg's sizes (the others keep their declared size): loadCore sizes the
+// maps with it, EstimateMapBytes counts them with it.
+func (cfg *Config) mapSizes(core kernel.Core) map[string]uint32 {
 	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
 	m := map[string]uint32{
 		"series": cfg.MaxSeries, "series_index": cfg.MaxSeries, "free_slots": cfg.MaxSeries,
+		// A name per series at most, and the "(other)" series' name.
 		"names":        cfg.MaxSeries + 1,
 		"series_dirty": (cfg.MaxSeries + 63) / 64,
 		"cells":        chunks,
 		"cell_dirty":   (chunks + 63) / 64,
 	}
+	if core == kernel.CoreCompat {
+		// A byte a slot for dirty marks, the histogram in cell_counts
+		// (no cell table), no in-flight state (no sampler), and an
+		// exact budget for each name a glob matches in each of the two
+		// sets (the one in force and the one a change writes: both
+		// full while a change is prepared).
+		m["series_dirty"] = (cfg.MaxSeries + 7) / 8
+		m["cells"] = 1
+		m["cell_dirty"] = 1
+		m["cell_counts"] = compatCells(*cfg)
+		m["budgets"] = uint32(budgetSets) * (uint32(MaxExactBudgets) + cfg.MaxSeries + 1)
+		m["inflight_exec"] = 64
+		m["inflight_gprocs"] = 64
+	}
 	if cfg.RingbufBytes != 0 {
 		m[mapOverruns] = cfg.RingbufBytes
 	}
 	return m
+}
+
+// compatCells sizes the compat core's histogram cells: a preallocated
+// hash, about 80 bytes an entry, so fewer than the cell table's by
+// default (DefaultCompatHistogramCells), and at most
+// MaxCompatHistogramCells.
+func compatCells(cfg Config) uint32 {
+	if !cfg.histogramCellsSet {
+		return DefaultCompatHistogramCells
+	}
+	return min(cfg.HistogramCells, MaxCompatHistogramCells)
 }
 
 // mapBytes is the kernel's memory for one map of this type and size:

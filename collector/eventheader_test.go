@@ -20,8 +20,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
 	"github.com/spanwatch/spanwatch/internal/eventheader/ehtest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -61,6 +63,7 @@ const ehTestType = 777 // a tracepoint id no real event has here
 const maxName = 127
 
 func newEHHarness(t testing.TB, cfg Config) *ehHarness {
+	bpftest.Require(t, kernel.Loop, kernel.Atomics)
 	c := newTestCollector(t, cfg)
 	o, err := loadEventHeader(c.Maps(), "test", 0)
 	if err != nil {

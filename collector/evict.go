@@ -87,6 +87,21 @@ func (r *seriesReader) releaseQuarantined(now time.Time) {
 		}
 	}
 	r.quarantine = kept
+	if r.compat {
+		// Cells of the compat core inserted after the last read are
+		// known to no slotCells yet: note them, so that drain counts
+		// them and free deletes them (a key left in cell_counts would
+		// add its counts to the slot's next series).
+		only := make(map[uint32]bool, len(done))
+		for _, q := range done {
+			only[q.slot] = true
+		}
+		if err := r.readCellCounts(only); err != nil {
+			r.log.Warn("slot_free_failed", "error", err, "effect", "slots stay in quarantine")
+			r.quarantine = append(r.quarantine, done...)
+			return
+		}
+	}
 	for _, q := range done {
 		r.drain(q.slot)
 		r.free(q.slot, q.key)
@@ -106,7 +121,20 @@ func (r *seriesReader) forget(st *seriesState) {
 // the index added to it: they count for its series in the next snapshot.
 func (r *seriesReader) drain(slot uint32) {
 	pending := atomic.LoadUint64(&r.slots[slot].Count) != r.slotPrev[slot].count
+	var counts map[uint32]uint64 // the compat core's cells: key -> growth
 	for _, c := range r.slotCells[slot] {
+		if r.compat {
+			var total uint64
+			if err := r.objs.CellCounts.Lookup(c, &total); err == nil && total != r.cellPrev[c] {
+				if counts == nil {
+					counts = map[uint32]uint64{}
+				}
+				counts[c] = total - r.cellPrev[c]
+				r.cellPrev[c] = total
+				pending = true
+			}
+			continue
+		}
 		if uint32(atomic.LoadUint64(&r.cells[c])) != 0 {
 			pending = true
 		}
@@ -125,7 +153,13 @@ func (r *seriesReader) drain(slot uint32) {
 	}
 	a := &st.acc
 	r.take(slot, a)
+	for key, n := range counts {
+		a.hist = append(a.hist, cellCount{key & (1<<cellFieldBits - 1), n})
+	}
 	for _, c := range r.slotCells[slot] {
+		if r.compat {
+			break
+		}
 		ck, n := swapCount(&r.cells[c])
 		if n == 0 || ck>>cellFieldBits-1 != slot {
 			continue
@@ -137,6 +171,14 @@ func (r *seriesReader) drain(slot uint32) {
 func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 	r.inQuarantine[slot] = false
 	for _, c := range r.slotCells[slot] {
+		if r.compat {
+			// c is a key of cell_counts: the slot's cell goes.
+			if err := r.objs.CellCounts.Delete(c); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				r.log.Warn("cell_free_failed", "slot", slot, "error", err)
+			}
+			delete(r.cellPrev, c)
+			continue
+		}
 		if atomic.LoadUint64(&r.cells[c])>>(32+cellFieldBits) == uint64(slot+1) {
 			atomic.StoreUint64(&r.cells[c], 0)
 		}
@@ -210,6 +252,18 @@ func (r *seriesReader) pruneName(id uint64) {
 	delete(r.names, id)
 	if err := r.objs.Names.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		r.log.Warn("name_prune_failed", "name_id", id, "error", err)
+	}
+	if r.globExact[id] != nil {
+		// The budget a glob gave it (compat core), in the set in force;
+		// the caller holds c.mu, as a change does when it switches sets.
+		delete(r.globExact, id)
+		set := atomic.LoadUint32(&r.core.BudgetGen) >> budgetSetShift & 1
+		k := bpf.SpanwatchBudgetKey{NameId: id, Set: set}
+		if err := r.objs.Budgets.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			r.log.Warn("name_prune_failed", "name_id", id, "error", err)
+		} else {
+			delete(r.sets[set].ids, id)
+		}
 	}
 }
 

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
@@ -42,19 +42,7 @@ func (l lateSymbolizer) Capture(pid uint32) error {
 // the probe site's address (issue 11, item 10).
 func TestExitedChildFramesNamed(t *testing.T) {
 	requireBPF(t)
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: install build-essential")
-	}
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
-			t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
-		}
-	}
-	bin := filepath.Join(t.TempDir(), "forker")
-	if b, err := exec.Command(cc, "-O2", "-g", "-fno-omit-frame-pointer", "-o", bin, "testdata/forker.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v: %s", err, b)
-	}
+	bin := bpftest.CProgram(t, "forker")
 	sym := symbolize.New(symbolize.Config{})
 	defer sym.Close()
 	// Only the end stacks: in-span samples begin anywhere, not at a probe.

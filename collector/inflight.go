@@ -4,11 +4,15 @@ package collector
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -44,6 +48,12 @@ func (c *Collector) startInflight(ctx context.Context) {
 	if cfg.Off {
 		return
 	}
+	if c.facts.Core == kernel.CoreCompat {
+		// The samplers need bpf_copy_from_user_task (5.18), bpf_loop and
+		// task storage; the kernel line at start says so.
+		c.inflightErr = fmt.Errorf("%w: the compat objects have no samplers", ebpf.ErrNotSupported)
+		return
+	}
 	w, err := inflight.New(inflight.Config{
 		Logger: c.log, Core: c.objs.Core, Budgets: c.objs.Budgets, Overruns: c.objs.Overruns, Counters: c.objs.Counters,
 		Exec: c.objs.InflightExec, GProcs: c.objs.InflightGprocs,
@@ -51,6 +61,7 @@ func (c *Collector) startInflight(ctx context.Context) {
 		Interval: cfg.Interval, Samples: cfg.Samples, Frequency: cfg.Frequency,
 	})
 	if err != nil {
+		c.inflightErr = err
 		c.log.Warn("inflight_sampling_unavailable", "error", err, "effect", "overruns carry only the stack where the span ended; spans that never end are not reported")
 		return
 	}

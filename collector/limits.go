@@ -26,6 +26,12 @@ const (
 	MinHistogramCells     = 512
 	MaxHistogramCells     = 1 << 28
 	DefaultSeriesQuota    = 8192
+	// The compat core's histogram cells (kernel.CoreCompat, kernels 5.10
+	// to 5.16): a hash of about 80 bytes an entry where the full core has
+	// an 8-byte cell, so fewer by default, and at most
+	// MaxCompatHistogramCells whatever HistogramCells says.
+	DefaultCompatHistogramCells = 1 << 18
+	MaxCompatHistogramCells     = 1 << 22
 	// MaxRingbufBytes bounds RingbufBytes: the kernel accepts up to 2 GiB,
 	// all of it locked kernel memory.
 	MaxRingbufBytes = 1 << 30

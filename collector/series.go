@@ -4,6 +4,7 @@ package collector
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -160,6 +161,17 @@ type seriesReader struct {
 	resolvedIDs  map[uint64]bool // ids whose cached name a resolver gave
 	prevCount    [bpf.SpanwatchCounterCOUNTER_MAX]uint64
 	lastRead     time.Time
+
+	// The compat core (kernel.CoreCompat): dirty marks are bytes,
+	// histogram cells are cumulative counts in cell_counts (by cell key;
+	// slotCells then holds keys), min and max are not kept.
+	compat    bool
+	cellPrev  map[uint32]uint64 // cell key -> its count at the last read
+	cellKeys  []uint32          // reused by readCellCounts
+	cellVals  []uint64
+	globWrote bool                       // the read wrote glob budgets: bump the generation
+	globExact map[uint64]*compiledBudget // name ids given a glob's budget in the set in force
+	sets      *[budgetSets]budgetSet     // the Collector's: what each set of budgets holds
 }
 
 type logger interface {
@@ -167,15 +179,19 @@ type logger interface {
 	Warn(msg string, args ...any)
 }
 
-func newSeriesReader(objs *objects, log logger, seriesMax uint32) (_ *seriesReader, err error) {
+func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (_ *seriesReader, err error) {
 	// The per-slot arrays grow with the slots in use (grow), not with
 	// the capacity: an idle agent holds none of them.
-	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax,
+	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax, compat: compat,
 		names:       map[uint64]string{},
 		pruned:      map[uint64]string{},
 		otherNameID: snapshot.NameID(snapshot.OtherName),
 		byKey:       map[bpf.SpanwatchSeriesKey]*seriesState{},
 		nameRefs:    map[uint64]int{},
+	}
+	if compat {
+		r.cellPrev = map[uint32]uint64{}
+		r.globExact = map[uint64]*compiledBudget{}
 	}
 	defer func() {
 		if err != nil {
@@ -300,13 +316,14 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 	// Slots whose counters changed: their dirty bits, swapped to zero
 	// before the counters are read, so a value added after its read sets
 	// the bit again for the next window.
-	for w := 0; w < int(hwm+63)/64 && w < len(r.slotDirty); w++ {
+	perWord := uint64(r.marksPerWord())
+	for w := 0; w < int((hwm+perWord-1)/perWord) && w < len(r.slotDirty); w++ {
 		if atomic.LoadUint64(&r.slotDirty[w]) == 0 {
 			continue
 		}
-		b := atomic.SwapUint64(&r.slotDirty[w], 0)
+		b := r.marks(atomic.SwapUint64(&r.slotDirty[w], 0))
 		for b != 0 {
-			slot := uint32(w*64 + bits.TrailingZeros64(b))
+			slot := uint32(w*int(perWord) + bits.TrailingZeros64(b))
 			b &= b - 1
 			if r.readSlot(slot) == nil && slot < uint32(hwm) {
 				// Not published yet: look again next window.
@@ -315,7 +332,15 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		}
 	}
 	// Histogram cells that changed.
+	if r.compat {
+		if err := r.readCellCounts(nil); err != nil {
+			return nil, err
+		}
+	}
 	for w := range r.cellDirty {
+		if r.compat {
+			break
+		}
 		if atomic.LoadUint64(&r.cellDirty[w]) == 0 {
 			continue
 		}
@@ -399,6 +424,11 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 	if err := r.readCounters(&s.Stats); err != nil {
 		return nil, err
 	}
+	s.Stats.ExtremesFromBuckets = r.compat
+	if r.globWrote {
+		r.bumpBudgetGen()
+		r.globWrote = false
+	}
 	r.evict(now, idleEvict)
 	s.Stats.SeriesLive = uint64(len(r.byKey))
 	s.Stats.SeriesCapacity = uint64(r.seriesMax)
@@ -407,7 +437,81 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 }
 
 func (r *seriesReader) markSlotDirty(slot uint32) {
+	if r.compat {
+		// A byte a slot (bpf/aggregate.h, compat): set it.
+		n := uint32(r.marksPerWord())
+		atomic.OrUint64(&r.slotDirty[slot/n], 1<<(8*(slot%n)))
+		return
+	}
 	atomic.OrUint64(&r.slotDirty[slot/64], 1<<(slot%64))
+}
+
+// marksPerWord is how many dirty marks one word of a dirty map holds:
+// 64 bits, or 8 bytes in the compat core.
+func (r *seriesReader) marksPerWord() int {
+	if r.compat {
+		return 8
+	}
+	return 64
+}
+
+// marks turns a dirty word into a bit per mark: the compat core's bytes
+// each become one bit.
+func (r *seriesReader) marks(w uint64) uint64 {
+	if !r.compat {
+		return w
+	}
+	var b uint64
+	for i := 0; i < 8; i++ {
+		if w>>(8*i)&0xff != 0 {
+			b |= 1 << i
+		}
+	}
+	return b
+}
+
+// readCellCounts takes the histogram cells of the compat core: the counts
+// of cell_counts that grew since the last read, chained per slot like the
+// cell table's (slotCells holds the keys). A count of a slot whose key is
+// not known yet stays for the next read. With only, the cells of those
+// slots only are taken, each key noted in its slot's slotCells (for
+// drain and free); nil takes every slot's.
+func (r *seriesReader) readCellCounts(only map[uint32]bool) error {
+	m := r.objs.CellCounts
+	n := int(min(m.MaxEntries(), 4096))
+	if len(r.cellKeys) < n {
+		r.cellKeys, r.cellVals = make([]uint32, n), make([]uint64, n)
+	}
+	var cursor ebpf.MapBatchCursor
+	for {
+		got, err := m.BatchLookup(&cursor, r.cellKeys, r.cellVals, nil)
+		for i := 0; i < got; i++ {
+			key, total := r.cellKeys[i], r.cellVals[i]
+			slot := key>>cellFieldBits - 1
+			if only != nil {
+				if only[slot] {
+					r.noteCell(slot, key)
+				}
+				continue
+			}
+			d := total - r.cellPrev[key]
+			if d == 0 {
+				continue
+			}
+			if slot >= r.seriesMax || r.stateOfSlot(slot) == nil {
+				continue // its slot is not published yet: next read
+			}
+			r.cellPrev[key] = total
+			r.cellBuf = append(r.cellBuf, cellEntry{field: key & (1<<cellFieldBits - 1), cell: key, next: r.cellHead[slot], n: uint32(d)})
+			r.cellHead[slot] = int32(len(r.cellBuf) - 1)
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read histogram cells: %w", err)
+		}
+	}
 }
 
 func (r *seriesReader) markCellDirty(chunk uint32) {
@@ -452,6 +556,9 @@ func (r *seriesReader) learn(slot uint32, key bpf.SpanwatchSeriesKey) *seriesSta
 		r.byKey[key] = st
 		r.order = append(r.order, st)
 		r.nameRefs[key.NameId]++
+		if r.compat {
+			r.globBudget(key.NameId, st.name)
+		}
 	}
 	r.slotState[slot] = st
 	for _, s := range st.slots {
@@ -532,6 +639,9 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	start := len(buf)
 	buf = histogram(buf, a.hist, metric)
 	sr.Histogram = buf[start:len(buf):len(buf)]
+	if r.compat {
+		return r.buildFromBuckets(sr, a), buf
+	}
 	if metric {
 		sr.Sum = int64(a.sum)
 		var mn, mx float64
@@ -558,6 +668,64 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	sr.P90Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.90, mn, mx)))
 	sr.P99Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.99, mn, mx)))
 	return sr, buf
+}
+
+// buildFromBuckets fills a compat core series' extremes and quantiles:
+// the kernel keeps no min and max there (no compare-and-swap before
+// 5.12), so they are the bounds of the lowest and highest buckets, and
+// the sum itself for a window of one value; quantiles are the buckets'
+// midpoints, not clamped to those bounds.
+func (r *seriesReader) buildFromBuckets(sr snapshot.Series, a *winAcc) snapshot.Series {
+	h := sr.Histogram
+	metric := sr.Kind == snapshot.KindMetric
+	var mn, mx int64 // metric extremes
+	var mnNs, mxNs uint64
+	switch {
+	case a.count == 1:
+		mn, mx, mnNs, mxNs = int64(a.sum), int64(a.sum), a.sum, a.sum
+	case len(h) > 0:
+		lo, hi := h[0], h[len(h)-1]
+		mnNs, mxNs = lo.Low, max(hi.High, 1)-1
+		if hi.Zero {
+			mxNs = 0
+		}
+		mxNs = min(mxNs, a.sum) // durations: no span is longer than all of them
+		mn, mx = bucketLow(lo), bucketHigh(hi)
+	}
+	if metric {
+		sr.Sum, sr.Min, sr.Max = int64(a.sum), mn, mx
+		sr.P50 = snapshot.Quantile(h, 0.50, 1, 0)
+		sr.P90 = snapshot.Quantile(h, 0.90, 1, 0)
+		sr.P99 = snapshot.Quantile(h, 0.99, 1, 0)
+		return sr
+	}
+	sr.SumNs, sr.MinNs, sr.MaxNs = a.sum, mnNs, mxNs
+	sr.P50Ns = uint64(math.Round(snapshot.Quantile(h, 0.50, 1, 0)))
+	sr.P90Ns = uint64(math.Round(snapshot.Quantile(h, 0.90, 1, 0)))
+	sr.P99Ns = uint64(math.Round(snapshot.Quantile(h, 0.99, 1, 0)))
+	return sr
+}
+
+// bucketLow and bucketHigh are the least and greatest metric values a
+// bucket holds.
+func bucketLow(b snapshot.Bucket) int64 {
+	switch {
+	case b.Zero:
+		return 0
+	case b.Negative:
+		return -int64(max(b.High, 1) - 1)
+	}
+	return int64(b.Low)
+}
+
+func bucketHigh(b snapshot.Bucket) int64 {
+	switch {
+	case b.Zero:
+		return 0
+	case b.Negative:
+		return -int64(b.Low)
+	}
+	return int64(max(b.High, 1) - 1)
 }
 
 // histogram appends to out the sorted buckets of cell fields and counts

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/tracefs"
@@ -71,6 +72,11 @@ type tpSourceState struct {
 // user_events (kernel 6.4+) only for events to appear; bpf_loop (5.17+)
 // for EventHeader sources.
 func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Source, cfg TracepointConfig) (_ *Tracepoints, err error) {
+	if c.facts.Core == kernel.CoreCompat {
+		// Their objects decode events with bpf_loop (5.17+) and feed the
+		// full core; user_events themselves need 6.4+.
+		return nil, fmt.Errorf("user_events and EventHeader sources: %w: this kernel runs the compat BPF objects (%s)", ebpf.ErrNotSupported, c.facts.Probes.CompatReason())
+	}
 	if cfg.DiscoverInterval <= 0 {
 		cfg.DiscoverInterval = time.Second
 	}

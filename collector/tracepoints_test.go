@@ -16,6 +16,8 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/tracefs"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -64,6 +66,7 @@ type ueHarness struct {
 }
 
 func newUEHarness(t *testing.T, srcs []tpsource.Source) *ueHarness {
+	bpftest.Require(t, kernel.Loop, kernel.Atomics)
 	c := newTestCollector(t, Config{})
 	tp, err := c.AttachTracepoints(context.Background(), srcs, TracepointConfig{test: true})
 	if err != nil {

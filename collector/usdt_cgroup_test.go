@@ -16,31 +16,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
-
-// cgMoveProg does N start/done pairs per line "N" read from stdin, then
-// prints "ok", so the test can move it between cgroups between rounds.
-const cgMoveProg = `#include <stdio.h>
-#include <stdlib.h>
-#include <sys/sdt.h>
-
-int main(void)
-{
-	char line[64];
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("ready\n");
-	while (fgets(line, sizeof(line), stdin)) {
-		int n = atoi(line);
-		for (int i = 0; i < n; i++) {
-			STAP_PROBE(cg, start);
-			STAP_PROBE(cg, done);
-		}
-		printf("ok\n");
-	}
-	return 0;
-}
-`
 
 // cgroup2Root returns the mount point of the cgroup v2 hierarchy (the
 // unified one on hybrid systems), or "" when there is none.
@@ -90,26 +68,11 @@ func newCgroup(t *testing.T, root, name string) (string, uint64) {
 // the task on every span, so a move counts from the next span on, as the
 // bpf_get_current_cgroup_id helper of the other paths does.
 func TestUSDTCgroupMove(t *testing.T) {
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: install build-essential")
-	}
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
-	}
+	prog := bpftest.CProgram(t, "cgmove")
 	requireBPF(t)
 	root := cgroup2Root(t)
 	if root == "" {
 		t.Skip("no cgroup v2 hierarchy mounted")
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "cgmove.c")
-	if err := os.WriteFile(src, []byte(cgMoveProg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	prog := filepath.Join(dir, "cgmove")
-	if b, err := exec.Command(cc, "-O2", "-o", prog, src).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v: %s", err, b)
 	}
 	cgA, idA := newCgroup(t, root, "a")
 	cgB, idB := newCgroup(t, root, "b")
@@ -125,7 +88,7 @@ func TestUSDTCgroupMove(t *testing.T) {
 		// Without cookies: the spec from the IP map (one process of a
 		// PIE binary), no fast path.
 		{"no-cookies", func(c *Collector, srcs []usdt.SpanSource, pid int) (*usdt.Tracer, error) {
-			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoCookies: true})
+			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), Core: c.Kernel().Core, NoCookies: true})
 			if err != nil {
 				return nil, err
 			}

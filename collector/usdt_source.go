@@ -23,11 +23,12 @@ func (c *Collector) AttachUSDT(ctx context.Context, sources []usdt.SpanSource) (
 	return c.AttachUSDTWith(ctx, usdt.TracerConfig{}, sources)
 }
 
-// AttachUSDTWith is AttachUSDT with tracer options (Logger, Maps,
+// AttachUSDTWith is AttachUSDT with tracer options (Logger, Maps, Core,
 // ProcRoot, NoUprobeMulti and LabelSet are the collector's).
 func (c *Collector) AttachUSDTWith(ctx context.Context, cfg usdt.TracerConfig, sources []usdt.SpanSource) (*usdt.Tracer, error) {
 	cfg.Logger = c.log
 	cfg.Maps = c.Maps()
+	cfg.Core = c.facts.Core
 	cfg.ProcRoot = c.cfg.ProcRoot
 	cfg.NoUprobeMulti = cfg.NoUprobeMulti || c.cfg.NoUprobeMulti
 	cfg.LabelSet = func(names []string, signed []bool) (uint16, error) {

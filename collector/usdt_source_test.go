@@ -5,39 +5,28 @@ package collector
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // buildSDTSpan builds internal/usdt/testdata/sdtspan.c with frame pointers,
-// or skips when cc or sys/sdt.h is missing.
+// or skips when gcc or sys/sdt.h is missing.
 func buildSDTSpan(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: install build-essential")
-	}
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		if _, err := os.Stat("/usr/include/sys/sdt.h"); err != nil {
-			t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
-		}
-	}
-	out := filepath.Join(t.TempDir(), "sdtspan")
-	if b, err := exec.Command(cc, "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "../internal/usdt/testdata/sdtspan.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v: %s", err, b)
-	}
-	return out
+	return bpftest.CProgram(t, "sdtspan")
 }
 
 // quantileOf is snapshot.Quantile's rank rule over exact values.
@@ -61,8 +50,10 @@ func quantileOf(sorted []uint64, q float64) uint64 {
 func TestUSDTSpans(t *testing.T) {
 	prog := buildSDTSpan(t)
 	requireBPF(t)
+	cookies := kernel.Probe().Has(kernel.AttachCookie)
+	auto := Config{}
 	t.Run("default", func(t *testing.T) {
-		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
 			tr, err := c.AttachUSDT(context.Background(), srcs)
 			if err == nil && HaveUprobeMulti() && tr.UprobeMethod() != "uprobe_multi" {
 				tr.Close()
@@ -73,8 +64,8 @@ func TestUSDTSpans(t *testing.T) {
 	})
 	// As on kernels before 6.6: call sites through the perf_uprobe PMU.
 	t.Run("perf", func(t *testing.T) {
-		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), NoUprobeMulti: true})
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), Core: c.Kernel().Core, NoUprobeMulti: true})
 			if err != nil {
 				return nil, err
 			}
@@ -95,14 +86,15 @@ func TestUSDTSpans(t *testing.T) {
 	// by ordinary programs, and through /proc/PID/mem by the tracer when
 	// their page is not resident.
 	t.Run("no-sleepable", func(t *testing.T) {
-		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
 			return c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoSleepable: true}, srcs)
 		})
 	})
 	// As on kernels before 6.12: sleepable programs fault the page in
 	// with bpf_copy_from_user instead of the string kfunc.
 	t.Run("copy-from-user", func(t *testing.T) {
-		testUSDTSpans(t, prog, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+		bpftest.Require(t, kernel.SleepableUprobe)
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
 			tr, err := c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoStrKfunc: true}, srcs)
 			if err == nil && tr.NameMethod() != "copy_from_user" {
 				tr.Close()
@@ -111,10 +103,33 @@ func TestUSDTSpans(t *testing.T) {
 			return tr, err
 		})
 	})
+	// The compat objects (5.10 to 5.16) on this kernel: thread stacks in
+	// a hash, no sleepable programs; and without cookies, as on 5.10 to
+	// 5.14: sites told apart by their place in the executable's code.
+	compat := Config{Core: kernel.CoreCompat}
+	t.Run("compat", func(t *testing.T) {
+		testUSDTSpans(t, prog, compat, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			return c.AttachUSDT(context.Background(), srcs)
+		})
+	})
+	t.Run("compat-no-cookies", func(t *testing.T) {
+		testUSDTSpans(t, prog, compat, false, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+			tr, err := c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoCookies: true}, srcs)
+			if err == nil && tr.HaveCookie() {
+				tr.Close()
+				return nil, errors.New("NoCookies tracer uses cookies")
+			}
+			return tr, err
+		})
+	})
 }
 
-func testUSDTSpans(t *testing.T, prog string, attach func(*Collector, []usdt.SpanSource) (*usdt.Tracer, error)) {
-	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1})
+// testUSDTSpans runs the test program under a collector of cfg. Without
+// cookies a call site feeds one source, so the sources that share sites
+// with others (tspan_fast, single_pid) are left out.
+func testUSDTSpans(t *testing.T, prog string, cfg Config, cookies bool, attach func(*Collector, []usdt.SpanSource) (*usdt.Tracer, error)) {
+	cfg.Sources, cfg.ScanInterval = Sources{Marker: true}, -1
+	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +173,9 @@ func testUSDTSpans(t *testing.T, prog string, attach func(*Collector, []usdt.Spa
 			PID: cmd.Process.Pid, Span: "single_pid", NameArg: -1, KeyArg: -1, StatusArg: 2, DurationArg: 1,
 			Probe: usdt.ProbeRef{Provider: "sw", Name: "single"},
 		},
+	}
+	if !cookies {
+		sources = slices.DeleteFunc(sources, func(s usdt.SpanSource) bool { return s.Span == "tspan_fast" || s.Span == "single_pid" })
 	}
 	tr, err := attach(c, sources)
 	if err != nil {
@@ -232,6 +250,9 @@ func testUSDTSpans(t *testing.T, prog string, attach func(*Collector, []usdt.Spa
 		{"single", "s", iter / 2},
 		{"single_pid", "s", iter / 2},
 	} {
+		if !cookies && (tc.span == "tspan_fast" || tc.span == "single_pid") {
+			continue
+		}
 		sr, ok := series[tc.span]
 		if !ok {
 			t.Errorf("no series %q in the snapshot (have %v)", tc.span, keys(series))

@@ -247,6 +247,13 @@ type Stats struct {
 	// RecursionMisses counts program runs the kernel skipped because a
 	// BPF program was already running on that CPU: spans lost.
 	RecursionMisses uint64 `json:"recursion_misses,omitempty"`
+	// ExtremesFromBuckets says that the series' min and max are the
+	// bounds of their lowest and highest histogram buckets (exact for a
+	// window of one value), and their quantiles the buckets' midpoints:
+	// the kernel has no BPF compare-and-swap (before 5.12), so it keeps
+	// no exact extremes. Counts, sums and histograms are exact all the
+	// same.
+	ExtremesFromBuckets bool `json:"extremes_from_buckets,omitempty"`
 	// SeriesLive and SeriesCapacity are the series the kernel holds now
 	// and can hold; BPFMapBytes is the memory its maps take.
 	SeriesLive     uint64 `json:"series_live,omitempty"`

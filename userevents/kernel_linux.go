@@ -91,3 +91,9 @@ func configHas(path, want string) (has, ok bool) {
 	}
 	return false, true
 }
+
+// KernelHas tells whether the running kernel has user_events, from what
+// any user can read (its configuration, else its symbols); known is false
+// when neither could be read. It does not look for tracefs: a kernel may
+// have user_events while tracefs is not mounted yet.
+func KernelHas() (has, known bool) { return kernelHasUserEvents() }

@@ -43,3 +43,6 @@ func TracefsDir() (string, error) { return "", fmt.Errorf("tracefs: %w", ErrNotS
 func RegisterWord(format string, word *uint32, bit uint8) (*Event, error) {
 	return Register(format)
 }
+
+// KernelHas reports no user_events: they are a Linux facility.
+func KernelHas() (has, known bool) { return false, true }

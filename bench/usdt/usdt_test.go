@@ -134,7 +134,7 @@ func attachSpanwatch(b *testing.B, loop string, nop5 bool) tracer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: col.Maps(), OptimizeNop5: nop5})
+	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: col.Maps(), Core: col.Kernel().Core, OptimizeNop5: nop5})
 	if err != nil {
 		col.Close()
 		b.Fatal(err)

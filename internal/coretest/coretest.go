@@ -21,15 +21,26 @@ import (
 
 // A Core is the test object loaded beside a collector.
 type Core struct {
-	objs bpf.CoretestObjects
+	objs   bpf.CoretestObjects
+	compat bool
 }
 
-// Load loads the test object with the core's maps (collector.Maps()).
-func Load(maps map[string]*ebpf.Map) (*Core, error) {
+// compatRun is how many values a run of the compat object does
+// (CORETEST_COMPAT_RUN): the methods split their work in such runs.
+const compatRun = int(bpf.CoretestCoretestSizesCORETEST_COMPAT_RUN)
+
+// Load loads the test object with the core's maps (collector.Maps()): the
+// compat one (bpf/gen_compat.go) beside a collector whose core is the
+// compat one (collector.Collector.Kernel().Core).
+func Load(maps map[string]*ebpf.Map, compat bool) (*Core, error) {
 	if err := bpf.CheckArch(); err != nil {
 		return nil, err
 	}
-	spec, err := bpf.LoadCoretest()
+	load := bpf.LoadCoretest
+	if compat {
+		load = bpf.LoadCoretestCompat
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +48,7 @@ func Load(maps map[string]*ebpf.Map) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{}
+	c := &Core{compat: compat}
 	if err := spec.LoadAndAssign(&c.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -96,6 +107,20 @@ func (c *Core) Put(first int, es []Entry) error {
 
 // Run aggregates entries [first, first+n), repeat times over.
 func (c *Core) Run(first, n, repeat int) error {
+	if c.compat && n*repeat > compatRun {
+		for r := 0; r < repeat; r++ {
+			for off := 0; off < n; off += compatRun {
+				if err := c.run(first+off, min(compatRun, n-off), 1); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return c.run(first, n, repeat)
+}
+
+func (c *Core) run(first, n, repeat int) error {
 	ctx := make([]byte, 3*8)
 	binary.LittleEndian.PutUint64(ctx[0:], uint64(first))
 	binary.LittleEndian.PutUint64(ctx[8:], uint64(n))
@@ -130,13 +155,21 @@ func (c *Core) Indexes(vals []uint64, metric bool) ([]int32, error) {
 	if _, err := c.objs.CoretestVals.BatchUpdate(keys, vals, nil); err != nil {
 		return nil, err
 	}
-	ctx := make([]byte, 16)
-	binary.LittleEndian.PutUint64(ctx[0:], uint64(len(vals)))
-	if metric {
-		binary.LittleEndian.PutUint64(ctx[8:], 1)
+	// The compat object does compatRun values a run, from args[2].
+	step := len(vals)
+	if c.compat {
+		step = compatRun
 	}
-	if _, err := c.objs.CoretestIndex.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
-		return nil, err
+	for first := 0; first < len(vals); first += step {
+		ctx := make([]byte, 24)
+		binary.LittleEndian.PutUint64(ctx[0:], uint64(min(step, len(vals)-first)))
+		if metric {
+			binary.LittleEndian.PutUint64(ctx[8:], 1)
+		}
+		binary.LittleEndian.PutUint64(ctx[16:], uint64(first))
+		if _, err := c.objs.CoretestIndex.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]int64, len(vals))
 	okeys := make([]uint32, len(vals))
@@ -176,14 +209,22 @@ func (c *Core) Hot(name string, cgroup uint64, vals []uint64, n int, hint bool) 
 	if err != nil {
 		return 0, err
 	}
-	ctx := make([]byte, 24)
-	binary.LittleEndian.PutUint64(ctx[0:], uint64(n))
-	binary.LittleEndian.PutUint64(ctx[8:], uint64(len(vals)))
-	if hint {
-		binary.LittleEndian.PutUint64(ctx[16:], 1)
+	// The compat object does compatRun values a run, each run from the
+	// first value of vals again.
+	step := n
+	if c.compat {
+		step = compatRun
 	}
-	if _, err := c.objs.CoretestHot.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
-		return 0, fmt.Errorf("run coretest_hot: %w", err)
+	for done := 0; done < n; done += step {
+		ctx := make([]byte, 24)
+		binary.LittleEndian.PutUint64(ctx[0:], uint64(min(step, n-done)))
+		binary.LittleEndian.PutUint64(ctx[8:], uint64(len(vals)))
+		if hint {
+			binary.LittleEndian.PutUint64(ctx[16:], 1)
+		}
+		if _, err := c.objs.CoretestHot.Run(&ebpf.RunOptions{Context: ctx}); err != nil {
+			return 0, fmt.Errorf("run coretest_hot: %w", err)
+		}
 	}
 	after, err := c.objs.CoretestHot.Stats()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -40,16 +40,10 @@ func TestUSDTStuckSpan(t *testing.T) {
 }
 
 func testUSDTStuckSpan(t *testing.T, statusArg int) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skipf("skipping: no C compiler: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "stuck")
-	if out, err := exec.Command("cc", "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, filepath.Join("testdata", "stuck.c")).CombinedOutput(); err != nil {
-		t.Skipf("skipping: build with sys/sdt.h (systemtap-sdt-dev): %v\n%s", err, out)
-	}
+	bin := bpftest.CProgram(t, "stuck")
 	m := newMaps(t)
 	coreMaps := privateCore(t, map[string]*ebpf.Map{"budgets": m.budgets, "overruns": m.overruns, "counters": m.counters})
-	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: coreMaps})
+	tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: coreMaps, Core: kernel.CoreFull})
 	if err != nil {
 		bpftest.SkipUnlessLoaded(t, "load the USDT tracer", err)
 	}

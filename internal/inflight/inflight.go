@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -221,8 +222,19 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.GProcs != nil {
 		repl["inflight_gprocs"] = cfg.GProcs
 	}
+	// A replacement must match its spec: the collector sizes some of
+	// these maps (the ring buffer, collector.Config.RingbufBytes).
+	for name, m := range repl {
+		if ms := spec.Maps[name]; ms != nil {
+			ms.MaxEntries, ms.Flags = m.MaxEntries(), m.Flags()
+		}
+	}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, spec: spec, repl: repl, watching: map[bpf.InflightInflightExecKey]identity{}}
 	if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		if lerr := kernel.NewLoadError("in-flight", kernel.Probe().Release, err); lerr != nil {
+			w.log.Debug("bpf_verifier_log", "object", "in-flight", "log", kernel.VerifierLog(err))
+			return nil, lerr
+		}
 		return nil, fmt.Errorf("load inflight programs: %w", err)
 	}
 	w.repl["inflight_watch"] = w.objs.InflightWatch

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -32,8 +32,16 @@ type maps struct {
 	inflight, sources, budgets, overruns, counters, taskStart, taskNames *ebpf.Map
 }
 
+// requireSamplers skips a test of the samplers where the kernel lacks
+// what they need (and fails it where its release should have it).
+func requireSamplers(t testing.TB) {
+	t.Helper()
+	bpftest.Require(t, kernel.CopyFromUserTask, kernel.Loop, kernel.TaskStorage)
+}
+
 func newMaps(t testing.TB) maps {
 	t.Helper()
+	requireSamplers(t)
 	usdt, err := bpf.LoadUsdt()
 	if err != nil {
 		t.Fatal(err)
@@ -83,14 +91,7 @@ func nameBytes(s string) (b [snapshot.NameLen]int8) {
 // its span runs in slow until stdin closes.
 func startBusy(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skipf("skipping: no C compiler: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "busy")
-	if out, err := exec.Command(cc, "-O0", "-g", "-fno-omit-frame-pointer", "-o", bin, filepath.Join("testdata", "busy.c")).CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
+	bin := bpftest.CProgram(t, "busy")
 	cmd := exec.Command(bin, mode)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

@@ -15,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // sameLayout fails unless a and b (struct types) have the same size and
@@ -91,6 +93,10 @@ func loadSourceTest(t *testing.T) *sourceTest {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF) to load BPF")
 	}
+	// The test object runs its cases with bpf_loop; the compat USDT
+	// objects use the same predicates and labels without it (collector's
+	// USDT tests run them on 5.10).
+	bpftest.Require(t, kernel.Loop, kernel.Atomics)
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,11 @@ package usdt
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 )
 
 // buildService builds testdata/service.c the way its authors would, or
@@ -17,17 +16,7 @@ func buildService(t *testing.T) string {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the test program's probes are written for x86-64")
 	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc on PATH: install build-essential")
-	}
-	if _, err := os.Stat("/usr/include/x86_64-linux-gnu/sys/sdt.h"); err != nil {
-		t.Skip("no sys/sdt.h: install systemtap-sdt-dev")
-	}
-	out := filepath.Join(t.TempDir(), "service")
-	if b, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "testdata/service.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, b)
-	}
-	return out
+	return bpftest.CProgram(t, "service")
 }
 
 // TestParseSourcesChecksBinary checks sources against the probes of a

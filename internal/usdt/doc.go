@@ -14,7 +14,9 @@
 // array map, one per call site, and the BPF helper usdt_arg() in
 // bpf/usdt.h fetches argument N from the probe's registers or user memory.
 // The spec id travels in the uprobe's attach cookie (kernel 5.15+); on older
-// kernels an instruction-pointer-to-spec hash map is the fallback.
+// kernels an instruction-pointer-to-spec hash map is the fallback, keyed by
+// a site's place in the executable's code (the same in every process, PIE
+// too), or by process for sites attached in one (pid:).
 //
 // Spans come from probes as declared in a config file's sources: section
 // (DecodeSources, which package config calls for the usdt: list, and which

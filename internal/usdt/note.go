@@ -75,8 +75,18 @@ type File struct {
 	Machine elf.Machine
 	// Type is elf.ET_EXEC (non-PIE executable) or elf.ET_DYN (PIE
 	// executable or shared library).
-	Type   elf.Type
-	Probes []Probe
+	Type elf.Type
+	// Executable says the file is a program, not a shared library:
+	// ET_EXEC, or ET_DYN marked PIE (DF_1_PIE), or ET_DYN with an
+	// interpreter and no soname.
+	Executable bool
+	// CodeStart is the lowest address of an executable (PF_X) PT_LOAD
+	// segment, and CodeLen the distance from it to the end of the file
+	// contents of the highest one: what the kernel keeps as
+	// mm->start_code (minus the load bias) and end_code - start_code for
+	// a process that runs the file (fs/binfmt_elf.c).
+	CodeStart, CodeLen uint64
+	Probes             []Probe
 
 	dev, ino uint64         // the file's identity, when opened by path
 	fd       *userfile.File // kept open by the tracer until it attached
@@ -184,7 +194,18 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 		return nil, err
 	}
 
-	f = &File{Machine: ef.Machine, Type: ef.Type}
+	f = &File{Machine: ef.Machine, Type: ef.Type, Executable: isExecutable(ef)}
+	start, end := ^uint64(0), uint64(0)
+	for _, ph := range ef.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_X == 0 {
+			continue
+		}
+		start = min(start, ph.Vaddr)
+		end = max(end, ph.Vaddr+ph.Filesz)
+	}
+	if start < end {
+		f.CodeStart, f.CodeLen = start, end-start
+	}
 	arch, archErr := archOf(ef.Machine)
 	f.Arch = arch
 
@@ -452,3 +473,56 @@ const missing = ^uint64(0) - 1
 
 // ambiguous marks a symbol name defined more than once with different values.
 const ambiguous = ^uint64(0)
+
+// isExecutable tells a program from a shared library: ET_EXEC, or ET_DYN
+// with DF_1_PIE, or, where the linker did not mark it, ET_DYN with an
+// interpreter and no soname (glibc's libc.so.6 has an interpreter, and a
+// soname). Only the dynamic section is read, within maxDynamicBytes (a
+// real one is a few hundred bytes): debug/elf's DynValue and DynString
+// would read it and the string table whole, at the sizes a file claims.
+func isExecutable(ef *elf.File) bool {
+	if ef.Type == elf.ET_EXEC {
+		return true
+	}
+	interp := false
+	for _, ph := range ef.Progs {
+		if ph.Type == elf.PT_INTERP {
+			interp = true
+		}
+	}
+	dyn := ef.SectionByType(elf.SHT_DYNAMIC)
+	if dyn == nil {
+		return interp
+	}
+	b, _, err := elfread.ReadSection(dyn, maxDynamicBytes, nil, nil)
+	if err != nil {
+		return interp
+	}
+	entry := 16 // Elf64_Dyn: d_tag, d_val
+	if ef.Class == elf.ELFCLASS32 {
+		entry = 8
+	}
+	soname := false
+	for ; len(b) >= entry; b = b[entry:] {
+		var tag, val uint64
+		if entry == 16 {
+			tag, val = ef.ByteOrder.Uint64(b), ef.ByteOrder.Uint64(b[8:])
+		} else {
+			tag, val = uint64(ef.ByteOrder.Uint32(b)), uint64(ef.ByteOrder.Uint32(b[4:]))
+		}
+		switch elf.DynTag(tag) {
+		case elf.DT_NULL:
+			return interp && !soname
+		case elf.DT_FLAGS_1:
+			if val&uint64(elf.DF_1_PIE) != 0 {
+				return true
+			}
+		case elf.DT_SONAME:
+			soname = true
+		}
+	}
+	return interp && !soname
+}
+
+// maxDynamicBytes bounds what is read of a dynamic section.
+const maxDynamicBytes = 64 << 10

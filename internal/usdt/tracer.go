@@ -4,7 +4,6 @@ package usdt
 
 import (
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,13 +15,11 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -75,6 +72,11 @@ type TracerConfig struct {
 	// uprobe_multi link needs only CAP_BPF and CAP_PERFMON.
 	NoUprobeMulti bool
 
+	// Core chooses the objects, which must be those of the collector
+	// whose maps are in Maps (collector.Collector.Kernel().Core); "" is
+	// what the kernel's features allow (kernel.Probes.ChooseCore).
+	Core kernel.Core
+
 	// testArgs loads the test-only argument recorder instead of the span
 	// programs.
 	testArgs bool
@@ -83,18 +85,19 @@ type TracerConfig struct {
 // A Tracer owns the loaded USDT object and its attachments. Close releases
 // them.
 type Tracer struct {
-	cfg        TracerConfig
-	log        *slog.Logger
-	coll       *ebpf.Collection
-	specs      *ebpf.Map
-	ipMap      *ebpf.Map
-	srcMap     *ebpf.Map
-	progs      map[string]*ebpf.Program
-	haveCookie bool
-	sleepable  bool // names read by sleepable programs
-	strKfunc   bool // ... with bpf_copy_from_user_str
-	optimized  bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
-	multi      bool // programs loaded for uprobe_multi links
+	cfg         TracerConfig
+	log         *slog.Logger
+	coll        *ebpf.Collection
+	specs       *ebpf.Map
+	ipMap       *ebpf.Map
+	srcMap      *ebpf.Map
+	progs       map[string]*ebpf.Program
+	haveCookie  bool
+	sleepable   bool // names read by sleepable programs
+	sleepSingle bool // ... single probes' names too
+	strKfunc    bool // ... with bpf_copy_from_user_str
+	optimized   bool // uprobes on nop5 become calls (uprobe syscall, 6.18+)
+	multi       bool // programs loaded for uprobe_multi links
 
 	names     *nameReader
 	requests  *ringbuf.Reader
@@ -117,6 +120,8 @@ type Site struct {
 	PID    int    // 0: every process
 	Probe  Probe
 	Role   string // "start", "end", "single" or "test"
+
+	ipKey *bpf.UsdtUsdtIpKey // its usdt_ip_to_spec entry (no cookies), or nil
 }
 
 // Program names in usdt.bpf.c.
@@ -141,40 +146,50 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	if cfg.MaxSpecs == 0 {
 		cfg.MaxSpecs = uint32(bpf.UsdtUsdtSizesUSDT_MAX_SPECS)
 	}
-	spec, err := bpf.LoadUsdt()
+	probes := kernel.Probe()
+	core := cfg.Core
+	if core == "" {
+		var err error
+		if core, err = probes.ChooseCore(); err != nil {
+			return nil, fmt.Errorf("usdt: %w", err)
+		}
+	}
+	compat := core == kernel.CoreCompat
+	load := bpf.LoadUsdt
+	if compat {
+		load = bpf.LoadUsdtCompat
+	} else if !probes.Has(kernel.TaskStorage) {
+		return nil, fmt.Errorf("usdt: the full objects need task storage in uprobe programs (Linux 5.11+ with BTF): %s; the compat core does without", probes.CompatReason())
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, fmt.Errorf("load usdt bpf spec: %w", err)
 	}
 	spec.Maps["usdt_specs"].MaxEntries = cfg.MaxSpecs
 	spec.Maps["usdt_ip_to_spec"].MaxEntries = cfg.MaxSpecs
 
-	haveCookie := !cfg.NoCookies
-	if haveCookie {
-		if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie); err != nil {
-			cfg.Logger.Info("usdt_no_bpf_cookie", "fallback", "ip_map", "reason", err)
-			haveCookie = false
-		}
-	}
+	// Without cookies (before 5.15) sites are told apart by address
+	// (bpf/usdt.h).
+	haveCookie := !cfg.NoCookies && probes.Has(kernel.AttachCookie)
 	if err := spec.Variables["usdt_have_cookie"].Set(boolU32(haveCookie)); err != nil {
 		return nil, fmt.Errorf("set usdt_have_cookie: %w", err)
 	}
-
-	// Thread-paired spans keep their starts in task storage (5.11+; the
-	// core needs 5.17+ for bpf_loop anyway).
-	if err := features.HaveMapType(ebpf.TaskStorage); err != nil {
-		return nil, fmt.Errorf("usdt spans need task storage (Linux 5.11+): %w", err)
+	strKfunc := !cfg.NoStrKfunc && !compat && probes.Has(kernel.CopyFromUserStr)
+	if v := spec.Variables["usdt_have_str_kfunc"]; v != nil {
+		if err := v.Set(boolU32(strKfunc)); err != nil {
+			return nil, fmt.Errorf("set usdt_have_str_kfunc: %w", err)
+		}
 	}
-	if err := features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetCurrentTaskBtf); err != nil {
-		return nil, fmt.Errorf("usdt spans need bpf_get_current_task_btf in uprobe programs (Linux 5.11+ with BTF): %w", err)
-	}
-	strKfunc := !cfg.NoStrKfunc && haveKfunc("bpf_copy_from_user_str")
-	if err := spec.Variables["usdt_have_str_kfunc"].Set(boolU32(strKfunc)); err != nil {
-		return nil, fmt.Errorf("set usdt_have_str_kfunc: %w", err)
-	}
+	// Names are read by sleepable programs where the kernel has sleepable
+	// uprobes (6.0+); a single probe aggregates, and the core takes a new
+	// series' slot from a queue map, which 6.1 refuses to sleepable
+	// programs: single probes' names then go the ordinary way.
+	sleepable := !cfg.testArgs && !cfg.NoSleepable && !compat && probes.Has(kernel.SleepableUprobe)
+	sleepSingle := sleepable && probes.Has(kernel.SleepableQueue)
 
 	keep := map[string]bool{
 		progStart: !cfg.testArgs, progEnd: !cfg.testArgs, progSingle: !cfg.testArgs,
-		progStartS: !cfg.testArgs && !cfg.NoSleepable, progSingleS: !cfg.testArgs && !cfg.NoSleepable,
+		progStartS: sleepable, progSingleS: sleepSingle,
 		progTest: cfg.testArgs,
 	}
 	for name := range spec.Programs {
@@ -187,7 +202,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	}
 	// Attaching through uprobe_multi links is decided at load time: the
 	// programs must be loaded with that attach type.
-	multi := !cfg.NoUprobeMulti && features.HaveBPFLinkUprobeMulti() == nil
+	multi := !cfg.NoUprobeMulti && probes.Has(kernel.UprobeMulti)
 	if multi {
 		for _, ps := range spec.Programs {
 			ps.AttachType = ebpf.AttachTraceUprobeMulti
@@ -212,40 +227,44 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 		}
 		repl = nil
 	}
-	sleepable := !cfg.testArgs && !cfg.NoSleepable
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
-	if err != nil && sleepable {
-		// Sleepable uprobes need 6.0+ (uprobe_multi ones 6.6+): without
-		// them names are read by ordinary programs, and by the tracer
-		// where those cannot.
-		cfg.Logger.Info("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
-		delete(spec.Programs, progStartS)
+	if err != nil && sleepSingle {
+		// The probes allowed it, the verifier did not: single probes'
+		// names go the ordinary way.
+		cfg.Logger.Warn("usdt_no_sleepable_single", "error", err, "fallback", "single probes' names read through /proc/PID/mem when not resident")
 		delete(spec.Programs, progSingleS)
+		sleepSingle = false
+		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	}
+	if err != nil && sleepable {
+		cfg.Logger.Warn("usdt_no_sleepable_uprobes", "error", err, "fallback", "names read through /proc/PID/mem when not resident")
+		delete(spec.Programs, progStartS)
 		sleepable = false
 		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	}
 	if err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load usdt bpf programs: %+v", verr)
+		if lerr := kernel.NewLoadError(string(core)+" usdt", probes.Release, err); lerr != nil {
+			cfg.Logger.Debug("bpf_verifier_log", "object", string(core)+" usdt", "log", kernel.VerifierLog(err))
+			return nil, lerr
 		}
 		return nil, fmt.Errorf("load usdt bpf programs (needs CAP_BPF and CAP_PERFMON, or root): %w", err)
 	}
 	t := &Tracer{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		coll:       coll,
-		specs:      coll.Maps["usdt_specs"],
-		ipMap:      coll.Maps["usdt_ip_to_spec"],
-		srcMap:     coll.Maps["usdt_sources"],
-		progs:      coll.Programs,
-		haveCookie: haveCookie,
-		sleepable:  sleepable,
-		strKfunc:   strKfunc && sleepable,
-		optimized:  cfg.OptimizeNop5 && haveUprobeSyscall(),
-		multi:      multi,
-		names:      newNameReader(cfg.ProcRoot, cfg.Logger.Warn),
-		done:       make(chan struct{}),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		coll:        coll,
+		specs:       coll.Maps["usdt_specs"],
+		ipMap:       coll.Maps["usdt_ip_to_spec"],
+		srcMap:      coll.Maps["usdt_sources"],
+		progs:       coll.Programs,
+		haveCookie:  haveCookie,
+		sleepable:   sleepable,
+		sleepSingle: sleepSingle,
+		strKfunc:    strKfunc && sleepable,
+		optimized:   cfg.OptimizeNop5 && haveUprobeSyscall(),
+		multi:       multi,
+		names:       newNameReader(cfg.ProcRoot, cfg.Logger.Warn),
+		done:        make(chan struct{}),
 	}
 	if !cfg.testArgs {
 		if t.requests, err = ringbuf.NewReader(coll.Maps["usdt_name_requests"]); err != nil {
@@ -258,16 +277,6 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 	}
 	cfg.Logger.Debug("usdt_uprobes", "method", t.UprobeMethod(), "names", t.NameMethod())
 	return t, nil
-}
-
-// haveKfunc reports whether the running kernel's BTF has the kfunc.
-func haveKfunc(name string) bool {
-	spec, err := btf.LoadKernelSpec()
-	if err != nil {
-		return false
-	}
-	var fn *btf.Func
-	return spec.TypeByName(name, &fn) == nil
 }
 
 // NameMethod reports how string arguments are read: "copy_from_user_str"
@@ -434,6 +443,11 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		for _, l := range t.links[firstLink:] {
 			l.Close()
 		}
+		for _, site := range t.sites[firstLink:] {
+			if site.ipKey != nil {
+				t.ipMap.Delete(site.ipKey)
+			}
+		}
 		t.links = t.links[:firstLink]
 		t.sites = t.sites[:firstLink]
 	}()
@@ -486,7 +500,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		}
 	} else {
 		prog := progSingle
-		if s.NameArg >= 0 && t.sleepable {
+		if s.NameArg >= 0 && t.sleepSingle {
 			prog = progSingleS
 		}
 		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
@@ -737,7 +751,7 @@ func (t *Tracer) candidateFiles(ctx context.Context, s SpanSource) ([]*File, err
 // AttachSite attaches prog at one call site of file f (for every process
 // running it when pid is 0), with a new spec for the site's arguments.
 // It returns the spec id.
-func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (uint32, error) {
+func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (_ uint32, err error) {
 	if prog == nil {
 		return 0, fmt.Errorf("program for %s not loaded", role)
 	}
@@ -779,26 +793,38 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 		return 0, fmt.Errorf("probe %s: write spec: %w", p.FullName(), err)
 	}
 	var cookie uint64
+	var ipKey *bpf.UsdtUsdtIpKey // the site's usdt_ip_to_spec entry, without cookies
 	if t.haveCookie {
 		cookie = cookieHigh | uint64(id)
 	} else {
-		key := bpf.UsdtUsdtIpKey{Ip: p.Address}
+		var key bpf.UsdtUsdtIpKey
 		switch {
-		case f.Type == elf.ET_EXEC:
-			// Loaded at its link-time address in every process.
-			key.Tgid = uint32(pid)
 		case pid != 0:
 			addr, err := runtimeAddress(t.cfg.ProcRoot, pid, f, p.Offset)
 			if err != nil {
 				return 0, fmt.Errorf("probe %s: %w", p.FullName(), err)
 			}
 			key.Tgid, key.Ip = uint32(pid), addr
+		case f.Executable && f.CodeLen != 0:
+			// Every process running the file: the site's distance
+			// from the start of its code, and the code's length, are
+			// the same in each (see bpf/usdt.h).
+			key.CodeLen, key.Ip = f.CodeLen, p.Address-f.CodeStart
 		default:
-			return 0, fmt.Errorf("probe %s in %s: this kernel has no BPF cookies (5.15+), so a PIE executable or shared library can only be traced in one process: give pid:", p.FullName(), f.Path)
+			return 0, fmt.Errorf("probe %s in %s: this kernel has no BPF cookies (5.15+), so a shared library's probes can only be traced in one process: give pid:", p.FullName(), f.Path)
 		}
-		if err := t.ipMap.Put(&key, id); err != nil {
+		if err := t.ipMap.Update(&key, id, ebpf.UpdateNoExist); err != nil {
+			if errors.Is(err, ebpf.ErrKeyExist) {
+				return 0, fmt.Errorf("probe %s at %#x in %s: another source uses this call site, or another executable with code of the same length has one at the same place; without BPF cookies (5.15+) a call site feeds one source: give pid: to tell processes apart", p.FullName(), p.Address, f.Path)
+			}
 			return 0, fmt.Errorf("probe %s: write ip map: %w", p.FullName(), err)
 		}
+		ipKey = &key
+		defer func() {
+			if err != nil {
+				t.ipMap.Delete(ipKey)
+			}
+		}()
 	}
 	ex, err := link.OpenExecutable(f.fdPath())
 	if err != nil {
@@ -832,7 +858,7 @@ func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Pr
 		return 0, errors.New("tracer closed")
 	}
 	t.links = append(t.links, l)
-	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role})
+	t.sites = append(t.sites, Site{SpecID: id, Path: f.Path, PID: pid, Probe: p, Role: role, ipKey: ipKey})
 	t.log.Debug("usdt_attached", "probe", p.FullName(), "path", f.Path, "offset", p.Offset, "pid", pid, "spec", id, "role", role, "method", t.UprobeMethod())
 	return id, nil
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // ErrUnsupported: attaching USDT probes needs Linux on x86-64 (the BPF
@@ -26,6 +28,7 @@ type TracerConfig struct {
 	ProcRoot      string
 	OptimizeNop5  bool
 	NoUprobeMulti bool
+	Core          kernel.Core
 }
 
 // Stats are the tracer's counts; here always zero.

@@ -8,7 +8,8 @@
 # Each package is built as a static test binary (CGO_ENABLED=0 go test -c),
 # packed with busybox-static into an initramfs, and run as root in the VM with
 # -test.v and SPANWATCH_IN_VM=1 (tests that need user_events fail there
-# instead of skipping). The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
+# instead of skipping), and with the words of $SPANWATCH_VM_ENV_<package>
+# (the import path under the module, / as _) in its environment. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
 # TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
 # console (kept in a log), ttyS1 brings the tests' output and exit status
 # back (kept in a work directory when the run fails, or with
@@ -59,8 +60,10 @@ keep=${SPANWATCH_VM_KEEP:-}
 cleanup() { [ -n "$keep" ] || rm -rf "$work"; }
 trap cleanup EXIT
 root=$work/root
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,tests}
+mkdir -p "$root"/{bin,dev,etc,proc,sys,tmp,tests}
 cp "$busybox" "$root/bin/busybox"
+# A host name file: tests read /etc/hostname as a file that is not ELF.
+echo spanwatch-vm >"$root/etc/hostname"
 
 # Build each package's test binary; run them in the VM from a directory
 # holding the package's testdata, as go test would.
@@ -83,10 +86,61 @@ for line in "${listed[@]}"; do
 		continue
 	fi
 	[ -d "$dir/testdata" ] && cp -r "$dir/testdata" "$root/tests/$name/"
+	# The environment of one package's tests: SPANWATCH_VM_ENV_<name>
+	# (its import path under the module, / as _), e.g.
+	# SPANWATCH_VM_ENV_collector=SPANWATCH_EMIT=marker.
+	envvar=SPANWATCH_VM_ENV_$name
+	[ -n "${!envvar:-}" ] && printf '%s\n' "${!envvar}" >"$root/tests/$name/env"
+	# Files a package's tests read beside their sources (JSON Schemas).
+	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
+# The C headers that tests compare their Go mirrors with (./bpf's own,
+# ../bpf/span_event.h from ./emit).
+mkdir -p "$root/tests/bpf"
+cp "$top"/bpf/*.h "$root/tests/bpf/"
 log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
+
+# The spanwatch binary, for the end-to-end tests of the agent
+# (test/vm/agent): static, as a release builds it.
+for import in "${listed[@]}"; do
+	case ${import%% *} in */test/vm/agent)
+		(cd "$top" && CGO_ENABLED=0 go build -o "$root/bin/spanwatch" ./cmd/spanwatch) || die "build spanwatch failed"
+		;;
+	esac
+done
+
+# The C programs the tests run (internal/bpftest.CProgram): the VM has no
+# compiler, so every program of the list is built here, as distributions
+# build them (dynamically linked), with the C library and the dynamic
+# loader beside them in the VM.
+cprog=$root/cprograms
+mkdir -p "$cprog"
+if command -v gcc >/dev/null; then
+	while read -r pname pargs; do
+		case $pname in '' | '#'*) continue ;; esac
+		read -ra words <<<"$pargs" # split on blanks, nothing expanded
+		args=()
+		for a in "${words[@]}"; do
+			a=${a//\{out\}/$cprog/$pname}
+			args+=("${a//\{dir\}/$cprog}")
+		done
+		(cd "$top" && gcc "${args[@]}") || die "build C program $pname failed"
+	done <"$top/test/vm/cprograms.txt"
+	for lib in $(ldd "$cprog"/* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
+		case $lib in "$cprog"/*) continue ;; esac
+		mkdir -p "$root$(dirname "$lib")"
+		cp -L "$lib" "$root$lib"
+	done
+	# The loader's canonical path on x86-64.
+	if [ -e /lib64/ld-linux-x86-64.so.2 ]; then
+		mkdir -p "$root/lib64"
+		cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+	fi
+else
+	log "no gcc: the tests that run C programs will fail in the VM"
+fi
 
 # The test binaries' flags, quoted for the init script.
 flags=""
@@ -97,7 +151,7 @@ done
 cat >"$root/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1
+export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms SPANWATCH_BIN=/bin/spanwatch
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
 mount -t proc proc /proc
@@ -112,7 +166,7 @@ echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
 for name in ${names[*]}; do
 	echo "SPANWATCH-VM: BEGIN \$name" >\$out
 	cd /tests/\$name
-	./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
+	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
 	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
 done
 echo "SPANWATCH-VM: DONE" >\$out
@@ -129,7 +183,7 @@ results=$work/results.log
 log "booting $kernel with $smp vCPUs (TCG), timeout ${timeout_s}s"
 # panic=-1 with -no-reboot ends qemu if init dies before powering off.
 timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-	-accel tcg -cpu max -smp "$smp" -m 1G \
+	-accel tcg,thread=single -cpu max -smp "$smp" -m 1G \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$work/initramfs.gz" \
 	-append "console=ttyS0 panic=-1 loglevel=4" \
@@ -201,6 +255,8 @@ tr -d '\r' <"$results" | awk -v qemu_rc="$qemu_rc" '
 	}' >"$work/summary"
 summary_rc=${PIPESTATUS[1]}
 set -e
+# The whole output, for test/vm/matrix.sh.
+[ -n "${SPANWATCH_VM_RESULTS:-}" ] && tr -d '\r' <"$results" >"$SPANWATCH_VM_RESULTS"
 if [ $summary_rc -ne 0 ]; then
 	log "kernel console (last 30 lines of $console):"
 	tail -n 30 "$console" | tr -d '\r' >&2

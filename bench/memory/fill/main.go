@@ -30,6 +30,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/coretest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 func main() {
@@ -115,7 +116,13 @@ func run(ctx context.Context, pid, series, values, cgroups int, every time.Durat
 	if err != nil {
 		return err
 	}
-	core, err := coretest.Load(maps)
+	// The agent loaded the objects the probes choose on this kernel
+	// (kernel.Probe runs the same probes here).
+	variant, err := kernel.Probe().ChooseCore()
+	if err != nil {
+		return err
+	}
+	core, err := coretest.Load(maps, variant == kernel.CoreCompat)
 	if err != nil {
 		return err
 	}

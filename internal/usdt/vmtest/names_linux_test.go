@@ -8,28 +8,19 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
-// serviceBinary returns internal/usdt/testdata/service.c built statically:
-// by test/vm/run-all.sh for the VM (which has no compiler), else here.
+// serviceBinary returns internal/usdt/testdata/service.c built the way
+// the list of test programs says (bpftest.CProgram): here, or by
+// test/vm/run.sh for the VM, which has no compiler.
 func serviceBinary(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("testdata/service.static"); err == nil {
-		return "testdata/service.static"
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no testdata/service.static (test/vm/run-all.sh builds it) and no gcc to build it")
-	}
-	out := filepath.Join(t.TempDir(), "service")
-	if b, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-o", out, "../testdata/service.c").CombinedOutput(); err != nil {
-		t.Skipf("cannot build the service (sys/sdt.h from systemtap-sdt-dev?): %v: %s", err, b)
-	}
-	return out
+	return bpftest.CProgram(t, "service")
 }
 
 // TestNamesOnAbsentPages attaches a source named by a string literal on a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/coretest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // TestSeriesModelScales fills the kernel with 100,000 series at the
@@ -34,7 +35,7 @@ func TestSeriesModelScales(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	core, err := coretest.Load(c.Maps())
+	core, err := coretest.Load(c.Maps(), c.Kernel().Core == kernel.CoreCompat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,15 @@
+package bpf
+
+// The compat objects: spanwatch.bpf.c, usdt.bpf.c and coretest.bpf.c built
+// with SPANWATCH_COMPAT, for kernels without BPF atomics beyond a plain add
+// (before 5.12) or without bpf_loop (before 5.17): Linux 5.10 to 5.16 (see
+// aggregate.h for what the core does differently). The collector chooses
+// them at load time from feature probes (internal/kernel); their maps and
+// programs have the objects' names, so the loaders assign them to the
+// same Go types. Regenerate with Debian's clang:
+//
+//	go generate ./bpf/...
+//
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel SpanwatchCompat spanwatch.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel UsdtCompat usdt.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel CoretestCompat coretest.bpf.c

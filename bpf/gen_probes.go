@@ -1,0 +1,9 @@
+package bpf
+
+// The feature probes' object (probes.bpf.c), loaded by internal/kernel to
+// test what the kernel does with instructions as clang encodes them.
+// Regenerate with Debian's clang:
+//
+//	go generate ./bpf/...
+//
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel Probes probes.bpf.c
