@@ -45,8 +45,9 @@ type CollectorSettings struct {
 	// HistogramCells is the number of histogram cells the kernel holds (0:
 	// the collector's default).
 	HistogramCells uint32
-	// SeriesQuota is how many series one cgroup may hold (0: the
-	// collector's default).
+	// SeriesQuota is how many series one workload (pod, container,
+	// systemd unit, delegated cgroup) may hold (0: the collector's
+	// default).
 	SeriesQuota uint32
 	// RingbufBytes sizes the overrun ring buffer (0: the collector's
 	// default); a power of two, a multiple of the page size.

@@ -15,8 +15,12 @@ import (
 
 // TestMain lets a test re-execute this binary as a short-lived span emitter.
 func TestMain(m *testing.M) {
-	if os.Getenv("SPANWATCH_TEST_CHILD") == "exit-after-overrun" {
+	switch os.Getenv("SPANWATCH_TEST_CHILD") {
+	case "exit-after-overrun":
 		childEmitAndExit()
+		return
+	case "quota-emit":
+		childEmitNames()
 		return
 	}
 	os.Exit(m.Run())
