@@ -719,66 +719,72 @@ static __always_inline int slot_alloc(struct core_state *c, __u32 *slot)
 #define WORKLOAD_LEVELS 16
 
 /*
- * quota_owner returns the workload a new series of cgroup_id is charged
- * to: what cg_workload says of the cgroup, else (the cgroup is new to the
- * collector) of its nearest ancestor there, read from the current task's
- * cgroup (bpf_get_current_ancestor_cgroup_id: level 0 is the root, a level
- * below the task's cgroup gives 0); else the cgroup itself. The compat
- * core (5.10 to 5.16) does not walk: a cgroup the collector has not
- * classified yet is its own workload until it has (docs/series.md).
+ * quota_owner sets *owner to the workload a new series of the cgroup *cg
+ * is charged to: what cg_workload says of the cgroup, else (the cgroup is
+ * new to the collector) of its nearest ancestor there, read from the
+ * current task's cgroup (bpf_get_current_ancestor_cgroup_id: level 0 is
+ * the root, a level below the task's cgroup gives 0); else the cgroup
+ * itself. The compat core (5.10 to 5.16) does not walk: a cgroup the
+ * collector has not classified yet is its own workload until it has
+ * (docs/series.md). Both are pointers, used as map keys where they are,
+ * and *owner as the walk's scratch: series_create's frame stays within
+ * the 32 bytes 6.1 rounds it to in a chain's 512 (bpf/internal/vstat).
  */
-static __always_inline __u64 quota_owner(__u64 cgroup_id)
+static __always_inline void quota_owner(__u64 *cg, __u64 *owner)
 {
-	__u64 *w = bpf_map_lookup_elem(&cg_workload, &cgroup_id);
+	__u64 *w = bpf_map_lookup_elem(&cg_workload, cg);
 
-	if (w)
-		return *w;
+	if (w) {
+		*owner = *w;
+		return;
+	}
 #ifndef SPANWATCH_COMPAT
-	if (bpf_get_current_cgroup_id() != cgroup_id)
-		return cgroup_id;
-	for (int level = WORKLOAD_LEVELS - 1; level >= 0; level--) {
-		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
-
-		if (!id)
-			continue;
-		w = bpf_map_lookup_elem(&cg_workload, &id);
-		if (w)
-			return *w;
+	if (bpf_get_current_cgroup_id() == *cg) {
+		for (int level = WORKLOAD_LEVELS - 1; level >= 0; level--) {
+			*owner = bpf_get_current_ancestor_cgroup_id(level);
+			if (!*owner)
+				continue;
+			w = bpf_map_lookup_elem(&cg_workload, owner);
+			if (w) {
+				*owner = *w;
+				return;
+			}
+		}
 	}
 #endif
-	return cgroup_id;
+	*owner = *cg;
 }
 
 /* quota_exceeded tells whether the workload holds its quota of series
  * already. */
-static __always_inline int quota_exceeded(struct core_state *c, __u64 cgroup_id)
+static __always_inline int quota_exceeded(struct core_state *c, __u64 *owner)
 {
 	__u64 *created, *released;
-	__u32 *q = bpf_map_lookup_elem(&cg_quota, &cgroup_id);
+	__u32 *q = bpf_map_lookup_elem(&cg_quota, owner);
 	__u32 quota = q ? *q : c->default_quota;
 
-	created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	created = bpf_map_lookup_elem(&cg_created, owner);
 	if (!created)
 		return 0;
-	released = bpf_map_lookup_elem(&cg_released, &cgroup_id);
-	/* The collector deletes both entries once a cgroup has released every
-	 * series it created (so the maps hold live cgroups only); a series
-	 * created in between is then released without its creation counted:
-	 * saturate rather than wrap. */
+	released = bpf_map_lookup_elem(&cg_released, owner);
+	/* The collector deletes both entries once a workload has released
+	 * every series it created (so the maps hold live workloads only); a
+	 * series created in between is then released without its creation
+	 * counted: saturate rather than wrap. */
 	__u64 live = *created, gone = released ? *released : 0;
 	return live > gone && live - gone >= quota;
 }
 
-static __always_inline void quota_count(__u64 cgroup_id)
+static __always_inline void quota_count(__u64 *owner)
 {
-	__u64 one = 1, *created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	__u64 one = 1, *created = bpf_map_lookup_elem(&cg_created, owner);
 
 	if (created) {
 		__sync_fetch_and_add(created, 1);
 		return;
 	}
-	if (bpf_map_update_elem(&cg_created, &cgroup_id, &one, BPF_NOEXIST)) {
-		created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	if (bpf_map_update_elem(&cg_created, owner, &one, BPF_NOEXIST)) {
+		created = bpf_map_lookup_elem(&cg_created, owner);
 		if (created)
 			__sync_fetch_and_add(created, 1);
 	}
@@ -800,8 +806,9 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	/* Checked, though no caller passes NULL. */
 	if (!c || !key || !name)
 		return -1;
-	__u64 owner = quota_owner(key->cgroup_id);
-	if (key->name_id == c->other_name_id || quota_exceeded(c, owner)) {
+	__u64 owner;
+	quota_owner(&key->cgroup_id, &owner);
+	if (key->name_id == c->other_name_id || quota_exceeded(c, &owner)) {
 		if (key->name_id != c->other_name_id)
 			count(COUNTER_QUOTA_OTHER);
 		/* One "(other)" series per workload, in the workload's root
@@ -839,7 +846,7 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	if (has_name && bpf_map_update_elem(&names, &key->name_id, name, BPF_ANY))
 		count(COUNTER_NAMES_FULL);
 	if (owner)
-		quota_count(owner);
+		quota_count(&owner);
 	/* Publish: the collector reads the key of a live slot only. */
 #ifndef SPANWATCH_COMPAT
 	__sync_lock_test_and_set(&s->state, SLOT_LIVE);
