@@ -145,6 +145,9 @@ type active struct {
 	// confirmed since: it is not resolved while the rule's range refills
 	// after the restart.
 	restored bool
+	// ending marks a restored alert that was saved as it resolved, before
+	// its resolved notification was written: its firing went out before.
+	ending bool
 }
 
 // DefaultResendInterval is how often a firing alert is sent again when
@@ -602,7 +605,7 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			ac.a.Annotations, ac.a.Value = res.annotations, res.value
 			ac.keepFiringSince = time.Time{}
-			ac.restored = false
+			ac.restored, ac.ending = false, false
 			switch {
 			case ac.a.State == alert.StatePending && now.Sub(ac.activeAt) >= o.forDur:
 				// StartsAt becomes the time it fired, as Prometheus sends
@@ -645,6 +648,19 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			if ac.a.State == alert.StateFiring {
 				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
+				if ac.restored && ac.lastSent.IsZero() && !ac.ending {
+					// Restored, and not sent since: the state is saved
+					// before the notification is written, and a kill in
+					// between leaves an alert no receiver heard of.
+					// Resolved alone, it would be dropped as resolved
+					// before anyone heard it fire: it goes out firing
+					// first (the same episode), then resolved. Not one
+					// saved as it resolved (ending): its firing went out
+					// before, and its resolved may have too, its group
+					// then gone from the notification log; sent firing
+					// again it would be a new notification.
+					send = append(send, firingCopy(ac, now, valid))
+				}
 			}
 			c, s := end(ac, now)
 			changed = append(changed, c)

@@ -44,5 +44,8 @@
 // time the agent was down is a gap in the history: it ages windows out of
 // a range but is not counted in its rates. Restored firing alerts are
 // sent again at once with their startsAt (the same episode, a new endsAt)
-// and are not resolved while their rule's range refills.
+// and are not resolved while their rule's range refills. One whose rule no
+// longer holds at the first evaluation goes out firing, then resolved (a
+// kill before its notification was written left it unheard), unless it was
+// saved as it resolved: then resolved alone, its firing sent before.
 package detector

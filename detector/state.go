@@ -57,6 +57,10 @@ type savedGroup struct {
 type savedAlert struct {
 	Alert                                           alert.Alert
 	ActiveAt, LastSent, ValidUntil, KeepFiringSince time.Time
+	// Ending marks an alert the evaluation resolved, saved firing until
+	// its resolved notification is written (marshalState): its firing
+	// was sent before, and a restart resends only the resolved.
+	Ending bool
 }
 
 type savedHistory struct {
@@ -112,7 +116,7 @@ func (d *Detector) marshalState(now time.Time, ended []endedAlert) ([]byte, erro
 		}
 		for _, e := range ended {
 			if e.key == key {
-				sg.Alerts = append(sg.Alerts, e.saved)
+				sg.Alerts = append(sg.Alerts, e.ending())
 			}
 		}
 		st.Groups = append(st.Groups, sg)
@@ -127,7 +131,7 @@ func (d *Detector) marshalState(now time.Time, ended []endedAlert) ([]byte, erro
 			}
 		}
 		if !found {
-			st.Groups = append(st.Groups, savedGroup{Kind: e.kind, Name: e.name, Alerts: []savedAlert{e.saved}})
+			st.Groups = append(st.Groups, savedGroup{Kind: e.kind, Name: e.name, Alerts: []savedAlert{e.ending()}})
 		}
 	}
 	h := d.hist
@@ -171,6 +175,13 @@ func saveAlert(ac *active) savedAlert {
 type endedAlert struct {
 	key, kind, name string
 	saved           savedAlert
+}
+
+// ending returns the ended alert as saved: firing, marked Ending.
+func (e endedAlert) ending() savedAlert {
+	s := e.saved
+	s.Ending = true
+	return s
 }
 
 // Restore loads the state the detector saved in its StateStore before a
@@ -221,7 +232,7 @@ func (d *Detector) Restore(now time.Time) (RestoreStats, error) {
 		g := &group{kind: sg.Kind, name: sg.Name, active: map[string]*active{}}
 		for _, sa := range sg.Alerts {
 			a := sa.Alert
-			ac := &active{a: &a, activeAt: sa.ActiveAt, lastSent: sa.LastSent, validUntil: sa.ValidUntil, keepFiringSince: sa.KeepFiringSince, restored: true}
+			ac := &active{a: &a, activeAt: sa.ActiveAt, lastSent: sa.LastSent, validUntil: sa.ValidUntil, keepFiringSince: sa.KeepFiringSince, restored: true, ending: sa.Ending}
 			switch a.State {
 			case alert.StateFiring:
 				// Sent again at the first evaluation: Alertmanager hears

@@ -168,3 +168,102 @@ func TestRestoreTooOld(t *testing.T) {
 		t.Errorf("restore of an old state: %+v, %v", rs, err)
 	}
 }
+
+// TestRestartUnsentAlertResolves restarts between the save of an alert
+// that fires and its notification (the state is saved first): the alert
+// comes back firing, and when its rule no longer holds at the first
+// evaluation it is sent firing (the same episode), then resolved. Sent
+// resolved alone, no receiver would hear of it (notify drops an alert
+// that resolved before its group was ever notified).
+func TestRestartUnsentAlertResolves(t *testing.T) {
+	store := &memStore{data: map[string][]byte{}}
+	rec := &recorder{}
+	cfg := Config{Notifier: rec, Store: store, ExternalLabels: map[string]string{}}
+	a := New(cfg)
+	a.SetRules(mustParse(t, restartRules))
+	restartRun(t, a, 0, 1)
+	fired, _ := episodes(rec.take()) // the kill: never written
+	if len(fired["Now"]) != 1 {
+		t.Fatalf("before the restart: %v", fired)
+	}
+	b := New(cfg)
+	b.SetRules(mustParse(t, restartRules))
+	if _, err := b.Restore(t0.Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	empty := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(2 * time.Second), WindowNs: 1e9}
+	if _, err := b.Evaluate(context.Background(), empty); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, al := range rec.take() {
+		if al.Name() == "Now" {
+			got = append(got, fmt.Sprintf("%s %s", al.State, al.StartsAt.Sub(t0)))
+		}
+	}
+	if want := []string{"firing 0s", "resolved 0s"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after the restart, Now was sent %q, want %q", got, want)
+	}
+}
+
+// savesStore keeps every state saved, in order.
+type savesStore struct {
+	memStore
+	saves [][]byte
+}
+
+func (s *savesStore) SaveState(name string, data []byte) error {
+	s.mu.Lock()
+	s.saves = append(s.saves, append([]byte(nil), data...))
+	s.mu.Unlock()
+	return s.memStore.SaveState(name, data)
+}
+
+// TestRestartEndedAlertNotFiredAgain checks that an alert killed between
+// its resolved notification and the save that follows it (the state then
+// holds it firing, marked ending) is sent resolved alone after the
+// restart, not firing again: its firing went out before the kill, and its
+// resolved may have, its group then gone from notify's log, where a
+// firing would be a new notification.
+func TestRestartEndedAlertNotFiredAgain(t *testing.T) {
+	store := &savesStore{memStore: memStore{data: map[string][]byte{}}}
+	rec := &recorder{}
+	cfg := Config{Notifier: rec, Store: store, ExternalLabels: map[string]string{}}
+	a := New(cfg)
+	a.SetRules(mustParse(t, restartRules))
+	restartRun(t, a, 0, 1)
+	if fired, _ := episodes(rec.take()); len(fired["Now"]) != 1 {
+		t.Fatalf("before the restart: %v", fired)
+	}
+	n := len(store.saves)
+	empty := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Second), WindowNs: 1e9}
+	if _, err := a.Evaluate(context.Background(), empty); err != nil {
+		t.Fatal(err)
+	}
+	if _, resolved := episodes(rec.take()); !resolved["Now"] {
+		t.Fatal("Now did not resolve before the restart")
+	}
+	if len(store.saves) != n+2 {
+		t.Fatalf("%d saves in the resolving evaluation, want 2 (before and after the notification)", len(store.saves)-n)
+	}
+	// The kill: after the notification, before the second save.
+	store.data[stateName] = store.saves[n]
+	b := New(cfg)
+	b.SetRules(mustParse(t, restartRules))
+	if _, err := b.Restore(t0.Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	empty = &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(2 * time.Second), WindowNs: 1e9}
+	if _, err := b.Evaluate(context.Background(), empty); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, al := range rec.take() {
+		if al.Name() == "Now" {
+			got = append(got, fmt.Sprintf("%s %s", al.State, al.StartsAt.Sub(t0)))
+		}
+	}
+	if want := []string{"resolved 0s"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after the restart, Now was sent %q, want %q", got, want)
+	}
+}

@@ -75,9 +75,11 @@ func (h *hook) removeDelivered(keys [][]byte, groups []string) error {
 	if err != nil {
 		return err
 	}
+	// Under d.mu, as every other change of the counters: Stats never sees
+	// the queue shrunk and the outbox not.
+	h.d.mu.Lock()
 	h.queued.Add(-int64(len(keys)))
 	h.d.entries.Add(-int64(len(keys)))
-	h.d.mu.Lock()
 	for _, g := range groups {
 		if h.inQueue[g]--; h.inQueue[g] <= 0 {
 			delete(h.inQueue, g)
@@ -125,9 +127,9 @@ func (h *hook) remove(key []byte, group string, dead *deadLetter) error {
 	if err != nil {
 		return err
 	}
+	h.d.mu.Lock()
 	h.queued.Add(-1)
 	h.d.entries.Add(-1)
-	h.d.mu.Lock()
 	if h.inQueue[group]--; h.inQueue[group] <= 0 {
 		delete(h.inQueue, group)
 	}

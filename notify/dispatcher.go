@@ -56,7 +56,7 @@ type Dispatcher struct {
 	db     *bolt.DB
 
 	maxEntries int
-	entries    atomic.Int64 // stored alerts + queued notifications
+	entries    atomic.Int64 // stored alerts + queued notifications; changed under mu
 	overflow   atomic.Uint64
 	corrupt    string // where a damaged outbox was moved, if one was
 	corruptErr string
@@ -527,9 +527,10 @@ func (d *Dispatcher) reportOrphans(tx *bolt.Tx) {
 // disk, an I/O error), the alerts are held in memory, in order, up to
 // Options.MaxHeld, and written with backoff until the outbox takes them;
 // alerts that arrive meanwhile queue behind them. An alert that fired and
-// resolved while held is delivered firing, then resolved. retry is true
-// when the caller should offer the same alerts again later: the outbox is
-// full (max_entries), or the hold is.
+// resolved while held, or that comes firing then resolved in one call, is
+// delivered firing, then resolved. retry is true when the caller should
+// offer the same alerts again later: the outbox is full (max_entries), or
+// the hold is.
 func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, err
@@ -559,6 +560,20 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 		// Behind the alerts already held: order is kept.
 		return d.holdLocked(accepted)
 	}
+	if repeated(accepted) {
+		// The same alert twice (a restored alert never sent again fires
+		// and resolves at once): written in steps as held alerts are, its
+		// group notified of the first state before the next replaces it.
+		// What cannot be written stays held for the hold writer.
+		if retry, err := d.holdLocked(accepted); err != nil {
+			return retry, err
+		}
+		if err := d.flushHeldLocked(time.Now()); err != nil {
+			d.writeErrors.Add(1)
+			d.logger.Error("outbox_write_failed_alerts_held", "alerts", len(accepted), "held", len(d.held), "max_held", d.maxHeld, "err", err)
+		}
+		return false, nil
+	}
 	refused, _, err := d.writeAlertsLocked(accepted, time.Now())
 	if err != nil {
 		d.writeErrors.Add(1)
@@ -566,6 +581,19 @@ func (d *Dispatcher) Notify(ctx context.Context, alerts ...*alert.Alert) (retry 
 		return d.holdLocked(accepted)
 	}
 	return d.refusedLocked(refused)
+}
+
+// repeated reports whether an alert comes twice in alerts (by
+// fingerprint).
+func repeated(alerts []*alert.Alert) bool {
+	seen := make(map[string]bool, len(alerts))
+	for _, a := range alerts {
+		if seen[a.Fingerprint] {
+			return true
+		}
+		seen[a.Fingerprint] = true
+	}
+	return false
 }
 
 // refusedLocked reports alerts the full outbox refused.

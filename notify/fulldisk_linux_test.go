@@ -98,6 +98,11 @@ routing:
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
+		// Stats first, then the messages: a notification whose delivery
+		// Stats counts was received before it, so the messages read after
+		// hold it (read before, they could miss the last ones).
+		st := d.Stats()
+		drained := st.Outbox.Held == 0 && st.Webhooks[0].QueueDepth == 0 && st.Webhooks[0].OldestUndelivered == 0
 		firing, resolved = map[string]bool{}, map[string]bool{}
 		for _, m := range rc.messages() {
 			for _, a := range m.Alerts {
@@ -108,7 +113,7 @@ routing:
 				}
 			}
 		}
-		if st := d.Stats(); st.Outbox.Held == 0 && st.Webhooks[0].QueueDepth == 0 && st.Webhooks[0].OldestUndelivered == 0 && len(firing) > 0 {
+		if drained && len(firing) > 0 {
 			break // all written, every group notified, every notification delivered
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -214,3 +214,26 @@ func TestEndsAtResolves(t *testing.T) {
 	// The last notification leaves the outbox once its 200 is recorded.
 	waitFor(t, time.Second, "an empty outbox", func() bool { return d.Stats().Outbox.Entries == 0 })
 }
+
+// TestSameAlertTwiceInOneCall gives Notify an alert firing, then
+// resolved, in one call (what the detector sends for an alert a restart
+// restored that resolves before it was sent again): the receiver hears
+// the episode, firing then resolved. Written as one, the resolved state
+// would replace the firing one before its group's first notification,
+// and the group would send nothing: resolved before anyone heard it fire.
+func TestSameAlertTwiceInOneCall(t *testing.T) {
+	rc := newReceiver(t, nil).start()
+	d := mustNew(t, webhookConfig(t, rc.srv.URL, t.TempDir(), ""))
+	start := time.Now().Add(-time.Second)
+	notifyOK(t, d, mkAlert("a", 1, alert.StateFiring, start), mkAlert("a", 1, alert.StateResolved, start))
+	waitFor(t, 3*time.Second, "two notifications", func() bool { return len(rc.messages()) >= 2 })
+	time.Sleep(200 * time.Millisecond) // would anything else arrive?
+	var got []string
+	for _, m := range rc.messages() {
+		got = append(got, fmt.Sprint(alertNames(m)))
+	}
+	if want := []string{"[a 1/firing]", "[a 1/resolved]"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("notifications %q, want %q", got, want)
+	}
+	waitFor(t, time.Second, "an empty outbox", func() bool { return d.Stats().Outbox.Entries == 0 })
+}

@@ -68,6 +68,10 @@ type WebhookStats struct {
 // Stats returns the Dispatcher's counters and queue state.
 func (d *Dispatcher) Stats() Stats {
 	now := time.Now()
+	// The counters are read under d.mu, where they change together (an
+	// entry and the queue depth of its webhook): one consistent picture.
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	s := Stats{Outbox: OutboxStats{
 		Path:       d.cfg.Routing.Outbox.Path,
 		Entries:    int(d.entries.Load()),
@@ -82,8 +86,6 @@ func (d *Dispatcher) Stats() Stats {
 		WriteErrors: d.writeErrors.Load(),
 		HeldDropped: d.heldDropped.Load(),
 	}}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	s.Outbox.Held = len(d.held)
 	for _, h := range d.hooks {
 		ws := WebhookStats{

@@ -55,32 +55,65 @@ func TestUnderSpanwatch(t *testing.T) {
 	url := startExample(t, bin, "SPANWATCH_EMIT=marker")
 	// Glob budgets apply once the collector has seen the name: one
 	// request, then a snapshot, before the measured ones.
-	get := func(path string) (traceID string) {
+	get := func(path string) (traceID string, took time.Duration) {
+		start := time.Now()
 		resp, err := http.Get(url + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return resp.Header.Get("X-Trace-Id")
+		return resp.Header.Get("X-Trace-Id"), time.Since(start)
 	}
-	get("/orders/warmup")
+	warmup, warmupTook := get("/orders/warmup")
 	if _, err := c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
+	// The spans of one request last no longer than the request as the
+	// client sees it. A quick request (a 1-3ms query) that a loaded
+	// machine stretched past a span's budget is over budget for
+	// spanwatch too, rightly: such requests are listed per span, and only
+	// they may add to the two slow ones.
 	slow := map[string]bool{}
-	for i := 1; i < 50; i++ { // requests 2..50: queries 25 and 50 are slow
-		if id := get(fmt.Sprintf("/orders/%d", i)); (i+1)%25 == 0 {
-			slow[id] = true
+	stretched := map[string]map[string]bool{"GET /orders/{id}": {}, "db.query": {}}
+	stretch := func(n int, id string, took time.Duration) {
+		for span, m := range stretched {
+			if budget, _ := cfg.BudgetFor(span); took > budget {
+				m[id] = true
+				t.Logf("request %d took %v, over the budget of %s (%v): it may be over budget there", n, took.Round(time.Millisecond), span, budget)
+			}
 		}
+	}
+	// The warmup's counts went with the first snapshot; an overrun of
+	// its may come later.
+	stretch(1, warmup, warmupTook)
+	warmupExtra := map[string]uint64{}
+	for span, m := range stretched {
+		warmupExtra[span] = uint64(len(m))
+	}
+	for i := 1; i < 50; i++ { // requests 2..50: queries 25 and 50 are slow
+		id, took := get(fmt.Sprintf("/orders/%d", i))
+		if (i+1)%25 == 0 {
+			slow[id] = true
+			continue
+		}
+		stretch(i+1, id, took)
 	}
 	if len(slow) != 2 {
 		t.Fatalf("%d slow requests, want 2", len(slow))
 	}
 	got := map[string]*snapshot.Series{}
 	var overruns []snapshot.Overrun
+	slowOverruns := func() (n int) {
+		for _, o := range overruns {
+			if slow[o.TraceID] {
+				n++
+			}
+		}
+		return n
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && len(overruns) < 4 {
+	for time.Now().Before(deadline) && slowOverruns() < 4 {
 		time.Sleep(100 * time.Millisecond)
 		s, err := c.Snapshot()
 		if err != nil {
@@ -107,16 +140,20 @@ func TestUnderSpanwatch(t *testing.T) {
 		if g == nil {
 			t.Fatalf("no %s series (have %v)", span, got)
 		}
-		if g.Count != want[0] || g.Errors != want[1] || g.OverBudget != want[2] {
-			t.Errorf("%s: count %d errors %d over budget %d, want %v", span, g.Count, g.Errors, g.OverBudget, want)
+		extra := uint64(len(stretched[span])) - warmupExtra[span]
+		if g.Count != want[0] || g.Errors != want[1] || g.OverBudget < want[2] || g.OverBudget > want[2]+extra {
+			t.Errorf("%s: count %d errors %d over budget %d, want %v (over budget up to %d more: requests the load stretched past the budget)", span, g.Count, g.Errors, g.OverBudget, want, extra)
 		}
 	}
-	if len(overruns) != 4 {
-		t.Fatalf("%d overruns, want 4", len(overruns))
+	if n := slowOverruns(); n != 4 {
+		t.Fatalf("%d overruns of the slow requests, want 4 (%d overruns)", n, len(overruns))
 	}
 	for _, ov := range overruns {
 		if !slow[ov.TraceID] {
-			t.Errorf("%s overrun has trace id %q, not one of the slow requests' %v", ov.Span, ov.TraceID, slow)
+			if !stretched[ov.Span][ov.TraceID] {
+				t.Errorf("%s overrun has trace id %q, not one of the slow requests' %v nor of a request that took longer than the budget", ov.Span, ov.TraceID, slow)
+			}
+			continue // a quick query that waited for the CPU: its stacks show the wait
 		}
 		// What the report shows first: the hottest frame of the
 		// samples, else the end stack's first frame once the SDK's and

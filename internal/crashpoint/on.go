@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 var (
@@ -28,7 +29,9 @@ func init() {
 }
 
 // Hit kills the process with SIGKILL the Nth time the point
-// $SPANWATCH_CRASH_AT names is reached.
+// $SPANWATCH_CRASH_AT names is reached. It says so on standard error,
+// with the time in Unix nanoseconds: "crashpoint NAME:N: SIGKILL at T"
+// (the process runs no code after it, though its exit may take seconds).
 func Hit(name string) {
 	if name != target {
 		return
@@ -38,7 +41,7 @@ func Hit(name string) {
 	n := hits[name]
 	mu.Unlock()
 	if n == nth {
-		fmt.Fprintf(os.Stderr, "crashpoint %s:%d: SIGKILL\n", name, n)
+		fmt.Fprintf(os.Stderr, "crashpoint %s:%d: SIGKILL at %d\n", name, n, time.Now().UnixNano())
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}

@@ -205,6 +205,64 @@ func (w *Watch) Overruns(pid int, prefix string) []snapshot.Overrun {
 	return out
 }
 
+// Release tells the program pid, by a line on its standard input, to send
+// the spans the test counts, once this Watch's collector has uprobed the
+// marker the program calls: in its executable, or in a library it maps
+// whose file name contains "spanwatch" (libspanwatch.so, an SDK's native
+// part). The program's listening flag cannot say when: the marker's
+// reference counter counts the uprobes of every agent on the host, and
+// another one (another test's agent, scanning /proc every 2 s) may attach
+// first; the spans sent before this collector attached reach that agent,
+// not this one. It fails the test when the collector has not attached
+// within timeout.
+func (w *Watch) Release(tb testing.TB, pid int, stdin io.WriteCloser, timeout time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		bins := markerFiles(pid)
+		attached := w.C.MarkerBinaries()
+		for _, a := range attached {
+			if bins[a] {
+				if _, err := io.WriteString(stdin, "go\n"); err != nil {
+					tb.Fatalf("tell process %d to go: %v", pid, err)
+				}
+				stdin.Close()
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the collector did not attach to process %d within %s: its files with the marker could be %v; attached: %v", pid, timeout, bins, attached)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// markerFiles returns the files of process pid that may hold the marker:
+// its executable and the executable mappings of files whose name contains
+// "spanwatch", by the paths the collector reports them under.
+func markerFiles(pid int) map[string]bool {
+	out := map[string]bool{}
+	proc := fmt.Sprintf("/proc/%d", pid)
+	if exe, err := os.Readlink(proc + "/exe"); err == nil {
+		out[exe] = true
+	}
+	maps, err := os.ReadFile(proc + "/maps")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		// START-END PERMS OFFSET DEV INODE PATH
+		f := strings.Fields(line)
+		if len(f) < 6 || len(f[1]) < 3 || f[1][2] != 'x' {
+			continue
+		}
+		if path := strings.Join(f[5:], " "); strings.Contains(filepath.Base(path), "spanwatch") {
+			out[path] = true
+		}
+	}
+	return out
+}
+
 // Want is what one span name must have reached.
 type Want struct {
 	Count, Errors, OverBudget uint64

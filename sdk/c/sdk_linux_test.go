@@ -58,6 +58,7 @@ func TestService(t *testing.T) {
 			name := fmt.Sprintf("c.checkout.%s.%d", b.name, os.Getpid())
 			cmd := exec.Command(bin, "100", name)
 			out, _ := cmd.StdoutPipe()
+			in, _ := cmd.StdinPipe()
 			cmd.Stderr = os.Stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
@@ -66,6 +67,11 @@ func TestService(t *testing.T) {
 			first, _ := r.ReadString('\n')
 			if first != "mode=1\n" && first != "mode=2\n" {
 				t.Fatalf("service printed %q, want the marker (1) or user_events (2) mode", first)
+			}
+			if first == "mode=1\n" {
+				w.Release(t, cmd.Process.Pid, in, 10*time.Second)
+			} else {
+				in.Close() // user_events: no marker uprobe to wait for
 			}
 			slow := sdktest.Finish(t, r, cmd)
 			w.Wait(t, cmd.Process.Pid, 10*time.Second, map[string]sdktest.Want{name: {Count: 100, Errors: 10, OverBudget: 10, Slow: slow[name]}})

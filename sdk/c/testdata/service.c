@@ -6,9 +6,12 @@
  *
  *   service N NAME
  *
- * waits (up to 30 s) until an agent listens, then serves N requests named
- * NAME: every 10th fails, every 10th (the 5th of each ten) is slow (150 ms in charge_card), the
- * others return at once. It prints "mode=M" first, then at the end
+ * waits (up to 30 s) until an agent listens, then for a line (or the end)
+ * on standard input: the test's word that its own collector listens (the
+ * flag says that some agent does, and another agent on the host may attach
+ * first). Then it serves N requests named NAME: every 10th fails, every
+ * 10th (the 5th of each ten) is slow (150 ms in charge_card), the others
+ * return at once. It prints "mode=M" first, then at the end
  * "slow NAME K", K the requests it measured itself (around the span) at
  * 100 ms or more (on a loaded machine, a request that does nothing can
  * wait that long for a CPU), and "done".
@@ -90,6 +93,12 @@ int main(int argc, char **argv)
 #endif
 			break;
 		sleep_ms(10);
+	}
+	{
+		char line[16];
+
+		if (fgets(line, sizeof(line), stdin) == NULL)
+			clearerr(stdin);
 	}
 	for (long i = 0; i < n; i++) {
 		struct timespec a, b;
