@@ -26,8 +26,14 @@
  *  - Slots come from a queue of freed slots, else from a bump counter; the
  *    collector frees a slot after evicting its series from series_index and
  *    waiting until no program can still hold it.
- *  - A workload (cgroup) may hold at most its quota of series; past it, its
- *    new names are counted in one "(other)" series of its own.
+ *  - A workload may hold at most its quota of series; past it, its new
+ *    names are counted in one "(other)" series of its own. A workload is
+ *    what the operator sees (a pod, a container, a systemd unit, a cgroup
+ *    root made): the collector writes cgroup -> workload into cg_workload,
+ *    and a cgroup it has not seen yet (one a user just made below a
+ *    delegated cgroup) is charged to the workload of its nearest ancestor
+ *    there, so no user makes himself new quotas by making cgroups. The
+ *    series key keeps the real cgroup; only the quota moves.
  *
  * The maps are defined here. An object that includes this header and is
  * loaded beside spanwatch.bpf.c is loaded with MapReplacements for all of
@@ -180,6 +186,10 @@ struct series_slot {
 	 * budget_ns (44 bits, 4.9 hours). Valid while gen equals budget_gen
 	 * mod 4096. */
 	__u64 budget;
+	/* The workload the series was charged to (cg_created), written
+	 * before the slot is published; 0 for an "(other)" series, which is
+	 * charged to none. The collector releases the quota there. */
+	__u64 quota_cg;
 };
 
 /* The layout of series_slot.budget, shared with the collector. */
@@ -352,8 +362,9 @@ struct {
 	__type(value, __u64);
 } cell_counts SEC(".maps");
 
-/* Series created per cgroup (BPF adds), released per cgroup (the
- * collector writes), and quotas that differ from default_quota. */
+/* Series created per workload (BPF adds), released per workload (the
+ * collector writes), and quotas that differ from default_quota, keyed by
+ * the workload's cgroup id. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -374,6 +385,16 @@ struct {
 	__type(key, __u64);
 	__type(value, __u32);
 } cg_quota SEC(".maps");
+
+/* cgroup id -> the cgroup id of its workload, written by the collector
+ * (collector/workloads.go): every workload root and the cgroups above
+ * them, then, while there is room, the cgroups below them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} cg_workload SEC(".maps");
 
 /* {name_id, set} -> budget for exact names, written by the collector. */
 struct {
@@ -692,36 +713,78 @@ static __always_inline int slot_alloc(struct core_state *c, __u32 *slot)
 	return 0;
 }
 
-/* quota_exceeded tells whether the cgroup holds its quota of series
+/* How many levels above the current cgroup quota_owner looks for one the
+ * collector knows: delegated trees and the systemd or Kubernetes layout
+ * above them are far shallower. */
+#define WORKLOAD_LEVELS 16
+
+/*
+ * quota_owner sets *owner to the workload a new series of the cgroup *cg
+ * is charged to: what cg_workload says of the cgroup, else (the cgroup is
+ * new to the collector) of its nearest ancestor there, read from the
+ * current task's cgroup (bpf_get_current_ancestor_cgroup_id: level 0 is
+ * the root, a level below the task's cgroup gives 0); else the cgroup
+ * itself. The compat core (5.10 to 5.16) does not walk: a cgroup the
+ * collector has not classified yet is its own workload until it has
+ * (docs/series.md). Both are pointers, used as map keys where they are,
+ * and *owner as the walk's scratch: series_create's frame stays within
+ * the 32 bytes 6.1 rounds it to in a chain's 512 (bpf/internal/vstat).
+ */
+static __always_inline void quota_owner(__u64 *cg, __u64 *owner)
+{
+	__u64 *w = bpf_map_lookup_elem(&cg_workload, cg);
+
+	if (w) {
+		*owner = *w;
+		return;
+	}
+#ifndef SPANWATCH_COMPAT
+	if (bpf_get_current_cgroup_id() == *cg) {
+		for (int level = WORKLOAD_LEVELS - 1; level >= 0; level--) {
+			*owner = bpf_get_current_ancestor_cgroup_id(level);
+			if (!*owner)
+				continue;
+			w = bpf_map_lookup_elem(&cg_workload, owner);
+			if (w) {
+				*owner = *w;
+				return;
+			}
+		}
+	}
+#endif
+	*owner = *cg;
+}
+
+/* quota_exceeded tells whether the workload holds its quota of series
  * already. */
-static __always_inline int quota_exceeded(struct core_state *c, __u64 cgroup_id)
+static __always_inline int quota_exceeded(struct core_state *c, __u64 *owner)
 {
 	__u64 *created, *released;
-	__u32 *q = bpf_map_lookup_elem(&cg_quota, &cgroup_id);
+	__u32 *q = bpf_map_lookup_elem(&cg_quota, owner);
 	__u32 quota = q ? *q : c->default_quota;
 
-	created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	created = bpf_map_lookup_elem(&cg_created, owner);
 	if (!created)
 		return 0;
-	released = bpf_map_lookup_elem(&cg_released, &cgroup_id);
-	/* The collector deletes both entries once a cgroup has released every
-	 * series it created (so the maps hold live cgroups only); a series
-	 * created in between is then released without its creation counted:
-	 * saturate rather than wrap. */
+	released = bpf_map_lookup_elem(&cg_released, owner);
+	/* The collector deletes both entries once a workload has released
+	 * every series it created (so the maps hold live workloads only); a
+	 * series created in between is then released without its creation
+	 * counted: saturate rather than wrap. */
 	__u64 live = *created, gone = released ? *released : 0;
 	return live > gone && live - gone >= quota;
 }
 
-static __always_inline void quota_count(__u64 cgroup_id)
+static __always_inline void quota_count(__u64 *owner)
 {
-	__u64 one = 1, *created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	__u64 one = 1, *created = bpf_map_lookup_elem(&cg_created, owner);
 
 	if (created) {
 		__sync_fetch_and_add(created, 1);
 		return;
 	}
-	if (bpf_map_update_elem(&cg_created, &cgroup_id, &one, BPF_NOEXIST)) {
-		created = bpf_map_lookup_elem(&cg_created, &cgroup_id);
+	if (bpf_map_update_elem(&cg_created, owner, &one, BPF_NOEXIST)) {
+		created = bpf_map_lookup_elem(&cg_created, owner);
 		if (created)
 			__sync_fetch_and_add(created, 1);
 	}
@@ -730,7 +793,7 @@ static __always_inline void quota_count(__u64 cgroup_id)
 /*
  * series_create creates the series of key, recording its name unless
  * has_name is 0, and returns its slot, or -1 when there is no room (every
- * loss is counted). A cgroup past its quota gets its "(other)" series
+ * loss is counted). A workload past its quota gets its "(other)" series
  * instead: key is rewritten to it. Another CPU may create the same series
  * at the same moment: then the slot it published is returned. A global
  * function, so the verifier checks it once, not at every caller.
@@ -743,8 +806,16 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	/* Checked, though no caller passes NULL. */
 	if (!c || !key || !name)
 		return -1;
-	if (key->name_id != c->other_name_id && quota_exceeded(c, key->cgroup_id)) {
-		count(COUNTER_QUOTA_OTHER);
+	__u64 owner;
+	quota_owner(&key->cgroup_id, &owner);
+	if (key->name_id == c->other_name_id || quota_exceeded(c, &owner)) {
+		if (key->name_id != c->other_name_id)
+			count(COUNTER_QUOTA_OTHER);
+		/* One "(other)" series per workload, in the workload's root
+		 * cgroup, charged to none: a user who makes cgroups (or names
+		 * his spans "(other)") makes no more of them. */
+		key->cgroup_id = owner;
+		owner = 0;
 		key->name_id = c->other_name_id;
 		key->labelset = 0;
 		key->other = 0;
@@ -760,6 +831,7 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	if (!s)
 		return -1;
 	__builtin_memcpy(&s->key, key, sizeof(*key));
+	s->quota_cg = owner;
 	if (bpf_map_update_elem(&series_index, key, &slot, BPF_NOEXIST)) {
 		/* Another CPU created it first (-EEXIST), or the index is
 		 * full: give the slot back. */
@@ -773,8 +845,8 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	}
 	if (has_name && bpf_map_update_elem(&names, &key->name_id, name, BPF_ANY))
 		count(COUNTER_NAMES_FULL);
-	if (key->name_id != c->other_name_id)
-		quota_count(key->cgroup_id);
+	if (owner)
+		quota_count(&owner);
 	/* Publish: the collector reads the key of a live slot only. */
 #ifndef SPANWATCH_COMPAT
 	__sync_lock_test_and_set(&s->state, SLOT_LIVE);

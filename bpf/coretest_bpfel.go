@@ -96,6 +96,7 @@ type CoretestSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type CoretestSpanName struct {
@@ -115,6 +116,7 @@ const (
 	CoretestMapCgCreated           = "cg_created"
 	CoretestMapCgQuota             = "cg_quota"
 	CoretestMapCgReleased          = "cg_released"
+	CoretestMapCgWorkload          = "cg_workload"
 	CoretestMapCore                = "core"
 	CoretestMapCoretestIdx         = "coretest_idx"
 	CoretestMapCoretestInput       = "coretest_input"
@@ -192,6 +194,7 @@ type CoretestMapSpecs struct {
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload    *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core          *ebpf.MapSpec `ebpf:"core"`
 	CoretestIdx   *ebpf.MapSpec `ebpf:"coretest_idx"`
 	CoretestInput *ebpf.MapSpec `ebpf:"coretest_input"`
@@ -241,6 +244,7 @@ type CoretestMaps struct {
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload    *ebpf.Map `ebpf:"cg_workload"`
 	Core          *ebpf.Map `ebpf:"core"`
 	CoretestIdx   *ebpf.Map `ebpf:"coretest_idx"`
 	CoretestInput *ebpf.Map `ebpf:"coretest_input"`
@@ -264,6 +268,7 @@ func (m *CoretestMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.CoretestIdx,
 		m.CoretestInput,

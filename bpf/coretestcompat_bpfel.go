@@ -88,6 +88,7 @@ type CoretestCompatSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type CoretestCompatSpanName struct {
@@ -107,6 +108,7 @@ const (
 	CoretestCompatMapCgCreated           = "cg_created"
 	CoretestCompatMapCgQuota             = "cg_quota"
 	CoretestCompatMapCgReleased          = "cg_released"
+	CoretestCompatMapCgWorkload          = "cg_workload"
 	CoretestCompatMapCore                = "core"
 	CoretestCompatMapCoretestIdx         = "coretest_idx"
 	CoretestCompatMapCoretestInput       = "coretest_input"
@@ -184,6 +186,7 @@ type CoretestCompatMapSpecs struct {
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload    *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core          *ebpf.MapSpec `ebpf:"core"`
 	CoretestIdx   *ebpf.MapSpec `ebpf:"coretest_idx"`
 	CoretestInput *ebpf.MapSpec `ebpf:"coretest_input"`
@@ -233,6 +236,7 @@ type CoretestCompatMaps struct {
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload    *ebpf.Map `ebpf:"cg_workload"`
 	Core          *ebpf.Map `ebpf:"core"`
 	CoretestIdx   *ebpf.Map `ebpf:"coretest_idx"`
 	CoretestInput *ebpf.Map `ebpf:"coretest_input"`
@@ -256,6 +260,7 @@ func (m *CoretestCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.CoretestIdx,
 		m.CoretestInput,

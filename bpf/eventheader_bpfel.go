@@ -278,6 +278,7 @@ type EventheaderSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type EventheaderSpanName struct {
@@ -369,6 +370,7 @@ const (
 	EventheaderMapCgCreated            = "cg_created"
 	EventheaderMapCgQuota              = "cg_quota"
 	EventheaderMapCgReleased           = "cg_released"
+	EventheaderMapCgWorkload           = "cg_workload"
 	EventheaderMapCore                 = "core"
 	EventheaderMapCounters             = "counters"
 	EventheaderMapEhCounters           = "eh_counters"
@@ -465,6 +467,7 @@ type EventheaderMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	EhCounters     *ebpf.MapSpec `ebpf:"eh_counters"`
@@ -531,6 +534,7 @@ type EventheaderMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	EhCounters     *ebpf.Map `ebpf:"eh_counters"`
@@ -560,6 +564,7 @@ func (m *EventheaderMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.EhCounters,

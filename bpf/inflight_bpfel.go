@@ -179,6 +179,7 @@ type InflightSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type InflightSpanName struct {
@@ -218,6 +219,7 @@ const (
 	InflightMapCgCreated                 = "cg_created"
 	InflightMapCgQuota                   = "cg_quota"
 	InflightMapCgReleased                = "cg_released"
+	InflightMapCgWorkload                = "cg_workload"
 	InflightMapCore                      = "core"
 	InflightMapCounters                  = "counters"
 	InflightMapFreeSlots                 = "free_slots"
@@ -315,6 +317,7 @@ type InflightMapSpecs struct {
 	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota         *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased      *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload      *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core            *ebpf.MapSpec `ebpf:"core"`
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots       *ebpf.MapSpec `ebpf:"free_slots"`
@@ -380,6 +383,7 @@ type InflightMaps struct {
 	CgCreated       *ebpf.Map `ebpf:"cg_created"`
 	CgQuota         *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased      *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload      *ebpf.Map `ebpf:"cg_workload"`
 	Core            *ebpf.Map `ebpf:"core"`
 	Counters        *ebpf.Map `ebpf:"counters"`
 	FreeSlots       *ebpf.Map `ebpf:"free_slots"`
@@ -410,6 +414,7 @@ func (m *InflightMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

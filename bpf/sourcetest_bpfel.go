@@ -76,6 +76,7 @@ type SourcetestSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type SourcetestSourcetestIn struct {
@@ -181,6 +182,7 @@ const (
 	SourcetestMapCgCreated           = "cg_created"
 	SourcetestMapCgQuota             = "cg_quota"
 	SourcetestMapCgReleased          = "cg_released"
+	SourcetestMapCgWorkload          = "cg_workload"
 	SourcetestMapCore                = "core"
 	SourcetestMapCounters            = "counters"
 	SourcetestMapFreeSlots           = "free_slots"
@@ -259,6 +261,7 @@ type SourcetestMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots        *ebpf.MapSpec `ebpf:"free_slots"`
@@ -313,6 +316,7 @@ type SourcetestMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
 	FreeSlots        *ebpf.Map `ebpf:"free_slots"`
@@ -338,6 +342,7 @@ func (m *SourcetestMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

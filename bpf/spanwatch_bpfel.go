@@ -185,6 +185,7 @@ type SpanwatchSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type SpanwatchSlotState uint32
@@ -255,6 +256,7 @@ const (
 	SpanwatchMapCgCreated            = "cg_created"
 	SpanwatchMapCgQuota              = "cg_quota"
 	SpanwatchMapCgReleased           = "cg_released"
+	SpanwatchMapCgWorkload           = "cg_workload"
 	SpanwatchMapCore                 = "core"
 	SpanwatchMapCounters             = "counters"
 	SpanwatchMapFreeSlots            = "free_slots"
@@ -348,6 +350,7 @@ type SpanwatchMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
@@ -411,6 +414,7 @@ type SpanwatchMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
@@ -435,6 +439,7 @@ func (m *SpanwatchMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

@@ -99,6 +99,7 @@ type SpanwatchCompatSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type SpanwatchCompatSpanEvent struct {
@@ -130,6 +131,7 @@ const (
 	SpanwatchCompatMapCgCreated            = "cg_created"
 	SpanwatchCompatMapCgQuota              = "cg_quota"
 	SpanwatchCompatMapCgReleased           = "cg_released"
+	SpanwatchCompatMapCgWorkload           = "cg_workload"
 	SpanwatchCompatMapCore                 = "core"
 	SpanwatchCompatMapCounters             = "counters"
 	SpanwatchCompatMapFreeSlots            = "free_slots"
@@ -223,6 +225,7 @@ type SpanwatchCompatMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
@@ -286,6 +289,7 @@ type SpanwatchCompatMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
@@ -310,6 +314,7 @@ func (m *SpanwatchCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

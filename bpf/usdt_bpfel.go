@@ -76,6 +76,7 @@ type UsdtSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type UsdtSpanName struct {
@@ -305,6 +306,7 @@ const (
 	UsdtMapCgCreated             = "cg_created"
 	UsdtMapCgQuota               = "cg_quota"
 	UsdtMapCgReleased            = "cg_released"
+	UsdtMapCgWorkload            = "cg_workload"
 	UsdtMapCore                  = "core"
 	UsdtMapCounters              = "counters"
 	UsdtMapFreeSlots             = "free_slots"
@@ -415,6 +417,7 @@ type UsdtMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots        *ebpf.MapSpec `ebpf:"free_slots"`
@@ -491,6 +494,7 @@ type UsdtMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
 	FreeSlots        *ebpf.Map `ebpf:"free_slots"`
@@ -524,6 +528,7 @@ func (m *UsdtMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

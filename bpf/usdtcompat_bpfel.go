@@ -76,6 +76,7 @@ type UsdtCompatSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type UsdtCompatSpanName struct {
@@ -202,6 +203,7 @@ const (
 	UsdtCompatMapCgCreated             = "cg_created"
 	UsdtCompatMapCgQuota               = "cg_quota"
 	UsdtCompatMapCgReleased            = "cg_released"
+	UsdtCompatMapCgWorkload            = "cg_workload"
 	UsdtCompatMapCore                  = "core"
 	UsdtCompatMapCounters              = "counters"
 	UsdtCompatMapFreeSlots             = "free_slots"
@@ -308,6 +310,7 @@ type UsdtCompatMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots        *ebpf.MapSpec `ebpf:"free_slots"`
@@ -384,6 +387,7 @@ type UsdtCompatMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
 	FreeSlots        *ebpf.Map `ebpf:"free_slots"`
@@ -418,6 +422,7 @@ func (m *UsdtCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

@@ -76,6 +76,7 @@ type UsereventsSeriesSlot struct {
 	MinInv     uint64
 	Max        uint64
 	Budget     uint64
+	QuotaCg    uint64
 }
 
 type UsereventsSpanName struct {
@@ -262,6 +263,7 @@ const (
 	UsereventsMapCgCreated            = "cg_created"
 	UsereventsMapCgQuota              = "cg_quota"
 	UsereventsMapCgReleased           = "cg_released"
+	UsereventsMapCgWorkload           = "cg_workload"
 	UsereventsMapCore                 = "core"
 	UsereventsMapCounters             = "counters"
 	UsereventsMapFreeSlots            = "free_slots"
@@ -350,6 +352,7 @@ type UsereventsMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots      *ebpf.MapSpec `ebpf:"free_slots"`
@@ -410,6 +413,7 @@ type UsereventsMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
 	FreeSlots      *ebpf.Map `ebpf:"free_slots"`
@@ -439,6 +443,7 @@ func (m *UsereventsMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgWorkload,
 		m.Core,
 		m.Counters,
 		m.FreeSlots,

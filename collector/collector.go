@@ -58,10 +58,12 @@ type Config struct {
 	// still counted in their series, but not in its histogram
 	// (Stats.HistogramFull).
 	HistogramCells uint32
-	// SeriesQuota is how many series one cgroup may hold:
-	// DefaultSeriesQuota when 0. A cgroup past it has the values of its
-	// new series counted in one series of its own named "(other)", so no
-	// workload can take the others' room.
+	// SeriesQuota is how many series one workload may hold (a pod, a
+	// container, a systemd unit, a delegated cgroup with everything a
+	// user made below it: cgroup.Workload): DefaultSeriesQuota when 0. A
+	// workload past it has the values of its new series counted in one
+	// series of its own named "(other)", so no workload can take the
+	// others' room, however many cgroups it makes.
 	SeriesQuota uint32
 	// RingbufBytes sizes the overrun ring buffer (default 4 MiB; a power
 	// of two, multiple of the page size).
@@ -158,6 +160,7 @@ type Collector struct {
 	prevMisses  uint64
 	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
 	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
+	wl          workloads         // what cg_workload holds
 	reader      *seriesReader
 	lastAt      time.Time
 	mapBytes    uint64
@@ -286,6 +289,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err := c.objs.Names.Put(core.OtherNameId, &other); err != nil {
 		return nil, fmt.Errorf("write the (other) name: %w", err)
 	}
+	c.syncWorkloads()
 	c.mapBytes = c.MapBytes()
 	c.lastAt = time.Now()
 
@@ -550,6 +554,7 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 		"cg_created":   o.CgCreated,
 		"cg_released":  o.CgReleased,
 		"cg_quota":     o.CgQuota,
+		"cg_workload":  o.CgWorkload,
 		"budgets":      o.Budgets,
 		"budget_globs": o.BudgetGlobs,
 		"names":        o.Names,
@@ -564,8 +569,8 @@ func (c *Collector) RegisterLabelSet(id uint16, ls LabelSet) {
 	c.reader.labelSets.Store(id, ls)
 }
 
-// SetSeriesQuota sets the series quota of one cgroup (0 restores the
-// default).
+// SetSeriesQuota sets the series quota of one workload, named by the id
+// of its root cgroup (cgroup.Workload.ID; 0 restores the default).
 func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
 	if quota == 0 {
 		if err := c.objs.CgQuota.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -625,8 +630,9 @@ func (c *Collector) recursionMisses() uint64 {
 	return n
 }
 
-// logQuotas logs, once per cgroup, that a workload reached its series
-// quota: its new names now count in its "(other)" series.
+// logQuotas logs, once per workload, that a workload reached its series
+// quota: its new names now count in its "(other)" series, which is in the
+// workload's root cgroup (bpf/aggregate.h).
 func (c *Collector) logQuotas(s *snapshot.Snapshot) {
 	for i := range s.Series {
 		sr := &s.Series[i]
@@ -705,6 +711,9 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
 	}
 	c.logQuotas(s)
+	// After the resolution above, which walks the cgroup tree when it
+	// met a new cgroup.
+	c.syncWorkloads()
 	s.Overruns, s.Stats.OverrunsDropped, s.Stats.OverrunsQueueDropped = c.rb.take()
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/coretest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -31,11 +32,23 @@ func forEachCore(t *testing.T, f func(*testing.T, kernel.Core)) {
 	t.Run("compat", func(t *testing.T) { f(t, kernel.CoreCompat) })
 }
 
+// perCgroupQuota resolves cgroups but tells no workloads (it is not a
+// workloadSource): the series quota stays per cgroup id.
+type perCgroupQuota struct{ CgroupResolver }
+
 func newCoreTest(t testing.TB, cfg Config) *coreTest {
 	t.Helper()
 	requireBPF(t)
 	cfg.Sources = Sources{Marker: true}
 	cfg.ScanInterval = -1
+	if cfg.Resolver == nil {
+		// The core tests use made-up cgroup ids, which may be real
+		// cgroups' too: keep the quota per cgroup id, with no
+		// workloads of the host's cgroups.
+		if r, err := cgroup.NewResolver(cgroup.Config{}); err == nil {
+			cfg.Resolver = perCgroupQuota{r}
+		}
+	}
 	c, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -186,8 +186,11 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 	r.slotCells[slot] = nil
 	r.slotPrev[slot] = slotTotals{}
 	sl := &r.slots[slot]
+	// The workload the kernel charged the series to: 0 for an "(other)"
+	// series, charged to none.
+	cg := atomic.LoadUint64(&sl.QuotaCg)
 	atomic.StoreUint64(&sl.State, 0)
-	for _, p := range []*uint64{&sl.Count, &sl.Errors, &sl.Sum, &sl.OverBudget, &sl.MinInv, &sl.Max, &sl.Budget} {
+	for _, p := range []*uint64{&sl.Count, &sl.Errors, &sl.Sum, &sl.OverBudget, &sl.MinInv, &sl.Max, &sl.Budget, &sl.QuotaCg} {
 		atomic.StoreUint64(p, 0)
 	}
 	sl.Key = bpf.SpanwatchSeriesKey{}
@@ -201,9 +204,8 @@ func (r *seriesReader) free(slot uint32, key bpf.SpanwatchSeriesKey) {
 		st.slots = slots
 	}
 	r.slotState[slot] = nil
-	if key.NameId != r.otherNameID {
+	if cg != 0 {
 		var released uint64
-		cg := key.CgroupId
 		if err := r.objs.CgReleased.Lookup(&cg, &released); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			r.log.Warn("quota_release_failed", "cgroup_id", cg, "error", err)
 		}
@@ -279,7 +281,7 @@ func membarrierGlobal() error {
 	return nil
 }
 
-// forgetCgroup deletes a cgroup's quota counts, creations first: a
+// forgetCgroup deletes a workload's quota counts, creations first: a
 // series the kernel creates meanwhile starts a fresh count.
 func (r *seriesReader) forgetCgroup(cg uint64) {
 	for _, m := range []*ebpf.Map{r.objs.CgCreated, r.objs.CgReleased} {

@@ -5,6 +5,7 @@ package collector
 import (
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,12 @@ import (
 
 // TestMain lets a test re-execute this binary as a short-lived span emitter.
 func TestMain(m *testing.M) {
-	if os.Getenv("SPANWATCH_TEST_CHILD") == "exit-after-overrun" {
+	switch os.Getenv("SPANWATCH_TEST_CHILD") {
+	case "exit-after-overrun":
 		childEmitAndExit()
+		return
+	case "quota-emit":
+		childEmitNames()
 		return
 	}
 	os.Exit(m.Run())
@@ -34,6 +39,29 @@ func childEmitAndExit() {
 	}
 	childSlowSpan()
 	_ = emit.Start("child.never.ends")
+	os.Exit(0)
+}
+
+// childEmitNames (SPANWATCH_TEST_CHILD=quota-emit) waits for the marker
+// uprobe, then emits SPANWATCH_QUOTA_NAMES names "PREFIX.i", each
+// SPANWATCH_QUOTA_REPS times, and exits; status 3 if no collector
+// listened within 10 s.
+func childEmitNames() {
+	prefix := os.Getenv("SPANWATCH_QUOTA_PREFIX")
+	n, _ := strconv.Atoi(os.Getenv("SPANWATCH_QUOTA_NAMES"))
+	reps, _ := strconv.Atoi(os.Getenv("SPANWATCH_QUOTA_REPS"))
+	deadline := time.Now().Add(10 * time.Second)
+	for !emit.Enabled() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !emit.Enabled() {
+		os.Exit(3)
+	}
+	for r := 0; r < reps; r++ {
+		for i := 0; i < n; i++ {
+			emit.Record(&emit.Finished{Name: prefix + "." + strconv.Itoa(i), Duration: time.Microsecond})
+		}
+	}
 	os.Exit(0)
 }
 

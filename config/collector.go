@@ -39,7 +39,8 @@ type CollectorSettings struct {
 	// HistogramCells is the number of histogram cells the kernel holds (0:
 	// the memory plan's).
 	HistogramCells uint32
-	// SeriesQuota is how many series one cgroup may hold (0: the
+	// SeriesQuota is how many series one workload (pod, container,
+	// systemd unit, delegated cgroup) may hold (0: the
 	// collector's default).
 	SeriesQuota uint32
 	// RingbufBytes sizes the overrun ring buffer (0: the collector's
@@ -90,7 +91,7 @@ var collectorSettings = &settings[CollectorSettings]{section: "collector", rows:
 		def: "128 per series", doc: "histogram cells the kernel holds, rounded up to a power of two; checked against the memory budget",
 		field: func(s *CollectorSettings) any { return &s.HistogramCells }},
 	{key: "series_quota", kind: kindInt, min: 1, max: int64(collector.MaxSeriesLimit), check: collector.CheckSeriesQuota,
-		def: fmt.Sprint(collector.DefaultSeriesQuota), doc: "series one cgroup may hold; the rest go to its (other) series",
+		def: fmt.Sprint(collector.DefaultSeriesQuota), doc: "series one workload (a pod, a container, a systemd unit, a delegated cgroup and every cgroup below it) may hold; the rest go to its (other) series",
 		field: func(s *CollectorSettings) any { return &s.SeriesQuota }},
 	{key: "ringbuf_bytes", kind: kindInt, min: int64(os.Getpagesize()), max: collector.MaxRingbufBytes, check: collector.CheckRingbufBytes,
 		def: memory.FormatBytes(uint64(collector.DefaultRingbufBytes())), doc: "the overrun ring buffer's size: a power of two, a multiple of the page size",

@@ -145,7 +145,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.readErrors = c("read_errors_total", "Payloads or probe arguments the BPF programs could not read: spans lost.")
 	e.histogramFull = c("histogram_full_total", "Values counted in their series but left out of its histogram: no free histogram cell.")
 	e.namesTruncated = c("span_names_truncated_total", "Span names cut to 127 bytes, on a UTF-8 character boundary.")
-	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota.")
+	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota (per workload: a pod, a container, a systemd unit, or a delegated cgroup with every cgroup below it).")
 	e.namesFull = c("names_full_total", "New series whose name did not fit in the kernel's names map.")
 	e.recursionMisses = c("recursion_misses_total", "Program runs the kernel skipped because a BPF program was already running on the CPU: spans lost.")
 	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")

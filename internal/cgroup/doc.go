@@ -15,6 +15,9 @@
 // The package needs no privilege beyond reading the cgroup2 mount, which is
 // world-readable by default, and the kubelet's log directories (root's);
 // reading other users' /proc/PID/exe needs CAP_SYS_PTRACE (without it the
-// command name stands in). On a hybrid host (cgroup v1 controllers with the
+// command name stands in). Workloads tells, for the series quota, the
+// workload each cgroup belongs to as the operator sees it (a pod, a
+// container, a systemd unit, a cgroup delegated to a user with all he made
+// below it), from the paths and the owners of the directories. On a hybrid host (cgroup v1 controllers with the
 // v2 hierarchy at /sys/fs/cgroup/unified) FindRoot finds the v2 mount.
 package cgroup

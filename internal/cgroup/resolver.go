@@ -59,6 +59,7 @@ type Resolver struct {
 
 	mu       sync.RWMutex
 	byID     map[uint64]Info // what the paths say, from the last walk
+	workload map[uint64]Workload
 	details  map[uint64]details
 	lastWalk time.Time
 	walks    int
@@ -192,6 +193,7 @@ func (r *Resolver) walkLocked() error {
 	r.lastWalk = r.now()
 	r.walks++
 	byID := make(map[uint64]Info, len(r.byID))
+	wl := newWorkloadWalk(len(r.byID))
 	err := filepath.WalkDir(r.root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			// A cgroup removed mid-walk is not an error.
@@ -218,19 +220,31 @@ func (r *Resolver) walkLocked() error {
 		if err != nil {
 			return err
 		}
-		byID[st.Ino] = ParsePath(filepath.Clean("/" + rel))
+		info := ParsePath(filepath.Clean("/" + rel))
+		byID[st.Ino] = info
+		wl.add(p, st.Ino, info, st.Uid == 0 && st.Mode&0o022 == 0)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("walk cgroups under %s: %w", r.root, err)
 	}
 	r.byID = byID
+	r.workload = wl.out
 	for id := range r.details {
 		if _, ok := byID[id]; !ok {
 			delete(r.details, id)
 		}
 	}
 	return nil
+}
+
+// Workloads returns the workload of every cgroup the last walk found (see
+// Workload), and the number of walks so far, which changes when the
+// answer may have. The map is the Resolver's: read it, do not change it.
+func (r *Resolver) Workloads() (map[uint64]Workload, int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.workload, r.walks
 }
 
 // ID returns the cgroup v2 id of the cgroup directory at path: the number
