@@ -309,7 +309,35 @@ func TestInflightFollowsGoroutine(t *testing.T) {
 		t.Skip("needs GOMAXPROCS >= 2 to run two goroutines at once")
 	}
 	_, overruns := inflightCollector(t, collector.BudgetRule{Span: "mover", Budget: 30 * time.Millisecond})
+	// In the test VM (qemu TCG, two VMs on a 2-core host) the emulated
+	// CPU clock's samples arrive as the emulation allows: CI's run on
+	// Debian's 6.1 sampled phase 2 six times and phase 1 never. A try
+	// that leaves a phase unsampled is run again, up to 3 times, each
+	// try's overrun judged on its own; a sample of the helper taken as
+	// the span's fails any try.
+	const tries = 3
+	for try := 1; ; try++ {
+		n1, n2, moved := followOnce(t, overruns)
+		if !moved {
+			t.Skip("the goroutine stayed on its thread: nothing to show")
+		}
+		if n1 > 0 && n2 > 0 {
+			return
+		}
+		if try == tries {
+			t.Fatalf("in %d tries no overrun had samples in both phases (the last: phase 1 %d, phase 2 %d)", tries, n1, n2)
+		}
+	}
+}
+
+// followOnce runs one span of TestInflightFollowsGoroutine: its goroutine
+// spins on one thread, then on another. It returns the samples of each
+// phase, and whether the goroutine moved at all.
+func followOnce(t *testing.T, overruns func() []snapshot.Overrun) (n1, n2 uint64, moved bool) {
+	t.Helper()
+	seen := len(overruns())
 	var stop atomic.Bool
+	defer stop.Store(true)
 	var tid1, tid2, helperTid int
 	done := make(chan struct{})
 	go func() {
@@ -337,17 +365,18 @@ func TestInflightFollowsGoroutine(t *testing.T) {
 		sp.End(nil)
 	}()
 	<-done
-	defer stop.Store(true)
 	if tid1 == tid2 {
-		t.Skipf("the goroutine stayed on thread %d: nothing to show", tid1)
+		t.Logf("the goroutine stayed on thread %d: nothing to show", tid1)
+		return 0, 0, false
 	}
 	t.Logf("span ran on thread %d, then %d; the helper spun on %d", tid1, tid2, helperTid)
-	o := waitOverrun(t, overruns, "mover", func(o snapshot.Overrun) bool { return !o.StillRunning })
+	since := func() []snapshot.Overrun { return overruns()[seen:] }
+	o := waitOverrun(t, since, "mover", func(o snapshot.Overrun) bool { return !o.StillRunning })
 	w1, n1 := sampled(o, "moverPhase1", false)
 	w2, n2 := sampled(o, "moverPhase2", false)
 	t.Logf("phase 1: %d samples %v; phase 2: %d samples %v", n1, time.Duration(w1), n2, time.Duration(w2))
 	if n1 == 0 || n2 == 0 {
-		t.Errorf("samples in phase 1: %d, phase 2: %d; want both (the span's goroutine on both threads): %s", n1, n2, describe([]snapshot.Overrun{o}))
+		t.Logf("samples in phase 1: %d, phase 2: %d; want both (the span's goroutine on both threads): %s", n1, n2, describe([]snapshot.Overrun{o}))
 	}
 	for _, s := range o.Samples {
 		if hasFrame(s.UserStack, "helperSpin") {
@@ -359,10 +388,11 @@ func TestInflightFollowsGoroutine(t *testing.T) {
 		// goroutine called (make(chan), before it saved the frame
 		// pointer) lacks its caller: the frame-pointer walk goes from
 		// that function straight to the caller's caller, runtime.goexit.
-		if !hasFrame(s.UserStack, "moverPhase1") && !hasFrame(s.UserStack, "moverPhase2") && !hasFrame(s.UserStack, "TestInflightFollowsGoroutine.func1") && !hasFunc(s.UserStack, "github.com/spanwatch/spanwatch/emit.Span.End") && !prologueOfRuntime(s.UserStack) {
+		if !hasFrame(s.UserStack, "moverPhase1") && !hasFrame(s.UserStack, "moverPhase2") && !hasFrame(s.UserStack, "TestInflightFollowsGoroutine.func1") && !hasFrame(s.UserStack, "followOnce.func1") && !hasFunc(s.UserStack, "github.com/spanwatch/spanwatch/emit.Span.End") && !prologueOfRuntime(s.UserStack) {
 			t.Errorf("a sample outside the span's goroutine: %s", frameNames(s.UserStack))
 		}
 	}
+	return n1, n2, true
 }
 
 // prologueOfRuntime reports whether frames is a runtime function sampled
