@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,8 +234,12 @@ func testQuotaPerWorkload(t *testing.T, core kernel.Core) {
 	if exact != victimNames || victimOther != 0 {
 		t.Errorf("the victim's counts are not exact: %d/%d names, %d values in its (other)", exact, victimNames, victimOther)
 	}
-	if len(attackerSeries) != quota {
-		t.Errorf("the attacker holds %d series, want its one quota, %d", len(attackerSeries), quota)
+	// The quota is checked, then counted, as a series is created: CPUs
+	// creating a workload's series at the same moment may each pass the
+	// check at quota-1 (docs/series.md), one series each at most. CI's
+	// run on this 2-core host once saw 257 of 256.
+	if n := len(attackerSeries); n < quota || n > quota+runtime.NumCPU()-1 {
+		t.Errorf("the attacker holds %d series, want its one quota, %d (one more per other CPU at most: %d)", n, quota, runtime.NumCPU()-1)
 	}
 	if len(attackerOther) != 1 || !attackerOther[attackerID] {
 		t.Errorf("the attacker's (other) series are in cgroups %v, want one, in its workload's root %d", attackerOther, attackerID)
