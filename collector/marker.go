@@ -370,14 +370,16 @@ func (m *markerSource) attachLocked(path, procDir string) (key fileKey, ok bool,
 	// named from the binary: the marker's address gives the load bias.
 	// The binary is read for them only if its process could read it.
 	var cred *userfile.Cred
+	var root string
 	if procDir != "" {
+		root = filepath.Join(procDir, "root")
 		if b, err := userfile.ReadProc(ctx, "", filepath.Join(procDir, "status"), 64<<10); err == nil {
 			if c, err := userfile.ParseStatus(b); err == nil {
 				cred = &c
 			}
 		}
 	}
-	addAnchor(m.cfg, symbolize.Anchor{Path: real, Open: path, Addr: found.addr, Reader: cred})
+	addAnchor(m.cfg, symbolize.Anchor{Path: real, Open: path, Addr: found.addr, Reader: cred, Root: root})
 	m.mu.Lock()
 	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()

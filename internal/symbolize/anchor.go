@@ -12,6 +12,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/elfread"
 	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
+	"golang.org/x/sys/unix"
 )
 
 // An Anchor is a code address in a binary that spanwatch traces: a USDT
@@ -32,6 +33,10 @@ type Anchor struct {
 	// the binary is read only if that process could read it itself. Nil
 	// for a binary the operator named.
 	Reader *userfile.Cred
+	// Root, when set, is the root the binary's separate debug file is
+	// looked for in first (/proc/PID/root of the process it runs in);
+	// the host's root is looked in after it.
+	Root string
 }
 
 // anchorMod is a binary with anchors, open until RemoveAnchor or Close.
@@ -62,7 +67,7 @@ func (s *Symbolizer) AddAnchor(a Anchor) error {
 	if err != nil {
 		return fmt.Errorf("anchor %s: %w", a.Path, err)
 	}
-	key := fileKey{dev: f.Info.Dev, inode: f.Info.Ino}
+	key := statKey(f.Info.Dev, f.Info.Ino)
 	if s.addSite(key, a.Addr) {
 		f.Close()
 		return nil
@@ -88,25 +93,43 @@ func (s *Symbolizer) AddAnchor(a Anchor) error {
 		f.Close()
 		return fmt.Errorf("anchor %s: %w", a.Path, err)
 	}
-	am := &anchorMod{mod: newModule(s, f, a.Path, key), pie: h.pie, addrs: []uint64{a.Addr}, exec: h.exec}
-	am.mod.debug = &debugPlace{reader: a.Reader, on: on}
+	m := newModule(s, f, a.Path, key)
+	m.debug = &debugPlace{root: a.Root, path: a.Path, reader: a.Reader, on: on}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		am.mod.close()
+		m.close()
 		return ErrClosed
 	}
 	if old := s.anchors[key]; old != nil {
 		// Added meanwhile.
-		am.mod.close()
+		m.close()
 		addAddr(old, a.Addr)
 		return nil
 	}
+	// One module per file: a process running the binary, captured before
+	// or after, shares the anchor's, so the file is parsed once and a
+	// process that exits between its maps and its files still names its
+	// frames (openModule finds the anchor's module without opening).
+	if old := s.modules[key]; old != nil {
+		m.close()
+		m = old
+	} else {
+		s.modules[key] = m
+	}
+	m.refs++
 	if s.anchors == nil {
 		s.anchors = map[fileKey]*anchorMod{}
 	}
-	s.anchors[key] = am
+	s.anchors[key] = &anchorMod{mod: m, pie: h.pie, addrs: []uint64{a.Addr}, exec: h.exec}
 	return nil
+}
+
+// statKey is the key of a file from fstat's device and inode: the device
+// as /proc/PID/maps writes it (major<<32 | minor, as parseMaps reads it),
+// so a file opened by path and a file mapped by a process meet.
+func statKey(dev, ino uint64) fileKey {
+	return fileKey{dev: uint64(unix.Major(dev))<<32 | uint64(unix.Minor(dev)), inode: ino}
 }
 
 // addSite adds a site to a binary already anchored; false when it is not.
@@ -131,18 +154,18 @@ func addAddr(am *anchorMod, addr uint64) {
 }
 
 // RemoveAnchor forgets the anchors of the binary with device dev and inode
-// ino and closes it: its tracer let go of it (no process runs it any more).
+// ino (as fstat gives them) and closes it unless a process holds it: its tracer let go of it (no process runs it any more).
 // Removing a binary without anchors is harmless.
 func (s *Symbolizer) RemoveAnchor(dev, ino uint64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := fileKey{dev: dev, inode: ino}
+	key := statKey(dev, ino)
 	am := s.anchors[key]
 	if am == nil {
 		return nil
 	}
 	delete(s.anchors, key)
-	if err := am.mod.close(); err != nil {
+	if err := s.unref(am.mod); err != nil {
 		return fmt.Errorf("anchor %s: %w", am.mod.path, err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -286,5 +287,76 @@ func TestExplainDebianBinary(t *testing.T) {
 	}
 	if why := s.Explain(frames); !strings.Contains(why, "sleep has no symbol table") || !strings.Contains(why, "apt install coreutils-dbgsym") {
 		t.Errorf("Explain = %q, want it to name coreutils-dbgsym", why)
+	}
+}
+
+//go:noinline
+func anchoredFrame() uintptr {
+	pc, _, _, _ := runtime.Caller(0)
+	return pc
+}
+
+// TestAnchorSharedWithExitingProcess captures a process whose maps were
+// read but whose files could no longer be opened (it exited in between:
+// a fake /proc with stat, status and maps but no map_files or root). The
+// mapped binary is anchored, so the process's mapping shares the anchor's
+// module and its frames are named; the binary is opened once.
+func TestAnchorSharedWithExitingProcess(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	const pid = 4242
+	dir := filepath.Join(root, fmt.Sprint(pid))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"stat", "status", "maps"} {
+		b, err := os.ReadFile("/proc/self/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pc := uint64(anchoredFrame())
+	for _, anchored := range []bool{false, true} {
+		s := New(Config{ProcRoot: root})
+		if anchored {
+			if err := s.AddAnchor(Anchor{Path: exe, Addr: pc}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		frames, err := s.User(pid, []uint64{pc})
+		if anchored && err != nil {
+			t.Errorf("anchored: %v", err)
+		}
+		if !anchored && (err == nil || !strings.Contains(err.Error(), "frames in symbolize.test have no names: the file could not be opened")) {
+			t.Errorf("unanchored: error %v, want it to say the file could not be opened", err)
+		}
+		got := frames[0].Function
+		if want := "github.com/spanwatch/spanwatch/internal/symbolize.anchoredFrame"; anchored && got != want {
+			t.Errorf("anchored: frame %+v, want %s", frames[0], want)
+		}
+		if !anchored && got != "" {
+			// Without the anchor nothing could open the file: the fake
+			// /proc must really leave it unopenable.
+			t.Errorf("unanchored: frame %+v named, want it unnamed (the test's /proc lets the file be opened)", frames[0])
+		}
+		if anchored {
+			s.mu.Lock()
+			n := len(s.modules)
+			var refs int
+			for _, m := range s.modules {
+				refs = m.refs
+			}
+			s.mu.Unlock()
+			if n != 1 || refs != 2 {
+				t.Errorf("%d modules, refs %d: want the anchor and the process to share one module (2 refs)", n, refs)
+			}
+		}
+		s.Close()
 	}
 }

@@ -103,6 +103,9 @@ type mapping struct {
 	start, end, offset uint64
 	name               string  // Frame.Module
 	mod                *module // nil for anonymous or unreadable regions
+	// unreadable says why a file's mapping has no module (the file
+	// could not be opened), for User's error.
+	unreadable error
 }
 
 // New returns a Symbolizer. It opens nothing until the first Capture.
@@ -236,7 +239,7 @@ func (s *Symbolizer) capture(ctx context.Context, pid uint32, key procKey, prev 
 		m := mapping{start: r.start, end: r.end, offset: r.offset, name: r.path}
 		if r.inode != 0 && strings.HasPrefix(r.path, "/") {
 			m.name = filepath.Base(strings.TrimSuffix(r.path, " (deleted)"))
-			m.mod = s.openModule(ctx, dir, r, &cred)
+			m.mod, m.unreadable = s.openModule(ctx, dir, r, &cred)
 		} else if r.path == "[vdso]" {
 			m.mod = s.vdsoModule(ctx, dir, r, on)
 		} else if r.path == "" {
@@ -294,13 +297,13 @@ func (s *Symbolizer) readPerfMap(ctx context.Context, p *process, dir string, st
 // openModule returns the shared module for a mapped file, opening it on
 // first sight, outside the lock. It returns nil when the file cannot be
 // opened or is refused.
-func (s *Symbolizer) openModule(ctx context.Context, dir string, r mapRegion, cred *userfile.Cred) *module {
+func (s *Symbolizer) openModule(ctx context.Context, dir string, r mapRegion, cred *userfile.Cred) (*module, error) {
 	k := fileKey{dev: r.dev, inode: r.inode}
 	s.mu.Lock()
 	if m := s.modules[k]; m != nil {
 		m.refs++
 		s.mu.Unlock()
-		return m
+		return m, nil
 	}
 	s.mu.Unlock()
 	// map_files names the exact mapped file, even when deleted or in
@@ -324,7 +327,7 @@ func (s *Symbolizer) openModule(ctx context.Context, dir string, r mapRegion, cr
 	}
 	if err != nil {
 		s.log.Debug("module_unreadable", "path", r.path, "error", err)
-		return nil
+		return nil, err
 	}
 	m := newModule(s, f, r.path, k)
 	m.debug = &debugPlace{root: root, path: r.path, reader: cred, on: opts.On}
@@ -332,17 +335,17 @@ func (s *Symbolizer) openModule(ctx context.Context, dir string, r mapRegion, cr
 	defer s.mu.Unlock()
 	if s.closed {
 		m.close()
-		return nil
+		return nil, ErrClosed
 	}
 	if old := s.modules[k]; old != nil {
 		// Opened meanwhile by another capture.
 		m.close()
 		old.refs++
-		return old
+		return old, nil
 	}
 	m.refs = 1
 	s.modules[k] = m
-	return m
+	return m, nil
 }
 
 // replaced reports whether a file opened by path is not the file mapped at
@@ -396,20 +399,26 @@ func (s *Symbolizer) vdsoModule(ctx context.Context, dir string, r mapRegion, on
 // release drops a process's references to its modules. s.mu is held.
 func (s *Symbolizer) release(p *process) {
 	for _, mp := range p.mappings {
-		if mp.mod == nil {
-			continue
-		}
-		mp.mod.refs--
-		if mp.mod.refs == 0 {
-			if s.modules[mp.mod.key] == mp.mod {
-				delete(s.modules, mp.mod.key)
-			}
-			mp.mod.close()
+		if mp.mod != nil {
+			s.unref(mp.mod)
 		}
 	}
 	if p.perf != nil {
 		p.perf.free()
 	}
+}
+
+// unref drops one hold on m (a process's mapping or an anchor) and closes
+// it when none is left. s.mu is held.
+func (s *Symbolizer) unref(m *module) error {
+	m.refs--
+	if m.refs > 0 {
+		return nil
+	}
+	if s.modules[m.key] == m {
+		delete(s.modules, m.key)
+	}
+	return m.close()
 }
 
 // evict drops processes not captured within Retain, and the least recently
@@ -481,13 +490,14 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 	// Room for a few inlined calls, so that one allocation is the rule.
 	frames := make([]snapshot.Frame, 0, len(addrs)+8)
 	retried := false
+	var why error // why the first unnamed frame in a file has no name
 	for i, a := range addrs {
 		pc := a
 		if i > 0 && pc > 0 {
 			pc--
 		}
 		f := snapshot.Frame{Addr: a}
-		found, inlined := s.symbolizeUser(ctx, p, &f, pc)
+		found, inlined, miss := s.symbolizeUser(ctx, p, &f, pc)
 		if !found && !retried && s.refreshable(p) {
 			// A library loaded or code generated after the capture: read
 			// the maps again, once per stack.
@@ -497,8 +507,11 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 			ccancel()
 			if p != nil {
 				f = snapshot.Frame{Addr: a}
-				_, inlined = s.symbolizeUser(ctx, p, &f, pc)
+				_, inlined, miss = s.symbolizeUser(ctx, p, &f, pc)
 			}
+		}
+		if why == nil && miss != nil {
+			why = fmt.Errorf("symbolize user stack: frames in %s have no names: %w", f.Module, miss)
 		}
 		// Inlined calls first, innermost first, at the same address.
 		for _, r := range inlined {
@@ -508,7 +521,7 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) ([]snapshot.Frame, error) 
 		}
 		frames = append(frames, f)
 	}
-	return frames, nil
+	return frames, why
 }
 
 // addrFrames returns a frame per address, holding only the address.
@@ -521,8 +534,10 @@ func addrFrames(addrs []uint64) []snapshot.Frame {
 }
 
 // symbolizeUser fills f for pc and returns the calls inlined there, if
-// any; found reports whether pc fell in a mapping or a perf map entry.
-func (s *Symbolizer) symbolizeUser(ctx context.Context, p *process, f *snapshot.Frame, pc uint64) (found bool, inlined []result) {
+// any; found reports whether pc fell in a mapping or a perf map entry,
+// miss why a frame in a file got no name when the file's symbols could not
+// be read (not when the file has none for it).
+func (s *Symbolizer) symbolizeUser(ctx context.Context, p *process, f *snapshot.Frame, pc uint64) (found bool, inlined []result, miss error) {
 	i := sort.Search(len(p.mappings), func(i int) bool { return p.mappings[i].start > pc }) - 1
 	if i >= 0 && pc < p.mappings[i].end {
 		mp := &p.mappings[i]
@@ -532,7 +547,11 @@ func (s *Symbolizer) symbolizeUser(ctx context.Context, p *process, f *snapshot.
 		if mp.mod == nil {
 			// Anonymous executable memory is JIT code: a miss may mean
 			// the JIT wrote its perf map after the capture.
-			return s.perfLookup(p, f, pc) || mp.name != "[anon]", nil
+			found := s.perfLookup(p, f, pc)
+			if !found && mp.unreadable != nil {
+				miss = fmt.Errorf("the file could not be opened: %w", mp.unreadable)
+			}
+			return found || mp.name != "[anon]", nil, miss
 		}
 		var unnamed bool
 		err := mp.mod.with(ctx, func(t *tables) {
@@ -554,6 +573,7 @@ func (s *Symbolizer) symbolizeUser(ctx context.Context, p *process, f *snapshot.
 		switch {
 		case errors.Is(err, errNotLoaded):
 			s.log.Debug("module_not_loaded", "path", mp.mod.path)
+			miss = fmt.Errorf("its symbols were still being read after %s", loadWait*s.cfg.Timeout)
 		case err != nil:
 			// Not ELF: JIT code in a memfd (W^X double mapping) may
 			// still be in the perf map.
@@ -561,9 +581,9 @@ func (s *Symbolizer) symbolizeUser(ctx context.Context, p *process, f *snapshot.
 		case unnamed:
 			s.noteUnnamed(mp.mod)
 		}
-		return true, inlined
+		return true, inlined, miss
 	}
-	return s.perfLookup(p, f, pc), nil
+	return s.perfLookup(p, f, pc), nil, nil
 }
 
 func (s *Symbolizer) perfLookup(p *process, f *snapshot.Frame, pc uint64) bool {
@@ -684,11 +704,6 @@ func (s *Symbolizer) Close() error {
 	var errs []error
 	for _, m := range s.modules {
 		if err := m.close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	for _, am := range s.anchors {
-		if err := am.mod.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
