@@ -4,7 +4,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/internal/spanevent"
 )
 
 // event mirrors struct span_event in bpf/span_event.h; layout_test.go checks
@@ -17,7 +17,7 @@ type event struct {
 	TraceID    [16]byte
 	SpanID     [8]byte
 	ExecID     uint64
-	Name       [snapshot.NameLen]byte
+	Name       [spanevent.NameLen]byte
 }
 
 const eventSize = int(unsafe.Sizeof(event{}))

@@ -4,12 +4,15 @@ import (
 	"encoding/binary"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/spanwatch/spanwatch/internal/spanevent"
 )
 
 // NameLen is the size of a span name in the span event payload and in the
 // kernel: names are at most NameLen-1 bytes, longer ones are cut
-// (TruncateName) on a UTF-8 character boundary.
-const NameLen = 128
+// (TruncateName) on a UTF-8 character boundary. The SDK shares it through
+// internal/spanevent, so that it does not link this package.
+const NameLen = spanevent.NameLen
 
 // OtherName names a workload's overflow series: the spans of names it
 // started past its series quota.

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/spanwatch/spanwatch/emit"
-	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/internal/spanevent"
 )
 
 // Config configures a SpanProcessor. The zero value passes every span with
@@ -182,7 +182,7 @@ func foldName(name string, attrs []attribute.KeyValue, fold []attribute.Key) str
 				continue
 			}
 			v := kv.Value.Emit()
-			if v != "" && !strings.Contains(name, v) && len(out) < snapshot.NameLen {
+			if v != "" && !strings.Contains(name, v) && len(out) < spanevent.NameLen {
 				out += " " + v
 			}
 			break
