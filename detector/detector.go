@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/policy"
@@ -405,9 +404,9 @@ func longestRange(cfg *policy.Config) time.Duration {
 // policyInputs makes each policy's input, indexed like pols: the series
 // over the policy's range, each converted at most once for all policies,
 // and only those the policy could read (policy.Batch).
-func (d *Detector) policyInputs(snap *snapshot.Snapshot, pols []*policy.Policy) []ast.Value {
+func (d *Detector) policyInputs(snap *snapshot.Snapshot, pols []*policy.Policy) []policy.InputValue {
 	b := policy.NewBatch(snap)
-	out := make([]ast.Value, len(pols))
+	out := make([]policy.InputValue, len(pols))
 	for i, p := range pols {
 		series, covered := d.hist.aggregateAll(p.Over)
 		out[i] = b.Input(p, series, covered)

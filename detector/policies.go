@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-
 	"github.com/spanwatch/spanwatch/alert"
 	"github.com/spanwatch/spanwatch/policy"
 )
@@ -54,7 +52,7 @@ func (d *Detector) limits(cfg *policy.Config) (time.Duration, int64) {
 // while several ran, each of those is evaluated again alone, under a watch
 // of its own, so that only a policy that outgrows the bound by itself is
 // cut off.
-func (d *Detector) evalPolicies(ctx context.Context, cfg *policy.Config, inputs []ast.Value, ext map[string]string) []*ruleOutput {
+func (d *Detector) evalPolicies(ctx context.Context, cfg *policy.Config, inputs []policy.InputValue, ext map[string]string) []*ruleOutput {
 	pols := cfg.Policies
 	timeout, memory := d.limits(cfg)
 	outs := make([]*ruleOutput, len(pols))
@@ -94,7 +92,7 @@ func (d *Detector) evalPolicies(ctx context.Context, cfg *policy.Config, inputs 
 
 // evalPolicy evaluates one policy under timeout; the error is returned
 // for evalPolicies to report once the policy's last attempt is known.
-func (d *Detector) evalPolicy(ctx context.Context, timeout time.Duration, p *policy.Policy, input ast.Value, ext map[string]string) (*ruleOutput, error) {
+func (d *Detector) evalPolicy(ctx context.Context, timeout time.Duration, p *policy.Policy, input policy.InputValue, ext map[string]string) (*ruleOutput, error) {
 	out := &ruleOutput{key: groupKey("policy", p.Name), kind: "policy", name: p.Name, over: p.Over, forDur: p.For, keepFiringFor: p.KeepFiringFor, results: map[string]result{}}
 	d.stats.policyEvaluations.Add(1)
 	ectx, cancel := context.WithTimeout(ctx, timeout)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -84,7 +83,7 @@ func BenchmarkRegoInput(b *testing.B) {
 		snap := benchSnapshot(n)
 		pols := benchPolicies(b, 10)
 		ctx := context.Background()
-		eval := func(p *Policy, in ast.Value) {
+		eval := func(p *Policy, in InputValue) {
 			if _, err := p.Eval(ctx, in); err != nil {
 				b.Fatal(err)
 			}

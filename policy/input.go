@@ -9,6 +9,12 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
+// An InputValue is a policy's input, converted from a snapshot once (Input,
+// RangeInput, Batch.Input) for Policy.Eval. It keeps OPA's types inside
+// this package: the detector holds inputs and hands them back, and never
+// imports OPA. It is read-only and may be shared between goroutines.
+type InputValue struct{ v ast.Value }
+
 // Input converts a snapshot into the value a policy sees as input, every
 // series included: what a policy over the newest window alone (over: 0s)
 // would get without Batch's filtering. The shape (histograms are left
@@ -36,14 +42,14 @@ import (
 // by_span indexes the same series by span name, so a policy about one span
 // looks its series up (input.by_span.checkout) instead of scanning them
 // all.
-func Input(s *snapshot.Snapshot) ast.Value {
+func Input(s *snapshot.Snapshot) InputValue {
 	return RangeInput(s, s.Series, s.Window())
 }
 
 // RangeInput is Input with the series aggregated over a range (a policy's
 // over:), covering covered: input.series and input.by_span hold them, and
 // input.range_ns and input.range_seconds say how long the range is.
-func RangeInput(s *snapshot.Snapshot, ser []snapshot.Series, covered time.Duration) ast.Value {
+func RangeInput(s *snapshot.Snapshot, ser []snapshot.Series, covered time.Duration) InputValue {
 	b := NewBatch(s)
 	r := b.rangeInput(ser, covered)
 	return b.object(r, r.allTerm(), r.bySpanAll())
@@ -98,7 +104,7 @@ func NewBatch(s *snapshot.Snapshot) *Batch {
 // Input returns policy p's input with series, the snapshot's series
 // aggregated over the policy's range (which covers covered): every series
 // the policy could read, converted once for all the policies of the batch.
-func (b *Batch) Input(p *Policy, series []snapshot.Series, covered time.Duration) ast.Value {
+func (b *Batch) Input(p *Policy, series []snapshot.Series, covered time.Duration) InputValue {
 	r := b.rangeInput(series, covered)
 	var ser, by *ast.Term
 	switch p.needs.series {
@@ -125,7 +131,7 @@ func (b *Batch) Input(p *Policy, series []snapshot.Series, covered time.Duration
 	return b.object(r, ser, by)
 }
 
-func (b *Batch) object(r *rangeInput, series, bySpan *ast.Term) ast.Value {
+func (b *Batch) object(r *rangeInput, series, bySpan *ast.Term) InputValue {
 	items := make([][2]*ast.Term, 0, len(b.base)+4)
 	items = append(items, b.base...)
 	items = append(items,
@@ -134,7 +140,7 @@ func (b *Batch) object(r *rangeInput, series, bySpan *ast.Term) ast.Value {
 		item(kSeries, series),
 		item(kBySpan, bySpan),
 	)
-	return ast.NewObject(items...)
+	return InputValue{ast.NewObject(items...)}
 }
 
 var (

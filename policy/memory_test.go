@@ -12,7 +12,6 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/spanwatch/spanwatch/internal/memtest"
@@ -62,7 +61,7 @@ func compileHostile(t testing.TB, src []byte) (*Policy, *Policy) {
 
 // hostileInput is one series whose count a user drove to 10^8 and whose
 // name is 100 bytes.
-func hostileInput() ast.Value {
+func hostileInput() InputValue {
 	return Input(&snapshot.Snapshot{Version: snapshot.Version, Time: time.Now(), WindowNs: 10e9,
 		Series: []snapshot.Series{{Span: strings.Repeat("s", 100), Count: 1e8}}})
 }

@@ -353,11 +353,11 @@ type PolicyAlert struct {
 // wrapping ErrTimeout; one cut off at its memory bound (a builtin that
 // would pass WithMemoryLimit's bound, or a WatchHeap that saw the heap
 // pass it) an error wrapping ErrMemory.
-func (p *Policy) Eval(ctx context.Context, input ast.Value) ([]PolicyAlert, error) {
+func (p *Policy) Eval(ctx context.Context, input InputValue) ([]PolicyAlert, error) {
 	// The result stays an AST term: converting it to Go values and then
 	// to strings cost more than the evaluation when a policy fires for
 	// many series.
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalGenerateJSON(keepTerm))
+	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input.v), rego.EvalGenerateJSON(keepTerm))
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrMemory):

@@ -10,45 +10,67 @@ import (
 )
 
 // TestLayering checks that packages do not depend on what they must not
-// (STYLE.md, house rule 11): the SDK applications link stays light, and
-// the arrows of the data flow point one way.
+// (STYLE.md, house rule 11): the SDK applications link stays light, each
+// package knows only what it needs, and the arrows of the data flow point
+// one way. A forbidden path ending in "/..." forbids everything below it.
 func TestLayering(t *testing.T) {
 	const mod = "github.com/spanwatch/spanwatch/"
 	for _, tc := range []struct {
-		pkg    string
-		forbid []string
-		why    string
+		pkg string
+		// deps are forbidden anywhere in pkg's dependencies, imports in
+		// its own import lists (its tests' included).
+		deps, imports []string
+		why           string
 	}{
-		{"emit", []string{mod + "snapshot", "encoding/json", "math/big"},
-			"every instrumented application links emit: it shares the span event's sizes through internal/spanevent, not snapshot"},
+		{pkg: "emit", deps: []string{mod + "snapshot", "encoding/json", "math/big"},
+			why: "every instrumented application links emit: it shares the span event's sizes through internal/spanevent, not snapshot"},
+		{pkg: "detector", imports: []string{"github.com/open-policy-agent/opa/..."},
+			why: "OPA stays behind policy: the detector holds a policy.InputValue"},
 	} {
-		deps := goListDeps(t, mod+tc.pkg)
-		for _, f := range tc.forbid {
-			if deps[f] {
-				t.Errorf("%s depends on %s: %s", tc.pkg, f, tc.why)
+		l := goWords(t, "-deps", mod+tc.pkg)
+		for _, f := range tc.deps {
+			if p := match(l, f); p != "" {
+				t.Errorf("%s depends on %s: %s", tc.pkg, p, tc.why)
+			}
+		}
+		if len(tc.imports) == 0 {
+			continue
+		}
+		l = goWords(t, "-f", "{{join .Imports \"\\n\"}}\n{{join .TestImports \"\\n\"}}\n{{join .XTestImports \"\\n\"}}", mod+tc.pkg)
+		for _, f := range tc.imports {
+			if p := match(l, f); p != "" {
+				t.Errorf("%s imports %s: %s", tc.pkg, p, tc.why)
 			}
 		}
 	}
 }
 
-// goListDeps returns the import paths pkg depends on, itself included.
-func goListDeps(t *testing.T, pkg string) map[string]bool {
+// match returns the first of list that pattern names, or "".
+func match(list []string, pattern string) string {
+	prefix, tree := strings.CutSuffix(pattern, "/...")
+	for _, p := range list {
+		if p == prefix || tree && strings.HasPrefix(p, prefix+"/") {
+			return p
+		}
+	}
+	return ""
+}
+
+// goWords runs go list with args from the module root and returns the
+// words it prints.
+func goWords(t *testing.T, args ...string) []string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(gobin, "list", "-deps", pkg)
+	cmd := exec.Command(gobin, append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.Bytes())
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}
-	deps := map[string]bool{}
-	for _, p := range strings.Fields(string(out)) {
-		deps[p] = true
-	}
-	return deps
+	return strings.Fields(string(out))
 }
