@@ -48,7 +48,7 @@ func TestTestFiles(t *testing.T) {
 	}
 
 	out.Reset()
-	err = testFiles(context.Background(), &out, []string{"../../internal/ruletest/testdata/failing.test.yaml", "missing.test.yaml"}, nil)
+	err = testFiles(context.Background(), &out, []string{"../../detector/ruletest/testdata/failing.test.yaml", "missing.test.yaml"}, nil)
 	if err == nil {
 		t.Fatal("failing tests passed")
 	}
@@ -73,10 +73,10 @@ func TestCheckTestExitCodes(t *testing.T) {
 		{[]string{"check", "../../policy/testdata/bad/rego_http_send.yaml"}, 1},
 		{[]string{"check"}, 2},
 		{[]string{"test", "../../examples/rego/spanwatch.test.yaml"}, 0},
-		{[]string{"test", "../../internal/ruletest/testdata/failing.test.yaml"}, 1},
+		{[]string{"test", "../../detector/ruletest/testdata/failing.test.yaml"}, 1},
 		{[]string{"test"}, 2},
-		{[]string{"test", "--run", "right", "../../internal/ruletest/testdata/failing.test.yaml"}, 0},
-		{[]string{"test", "--run", "(", "../../internal/ruletest/testdata/failing.test.yaml"}, 2},
+		{[]string{"test", "--run", "right", "../../detector/ruletest/testdata/failing.test.yaml"}, 0},
+		{[]string{"test", "--run", "(", "../../detector/ruletest/testdata/failing.test.yaml"}, 2},
 	} {
 		var stderr bytes.Buffer
 		if code := run(tc.args, &bytes.Buffer{}, &stderr); code != tc.code {

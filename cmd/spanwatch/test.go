@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/spanwatch/spanwatch/internal/ruletest"
+	"github.com/spanwatch/spanwatch/detector/ruletest"
 )
 
 func init() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spanwatch/spanwatch/internal/ruletest"
+	"github.com/spanwatch/spanwatch/detector/ruletest"
 	"github.com/spanwatch/spanwatch/policy"
 	"github.com/spanwatch/spanwatch/snapshot"
 )

@@ -45,6 +45,26 @@ func TestLayering(t *testing.T) {
 	}
 }
 
+// TestInternalIsBelow checks that the packages under internal/, the helpers
+// the pipeline's packages share, import none of the pipeline's upper
+// stages: a helper that needs the detector or the policy engine (as rule
+// unit tests do, detector/ruletest) lives beside what it drives.
+func TestInternalIsBelow(t *testing.T) {
+	const mod = "github.com/spanwatch/spanwatch/"
+	// config/section, the positioned error and the decoder every section
+	// reports into, is a leaf that sources' helpers use.
+	upper := []string{mod + "policy/...", mod + "detector/...", mod + "alert/...", mod + "notify/...", mod + "agent/...", mod + "config"}
+	lines := goLines(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", mod+"internal/...")
+	for _, line := range lines {
+		pkg, imports, _ := strings.Cut(line, " ")
+		for _, u := range upper {
+			if p := match(strings.Fields(imports), u); p != "" {
+				t.Errorf("%s imports %s: internal/ holds helpers below the pipeline's stages", pkg, p)
+			}
+		}
+	}
+}
+
 // match returns the first of list that pattern names, or "".
 func match(list []string, pattern string) string {
 	prefix, tree := strings.CutSuffix(pattern, "/...")
@@ -59,6 +79,12 @@ func match(list []string, pattern string) string {
 // goWords runs go list with args from the module root and returns the
 // words it prints.
 func goWords(t *testing.T, args ...string) []string {
+	return strings.Fields(strings.Join(goLines(t, args...), "\n"))
+}
+
+// goLines runs go list with args from the module root and returns the
+// lines it prints.
+func goLines(t *testing.T, args ...string) []string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -72,5 +98,5 @@ func goWords(t *testing.T, args ...string) []string {
 	if err != nil {
 		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}
-	return strings.Fields(string(out))
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
