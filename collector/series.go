@@ -806,6 +806,7 @@ func (r *seriesReader) readCounters(st *snapshot.Stats) error {
 	st.NamesTruncated = d(bpf.SpanwatchCounterCOUNTER_NAME_TRUNCATED)
 	st.QuotaOther = d(bpf.SpanwatchCounterCOUNTER_QUOTA_OTHER)
 	st.NamesFull = d(bpf.SpanwatchCounterCOUNTER_NAMES_FULL)
+	st.ExtremesDropped = d(bpf.SpanwatchCounterCOUNTER_MINMAX_RETRIES)
 	r.prevCount = out
 	return nil
 }

@@ -90,7 +90,7 @@ type Exporter struct {
 	dropAbsent atomic.Bool // SetDropAbsent
 
 	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, overrunsQueueDropped, snapshots prometheus.Counter
-	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, recursionMisses                        prometheus.Counter
+	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, extremesDropped, recursionMisses       prometheus.Counter
 	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                                          prometheus.Gauge
 	readDuration, evalDuration                                                                               prometheus.Histogram
 	ruleErrors                                                                                               *prometheus.CounterVec
@@ -147,6 +147,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.namesTruncated = c("span_names_truncated_total", "Span names cut to 127 bytes, on a UTF-8 character boundary.")
 	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota (per workload: a pod, a container, a systemd unit, or a delegated cgroup with every cgroup below it).")
 	e.namesFull = c("names_full_total", "New series whose name did not fit in the kernel's names map.")
+	e.extremesDropped = c("extremes_dropped_total", "Updates of a series' min or max the kernel gave up after losing their compare-and-swap race 8 times: that window's min or max may miss the value (its count, sum and histogram have it).")
 	e.recursionMisses = c("recursion_misses_total", "Program runs the kernel skipped because a BPF program was already running on the CPU: spans lost.")
 	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")
 	e.overruns = c("overruns_total", "Overrun records (slow spans with stacks) received.")
@@ -178,7 +179,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 
 	for _, col := range []prometheus.Collector{
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
-		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.recursionMisses,
+		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.extremesDropped, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
 		e.userFiles, e.symbolizerBytes, buildInfo,
 	} {
@@ -228,6 +229,7 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.namesTruncated.Add(float64(s.Stats.NamesTruncated))
 	e.quotaOther.Add(float64(s.Stats.QuotaOther))
 	e.namesFull.Add(float64(s.Stats.NamesFull))
+	e.extremesDropped.Add(float64(s.Stats.ExtremesDropped))
 	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
 	for k, v := range s.Stats.SourceEvents {
 		src, reason, _ := strings.Cut(k, "/")

@@ -155,7 +155,7 @@ func TestExporterExactHistograms(t *testing.T) {
 				},
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
-					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
+					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, ExtremesDropped: 12, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
 					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}, UserFiles: map[string]uint64{"symlink": 2, "timeout": 1}, SymbolizerBytes: 4096},
 			})
 			e.Observe(&snapshot.Snapshot{
@@ -224,6 +224,7 @@ func TestExporterExactHistograms(t *testing.T) {
 				"spanwatch_names_full_total":             8,
 				"spanwatch_recursion_misses_total":       9,
 				"spanwatch_overruns_queue_dropped_total": 11,
+				"spanwatch_extremes_dropped_total":       12,
 			} {
 				if got := mfs[name].GetMetric()[0].GetCounter().GetValue(); got != want {
 					t.Errorf("%s = %v, want %v", name, got, want)

@@ -228,6 +228,11 @@ type Stats struct {
 	// NamesFull counts new series whose name did not fit in the kernel's
 	// names map (they show as name#ID).
 	NamesFull uint64 `json:"names_full,omitempty"`
+	// ExtremesDropped counts updates of a series' min or max that the
+	// kernel gave up after losing their compare-and-swap race 8 times
+	// (COUNTER_MINMAX_RETRIES): that window's min or max may miss the
+	// value; its count, sum and histogram have it.
+	ExtremesDropped uint64 `json:"extremes_dropped,omitempty"`
 	// SourceEvents counts, by "source/reason", the events of user_events
 	// and EventHeader sources that did not become a value as they should
 	// have (short, bad_loc, unpaired_end, a refused EventHeader field...)
