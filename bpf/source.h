@@ -30,7 +30,7 @@
  * may be NULL for the verifier and are checked.
  *
  * The including object gets the label maps below as its own: label sets are
- * numbered by the collector (collector.RegisterLabelSet), unique across
+ * numbered by the collector (collector.AllocLabelSet), unique across
  * sources, so objects never share a (labelset, label) counter.
  *
  * Needs aggregate.h first. Kernel 5.12+ (atomics with fetch); the compat

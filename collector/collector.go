@@ -563,12 +563,6 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 	}
 }
 
-// RegisterLabelSet names the label values of the series whose key has
-// labelset id: a source with labels registers its set before attaching.
-func (c *Collector) RegisterLabelSet(id uint16, ls LabelSet) {
-	c.reader.labelSets.Store(id, ls)
-}
-
 // SetSeriesQuota sets the series quota of one workload, named by the id
 // of its root cgroup (cgroup.Workload.ID; 0 restores the default).
 func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
