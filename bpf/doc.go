@@ -3,9 +3,14 @@
 // spanwatch.bpf.c holds the span sources for applications using the span
 // SDK (user_events through fentry or a kprobe on perf_tp_event, and the
 // SDK's marker uprobe); aggregate.h holds the aggregation core every source
-// calls: per-CPU stats per span name and cgroup with a log-linear latency
-// histogram, budgets, names, and the overrun ring buffer. span_event.h is the
-// payload layout that emit/ mirrors in Go.
+// calls: one series per span name, cgroup, label values and kind, in a
+// series array shared by all CPUs and updated with atomic instructions,
+// with a Prometheus native (schema 6) latency histogram kept in a table of
+// cells shared by all series; budgets, names, the loss counters and the
+// overrun ring buffer. The collector maps the series array and the cells
+// into its memory and reads only what changed (dirty bitmaps);
+// docs/series.md says why. span_event.h is the payload layout that emit/
+// mirrors in Go (through internal/spanevent for its sizes).
 //
 // The objects come in two builds (internal/kernel chooses at load time):
 // the full ones, for kernels with BPF atomics (5.12+), bpf_loop (5.17+) and

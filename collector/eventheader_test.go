@@ -28,7 +28,7 @@ import (
 )
 
 // newTestCollector starts a collector without the user_events source
-// (this host's kernel may not have it), with a small stats map.
+// (this host's kernel may not have it), with a small series array.
 func newTestCollector(t testing.TB, cfg Config) *Collector {
 	t.Helper()
 	if os.Geteuid() != 0 {

@@ -15,7 +15,8 @@ import (
 const (
 	DefaultInterval = 10 * time.Second
 	// MinInterval bounds how often the kernel's maps are read: every
-	// snapshot reads the whole stats map.
+	// snapshot swaps the changed series and histogram cells to zero, and
+	// the compat objects' (5.10 to 5.16) read the whole cell map.
 	MinInterval = 100 * time.Millisecond
 	// MaxMemoryBudget bounds memory_budget.
 	MaxMemoryBudget = 1 << 40
