@@ -35,9 +35,14 @@ type overrunEntry struct {
 // Overrun fires an alert for one span slower than its budget, at once,
 // without waiting for the next snapshot. Its labels are alertname
 // (SpanOverBudget unless the budget entry says otherwise), span, process,
-// the source's labels, and container, pod, unit and cgroup where known; its annotations carry
-// the duration, the budget, the trace and span ids and the top of the
-// captured stack; Alert.Overrun holds the whole record.
+// the source's labels, and container, pod, unit and cgroup where known.
+// Its annotations are written here, once, for every notifier: summary,
+// duration and budget (in the rules' duration format), pid, tid,
+// trace_id and span_id, stack (where the span's time went, then its
+// innermost stackFrames application frames: stackText), stack_error
+// when the stack is missing or short, suppressed, and the budget entry's
+// own; notify delivers them as they are. Alert.Overrun holds the whole
+// record.
 //
 // Alerts are deduplicated per label set: after one is sent, further
 // overruns with the same labels within OverrunInterval are counted (and
@@ -138,6 +143,9 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		annotations["stack"] = st
 	} else if o.StackError != "" {
 		annotations["stack"] = "(no stack: " + o.StackError + ")"
+	}
+	if o.StackError != "" {
+		annotations["stack_error"] = o.StackError
 	}
 	if suppressed > 0 {
 		annotations["suppressed"] = strconv.FormatUint(suppressed, 10)

@@ -317,3 +317,16 @@ func TestOverrunStackAnnotation(t *testing.T) {
 		})
 	}
 }
+
+// TestOverrunStackError checks that a short stack's hint reaches the
+// alert beside the stack: the detector writes every annotation of an
+// overrun alert, and notify adds none.
+func TestOverrunStackError(t *testing.T) {
+	d := New(Config{})
+	o := overrun(0, "checkout", "api")
+	o.StackError = "user stack stops after 3 frames without reaching a thread entry point"
+	a, _ := d.Overrun(context.Background(), o)
+	if a == nil || a.Annotations["stack_error"] != o.StackError || !strings.HasPrefix(a.Annotations["stack"], "main.slowQuery (/src/db.go:88)") {
+		t.Errorf("annotations = %q", a.Annotations)
+	}
+}

@@ -115,8 +115,8 @@ receivers:
 		byName[g.Labels["alertname"]] = g
 	}
 	o := byName["SpanwatchTest"]
-	if !maps.Equal(o.Labels, overrun.Labels) || o.Annotations["trace_id"] != overrun.Overrun.TraceID ||
-		o.Annotations["stack"] != Annotations(overrun)["stack"] || !o.StartsAt.Equal(now) || o.Status.State != "active" {
+	if !maps.Equal(o.Labels, overrun.Labels) || o.Annotations["trace_id"] != overrun.Annotations["trace_id"] ||
+		o.Annotations["stack"] != overrun.Annotations["stack"] || !o.StartsAt.Equal(now) || o.Status.State != "active" {
 		t.Errorf("overrun alert in Alertmanager: %+v", o)
 	}
 	if p := byName["Slowx"]; !maps.Equal(p.Labels, plain.Labels) || p.Annotations["summary"] != "x 1" {
@@ -165,7 +165,7 @@ receivers:
 	}
 	a := first.Alerts[0]
 	if first.Version != "4" || first.Receiver != "spanwatch-test" || first.Status != "firing" || first.GroupKey == "" ||
-		a.Fingerprint == "" || a.Labels["span"] != "checkout" || a.Annotations["trace_id"] != overrun.Overrun.TraceID || !a.StartsAt.Equal(now) {
+		a.Fingerprint == "" || a.Labels["span"] != "checkout" || a.Annotations["trace_id"] != overrun.Annotations["trace_id"] || !a.StartsAt.Equal(now) {
 		t.Errorf("Alertmanager's notification: %+v", first)
 	}
 	if ra := res.Alerts[0]; ra.Status != "resolved" || ra.Labels["alertname"] != "Slowx" || ra.EndsAt.IsZero() {

@@ -7,23 +7,17 @@ import (
 	"fmt"
 	"maps"
 	"sort"
-	"strconv"
 	"strings"
 	"text/template"
 	"text/template/parse"
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // PayloadVersion is the version of Alertmanager's webhook payload that
 // Message follows.
 const PayloadVersion = "4"
-
-// MaxStackFrames is how many of an overrun's innermost user stack frames go
-// into its "stack" annotation.
-const MaxStackFrames = 16
 
 // Message is Alertmanager's webhook payload, version "4": the body posted by
 // format: alertmanager, and the data a format: template executes over.
@@ -77,37 +71,15 @@ type PostableAlert struct {
 	GeneratorURL string            `json:"generatorURL,omitempty"`
 }
 
-// Annotations returns a's annotations plus, for an overrun alert, what the
-// receiver needs to act on it: "stack" (the innermost user frames, one a
-// line), "trace_id", "span_id", "pid", "comm", "duration" and "budget".
-// Annotations the alert already has are kept as they are.
-func Annotations(a *alert.Alert) map[string]string {
-	out := make(map[string]string, len(a.Annotations)+8)
-	maps.Copy(out, a.Annotations)
-	o := a.Overrun
-	if o == nil {
-		return out
+// annotations are a's annotations as they are: the detector wrote an
+// overrun alert's (summary, stack, trace and span ids, pid, duration,
+// budget) once, for every notifier. An alert without any gets an empty
+// map, so that the payload's "annotations" is always an object.
+func annotations(a *alert.Alert) map[string]string {
+	if a.Annotations == nil {
+		return map[string]string{}
 	}
-	set := func(k, v string) {
-		if _, ok := out[k]; !ok && v != "" {
-			out[k] = v
-		}
-	}
-	set("stack", snapshot.TopFrames(o.UserStack, MaxStackFrames))
-	set("stack_error", o.StackError)
-	set("trace_id", o.TraceID)
-	set("span_id", o.SpanID)
-	if o.PID != 0 {
-		set("pid", strconv.FormatUint(uint64(o.PID), 10))
-	}
-	set("comm", o.Comm)
-	if o.DurationNs != 0 {
-		set("duration", time.Duration(o.DurationNs).String())
-	}
-	if o.BudgetNs != 0 {
-		set("budget", time.Duration(o.BudgetNs).String())
-	}
-	return out
+	return a.Annotations
 }
 
 func status(a *alert.Alert) string {
@@ -146,7 +118,7 @@ func buildMessage(w *Webhook, externalURL, groupKey string, groupLabels map[stri
 		if st == "firing" {
 			m.Status = "firing"
 		}
-		ann := Annotations(a)
+		ann := annotations(a)
 		if i == 0 {
 			maps.Copy(m.CommonLabels, a.Labels)
 			maps.Copy(m.CommonAnnotations, ann)
@@ -186,7 +158,7 @@ func render(w *Webhook, tmpl *template.Template, m *Message, alerts []*alert.Ale
 		for _, a := range alerts {
 			p := PostableAlert{
 				Labels:       a.Labels,
-				Annotations:  Annotations(a),
+				Annotations:  annotations(a),
 				StartsAt:     a.StartsAt,
 				EndsAt:       a.EndsAt,
 				GeneratorURL: a.GeneratorURL,

@@ -2,8 +2,8 @@ package notify
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,38 +15,37 @@ import (
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
+// TestOverrunAnnotations checks that an overrun alert's annotations are
+// delivered as the detector wrote them (detector.Overrun writes them once
+// for every notifier): nothing is added from the overrun record, nothing
+// the alert carries is changed, and an alert without annotations gets an
+// empty object.
 func TestOverrunAnnotations(t *testing.T) {
 	a := SampleAlert(time.Unix(1700000000, 0))
-	a.Annotations["trace_id"] = "set-by-rule" // an alert's own annotation wins
-	got := Annotations(a)
-	want := map[string]string{
-		"summary":     a.Annotations["summary"],
-		"description": a.Annotations["description"],
-		"trace_id":    "set-by-rule",
-		"span_id":     "00f067aa0ba902b7",
-		"pid":         "4242",
-		"comm":        "shop",
-		"duration":    "412ms",
-		"budget":      "250ms",
-		"stack": "database/sql.(*DB).QueryContext (/usr/lib/go/src/database/sql/sql.go:1776)\n" +
-			"main.loadCart (/src/shop/cart.go:88)\n" +
-			"main.checkout (/src/shop/checkout.go:41)",
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
+	a.Annotations["trace_id"] = "set-by-rule"
+	a.Overrun = &snapshot.Overrun{Comm: "shop", TraceID: "from-the-record", StackError: "short",
+		UserStack: []snapshot.Frame{{Function: "f0"}, {Function: "f1"}}}
+	want := maps.Clone(a.Annotations)
+	w := &Webhook{Name: "test"}
+	m := buildMessage(w, "", "k", map[string]string{}, []*alert.Alert{a})
+	if got := m.Alerts[0].Annotations; !maps.Equal(got, want) {
 		t.Errorf("annotations\n got %q\nwant %q", got, want)
 	}
-	if a.Annotations["stack"] != "" {
-		t.Errorf("Annotations modified the alert")
+	if !maps.Equal(a.Annotations, want) {
+		t.Errorf("the message changed the alert's annotations: %q", a.Annotations)
+	}
+	body, err := render(&Webhook{Format: FormatAlertmanagerAPI}, nil, m, []*alert.Alert{a}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []PostableAlert
+	if err := json.Unmarshal(body, &posted); err != nil || len(posted) != 1 || !maps.Equal(posted[0].Annotations, want) {
+		t.Errorf("Alertmanager API body %s (%v)", body, err)
 	}
 
-	deep := &alert.Alert{Labels: map[string]string{"alertname": "x"}, Overrun: &snapshot.Overrun{TraceID: "abc"}}
-	for i := range MaxStackFrames + 5 {
-		deep.Overrun.UserStack = append(deep.Overrun.UserStack, snapshot.Frame{Function: fmt.Sprintf("f%d", i)})
-	}
-	stack := Annotations(deep)["stack"]
-	lines := strings.Split(stack, "\n")
-	if len(lines) != MaxStackFrames+1 || lines[0] != "f0" || lines[MaxStackFrames] != "... 5 more" {
-		t.Errorf("deep stack annotation:\n%s", stack)
+	bare := &alert.Alert{Labels: map[string]string{"alertname": "x"}}
+	if b, _ := json.Marshal(buildMessage(w, "", "k", map[string]string{}, []*alert.Alert{bare}).Alerts[0]); !strings.Contains(string(b), `"annotations":{}`) {
+		t.Errorf("an alert without annotations: %s", b)
 	}
 }
 
