@@ -3,7 +3,6 @@
 package collector
 
 import (
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -128,10 +127,7 @@ func mergeInto(d, s *snapshot.Series, window time.Duration) {
 	d.Count += s.Count
 	d.Errors += s.Errors
 	d.OverBudget += s.OverBudget
-	if window > 0 {
-		d.Rate = float64(d.Count) / window.Seconds()
-	}
-	d.ErrorRatio = float64(d.Errors) / float64(d.Count)
+	d.SetRates(window)
 	d.Histogram = snapshot.MergeHistogram(d.Histogram, s.Histogram)
 	if d.IsMetric() {
 		d.Sum += s.Sum
@@ -141,10 +137,7 @@ func mergeInto(d, s *snapshot.Series, window time.Duration) {
 		if first || s.Max > d.Max {
 			d.Max = s.Max
 		}
-		mn, mx := float64(d.Min), float64(d.Max)
-		d.P50 = snapshot.Quantile(d.Histogram, 0.50, mn, mx)
-		d.P90 = snapshot.Quantile(d.Histogram, 0.90, mn, mx)
-		d.P99 = snapshot.Quantile(d.Histogram, 0.99, mn, mx)
+		d.SetQuantiles(snapshot.HistogramQuantiles(d.Histogram, float64(d.Min), float64(d.Max)))
 		return
 	}
 	d.SumNs += s.SumNs
@@ -153,8 +146,5 @@ func mergeInto(d, s *snapshot.Series, window time.Duration) {
 	}
 	d.MaxNs = max(d.MaxNs, s.MaxNs)
 	d.BudgetNs = max(d.BudgetNs, s.BudgetNs)
-	mn, mx := float64(d.MinNs), float64(d.MaxNs)
-	d.P50Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.50, mn, mx)))
-	d.P90Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.90, mn, mx)))
-	d.P99Ns = uint64(math.Round(snapshot.Quantile(d.Histogram, 0.99, mn, mx)))
+	d.SetQuantiles(snapshot.HistogramQuantiles(d.Histogram, float64(d.MinNs), float64(d.MaxNs)))
 }

@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"os"
 	"slices"
@@ -632,10 +631,7 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	if a.count == 0 {
 		return sr, buf
 	}
-	if window > 0 {
-		sr.Rate = float64(a.count) / window.Seconds()
-	}
-	sr.ErrorRatio = float64(a.errors) / float64(a.count)
+	sr.SetRates(window)
 	start := len(buf)
 	buf = histogram(buf, a.hist, metric)
 	sr.Histogram = buf[start:len(buf):len(buf)]
@@ -653,9 +649,7 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 			sr.Max = int64(a.max ^ 1<<63)
 			mx = float64(sr.Max)
 		}
-		sr.P50 = snapshot.Quantile(sr.Histogram, 0.50, mn, mx)
-		sr.P90 = snapshot.Quantile(sr.Histogram, 0.90, mn, mx)
-		sr.P99 = snapshot.Quantile(sr.Histogram, 0.99, mn, mx)
+		sr.SetQuantiles(snapshot.HistogramQuantiles(sr.Histogram, mn, mx))
 		return sr, buf
 	}
 	sr.SumNs = a.sum
@@ -663,10 +657,7 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 		sr.MinNs = ^a.minInv
 	}
 	sr.MaxNs = a.max
-	mn, mx := float64(sr.MinNs), float64(sr.MaxNs)
-	sr.P50Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.50, mn, mx)))
-	sr.P90Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.90, mn, mx)))
-	sr.P99Ns = uint64(math.Round(snapshot.Quantile(sr.Histogram, 0.99, mn, mx)))
+	sr.SetQuantiles(snapshot.HistogramQuantiles(sr.Histogram, float64(sr.MinNs), float64(sr.MaxNs)))
 	return sr, buf
 }
 
@@ -694,15 +685,10 @@ func (r *seriesReader) buildFromBuckets(sr snapshot.Series, a *winAcc) snapshot.
 	}
 	if metric {
 		sr.Sum, sr.Min, sr.Max = int64(a.sum), mn, mx
-		sr.P50 = snapshot.Quantile(h, 0.50, 1, 0)
-		sr.P90 = snapshot.Quantile(h, 0.90, 1, 0)
-		sr.P99 = snapshot.Quantile(h, 0.99, 1, 0)
-		return sr
+	} else {
+		sr.SumNs, sr.MinNs, sr.MaxNs = a.sum, mnNs, mxNs
 	}
-	sr.SumNs, sr.MinNs, sr.MaxNs = a.sum, mnNs, mxNs
-	sr.P50Ns = uint64(math.Round(snapshot.Quantile(h, 0.50, 1, 0)))
-	sr.P90Ns = uint64(math.Round(snapshot.Quantile(h, 0.90, 1, 0)))
-	sr.P99Ns = uint64(math.Round(snapshot.Quantile(h, 0.99, 1, 0)))
+	sr.SetQuantiles(snapshot.HistogramQuantiles(h, 1, 0)) // the midpoints, not clamped
 	return sr
 }
 

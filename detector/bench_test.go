@@ -39,10 +39,7 @@ var benchHists = func() []snapshot.Series {
 		for _, d := range durs {
 			s.SumNs += d
 		}
-		mn, mx := float64(s.MinNs), float64(s.MaxNs)
-		s.P50Ns = uint64(snapshot.Quantile(s.Histogram, 0.50, mn, mx))
-		s.P90Ns = uint64(snapshot.Quantile(s.Histogram, 0.90, mn, mx))
-		s.P99Ns = uint64(snapshot.Quantile(s.Histogram, 0.99, mn, mx))
+		s.SetQuantiles(snapshot.HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
 		out = append(out, s)
 	}
 	return out

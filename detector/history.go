@@ -427,8 +427,6 @@ func (h *history) span(over time.Duration) (first uint64, covered time.Duration)
 	return first, covered
 }
 
-var quantileQs = [3]float64{0.50, 0.90, 0.99}
-
 // rangeAgg is the series of the current snapshot aggregated over one
 // range, computed on demand.
 type rangeAgg struct {
@@ -578,12 +576,7 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 			}
 		}
 	}
-	if out.Count > 0 {
-		out.ErrorRatio = float64(out.Errors) / float64(out.Count)
-	}
-	if covered > 0 {
-		out.Rate = float64(out.Count) / covered.Seconds()
-	}
+	out.SetRates(covered)
 	var mn, mx float64
 	if metric {
 		mn, mx = float64(minI), float64(maxI)
@@ -592,16 +585,15 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 	}
 	qs := noHist
 	if len(withHist) > 0 {
-		merged := sc.merger.quantiles(withHist, int64(lo), int64(hi), mn, mx, metric, &quantileQs)
+		merged := sc.merger.quantiles(withHist, int64(lo), int64(hi), mn, mx, metric, &snapshot.Quantiles)
 		for q := range qs {
 			qs[q] = max(qs[q], merged[q])
 		}
 	}
 	if metric {
 		out.Sum, out.Min, out.Max = isum, minI, maxI
-		out.P50, out.P90, out.P99 = qs[0], qs[1], qs[2]
 	} else {
 		out.SumNs, out.MinNs, out.MaxNs = sum, minU, maxU
-		out.P50Ns, out.P90Ns, out.P99Ns = uint64(qs[0]), uint64(qs[1]), uint64(qs[2])
 	}
+	out.SetQuantiles(qs)
 }

@@ -28,12 +28,8 @@ func spans(span string, errors uint64, window time.Duration, durs ...uint64) sna
 	for _, d := range durs {
 		s.SumNs += d
 	}
-	s.Rate = float64(s.Count) / window.Seconds()
-	s.ErrorRatio = float64(errors) / float64(s.Count)
-	mn, mx := float64(s.MinNs), float64(s.MaxNs)
-	s.P50Ns = uint64(snapshot.Quantile(s.Histogram, 0.50, mn, mx))
-	s.P90Ns = uint64(snapshot.Quantile(s.Histogram, 0.90, mn, mx))
-	s.P99Ns = uint64(snapshot.Quantile(s.Histogram, 0.99, mn, mx))
+	s.SetRates(window)
+	s.SetQuantiles(snapshot.HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
 	return s
 }
 
@@ -102,7 +98,9 @@ func TestRangeExact(t *testing.T) {
 				sum += x
 			}
 			mn, mx := slices.Min(all), slices.Max(all)
-			q := func(p float64) uint64 { return uint64(snapshot.Quantile(h, p, float64(mn), float64(mx))) }
+			// Rounded to the nanosecond, as every series' quantiles are
+			// (Series.SetQuantiles).
+			q := func(p float64) uint64 { return uint64(math.Round(snapshot.Quantile(h, p, float64(mn), float64(mx)))) }
 			covered := time.Duration(tc.windows) * interval
 			want := fmt.Sprintf("%d %d %d %d %d %d %d %d %v %v", len(all), nerr, sum, mn, q(0.5), q(0.9), q(0.99), mx,
 				float64(len(all))/covered.Seconds(), float64(nerr)/float64(len(all)))

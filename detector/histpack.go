@@ -2,7 +2,6 @@ package detector
 
 import (
 	"encoding/binary"
-	"math"
 	"math/bits"
 
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -65,7 +64,6 @@ type merger struct {
 	// used has a bit set for each ord of dense with a count, so the walk
 	// skips the empty stretches between a distribution's body and tail.
 	used []uint64
-	one  [1]snapshot.Bucket
 	// bounds caches each bucket's [Low, High) by ord: computing them takes
 	// big-number arithmetic.
 	bounds [2]map[int64][2]uint64 // 0: durations, 1: metric values
@@ -73,8 +71,8 @@ type merger struct {
 	mids [2]map[int64]float64
 }
 
-// midpoint is snapshot.Quantile's estimate of a value in the bucket of
-// ord o, before clamping to the extremes: its midpoint.
+// midpoint is snapshot.Midpoint of the bucket of ord o: the estimate of a
+// value in it, before clamping to the extremes.
 func (m *merger) midpoint(o int64, metric bool) float64 {
 	k := 0
 	if metric {
@@ -86,19 +84,10 @@ func (m *merger) midpoint(o int64, metric bool) float64 {
 	if m.mids[k] == nil {
 		m.mids[k] = map[int64]float64{}
 	}
-	// Rank 2 of 3 values in one bucket is neither the first nor the last:
-	// Quantile returns the bucket's midpoint, here unclamped.
-	m.one[0] = m.bucket(o, 3, metric)
-	v := snapshot.Quantile(m.one[:], 0.5, math.Inf(-1), math.Inf(1))
+	b := m.bucket(o, 1, metric)
+	v := snapshot.Midpoint(&b)
 	m.mids[k][o] = v
 	return v
-}
-
-// rankOf is the rank snapshot.Quantile takes for q among n values
-// (nearest rank).
-func rankOf(q float64, n uint64) uint64 {
-	r := uint64(math.Ceil(q*float64(n) - 1e-9))
-	return min(max(r, 1), n)
 }
 
 // quantiles returns the qs-quantiles (ascending) of the windows' merged
@@ -167,7 +156,7 @@ func (m *merger) quantiles(wins []*seriesWin, lo, hi int64, mn, mx float64, metr
 	}
 	var ranks [3]uint64
 	for i, q := range qs {
-		ranks[i] = rankOf(q, n)
+		ranks[i] = snapshot.QuantileRank(q, n)
 	}
 	var seen uint64
 	next := 0
@@ -177,20 +166,7 @@ func (m *merger) quantiles(wins []*seriesWin, lo, hi int64, mn, mx float64, metr
 			word &= word - 1
 			seen += d[i]
 			for next < len(qs) && ranks[next] <= seen {
-				switch r := ranks[next]; {
-				case r == 1 && mn <= mx:
-					out[next] = mn
-				case r == n && mn <= mx:
-					out[next] = mx
-				default:
-					// The bucket's midpoint clamped to the extremes, as
-					// snapshot.Quantile does.
-					v := m.midpoint(lo+int64(i), metric)
-					if mn <= mx {
-						v = math.Min(math.Max(v, mn), mx)
-					}
-					out[next] = v
-				}
+				out[next] = snapshot.RankValue(ranks[next], n, m.midpoint(lo+int64(i), metric), mn, mx)
 				next++
 			}
 		}

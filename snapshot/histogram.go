@@ -322,6 +322,10 @@ func MergeHistogram(dst, src []Bucket) []Bucket {
 // every value the bucket can hold) and clamped to [min, max], the window's
 // exact extremes, which it returns themselves for the first and last rank.
 // It returns 0 for an empty histogram, never NaN.
+//
+// Quantile is the rule; what walks merged counts without building the
+// histogram (the detector's ranges) applies it through QuantileRank and
+// RankValue.
 func Quantile(h []Bucket, q float64, min, max float64) float64 {
 	var n uint64
 	for i := range h {
@@ -330,18 +334,9 @@ func Quantile(h []Bucket, q float64, min, max float64) float64 {
 	if n == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q*float64(n) - 1e-9))
-	if rank < 1 {
-		rank = 1
-	}
-	if rank > n {
-		rank = n
-	}
-	if rank == 1 && min <= max {
-		return min
-	}
-	if rank == n && min <= max {
-		return max
+	rank := QuantileRank(q, n)
+	if min <= max && (rank == 1 || rank == n) {
+		return RankValue(rank, n, 0, min, max) // the exact extreme
 	}
 	var seen uint64
 	for i := range h {
@@ -349,18 +344,39 @@ func Quantile(h []Bucket, q float64, min, max float64) float64 {
 		if seen < rank {
 			continue
 		}
-		v := midpoint(&h[i])
-		if min <= max {
-			v = math.Min(math.Max(v, min), max)
-		}
-		return v
+		return RankValue(rank, n, Midpoint(&h[i]), min, max)
 	}
 	return max
 }
 
-// midpoint estimates a value in b: the geometric midpoint of its real
+// QuantileRank is the rank of the q-quantile among n > 0 values (nearest
+// rank): ceil(q*n), at least 1 and at most n.
+func QuantileRank(q float64, n uint64) uint64 {
+	r := uint64(math.Ceil(q*float64(n) - 1e-9))
+	return min(max(r, 1), n)
+}
+
+// RankValue is the value of rank among n values, mid being the estimate
+// of a value in the bucket that holds that rank (Midpoint): the exact
+// extremes themselves for the first and last rank, else mid clamped to
+// [min, max]. min > max means the extremes are not known: mid is
+// returned as it is.
+func RankValue(rank, n uint64, mid, min, max float64) float64 {
+	if min > max {
+		return mid
+	}
+	switch rank {
+	case 1:
+		return min
+	case n:
+		return max
+	}
+	return math.Min(math.Max(mid, min), max)
+}
+
+// Midpoint estimates a value in b: the geometric midpoint of its real
 // bounds, then clamped to the integers the bucket holds.
-func midpoint(b *Bucket) float64 {
+func Midpoint(b *Bucket) float64 {
 	if b.Zero {
 		return 0
 	}

@@ -414,15 +414,12 @@ func (in Series) series(window time.Duration) (snapshot.Series, error) {
 			return s, err
 		}
 	}
+	s.SetRates(window)
 	if in.Rate != nil {
 		s.Rate = *in.Rate
-	} else {
-		s.Rate = float64(s.Count) / window.Seconds()
 	}
 	if in.ErrorRatio != nil {
 		s.ErrorRatio = *in.ErrorRatio
-	} else if s.Count > 0 {
-		s.ErrorRatio = float64(s.Errors) / float64(s.Count)
 	}
 	return s, nil
 }
@@ -452,10 +449,7 @@ func (in Series) latencies(s *snapshot.Series) error {
 		return fmt.Errorf("count %d, but the latencies add up to %d spans", in.Count, n)
 	}
 	s.Count = n
-	mn, mx := float64(s.MinNs), float64(s.MaxNs)
-	s.P50Ns = uint64(snapshot.Quantile(s.Histogram, 0.50, mn, mx))
-	s.P90Ns = uint64(snapshot.Quantile(s.Histogram, 0.90, mn, mx))
-	s.P99Ns = uint64(snapshot.Quantile(s.Histogram, 0.99, mn, mx))
+	s.SetQuantiles(snapshot.HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
 	return nil
 }
 
