@@ -343,9 +343,8 @@ func manySeries(n int) *snapshot.Snapshot {
 		for _, d := range durs {
 			sum += d
 		}
-		s.Series = append(s.Series, snapshot.Series{Span: fmt.Sprintf("span-%d", i%50), Cgroup: fmt.Sprintf("/kubepods.slice/pod-%d/ctr-%d", i/50, i),
-			Count: 20, Errors: 1, SumNs: sum, MaxNs: durs[19], Histogram: snapshot.DurationHistogram(durs),
-			Namespace: "shop", Pod: fmt.Sprintf("web-%d", i/50), Container: "server", Process: "web"})
+		s.Series = append(s.Series, snapshot.Series{Span: fmt.Sprintf("span-%d", i%50), Identity: snapshot.Identity{Cgroup: fmt.Sprintf("/kubepods.slice/pod-%d/ctr-%d", i/50, i), Namespace: "shop", Pod: fmt.Sprintf("web-%d", i/50), Container: "server", Process: "web"},
+			Count: 20, Errors: 1, SumNs: sum, MaxNs: durs[19], Histogram: snapshot.DurationHistogram(durs)})
 	}
 	return s
 }

@@ -139,6 +139,12 @@ type CgroupResolver interface {
 	Resolve(id uint64) cgroup.Info
 }
 
+// identity is what a series and an overrun say of the cgroup they ran in.
+func identity(info cgroup.Info) snapshot.Identity {
+	return snapshot.Identity{Cgroup: info.Path, ContainerID: info.ContainerID, PodUID: info.PodUID, Unit: info.Unit,
+		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process}
+}
+
 // A Collector owns the loaded BPF objects and their attachments. Close
 // releases all of them.
 type Collector struct {
@@ -701,8 +707,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 			}
 			lastID, last = sr.CgroupID, info
 		}
-		sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-		sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
+		sr.Identity = identity(info)
 	}
 	c.logQuotas(s)
 	// After the resolution above, which walks the cgroup tree when it

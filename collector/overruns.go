@@ -323,12 +323,11 @@ func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 	return ov
 }
 
-// resolveCgroup names the overrun's cgroup, container and pod.
+// resolveCgroup names the overrun's cgroup, container, pod, unit and
+// process, as its series'.
 func (o *overrunReader) resolveCgroup(ov *snapshot.Overrun) {
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
-		info := c.Resolve(ov.CgroupID)
-		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
+		ov.Identity = identity(c.Resolve(ov.CgroupID))
 	}
 }
 

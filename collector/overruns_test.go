@@ -17,6 +17,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -323,5 +324,25 @@ func TestBlockedOnOverrunKeepsReading(t *testing.T) {
 	}
 	if got := delivered.Load(); got != 1+queue {
 		t.Errorf("%d delivered after release, want %d", got, 1+queue)
+	}
+}
+
+// fixedResolver names every cgroup the same way.
+type fixedResolver cgroup.Info
+
+func (f fixedResolver) Resolve(uint64) cgroup.Info { return cgroup.Info(f) }
+
+// TestOverrunIdentityAsSeries checks that an overrun names its cgroup with
+// every field its series has, the cgroup's process included.
+func TestOverrunIdentityAsSeries(t *testing.T) {
+	info := cgroup.Info{Path: "/kubepods/pod1/c1", ContainerID: "c1", PodUID: "p-1", Unit: "u.service",
+		Namespace: "shop", Pod: "web-0", Container: "web", Process: "server"}
+	o := &overrunReader{cfg: Config{Resolver: fixedResolver(info)}}
+	ov := snapshot.Overrun{CgroupID: 7}
+	o.resolveCgroup(&ov)
+	want := snapshot.Identity{Cgroup: info.Path, ContainerID: info.ContainerID, PodUID: info.PodUID, Unit: info.Unit,
+		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process}
+	if ov.Identity != want {
+		t.Errorf("overrun identity %+v, want %+v", ov.Identity, want)
 	}
 }

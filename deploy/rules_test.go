@@ -80,7 +80,7 @@ func TestRulesOnNativeHistograms(t *testing.T) {
 		for i := range durs {
 			durs[i] = uint64(float64(30*time.Millisecond) * math.Exp(0.7*rng.NormFloat64()))
 		}
-		sr := snapshot.Series{Span: "checkout", Namespace: "shop", Pod: "web-0", Container: "server", Count: uint64(n), Histogram: snapshot.DurationHistogram(durs)}
+		sr := snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Namespace: "shop", Pod: "web-0", Container: "server"}, Count: uint64(n), Histogram: snapshot.DurationHistogram(durs)}
 		for _, d := range durs {
 			sr.SumNs += d
 		}

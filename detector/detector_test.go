@@ -56,7 +56,7 @@ func snap(step int, series ...snapshot.Series) *snapshot.Snapshot {
 }
 
 func checkout(p99 time.Duration) snapshot.Series {
-	return snapshot.Series{Span: "checkout", Container: "web-1", CgroupID: 42, Count: 100, Rate: 10, P99Ns: uint64(p99)}
+	return snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Container: "web-1"}, CgroupID: 42, Count: 100, Rate: 10, P99Ns: uint64(p99)}
 }
 
 // states renders changed alerts as "name:state" for comparison.

@@ -19,7 +19,7 @@ import (
 // collector does: exact counts, sum and extremes, a schema-6 histogram,
 // quantiles from it.
 func spans(span string, errors uint64, window time.Duration, durs ...uint64) snapshot.Series {
-	s := snapshot.Series{Span: span, Container: "web-1", CgroupID: 42, Count: uint64(len(durs)), Errors: errors}
+	s := snapshot.Series{Span: span, Identity: snapshot.Identity{Container: "web-1"}, CgroupID: 42, Count: uint64(len(durs)), Errors: errors}
 	if len(durs) == 0 {
 		return s
 	}

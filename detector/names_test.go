@@ -21,8 +21,7 @@ func TestKubernetesNames(t *testing.T) {
 		uid = "0d1c2b3a-4f5e-6d7c-8b9a-a1b2c3d4e5f6"
 		id  = "3f4b8c2a9d1e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a"
 	)
-	shop := snapshot.Series{Span: "checkout", CgroupID: 7, ContainerID: id, PodUID: uid, Namespace: "shop",
-		Pod: "checkout-7d9f8b6c5-x2x9z", Container: "server", Process: "checkoutd", Count: 10, P99Ns: uint64(time.Second)}
+	shop := snapshot.Series{Span: "checkout", CgroupID: 7, Identity: snapshot.Identity{ContainerID: id, PodUID: uid, Namespace: "shop", Pod: "checkout-7d9f8b6c5-x2x9z", Container: "server", Process: "checkoutd"}, Count: 10, P99Ns: uint64(time.Second)}
 	other := shop
 	other.CgroupID, other.Namespace, other.Pod, other.Process = 8, "staging", "checkout-0", "checkoutd"
 	sidecar := shop

@@ -82,7 +82,7 @@ routing:
 	t0 := time.Now()
 	for i, p99 := range []uint64{300e6, 100e6} {
 		snap := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Duration(i) * time.Second), WindowNs: 1e9,
-			Series: []snapshot.Series{{Span: "checkout", Container: "web-1", Count: 10, P99Ns: p99}}}
+			Series: []snapshot.Series{{Span: "checkout", Identity: snapshot.Identity{Container: "web-1"}, Count: 10, P99Ns: p99}}}
 		if _, err := d.Evaluate(ctx, snap); err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func dispatcherFor(t *testing.T, cfg *config.Config) *notify.Dispatcher {
 
 func slowCheckout(now time.Time, window time.Duration) *snapshot.Snapshot {
 	return &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window),
-		Series: []snapshot.Series{{Span: "checkout", Container: "web-1", Count: 100, P99Ns: 300e6}}}
+		Series: []snapshot.Series{{Span: "checkout", Identity: snapshot.Identity{Container: "web-1"}, Count: 100, P99Ns: 300e6}}}
 }
 
 // TestTwoNodesTwoAlerts runs two detectors, as on two nodes, with the same

@@ -70,11 +70,11 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	for k, v := range o.SourceLabels { // a source's labels (docs/sources.md)
 		labels[k] = v
 	}
-	for k, v := range map[string]string{"process": o.Comm, "container_id": o.ContainerID, "pod_uid": o.PodUID, "unit": o.Unit, "cgroup": o.Cgroup,
-		"namespace": o.Namespace, "pod": o.Pod, "container": o.Container} {
-		if v != "" {
-			labels[k] = v
-		}
+	o.Identity.AddLabels(labels)
+	if o.Comm != "" {
+		// The thread's command: the process that ran this span, where
+		// the cgroup's process says which one its processes all run.
+		labels["process"] = o.Comm
 	}
 	dur := policy.MetricP99.Format(float64(o.DurationNs))
 	budget := policy.MetricP99.Format(float64(o.BudgetNs))

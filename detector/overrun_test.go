@@ -15,7 +15,7 @@ import (
 func overrun(at time.Duration, span, comm string) snapshot.Overrun {
 	return snapshot.Overrun{
 		Time: t0.Add(at), Span: span, PID: 1234, TID: 1240, Comm: comm, CgroupID: 42,
-		Container: "web-1", DurationNs: 312e6, BudgetNs: 250e6,
+		Identity: snapshot.Identity{Container: "web-1"}, DurationNs: 312e6, BudgetNs: 250e6,
 		TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7",
 		UserStack: []snapshot.Frame{
 			{Function: "main.slowQuery", File: "/src/db.go", Line: 88},

@@ -30,7 +30,7 @@ func window(span, cgroup string, durs []uint64, errs, over uint64) snapshot.Seri
 		mx = max(mx, d)
 	}
 	return snapshot.Series{
-		Span: span, Cgroup: cgroup, Count: uint64(len(durs)), Errors: errs, OverBudget: over,
+		Span: span, Identity: snapshot.Identity{Cgroup: cgroup}, Count: uint64(len(durs)), Errors: errs, OverBudget: over,
 		SumNs: sum, MaxNs: mx, Histogram: snapshot.DurationHistogram(durs),
 	}
 }
@@ -601,7 +601,7 @@ func TestExporterArgumentMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	mk := func(vals ...int64) snapshot.Series {
-		sr := snapshot.Series{Kind: snapshot.KindMetric, Span: "bytes.delta", Cgroup: "/x", Count: uint64(len(vals))}
+		sr := snapshot.Series{Kind: snapshot.KindMetric, Span: "bytes.delta", Identity: snapshot.Identity{Cgroup: "/x"}, Count: uint64(len(vals))}
 		for _, v := range vals {
 			sr.Sum += v
 			var b snapshot.Bucket

@@ -37,14 +37,14 @@ func exposeSnapshot(at time.Time) *snapshot.Snapshot {
 		sr.Histogram = snapshot.DurationHistogram(durs)
 		s.Series = append(s.Series, sr)
 	}
-	add(snapshot.Series{Span: "checkout", Cgroup: "/kubepods/pod1/c1", Namespace: "shop", Pod: "web-0", Container: "server", Process: "web", BudgetNs: 250e6, OverBudget: 1, Errors: 2},
+	add(snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Cgroup: "/kubepods/pod1/c1", Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"}, BudgetNs: 250e6, OverBudget: 1, Errors: 2},
 		1e6, 2e6, 2e6, 3e6, 300e6, 0)
-	add(snapshot.Series{Span: `quote " back \ slash` + "\nnewline", Unit: "x.service"}, 5e3, 7e9)
+	add(snapshot.Series{Span: `quote " back \ slash` + "\nnewline", Identity: snapshot.Identity{Unit: "x.service"}}, 5e3, 7e9)
 	add(snapshot.Series{Span: "empty window"})
 	add(snapshot.Series{Span: "labelled", SourceLabels: map[string]string{"route": "/a", "status": "200"}}, 42e6)
 	add(snapshot.Series{Span: "labelled", SourceLabels: map[string]string{"route": "/b"}}, 43e6, 44e6)
 	vals := []int64{-5, 3, 0, 1 << 40, -(1 << 33), 7, -5}
-	m := snapshot.Series{Kind: snapshot.KindMetric, Span: "bytes.delta", Cgroup: "/x"}
+	m := snapshot.Series{Kind: snapshot.KindMetric, Span: "bytes.delta", Identity: snapshot.Identity{Cgroup: "/x"}}
 	for _, v := range vals {
 		m.Count++
 		m.Sum += v

@@ -26,8 +26,8 @@ func benchSnapshot(n int) *snapshot.Snapshot {
 		}
 		s.Series[i] = snapshot.Series{
 			Span: fmt.Sprintf("svc%d.op%d", i%20, i%200), CgroupID: uint64(1000 + i/200),
-			Container: fmt.Sprintf("web-%d", i/200), Process: "api",
-			Count: count, Rate: float64(count) / 10, Errors: errs, ErrorRatio: float64(errs) / float64(count),
+			Identity: snapshot.Identity{Container: fmt.Sprintf("web-%d", i/200), Process: "api"},
+			Count:    count, Rate: float64(count) / 10, Errors: errs, ErrorRatio: float64(errs) / float64(count),
 			SumNs: count * 10e6, P50Ns: 8e6, P90Ns: 15e6, P99Ns: p99, MaxNs: p99 + 1e6,
 		}
 	}

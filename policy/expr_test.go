@@ -285,7 +285,7 @@ func TestGlob(t *testing.T) {
 }
 
 func TestMatcher(t *testing.T) {
-	s := &snapshot.Series{Span: "checkout", Container: "web-1", Process: "nginx"}
+	s := &snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Container: "web-1", Process: "nginx"}}
 	mk := func(p string) *Glob { g, _ := CompileGlob(p); return g }
 	for _, tc := range []struct {
 		m    Matcher

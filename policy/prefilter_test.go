@@ -230,7 +230,7 @@ func randomSnapshot(rng *rand.Rand, n int) *snapshot.Snapshot {
 			rate = 5
 		}
 		ser := snapshot.Series{
-			Span: fmt.Sprintf("svc%d.op%d", i%5, i%5), CgroupID: cg, Process: fmt.Sprintf("p%d", i),
+			Span: fmt.Sprintf("svc%d.op%d", i%5, i%5), CgroupID: cg, Identity: snapshot.Identity{Process: fmt.Sprintf("p%d", i)},
 			Count: count, Errors: errs, Rate: rate, P99Ns: uint64(rng.IntN(1000)) * 1e6,
 		}
 		if count > 0 {

@@ -80,9 +80,9 @@ func TestRegoEval(t *testing.T) {
 	snap := &snapshot.Snapshot{
 		Time: time.Unix(1700000000, 0), WindowNs: 10e9,
 		Series: []snapshot.Series{
-			{Span: "checkout", Container: "web-1", Count: 100, Errors: 2, ErrorRatio: 0.02}, // over 1% (json), under 2% (yaml)... equal: not over
-			{Span: "search", Count: 100, Errors: 7, ErrorRatio: 0.07},                       // over 5% (json), under 10% (yaml)
-			{Span: "login", Count: 10, Errors: 9, ErrorRatio: 0.9},                          // under min_count
+			{Span: "checkout", Identity: snapshot.Identity{Container: "web-1"}, Count: 100, Errors: 2, ErrorRatio: 0.02}, // over 1% (json), under 2% (yaml)... equal: not over
+			{Span: "search", Count: 100, Errors: 7, ErrorRatio: 0.07},                                                    // over 5% (json), under 10% (yaml)
+			{Span: "login", Count: 10, Errors: 9, ErrorRatio: 0.9},                                                       // under min_count
 			{Span: "empty"},
 		},
 	}
@@ -192,7 +192,7 @@ alerts contains {"labels": {"alertname": "Shape", "span": s.span}, "annotations"
 	}
 	snap := &snapshot.Snapshot{
 		Time: time.Unix(1700000000, 0), WindowNs: 5e9, Host: "node1",
-		Series:   []snapshot.Series{{Span: "checkout", Container: "web-1", Count: 12, P99Ns: 345, ErrorRatio: 0.25}},
+		Series:   []snapshot.Series{{Span: "checkout", Identity: snapshot.Identity{Container: "web-1"}, Count: 12, P99Ns: 345, ErrorRatio: 0.25}},
 		Overruns: []snapshot.Overrun{{Span: "checkout", Comm: "api", UserStack: []snapshot.Frame{{Function: "main.handle", File: "main.go", Line: 42}}}},
 		Stats:    snapshot.Stats{RingbufDrops: 3},
 	}
@@ -217,10 +217,10 @@ alerts contains {"labels": {"alertname": "Slow", "span": s.span, "container": s.
 		t.Fatal(err)
 	}
 	snap := &snapshot.Snapshot{Series: []snapshot.Series{
-		{Span: "checkout", Container: "a", P99Ns: 2000},
-		{Span: "search", Container: "a", P99Ns: 9000},
-		{Span: "checkout", Container: "b", P99Ns: 500},
-		{Span: "checkout", Container: "c", P99Ns: 1001},
+		{Span: "checkout", Identity: snapshot.Identity{Container: "a"}, P99Ns: 2000},
+		{Span: "search", Identity: snapshot.Identity{Container: "a"}, P99Ns: 9000},
+		{Span: "checkout", Identity: snapshot.Identity{Container: "b"}, P99Ns: 500},
+		{Span: "checkout", Identity: snapshot.Identity{Container: "c"}, P99Ns: 1001},
 	}}
 	got, err := cfg.Policies[0].Eval(context.Background(), Input(snap))
 	if err != nil {

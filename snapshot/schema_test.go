@@ -34,8 +34,7 @@ func full() *Snapshot {
 	return &Snapshot{
 		Version: Version, Time: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC), WindowNs: 10e9, Host: "node-1",
 		Series: []Series{{
-			Span: "checkout", NameID: NameID("checkout"), CgroupID: 42, SourceLabels: map[string]string{"status": "200"}, Cgroup: "/system.slice/shop.service",
-			Container: "abc", Pod: "uid", Unit: "shop.service", Process: "shop",
+			Span: "checkout", NameID: NameID("checkout"), CgroupID: 42, SourceLabels: map[string]string{"status": "200"}, Identity: Identity{Cgroup: "/system.slice/shop.service", Container: "abc", Pod: "uid", Unit: "shop.service", Process: "shop"},
 			Count: 3, Rate: 0.3, Errors: 1, ErrorRatio: 1.0 / 3, SumNs: 3e6, P50Ns: 1e6, P90Ns: 1e6, P99Ns: 1e6,
 			MinNs: 1e6, MaxNs: 1e6, OverBudget: 1, BudgetNs: 5e5, Histogram: []Bucket{DurationBucket(1e6, 3)},
 		}, {
@@ -44,7 +43,7 @@ func full() *Snapshot {
 		}},
 		Overruns: []Overrun{{
 			Time: time.Date(2026, 12, 2, 9, 59, 59, 0, time.UTC), Span: "checkout", NameID: 1, PID: 7, TID: 8, Comm: "shop",
-			CgroupID: 42, Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service", SourceLabels: map[string]string{"status": "503"}, DurationNs: 1e6, BudgetNs: 5e5,
+			CgroupID: 42, Identity: Identity{Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service"}, SourceLabels: map[string]string{"status": "503"}, DurationNs: 1e6, BudgetNs: 5e5,
 			Error: true, TraceID: strings.Repeat("ab", 16), SpanID: strings.Repeat("cd", 8), StillRunning: true, Source: "marker",
 			UserStack:   []Frame{{Addr: 0x401000, Function: "main.slow", File: "main.go", Line: 3, Module: "/bin/shop", Offset: 0x1000, BuildID: "ff"}},
 			KernelStack: []Frame{{Addr: 0xffffffff81000000, Function: "do_nanosleep"}},

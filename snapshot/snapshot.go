@@ -61,22 +61,9 @@ type Series struct {
 	// SourceLabels are the source's labels (labels: in a source), by name; a
 	// value past the source's cap is "other".
 	SourceLabels map[string]string `json:"labels,omitempty"`
-	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
-	Cgroup string `json:"cgroup,omitempty"`
-	// ContainerID, PodUID and Unit are read from the cgroup path where the
-	// path names them (docker, containerd, CRI-O; Kubernetes; systemd).
-	ContainerID string `json:"container_id,omitempty"`
-	PodUID      string `json:"pod_uid,omitempty"`
-	Unit        string `json:"unit,omitempty"`
-	// Namespace, Pod and Container are the Kubernetes names of the pod
-	// and the container, where the node tells them (the kubelet's log
-	// directories, the CRI runtime's container configs).
-	Namespace string `json:"namespace,omitempty"`
-	Pod       string `json:"pod,omitempty"`
-	Container string `json:"container,omitempty"`
-	// Process is the executable name of the cgroup's processes, when they
-	// all run one executable.
-	Process string `json:"process,omitempty"`
+	// Identity names the cgroup: its path, container, pod, unit and
+	// process (the JSON fields cgroup, container_id, ... process).
+	Identity
 
 	Count      uint64  `json:"count"`
 	Rate       float64 `json:"rate"` // spans (or values) per second over the window
@@ -113,6 +100,40 @@ func (s *Series) IsMetric() bool { return s.Kind == KindMetric }
 // KindMetric is Series.Kind of an argument metric.
 const KindMetric = "metric"
 
+// An Identity is what the cgroup a series or an overrun ran in is, as the
+// collector's cgroup resolver names it: a series and an overrun carry the
+// same fields, filled in one place (the collector's identity) and turned
+// into labels in one place (AddLabels).
+type Identity struct {
+	// Cgroup is the cgroup's path under /sys/fs/cgroup, when known.
+	Cgroup string `json:"cgroup,omitempty"`
+	// ContainerID, PodUID and Unit are read from the cgroup path where the
+	// path names them (docker, containerd, CRI-O; Kubernetes; systemd).
+	ContainerID string `json:"container_id,omitempty"`
+	PodUID      string `json:"pod_uid,omitempty"`
+	Unit        string `json:"unit,omitempty"`
+	// Namespace, Pod and Container are the Kubernetes names of the pod
+	// and the container, where the node tells them (the kubelet's log
+	// directories, the CRI runtime's container configs).
+	Namespace string `json:"namespace,omitempty"`
+	Pod       string `json:"pod,omitempty"`
+	Container string `json:"container,omitempty"`
+	// Process is the executable name of the cgroup's processes, when they
+	// all run one executable.
+	Process string `json:"process,omitempty"`
+}
+
+// AddLabels sets l's identity labels from w: cgroup, container_id,
+// pod_uid, unit, namespace, pod, container and process, each where known.
+func (w *Identity) AddLabels(l map[string]string) {
+	for k, v := range map[string]string{"cgroup": w.Cgroup, "container_id": w.ContainerID, "pod_uid": w.PodUID, "unit": w.Unit,
+		"namespace": w.Namespace, "pod": w.Pod, "container": w.Container, "process": w.Process} {
+		if v != "" {
+			l[k] = v
+		}
+	}
+}
+
 // Labels returns the series' identifying labels, as rules and alerts see them.
 func (s *Series) Labels() map[string]string {
 	l := map[string]string{"span": s.Span}
@@ -122,12 +143,7 @@ func (s *Series) Labels() map[string]string {
 	for k, v := range s.SourceLabels {
 		l[k] = v
 	}
-	for k, v := range map[string]string{"cgroup": s.Cgroup, "container_id": s.ContainerID, "pod_uid": s.PodUID, "unit": s.Unit,
-		"namespace": s.Namespace, "pod": s.Pod, "container": s.Container, "process": s.Process} {
-		if v != "" {
-			l[k] = v
-		}
-	}
+	s.Identity.AddLabels(l)
 	return l
 }
 
@@ -142,15 +158,9 @@ type Overrun struct {
 	TID      uint32    `json:"tid"`
 	Comm     string    `json:"comm"`
 	CgroupID uint64    `json:"cgroup_id"`
-	Cgroup   string    `json:"cgroup,omitempty"`
-	// ContainerID, PodUID, Unit, Namespace, Pod and Container are as in
-	// Series.
-	ContainerID string `json:"container_id,omitempty"`
-	PodUID      string `json:"pod_uid,omitempty"`
-	Unit        string `json:"unit,omitempty"`
-	Namespace   string `json:"namespace,omitempty"`
-	Pod         string `json:"pod,omitempty"`
-	Container   string `json:"container,omitempty"`
+	// Identity names the cgroup, as on the span's series; Process is the
+	// cgroup's executable, Comm the thread's command.
+	Identity
 	// SourceLabels are the span's source labels, as on its series.
 	SourceLabels map[string]string `json:"labels,omitempty"`
 	DurationNs   uint64            `json:"duration_ns"`

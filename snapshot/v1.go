@@ -67,8 +67,9 @@ func decodeV1(data []byte) (*Snapshot, error) {
 	s := &Snapshot{Version: Version, Time: v.Time, WindowNs: v.WindowNs, Host: v.Host, Overruns: v.Overruns, Stats: v.Stats, Series: make([]Series, len(v.Series))}
 	for i, o := range v.Series {
 		n := Series{
-			Span: o.Span, NameID: o.NameID, CgroupID: o.CgroupID, Cgroup: o.Cgroup, ContainerID: o.Container, PodUID: o.Pod, Unit: o.Unit, Process: o.Process,
-			Count: o.Count, Rate: o.Rate, Errors: o.Errors, ErrorRatio: o.ErrorRatio, SumNs: o.SumNs,
+			Span: o.Span, NameID: o.NameID, CgroupID: o.CgroupID,
+			Identity: Identity{Cgroup: o.Cgroup, ContainerID: o.Container, PodUID: o.Pod, Unit: o.Unit, Process: o.Process},
+			Count:    o.Count, Rate: o.Rate, Errors: o.Errors, ErrorRatio: o.ErrorRatio, SumNs: o.SumNs,
 			P50Ns: o.P50Ns, P90Ns: o.P90Ns, P99Ns: o.P99Ns, MaxNs: o.MaxNs, OverBudget: o.OverBudget, BudgetNs: o.BudgetNs,
 		}
 		if o.WindowMaxNs != 0 {

@@ -10,10 +10,10 @@ import (
 
 func topSnapshot() *snapshot.Snapshot {
 	return &snapshot.Snapshot{WindowNs: 1e9, Series: []snapshot.Series{
-		{Span: "checkout", Namespace: "shop", Pod: "web-0", Container: "server", Process: "web", Count: 100, Rate: 100, Errors: 5, ErrorRatio: 0.05, P50Ns: 2e6, P90Ns: 8e6, P99Ns: 30e6, MaxNs: 50e6},
-		{Span: "search", Namespace: "shop", Pod: "web-0", Container: "server", Process: "web", Count: 500, Rate: 500, P50Ns: 1e6, P90Ns: 2e6, P99Ns: 4e6, MaxNs: 9e6, OverBudget: 2},
-		{Span: "render", Unit: "front.service", Process: "front", Count: 50, Rate: 50, ErrorRatio: 0.2, P50Ns: 9e6, P90Ns: 20e6, P99Ns: 90e6, MaxNs: 95e6},
-		{Span: "db.query", Cgroup: "/user.slice/session-3.scope", Count: 10, Rate: 10, P99Ns: 1e9, MaxNs: 2e9},
+		{Span: "checkout", Identity: snapshot.Identity{Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"}, Count: 100, Rate: 100, Errors: 5, ErrorRatio: 0.05, P50Ns: 2e6, P90Ns: 8e6, P99Ns: 30e6, MaxNs: 50e6},
+		{Span: "search", Identity: snapshot.Identity{Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"}, Count: 500, Rate: 500, P50Ns: 1e6, P90Ns: 2e6, P99Ns: 4e6, MaxNs: 9e6, OverBudget: 2},
+		{Span: "render", Identity: snapshot.Identity{Unit: "front.service", Process: "front"}, Count: 50, Rate: 50, ErrorRatio: 0.2, P50Ns: 9e6, P90Ns: 20e6, P99Ns: 90e6, MaxNs: 95e6},
+		{Span: "db.query", Identity: snapshot.Identity{Cgroup: "/user.slice/session-3.scope"}, Count: 10, Rate: 10, P99Ns: 1e9, MaxNs: 2e9},
 		{Span: "idle", Count: 0}, // empty windows are not shown
 	}}
 }

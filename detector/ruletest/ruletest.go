@@ -388,8 +388,7 @@ func dur(s, what string) (uint64, error) {
 
 func (in Series) series(window time.Duration) (snapshot.Series, error) {
 	s := snapshot.Series{
-		Span: in.Span, CgroupID: in.CgroupID, Cgroup: in.Cgroup, ContainerID: in.ContainerID, PodUID: in.PodUID,
-		Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Process: in.Process, Count: in.Count, Errors: in.Errors, OverBudget: in.OverBudget,
+		Span: in.Span, CgroupID: in.CgroupID, Identity: snapshot.Identity{Cgroup: in.Cgroup, ContainerID: in.ContainerID, PodUID: in.PodUID, Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Process: in.Process}, Count: in.Count, Errors: in.Errors, OverBudget: in.OverBudget,
 	}
 	if in.Span == "" {
 		return s, fmt.Errorf("span is missing")
@@ -455,8 +454,7 @@ func (in Series) latencies(s *snapshot.Series) error {
 
 func (in Overrun) overrun() (snapshot.Overrun, error) {
 	o := snapshot.Overrun{
-		Span: in.Span, PID: in.PID, TID: in.TID, Comm: in.Comm, ContainerID: in.ContainerID, PodUID: in.PodUID,
-		Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Cgroup: in.Cgroup, TraceID: in.TraceID, SpanID: in.SpanID,
+		Span: in.Span, PID: in.PID, TID: in.TID, Comm: in.Comm, Identity: snapshot.Identity{ContainerID: in.ContainerID, PodUID: in.PodUID, Unit: in.Unit, Namespace: in.Namespace, Pod: in.Pod, Container: in.Container, Cgroup: in.Cgroup}, TraceID: in.TraceID, SpanID: in.SpanID,
 	}
 	if in.Span == "" {
 		return o, fmt.Errorf("span is missing")

@@ -177,9 +177,7 @@ func TestNamesOnSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := snapshot.Series{
-		Span: "names.e2e", CgroupID: wantID, Cgroup: "/" + filepath.Base(top) + "/" + rel,
-		ContainerID: id, PodUID: uid, Namespace: "shop", Pod: "checkout-7d9f8b6c5-x2x9z", Container: "server",
-		Process: filepath.Base(exe),
+		Span: "names.e2e", CgroupID: wantID, Identity: snapshot.Identity{Cgroup: "/" + filepath.Base(top) + "/" + rel, ContainerID: id, PodUID: uid, Namespace: "shop", Pod: "checkout-7d9f8b6c5-x2x9z", Container: "server", Process: filepath.Base(exe)},
 	}
 	var ov *snapshot.Overrun
 	var got *snapshot.Series
