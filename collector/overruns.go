@@ -328,7 +328,7 @@ func (o *overrunReader) resolveCgroup(ov *snapshot.Overrun) {
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
 		info := c.Resolve(ov.CgroupID)
 		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-		ov.Namespace, ov.Pod, ov.Container = info.Namespace, info.Pod, info.Container
+		ov.Namespace, ov.Pod, ov.Container, ov.Process = info.Namespace, info.Pod, info.Container, info.Process
 	}
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	// NoNativeHistograms leaves the native histograms out of the
 	// protobuf form, so every scraper gets the classic buckets only.
 	NoNativeHistograms bool
+	// NoExemplars leaves exemplars out: the trace id of each span
+	// series' newest overrun on its latency histogram (exemplar.go),
+	// which OpenMetrics and protobuf scrapes carry otherwise.
+	NoExemplars bool
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
 	// forever.
@@ -79,9 +83,11 @@ func DefaultBounds() []time.Duration {
 type Exporter struct {
 	classic *classicBounds
 	native  bool
-	ttl     time.Duration
-	reg     *prometheus.Registry
-	log     *slog.Logger
+	// exemplars says the series keep and expose exemplars.
+	exemplars bool
+	ttl       time.Duration
+	reg       *prometheus.Registry
+	log       *slog.Logger
 
 	view atomic.Pointer[view] // the newest; never nil
 
@@ -102,10 +108,11 @@ type Exporter struct {
 // NewExporter returns an Exporter with its collectors registered.
 func NewExporter(cfg Config) (*Exporter, error) {
 	e := &Exporter{
-		native: !cfg.NoNativeHistograms,
-		ttl:    cfg.SeriesTTL,
-		reg:    cfg.Registry,
-		log:    cfg.Logger,
+		native:    !cfg.NoNativeHistograms,
+		exemplars: !cfg.NoExemplars,
+		ttl:       cfg.SeriesTTL,
+		reg:       cfg.Registry,
+		log:       cfg.Logger,
 	}
 	e.view.Store(&view{})
 	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}}

@@ -151,6 +151,11 @@ type Overrun struct {
 	Namespace   string `json:"namespace,omitempty"`
 	Pod         string `json:"pod,omitempty"`
 	Container   string `json:"container,omitempty"`
+	// Process is as in Series: the executable name of the cgroup's
+	// processes when they all run one, so that an overrun names the
+	// same series its span was counted in (its labels are the
+	// series'). Comm is the thread's own name.
+	Process string `json:"process,omitempty"`
 	// SourceLabels are the span's source labels, as on its series.
 	SourceLabels map[string]string `json:"labels,omitempty"`
 	DurationNs   uint64            `json:"duration_ns"`
