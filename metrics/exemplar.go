@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"cmp"
 	"encoding/hex"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -97,14 +99,21 @@ func (ex *exemplar) classicBucket(c *classicBounds) int {
 	return sort.SearchFloat64s(c.le, ex.value())
 }
 
+// seriesExemplar is an exemplar for the series at index idx of the view
+// being built.
+type seriesExemplar struct {
+	idx int32
+	ex  exemplar
+}
+
 // pickExemplars finds the series of s's overruns and keeps, per series
 // (its index in the view being built), the newest overrun's exemplar in
-// bd.best. An overrun names its series by the same labels (snapshot
+// bd.best, sorted by index. An overrun names its series by the same labels (snapshot
 // Overrun has the series' label fields), so it finds it even when its
 // span was counted in an earlier window than the one it arrived in.
 func (e *Exporter) pickExemplars(old *view, added []*seriesMeta, s *snapshot.Snapshot, now time.Time) {
 	bd := &e.bd
-	clear(bd.best)
+	bd.best = bd.best[:0]
 	for i := range s.Overruns {
 		ov := &s.Overruns[i]
 		ex, ok := exemplarOf(ov, now)
@@ -122,14 +131,16 @@ func (e *Exporter) pickExemplars(old *view, added []*seriesMeta, s *snapshot.Sna
 		if !ok {
 			continue
 		}
-		if cur, ok := bd.best[idx]; ok && cur.unixNs >= ex.unixNs {
-			continue
-		}
-		if bd.best == nil {
-			bd.best = map[int32]exemplar{}
-		}
-		bd.best[idx] = ex
+		bd.best = append(bd.best, seriesExemplar{idx, ex})
 	}
+	// By series, the newest first; then one per series.
+	slices.SortFunc(bd.best, func(a, b seriesExemplar) int {
+		if c := cmp.Compare(a.idx, b.idx); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ex.unixNs, a.ex.unixNs)
+	})
+	bd.best = slices.CompactFunc(bd.best, func(a, b seriesExemplar) bool { return a.idx == b.idx })
 }
 
 // Text: " # {trace_id="...",span_id="..."} value timestamp", appended to a

@@ -169,7 +169,7 @@ type builder struct {
 	old     []bucketCount
 	merged  []bucketCount
 	values  [16]string
-	best    map[int32]exemplar // per view series: the newest exemplar of this snapshot's overruns
+	best    []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
 }
 
 // labelValues renders a snapshot series' exported label values in the
@@ -323,6 +323,7 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 		}
 		bd.slot = append(bd.slot, idx)
 	}
+	bd.best = bd.best[:0]
 	if e.exemplars && len(s.Overruns) > 0 {
 		e.pickExemplars(old, added, s, now)
 	}
@@ -365,6 +366,7 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 	if len(old.exemplars) > 0 || len(bd.best) > 0 {
 		exemplars = make([]exemplar, 0, len(old.exemplars)+len(bd.best))
 	}
+	best := bd.best
 	for i := range series {
 		vs := series[i]
 		if vs.lastSeen != nowNs && ((e.ttl > 0 && nowNs-vs.lastSeen > int64(e.ttl)) || dropAbsent) {
@@ -373,7 +375,14 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 		}
 		// The series' exemplar: this snapshot's newest, unless the one it
 		// had is newer still.
-		ex, ok := bd.best[int32(i)]
+		for len(best) > 0 && best[0].idx < int32(i) {
+			best = best[1:]
+		}
+		var ex exemplar
+		ok := len(best) > 0 && best[0].idx == int32(i)
+		if ok {
+			ex = best[0].ex
+		}
 		if vs.ex != 0 && (!ok || old.exemplars[vs.ex-1].unixNs >= ex.unixNs) {
 			ex, ok = old.exemplars[vs.ex-1], true
 		}
@@ -407,7 +416,6 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 			bd.index[m.hash] = int32(i)
 		}
 	}
-	clear(bd.best)
 	return &view{series: keep, buckets: buckets, exemplars: exemplars}
 }
 
