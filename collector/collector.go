@@ -707,8 +707,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 			}
 			lastID, last = sr.CgroupID, info
 		}
-		sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-		sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
+		nameSeries(sr, info)
 	}
 	c.logQuotas(s)
 	// After the resolution above, which walks the cgroup tree when it

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/inflight"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -326,10 +327,22 @@ func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 // resolveCgroup names the overrun's cgroup, container and pod.
 func (o *overrunReader) resolveCgroup(ov *snapshot.Overrun) {
 	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
-		info := c.Resolve(ov.CgroupID)
-		ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
-		ov.Namespace, ov.Pod, ov.Container, ov.Process = info.Namespace, info.Pod, info.Container, info.Process
+		nameOverrun(ov, c.Resolve(ov.CgroupID))
 	}
+}
+
+// nameSeries and nameOverrun give a series and an overrun their cgroup's
+// names, the same fields from the same Info, so that an overrun names
+// the series its span was counted in (metrics puts its trace id on that
+// series' histogram as an exemplar).
+func nameSeries(sr *snapshot.Series, info cgroup.Info) {
+	sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+	sr.Namespace, sr.Pod, sr.Container, sr.Process = info.Namespace, info.Pod, info.Container, info.Process
+}
+
+func nameOverrun(ov *snapshot.Overrun, info cgroup.Info) {
+	ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit = info.Path, info.ContainerID, info.PodUID, info.Unit
+	ov.Namespace, ov.Pod, ov.Container, ov.Process = info.Namespace, info.Pod, info.Container, info.Process
 }
 
 // symbolize names the record's user and kernel stacks.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -323,5 +324,23 @@ func TestBlockedOnOverrunKeepsReading(t *testing.T) {
 	}
 	if got := delivered.Load(); got != 1+queue {
 		t.Errorf("%d delivered after release, want %d", got, 1+queue)
+	}
+}
+
+// TestOverrunNamesItsSeries checks that an overrun gets every name its
+// series gets from the same cgroup, Process included: the labels the
+// metrics exporter finds the overrun's series by, to put its trace id on
+// it as an exemplar.
+func TestOverrunNamesItsSeries(t *testing.T) {
+	info := cgroup.Info{Path: "/kubepods.slice/pod1/ctr1", ContainerID: "ctr1", PodUID: "pod1", Unit: "u.service",
+		Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"}
+	var sr snapshot.Series
+	var ov snapshot.Overrun
+	nameSeries(&sr, info)
+	nameOverrun(&ov, info)
+	got := [...]string{ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit, ov.Namespace, ov.Pod, ov.Container, ov.Process}
+	want := [...]string{sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit, sr.Namespace, sr.Pod, sr.Container, sr.Process}
+	if got != want || want[7] != "web" || want[0] != info.Path {
+		t.Errorf("overrun named %q, its series %q", got, want)
 	}
 }
