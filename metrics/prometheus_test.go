@@ -272,6 +272,13 @@ func TestPrometheusExemplars(t *testing.T) {
 			if !tc.native && x.Series["le"] != "0.5" {
 				t.Errorf("exemplar on the le=%q bucket, want 0.5 (0.312 s falls in (0.25, 0.5])", x.Series["le"])
 			}
+			// The dashboard's quantile query (deploy/grafana, which
+			// asks for exemplars) finds it too: the exemplar API takes
+			// the series of every selector in an expression.
+			dash := `histogram_quantile(0.99, sum by (span, le) (rate(spanwatch_span_duration_seconds_bucket[5m]))) or histogram_quantile(0.99, sum by (span) (rate(spanwatch_span_duration_seconds[5m])))`
+			if d := prom.Exemplars(dash, t0.Add(-time.Minute), time.Now().Add(time.Minute)); len(d) != 1 || d[0].Labels["trace_id"] != x.Labels["trace_id"] {
+				t.Errorf("exemplars of the dashboard's query: %+v, want the one above", d)
+			}
 			t.Logf("%s: %v on %v", tc.name, x.Labels, x.Series)
 		})
 	}
