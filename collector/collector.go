@@ -362,6 +362,9 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	for name, n := range cfg.mapSizes(core) {
 		spec.Maps[name].MaxEntries = n
 	}
+	for name, f := range mapFlags(core, release) {
+		spec.Maps[name].Flags |= f
+	}
 	var objs objects
 	var fentryErr error
 	objs.method = "kprobe"

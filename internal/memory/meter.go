@@ -4,11 +4,16 @@ import (
 	"cmp"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cilium/ebpf"
+
+	krel "github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // A Meter measures the agent's memory (Usage). It is safe for concurrent
@@ -137,31 +142,61 @@ func statusBytes(path, key string) uint64 {
 }
 
 // ProcessMapBytes is the memory the kernel charges for the BPF maps this
-// process holds open: the memlock of each map in /proc/self/fdinfo (the
-// maps of every object, the collector's and the sources'). It caches the
-// figure for MapBytesTTL: maps are created at start and as sources
-// attach, not on every measurement.
+// process holds open (the maps of every object, the collector's and the
+// sources'), from /proc/self/fdinfo: each map's memlock where the kernel
+// reports what the map uses (Linux 6.4+: map_mem_usage per map type, the
+// elements inserted so far for a hash created with BPF_F_NO_PREALLOC),
+// else the larger of it and the map's shape's estimate (MapShape.Bytes,
+// its most): from 5.11 to 6.3 memlock is the keys' and values' sizes only
+// (no buckets, element headers or ring buffer), below what a preallocated
+// map takes, and for a hash that allocates as it fills no figure says how
+// full it is, so it is counted full, as the plan counted it. It caches
+// the figure for MapBytesTTL: maps are created at start and as sources
+// attach, and grow with the series, slowly.
 type ProcessMapBytes struct {
 	mu   sync.Mutex
 	at   time.Time
 	n    uint64
 	proc string
+	// release is the kernel's release ("" reads it from the proc
+	// directory's sys/kernel/osrelease).
+	release string
 }
 
 // MapBytesTTL is how long ProcessMapBytes keeps its figure.
 const MapBytesTTL = 30 * time.Second
+
+// MapMemUsageSince is the release from which fdinfo's memlock is what a
+// map uses (map_mem_usage); before it, from 5.11, it is the map's keys'
+// and values' sizes (bpf_map_memory_footprint), and before 5.11 the pages
+// charged to RLIMIT_MEMLOCK at creation.
+var MapMemUsageSince = krel.Version{6, 4, 0}
 
 // Read returns the figure, read again when older than MapBytesTTL.
 func (p *ProcessMapBytes) Read() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now := time.Now(); p.at.IsZero() || now.Sub(p.at) >= MapBytesTTL {
-		p.n, p.at = mapMemlock(cmp.Or(p.proc, "/proc/self")), now
+		proc := cmp.Or(p.proc, "/proc/self")
+		if p.release == "" {
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(proc), "sys/kernel/osrelease")); err == nil {
+				p.release = strings.TrimSpace(string(b))
+			}
+		}
+		v, err := krel.ParseVersion(p.release)
+		reportsUsage := err == nil && !v.Less(MapMemUsageSince)
+		cpus, err := ebpf.PossibleCPU()
+		if err != nil {
+			cpus = runtime.NumCPU()
+		}
+		p.n, p.at = mapMemlock(proc, reportsUsage, cpus), now
 	}
 	return p.n
 }
 
-func mapMemlock(proc string) uint64 {
+// mapMemlock sums the maps of the process whose proc directory is proc:
+// memlock when reportsUsage, else the larger of it and the shape's most.
+func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
 	dir := filepath.Join(proc, "fdinfo")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -173,12 +208,45 @@ func mapMemlock(proc string) uint64 {
 		if err != nil || !strings.Contains(string(b), "\nmap_id:") {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				total += n
-			}
+		memlock, shape := parseMapInfo(string(b))
+		if !reportsUsage {
+			most, _ := shape.Bytes(cpus)
+			memlock = max(memlock, most)
 		}
+		total += memlock
 	}
 	return total
+}
+
+// parseMapInfo reads a map's memlock and shape from its fdinfo.
+func parseMapInfo(info string) (memlock uint64, s MapShape) {
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if k == "memlock" {
+			memlock, _ = strconv.ParseUint(v, 10, 64)
+			continue
+		}
+		var field *uint32
+		switch k {
+		case "map_type":
+			field = &s.Type
+		case "key_size":
+			field = &s.KeySize
+		case "value_size":
+			field = &s.ValueSize
+		case "max_entries":
+			field = &s.MaxEntries
+		case "map_flags":
+			field = &s.Flags
+		default:
+			continue
+		}
+		n, _ := strconv.ParseUint(v, 0, 32) // map_flags is hexadecimal (0x400)
+		*field = uint32(n)
+	}
+	return memlock, s
 }
