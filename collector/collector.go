@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"math/bits"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
@@ -163,7 +162,6 @@ type Collector struct {
 	wl          workloads         // what cg_workload holds
 	reader      *seriesReader
 	lastAt      time.Time
-	mapBytes    uint64
 
 	inflight    *inflightState // nil when off or unavailable
 	inflightErr error          // why it is unavailable
@@ -290,7 +288,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, fmt.Errorf("write the (other) name: %w", err)
 	}
 	c.syncWorkloads()
-	c.mapBytes = c.MapBytes()
 	c.lastAt = time.Now()
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -587,12 +584,18 @@ func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
 	return nil
 }
 
-// MapBytes returns the memory the kernel charges for the core's maps (the
-// memlock of each, from /proc/self/fdinfo).
+// MapBytes returns the memory the kernel charges for the core's maps now
+// (they grow with the series where GrowsWithUse), from each map's
+// /proc/self/fdinfo as memory.MapInfoBytes counts it.
 func (c *Collector) MapBytes() uint64 {
 	var total uint64
 	for _, m := range c.Maps() {
-		total += mapMemlock(m)
+		if m == nil {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD())); err == nil {
+			total += memory.MapInfoBytes(string(b))
+		}
 	}
 	return total
 }
@@ -685,7 +688,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	}
 	c.lastAt = now
 	s.Host = hostName()
-	s.Stats.BPFMapBytes = c.mapBytes
+	s.Stats.BPFMapBytes = c.MapBytes()
 	c.sourceEvents(&s.Stats)
 	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
@@ -752,21 +755,3 @@ func (c *Collector) Close() error {
 	return nil
 }
 
-// mapMemlock reads the memory the kernel charges for a map from
-// /proc/self/fdinfo (the "memlock:" line, Linux 4.10+); 0 when it cannot.
-func mapMemlock(m *ebpf.Map) uint64 {
-	if m == nil {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/memory"
 )
@@ -163,4 +165,23 @@ func TestMapsGrowWithUse(t *testing.T) {
 			t.Errorf("memlock %d after the elements were removed, %d before", after, before)
 		}
 	})
+}
+
+// mapMemlock reads a map's memlock as the kernel prints it in
+// /proc/self/fdinfo (the "memlock:" line, Linux 4.10+); 0 when it cannot.
+func mapMemlock(m *ebpf.Map) uint64 {
+	if m == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -183,19 +183,13 @@ func (p *ProcessMapBytes) Read() uint64 {
 				p.release = strings.TrimSpace(string(b))
 			}
 		}
-		v, err := krel.ParseVersion(p.release)
-		reportsUsage := err == nil && !v.Less(MapMemUsageSince)
-		cpus, err := ebpf.PossibleCPU()
-		if err != nil {
-			cpus = runtime.NumCPU()
-		}
-		p.n, p.at = mapMemlock(proc, reportsUsage, cpus), now
+		p.n, p.at = mapMemlock(proc, reportsUsage(p.release), possibleCPUs()), now
 	}
 	return p.n
 }
 
-// mapMemlock sums the maps of the process whose proc directory is proc:
-// memlock when reportsUsage, else the larger of it and the shape's most.
+// mapMemlock sums the maps of the process whose proc directory is proc
+// (mapInfoBytes).
 func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
 	dir := filepath.Join(proc, "fdinfo")
 	ents, err := os.ReadDir(dir)
@@ -208,14 +202,54 @@ func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
 		if err != nil || !strings.Contains(string(b), "\nmap_id:") {
 			continue
 		}
-		memlock, shape := parseMapInfo(string(b))
-		if !reportsUsage {
-			most, _ := shape.Bytes(cpus)
-			memlock = max(memlock, most)
-		}
-		total += memlock
+		total += mapInfoBytes(string(b), reportsUsage, cpus)
 	}
 	return total
+}
+
+// MapInfoBytes is what the kernel charges for the BPF map whose
+// /proc/PID/fdinfo text is info, counted as ProcessMapBytes counts it on
+// this machine's kernel.
+func MapInfoBytes(info string) uint64 {
+	h := host()
+	return mapInfoBytes(info, h.reportsUsage, h.cpus)
+}
+
+// mapInfoBytes is a map's memlock when reportsUsage, else the larger of
+// it and its shape's most.
+func mapInfoBytes(info string, reportsUsage bool, cpus int) uint64 {
+	memlock, shape := parseMapInfo(info)
+	if !reportsUsage {
+		most, _ := shape.Bytes(cpus)
+		memlock = max(memlock, most)
+	}
+	return memlock
+}
+
+type hostKernel struct {
+	reportsUsage bool
+	cpus         int
+}
+
+// host is what mapInfoBytes needs of this machine: whether its kernel's
+// fdinfo reports what a map uses (its release, /proc/sys/kernel/osrelease)
+// and its possible CPUs.
+var host = sync.OnceValue(func() hostKernel {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return hostKernel{reportsUsage: reportsUsage(strings.TrimSpace(string(b))), cpus: possibleCPUs()}
+})
+
+func reportsUsage(release string) bool {
+	v, err := krel.ParseVersion(release)
+	return err == nil && !v.Less(MapMemUsageSince)
+}
+
+func possibleCPUs() int {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return cpus
 }
 
 // parseMapInfo reads a map's memlock and shape from its fdinfo.
