@@ -122,6 +122,9 @@ type Config struct {
 	Core kernel.Core
 
 	histogramCellsSet bool // HistogramCells was given, not defaulted
+	// preallocate keeps every map preallocated where GrowsWithUse would
+	// not (BenchmarkSeriesCreate compares the two in one run).
+	preallocate bool
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -359,7 +362,7 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	for name, n := range cfg.mapSizes(core) {
 		spec.Maps[name].MaxEntries = n
 	}
-	for name, f := range mapFlags(core, release) {
+	for name, f := range cfg.mapFlags(core, release) {
 		spec.Maps[name].Flags |= f
 	}
 	var objs objects

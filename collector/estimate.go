@@ -62,7 +62,7 @@ func estimateMaps(cfg Config, release string) (most, idle uint64, err error) {
 	}
 	seen := map[string]bool{}
 	sizes := cfg.mapSizes(core)
-	flags := mapFlags(core, release)
+	flags := cfg.mapFlags(core, release)
 	for _, load := range loads {
 		spec, err := load()
 		if err != nil {
@@ -115,9 +115,9 @@ var growingMaps = []string{"series_index", "names", "cg_created", "cg_released",
 
 // mapFlags are the flags New adds to the maps of core's objects on a
 // kernel of this release (GrowsWithUse).
-func mapFlags(core kernel.Core, release string) map[string]uint32 {
+func (cfg *Config) mapFlags(core kernel.Core, release string) map[string]uint32 {
 	m := map[string]uint32{}
-	if GrowsWithUse(core, release) {
+	if GrowsWithUse(core, release) && !cfg.preallocate {
 		for _, name := range growingMaps {
 			m[name] = memory.FlagNoPrealloc
 		}
