@@ -757,4 +757,3 @@ func (c *Collector) Close() error {
 	})
 	return nil
 }
-
