@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -184,4 +185,46 @@ func mapMemlock(m *ebpf.Map) uint64 {
 		}
 	}
 	return 0
+}
+
+// TestGrowingMapsBurst creates 8,000 series in one run of the core, one
+// CPU, back to back: where the hashes grow with use, each creation takes
+// elements from the kernel's per-CPU caches (bpf_mem_alloc), refilled by
+// an irq_work as they run low; an insertion that found the cache empty
+// would fail, and its value would be lost (counted as series_full). Every
+// series must be created with its count, and no name lost. Then the
+// series are evicted and freed, and the same again: the freed elements
+// come back.
+func TestGrowingMapsBurst(t *testing.T) {
+	forEachCore(t, func(t *testing.T, core kernel.Core) {
+		const n = 8000
+		ct := newCoreTest(t, Config{Core: core, MaxSeries: 2 * n, IdleEvict: time.Millisecond})
+		t.Logf("maps grow with use: %v", GrowsWithUse(core, kernel.Probe().Release))
+		for round := 0; round < 2; round++ {
+			es := make([]entry, n)
+			for i := range es {
+				es[i] = entry{Name: fmt.Sprintf("burst.%d.%d", round, i), Cgroup: 7, Value: 1e6 + uint64(i)}
+			}
+			ct.put(t, 0, es)
+			ct.run(t, 0, n, 1)
+			s, got := ct.snapshot(t)
+			if len(got) != n || s.Stats.StatsFull != 0 || s.Stats.NamesFull != 0 {
+				t.Fatalf("round %d: %d series of %d, %d values lost (series_full), %d names not kept", round, len(got), n, s.Stats.StatsFull, s.Stats.NamesFull)
+			}
+			for name, sr := range got {
+				if sr.Count != 1 {
+					t.Fatalf("round %d: %s counted %d times, want once", round, name, sr.Count)
+				}
+			}
+			// Evicted at the next read (idle), freed after the quarantine.
+			time.Sleep(10 * time.Millisecond)
+			ct.snapshot(t)
+			ct.snapshot(t)
+			time.Sleep(quarantineTime)
+			ct.snapshot(t)
+			if s, _ := ct.snapshot(t); s.Stats.SeriesLive != 0 {
+				t.Fatalf("round %d: %d series live after eviction", round, s.Stats.SeriesLive)
+			}
+		}
+	})
 }
