@@ -582,6 +582,24 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			g = &group{kind: o.kind, name: o.name, active: map[string]*active{}}
 			d.groups[o.key] = g
 		}
+		// Saved as it resolved (ending), before a restart: the life
+		// before concluded the episode ended, and its resolved may have
+		// gone out, its group then gone from the notification log. It
+		// ends now, whatever the rule says: kept firing, or resent
+		// firing while the range refills, it would reach the receiver
+		// as the same episode in a new notification. If the condition
+		// holds again, a new episode begins (pending, then firing).
+		for _, fp := range sortedKeys(g.active) {
+			if ac := g.active[fp]; ac.ending {
+				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
+				c, s := end(ac, now)
+				changed = append(changed, c)
+				if s != nil {
+					send = append(send, s)
+				}
+				delete(g.active, fp)
+			}
+		}
 		fps := make([]string, 0, len(o.results))
 		for fp := range o.results {
 			fps = append(fps, fp)
@@ -648,17 +666,14 @@ func (d *Detector) advance(outs []*ruleOutput, now time.Time, valid time.Duratio
 			}
 			if ac.a.State == alert.StateFiring {
 				ended = append(ended, endedAlert{key: o.key, kind: o.kind, name: o.name, saved: saveAlert(ac)})
-				if ac.restored && ac.lastSent.IsZero() && !ac.ending {
+				if ac.restored && ac.lastSent.IsZero() {
 					// Restored, and not sent since: the state is saved
 					// before the notification is written, and a kill in
 					// between leaves an alert no receiver heard of.
 					// Resolved alone, it would be dropped as resolved
 					// before anyone heard it fire: it goes out firing
-					// first (the same episode), then resolved. Not one
-					// saved as it resolved (ending): its firing went out
-					// before, and its resolved may have too, its group
-					// then gone from the notification log; sent firing
-					// again it would be a new notification.
+					// first (the same episode), then resolved. (Ones
+					// saved as they resolved ended above.)
 					send = append(send, firingCopy(ac, now, valid))
 				}
 			}

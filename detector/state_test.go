@@ -267,3 +267,81 @@ func TestRestartEndedAlertNotFiredAgain(t *testing.T) {
 		t.Errorf("after the restart, Now was sent %q, want %q", got, want)
 	}
 }
+
+// TestRestartEndedAlertWithRange is TestRestartEndedAlertNotFiredAgain for
+// a rule with a range (the crash-only test's Held: count > 0 over 2s, for
+// 1s), whose restored alerts are kept while the range refills, and for a
+// condition that holds again after the restart. The alert saved as it
+// resolved is sent resolved, never firing again in the same episode: the
+// life before may have sent its resolved, and a receiver would get the
+// episode's firing twice under two idempotency keys (CI, once in five
+// runs). A condition holding again is a new episode.
+func TestRestartEndedAlertWithRange(t *testing.T) {
+	const rules = `
+rules:
+  - {name: Held, span: svc, when: count > 0, for: 1s, over: 2s}
+`
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spans_again=%v", back), func(t *testing.T) {
+			store := &savesStore{memStore: memStore{data: map[string][]byte{}}}
+			rec := &recorder{}
+			cfg := Config{Notifier: rec, Store: store, ExternalLabels: map[string]string{}}
+			a := New(cfg)
+			a.SetRules(mustParse(t, rules))
+			restartRun(t, a, 0, 3)
+			fired, _ := episodes(rec.take())
+			if len(fired["Held"]) != 1 {
+				t.Fatalf("before the restart: %v", fired)
+			}
+			started := fired["Held"][0]
+			// Empty windows until the range holds no span: it resolves.
+			var n int
+			sec := 3
+			for resolved := false; !resolved; sec++ {
+				if sec > 10 {
+					t.Fatal("Held did not resolve")
+				}
+				n = len(store.saves)
+				empty := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Duration(sec) * time.Second), WindowNs: 1e9}
+				if _, err := a.Evaluate(context.Background(), empty); err != nil {
+					t.Fatal(err)
+				}
+				_, r := episodes(rec.take())
+				resolved = r["Held"]
+			}
+			// The kill: after the resolved notification, before the save
+			// that follows it.
+			store.data[stateName] = store.saves[n]
+			b := New(cfg)
+			b.SetRules(mustParse(t, rules))
+			if _, err := b.Restore(t0.Add(time.Duration(sec) * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for i := 0; i < 5; i++ {
+				s := &snapshot.Snapshot{Version: snapshot.Version, Time: t0.Add(time.Duration(sec+i) * time.Second), WindowNs: 1e9}
+				if back {
+					s.Series = []snapshot.Series{spans("svc", 0, time.Second, repeat(uint64(time.Millisecond), 10)...)}
+				}
+				if _, err := b.Evaluate(context.Background(), s); err != nil {
+					t.Fatal(err)
+				}
+				for _, al := range rec.take() {
+					got = append(got, fmt.Sprintf("%s %v", al.State, al.StartsAt.Equal(started)))
+				}
+			}
+			want := []string{"resolved true"}
+			if back {
+				// The new episode fires after its for: 1s, with a new
+				// startsAt.
+				want = append(want, "firing false")
+			}
+			if len(got) > len(want) {
+				got = got[:len(want)]
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("after the restart, Held was sent %q (state, same startsAt as before), want %q", got, want)
+			}
+		})
+	}
+}
