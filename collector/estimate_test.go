@@ -61,13 +61,9 @@ func TestEstimateMapBytes(t *testing.T) {
 	forEachCore(t, testEstimateMapBytes)
 }
 
-// Between footprintSince and memory.MapMemUsageSince fdinfo's memlock of
-// a map is its keys' and values' sizes only.
-var footprintSince = kernel.Version{5, 11, 0}
-
 func testEstimateMapBytes(t *testing.T, core kernel.Core) {
 	v := kernel.Probe().Version
-	exact := v.Less(footprintSince) || !v.Less(memory.MapMemUsageSince)
+	exact := v.Less(memory.MapFootprintSince) || !v.Less(memory.MapMemUsageSince)
 	grows := GrowsWithUse(core, kernel.Probe().Release)
 	for _, cfg := range []Config{
 		{MaxSeries: 1024, HistogramCells: 1 << 14},
@@ -96,7 +92,7 @@ func testEstimateMapBytes(t *testing.T, core kernel.Core) {
 				if most < got {
 					t.Errorf("estimate %d bytes, below the %d the kernel counts for the maps' keys and values alone", most, got)
 				}
-				t.Logf("kernel %s: fdinfo's memlock is the maps' key and value sizes only from %s to before %s; the estimate is not held within 5%% of it", kernel.Probe().Release, footprintSince, memory.MapMemUsageSince)
+				t.Logf("kernel %s: fdinfo's memlock is the maps' key and value sizes only from %s to before %s; the estimate is not held within 5%% of it", kernel.Probe().Release, memory.MapFootprintSince, memory.MapMemUsageSince)
 				return
 			}
 			if diff := float64(idle) - float64(got); diff > 0.05*float64(got) || diff < -0.05*float64(got) {

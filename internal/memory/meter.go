@@ -143,16 +143,18 @@ func statusBytes(path, key string) uint64 {
 
 // ProcessMapBytes is the memory the kernel charges for the BPF maps this
 // process holds open (the maps of every object, the collector's and the
-// sources'), from /proc/self/fdinfo: each map's memlock where the kernel
-// reports what the map uses (Linux 6.4+: map_mem_usage per map type, the
-// elements inserted so far for a hash created with BPF_F_NO_PREALLOC),
-// else the larger of it and the map's shape's estimate (MapShape.Bytes,
-// its most): from 5.11 to 6.3 memlock is the keys' and values' sizes only
-// (no buckets, element headers or ring buffer), below what a preallocated
-// map takes, and for a hash that allocates as it fills no figure says how
-// full it is, so it is counted full, as the plan counted it. It caches
-// the figure for MapBytesTTL: maps are created at start and as sources
-// attach, and grow with the series, slowly.
+// sources'), from /proc/self/fdinfo: each map's memlock where it is what
+// the kernel charges (Linux 6.4+: map_mem_usage per map type, the
+// elements inserted so far for a hash created with BPF_F_NO_PREALLOC;
+// before 5.11: the pages charged at creation), else (5.11 to 6.3) the
+// map's size as MapShape.Bytes computes it from the shape fdinfo prints:
+// memlock there is the map's keys' and values' sizes times its entries
+// (bpf_map_memory_footprint: no buckets, element headers or ring buffer,
+// a key counted for each array element), and for a hash that allocates
+// as it fills no figure says how full it is, so it is counted full, as
+// the plan counted it. A release it cannot read: the larger of the two.
+// It caches the figure for MapBytesTTL: maps are created at start and as
+// sources attach, and grow with the series, slowly.
 type ProcessMapBytes struct {
 	mu   sync.Mutex
 	at   time.Time
@@ -166,11 +168,35 @@ type ProcessMapBytes struct {
 // MapBytesTTL is how long ProcessMapBytes keeps its figure.
 const MapBytesTTL = 30 * time.Second
 
-// MapMemUsageSince is the release from which fdinfo's memlock is what a
-// map uses (map_mem_usage); before it, from 5.11, it is the map's keys'
-// and values' sizes (bpf_map_memory_footprint), and before 5.11 the pages
-// charged to RLIMIT_MEMLOCK at creation.
-var MapMemUsageSince = krel.Version{6, 4, 0}
+// MapFootprintSince and MapMemUsageSince bound the releases whose
+// fdinfo memlock is a map's keys' and values' sizes times its entries
+// (bpf_map_memory_footprint), not what it is charged: from 5.11 (before
+// it, the pages charged to RLIMIT_MEMLOCK at creation) to before 6.4
+// (map_mem_usage per map type).
+var (
+	MapFootprintSince = krel.Version{5, 11, 0}
+	MapMemUsageSince  = krel.Version{6, 4, 0}
+)
+
+// memlockKind is what a kernel's fdinfo memlock is.
+type memlockKind int
+
+const (
+	memlockUnknown   memlockKind = iota // a release not understood: the larger of memlock and the estimate
+	memlockCharged                      // what the map is charged (before 5.11, and 6.4+)
+	memlockFootprint                    // keys' and values' sizes (5.11 to 6.3): the estimate
+)
+
+func memlockOf(release string) memlockKind {
+	v, err := krel.ParseVersion(release)
+	switch {
+	case err != nil:
+		return memlockUnknown
+	case !v.Less(MapFootprintSince) && v.Less(MapMemUsageSince):
+		return memlockFootprint
+	}
+	return memlockCharged
+}
 
 // Read returns the figure, read again when older than MapBytesTTL.
 func (p *ProcessMapBytes) Read() uint64 {
@@ -183,14 +209,14 @@ func (p *ProcessMapBytes) Read() uint64 {
 				p.release = strings.TrimSpace(string(b))
 			}
 		}
-		p.n, p.at = mapMemlock(proc, reportsUsage(p.release), possibleCPUs()), now
+		p.n, p.at = mapMemlock(proc, memlockOf(p.release), possibleCPUs()), now
 	}
 	return p.n
 }
 
 // mapMemlock sums the maps of the process whose proc directory is proc
 // (mapInfoBytes).
-func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
+func mapMemlock(proc string, kind memlockKind, cpus int) uint64 {
 	dir := filepath.Join(proc, "fdinfo")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -202,7 +228,7 @@ func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
 		if err != nil || !strings.Contains(string(b), "\nmap_id:") {
 			continue
 		}
-		total += mapInfoBytes(string(b), reportsUsage, cpus)
+		total += mapInfoBytes(string(b), kind, cpus)
 	}
 	return total
 }
@@ -212,37 +238,35 @@ func mapMemlock(proc string, reportsUsage bool, cpus int) uint64 {
 // this machine's kernel.
 func MapInfoBytes(info string) uint64 {
 	h := host()
-	return mapInfoBytes(info, h.reportsUsage, h.cpus)
+	return mapInfoBytes(info, h.kind, h.cpus)
 }
 
-// mapInfoBytes is a map's memlock when reportsUsage, else the larger of
-// it and its shape's most.
-func mapInfoBytes(info string, reportsUsage bool, cpus int) uint64 {
+// mapInfoBytes is a map's memlock, its shape's most, or the larger of
+// the two, as kind says.
+func mapInfoBytes(info string, kind memlockKind, cpus int) uint64 {
 	memlock, shape := parseMapInfo(info)
-	if !reportsUsage {
-		most, _ := shape.Bytes(cpus)
-		memlock = max(memlock, most)
+	most, _ := shape.Bytes(cpus)
+	switch kind {
+	case memlockCharged:
+		return memlock
+	case memlockFootprint:
+		return most
 	}
-	return memlock
+	return max(memlock, most)
 }
 
 type hostKernel struct {
-	reportsUsage bool
-	cpus         int
+	kind memlockKind
+	cpus int
 }
 
-// host is what mapInfoBytes needs of this machine: whether its kernel's
-// fdinfo reports what a map uses (its release, /proc/sys/kernel/osrelease)
-// and its possible CPUs.
+// host is what mapInfoBytes needs of this machine: what its kernel's
+// fdinfo memlock is (its release, /proc/sys/kernel/osrelease) and its
+// possible CPUs.
 var host = sync.OnceValue(func() hostKernel {
 	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	return hostKernel{reportsUsage: reportsUsage(strings.TrimSpace(string(b))), cpus: possibleCPUs()}
+	return hostKernel{kind: memlockOf(strings.TrimSpace(string(b))), cpus: possibleCPUs()}
 })
-
-func reportsUsage(release string) bool {
-	v, err := krel.ParseVersion(release)
-	return err == nil && !v.Less(MapMemUsageSince)
-}
 
 func possibleCPUs() int {
 	cpus, err := ebpf.PossibleCPU()
