@@ -165,6 +165,8 @@ type Collector struct {
 	wl          workloads         // what cg_workload holds
 	reader      *seriesReader
 	lastAt      time.Time
+	mapBytes    uint64    // the core's maps' memory (MapBytes) at mapBytesAt
+	mapBytesAt  time.Time // zero: not read yet
 
 	inflight    *inflightState // nil when off or unavailable
 	inflightErr error          // why it is unavailable
@@ -587,6 +589,9 @@ func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
 	return nil
 }
 
+// mapBytesEvery is how often a snapshot reads the maps' memory again.
+const mapBytesEvery = 10 * time.Second
+
 // MapBytes returns the memory the kernel charges for the core's maps now
 // (they grow with the series where GrowsWithUse), from each map's
 // /proc/self/fdinfo as memory.MapInfoBytes counts it.
@@ -691,7 +696,12 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	}
 	c.lastAt = now
 	s.Host = hostName()
-	s.Stats.BPFMapBytes = c.MapBytes()
+	// The maps grow with the series, slowly: read again every
+	// mapBytesEvery, not at every snapshot (intervals go down to 100 ms).
+	if c.mapBytesAt.IsZero() || now.Sub(c.mapBytesAt) >= mapBytesEvery {
+		c.mapBytes, c.mapBytesAt = c.MapBytes(), now
+	}
+	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
 	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
