@@ -273,7 +273,18 @@ func TestInflightSDKSpans(t *testing.T) {
 					t.Error(msg)
 				}
 			}
-			if hot := profile.Hottest(o.Samples, 1); len(hot) == 0 || hot[0].Frame.Function != fnPrefix+tc.fn {
+			// The hottest frame is fn, or its caller when every sample
+			// under the caller walked past fn from a leaf's prologue (CI
+			// at load 11: 172ms of preempted samples at time.Now under
+			// the closure against 167ms in spinFor).
+			hot := profile.Hottest(o.Samples, 1)
+			switch {
+			case len(hot) == 0:
+				t.Errorf("no hottest frame, want %s", tc.fn)
+			case hot[0].Frame.Function == fnPrefix+tc.fn:
+			case strings.HasSuffix(hot[0].Frame.Function, "."+tc.caller) && lost >= hot[0].WeightNs:
+				t.Logf("hottest frame %s: its %v of samples walked past %s from a leaf's prologue", hot[0].Frame.Function, time.Duration(hot[0].WeightNs), tc.fn)
+			default:
 				t.Errorf("hottest frame %+v, want %s", hot, tc.fn)
 			}
 			// The first sample was reported at once, still running: in

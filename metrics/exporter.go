@@ -164,7 +164,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
 	e.seriesCapacity = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_capacity", Help: "Series (name, cgroup, labels) the kernel can hold; it does not depend on the CPU count."})
 	e.seriesLive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_live", Help: "Series the kernel holds now."})
-	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take (the kernel's memlock accounting)."})
+	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take now (fdinfo's memlock from Linux 6.4, else at least the maps' estimated size: docs/memory.md)."})
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})

@@ -260,7 +260,7 @@ type Stats struct {
 	// same.
 	ExtremesFromBuckets bool `json:"extremes_from_buckets,omitempty"`
 	// SeriesLive and SeriesCapacity are the series the kernel holds now
-	// and can hold; BPFMapBytes is the memory its maps take.
+	// and can hold; BPFMapBytes is the memory its maps take now.
 	SeriesLive     uint64 `json:"series_live,omitempty"`
 	SeriesCapacity uint64 `json:"series_capacity,omitempty"`
 	BPFMapBytes    uint64 `json:"bpf_map_bytes,omitempty"`
