@@ -5,6 +5,8 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +65,24 @@ func emitSpans(count, name string) int {
 	// With SPANWATCH_TEST_SPREAD, the spans are spread over that long, in
 	// ten batches, so that they straddle snapshots.
 	spread, _ := time.ParseDuration(os.Getenv("SPANWATCH_TEST_SPREAD"))
+	// With SPANWATCH_TEST_TRACE (32 hex digits), each span lasts
+	// SPANWATCH_TEST_SLOW and ends with that trace id and span id i+1.
+	if tr := os.Getenv("SPANWATCH_TEST_TRACE"); tr != "" {
+		var trace [16]byte
+		if _, err := hex.Decode(trace[:], []byte(tr)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		slow, _ := time.ParseDuration(os.Getenv("SPANWATCH_TEST_SLOW"))
+		for i := 0; i < n; i++ {
+			sp := emit.Start(name)
+			time.Sleep(slow)
+			var id [8]byte
+			binary.BigEndian.PutUint64(id[:], uint64(i+1))
+			sp.EndWithIDs(nil, trace, id)
+		}
+		return 0
+	}
 	for i := 0; i < n; i++ {
 		if spread > 0 && i%(max(1, n/10)) == 0 {
 			time.Sleep(spread / 10)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/emit"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -270,6 +271,67 @@ func BenchmarkCoreValue(b *testing.B) {
 			b.ReportMetric(float64(per.Nanoseconds()), "ns/value")
 		})
 	}
+}
+
+// BenchmarkSeriesCreate measures what the hashes that grow with use
+// (GrowsWithUse: series_index, names, cg_created... created with
+// BPF_F_NO_PREALLOC, elements from bpf_mem_alloc) cost the core against
+// the same maps preallocated, in one run, alternating: per value that
+// creates its series (a slot, an index element, a name element, a cell),
+// and per value of a series that exists (lookups only). The run time is
+// the test program's own, from the kernel's BPF statistics, per value;
+// both include the test program's loop over its input.
+func BenchmarkSeriesCreate(b *testing.B) {
+	if !GrowsWithUse(kernel.CoreFull, kernel.Probe().Release) {
+		b.Skipf("kernel %s: the full objects' maps do not grow with use here", kernel.Probe().Release)
+	}
+	const n = 4096
+	es := make([]entry, n)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable bpf stats: %v", err)
+	}
+	defer stats.Close()
+	perValue := func(ct *coreTest) time.Duration {
+		t0, c0, err := ct.core.RunTime()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ct.core.Run(0, n, 1); err != nil {
+			b.Fatal(err)
+		}
+		t1, c1, err := ct.core.RunTime()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if c1 == c0 {
+			b.Fatal("the test program did not run")
+		}
+		return (t1 - t0) / n
+	}
+	var sum [2][2]time.Duration // [preallocated, grows][new, existing]
+	rounds := max(b.N, 3)
+	for r := 0; r < rounds; r++ {
+		for mode, prealloc := range []bool{true, false} {
+			ct := newCoreTest(b, Config{Core: kernel.CoreFull, MaxSeries: 2 * n, preallocate: prealloc})
+			for i := range es {
+				es[i] = entry{Name: fmt.Sprintf("bench.create.%d.%d", r, i), Cgroup: 7, Value: 1e6 + uint64(i)*1999}
+			}
+			if err := ct.core.Put(0, es); err != nil {
+				b.Fatal(err)
+			}
+			created, existing := perValue(ct), perValue(ct)
+			b.Logf("round %d, preallocated %v: %v a value creating its series, %v a value of an existing one", r, prealloc, created, existing)
+			sum[mode][0] += created
+			sum[mode][1] += existing
+			ct.c.Close()
+		}
+	}
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(rounds) }
+	b.ReportMetric(per(sum[0][0]), "prealloc-new-ns/value")
+	b.ReportMetric(per(sum[1][0]), "grow-new-ns/value")
+	b.ReportMetric(per(sum[0][1]), "prealloc-existing-ns/value")
+	b.ReportMetric(per(sum[1][1]), "grow-existing-ns/value")
 }
 
 // loopRing hands out one record n times, then ringbuf.ErrClosed.

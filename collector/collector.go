@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"math/bits"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
@@ -123,6 +122,9 @@ type Config struct {
 	Core kernel.Core
 
 	histogramCellsSet bool // HistogramCells was given, not defaulted
+	// preallocate keeps every map preallocated where GrowsWithUse would
+	// not (BenchmarkSeriesCreate compares the two in one run).
+	preallocate bool
 }
 
 // A Symbolizer turns stack addresses into frames. Capture is called as soon
@@ -139,7 +141,10 @@ type CgroupResolver interface {
 	Resolve(id uint64) cgroup.Info
 }
 
-// identity is what a series and an overrun say of the cgroup they ran in.
+// identity is what a series and an overrun say of the cgroup they ran in:
+// the same fields from the same Info, so that an overrun names the series
+// its span was counted in (metrics puts its trace id on that series'
+// histogram as an exemplar).
 func identity(info cgroup.Info) snapshot.Identity {
 	return snapshot.Identity{Cgroup: info.Path, ContainerID: info.ContainerID, PodUID: info.PodUID, Unit: info.Unit,
 		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process}
@@ -169,7 +174,8 @@ type Collector struct {
 	wl          workloads         // what cg_workload holds
 	reader      *seriesReader
 	lastAt      time.Time
-	mapBytes    uint64
+	mapBytes    uint64    // the core's maps' memory (MapBytes) at mapBytesAt
+	mapBytesAt  time.Time // zero: not read yet
 
 	inflight    *inflightState // nil when off or unavailable
 	inflightErr error          // why it is unavailable
@@ -296,7 +302,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, fmt.Errorf("write the (other) name: %w", err)
 	}
 	c.syncWorkloads()
-	c.mapBytes = c.MapBytes()
 	c.lastAt = time.Now()
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -367,6 +372,9 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	}
 	for name, n := range cfg.mapSizes(core) {
 		spec.Maps[name].MaxEntries = n
+	}
+	for name, f := range cfg.mapFlags(core, release) {
+		spec.Maps[name].Flags |= f
 	}
 	var objs objects
 	var fentryErr error
@@ -584,12 +592,21 @@ func (c *Collector) SetSeriesQuota(cgroupID uint64, quota uint32) error {
 	return nil
 }
 
-// MapBytes returns the memory the kernel charges for the core's maps (the
-// memlock of each, from /proc/self/fdinfo).
+// mapBytesEvery is how often a snapshot reads the maps' memory again.
+const mapBytesEvery = 10 * time.Second
+
+// MapBytes returns the memory the kernel charges for the core's maps now
+// (they grow with the series where GrowsWithUse), from each map's
+// /proc/self/fdinfo as memory.MapInfoBytes counts it.
 func (c *Collector) MapBytes() uint64 {
 	var total uint64
 	for _, m := range c.Maps() {
-		total += mapMemlock(m)
+		if m == nil {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD())); err == nil {
+			total += memory.MapInfoBytes(string(b))
+		}
 	}
 	return total
 }
@@ -682,6 +699,11 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	}
 	c.lastAt = now
 	s.Host = hostName()
+	// The maps grow with the series, slowly: read again every
+	// mapBytesEvery, not at every snapshot (intervals go down to 100 ms).
+	if c.mapBytesAt.IsZero() || now.Sub(c.mapBytesAt) >= mapBytesEvery {
+		c.mapBytes, c.mapBytesAt = c.MapBytes(), now
+	}
 	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
 	c.userFiles(&s.Stats)
@@ -746,23 +768,4 @@ func (c *Collector) Close() error {
 		}
 	})
 	return nil
-}
-
-// mapMemlock reads the memory the kernel charges for a map from
-// /proc/self/fdinfo (the "memlock:" line, Linux 4.10+); 0 when it cannot.
-func mapMemlock(m *ebpf.Map) uint64 {
-	if m == nil {
-		return 0
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD()))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

@@ -37,4 +37,11 @@
 // marker's uprobes attach as uprobe_multi links (6.6+); on older kernels,
 // or with Config.NoUprobeMulti, through the perf_uprobe PMU, which needs
 // CAP_SYS_ADMIN.
+//
+// The maps are sized at load from Config (the agent's memory budget plans
+// them with EstimateMapBytes). On the full objects from Linux 6.1 the
+// hashes that fill with series, names and workloads are created with
+// BPF_F_NO_PREALLOC (GrowsWithUse): the kernel charges their elements as
+// they are inserted; everything else is allocated whole at load
+// (docs/memory.md).
 package collector

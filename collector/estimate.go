@@ -4,29 +4,42 @@ package collector
 
 import (
 	"fmt"
-	"math/bits"
-	"os"
 	"strings"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/memory"
 )
 
 // EstimateMapBytes estimates the memory the kernel charges for the maps of
-// a collector with cfg's sizes (zero sizes: the defaults), before anything
-// is loaded: the aggregation core's maps sized as New sizes them, and the
-// in-flight sampler's, for the objects New loads on this kernel (cfg.Core,
-// or the probes' choice: the compat objects have no sampler). The agent's memory budget plans the series capacity
-// with it. It follows the kernel's own accounting (bpf_map_memory_usage,
-// 6.x) per map type; TestEstimateMapBytes holds it within 5% of what the
-// kernel reports for a loaded collector.
+// a collector with cfg's sizes (zero sizes: the defaults) when they are
+// full, before anything is loaded: the aggregation core's maps sized as New
+// sizes them, and the in-flight sampler's, for the objects New loads on
+// this kernel (cfg.Core, or the probes' choice: the compat objects have no
+// sampler). The agent's memory budget plans the series capacity with it.
+// It follows the kernel's own accounting (map_mem_usage, 6.4+) per map
+// type (memory.MapShape); TestEstimateMapBytes holds it within 5% of what
+// the kernel reports for a loaded collector.
 //
-// New sizes the maps with the same function (mapSizes).
+// New sizes the maps with the same functions (mapSizes, mapFlags).
 func EstimateMapBytes(cfg Config) (uint64, error) {
+	most, _, err := estimateMaps(cfg, kernel.Probe().Release)
+	return most, err
+}
+
+// EstimateIdleMapBytes estimates the same maps' memory with no series:
+// where the hashes keyed by series grow as series appear (GrowsWithUse),
+// their bucket arrays only; elsewhere the same as EstimateMapBytes.
+func EstimateIdleMapBytes(cfg Config) (uint64, error) {
+	_, idle, err := estimateMaps(cfg, kernel.Probe().Release)
+	return idle, err
+}
+
+func estimateMaps(cfg Config, release string) (most, idle uint64, err error) {
 	if err := cfg.sizes(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -37,7 +50,7 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 		// The objects New would load here (kernel.Probe runs once per
 		// process: New reuses its answers).
 		if core, err = kernel.Probe().ChooseCore(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	// The in-flight sampler's object shares the core's maps and some of
@@ -47,13 +60,13 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 	if core == kernel.CoreCompat {
 		loads = []func() (*ebpf.CollectionSpec, error){bpf.LoadSpanwatchCompat}
 	}
-	var total uint64
 	seen := map[string]bool{}
 	sizes := cfg.mapSizes(core)
+	flags := cfg.mapFlags(core, release)
 	for _, load := range loads {
 		spec, err := load()
 		if err != nil {
-			return 0, fmt.Errorf("estimate map memory: %w", err)
+			return 0, 0, fmt.Errorf("estimate map memory: %w", err)
 		}
 		for name, ms := range spec.Maps {
 			if seen[name] && !strings.HasPrefix(name, ".") {
@@ -64,10 +77,52 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 			if n, ok := sizes[name]; ok {
 				entries = n
 			}
-			total += mapBytes(ms, entries, cpus)
+			m, i := memory.MapShape{Type: uint32(ms.Type), KeySize: ms.KeySize, ValueSize: ms.ValueSize,
+				MaxEntries: entries, Flags: ms.Flags | flags[name]}.Bytes(cpus)
+			most += m
+			idle += i
 		}
 	}
-	return total, nil
+	return most, idle, nil
+}
+
+// GrowsWithUse reports whether the core's hashes keyed by series (and the
+// other hashes that fill as workloads and names appear: growingMaps) are
+// created with BPF_F_NO_PREALLOC on a kernel of this release with this
+// core, so that the kernel allocates, and charges, their elements as they
+// are inserted instead of all of them at creation. The full objects only,
+// and from Linux 6.1: since 6.1 elements are allocated from bpf_mem_alloc's
+// per-CPU caches, which the verifier lets every program type use. Before
+// it (the compat objects' 5.10 to 5.16, and the full ones' 5.17 to 6.0)
+// the verifier refuses such a map in perf_event programs (the in-flight
+// sampler's) and on PREEMPT_RT, and in kprobe and uprobe programs accepts
+// it with a warning that kmalloc there may deadlock: those keep their
+// maps preallocated.
+func GrowsWithUse(core kernel.Core, release string) bool {
+	v, err := kernel.ParseVersion(release)
+	return err == nil && core != kernel.CoreCompat && !v.Less(runtimeAllocSince)
+}
+
+// runtimeAllocSince is the release that brought bpf_mem_alloc.
+var runtimeAllocSince = kernel.Version{6, 1, 0}
+
+// growingMaps are the hashes that fill as series, names and workloads
+// appear: the series index, the span names, the per-workload counts and
+// quotas, the exact budgets. The other maps are arrays (the series and the
+// histogram cells, read in place through mmap), LRU hashes (which the
+// kernel always preallocates), queues or ring buffers, or small.
+var growingMaps = []string{"series_index", "names", "cg_created", "cg_released", "cg_workload", "cg_quota", "budgets"}
+
+// mapFlags are the flags New adds to the maps of core's objects on a
+// kernel of this release (GrowsWithUse).
+func (cfg *Config) mapFlags(core kernel.Core, release string) map[string]uint32 {
+	m := map[string]uint32{}
+	if GrowsWithUse(core, release) && !cfg.preallocate {
+		for _, name := range growingMaps {
+			m[name] = memory.FlagNoPrealloc
+		}
+	}
+	return m
 }
 
 // mapSizes are the max_entries New gives the maps of core's objects for
@@ -112,43 +167,4 @@ func compatCells(cfg Config) uint32 {
 		return DefaultCompatHistogramCells
 	}
 	return min(cfg.HistogramCells, MaxCompatHistogramCells)
-}
-
-// mapBytes is the kernel's memory for one map of this type and size:
-// its elements as the kernel lays them out (8-byte aligned values, hash
-// elements with their 48-byte header and one spare element per CPU,
-// power-of-two bucket arrays) plus the map's own structure.
-func mapBytes(ms *ebpf.MapSpec, entries uint32, cpus int) uint64 {
-	n := uint64(entries)
-	val := uint64(ms.ValueSize+7) &^ 7
-	key := uint64(ms.KeySize+7) &^ 7
-	page := uint64(os.Getpagesize())
-	switch ms.Type {
-	case ebpf.Array:
-		if ms.Flags&0x400 != 0 { // BPF_F_MMAPABLE: page-aligned
-			return (n*val+page-1)&^(page-1) + page
-		}
-		return n*val + 328
-	case ebpf.PerCPUArray:
-		return n*val*uint64(cpus) + 328
-	case ebpf.Hash, ebpf.LRUHash, ebpf.PerCPUHash, ebpf.LRUCPUHash:
-		buckets := uint64(1) << bits.Len64(max(n, 1)-1)
-		elems := n
-		elem := 48 + key + val
-		switch ms.Type {
-		case ebpf.Hash:
-			elems += uint64(cpus) // the per-CPU extra elements of a preallocated hash
-		case ebpf.PerCPUHash, ebpf.LRUCPUHash:
-			elem = 48 + key + 8
-			return buckets*16 + elems*elem + elems*val*uint64(cpus) + 1000
-		}
-		return buckets*16 + elems*elem + 1000
-	case ebpf.Queue, ebpf.Stack:
-		return (n+1)*uint64(ms.ValueSize) + 312
-	case ebpf.RingBuf:
-		// The data pages, mapped twice but charged once, and the array
-		// of their page pointers.
-		return n + n/page*8 + 2*page + 4096
-	}
-	return n*(key+val) + 1000
 }

@@ -332,17 +332,21 @@ type fixedResolver cgroup.Info
 
 func (f fixedResolver) Resolve(uint64) cgroup.Info { return cgroup.Info(f) }
 
-// TestOverrunIdentityAsSeries checks that an overrun names its cgroup with
-// every field its series has, the cgroup's process included.
-func TestOverrunIdentityAsSeries(t *testing.T) {
-	info := cgroup.Info{Path: "/kubepods/pod1/c1", ContainerID: "c1", PodUID: "p-1", Unit: "u.service",
-		Namespace: "shop", Pod: "web-0", Container: "web", Process: "server"}
-	o := &overrunReader{cfg: Config{Resolver: fixedResolver(info)}}
+// TestOverrunNamesItsSeries checks that an overrun gets every name its
+// series gets from the same cgroup, Process included: the labels the
+// metrics exporter finds the overrun's series by, to put its trace id on
+// it as an exemplar. The overrun is named as the overrun reader names it
+// (resolveCgroup), the series as Snapshot names it.
+func TestOverrunNamesItsSeries(t *testing.T) {
+	info := cgroup.Info{Path: "/kubepods.slice/pod1/ctr1", ContainerID: "ctr1", PodUID: "pod1", Unit: "u.service",
+		Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"}
+	var sr snapshot.Series
 	ov := snapshot.Overrun{CgroupID: 7}
-	o.resolveCgroup(&ov)
-	want := snapshot.Identity{Cgroup: info.Path, ContainerID: info.ContainerID, PodUID: info.PodUID, Unit: info.Unit,
-		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process}
-	if ov.Identity != want {
-		t.Errorf("overrun identity %+v, want %+v", ov.Identity, want)
+	sr.Identity = identity(info)
+	(&overrunReader{cfg: Config{Resolver: fixedResolver(info)}}).resolveCgroup(&ov)
+	got := [...]string{ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit, ov.Namespace, ov.Pod, ov.Container, ov.Process}
+	want := [...]string{sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit, sr.Namespace, sr.Pod, sr.Container, sr.Process}
+	if got != want || want[7] != "web" || want[0] != info.Path {
+		t.Errorf("overrun named %q, its series %q", got, want)
 	}
 }

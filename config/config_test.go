@@ -262,8 +262,8 @@ func TestRestartChanges(t *testing.T) {
 		{"usdt sources", func(c *Config) { c.Sources = nil }, []string{"sources"}},
 		{"outbox path", func(c *Config) { c.Notify.Routing.Outbox.Path = "/b/outbox.db" }, []string{"routing.outbox.path"}},
 		{"metrics", func(c *Config) {
-			c.Metrics = metrics.Config{Bounds: []time.Duration{time.Second}, NoNativeHistograms: true, SeriesTTL: time.Minute}
-		}, []string{"metrics.buckets", "metrics.native_histograms", "metrics.series_ttl"}},
+			c.Metrics = metrics.Config{Bounds: []time.Duration{time.Second}, NoNativeHistograms: true, NoExemplars: true, SeriesTTL: time.Minute}
+		}, []string{"metrics.buckets", "metrics.native_histograms", "metrics.exemplars", "metrics.series_ttl"}},
 		{"listener", func(c *Config) {
 			c.Listener = ListenerSettings{WebConfigFile: "/etc/spanwatch/web.yml", MaxInFlight: 3, WriteTimeout: time.Minute, KernelAddresses: true}
 		}, []string{"listener.web_config_file", "listener.max_in_flight", "listener.write_timeout", "listener.kernel_addresses"}},

@@ -24,6 +24,7 @@ func restartChanges(running, next *Config) []RestartChange {
 	}{
 		{"buckets", running.Metrics.Bounds, next.Metrics.Bounds},
 		{"native_histograms", !running.Metrics.NoNativeHistograms, !next.Metrics.NoNativeHistograms},
+		{"exemplars", !running.Metrics.NoExemplars, !next.Metrics.NoExemplars},
 		{"series_ttl", running.Metrics.SeriesTTL, next.Metrics.SeriesTTL},
 	} {
 		if !reflect.DeepEqual(m.x, m.y) {

@@ -20,9 +20,11 @@ const DaemonSetSeries = 25000
 // TestManifestMemory holds the DaemonSet's memory to what was measured
 // (BENCHMARKS.md, "Memory budget"): its limit is the agent's budget (90%
 // of it), which must hold DaemonSetSeries series under the ConfigMap's
-// rules; its request must cover the agent idle at that budget (the BPF
-// maps the plan sizes, the binary, the Go runtime: 95 MiB measured) and
-// stay within the limit.
+// rules; its request must cover the agent idle at that budget on any
+// kernel (the BPF maps the plan sizes, preallocated as they are before
+// Linux 6.1, the binary, the Go runtime: 91 MiB measured; 82 MiB from
+// 6.1, where the hashes keyed by series grow with use) and stay within the
+// limit.
 func TestManifestMemory(t *testing.T) {
 	m := loadManifest(t)
 	rules, err := policy.Parse("rules.yaml", []byte(m.cm.Data["rules.yaml"]), policy.Options{Dir: t.TempDir()})
@@ -49,6 +51,10 @@ func TestManifestMemory(t *testing.T) {
 	if uint64(request.Value()) < idle || request.Cmp(limit) > 0 {
 		t.Errorf("requests.memory %s: want at least the agent idle at this budget, %s, and at most the limit %s", request.String(), memory.FormatBytes(idle), limit.String())
 	}
-	t.Logf("limit %s: budget %s, %d series, BPF maps %s; idle %s, request %s",
-		limit.String(), memory.FormatBytes(b.Bytes), p.MaxSeries, memory.FormatBytes(p.KernelBytes), memory.FormatBytes(idle), request.String())
+	grown, err := collector.EstimateIdleMapBytes(collector.Config{MaxSeries: p.MaxSeries, HistogramCells: p.HistogramCells})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("limit %s: budget %s, %d series, BPF maps %s (%s idle where they grow with use); idle %s, request %s",
+		limit.String(), memory.FormatBytes(b.Bytes), p.MaxSeries, memory.FormatBytes(p.KernelBytes), memory.FormatBytes(grown), memory.FormatBytes(idle), request.String())
 }

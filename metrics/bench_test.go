@@ -168,3 +168,87 @@ func BenchmarkScrapeVsClientGolang(b *testing.B) {
 		}
 	}
 }
+
+// overrunsFor returns one overrun with a trace id for each series of s
+// from first to first+n, at the snapshot's time.
+func overrunsFor(s *snapshot.Snapshot, first, n int) []snapshot.Overrun {
+	ovs := make([]snapshot.Overrun, 0, n)
+	for i := first; i < first+n && i < len(s.Series); i++ {
+		sr := &s.Series[i]
+		ovs = append(ovs, snapshot.Overrun{Time: s.Time, Span: sr.Span, Identity: snapshot.Identity{Cgroup: sr.Cgroup, Namespace: sr.Namespace, Pod: sr.Pod, Container: sr.Container, Process: sr.Process}, DurationNs: 300e6, BudgetNs: 250e6,
+			TraceID: fmt.Sprintf("%032x", i+1), SpanID: fmt.Sprintf("%016x", i+1)})
+	}
+	return ovs
+}
+
+// BenchmarkExemplars compares the exporter with exemplars (the default)
+// and without (metrics: exemplars: false) at the same series count, in
+// one run: a scrape as protobuf (native + classic) and as OpenMetrics
+// with an exemplar on every series (what a node where every series
+// overran its budget since it began exports), and Observe of a window of
+// n series carrying 1000 overruns with trace ids (a snapshot's default
+// cap, collector.Config.MaxOverrunsPerSnapshot). Each is run three
+// times, alternating off and on (-count would run each three times in a
+// row). SPANWATCH_SCRAPE_SERIES sets the series (default 10000).
+func BenchmarkExemplars(b *testing.B) {
+	n := 10000
+	if v := os.Getenv("SPANWATCH_SCRAPE_SERIES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	s := manySeries(n)
+	exporters := map[string]*Exporter{}
+	for _, mode := range []string{"off", "on"} {
+		e, err := NewExporter(Config{NoExemplars: mode == "off"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Every series gets an exemplar, 1000 a window.
+		for first := 0; first < n; first += 1000 {
+			s.Overruns = overrunsFor(s, first, 1000)
+			e.Observe(s)
+		}
+		exporters[mode] = e
+		if mode == "on" && len(e.view.Load().exemplars) != n {
+			b.Fatalf("%d exemplars, want %d", len(e.view.Load().exemplars), n)
+		}
+	}
+	const rounds = 3
+	for round := range rounds {
+		for _, format := range []string{"protobuf", "openmetrics"} {
+			for _, mode := range []string{"off", "on"} {
+				b.Run(fmt.Sprintf("scrape/%s/exemplars=%s/series=%d/round=%d", format, mode, n, round+1), func(b *testing.B) {
+					h := exporters[mode].Handler()
+					var size int
+					b.ReportAllocs()
+					for b.Loop() {
+						req := httptest.NewRequest("GET", "/metrics", nil)
+						if format == "protobuf" {
+							req.Header.Set("Accept", protobufAccept)
+						} else {
+							req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0")
+						}
+						w := &discard{}
+						h.ServeHTTP(w, req)
+						size = w.n
+					}
+					b.ReportMetric(float64(size), "bytes/scrape")
+				})
+			}
+		}
+	}
+	s.Overruns = overrunsFor(s, 0, 1000)
+	for round := range rounds {
+		for _, mode := range []string{"off", "on"} {
+			b.Run(fmt.Sprintf("observe/exemplars=%s/series=%d/round=%d", mode, n, round+1), func(b *testing.B) {
+				e := exporters[mode]
+				b.ReportAllocs()
+				for b.Loop() {
+					for i := range s.Overruns {
+						s.Overruns[i].Time = s.Overruns[i].Time.Add(time.Millisecond) // newer each time: each replaces
+					}
+					e.Observe(s)
+				}
+			})
+		}
+	}
+}

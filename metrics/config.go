@@ -12,13 +12,14 @@ import (
 
 // Decode decodes the metrics: section (n nil or a zero Node: the file has
 // none) into a Config: the classic buckets, whether to export native
-// histograms, and the series TTL. It reports every mistake into d, each
+// histograms and exemplars, and the series TTL. It reports every mistake into d, each
 // as "file:line:col: message"; package config calls it for the
 // configuration file.
 //
 //	metrics:
 //	  buckets: [1ms, 5ms, 25ms, 100ms, 250ms, 1s, 5s]   # classic le bounds, snapped (SnapBound)
 //	  native_histograms: true                         # the default
+//	  exemplars: true                                 # the default: overruns' trace ids
 //	  series_ttl: 1h                                  # the default; 0 keeps every series
 func Decode(d *section.Decoder, n *yaml.Node) Config {
 	var cfg Config
@@ -30,7 +31,7 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 		d.Errorf(at, "metrics: %s", fmt.Sprintf(format, a...))
 	}
 	if n.Kind != yaml.MappingNode {
-		fail(n, "want a mapping with buckets, native_histograms, series_ttl")
+		fail(n, "want a mapping with buckets, native_histograms, exemplars, series_ttl")
 		return cfg
 	}
 	dur := func(v *yaml.Node, what string) (time.Duration, bool) {
@@ -88,6 +89,13 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 				continue
 			}
 			cfg.NoNativeHistograms = !on
+		case "exemplars":
+			var on bool
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&on) != nil {
+				fail(v, "exemplars must be true or false")
+				continue
+			}
+			cfg.NoExemplars = !on
 		case "series_ttl":
 			if d, ok := dur(v, "series_ttl"); ok {
 				cfg.SeriesTTL = d
@@ -96,7 +104,7 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 				}
 			}
 		default:
-			fail(k, "unknown key %q (want one of: buckets, native_histograms, series_ttl)", k.Value)
+			fail(k, "unknown key %q (want one of: buckets, native_histograms, exemplars, series_ttl)", k.Value)
 		}
 	}
 	return cfg

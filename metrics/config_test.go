@@ -39,8 +39,9 @@ func TestParseConfig(t *testing.T) {
 		want Config
 	}{
 		{"absent", "rules: []\n", Config{}},
-		{"all", "metrics:\n  buckets: [1ms, 5ms, 250ms, 1s, 1m]\n  native_histograms: false\n  series_ttl: 1d\n",
-			Config{Bounds: []time.Duration{time.Millisecond, 5 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute}, NoNativeHistograms: true, SeriesTTL: 24 * time.Hour}},
+		{"all", "metrics:\n  buckets: [1ms, 5ms, 250ms, 1s, 1m]\n  native_histograms: false\n  exemplars: false\n  series_ttl: 1d\n",
+			Config{Bounds: []time.Duration{time.Millisecond, 5 * time.Millisecond, 250 * time.Millisecond, time.Second, time.Minute}, NoNativeHistograms: true, NoExemplars: true, SeriesTTL: 24 * time.Hour}},
+		{"exemplars on", "metrics:\n  exemplars: true\n", Config{}},
 		{"no classic buckets", "metrics:\n  buckets: []\n", Config{Bounds: []time.Duration{}}},
 		{"keep forever", "metrics:\n  series_ttl: 0\n", Config{SeriesTTL: -1}},
 	} {
@@ -49,7 +50,7 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.SeriesTTL != tc.want.SeriesTTL {
+			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.NoExemplars != tc.want.NoExemplars || got.SeriesTTL != tc.want.SeriesTTL {
 				t.Fatalf("ParseConfig = %+v, want %+v", got, tc.want)
 			}
 			for i := range got.Bounds {
@@ -70,6 +71,7 @@ func TestParseConfigErrors(t *testing.T) {
 	src := `metrics:
   buckets: [5ms, 1ms, 10 seconds, 0, 100ms, 100.1ms]
   native_histograms: yes please
+  exemplars: 1
   series_ttl: -1h
   bucket: [1s]
 `
@@ -83,8 +85,9 @@ func TestParseConfigErrors(t *testing.T) {
 		"rules.yaml:2:35: metrics: bucket 0: bounds must be positive",
 		"rules.yaml:2:45: metrics: bucket 100.1ms: within 1.09% of the one before",
 		"rules.yaml:3:22: metrics: native_histograms must be true or false",
-		`rules.yaml:4:15: metrics: series_ttl: negative duration "-1h"`,
-		`rules.yaml:5:3: metrics: unknown key "bucket"`,
+		"rules.yaml:4:14: metrics: exemplars must be true or false",
+		`rules.yaml:5:15: metrics: series_ttl: negative duration "-1h"`,
+		`rules.yaml:6:3: metrics: unknown key "bucket"`,
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {

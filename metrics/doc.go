@@ -12,9 +12,12 @@
 // for it. To every scraper it also carries classic buckets, whose le
 // bounds are bucket boundaries of the same scheme (SnapBound moves a
 // configured bound to the nearest one, by at most 0.55%), so every classic
-// count is exact too. Config (or the rule file's metrics: section,
-// Decode) chooses the classic bounds, turns the native form off, and
-// sets how long a series that stopped appearing stays.
+// count is exact too. Each span series' histogram carries one exemplar,
+// the trace and span ids of its newest overrun with a trace id
+// (exemplar.go), where client_golang would put it. Config (or the rule
+// file's metrics: section, Decode) chooses the classic bounds, turns the
+// native form or the exemplars off, and sets how long a series that
+// stopped appearing stays.
 //
 // Snapshots are deltas over a window; the Exporter adds them up, so its
 // counters and histograms are cumulative, as Prometheus expects. Each

@@ -51,6 +51,10 @@ type Config struct {
 	// NoNativeHistograms leaves the native histograms out of the
 	// protobuf form, so every scraper gets the classic buckets only.
 	NoNativeHistograms bool
+	// NoExemplars leaves exemplars out: the trace id of each span
+	// series' newest overrun on its latency histogram (exemplar.go),
+	// which OpenMetrics and protobuf scrapes carry otherwise.
+	NoExemplars bool
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
 	// forever.
@@ -79,9 +83,11 @@ func DefaultBounds() []time.Duration {
 type Exporter struct {
 	classic *classicBounds
 	native  bool
-	ttl     time.Duration
-	reg     *prometheus.Registry
-	log     *slog.Logger
+	// exemplars says the series keep and expose exemplars.
+	exemplars bool
+	ttl       time.Duration
+	reg       *prometheus.Registry
+	log       *slog.Logger
 
 	view atomic.Pointer[view] // the newest; never nil
 
@@ -102,10 +108,11 @@ type Exporter struct {
 // NewExporter returns an Exporter with its collectors registered.
 func NewExporter(cfg Config) (*Exporter, error) {
 	e := &Exporter{
-		native: !cfg.NoNativeHistograms,
-		ttl:    cfg.SeriesTTL,
-		reg:    cfg.Registry,
-		log:    cfg.Logger,
+		native:    !cfg.NoNativeHistograms,
+		exemplars: !cfg.NoExemplars,
+		ttl:       cfg.SeriesTTL,
+		reg:       cfg.Registry,
+		log:       cfg.Logger,
 	}
 	e.view.Store(&view{})
 	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}}
@@ -158,7 +165,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
 	e.seriesCapacity = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_capacity", Help: "Series (name, cgroup, labels) the kernel can hold; it does not depend on the CPU count."})
 	e.seriesLive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_live", Help: "Series the kernel holds now."})
-	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take (the kernel's memlock accounting)."})
+	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take now (fdinfo's memlock from Linux 6.4, else at least the maps' estimated size: docs/memory.md)."})
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})

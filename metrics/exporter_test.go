@@ -684,3 +684,109 @@ func TestExporterDropAbsent(t *testing.T) {
 		t.Errorf("a's count %v, want 3: counts are never shed", m.GetCounter().GetValue())
 	}
 }
+
+// TestExemplars follows one series' exemplar over snapshots: the newest
+// overrun with a trace id wins, an older one never replaces it, an
+// overrun finds its series when its span was counted in an earlier
+// window, ids that are not ids give none, and the exemplar leaves with
+// its series; with NoExemplars there are none.
+func TestExemplars(t *testing.T) {
+	t0 := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	ov := func(at time.Duration, trace, span string, d time.Duration) snapshot.Overrun {
+		return snapshot.Overrun{Time: t0.Add(at), Span: "pay", Identity: snapshot.Identity{Cgroup: "/shop", Process: "shop"}, DurationNs: uint64(d), TraceID: trace, SpanID: span}
+	}
+	series := func() []snapshot.Series {
+		sr := window("pay", "/shop", []uint64{1e6, 400e6}, 0, 1)
+		sr.Process = "shop"
+		return []snapshot.Series{sr, window("other", "/shop", []uint64{2e6}, 0, 0)}
+	}
+	const (
+		a = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		b = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+		c = "cccccccccccccccccccccccccccccccc"
+		d = "dddddddddddddddddddddddddddddddd"
+	)
+	steps := []struct {
+		name     string
+		series   []snapshot.Series
+		overruns []snapshot.Overrun
+		want     string // the trace id on pay, "" for none
+		wantSpan string
+		wantSec  float64
+	}{
+		{"newest of a window", series(), []snapshot.Overrun{ov(2*time.Second, b, "0000000000000b0b", 400*time.Millisecond), ov(time.Second, a, "0000000000000a0a", 300*time.Millisecond)},
+			b, "0000000000000b0b", 0.4},
+		{"an older one does not replace it", series(), []snapshot.Overrun{ov(1500*time.Millisecond, c, "", time.Second)}, b, "0000000000000b0b", 0.4},
+		{"not ids", series(), []snapshot.Overrun{
+			ov(20*time.Second, strings.Repeat("0", 32), "", time.Second), ov(21*time.Second, "xyz", "", time.Second),
+			ov(22*time.Second, a[:31], "", time.Second), ov(23*time.Second, strings.Repeat("g", 32), "", time.Second),
+		}, b, "0000000000000b0b", 0.4},
+		{"series absent from the window", nil, []snapshot.Overrun{ov(30*time.Second, d, "00000000000000zz", 2*time.Second)}, d, "", 2},
+		{"kept while no overrun comes", series(), nil, d, "", 2},
+	}
+	e, err := NewExporter(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := NewExporter(Config{NoExemplars: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		s := &snapshot.Snapshot{Time: t0.Add(time.Duration(i) * 10 * time.Second), Series: st.series, Overruns: st.overruns}
+		e.Observe(s)
+		off.Observe(s)
+		for _, exp := range []*Exporter{e, off} {
+			h := scrapeAs(t, exp.Handler(), true)["spanwatch_span_duration_seconds"]
+			found := false
+			for _, m := range h.GetMetric() {
+				span := ""
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "span" {
+						span = l.GetValue()
+					}
+				}
+				exs := m.GetHistogram().GetExemplars()
+				if span != "pay" || exp == off {
+					if len(exs) != 0 {
+						t.Errorf("%s: %s has exemplars %v (exemplars off: %v)", st.name, span, exs, exp == off)
+					}
+					continue
+				}
+				found = true
+				if len(exs) != 1 {
+					t.Fatalf("%s: pay has %d exemplars, want 1", st.name, len(exs))
+				}
+				got := map[string]string{}
+				for _, l := range exs[0].GetLabel() {
+					got[l.GetName()] = l.GetValue()
+				}
+				if got["trace_id"] != st.want || got["span_id"] != st.wantSpan || exs[0].GetValue() != st.wantSec {
+					t.Errorf("%s: exemplar %v %v, want trace %s span %q value %v", st.name, got, exs[0].GetValue(), st.want, st.wantSpan, st.wantSec)
+				}
+				// On the classic bucket the value is in, too (the
+				// one place Prometheus 2.42 reads).
+				var on []float64
+				for _, bk := range m.GetHistogram().GetBucket() {
+					if bk.GetExemplar() != nil {
+						on = append(on, bk.GetUpperBound())
+					}
+				}
+				if len(on) != 1 || on[0] < st.wantSec || on[0] >= 2*st.wantSec {
+					t.Errorf("%s: classic buckets with the exemplar: %v, want the one bucket of %v", st.name, on, st.wantSec)
+				}
+			}
+			if !found && exp == e {
+				t.Errorf("%s: no pay series", st.name)
+			}
+		}
+	}
+	if n := len(e.view.Load().exemplars); n != 1 {
+		t.Errorf("%d exemplars kept for one series", n)
+	}
+	// Past the TTL the series leaves, and its exemplar with it.
+	e.Observe(&snapshot.Snapshot{Time: t0.Add(2 * time.Hour), Series: []snapshot.Series{window("other", "/shop", []uint64{2e6}, 0, 0)}})
+	if v := e.view.Load(); len(v.series) != 1 || len(v.exemplars) != 0 {
+		t.Errorf("after the TTL: %d series, %d exemplars; want 1 and 0", len(v.series), len(v.exemplars))
+	}
+}

@@ -188,6 +188,7 @@ type exposer struct {
 	hdr  []byte // a protobuf family's header
 	pb   []byte // a protobuf metric
 	hb   []byte // a protobuf histogram
+	eb   []byte // a protobuf exemplar
 }
 
 func (x *exposer) write(b []byte) {
@@ -294,10 +295,12 @@ func (x *exposer) textLabels(m *seriesMeta) {
 // textSample writes one line: name+suffix, the labels, an extra label
 // (le) when extra is set, and the value.
 func (x *exposer) textSample(name, suffix, extra string, extraVal float64, v float64) {
-	x.textSampleFn(name, suffix, extra, extraVal, func(b []byte) []byte { return x.appendFloat(b, v) })
+	x.textSampleFn(name, suffix, extra, extraVal, func(b []byte) []byte { return x.appendFloat(b, v) }, nil)
 }
 
-func (x *exposer) textSampleFn(name, suffix, extra string, extraVal float64, value func([]byte) []byte) {
+// textSampleFn writes one line as textSample, its value written by
+// value, and ex, when not nil, as its exemplar.
+func (x *exposer) textSampleFn(name, suffix, extra string, extraVal float64, value func([]byte) []byte, ex *exemplar) {
 	b := append(append(x.buf[:0], name...), suffix...)
 	b = append(b, x.lbl...)
 	switch {
@@ -315,6 +318,9 @@ func (x *exposer) textSampleFn(name, suffix, extra string, extraVal float64, val
 	}
 	b = append(b, ' ')
 	b = value(b)
+	if ex != nil {
+		b = x.appendTextExemplar(b, ex)
+	}
 	b = append(b, '\n')
 	x.buf = b
 	x.write(b)
@@ -351,20 +357,42 @@ func (x *exposer) textHistogram(f *family, s *viewSeries) {
 		}
 		return func(b []byte) []byte { return x.appendFloat(b, float64(n)) }
 	}
+	ex, exAt := x.exemplar(f, s)
+	if x.kind != kindOpenMetrics {
+		ex = nil // the 0.0.4 text format has no exemplars
+	}
+	at := func(k int) *exemplar {
+		if k == exAt {
+			return ex
+		}
+		return nil
+	}
+	k := 0
 	if c := x.e.classic; f.classic && c != nil {
 		it := x.v.iter(s.hist)
 		cum, more := s.zero, it.Next()
-		for k, idx := range c.index {
-			for more && it.idx <= idx {
+		for idx := range c.index {
+			for more && it.idx <= c.index[idx] {
 				cum += it.cnt
 				more = it.Next()
 			}
-			x.textSampleFn(f.name, "_bucket", "le", c.le[k], count(cum))
+			x.textSampleFn(f.name, "_bucket", "le", c.le[idx], count(cum), at(idx))
 		}
+		k = len(c.index)
 	}
-	x.textSampleFn(f.name, "_bucket", "le", math.Inf(+1), count(total))
+	x.textSampleFn(f.name, "_bucket", "le", math.Inf(+1), count(total), at(k))
 	x.textSample(f.name, "_sum", "", 0, x.histSum(s))
-	x.textSampleFn(f.name, "_count", "", 0, count(total))
+	x.textSampleFn(f.name, "_count", "", 0, count(total), nil)
+}
+
+// exemplar returns a histogram series' exemplar, if it has one, and the
+// classic bucket it goes on (len(bounds) for +Inf).
+func (x *exposer) exemplar(f *family, s *viewSeries) (*exemplar, int) {
+	if s.ex == 0 || !f.classic {
+		return nil, -1
+	}
+	ex := &x.v.exemplars[s.ex-1]
+	return ex, ex.classicBucket(x.e.classic)
 }
 
 // histTotal is a histogram's count: its buckets' total, so that the +Inf
@@ -504,21 +532,46 @@ func (x *exposer) protoHistogram(f *family, s *viewSeries) []byte {
 	h = protowire.AppendVarint(h, total)
 	h = protowire.AppendTag(h, pbHistSum, protowire.Fixed64Type)
 	h = protowire.AppendFixed64(h, math.Float64bits(x.histSum(s)))
+	ex, exAt := x.exemplar(f, s)
+	var exMsg []byte
+	if ex != nil {
+		x.eb = appendProtoExemplar(x.eb[:0], ex)
+		exMsg = x.eb
+	}
+	bucket := func(h []byte, cum uint64, le float64, withEx bool) []byte {
+		n := protowire.SizeTag(pbBucketCount) + protowire.SizeVarint(cum) + protowire.SizeTag(pbBucketBound) + protowire.SizeFixed64()
+		if withEx {
+			n += protowire.SizeTag(pbBucketExemplar) + protowire.SizeBytes(len(exMsg))
+		}
+		h = protowire.AppendTag(h, pbHistBucket, protowire.BytesType)
+		h = protowire.AppendVarint(h, uint64(n))
+		h = protowire.AppendTag(h, pbBucketCount, protowire.VarintType)
+		h = protowire.AppendVarint(h, cum)
+		h = protowire.AppendTag(h, pbBucketBound, protowire.Fixed64Type)
+		h = protowire.AppendFixed64(h, math.Float64bits(le))
+		if withEx {
+			h = protowire.AppendTag(h, pbBucketExemplar, protowire.BytesType)
+			h = protowire.AppendBytes(h, exMsg)
+		}
+		return h
+	}
+	k := 0
 	if c := x.e.classic; f.classic && c != nil {
 		it := x.v.iter(s.hist)
 		cum, more := s.zero, it.Next()
-		for k, idx := range c.index {
-			for more && it.idx <= idx {
+		for idx := range c.index {
+			for more && it.idx <= c.index[idx] {
 				cum += it.cnt
 				more = it.Next()
 			}
-			h = protowire.AppendTag(h, pbHistBucket, protowire.BytesType)
-			h = protowire.AppendVarint(h, uint64(protowire.SizeTag(pbBucketCount)+protowire.SizeVarint(cum)+protowire.SizeTag(pbBucketBound)+protowire.SizeFixed64()))
-			h = protowire.AppendTag(h, pbBucketCount, protowire.VarintType)
-			h = protowire.AppendVarint(h, cum)
-			h = protowire.AppendTag(h, pbBucketBound, protowire.Fixed64Type)
-			h = protowire.AppendFixed64(h, math.Float64bits(c.le[k]))
+			h = bucket(h, cum, c.le[idx], ex != nil && idx == exAt)
 		}
+		k = len(c.index)
+	}
+	if ex != nil && exAt == k {
+		// Above every bound: on an explicit +Inf bucket, as
+		// client_golang puts it.
+		h = bucket(h, total, math.Inf(+1), true)
 	}
 	if x.e.native {
 		h = protowire.AppendTag(h, pbHistSchema, protowire.VarintType)
@@ -544,24 +597,11 @@ func (x *exposer) protoHistogram(f *family, s *viewSeries) []byte {
 		}
 	}
 	if c := s.meta.created; !c.IsZero() {
-		sec, nanos := c.Unix(), int64(c.Nanosecond())
-		n := 0
-		if sec != 0 {
-			n += protowire.SizeTag(pbTimeSeconds) + protowire.SizeVarint(uint64(sec))
-		}
-		if nanos != 0 {
-			n += protowire.SizeTag(pbTimeNanos) + protowire.SizeVarint(uint64(nanos))
-		}
-		h = protowire.AppendTag(h, pbHistCreated, protowire.BytesType)
-		h = protowire.AppendVarint(h, uint64(n))
-		if sec != 0 {
-			h = protowire.AppendTag(h, pbTimeSeconds, protowire.VarintType)
-			h = protowire.AppendVarint(h, uint64(sec))
-		}
-		if nanos != 0 {
-			h = protowire.AppendTag(h, pbTimeNanos, protowire.VarintType)
-			h = protowire.AppendVarint(h, uint64(nanos))
-		}
+		h = appendTimestamp(h, pbHistCreated, c)
+	}
+	if ex != nil && x.e.native {
+		h = protowire.AppendTag(h, pbHistExemplars, protowire.BytesType)
+		h = protowire.AppendBytes(h, exMsg)
 	}
 	x.hb = h
 	return h

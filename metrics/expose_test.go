@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"compress/gzip"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -60,7 +62,34 @@ func exposeSnapshot(at time.Time) *snapshot.Snapshot {
 		m.Histogram = snapshot.MergeHistogram(m.Histogram, []snapshot.Bucket{b})
 	}
 	s.Series = append(s.Series, m)
+	// Overruns: of checkout (the newest of two wins; 300ms, in a middle
+	// bucket), of the escaped name (7s, above the last of some bounds;
+	// no span id), of a labelled series; and two that give no
+	// exemplar: one without a trace id, one of a series not exported.
+	checkout := s.Series[0]
+	s.Overruns = []snapshot.Overrun{
+		{Time: at.Add(-2 * time.Second), Span: "checkout", Identity: snapshot.Identity{Cgroup: checkout.Cgroup, Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"},
+			DurationNs: 280e6, TraceID: "0af7651916cd43dd8448eb211c80319c", SpanID: "b7ad6b7169203331"},
+		{Time: at.Add(-time.Second), Span: "checkout", Identity: snapshot.Identity{Cgroup: checkout.Cgroup, Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"},
+			DurationNs: 300e6, TraceID: fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e%04x", at.Second()), SpanID: "00f067aa0ba902b7"},
+		{Time: at.Add(-time.Second), Span: s.Series[1].Span, Identity: snapshot.Identity{Unit: "x.service"}, DurationNs: 7e9, TraceID: "5b8efff798038103d269b633813fc60c"},
+		{Time: at.Add(-time.Second), Span: "labelled", SourceLabels: map[string]string{"route": "/b"}, DurationNs: 44e6,
+			TraceID: "00000000000000000000000000000001", SpanID: "0000000000000002"},
+		{Time: at.Add(-time.Second), Span: "checkout", Identity: snapshot.Identity{Cgroup: checkout.Cgroup, Namespace: "shop", Pod: "web-0", Container: "server", Process: "web"},
+			DurationNs: 900e6, SpanID: "00f067aa0ba902b7"},
+		{Time: at, Span: "checkout", Identity: snapshot.Identity{Cgroup: "/elsewhere"}, DurationNs: 900e6, TraceID: "6b8efff798038103d269b633813fc60c"},
+	}
 	return s
+}
+
+// referenceExemplar is an exemplar as client_golang makes it (labels in
+// the order given, the value in seconds, the timestamp).
+func referenceExemplar(ex *exemplar) *dto.Exemplar {
+	labels := []*dto.LabelPair{{Name: proto.String("trace_id"), Value: proto.String(hex.EncodeToString(ex.traceID[:]))}}
+	if ex.hasSpan {
+		labels = append(labels, &dto.LabelPair{Name: proto.String("span_id"), Value: proto.String(hex.EncodeToString(ex.spanID[:]))})
+	}
+	return &dto.Exemplar{Label: labels, Value: proto.Float64(float64(ex.valueNs) / 1e9), Timestamp: timestamppb.New(time.Unix(0, ex.unixNs))}
 }
 
 // referenceFamilies builds the span families of a view as client_golang
@@ -93,6 +122,9 @@ func referenceFamilies(e *Exporter) []*dto.MetricFamily {
 				}
 			default:
 				h := &durationHistogram{zero: s.zero, native: e.native, created: s.meta.created}
+				if s.ex != 0 {
+					h.exemplar = referenceExemplar(&v.exemplars[s.ex-1])
+				}
 				for _, b := range unpack(nil, v.buckets[s.hist.off:s.hist.off+s.hist.len], s.hist.n) {
 					h.buckets = append(h.buckets, snapshot.Bucket{Index: b.index, Count: b.count})
 					h.count += b.count
@@ -133,6 +165,7 @@ func TestExpositionMatchesExpfmt(t *testing.T) {
 		{NoNativeHistograms: true},
 		{Bounds: []time.Duration{}},
 		{Bounds: []time.Duration{time.Millisecond, 250 * time.Millisecond, 3 * time.Second}},
+		{NoExemplars: true},
 	} {
 		e, err := NewExporter(cfg)
 		if err != nil {
@@ -162,6 +195,15 @@ func TestExpositionMatchesExpfmt(t *testing.T) {
 			got := spanSection(t, scrapeRaw(t, e, string(format), false))
 			if got != want.String() {
 				t.Errorf("%+v %s:\n got:\n%s\nwant:\n%s", cfg, format, got, want.String())
+			}
+			// The three series with overruns carry their exemplars
+			// in OpenMetrics, nowhere else.
+			wantEx := 0
+			if format == expfmt.FmtOpenMetrics_1_0_0 && !cfg.NoExemplars {
+				wantEx = 3
+			}
+			if n := strings.Count(got, " # {trace_id="); n != wantEx {
+				t.Errorf("%+v %s: %d exemplars, want %d", cfg, format, n, wantEx)
 			}
 		}
 		body := scrapeRaw(t, e, string(expfmt.FmtProtoDelim), true)

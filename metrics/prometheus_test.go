@@ -212,3 +212,74 @@ func scrapeBytes(t testing.TB, e *Exporter, protobuf bool) int {
 
 // protobufAccept is what Prometheus asks for with native histograms on.
 const protobufAccept = `application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.8,application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.1`
+
+// TestPrometheusExemplars lets a real Prometheus with exemplar storage on
+// scrape an exporter whose snapshots carry overruns with trace ids, and
+// finds each overrun's trace id, span id and duration through
+// /api/v1/query_exemplars: with native histograms (protobuf; the
+// exemplar is read from the classic bucket it sits on, where Prometheus
+// 2.42 looks) and without (OpenMetrics text, on a _bucket line), for
+// every histogram configuration that has somewhere to put it. A series
+// without overruns has no exemplar.
+func TestPrometheusExemplars(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		native bool
+		cfg    Config
+		query  string
+	}{
+		{"native+classic/protobuf", true, Config{}, "spanwatch_span_duration_seconds"},
+		{"native only/protobuf", true, Config{Bounds: []time.Duration{}}, "spanwatch_span_duration_seconds"},
+		{"classic/openmetrics", false, Config{}, "spanwatch_span_duration_seconds_bucket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := NewExporter(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now().Truncate(time.Millisecond)
+			slow := window("checkout", "/system.slice/shop.service", []uint64{2e6, 3e6, 312e6}, 0, 1)
+			slow.BudgetNs = 250e6
+			s := &snapshot.Snapshot{Version: snapshot.Version, Time: t0, WindowNs: 10e9, Series: []snapshot.Series{
+				slow, window("render", "/system.slice/shop.service", []uint64{1e6}, 0, 0)},
+				Overruns: []snapshot.Overrun{{Time: t0.Add(-time.Second), Span: "checkout", Identity: snapshot.Identity{Cgroup: "/system.slice/shop.service"},
+					DurationNs: 312e6, BudgetNs: 250e6, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7"}}}
+			e.Observe(s)
+			prom := promtest.Start(t, promtest.Config{Targets: map[string]string{"spanwatch": serve(t, e)}, NativeHistograms: tc.native, Exemplars: true})
+			deadline := time.Now().Add(30 * time.Second)
+			var got []promtest.Exemplar
+			for {
+				got = prom.Exemplars(tc.query, t0.Add(-time.Minute), time.Now().Add(time.Minute))
+				if len(got) > 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d exemplars of %s, want 1: %+v", len(got), tc.query, got)
+			}
+			x := got[0]
+			// Prometheus keeps milliseconds; OpenMetrics carries the
+			// time as float seconds (as expfmt writes it), which
+			// Prometheus truncates: up to 1ms early.
+			if x.Labels["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" || x.Labels["span_id"] != "00f067aa0ba902b7" || len(x.Labels) != 2 ||
+				x.Value != 0.312 || x.Time.Sub(t0.Add(-time.Second)).Abs() > time.Millisecond {
+				t.Errorf("exemplar %+v, want checkout's overrun (trace 4bf9..., span 00f0..., 0.312 s at %s)", x, t0.Add(-time.Second))
+			}
+			if x.Series["span"] != "checkout" || x.Series["job"] != "spanwatch" {
+				t.Errorf("exemplar of series %v, want checkout's", x.Series)
+			}
+			if !tc.native && x.Series["le"] != "0.5" {
+				t.Errorf("exemplar on the le=%q bucket, want 0.5 (0.312 s falls in (0.25, 0.5])", x.Series["le"])
+			}
+			// The dashboard's quantile query (deploy/grafana, which
+			// asks for exemplars) finds it too: the exemplar API takes
+			// the series of every selector in an expression.
+			dash := `histogram_quantile(0.99, sum by (span, le) (rate(spanwatch_span_duration_seconds_bucket[5m]))) or histogram_quantile(0.99, sum by (span) (rate(spanwatch_span_duration_seconds[5m])))`
+			if d := prom.Exemplars(dash, t0.Add(-time.Minute), time.Now().Add(time.Minute)); len(d) != 1 || d[0].Labels["trace_id"] != x.Labels["trace_id"] {
+				t.Errorf("exemplars of the dashboard's query: %+v, want the one above", d)
+			}
+			t.Logf("%s: %v on %v", tc.name, x.Labels, x.Series)
+		})
+	}
+}

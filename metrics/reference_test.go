@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,11 @@ type durationHistogram struct {
 	classic  *classicBounds // nil: no classic buckets
 	native   bool
 	created  time.Time
+	// exemplar, when set, is put where client_golang's
+	// ObserveWithExemplar puts it: on the classic bucket its value falls
+	// in (an explicit +Inf bucket above them all) and, for a native
+	// histogram, in Histogram.Exemplars.
+	exemplar *dto.Exemplar
 }
 
 func (h *durationHistogram) Desc() *prometheus.Desc { return h.desc }
@@ -57,6 +63,21 @@ func (h *durationHistogram) Write(m *dto.Metric) error {
 				j++
 			}
 			hist.Bucket[k] = &dto.Bucket{CumulativeCount: proto.Uint64(cum), UpperBound: proto.Float64(c.le[k])}
+		}
+	}
+	if ex := h.exemplar; ex != nil {
+		placed := false
+		for _, b := range hist.Bucket {
+			if ex.GetValue() <= b.GetUpperBound() {
+				b.Exemplar, placed = ex, true
+				break
+			}
+		}
+		if !placed {
+			hist.Bucket = append(hist.Bucket, &dto.Bucket{CumulativeCount: proto.Uint64(h.count), UpperBound: proto.Float64(math.Inf(+1)), Exemplar: ex})
+		}
+		if h.native {
+			hist.Exemplars = []*dto.Exemplar{ex}
 		}
 	}
 	if h.native {

@@ -23,6 +23,9 @@ type view struct {
 	// buckets holds every series' packed cumulative histogram (see
 	// appendPacked).
 	buckets []byte
+	// exemplars holds the series' exemplars, one at most per series
+	// (exemplar.go).
+	exemplars []exemplar
 }
 
 // viewSeries is one exported series' cumulative values.
@@ -37,6 +40,9 @@ type viewSeries struct {
 	sumVal    int64 // an argument metric's signed sum
 	lastSeen  int64 // Unix nanoseconds of the last snapshot it was in
 	hist, neg packedRef
+	// ex is 1 + the index of the series' exemplar in view.exemplars; 0
+	// for none.
+	ex uint32
 }
 
 // packedRef locates a packed histogram in view.buckets.
@@ -163,6 +169,7 @@ type builder struct {
 	old     []bucketCount
 	merged  []bucketCount
 	values  [16]string
+	best    []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
 }
 
 // labelValues renders a snapshot series' exported label values in the
@@ -296,7 +303,6 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 		if ok {
 			m := e.metaAt(old, added, idx)
 			if !sameSeries(m, metric, extra, values) {
-				ok = false
 				if bd.clashes == nil {
 					bd.clashes = map[string]int32{}
 				}
@@ -316,6 +322,10 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 			bd.index[h] = idx
 		}
 		bd.slot = append(bd.slot, idx)
+	}
+	bd.best = bd.best[:0]
+	if e.exemplars && len(s.Overruns) > 0 {
+		e.pickExemplars(old, added, s, now)
 	}
 	total := n + len(added)
 	series := make([]viewSeries, total)
@@ -352,11 +362,34 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 	keep := series[:0]
 	dropped := false
 	buckets := make([]byte, 0, len(old.buckets)+len(old.buckets)/8+64)
+	var exemplars []exemplar
+	if len(old.exemplars) > 0 || len(bd.best) > 0 {
+		exemplars = make([]exemplar, 0, len(old.exemplars)+len(bd.best))
+	}
+	best := bd.best
 	for i := range series {
 		vs := series[i]
 		if vs.lastSeen != nowNs && ((e.ttl > 0 && nowNs-vs.lastSeen > int64(e.ttl)) || dropAbsent) {
 			dropped = true
 			continue
+		}
+		// The series' exemplar: this snapshot's newest, unless the one it
+		// had is newer still.
+		for len(best) > 0 && best[0].idx < int32(i) {
+			best = best[1:]
+		}
+		var ex exemplar
+		ok := len(best) > 0 && best[0].idx == int32(i)
+		if ok {
+			ex = best[0].ex
+		}
+		if vs.ex != 0 && (!ok || old.exemplars[vs.ex-1].unixNs >= ex.unixNs) {
+			ex, ok = old.exemplars[vs.ex-1], true
+		}
+		vs.ex = 0
+		if ok {
+			exemplars = append(exemplars, ex)
+			vs.ex = uint32(len(exemplars))
 		}
 		if bd.first[i] < 0 {
 			// No window: the packed bytes move as they are.
@@ -383,7 +416,26 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 			bd.index[m.hash] = int32(i)
 		}
 	}
-	return &view{series: keep, buckets: buckets}
+	return &view{series: keep, buckets: buckets, exemplars: exemplars}
+}
+
+// find returns the index of the series of these labels in the view
+// being built (old's series, then added), if there is one.
+func (e *Exporter) find(old *view, added []*seriesMeta, metric bool, extra, values []string, h uint64) (int32, bool) {
+	bd := &e.bd
+	idx, ok := bd.index[h]
+	if !ok {
+		return 0, false
+	}
+	if sameSeries(e.metaAt(old, added, idx), metric, extra, values) {
+		return idx, true
+	}
+	if bd.clashes == nil {
+		return 0, false
+	}
+	m := bd.newMeta(metric, extra, values, h, time.Time{})
+	idx, ok = bd.clashes[fullKey(metric, m.names, m.values)]
+	return idx, ok
 }
 
 // metaAt is the meta of view series idx: an old one, or one added in this

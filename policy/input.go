@@ -444,6 +444,7 @@ func overrunObject(o *snapshot.Overrun) ast.Object {
 		item(kNamespace, strTerm(o.Namespace)),
 		item(kPod, strTerm(o.Pod)),
 		item(kContainer, strTerm(o.Container)),
+		item(kProcess, strTerm(o.Process)),
 		item(kDurationNs, uintTerm(o.DurationNs)),
 		item(kBudgetNs, uintTerm(o.BudgetNs)),
 		item(kError, ast.BooleanTerm(o.Error)),

@@ -43,7 +43,7 @@ func full() *Snapshot {
 		}},
 		Overruns: []Overrun{{
 			Time: time.Date(2026, 12, 2, 9, 59, 59, 0, time.UTC), Span: "checkout", NameID: 1, PID: 7, TID: 8, Comm: "shop",
-			CgroupID: 42, Identity: Identity{Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service"}, SourceLabels: map[string]string{"status": "503"}, DurationNs: 1e6, BudgetNs: 5e5,
+			CgroupID: 42, Identity: Identity{Cgroup: "/x", Container: "abc", Pod: "uid", Unit: "shop.service", Process: "shop"}, SourceLabels: map[string]string{"status": "503"}, DurationNs: 1e6, BudgetNs: 5e5,
 			Error: true, TraceID: strings.Repeat("ab", 16), SpanID: strings.Repeat("cd", 8), StillRunning: true, Source: "marker",
 			UserStack:   []Frame{{Addr: 0x401000, Function: "main.slow", File: "main.go", Line: 3, Module: "/bin/shop", Offset: 0x1000, BuildID: "ff"}},
 			KernelStack: []Frame{{Addr: 0xffffffff81000000, Function: "do_nanosleep"}},

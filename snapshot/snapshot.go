@@ -158,8 +158,10 @@ type Overrun struct {
 	TID      uint32    `json:"tid"`
 	Comm     string    `json:"comm"`
 	CgroupID uint64    `json:"cgroup_id"`
-	// Identity names the cgroup, as on the span's series; Process is the
-	// cgroup's executable, Comm the thread's command.
+	// Identity names the cgroup as on the span's series, so that an
+	// overrun names the same series its span was counted in (metrics puts
+	// its trace id on that series as an exemplar). Process is the
+	// cgroup's executable, Comm the thread's own name.
 	Identity
 	// SourceLabels are the span's source labels, as on its series.
 	SourceLabels map[string]string `json:"labels,omitempty"`
@@ -270,7 +272,7 @@ type Stats struct {
 	// same.
 	ExtremesFromBuckets bool `json:"extremes_from_buckets,omitempty"`
 	// SeriesLive and SeriesCapacity are the series the kernel holds now
-	// and can hold; BPFMapBytes is the memory its maps take.
+	// and can hold; BPFMapBytes is the memory its maps take now.
 	SeriesLive     uint64 `json:"series_live,omitempty"`
 	SeriesCapacity uint64 `json:"series_capacity,omitempty"`
 	BPFMapBytes    uint64 `json:"bpf_map_bytes,omitempty"`

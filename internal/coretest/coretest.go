@@ -131,6 +131,16 @@ func (c *Core) run(first, n, repeat int) error {
 	return nil
 }
 
+// RunTime is the kernel's BPF statistics of Run's program: its run time
+// and runs so far (the caller enables the statistics, ebpf.EnableStats).
+func (c *Core) RunTime() (time.Duration, uint64, error) {
+	st, err := c.objs.CoretestRun.Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Runtime, st.RunCount, nil
+}
+
 // Aggregate writes and aggregates entries once each.
 func (c *Core) Aggregate(es []Entry) error {
 	for off := 0; off < len(es); off += Batch {

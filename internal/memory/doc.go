@@ -31,4 +31,9 @@
 //
 // Never shed: the counts, errors, sums and histograms of live series, in
 // the kernel, in snapshots, in --output and on /metrics.
+//
+// The BPF maps are measured from /proc/self/fdinfo (ProcessMapBytes):
+// each map's memlock where the kernel reports what the map uses (6.4+),
+// else at least its size as MapShape computes it from its type, sizes and
+// flags, the formula the plan's estimate uses too.
 package memory

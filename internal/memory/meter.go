@@ -4,11 +4,16 @@ import (
 	"cmp"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cilium/ebpf"
+
+	krel "github.com/spanwatch/spanwatch/internal/kernel"
 )
 
 // A Meter measures the agent's memory (Usage). It is safe for concurrent
@@ -137,31 +142,81 @@ func statusBytes(path, key string) uint64 {
 }
 
 // ProcessMapBytes is the memory the kernel charges for the BPF maps this
-// process holds open: the memlock of each map in /proc/self/fdinfo (the
-// maps of every object, the collector's and the sources'). It caches the
-// figure for MapBytesTTL: maps are created at start and as sources
-// attach, not on every measurement.
+// process holds open (the maps of every object, the collector's and the
+// sources'), from /proc/self/fdinfo: each map's memlock where it is what
+// the kernel charges (Linux 6.4+: map_mem_usage per map type, the
+// elements inserted so far for a hash created with BPF_F_NO_PREALLOC;
+// before 5.11: the pages charged at creation), else (5.11 to 6.3) the
+// map's size as MapShape.Bytes computes it from the shape fdinfo prints:
+// memlock there is the map's keys' and values' sizes times its entries
+// (bpf_map_memory_footprint: no buckets, element headers or ring buffer,
+// a key counted for each array element), and for a hash that allocates
+// as it fills no figure says how full it is, so it is counted full, as
+// the plan counted it. A release it cannot read: the larger of the two.
+// It caches the figure for MapBytesTTL: maps are created at start and as
+// sources attach, and grow with the series, slowly.
 type ProcessMapBytes struct {
 	mu   sync.Mutex
 	at   time.Time
 	n    uint64
 	proc string
+	// release is the kernel's release ("" reads it from the proc
+	// directory's sys/kernel/osrelease).
+	release string
 }
 
 // MapBytesTTL is how long ProcessMapBytes keeps its figure.
 const MapBytesTTL = 30 * time.Second
+
+// MapFootprintSince and MapMemUsageSince bound the releases whose
+// fdinfo memlock is a map's keys' and values' sizes times its entries
+// (bpf_map_memory_footprint), not what it is charged: from 5.11 (before
+// it, the pages charged to RLIMIT_MEMLOCK at creation) to before 6.4
+// (map_mem_usage per map type).
+var (
+	MapFootprintSince = krel.Version{5, 11, 0}
+	MapMemUsageSince  = krel.Version{6, 4, 0}
+)
+
+// memlockKind is what a kernel's fdinfo memlock is.
+type memlockKind int
+
+const (
+	memlockUnknown   memlockKind = iota // a release not understood: the larger of memlock and the estimate
+	memlockCharged                      // what the map is charged (before 5.11, and 6.4+)
+	memlockFootprint                    // keys' and values' sizes (5.11 to 6.3): the estimate
+)
+
+func memlockOf(release string) memlockKind {
+	v, err := krel.ParseVersion(release)
+	switch {
+	case err != nil:
+		return memlockUnknown
+	case !v.Less(MapFootprintSince) && v.Less(MapMemUsageSince):
+		return memlockFootprint
+	}
+	return memlockCharged
+}
 
 // Read returns the figure, read again when older than MapBytesTTL.
 func (p *ProcessMapBytes) Read() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if now := time.Now(); p.at.IsZero() || now.Sub(p.at) >= MapBytesTTL {
-		p.n, p.at = mapMemlock(cmp.Or(p.proc, "/proc/self")), now
+		proc := cmp.Or(p.proc, "/proc/self")
+		if p.release == "" {
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(proc), "sys/kernel/osrelease")); err == nil {
+				p.release = strings.TrimSpace(string(b))
+			}
+		}
+		p.n, p.at = mapMemlock(proc, memlockOf(p.release), possibleCPUs()), now
 	}
 	return p.n
 }
 
-func mapMemlock(proc string) uint64 {
+// mapMemlock sums the maps of the process whose proc directory is proc
+// (mapInfoBytes).
+func mapMemlock(proc string, kind memlockKind, cpus int) uint64 {
 	dir := filepath.Join(proc, "fdinfo")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -173,12 +228,83 @@ func mapMemlock(proc string) uint64 {
 		if err != nil || !strings.Contains(string(b), "\nmap_id:") {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "memlock:"); ok {
-				n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				total += n
-			}
-		}
+		total += mapInfoBytes(string(b), kind, cpus)
 	}
 	return total
+}
+
+// MapInfoBytes is what the kernel charges for the BPF map whose
+// /proc/PID/fdinfo text is info, counted as ProcessMapBytes counts it on
+// this machine's kernel.
+func MapInfoBytes(info string) uint64 {
+	h := host()
+	return mapInfoBytes(info, h.kind, h.cpus)
+}
+
+// mapInfoBytes is a map's memlock, its shape's most, or the larger of
+// the two, as kind says.
+func mapInfoBytes(info string, kind memlockKind, cpus int) uint64 {
+	memlock, shape := parseMapInfo(info)
+	most, _ := shape.Bytes(cpus)
+	switch kind {
+	case memlockCharged:
+		return memlock
+	case memlockFootprint:
+		return most
+	}
+	return max(memlock, most)
+}
+
+type hostKernel struct {
+	kind memlockKind
+	cpus int
+}
+
+// host is what mapInfoBytes needs of this machine: what its kernel's
+// fdinfo memlock is (its release, /proc/sys/kernel/osrelease) and its
+// possible CPUs.
+var host = sync.OnceValue(func() hostKernel {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return hostKernel{kind: memlockOf(strings.TrimSpace(string(b))), cpus: possibleCPUs()}
+})
+
+func possibleCPUs() int {
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return cpus
+}
+
+// parseMapInfo reads a map's memlock and shape from its fdinfo.
+func parseMapInfo(info string) (memlock uint64, s MapShape) {
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if k == "memlock" {
+			memlock, _ = strconv.ParseUint(v, 10, 64)
+			continue
+		}
+		var field *uint32
+		switch k {
+		case "map_type":
+			field = &s.Type
+		case "key_size":
+			field = &s.KeySize
+		case "value_size":
+			field = &s.ValueSize
+		case "max_entries":
+			field = &s.MaxEntries
+		case "map_flags":
+			field = &s.Flags
+		default:
+			continue
+		}
+		n, _ := strconv.ParseUint(v, 0, 32) // map_flags is hexadecimal (0x400)
+		*field = uint32(n)
+	}
+	return memlock, s
 }

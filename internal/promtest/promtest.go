@@ -30,6 +30,10 @@ type Config struct {
 	// for protobuf and stores native histograms. Without it, Prometheus
 	// asks for text and stores classic histograms, as most do.
 	NativeHistograms bool
+	// Exemplars starts Prometheus with --enable-feature=exemplar-storage
+	// (2.26+): it keeps the exemplars it scrapes (from OpenMetrics text,
+	// or from protobuf), which Exemplars queries.
+	Exemplars bool
 	// Interval is the scrape and rule evaluation interval; 0 means 1s.
 	Interval time.Duration
 	// RuleFiles are rule files to evaluate.
@@ -108,8 +112,15 @@ func Start(t testing.TB, cfg Config) *Prometheus {
 			"--web.listen-address=" + addr,
 			"--log.level=warn",
 		}
+		var features []string
 		if cfg.NativeHistograms {
-			args = append(args, "--enable-feature=native-histograms")
+			features = append(features, "native-histograms")
+		}
+		if cfg.Exemplars {
+			features = append(features, "exemplar-storage")
+		}
+		if len(features) > 0 {
+			args = append(args, "--enable-feature="+strings.Join(features, ","))
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -248,4 +259,57 @@ func (p *Prometheus) AwaitAny(q string, timeout time.Duration) float64 {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// An Exemplar is one exemplar the exemplar API returned, with the labels
+// of the series it belongs to.
+type Exemplar struct {
+	Series map[string]string
+	Labels map[string]string
+	Value  float64
+	// Time is the exemplar's timestamp.
+	Time time.Time
+}
+
+// Exemplars returns the exemplars of the series q selects between start
+// and end (/api/v1/query_exemplars); a failed query fails the test.
+func (p *Prometheus) Exemplars(q string, start, end time.Time) []Exemplar {
+	p.t.Helper()
+	v := url.Values{"query": {q}, "start": {strconv.FormatFloat(float64(start.UnixMilli())/1e3, 'f', 3, 64)},
+		"end": {strconv.FormatFloat(float64(end.UnixMilli())/1e3, 'f', 3, 64)}}
+	resp, err := http.Get(p.URL + "/api/v1/query_exemplars?" + v.Encode())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   []struct {
+			SeriesLabels map[string]string `json:"seriesLabels"`
+			Exemplars    []struct {
+				Labels    map[string]string `json:"labels"`
+				Value     string            `json:"value"`
+				Timestamp float64           `json:"timestamp"`
+			} `json:"exemplars"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		p.t.Fatalf("exemplars of %s: %v", q, err)
+	}
+	if r.Status != "success" {
+		p.t.Fatalf("exemplars of %s: %s", q, r.Error)
+	}
+	var out []Exemplar
+	for _, d := range r.Data {
+		for _, e := range d.Exemplars {
+			v, err := strconv.ParseFloat(e.Value, 64)
+			if err != nil {
+				p.t.Fatalf("exemplars of %s: value %q: %v", q, e.Value, err)
+			}
+			out = append(out, Exemplar{Series: d.SeriesLabels, Labels: e.Labels, Value: v,
+				Time: time.UnixMilli(int64(math.Round(e.Timestamp * 1e3)))})
+		}
+	}
+	return out
 }
