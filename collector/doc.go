@@ -41,7 +41,7 @@
 // The maps are sized at load from Config (the agent's memory budget plans
 // them with EstimateMapBytes). On the full objects from Linux 6.1 the
 // hashes that fill with series, names and workloads are created with
-// BPF_F_NO_PREALLOC (GrowsWithUse): the kernel charges their elements as
-// they are inserted; everything else is allocated whole at load
-// (docs/memory.md).
+// BPF_F_NO_PREALLOC (GrowsWithUse; not on PREEMPT_RT kernels): the kernel
+// charges their elements as they are inserted; everything else is
+// allocated whole at load (docs/memory.md).
 package collector

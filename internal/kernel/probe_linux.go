@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -119,6 +120,12 @@ func build() string {
 		return ""
 	}
 	return unix.ByteSliceToString(u.Version[:])
+}
+
+// PreemptRT reports whether the running kernel is built with PREEMPT_RT:
+// its uname -v says so (scripts/mkcompile_h writes "PREEMPT_RT" there).
+func PreemptRT() bool {
+	return strings.Contains(build(), "PREEMPT_RT")
 }
 
 func release() string {

@@ -16,3 +16,6 @@ func Probe() *Probes {
 	}
 	return p
 }
+
+// PreemptRT reports false: spanwatch's BPF needs Linux.
+func PreemptRT() bool { return false }
