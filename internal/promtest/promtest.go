@@ -172,6 +172,31 @@ func (p *Prometheus) waitReady(done <-chan struct{}) error {
 	}
 }
 
+// api gets /api/v1/PATH?v and decodes the response's data into data; an
+// error, or a status other than success, fails the test.
+func (p *Prometheus) api(path string, v url.Values, data any) {
+	p.t.Helper()
+	resp, err := http.Get(p.URL + "/api/v1/" + path + "?" + v.Encode())
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		p.t.Fatalf("%s %s: %v", path, v.Get("query"), err)
+	}
+	if r.Status != "success" {
+		p.t.Fatalf("%s %s: %s", path, v.Get("query"), r.Error)
+	}
+	if err := json.Unmarshal(r.Data, data); err != nil {
+		p.t.Fatalf("%s %s: %v", path, v.Get("query"), err)
+	}
+}
+
 // A Sample is one element of a query's result.
 type Sample struct {
 	Labels map[string]string
@@ -182,29 +207,15 @@ type Sample struct {
 // test.
 func (p *Prometheus) Query(q string) []Sample {
 	p.t.Helper()
-	resp, err := http.Get(p.URL + "/api/v1/query?query=" + url.QueryEscape(q))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			Result []struct {
-				Metric map[string]string `json:"metric"`
-				Value  [2]any            `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
+		Result []struct {
+			Metric map[string]string `json:"metric"`
+			Value  [2]any            `json:"value"`
+		} `json:"result"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		p.t.Fatalf("query %s: %v", q, err)
-	}
-	if r.Status != "success" {
-		p.t.Fatalf("query %s: %s", q, r.Error)
-	}
-	out := make([]Sample, len(r.Data.Result))
-	for i, s := range r.Data.Result {
+	p.api("query", url.Values{"query": {q}}, &r)
+	out := make([]Sample, len(r.Result))
+	for i, s := range r.Result {
 		str, _ := s.Value[1].(string)
 		v, err := strconv.ParseFloat(str, 64)
 		if err != nil {
@@ -277,31 +288,17 @@ func (p *Prometheus) Exemplars(q string, start, end time.Time) []Exemplar {
 	p.t.Helper()
 	v := url.Values{"query": {q}, "start": {strconv.FormatFloat(float64(start.UnixMilli())/1e3, 'f', 3, 64)},
 		"end": {strconv.FormatFloat(float64(end.UnixMilli())/1e3, 'f', 3, 64)}}
-	resp, err := http.Get(p.URL + "/api/v1/query_exemplars?" + v.Encode())
-	if err != nil {
-		p.t.Fatal(err)
+	var r []struct {
+		SeriesLabels map[string]string `json:"seriesLabels"`
+		Exemplars    []struct {
+			Labels    map[string]string `json:"labels"`
+			Value     string            `json:"value"`
+			Timestamp float64           `json:"timestamp"`
+		} `json:"exemplars"`
 	}
-	defer resp.Body.Close()
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   []struct {
-			SeriesLabels map[string]string `json:"seriesLabels"`
-			Exemplars    []struct {
-				Labels    map[string]string `json:"labels"`
-				Value     string            `json:"value"`
-				Timestamp float64           `json:"timestamp"`
-			} `json:"exemplars"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		p.t.Fatalf("exemplars of %s: %v", q, err)
-	}
-	if r.Status != "success" {
-		p.t.Fatalf("exemplars of %s: %s", q, r.Error)
-	}
+	p.api("query_exemplars", v, &r)
 	var out []Exemplar
-	for _, d := range r.Data {
+	for _, d := range r {
 		for _, e := range d.Exemplars {
 			v, err := strconv.ParseFloat(e.Value, 64)
 			if err != nil {
