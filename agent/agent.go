@@ -21,10 +21,12 @@ import (
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/detector"
+	"github.com/spanwatch/spanwatch/internal/buildinfo"
 	"github.com/spanwatch/spanwatch/internal/crashpoint"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/otlp"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -82,6 +84,7 @@ type Agent struct {
 	dispatcher *notify.Dispatcher  // nil without webhooks or with Options.Notifier
 	notifier   alert.Notifier      // where alerts go, nil for nowhere
 	exporter   *metrics.Exporter   // nil without a listener
+	otlp       *otlp.Exporter      // nil without an otlp: section
 	listener   *listener           // nil without a listener
 
 	plan  memory.Plan // how the memory budget is divided (cfg.Memory at start)
@@ -132,6 +135,12 @@ func New(cfg *config.Config, opts Options) (_ *Agent, err error) {
 		mcfg := cfg.Metrics
 		mcfg.Logger = a.log
 		if a.exporter, err = metrics.NewExporter(mcfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.OTLP != nil {
+		res := map[string]string{"service.name": "spanwatch", "service.version": buildinfo.Release, "host.name": detector.NodeName()}
+		if a.otlp, err = otlp.New(*cfg.OTLP, res, a.log); err != nil {
 			return nil, err
 		}
 	}
@@ -204,7 +213,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.applyPlan()
 	ccfg := collectorConfig(cfg.Collector, a.plan, a.log)
+	if a.otlp != nil {
+		// Sends the overruns as OTLP log records; what is queued when
+		// the run ends goes out after the collector has stopped.
+		octx, stopOTLP := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { a.otlp.Run(octx); close(done) }()
+		defer func() { stopOTLP(); <-done }()
+	}
 	ccfg.OnOverrun = func(ov snapshot.Overrun) {
+		if a.otlp != nil {
+			a.otlp.Overrun(&ov)
+		}
 		al, err := a.det.Overrun(work, ov)
 		if err != nil {
 			a.log.Warn("overrun_alert_failed", "span", ov.Span, "error", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/spanwatch/spanwatch/detector"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/otlp"
 )
 
 // registerMetrics exports the detector's, the reloader's and the
@@ -61,6 +62,9 @@ func (a *Agent) registerMetrics() {
 	)
 	if a.dispatcher != nil {
 		reg.MustRegister(notify.NewCollector(a.dispatcher))
+	}
+	if a.otlp != nil {
+		reg.MustRegister(otlpCollector{a.otlp})
 	}
 	reg.MustRegister(
 		gauge("range_history_bytes", "Memory the range history holds (bounded by the memory budget).", func(s detector.Stats) float64 { return float64(s.HistoryBytes) }),
@@ -139,4 +143,23 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(memShedLevelDesc, float64(st.Level))
 	ch <- prometheus.MustNewConstMetric(memShedChangesDesc, prometheus.CounterValue, float64(st.Changes))
+}
+
+// otlpCollector exports what the OTLP exporter did with the overrun
+// records: spanwatch_otlp_records_total by result.
+type otlpCollector struct{ e *otlp.Exporter }
+
+var otlpRecordsDesc = prometheus.NewDesc("spanwatch_otlp_records_total",
+	"Overrun records for the otlp: endpoint, by result: queued, sent, dropped (the queue was full), failed (given up after an error), rejected (refused by the endpoint in a partial success).", []string{"result"}, nil)
+
+func (c otlpCollector) Describe(ch chan<- *prometheus.Desc) { ch <- otlpRecordsDesc }
+
+func (c otlpCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.e.Stats()
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"queued", st.Queued}, {"sent", st.Sent}, {"dropped", st.Dropped}, {"failed", st.Failed}, {"rejected", st.Rejected}} {
+		ch <- prometheus.MustNewConstMetric(otlpRecordsDesc, prometheus.CounterValue, float64(r.n), r.result)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/otlp"
 	"github.com/spanwatch/spanwatch/policy"
 )
 
@@ -48,6 +49,9 @@ type Config struct {
 	// sources: section, in file order (their place among all tracepoint
 	// sources indexes the kernel's map).
 	Tracepoints []tpsource.Source
+	// OTLP is the otlp: section: where overrun records go as OTLP log
+	// records; nil when the file has none (a restart applies changes).
+	OTLP *otlp.Config
 	// Metrics is the metrics: section: the exporter's classic buckets,
 	// native histograms and series TTL (a restart applies changes).
 	Metrics metrics.Config
@@ -193,6 +197,7 @@ var sections = []topSection{
 	{"collector", func(l *loader, v *yaml.Node) { l.collector = collectorSettings.decode(l.d, v, CollectorSettings{}) }},
 	{"external_url", (*loader).externalURL},
 	{"metrics", func(l *loader, v *yaml.Node) { l.cfg.Metrics = metrics.Decode(l.d, v) }},
+	{"otlp", func(l *loader, v *yaml.Node) { l.cfg.OTLP = otlp.Decode(l.d, v) }},
 	{"listener", func(l *loader, v *yaml.Node) { l.listener = decodeListener(l.d, v, l.dir) }},
 	{"policy_limits", func(l *loader, v *yaml.Node) { l.rules.Decode("policy_limits", v) }},
 }

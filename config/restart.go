@@ -9,11 +9,12 @@ import (
 	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
+	"github.com/spanwatch/spanwatch/otlp"
 )
 
 // restartChanges lists what differs between the running configuration
 // and next that a reload cannot apply: the collector: settings that are
-// not live (all but interval), the metrics: and listener: sections, the
+// not live (all but interval), the metrics:, otlp: and listener: sections, the
 // sources, the outbox's path, webhooks where none ran (no dispatcher was
 // started), and no webhooks where some ran.
 func restartChanges(running, next *Config) []RestartChange {
@@ -26,10 +27,14 @@ func restartChanges(running, next *Config) []RestartChange {
 		{"native_histograms", !running.Metrics.NoNativeHistograms, !next.Metrics.NoNativeHistograms},
 		{"exemplars", !running.Metrics.NoExemplars, !next.Metrics.NoExemplars},
 		{"series_ttl", running.Metrics.SeriesTTL, next.Metrics.SeriesTTL},
+		{"names", running.Metrics.Names, next.Metrics.Names},
 	} {
 		if !reflect.DeepEqual(m.x, m.y) {
 			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})
 		}
+	}
+	if !reflect.DeepEqual(running.OTLP, next.OTLP) {
+		out = append(out, RestartChange{Key: "otlp", Old: describeOTLP(running.OTLP), New: describeOTLP(next.OTLP)})
 	}
 	out = append(out, listenerSettings.restartChanges(&running.Listener, &next.Listener)...)
 	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) {
@@ -63,6 +68,7 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Sources = running.Sources
 	out.Tracepoints = running.Tracepoints
 	out.Metrics = running.Metrics
+	out.OTLP = running.OTLP
 	switch {
 	case running.Notify == nil:
 		out.Notify = nil
@@ -102,4 +108,13 @@ func describeSources(s []usdt.SpanSource, t []tpsource.Source) string {
 		names = append(names, t[i].Describe())
 	}
 	return strings.Join(names, "; ")
+}
+
+// describeOTLP says where an otlp: section sends records, for a restart
+// message (headers and the token file are not shown).
+func describeOTLP(c *otlp.Config) string {
+	if c == nil {
+		return "none"
+	}
+	return c.Endpoint
 }

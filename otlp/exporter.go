@@ -1,0 +1,416 @@
+package otlp
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/spanwatch/spanwatch/internal/profile"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// An Exporter sends overrun records to an OTLP/HTTP endpoint as log
+// records (OTLP/HTTP with JSON bodies). Overrun never blocks: it queues
+// the record, and Run sends the queue in batches, retrying what the
+// endpoint may take later (429, 502, 503, 504, a connection error) with
+// backoff until the request timeout has passed four times over. What is
+// dropped (queue full) or given up on (refused, retries exhausted) is
+// counted in Stats and logged.
+type Exporter struct {
+	cfg      Config
+	url      string
+	resource []attr
+	client   *http.Client
+	log      *slog.Logger
+	queue    chan record
+	now      func() time.Time
+
+	queued, sent, dropped, failed, rejected atomic.Uint64
+}
+
+// Stats are an exporter's counts of records.
+type Stats struct {
+	// Queued records were accepted by Overrun; Sent ones were accepted
+	// by the endpoint. Dropped found the queue full; Failed were given
+	// up on after an error; Rejected were refused by the endpoint in a
+	// partial success.
+	Queued, Sent, Dropped, Failed, Rejected uint64
+}
+
+// maxBatch bounds the records of one request; batchWait is how long a
+// record waits for others before a batch goes.
+const (
+	maxBatch  = 512
+	batchWait = time.Second
+	// stackFrames is how many frames of the end stack a record's body
+	// carries (the samples' hottest frames come first).
+	stackFrames = 64
+	// maxBody bounds the response body read.
+	maxBody = 64 << 10
+)
+
+// New returns an Exporter for cfg. resource are the resource attributes
+// every batch carries (service.name, host.name, ...).
+func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, error) {
+	if err := checkEndpoint(cfg.Endpoint); err != nil {
+		return nil, fmt.Errorf("otlp endpoint %q: %w", cfg.Endpoint, err)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Exporter{
+		cfg:    cfg,
+		url:    strings.TrimSuffix(cfg.Endpoint, "/") + "/v1/logs",
+		client: &http.Client{Timeout: cfg.Timeout},
+		log:    log,
+		queue:  make(chan record, cfg.QueueSize),
+		now:    time.Now,
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range resource {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		e.resource = append(e.resource, strAttr(k, resource[k]))
+	}
+	return e, nil
+}
+
+// Stats returns the exporter's counts.
+func (e *Exporter) Stats() Stats {
+	return Stats{Queued: e.queued.Load(), Sent: e.sent.Load(), Dropped: e.dropped.Load(), Failed: e.failed.Load(), Rejected: e.rejected.Load()}
+}
+
+// Overrun queues one overrun record for export, without blocking.
+func (e *Exporter) Overrun(o *snapshot.Overrun) {
+	r := e.record(o)
+	select {
+	case e.queue <- r:
+		e.queued.Add(1)
+	default:
+		if n := e.dropped.Add(1); n&(n-1) == 0 { // logged at the 1st, 2nd, 4th, 8th... drop
+			e.log.Warn("otlp_queue_full_record_dropped", "dropped", n, "queue_size", e.cfg.QueueSize)
+		}
+	}
+}
+
+// Run sends queued records until ctx ends, then what is still queued,
+// for at most one request timeout.
+func (e *Exporter) Run(ctx context.Context) {
+	batch := make([]record, 0, maxBatch)
+	timer := time.NewTimer(batchWait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for {
+				select {
+				case r := <-e.queue:
+					batch = append(batch, r)
+					if len(batch) == maxBatch {
+						e.flush(context.Background(), batch, false)
+						batch = batch[:0]
+					}
+					continue
+				default:
+				}
+				break
+			}
+			e.flush(context.Background(), batch, false)
+			return
+		case r := <-e.queue:
+			batch = append(batch, r)
+			if len(batch) < maxBatch {
+				if len(batch) == 1 {
+					timer.Reset(batchWait)
+				}
+				continue
+			}
+		case <-timer.C:
+			if len(batch) == 0 {
+				continue
+			}
+		}
+		e.flush(ctx, batch, true)
+		batch = batch[:0]
+	}
+}
+
+// flush sends batch, retrying while retry allows.
+func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
+	if len(batch) == 0 {
+		return
+	}
+	body, err := json.Marshal(e.request(batch))
+	if err != nil { // not expected: the request is plain data
+		e.failed.Add(uint64(len(batch)))
+		e.log.Error("otlp_encode_failed", "records", len(batch), "error", err)
+		return
+	}
+	deadline := e.now().Add(4 * e.cfg.Timeout)
+	backoff := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		rejected, again, err := e.post(ctx, body)
+		if err == nil {
+			e.sent.Add(uint64(len(batch)) - rejected)
+			if rejected > 0 {
+				e.rejected.Add(rejected)
+				e.log.Warn("otlp_records_rejected", "rejected", rejected, "records", len(batch))
+			}
+			return
+		}
+		if !again || !retry || e.now().Add(backoff).After(deadline) {
+			e.failed.Add(uint64(len(batch)))
+			e.log.Error("otlp_export_failed", "records", len(batch), "attempts", attempt, "error", err)
+			return
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			retry = false // one last try, now
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, 8*time.Second)
+	}
+}
+
+// post sends one request: rejected is the records a partial success
+// refused; again says the error may pass.
+func (e *Exporter) post(ctx context.Context, body []byte) (rejected uint64, again bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, false, err
+	}
+	for k, v := range e.cfg.Headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if e.cfg.BearerTokenFile != "" {
+		tok, err := readToken(e.cfg.BearerTokenFile)
+		if err != nil {
+			return 0, true, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return 0, true, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		var ps struct {
+			PartialSuccess struct {
+				RejectedLogRecords json.Number `json:"rejectedLogRecords"`
+				ErrorMessage       string      `json:"errorMessage"`
+			} `json:"partialSuccess"`
+		}
+		if json.Unmarshal(b, &ps) == nil && ps.PartialSuccess.RejectedLogRecords != "" {
+			n, _ := strconv.ParseUint(string(ps.PartialSuccess.RejectedLogRecords), 10, 64)
+			return n, false, nil
+		}
+		return 0, false, nil
+	case resp.StatusCode == 429, resp.StatusCode == 502, resp.StatusCode == 503, resp.StatusCode == 504:
+		return 0, true, fmt.Errorf("%s: %s", resp.Status, firstLine(b))
+	}
+	return 0, false, fmt.Errorf("%s: %s", resp.Status, firstLine(b))
+}
+
+// readToken reads a bearer token file, at most 16 KiB, trimmed.
+func readToken(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 16<<10+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > 16<<10 {
+		return "", errors.New("bearer_token_file: larger than 16 KiB")
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" || strings.ContainsAny(tok, "\r\n") {
+		return "", errors.New("bearer_token_file: want one line holding the token")
+	}
+	return tok, nil
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\n")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// record is one log record, as OTLP/JSON writes it.
+type record struct {
+	TimeUnixNano         string `json:"timeUnixNano"`
+	ObservedTimeUnixNano string `json:"observedTimeUnixNano"`
+	SeverityNumber       int    `json:"severityNumber"`
+	SeverityText         string `json:"severityText"`
+	EventName            string `json:"eventName"`
+	Body                 value  `json:"body"`
+	Attributes           []attr `json:"attributes"`
+	TraceID              string `json:"traceId,omitempty"`
+	SpanID               string `json:"spanId,omitempty"`
+}
+
+type attr struct {
+	Key   string `json:"key"`
+	Value value  `json:"value"`
+}
+
+type value struct {
+	StringValue *string `json:"stringValue,omitempty"`
+	IntValue    *string `json:"intValue,omitempty"` // OTLP/JSON writes 64-bit integers as strings
+	BoolValue   *bool   `json:"boolValue,omitempty"`
+}
+
+func strAttr(k, v string) attr { return attr{Key: k, Value: value{StringValue: &v}} }
+func intAttr(k string, v uint64) attr {
+	s := strconv.FormatUint(v, 10)
+	return attr{Key: k, Value: value{IntValue: &s}}
+}
+
+// EventName is the event name of the records an Exporter sends.
+const EventName = "spanwatch.overrun"
+
+// severityWarn is SEVERITY_NUMBER_WARN.
+const severityWarn = 13
+
+// record turns an overrun into a log record: its time, the trace and span
+// ids where they are ids, the summary and the stack (profile.StackText)
+// as body, and what it is about as attributes, named as OpenTelemetry's
+// semantic conventions name them where they have a name.
+func (e *Exporter) record(o *snapshot.Overrun) record {
+	t := o.Time
+	if t.IsZero() {
+		t = e.now()
+	}
+	verb := "took"
+	if o.StillRunning {
+		verb = "has been running for"
+	}
+	body := fmt.Sprintf("span %s %s %v, over its %v budget", o.Span, verb, time.Duration(o.DurationNs), time.Duration(o.BudgetNs))
+	if st := profile.StackText(o, stackFrames); st != "" {
+		body += "\n" + st
+	} else if o.StackError != "" {
+		body += "\n(no stack: " + o.StackError + ")"
+	}
+	r := record{
+		TimeUnixNano:         strconv.FormatInt(t.UnixNano(), 10),
+		ObservedTimeUnixNano: strconv.FormatInt(e.now().UnixNano(), 10),
+		SeverityNumber:       severityWarn,
+		SeverityText:         "WARN",
+		EventName:            EventName,
+		Body:                 value{StringValue: &body},
+	}
+	if isHexID(o.TraceID, 32) {
+		r.TraceID = strings.ToLower(o.TraceID)
+	}
+	if isHexID(o.SpanID, 16) {
+		r.SpanID = strings.ToLower(o.SpanID)
+	}
+	a := []attr{
+		strAttr("spanwatch.span.name", o.Span),
+		intAttr("spanwatch.duration_ns", o.DurationNs),
+		intAttr("spanwatch.budget_ns", o.BudgetNs),
+		intAttr("process.pid", uint64(o.PID)),
+		intAttr("thread.id", uint64(o.TID)),
+	}
+	if o.StillRunning {
+		t := true
+		a = append(a, attr{Key: "spanwatch.still_running", Value: value{BoolValue: &t}})
+	}
+	for _, kv := range [][2]string{
+		{"process.executable.name", o.Comm},
+		{"k8s.namespace.name", o.Namespace},
+		{"k8s.pod.name", o.Pod},
+		{"k8s.pod.uid", o.PodUID},
+		{"k8s.container.name", o.Container},
+		{"container.id", o.ContainerID},
+		{"spanwatch.cgroup", o.Cgroup},
+		{"spanwatch.unit", o.Unit},
+		{"spanwatch.stack_error", o.StackError},
+	} {
+		if kv[1] != "" {
+			a = append(a, strAttr(kv[0], kv[1]))
+		}
+	}
+	if n := o.SampledNs(); n > 0 {
+		a = append(a, intAttr("spanwatch.sampled_ns", n))
+	}
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range o.SourceLabels {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		a = append(a, strAttr("spanwatch.label."+k, o.SourceLabels[k]))
+	}
+	r.Attributes = a
+	return r
+}
+
+// isHexID says whether s is an id of n hex digits, not all zero (OTLP's
+// invalid id).
+func isHexID(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(b, func(c byte) bool { return c != 0 })
+}
+
+// request is an ExportLogsServiceRequest in OTLP/JSON.
+func (e *Exporter) request(batch []record) any {
+	type scope struct {
+		Name    string `json:"name"`
+		Version string `json:"version,omitempty"`
+	}
+	type scopeLogs struct {
+		Scope      scope    `json:"scope"`
+		LogRecords []record `json:"logRecords"`
+	}
+	type resource struct {
+		Attributes []attr `json:"attributes"`
+	}
+	type resourceLogs struct {
+		Resource  resource    `json:"resource"`
+		ScopeLogs []scopeLogs `json:"scopeLogs"`
+	}
+	return struct {
+		ResourceLogs []resourceLogs `json:"resourceLogs"`
+	}{[]resourceLogs{{Resource: resource{Attributes: e.resource}, ScopeLogs: []scopeLogs{{Scope: scope{Name: "spanwatch"}, LogRecords: batch}}}}}
+}
