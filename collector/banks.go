@@ -1,0 +1,233 @@
+//go:build linux
+
+package collector
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/memory"
+)
+
+// The histogram cells are kept in banks (bpf/aggregate.h, cell_banks):
+// bank b serves the series slots from b * slots, an open-addressed table
+// of its own, so that a bank never rehashes and the cells of an idle
+// agent are a bank or two instead of the whole table. Slots are taken
+// lowest first (a freed one before a never-used one), so the slots in use
+// stay below core_state.next_slot, and banks are created ahead of it.
+const (
+	// bankMinSlots is the fewest slots a bank serves (but for a
+	// capacity below it): the banks a burst of new series can fill
+	// before the collector creates the next.
+	bankMinSlots = 1024
+	// bankMinChunks is the smallest bank: one 4 KiB page of chunks.
+	bankMinChunks = 64
+	// bankPoll is how often the collector looks at the slots in use to
+	// create banks ahead of them: an atomic load of mapped memory.
+	bankPoll = 20 * time.Millisecond
+)
+
+// bankPlan is how cfg's histogram cells are cut in banks.
+type bankPlan struct {
+	chunks uint32 // cell chunks a bank: a power of two
+	slots  uint32 // series slots a bank serves
+	banks  uint32 // banks the capacity needs
+}
+
+// cellBanks cuts HistogramCells (a power of two) in the most banks
+// (a power of two) that still serve bankMinSlots slots each and hold a
+// page each: the same cells a slot as one table of them all, with no
+// bank larger than it needs. 68,217 series and 2^24 cells (the 1 GiB
+// default) make 64 banks of 2 MiB, 1,066 slots each.
+func (cfg *Config) cellBanks() bankPlan {
+	chunks := max(cfg.HistogramCells/uint32(cellsPerChunk), 1)
+	n := uint32(1)
+	for 2*n <= cfg.MaxSeries/bankMinSlots && chunks/(2*n) >= bankMinChunks {
+		n *= 2
+	}
+	slots := (cfg.MaxSeries + n - 1) / n
+	return bankPlan{chunks: chunks / n, slots: slots, banks: (cfg.MaxSeries + slots - 1) / slots}
+}
+
+// ahead is the banks that must exist when hwm slots were ever taken:
+// those of the slots in use and the bank after them, so that a burst of
+// new series finds its cells in place. An idle agent has two.
+func (p bankPlan) ahead(hwm uint64) uint32 {
+	return uint32(min(hwm/uint64(p.slots)+2, uint64(p.banks)))
+}
+
+// bankSpec is the spec of one bank, the inner map cell_banks was created
+// with.
+func (p bankPlan) bankSpec() *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: "cell_bank", Type: ebpf.Array, KeySize: 4,
+		ValueSize: uint32(cellsPerChunk * 8), MaxEntries: p.chunks, Flags: unix.BPF_F_MMAPABLE}
+}
+
+// sizeCellBanks sizes the cell banks of a core's spec: their count (the
+// outer map) is in mapSizes, a bank's chunks here. The compat core keeps
+// them empty: one of one chunk.
+func sizeCellBanks(spec *ebpf.CollectionSpec, cfg *Config, core kernel.Core) {
+	ms := spec.Maps[mapCellBanks]
+	if ms == nil || ms.InnerMap == nil {
+		return
+	}
+	ms.InnerMap.MaxEntries = 1
+	if core != kernel.CoreCompat {
+		ms.InnerMap.MaxEntries = cfg.cellBanks().chunks
+	}
+}
+
+const mapCellBanks = "cell_banks"
+
+// bankSet is the banks of cell_banks this collector created, mapped one
+// after the other into one reserved range of our memory, so that the
+// cells of every bank are one slice: cell i of bank b at b * cells a bank
+// + i. The ranges of banks not created yet are reserved, never touched:
+// their dirty bits are never set.
+type bankSet struct {
+	plan   bankPlan
+	outer  *ebpf.Map
+	next   *atomic.Uint64 // core_state.next_slot
+	region []byte         // the reserved range, the size of every bank
+
+	mu    sync.Mutex
+	banks []*ebpf.Map // created, in bank order
+	err   error       // the first failure, logged once
+
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+}
+
+// newBankSet reserves the range of every bank, creates the first banks
+// and starts the goroutine that creates the others ahead of the slots.
+func newBankSet(plan bankPlan, outer *ebpf.Map, next *uint64, log logger) (*bankSet, error) {
+	size := int(plan.banks) * int(plan.chunks) * cellsPerChunk * 8
+	region, err := unix.Mmap(-1, 0, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("reserve the histogram cells' range: %w", err)
+	}
+	b := &bankSet{plan: plan, outer: outer, next: (*atomic.Uint64)(unsafe.Pointer(next)), region: region,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if err := b.grow(); err != nil {
+		b.close()
+		return nil, err
+	}
+	b.started = true
+	go b.run(log)
+	return b, nil
+}
+
+// cells returns every bank's cells, those of banks not created yet
+// included (never to be read).
+func (b *bankSet) cells() []uint64 {
+	return unsafe.Slice((*uint64)(unsafe.Pointer(&b.region[0])), len(b.region)/8)
+}
+
+func (b *bankSet) run(log logger) {
+	defer close(b.done)
+	t := time.NewTicker(bankPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		if err := b.grow(); err != nil {
+			b.mu.Lock()
+			first := b.err == nil
+			if first {
+				b.err = err
+			}
+			b.mu.Unlock()
+			if first {
+				log.Warn("cell_bank_failed", "error", err, "effect", "the values of new series go to the first bank's cells, or are counted as histogram_full")
+			}
+		}
+	}
+}
+
+// grow creates the banks the slots taken so far need (ahead). A bank is
+// mapped into its place in the range before it is put in cell_banks:
+// before any program can write it, so before any of its dirty bits is
+// set.
+func (b *bankSet) grow() error {
+	want := b.plan.ahead(b.next.Load())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uint32(len(b.banks)) < want {
+		i := uint32(len(b.banks))
+		m, err := ebpf.NewMap(b.plan.bankSpec())
+		if err != nil {
+			return fmt.Errorf("create cell bank %d: %w", i, err)
+		}
+		bytes := uintptr(b.plan.chunks) * uintptr(cellsPerChunk*8)
+		at := unsafe.Pointer(&b.region[uintptr(i)*bytes])
+		if _, err := unix.MmapPtr(m.FD(), 0, at, bytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED); err != nil {
+			m.Close()
+			return fmt.Errorf("map cell bank %d: %w", i, err)
+		}
+		if err := b.outer.Put(i, m); err != nil {
+			// Give the range back to the reservation.
+			unix.MmapPtr(-1, 0, at, bytes, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+			m.Close()
+			return fmt.Errorf("put cell bank %d: %w", i, err)
+		}
+		b.banks = append(b.banks, m)
+	}
+	return nil
+}
+
+// maps returns the banks created so far.
+func (b *bankSet) maps() []*ebpf.Map {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*ebpf.Map(nil), b.banks...)
+}
+
+// mapBytes is the memory the kernel charges for the banks created so
+// far, from their fdinfo as memory.MapInfoBytes counts it.
+func (b *bankSet) mapBytes() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var total uint64
+	for _, m := range b.banks {
+		if s, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD())); err == nil {
+			total += memory.MapInfoBytes(string(s))
+		}
+	}
+	return total
+}
+
+// stopGrowing stops the goroutine that creates banks ahead of the slots.
+func (b *bankSet) stopGrowing() {
+	if b.started {
+		b.started = false
+		close(b.stop)
+		<-b.done
+	}
+}
+
+func (b *bankSet) close() {
+	b.stopGrowing()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.region != nil {
+		unix.Munmap(b.region)
+		b.region = nil
+	}
+	for _, m := range b.banks {
+		m.Close()
+	}
+	b.banks = nil
+}
+

@@ -1,0 +1,115 @@
+//go:build linux
+
+package collector
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
+)
+
+func TestCellBanksPlan(t *testing.T) {
+	for _, c := range []struct {
+		series, cells              uint32
+		chunks, slots, banks, idle uint32
+	}{
+		{68217, 1 << 24, 32768, 1066, 64, 2}, // the 1 GiB default
+		{27974, 1 << 22, 32768, 1749, 16, 2}, // the DaemonSet's 512Mi
+		{131072, 1 << 24, 16384, 1024, 128, 2},
+		{1024, 4096, 512, 1024, 1, 1},
+		{64, 512, 64, 64, 1, 1},
+		{8192, 1 << 14, 256, 1024, 8, 2},
+		{3000, 1 << 24, 1 << 20, 1500, 2, 2},
+	} {
+		cfg := Config{MaxSeries: c.series, HistogramCells: c.cells}
+		p := cfg.cellBanks()
+		if p.chunks != c.chunks || p.slots != c.slots || p.banks != c.banks || p.ahead(0) != c.idle {
+			t.Errorf("%d series, %d cells: %d chunks, %d slots, %d banks, %d idle; want %d, %d, %d, %d",
+				c.series, c.cells, p.chunks, p.slots, p.banks, p.ahead(0), c.chunks, c.slots, c.banks, c.idle)
+		}
+		if p.chunks*p.banks*uint32(cellsPerChunk) > c.cells || p.slots*p.banks < c.series || p.chunks&(p.chunks-1) != 0 {
+			t.Errorf("%d series, %d cells: %+v holds more cells or fewer slots than asked", c.series, c.cells, p)
+		}
+	}
+}
+
+// TestCellBanksGrowWithUse creates series past the banks there are, with
+// the goroutine that creates them stopped: their values go to the first
+// bank, exactly; banks made later take the new values, and a histogram
+// adds up the cells of a bucket in both.
+func TestCellBanksGrowWithUse(t *testing.T) {
+	bpftest.Require(t, kernel.Atomics, kernel.Loop)
+	ct := newCoreTest(t, Config{Core: kernel.CoreFull, MaxSeries: 8192, HistogramCells: 1 << 17, SeriesQuota: 8192})
+	b := ct.c.reader.banks
+	if got := len(b.maps()); got != 2 {
+		t.Fatalf("%d banks at start, want 2", got)
+	}
+	before := ct.c.MapBytes()
+	b.stopGrowing()
+	const n = 5000 // banks 0 and 1 serve 2,048 slots
+	var es []entry
+	for i := range n {
+		es = append(es, entry{Name: fmt.Sprintf("bank.%d", i), Cgroup: 1 + uint64(i)%64, Value: uint64(1000 + i)})
+	}
+	ct.aggregate(t, es)
+	s, got := ct.snapshot(t)
+	if s.Stats.HistogramFull != 0 || s.Stats.StatsFull != 0 {
+		t.Fatalf("histogram_full %d, series_full %d", s.Stats.HistogramFull, s.Stats.StatsFull)
+	}
+	check := func(round uint64) {
+		t.Helper()
+		for i := range n {
+			name := fmt.Sprintf("bank.%d", i)
+			sr, ok := got[name]
+			if !ok || sr.Count != round {
+				t.Fatalf("%s: count %d, want %d", name, sr.Count, round)
+			}
+			var h uint64
+			for _, bk := range sr.Histogram {
+				h += bk.Count
+			}
+			if h != round || len(sr.Histogram) != 1 {
+				t.Fatalf("%s: histogram %+v, want %d values in one bucket", name, sr.Histogram, round)
+			}
+		}
+	}
+	check(1)
+	if got := len(b.maps()); got != 2 {
+		t.Fatalf("%d banks while stopped, want 2", got)
+	}
+	if err := b.grow(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(b.maps()), int(b.plan.ahead(n)); got != want || want != 6 {
+		t.Fatalf("%d banks after growing, want %d (6)", got, want)
+	}
+	if after := ct.c.MapBytes(); after-before < 4*uint64(b.plan.chunks)*64 {
+		t.Errorf("map bytes %d -> %d: the four new banks of %d bytes are not counted", before, after, b.plan.chunks*64)
+	}
+	// Twice each: the second snapshot's bucket is the sum of a cell in
+	// bank 0 (the first value, kept there: its key stays) and none new;
+	// values of slots whose bank is new go there.
+	ct.aggregate(t, es)
+	ct.aggregate(t, es)
+	s, got = ct.snapshot(t)
+	if s.Stats.HistogramFull != 0 {
+		t.Fatalf("histogram_full %d", s.Stats.HistogramFull)
+	}
+	check(2)
+	// Both cells of a spilled slot are read: look at one.
+	slot := uint32(4000)
+	var cells int
+	for bank := uint32(0); bank < uint32(len(b.maps())); bank++ {
+		base := int(bank) * int(b.plan.chunks) * cellsPerChunk
+		for i := base; i < base+int(b.plan.chunks)*cellsPerChunk; i++ {
+			if ct.c.reader.cells[i]>>(32+cellFieldBits) == uint64(slot+1) {
+				cells++
+			}
+		}
+	}
+	if cells != 2 {
+		t.Errorf("slot %d holds %d cells, want 2 (one in bank 0, one in its own)", slot, cells)
+	}
+}
