@@ -230,4 +230,3 @@ func (b *bankSet) close() {
 	}
 	b.banks = nil
 }
-
