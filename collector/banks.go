@@ -25,14 +25,18 @@ import (
 // stay below core_state.next_slot, and banks are created ahead of it.
 const (
 	// bankMinSlots is the fewest slots a bank serves (but for a
-	// capacity below it): the banks a burst of new series can fill
-	// before the collector creates the next.
-	bankMinSlots = 1024
-	// bankMinChunks is the smallest bank: one 4 KiB page of chunks.
-	bankMinChunks = 64
+	// capacity below it): with the half bank kept ahead, the new series
+	// a burst can make before the next bank is there; past them, their
+	// values go to bank 0, still counted.
+	bankMinSlots = 512
+	// bankMinChunks is the smallest bank, 1 MiB (but for a table
+	// smaller than it: one bank): a table that small is not worth
+	// cutting, and a bank 0 that size holds the cells of a burst of
+	// new series (131,072) until their banks are there.
+	bankMinChunks = 1 << 20 / (8 * 8)
 	// bankPoll is how often the collector looks at the slots in use to
 	// create banks ahead of them: an atomic load of mapped memory.
-	bankPoll = 20 * time.Millisecond
+	bankPoll = 50 * time.Millisecond
 )
 
 // bankPlan is how cfg's histogram cells are cut in banks.
@@ -43,10 +47,10 @@ type bankPlan struct {
 }
 
 // cellBanks cuts HistogramCells (a power of two) in the most banks
-// (a power of two) that still serve bankMinSlots slots each and hold a
-// page each: the same cells a slot as one table of them all, with no
+// (a power of two) that still serve bankMinSlots slots each and hold
+// bankMinChunks each: the same cells a slot as one table of them all, with no
 // bank larger than it needs. 68,217 series and 2^24 cells (the 1 GiB
-// default) make 64 banks of 2 MiB, 1,066 slots each.
+// default) make 128 banks of 1 MiB, 533 slots each.
 func (cfg *Config) cellBanks() bankPlan {
 	chunks := max(cfg.HistogramCells/uint32(cellsPerChunk), 1)
 	n := uint32(1)
@@ -58,10 +62,10 @@ func (cfg *Config) cellBanks() bankPlan {
 }
 
 // ahead is the banks that must exist when hwm slots were ever taken:
-// those of the slots in use and the bank after them, so that a burst of
-// new series finds its cells in place. An idle agent has two.
+// those of the slots in use and of the next half bank's, so that a burst
+// of new series finds its cells in place. An idle agent has one.
 func (p bankPlan) ahead(hwm uint64) uint32 {
-	return uint32(min(hwm/uint64(p.slots)+2, uint64(p.banks)))
+	return uint32(min((hwm+uint64(p.slots)/2)/uint64(p.slots)+1, uint64(p.banks)))
 }
 
 // bankSpec is the spec of one bank, the inner map cell_banks was created

@@ -15,13 +15,14 @@ func TestCellBanksPlan(t *testing.T) {
 		series, cells              uint32
 		chunks, slots, banks, idle uint32
 	}{
-		{68217, 1 << 24, 32768, 1066, 64, 2}, // the 1 GiB default
-		{27974, 1 << 22, 32768, 1749, 16, 2}, // the DaemonSet's 512Mi
-		{131072, 1 << 24, 16384, 1024, 128, 2},
+		{68217, 1 << 24, 16384, 533, 128, 1}, // the 1 GiB default
+		{27974, 1 << 22, 16384, 875, 32, 1},  // the DaemonSet's 512Mi
+		{131071, 1 << 24, 16384, 1024, 128, 1},
 		{1024, 4096, 512, 1024, 1, 1},
 		{64, 512, 64, 64, 1, 1},
-		{8192, 1 << 14, 256, 1024, 8, 2},
-		{3000, 1 << 24, 1 << 20, 1500, 2, 2},
+		{8192, 1 << 17, 16384, 8192, 1, 1},
+		{20000, 1 << 20, 16384, 2500, 8, 1},
+		{16000, 1 << 24, 131072, 1000, 16, 1},
 	} {
 		cfg := Config{MaxSeries: c.series, HistogramCells: c.cells}
 		p := cfg.cellBanks()
@@ -41,14 +42,14 @@ func TestCellBanksPlan(t *testing.T) {
 // adds up the cells of a bucket in both.
 func TestCellBanksGrowWithUse(t *testing.T) {
 	bpftest.Require(t, kernel.Atomics, kernel.Loop)
-	ct := newCoreTest(t, Config{Core: kernel.CoreFull, MaxSeries: 8192, HistogramCells: 1 << 17, SeriesQuota: 8192})
+	ct := newCoreTest(t, Config{Core: kernel.CoreFull, MaxSeries: 8192, HistogramCells: 1 << 19, SeriesQuota: 8192})
 	b := ct.c.reader.banks
-	if got := len(b.maps()); got != 2 {
-		t.Fatalf("%d banks at start, want 2", got)
+	if got := len(b.maps()); got != 1 || b.plan.slots != 2048 {
+		t.Fatalf("%d banks of %d slots at start, want 1 of 2048", got, b.plan.slots)
 	}
 	before := ct.c.MapBytes()
 	b.stopGrowing()
-	const n = 5000 // banks 0 and 1 serve 2,048 slots
+	const n = 5000 // bank 0 serves 2,048 slots
 	var es []entry
 	for i := range n {
 		es = append(es, entry{Name: fmt.Sprintf("bank.%d", i), Cgroup: 1 + uint64(i)%64, Value: uint64(1000 + i)})
@@ -76,17 +77,17 @@ func TestCellBanksGrowWithUse(t *testing.T) {
 		}
 	}
 	check(1)
-	if got := len(b.maps()); got != 2 {
-		t.Fatalf("%d banks while stopped, want 2", got)
+	if got := len(b.maps()); got != 1 {
+		t.Fatalf("%d banks while stopped, want 1", got)
 	}
 	if err := b.grow(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(b.maps()), int(b.plan.ahead(n)); got != want || want != 6 {
-		t.Fatalf("%d banks after growing, want %d (6)", got, want)
+	if got, want := len(b.maps()), int(b.plan.ahead(n)); got != want || want != 3 {
+		t.Fatalf("%d banks after growing, want %d (3)", got, want)
 	}
-	if after := ct.c.MapBytes(); after-before < 4*uint64(b.plan.chunks)*64 {
-		t.Errorf("map bytes %d -> %d: the four new banks of %d bytes are not counted", before, after, b.plan.chunks*64)
+	if after := ct.c.MapBytes(); after-before < 2*uint64(b.plan.chunks)*64 {
+		t.Errorf("map bytes %d -> %d: the two new banks of %d bytes are not counted", before, after, b.plan.chunks*64)
 	}
 	// Twice each: the second snapshot's bucket is the sum of a cell in
 	// bank 0 (the first value, kept there: its key stays) and none new;
