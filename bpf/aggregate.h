@@ -286,7 +286,7 @@ struct core_state {
 	 * bits from BUDGET_GLOBS_SHIFT). */
 	__u32 budget_gen;
 	__u32 bank_slots; /* series slots a cell bank serves */
-	__u32 _pad;
+	__u32 banks_made; /* cell banks in cell_banks: 0 to banks_made - 1 */
 };
 
 struct {
@@ -345,8 +345,8 @@ struct cell_chunk {
  * mmapable array the collector creates and maps when the slots come near
  * it (slots are taken lowest first), so an idle agent holds a bank or two
  * instead of the whole table. A value whose bank is not there yet goes to
- * bank 0 (its key names its slot, whatever bank holds it); one that finds
- * no cell there either is counted (COUNTER_HIST_FULL). Sizes are set by
+ * the newest bank (its key names its slot, whatever bank holds it); one
+ * that finds no cell there either is counted (COUNTER_HIST_FULL). Sizes are set by
  * the collector; the compat core (cell_counts) leaves the banks empty.
  */
 #ifndef SPANWATCH_COMPAT
@@ -686,7 +686,8 @@ SW_GLOBAL int cell_probe_all(__u32 key, __u32 bank, __u32 bank_chunks_mask)
 }
 
 /* cell_add counts a value in the (slot, field) cell, in the slot's bank,
- * or bank 0 while the collector has not created that one yet: inline for
+ * or the newest bank while the collector has not created that one yet
+ * (a burst of new series: the banks made meanwhile share it): inline for
  * the common case (the key in the first cell probed), cell_probe_all
  * else. */
 static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_state *st)
@@ -698,7 +699,9 @@ static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_
 	void *cells = bpf_map_lookup_elem(&cell_banks, &bank);
 
 	if (!cells && bank) {
-		bank = 0;
+		/* Not made yet: the newest bank takes the value. */
+		bank = *(volatile const __u32 *)&st->banks_made;
+		bank = bank ? bank - 1 : 0;
 		cells = bpf_map_lookup_elem(&cell_banks, &bank);
 	}
 	if (!cells) {

@@ -89,7 +89,7 @@ type SpanwatchCoreState struct {
 	DefaultQuota   uint32
 	BudgetGen      uint32
 	BankSlots      uint32
-	Pad            uint32
+	BanksMade      uint32
 }
 
 type SpanwatchCounter uint32

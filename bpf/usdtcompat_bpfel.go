@@ -52,7 +52,7 @@ type UsdtCompatCoreState struct {
 	DefaultQuota   uint32
 	BudgetGen      uint32
 	BankSlots      uint32
-	Pad            uint32
+	BanksMade      uint32
 }
 
 type UsdtCompatSeriesKey struct {

@@ -27,12 +27,12 @@ const (
 	// bankMinSlots is the fewest slots a bank serves (but for a
 	// capacity below it): with the half bank kept ahead, the new series
 	// a burst can make before the next bank is there; past them, their
-	// values go to bank 0, still counted.
+	// values go to the newest bank, still counted.
 	bankMinSlots = 512
 	// bankMinChunks is the smallest bank, 1 MiB (but for a table
 	// smaller than it: one bank): a table that small is not worth
-	// cutting, and a bank 0 that size holds the cells of a burst of
-	// new series (131,072) until their banks are there.
+	// cutting, and a bank that size holds the cells of a burst of new
+	// series (131,072) until their banks are there.
 	bankMinChunks = 1 << 20 / (8 * 8)
 	// bankPoll is how often the collector looks at the slots in use to
 	// create banks ahead of them: an atomic load of mapped memory.
@@ -101,6 +101,7 @@ type bankSet struct {
 	plan   bankPlan
 	outer  *ebpf.Map
 	next   *atomic.Uint64 // core_state.next_slot
+	made   *uint32        // core_state.banks_made
 	region []byte         // the reserved range, the size of every bank
 
 	mu    sync.Mutex
@@ -115,13 +116,13 @@ type bankSet struct {
 
 // newBankSet reserves the range of every bank, creates the first banks
 // and starts the goroutine that creates the others ahead of the slots.
-func newBankSet(plan bankPlan, outer *ebpf.Map, next *uint64, log logger) (*bankSet, error) {
+func newBankSet(plan bankPlan, outer *ebpf.Map, next *uint64, made *uint32, log logger) (*bankSet, error) {
 	size := int(plan.banks) * int(plan.chunks) * cellsPerChunk * 8
 	region, err := unix.Mmap(-1, 0, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, fmt.Errorf("reserve the histogram cells' range: %w", err)
 	}
-	b := &bankSet{plan: plan, outer: outer, next: (*atomic.Uint64)(unsafe.Pointer(next)), region: region,
+	b := &bankSet{plan: plan, outer: outer, next: (*atomic.Uint64)(unsafe.Pointer(next)), made: made, region: region,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	if err := b.grow(); err != nil {
 		b.close()
@@ -168,16 +169,17 @@ func (b *bankSet) run(log logger) {
 // set.
 //
 // While series are being created, the banks are made ahead of the slots
-// by twice what the last poll saw taken: a burst (bench/memory/fill makes
-// 131,072 series in a second, 7,000 a poll) then spills into bank 0 in
-// its first poll only, and a quiet agent keeps half a bank ahead.
+// by four times what the last poll saw taken: a burst (bench/memory/fill
+// makes 131,072 series in a second, 7,000 a poll) then spills into the
+// newest bank mostly in its first poll, and a quiet agent keeps half a
+// bank ahead.
 func (b *bankSet) grow() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	hwm := b.next.Load()
 	rate := hwm - min(b.seen, hwm)
 	b.seen = hwm
-	want := b.plan.ahead(hwm + 2*rate)
+	want := b.plan.ahead(hwm + 4*rate)
 	for uint32(len(b.banks)) < want {
 		i := uint32(len(b.banks))
 		m, err := ebpf.NewMap(b.plan.bankSpec())
@@ -197,6 +199,7 @@ func (b *bankSet) grow() error {
 			return fmt.Errorf("put cell bank %d: %w", i, err)
 		}
 		b.banks = append(b.banks, m)
+		atomic.StoreUint32(b.made, uint32(len(b.banks)))
 	}
 	return nil
 }

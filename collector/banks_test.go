@@ -83,9 +83,9 @@ func TestCellBanksGrowWithUse(t *testing.T) {
 	if err := b.grow(); err != nil {
 		t.Fatal(err)
 	}
-	// 5,000 slots taken since the last look: banks ahead by twice that
-	// (all four).
-	if got, want := len(b.maps()), int(b.plan.ahead(3*n)); got != want || want != 4 {
+	// 5,000 slots taken since the last look: banks ahead by four times
+	// that (all four).
+	if got, want := len(b.maps()), int(b.plan.ahead(5*n)); got != want || want != 4 {
 		t.Fatalf("%d banks after growing, want %d (4)", got, want)
 	}
 	if after := ct.c.MapBytes(); after-before < 2*uint64(b.plan.chunks)*64 {

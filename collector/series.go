@@ -230,7 +230,7 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool, p
 		// program runs; then the first banks.
 		r.core.BankChunksMask = plan.chunks - 1
 		r.core.BankSlots = plan.slots
-		if r.banks, err = newBankSet(plan, objs.CellBanks, &r.core.NextSlot, log); err != nil {
+		if r.banks, err = newBankSet(plan, objs.CellBanks, &r.core.NextSlot, &r.core.BanksMade, log); err != nil {
 			return nil, err
 		}
 		r.cells = r.banks.cells()
