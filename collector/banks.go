@@ -77,17 +77,21 @@ func (p bankPlan) bankSpec() *ebpf.MapSpec {
 }
 
 // sizeCellBanks sizes the cell banks of a core's spec: their count (the
-// outer map) is in mapSizes, a bank's chunks here. The compat core keeps
-// them empty: one of one chunk.
+// outer map) is in mapSizes, a bank here. The compat core keeps them
+// empty: its inner map stays the object's (one chunk).
+//
+// The inner map is the one every bank is created from (bankSpec), with
+// no BTF: the kernel puts a bank in cell_banks only if it matches the
+// inner map cell_banks was created with, and before 6.2 that compares
+// where a bpf_timer is in the value, which is -EINVAL for a map created
+// without BTF and -ENOENT for one created with it (Debian's 6.1: "put
+// cell bank 0: update: invalid argument").
 func sizeCellBanks(spec *ebpf.CollectionSpec, cfg *Config, core kernel.Core) {
 	ms := spec.Maps[mapCellBanks]
-	if ms == nil || ms.InnerMap == nil {
+	if ms == nil || ms.InnerMap == nil || core == kernel.CoreCompat {
 		return
 	}
-	ms.InnerMap.MaxEntries = 1
-	if core != kernel.CoreCompat {
-		ms.InnerMap.MaxEntries = cfg.cellBanks().chunks
-	}
+	ms.InnerMap = cfg.cellBanks().bankSpec()
 }
 
 const mapCellBanks = "cell_banks"

@@ -165,7 +165,9 @@ func privateCore(t *testing.T, given map[string]*ebpf.Map) map[string]*ebpf.Map 
 			ms.MaxEntries = n
 		}
 		if ms.InnerMap != nil {
-			ms.InnerMap.MaxEntries = chunks // one bank of cells serves every slot
+			// One bank of cells serves every slot; the bank and the
+			// inner map made from one spec, so the kernel takes it.
+			ms.InnerMap.MaxEntries = chunks
 		}
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
