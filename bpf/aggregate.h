@@ -345,8 +345,10 @@ struct cell_chunk {
  * mmapable array the collector creates and maps when the slots come near
  * it (slots are taken lowest first), so an idle agent holds a bank or two
  * instead of the whole table. A value whose bank is not there yet goes to
- * the newest bank (its key names its slot, whatever bank holds it); one
- * that finds no cell there either is counted (COUNTER_HIST_FULL). Sizes are set by
+ * a bank that is (its key names its slot, whatever bank holds it), whose
+ * cell the collector frees once the slot's bank is made and no program
+ * can still be adding to it; one that finds no cell is counted
+ * (COUNTER_HIST_FULL). Sizes are set by
  * the collector; the compat core (cell_counts) leaves the banks empty.
  */
 #ifndef SPANWATCH_COMPAT
@@ -686,10 +688,10 @@ SW_GLOBAL int cell_probe_all(__u32 key, __u32 bank, __u32 bank_chunks_mask)
 }
 
 /* cell_add counts a value in the (slot, field) cell, in the slot's bank,
- * or the newest bank while the collector has not created that one yet
- * (a burst of new series: the banks made meanwhile share it): inline for
- * the common case (the key in the first cell probed), cell_probe_all
- * else. */
+ * or another while the collector has not created that one yet (a burst
+ * of new series; the collector frees such cells once the slot's bank is
+ * there): inline for the common case (the key in the first cell probed),
+ * cell_probe_all else. */
 static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_state *st)
 {
 	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
@@ -699,9 +701,10 @@ static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_
 	void *cells = bpf_map_lookup_elem(&cell_banks, &bank);
 
 	if (!cells && bank) {
-		/* Not made yet: the newest bank takes the value. */
-		bank = *(volatile const __u32 *)&st->banks_made;
-		bank = bank ? bank - 1 : 0;
+		/* Not made yet: a bank made takes the value, the slot's
+		 * modulo their count, so that a burst spreads over them. */
+		__u32 made = *(volatile const __u32 *)&st->banks_made;
+		bank = made ? slot % made : 0;
 		cells = bpf_map_lookup_elem(&cell_banks, &bank);
 	}
 	if (!cells) {

@@ -251,3 +251,65 @@ func (b *bankSet) close() {
 	}
 	b.banks = nil
 }
+
+// spilled tells whether cell holds a key of slot outside the slot's own
+// bank: a value that came while that bank was not made yet.
+func (b *bankSet) spilled(cell, slot uint32) bool {
+	return cell/(b.plan.chunks*uint32(cellsPerChunk)) != slot/b.plan.slots
+}
+
+// madeCount is the number of banks made so far.
+func (b *bankSet) madeCount() uint32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return uint32(len(b.banks))
+}
+
+// reclaimSpilled frees the cells that took values of slots whose bank was
+// not made yet, once it is: no program adds to them after it looked the
+// bank up (an RCU grace period, membarrier, after the bank was there), so
+// a cell whose count this read took is empty for good. One whose count
+// grew since is left for the next read to take. Left alone, they would
+// take the room of their bank's own slots for as long as their series
+// live.
+func (r *seriesReader) reclaimSpilled() {
+	if len(r.spilled) == 0 {
+		return
+	}
+	made := r.banks.madeCount() // before the grace period
+	// home tells whether cell c still holds a key out of its slot's
+	// bank (not: freed with its slot, maybe taken by a slot of its own
+	// bank since), and whether that bank is made.
+	home := func(c uint32) (key uint32, out, ok bool) {
+		key = uint32(atomic.LoadUint64(&r.cells[c]) >> 32)
+		if key == 0 {
+			return 0, false, false
+		}
+		slot := key>>cellFieldBits - 1
+		return key, r.banks.spilled(c, slot), slot/r.banks.plan.slots < made
+	}
+	ready := false
+	for c := range r.spilled {
+		if _, out, ok := home(c); !out {
+			delete(r.spilled, c)
+		} else if ok {
+			ready = true
+		}
+	}
+	if !ready {
+		return
+	}
+	if err := membarrierGlobal(); err != nil {
+		r.log.Warn("membarrier_failed", "error", err, "effect", "cells of a burst of new series stay where they went")
+		return
+	}
+	for c := range r.spilled {
+		key, out, ok := home(c)
+		if !out || !ok {
+			continue
+		}
+		if atomic.CompareAndSwapUint64(&r.cells[c], uint64(key)<<32, 0) {
+			delete(r.spilled, c)
+		}
+	}
+}

@@ -133,8 +133,9 @@ type seriesReader struct {
 
 	slots        []bpf.SpanwatchSeriesSlot
 	slotDirty    []uint64
-	cells        []uint64 // every bank's, one after the other (bankSet)
-	banks        *bankSet // nil in the compat core
+	cells        []uint64        // every bank's, one after the other (bankSet)
+	banks        *bankSet        // nil in the compat core
+	spilled      map[uint32]bool // cells holding a key of a slot of another bank
 	cellDirty    []uint64
 	core         *bpf.SpanwatchCoreState
 	maps         []*mapping
@@ -234,6 +235,7 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool, p
 			return nil, err
 		}
 		r.cells = r.banks.cells()
+		r.spilled = map[uint32]bool{}
 	}
 	return r, nil
 }
@@ -371,6 +373,9 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					r.markCellDirty(uint32(chunk))
 					continue
 				}
+				if r.banks != nil && r.banks.spilled(uint32(i), slot) {
+					r.spilled[uint32(i)] = true
+				}
 				// Cells come in hash order: they are chained per slot
 				// in compact arrays here and handed to their series
 				// in slot order below, so the scattered accesses hit
@@ -439,6 +444,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		r.bumpBudgetGen()
 		r.globWrote = false
 	}
+	r.reclaimSpilled()
 	r.evict(now, idleEvict)
 	s.Stats.SeriesLive = uint64(len(r.byKey))
 	s.Stats.SeriesCapacity = uint64(r.seriesMax)
