@@ -20,14 +20,14 @@ import (
 // The histogram cells are kept in banks (bpf/aggregate.h, cell_banks):
 // bank b serves the series slots from b * slots, an open-addressed table
 // of its own, so that a bank never rehashes and the cells of an idle
-// agent are a bank or two instead of the whole table. Slots are taken
+// agent are one bank instead of the whole table. Slots are taken
 // lowest first (a freed one before a never-used one), so the slots in use
 // stay below core_state.next_slot, and banks are created ahead of it.
 const (
 	// bankMinSlots is the fewest slots a bank serves (but for a
 	// capacity below it): with the half bank kept ahead, the new series
 	// a burst can make before the next bank is there; past them, their
-	// values go to the newest bank, still counted.
+	// values go to a bank that is (reclaimSpilled frees those cells).
 	bankMinSlots = 512
 	// bankMinChunks is the smallest bank, 1 MiB (but for a table
 	// smaller than it: one bank): a table that small is not worth
@@ -46,11 +46,11 @@ type bankPlan struct {
 	banks  uint32 // banks the capacity needs
 }
 
-// cellBanks cuts HistogramCells (a power of two) in the most banks
-// (a power of two) that still serve bankMinSlots slots each and hold
-// bankMinChunks each: the same cells a slot as one table of them all, with no
-// bank larger than it needs. 68,217 series and 2^24 cells (the 1 GiB
-// default) make 128 banks of 1 MiB, 533 slots each.
+// cellBanks cuts HistogramCells (a power of two) in the most banks (a
+// power of two) that still serve bankMinSlots slots each and hold
+// bankMinChunks each: as many cells a slot as one table of them all.
+// 68,217 series and 2^24 cells (the 1 GiB default) make 128 banks of 1
+// MiB, 533 slots each.
 func (cfg *Config) cellBanks() bankPlan {
 	chunks := max(cfg.HistogramCells/uint32(cellsPerChunk), 1)
 	n := uint32(1)
@@ -161,7 +161,7 @@ func (b *bankSet) run(log logger) {
 			}
 			b.mu.Unlock()
 			if first {
-				log.Warn("cell_bank_failed", "error", err, "effect", "the values of new series go to the first bank's cells, or are counted as histogram_full")
+				log.Warn("cell_bank_failed", "error", err, "effect", "the values of new series go to the banks made, or are counted as histogram_full")
 			}
 		}
 	}
@@ -175,7 +175,7 @@ func (b *bankSet) run(log logger) {
 // While series are being created, the banks are made ahead of the slots
 // by four times what the last poll saw taken: a burst (bench/memory/fill
 // makes 131,072 series in a second, 7,000 a poll) then spills into the
-// newest bank mostly in its first poll, and a quiet agent keeps half a
+// banks made mostly in its first poll, and a quiet agent keeps half a
 // bank ahead.
 func (b *bankSet) grow() error {
 	b.mu.Lock()
