@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,8 +139,13 @@ func TestDashboardAndRulesMetricsExist(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", example, "../examples/go-http").CombinedOutput(); err != nil {
 		t.Fatalf("build examples/go-http: %v\n%s", err, out)
 	}
+	// A webhook, so that the notifier's metrics (which the delivery
+	// alerts query) are served too.
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer hook.Close()
 	config := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(config, []byte("budgets:\n  - span: payment.charge\n    budget: 100ms\nrules:\n  - {name: Slow, span: checkout, when: p99 > 10s}\n"), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte("budgets:\n  - span: payment.charge\n    budget: 100ms\nrules:\n  - {name: Slow, span: checkout, when: p99 > 10s}\n"+
+		"webhooks:\n  - {name: ops, url: \""+hook.URL+"\"}\nrouting:\n  outbox: {path: "+filepath.Join(dir, "outbox.db")+"}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	svc := exec.Command(example, "-listen", "127.0.0.1:0")
@@ -195,7 +201,7 @@ func TestDashboardAndRulesMetricsExist(t *testing.T) {
 		}
 		if families, err = scrapeText("http://" + addr + "/metrics"); err == nil &&
 			families["spanwatch_span_budget_seconds"] != nil && families["spanwatch_span_duration_seconds"] != nil &&
-			families["spanwatch_snapshot_read_duration_seconds"] != nil {
+			families["spanwatch_snapshot_read_duration_seconds"] != nil && families["spanwatch_notify_attempts_total"] != nil {
 			break
 		}
 		if time.Now().After(deadline) {

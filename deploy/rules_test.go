@@ -153,3 +153,60 @@ func recordingRules(t *testing.T) map[string]string {
 	}
 	return out
 }
+
+// TestRulesRunbooks checks that every shipped alert links to its own
+// section of docs/runbook.md, and that the runbook has no section for an
+// alert that is gone.
+func TestRulesRunbooks(t *testing.T) {
+	b, err := os.ReadFile(rulesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/runbook.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if name, ok := strings.CutPrefix(line, "## "); ok {
+			sections[name] = true
+		}
+	}
+	const base = "https://github.com/spanwatch/spanwatch/blob/main/docs/runbook.md#"
+	alerts := map[string]bool{}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts[r.Alert] = true
+			if got, want := r.Annotations["runbook_url"], base+strings.ToLower(r.Alert); got != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, got, want)
+			}
+			if !sections[r.Alert] {
+				t.Errorf("%s: no \"## %s\" section in docs/runbook.md", r.Alert, r.Alert)
+			}
+		}
+	}
+	for s := range sections {
+		if !alerts[s] {
+			t.Errorf("docs/runbook.md has a section for %s, which no rule alerts", s)
+		}
+	}
+	for _, want := range []string{"SpanwatchDown", "SpanwatchNotificationsFailing", "SpanwatchNotificationsLost"} {
+		if !alerts[want] {
+			t.Errorf("no %s alert: the agents' own failures must page someone", want)
+		}
+	}
+}
