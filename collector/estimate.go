@@ -30,6 +30,7 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 }
 
 // EstimateIdleMapBytes estimates the same maps' memory with no series:
+// the full objects' histogram cells as the first bank (banks.go), and
 // where the hashes keyed by series grow as series appear (GrowsWithUse),
 // their bucket arrays only; elsewhere the same as EstimateMapBytes.
 func EstimateIdleMapBytes(cfg Config) (uint64, error) {
