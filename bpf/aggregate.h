@@ -18,9 +18,11 @@
  *    to zero with atomic exchanges of its own, so a snapshot needs no map
  *    syscalls and no previous totals, and costs the same on any CPU count.
  *  - Histograms are Prometheus native schema-6 buckets (hist.h), kept
- *    sparsely in one open-addressed table of 64-bit cells shared by all
- *    series: the high 32 bits name the (slot, bucket) pair, the low 32 bits
- *    count the window's values (the collector zeroes them each window).
+ *    sparsely in open-addressed tables of 64-bit cells: the high 32 bits
+ *    name the (slot, bucket) pair, the low 32 bits count the window's
+ *    values (the collector zeroes them each window). The cells are in
+ *    banks (cell_banks, an array of maps), each serving a range of slots
+ *    and created by the collector as the slots in use come near it.
  *  - Dirty bitmaps say which slots and which cell chunks changed since the
  *    last read, so a quiet series costs a snapshot nothing.
  *  - Slots come from a queue of freed slots, else from a bump counter; the
@@ -275,7 +277,7 @@ struct core_state {
 	__u64 _line[7];	 /* next_slot alone in its cache line */
 	__u64 other_name_id; /* snapshot.NameID("(other)") */
 	__u32 series_max;    /* slots in the series array */
-	__u32 cell_chunks_mask; /* cell chunks - 1: a power of two - 1 */
+	__u32 bank_chunks_mask; /* cell chunks a bank - 1: a power of two - 1 */
 	__u32 default_quota;	/* series per cgroup, unless cg_quota says */
 	/* The budgets in force, one word the collector stores at once after
 	 * it wrote the set the word names: the generation (bits 0..11: series
@@ -283,7 +285,8 @@ struct core_state {
 	 * budget_globs (bit BUDGET_SET_SHIFT) and that set's glob count (8
 	 * bits from BUDGET_GLOBS_SHIFT). */
 	__u32 budget_gen;
-	__u32 _pad[2];
+	__u32 bank_slots; /* series slots a cell bank serves */
+	__u32 banks_made; /* cell banks in cell_banks: 0 to banks_made - 1 */
 };
 
 struct {
@@ -335,15 +338,43 @@ struct cell_chunk {
 	__u64 cell[CELLS_PER_CHUNK];
 };
 
+/*
+ * The histogram cells, in banks: bank b serves the series slots from
+ * b * core_state.bank_slots, an open-addressed table of its own (masked
+ * with bank_chunks_mask), so a bank never rehashes. Each bank is an
+ * mmapable array the collector creates and maps when the slots come near
+ * it (slots are taken lowest first), so an idle agent holds a bank or two
+ * instead of the whole table. A value whose bank is not there yet goes to
+ * a bank that is (its key names its slot, whatever bank holds it), whose
+ * cell the collector frees once the slot's bank is made and no program
+ * can still be adding to it; one that finds no cell is counted
+ * (COUNTER_HIST_FULL). Sizes are set by
+ * the collector; the compat core (cell_counts) leaves the banks empty.
+ */
+#ifndef SPANWATCH_COMPAT
+#define CELL_BANK_FLAGS BPF_F_MMAPABLE
+#else
+#define CELL_BANK_FLAGS 0
+#endif
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1 << 21);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct cell_chunk);
-} cells SEC(".maps");
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, CELL_BANK_FLAGS);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct cell_chunk);
+	});
+} cell_banks SEC(".maps");
 
-/* One bit per cell chunk: set when one of its cells changes. */
+/* A bank's value only pointed to from the map definition above would be
+ * a forward declaration in BTF, with no size: this keeps it whole. */
+const struct cell_chunk unused_cell_chunk __attribute__((unused)) = {};
+
+/* One bit per cell chunk of every bank (bank * chunks a bank + chunk):
+ * set when one of its cells changes. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -591,8 +622,8 @@ struct cell_probe {
 	__u64 h;
 	__u32 key;
 	__u32 mask;
+	__u32 bank;
 	__u32 done;
-	__u32 _pad;
 };
 
 /* The probe order: chunk h >> 40 then h >> 17, each from the cell h picks
@@ -608,12 +639,23 @@ static __always_inline __u32 cell_in_chunk(__u64 h, __u64 i)
 	return (__u32)((h >> 8) + i) & (CELLS_PER_CHUNK - 1);
 }
 
+/* cell_dirty_mark marks a chunk of a bank dirty: its bit in the bitmap of
+ * every bank's chunks. */
+static __always_inline void cell_dirty_mark(__u32 bank, __u32 chunk, __u32 mask)
+{
+	mark_dirty(&cell_dirty, bank * (mask + 1) + chunk);
+}
+
 static long cell_try(__u64 i, struct cell_probe *p)
 {
+	__u32 bank = p->bank;
+	void *cells = bpf_map_lookup_elem(&cell_banks, &bank);
 	__u32 chunk = cell_chunk_of(p->h, i, p->mask);
-	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
 	__u64 want = (__u64)p->key << 32;
 
+	if (!cells)
+		return 1;
+	struct cell_chunk *c = bpf_map_lookup_elem(cells, &chunk);
 	if (!c)
 		return 1;
 	__u64 *cell = &c->cell[cell_in_chunk(p->h, i)];
@@ -627,16 +669,16 @@ static long cell_try(__u64 i, struct cell_probe *p)
 	}
 	if (v != 0)
 		__sync_fetch_and_add(cell, 1);
-	mark_dirty(&cell_dirty, chunk);
+	cell_dirty_mark(bank, chunk, p->mask);
 	p->done = 1;
 	return 1;
 }
 
-/* cell_probe_all walks the probe order for the key's cell, claiming an
- * empty one. A global function, verified once. */
-SW_GLOBAL int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
+/* cell_probe_all walks the probe order for the key's cell in a bank,
+ * claiming an empty one. A global function, verified once. */
+SW_GLOBAL int cell_probe_all(__u32 key, __u32 bank, __u32 bank_chunks_mask)
 {
-	struct cell_probe p = {.key = key, .mask = cell_chunks_mask};
+	struct cell_probe p = {.key = key, .mask = bank_chunks_mask, .bank = bank};
 
 	p.h = key * 0x9e3779b97f4a7c15ULL;
 	bpf_loop(2 * CELLS_PER_CHUNK, cell_try, &p, 0);
@@ -645,31 +687,48 @@ SW_GLOBAL int cell_probe_all(__u32 key, __u32 cell_chunks_mask)
 	return 0;
 }
 
-/* cell_add counts a value in the (slot, field) cell: inline for the
- * common case (the key in the first cell probed), cell_probe_all else. */
-static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+/* cell_add counts a value in the (slot, field) cell, in the slot's bank,
+ * or another while the collector has not created that one yet (a burst
+ * of new series; the collector frees such cells once the slot's bank is
+ * there): inline for the common case (the key in the first cell probed),
+ * cell_probe_all else. */
+static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_state *st)
 {
 	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
 	__u64 h = key * 0x9e3779b97f4a7c15ULL;
-	__u32 chunk = cell_chunk_of(h, 0, cell_chunks_mask);
-	struct cell_chunk *c = bpf_map_lookup_elem(&cells, &chunk);
+	__u32 mask = st->bank_chunks_mask, per = st->bank_slots;
+	__u32 bank = per ? slot / per : 0;
+	void *cells = bpf_map_lookup_elem(&cell_banks, &bank);
 
+	if (!cells && bank) {
+		/* Not made yet: a bank made takes the value, the slot's
+		 * modulo their count, so that a burst spreads over them. */
+		__u32 made = *(volatile const __u32 *)&st->banks_made;
+		bank = made ? slot % made : 0;
+		cells = bpf_map_lookup_elem(&cell_banks, &bank);
+	}
+	if (!cells) {
+		count(COUNTER_HIST_FULL);
+		return;
+	}
+	__u32 chunk = cell_chunk_of(h, 0, mask);
+	struct cell_chunk *c = bpf_map_lookup_elem(cells, &chunk);
 	if (c) {
 		__u64 *cell = &c->cell[cell_in_chunk(h, 0)];
 		if ((*(volatile __u64 *)cell >> 32) == key) {
 			__sync_fetch_and_add(cell, 1);
-			mark_dirty(&cell_dirty, chunk);
+			cell_dirty_mark(bank, chunk, mask);
 			return;
 		}
 	}
-	cell_probe_all(key, cell_chunks_mask);
+	cell_probe_all(key, bank, mask);
 }
 
 #else
 /* cell_add counts a value in the (slot, field) cell of cell_counts: an
  * add to an existing cell, else an insertion, which only one CPU wins;
  * a loser adds to the winner's cell. */
-static __always_inline void cell_add(__u32 slot, __u32 field, __u32 cell_chunks_mask)
+static __always_inline void cell_add(__u32 slot, __u32 field, const struct core_state *st)
 {
 	__u32 key = ((slot + 1) << CELL_FIELD_BITS) | field;
 	__u64 one = 1, *n = bpf_map_lookup_elem(&cell_counts, &key);
@@ -1065,7 +1124,7 @@ SW_GLOBAL __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct
 	__u64 ord = metric ? v ^ (1ULL << 63) : v;
 	atomic_max(&s->max, ord);
 	atomic_max(&s->min_inv, ~ord);
-	cell_add(slot, hist_field(v, metric), c->cell_chunks_mask);
+	cell_add(slot, hist_field(v, metric), c);
 	mark_dirty(&series_dirty, slot);
 	if (metric)
 		return 0;

@@ -10,7 +10,7 @@ import (
 // it must share the collector's (ShareCore), so that all sources feed the
 // same aggregates. TestCoreMapsListed checks the list against the header.
 var CoreMaps = []string{
-	"core", "series", "series_index", "free_slots", "series_dirty", "cells", "cell_dirty", "cell_counts",
+	"core", "series", "series_index", "free_slots", "series_dirty", "cell_banks", "cell_dirty", "cell_counts",
 	"cg_created", "cg_released", "cg_quota", "cg_workload", "budgets", "budget_globs", "names", "overruns", "counters",
 }
 

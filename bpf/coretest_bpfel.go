@@ -48,10 +48,11 @@ type CoretestCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type CoretestCoretestIn struct {
@@ -110,9 +111,9 @@ type CoretestSpanName struct {
 const (
 	CoretestMapBudgetGlobs         = "budget_globs"
 	CoretestMapBudgets             = "budgets"
+	CoretestMapCellBanks           = "cell_banks"
 	CoretestMapCellCounts          = "cell_counts"
 	CoretestMapCellDirty           = "cell_dirty"
-	CoretestMapCells               = "cells"
 	CoretestMapCgCreated           = "cg_created"
 	CoretestMapCgQuota             = "cg_quota"
 	CoretestMapCgReleased          = "cg_released"
@@ -131,6 +132,7 @@ const (
 	CoretestProgCoretestHot        = "coretest_hot"
 	CoretestProgCoretestIndex      = "coretest_index"
 	CoretestProgCoretestRun        = "coretest_run"
+	CoretestVarUnusedCellChunk     = "unused_cell_chunk"
 	CoretestVarUnusedCoretestIn    = "unused_coretest_in"
 	CoretestVarUnusedCoretestSizes = "unused_coretest_sizes"
 )
@@ -188,9 +190,9 @@ type CoretestProgramSpecs struct {
 type CoretestMapSpecs struct {
 	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks     *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts    *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
@@ -212,6 +214,7 @@ type CoretestMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoretestVariableSpecs struct {
+	UnusedCellChunk     *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedCoretestIn    *ebpf.VariableSpec `ebpf:"unused_coretest_in"`
 	UnusedCoretestSizes *ebpf.VariableSpec `ebpf:"unused_coretest_sizes"`
 }
@@ -238,9 +241,9 @@ func (o *CoretestObjects) Close() error {
 type CoretestMaps struct {
 	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellBanks     *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts    *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
@@ -262,9 +265,9 @@ func (m *CoretestMaps) Close() error {
 	return _CoretestClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -287,6 +290,7 @@ func (m *CoretestMaps) Close() error {
 //
 // It can be passed to LoadCoretestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoretestVariables struct {
+	UnusedCellChunk     *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedCoretestIn    *ebpf.Variable `ebpf:"unused_coretest_in"`
 	UnusedCoretestSizes *ebpf.Variable `ebpf:"unused_coretest_sizes"`
 }

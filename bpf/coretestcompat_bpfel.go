@@ -48,10 +48,11 @@ type CoretestCompatCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type CoretestCompatCoretestIn struct {
@@ -102,9 +103,9 @@ type CoretestCompatSpanName struct {
 const (
 	CoretestCompatMapBudgetGlobs         = "budget_globs"
 	CoretestCompatMapBudgets             = "budgets"
+	CoretestCompatMapCellBanks           = "cell_banks"
 	CoretestCompatMapCellCounts          = "cell_counts"
 	CoretestCompatMapCellDirty           = "cell_dirty"
-	CoretestCompatMapCells               = "cells"
 	CoretestCompatMapCgCreated           = "cg_created"
 	CoretestCompatMapCgQuota             = "cg_quota"
 	CoretestCompatMapCgReleased          = "cg_released"
@@ -123,6 +124,7 @@ const (
 	CoretestCompatProgCoretestHot        = "coretest_hot"
 	CoretestCompatProgCoretestIndex      = "coretest_index"
 	CoretestCompatProgCoretestRun        = "coretest_run"
+	CoretestCompatVarUnusedCellChunk     = "unused_cell_chunk"
 	CoretestCompatVarUnusedCoretestIn    = "unused_coretest_in"
 	CoretestCompatVarUnusedCoretestSizes = "unused_coretest_sizes"
 )
@@ -180,9 +182,9 @@ type CoretestCompatProgramSpecs struct {
 type CoretestCompatMapSpecs struct {
 	BudgetGlobs   *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks     *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts    *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty     *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells         *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
@@ -204,6 +206,7 @@ type CoretestCompatMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoretestCompatVariableSpecs struct {
+	UnusedCellChunk     *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedCoretestIn    *ebpf.VariableSpec `ebpf:"unused_coretest_in"`
 	UnusedCoretestSizes *ebpf.VariableSpec `ebpf:"unused_coretest_sizes"`
 }
@@ -230,9 +233,9 @@ func (o *CoretestCompatObjects) Close() error {
 type CoretestCompatMaps struct {
 	BudgetGlobs   *ebpf.Map `ebpf:"budget_globs"`
 	Budgets       *ebpf.Map `ebpf:"budgets"`
+	CellBanks     *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts    *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty     *ebpf.Map `ebpf:"cell_dirty"`
-	Cells         *ebpf.Map `ebpf:"cells"`
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
@@ -254,9 +257,9 @@ func (m *CoretestCompatMaps) Close() error {
 	return _CoretestCompatClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -279,6 +282,7 @@ func (m *CoretestCompatMaps) Close() error {
 //
 // It can be passed to LoadCoretestCompatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoretestCompatVariables struct {
+	UnusedCellChunk     *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedCoretestIn    *ebpf.Variable `ebpf:"unused_coretest_in"`
 	UnusedCoretestSizes *ebpf.Variable `ebpf:"unused_coretest_sizes"`
 }

@@ -48,10 +48,11 @@ type EventheaderCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type EventheaderEhCount uint32
@@ -364,9 +365,9 @@ const (
 const (
 	EventheaderMapBudgetGlobs          = "budget_globs"
 	EventheaderMapBudgets              = "budgets"
+	EventheaderMapCellBanks            = "cell_banks"
 	EventheaderMapCellCounts           = "cell_counts"
 	EventheaderMapCellDirty            = "cell_dirty"
-	EventheaderMapCells                = "cells"
 	EventheaderMapCgCreated            = "cg_created"
 	EventheaderMapCgQuota              = "cg_quota"
 	EventheaderMapCgReleased           = "cg_released"
@@ -392,6 +393,7 @@ const (
 	EventheaderProgEhKprobePerfTpEvent = "eh_kprobe_perf_tp_event"
 	EventheaderProgEhTest              = "eh_test"
 	EventheaderProgEhTestFixed         = "eh_test_fixed"
+	EventheaderVarUnusedCellChunk      = "unused_cell_chunk"
 	EventheaderVarUnusedEhCount        = "unused_eh_count"
 	EventheaderVarUnusedEhEncoding     = "unused_eh_encoding"
 	EventheaderVarUnusedEhFormat       = "unused_eh_format"
@@ -461,9 +463,9 @@ type EventheaderProgramSpecs struct {
 type EventheaderMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks      *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
@@ -491,6 +493,7 @@ type EventheaderMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EventheaderVariableSpecs struct {
+	UnusedCellChunk      *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedEhCount        *ebpf.VariableSpec `ebpf:"unused_eh_count"`
 	UnusedEhEncoding     *ebpf.VariableSpec `ebpf:"unused_eh_encoding"`
 	UnusedEhFormat       *ebpf.VariableSpec `ebpf:"unused_eh_format"`
@@ -528,9 +531,9 @@ func (o *EventheaderObjects) Close() error {
 type EventheaderMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellBanks      *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
-	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
@@ -558,9 +561,9 @@ func (m *EventheaderMaps) Close() error {
 	return _EventheaderClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -589,6 +592,7 @@ func (m *EventheaderMaps) Close() error {
 //
 // It can be passed to LoadEventheaderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EventheaderVariables struct {
+	UnusedCellChunk      *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedEhCount        *ebpf.Variable `ebpf:"unused_eh_count"`
 	UnusedEhEncoding     *ebpf.Variable `ebpf:"unused_eh_encoding"`
 	UnusedEhFormat       *ebpf.Variable `ebpf:"unused_eh_format"`

@@ -19,4 +19,4 @@ package bpf
 // refuses to load them anywhere else.
 //
 //go:generate go run ./internal/gentables
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type series_key -type series_slot -type budget -type budget_key -type budget_glob -type span_name -type overrun -type cell_chunk -type core_state -type counter -type span_source -type series_kind -type budget_flags -type slot_state -type core_sizes -type span_event_sizes -type span_status -type span_flags -type budget_bits Spanwatch spanwatch.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type series_key -type series_slot -type budget -type budget_key -type budget_glob -type span_name -type overrun -type core_state -type counter -type span_source -type series_kind -type budget_flags -type slot_state -type core_sizes -type span_event_sizes -type span_status -type span_flags -type budget_bits Spanwatch spanwatch.bpf.c

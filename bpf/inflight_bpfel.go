@@ -48,10 +48,11 @@ type InflightCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type InflightInflightCandidate struct {
@@ -213,9 +214,9 @@ type InflightUsdtTaskSpans struct {
 const (
 	InflightMapBudgetGlobs               = "budget_globs"
 	InflightMapBudgets                   = "budgets"
+	InflightMapCellBanks                 = "cell_banks"
 	InflightMapCellCounts                = "cell_counts"
 	InflightMapCellDirty                 = "cell_dirty"
-	InflightMapCells                     = "cells"
 	InflightMapCgCreated                 = "cg_created"
 	InflightMapCgQuota                   = "cg_quota"
 	InflightMapCgReleased                = "cg_released"
@@ -243,6 +244,7 @@ const (
 	InflightProgInflightOffCpu           = "inflight_off_cpu"
 	InflightProgInflightOnCpu            = "inflight_on_cpu"
 	InflightProgInflightScan             = "inflight_scan"
+	InflightVarUnusedCellChunk           = "unused_cell_chunk"
 	InflightVarUnusedInflightCandidate   = "unused_inflight_candidate"
 	InflightVarUnusedInflightExecKey     = "unused_inflight_exec_key"
 	InflightVarUnusedInflightSizes       = "unused_inflight_sizes"
@@ -311,9 +313,9 @@ type InflightProgramSpecs struct {
 type InflightMapSpecs struct {
 	BudgetGlobs     *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets         *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks       *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts      *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty       *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells           *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota         *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased      *ebpf.MapSpec `ebpf:"cg_released"`
@@ -342,6 +344,7 @@ type InflightMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type InflightVariableSpecs struct {
+	UnusedCellChunk           *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedInflightCandidate   *ebpf.VariableSpec `ebpf:"unused_inflight_candidate"`
 	UnusedInflightExecKey     *ebpf.VariableSpec `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSizes       *ebpf.VariableSpec `ebpf:"unused_inflight_sizes"`
@@ -377,9 +380,9 @@ func (o *InflightObjects) Close() error {
 type InflightMaps struct {
 	BudgetGlobs     *ebpf.Map `ebpf:"budget_globs"`
 	Budgets         *ebpf.Map `ebpf:"budgets"`
+	CellBanks       *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts      *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty       *ebpf.Map `ebpf:"cell_dirty"`
-	Cells           *ebpf.Map `ebpf:"cells"`
 	CgCreated       *ebpf.Map `ebpf:"cg_created"`
 	CgQuota         *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased      *ebpf.Map `ebpf:"cg_released"`
@@ -408,9 +411,9 @@ func (m *InflightMaps) Close() error {
 	return _InflightClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -440,6 +443,7 @@ func (m *InflightMaps) Close() error {
 //
 // It can be passed to LoadInflightObjects or ebpf.CollectionSpec.LoadAndAssign.
 type InflightVariables struct {
+	UnusedCellChunk           *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedInflightCandidate   *ebpf.Variable `ebpf:"unused_inflight_candidate"`
 	UnusedInflightExecKey     *ebpf.Variable `ebpf:"unused_inflight_exec_key"`
 	UnusedInflightSizes       *ebpf.Variable `ebpf:"unused_inflight_sizes"`

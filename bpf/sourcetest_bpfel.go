@@ -48,10 +48,11 @@ type SourcetestCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type SourcetestSeriesKey struct {
@@ -176,9 +177,9 @@ type SourcetestSrcTerm struct {
 const (
 	SourcetestMapBudgetGlobs         = "budget_globs"
 	SourcetestMapBudgets             = "budgets"
+	SourcetestMapCellBanks           = "cell_banks"
 	SourcetestMapCellCounts          = "cell_counts"
 	SourcetestMapCellDirty           = "cell_dirty"
-	SourcetestMapCells               = "cells"
 	SourcetestMapCgCreated           = "cg_created"
 	SourcetestMapCgQuota             = "cg_quota"
 	SourcetestMapCgReleased          = "cg_released"
@@ -197,6 +198,7 @@ const (
 	SourcetestMapSrcLabelCount       = "src_label_count"
 	SourcetestMapSrcLabelValues      = "src_label_values"
 	SourcetestProgSourcetestRun      = "sourcetest_run"
+	SourcetestVarUnusedCellChunk     = "unused_cell_chunk"
 	SourcetestVarUnusedSourcetestIn  = "unused_sourcetest_in"
 	SourcetestVarUnusedSourcetestOut = "unused_sourcetest_out"
 	SourcetestVarUnusedSrcCounter    = "unused_src_counter"
@@ -255,9 +257,9 @@ type SourcetestProgramSpecs struct {
 type SourcetestMapSpecs struct {
 	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks        *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells            *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
@@ -281,6 +283,7 @@ type SourcetestMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SourcetestVariableSpecs struct {
+	UnusedCellChunk     *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedSourcetestIn  *ebpf.VariableSpec `ebpf:"unused_sourcetest_in"`
 	UnusedSourcetestOut *ebpf.VariableSpec `ebpf:"unused_sourcetest_out"`
 	UnusedSrcCounter    *ebpf.VariableSpec `ebpf:"unused_src_counter"`
@@ -310,9 +313,9 @@ func (o *SourcetestObjects) Close() error {
 type SourcetestMaps struct {
 	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
 	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellBanks        *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
-	Cells            *ebpf.Map `ebpf:"cells"`
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
@@ -336,9 +339,9 @@ func (m *SourcetestMaps) Close() error {
 	return _SourcetestClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -363,6 +366,7 @@ func (m *SourcetestMaps) Close() error {
 //
 // It can be passed to LoadSourcetestObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SourcetestVariables struct {
+	UnusedCellChunk     *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedSourcetestIn  *ebpf.Variable `ebpf:"unused_sourcetest_in"`
 	UnusedSourcetestOut *ebpf.Variable `ebpf:"unused_sourcetest_out"`
 	UnusedSrcCounter    *ebpf.Variable `ebpf:"unused_src_counter"`

@@ -85,10 +85,11 @@ type SpanwatchCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type SpanwatchCounter uint32
@@ -250,9 +251,9 @@ const (
 const (
 	SpanwatchMapBudgetGlobs          = "budget_globs"
 	SpanwatchMapBudgets              = "budgets"
+	SpanwatchMapCellBanks            = "cell_banks"
 	SpanwatchMapCellCounts           = "cell_counts"
 	SpanwatchMapCellDirty            = "cell_dirty"
-	SpanwatchMapCells                = "cells"
 	SpanwatchMapCgCreated            = "cg_created"
 	SpanwatchMapCgQuota              = "cg_quota"
 	SpanwatchMapCgReleased           = "cg_released"
@@ -276,6 +277,7 @@ const (
 	SpanwatchVarUnusedBudgetBits     = "unused_budget_bits"
 	SpanwatchVarUnusedBudgetFlags    = "unused_budget_flags"
 	SpanwatchVarUnusedBudgetGlob     = "unused_budget_glob"
+	SpanwatchVarUnusedCellChunk      = "unused_cell_chunk"
 	SpanwatchVarUnusedCore           = "unused_core"
 	SpanwatchVarUnusedCoreSizes      = "unused_core_sizes"
 	SpanwatchVarUnusedCounter        = "unused_counter"
@@ -344,9 +346,9 @@ type SpanwatchProgramSpecs struct {
 type SpanwatchMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks      *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
@@ -372,6 +374,7 @@ type SpanwatchVariableSpecs struct {
 	UnusedBudgetBits     *ebpf.VariableSpec `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.VariableSpec `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.VariableSpec `ebpf:"unused_budget_glob"`
+	UnusedCellChunk      *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedCore           *ebpf.VariableSpec `ebpf:"unused_core"`
 	UnusedCoreSizes      *ebpf.VariableSpec `ebpf:"unused_core_sizes"`
 	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
@@ -408,9 +411,9 @@ func (o *SpanwatchObjects) Close() error {
 type SpanwatchMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellBanks      *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
-	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
@@ -433,9 +436,9 @@ func (m *SpanwatchMaps) Close() error {
 	return _SpanwatchClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -462,6 +465,7 @@ type SpanwatchVariables struct {
 	UnusedBudgetBits     *ebpf.Variable `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.Variable `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.Variable `ebpf:"unused_budget_glob"`
+	UnusedCellChunk      *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedCore           *ebpf.Variable `ebpf:"unused_core"`
 	UnusedCoreSizes      *ebpf.Variable `ebpf:"unused_core_sizes"`
 	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`

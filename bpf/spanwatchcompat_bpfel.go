@@ -48,10 +48,11 @@ type SpanwatchCompatCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type SpanwatchCompatInflightExecKey struct {
@@ -125,9 +126,9 @@ type SpanwatchCompatSpanName struct {
 const (
 	SpanwatchCompatMapBudgetGlobs          = "budget_globs"
 	SpanwatchCompatMapBudgets              = "budgets"
+	SpanwatchCompatMapCellBanks            = "cell_banks"
 	SpanwatchCompatMapCellCounts           = "cell_counts"
 	SpanwatchCompatMapCellDirty            = "cell_dirty"
-	SpanwatchCompatMapCells                = "cells"
 	SpanwatchCompatMapCgCreated            = "cg_created"
 	SpanwatchCompatMapCgQuota              = "cg_quota"
 	SpanwatchCompatMapCgReleased           = "cg_released"
@@ -151,6 +152,7 @@ const (
 	SpanwatchCompatVarUnusedBudgetBits     = "unused_budget_bits"
 	SpanwatchCompatVarUnusedBudgetFlags    = "unused_budget_flags"
 	SpanwatchCompatVarUnusedBudgetGlob     = "unused_budget_glob"
+	SpanwatchCompatVarUnusedCellChunk      = "unused_cell_chunk"
 	SpanwatchCompatVarUnusedCore           = "unused_core"
 	SpanwatchCompatVarUnusedCoreSizes      = "unused_core_sizes"
 	SpanwatchCompatVarUnusedCounter        = "unused_counter"
@@ -219,9 +221,9 @@ type SpanwatchCompatProgramSpecs struct {
 type SpanwatchCompatMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks      *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
@@ -247,6 +249,7 @@ type SpanwatchCompatVariableSpecs struct {
 	UnusedBudgetBits     *ebpf.VariableSpec `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.VariableSpec `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.VariableSpec `ebpf:"unused_budget_glob"`
+	UnusedCellChunk      *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedCore           *ebpf.VariableSpec `ebpf:"unused_core"`
 	UnusedCoreSizes      *ebpf.VariableSpec `ebpf:"unused_core_sizes"`
 	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
@@ -283,9 +286,9 @@ func (o *SpanwatchCompatObjects) Close() error {
 type SpanwatchCompatMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellBanks      *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
-	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
@@ -308,9 +311,9 @@ func (m *SpanwatchCompatMaps) Close() error {
 	return _SpanwatchCompatClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -337,6 +340,7 @@ type SpanwatchCompatVariables struct {
 	UnusedBudgetBits     *ebpf.Variable `ebpf:"unused_budget_bits"`
 	UnusedBudgetFlags    *ebpf.Variable `ebpf:"unused_budget_flags"`
 	UnusedBudgetGlob     *ebpf.Variable `ebpf:"unused_budget_glob"`
+	UnusedCellChunk      *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedCore           *ebpf.Variable `ebpf:"unused_core"`
 	UnusedCoreSizes      *ebpf.Variable `ebpf:"unused_core_sizes"`
 	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`

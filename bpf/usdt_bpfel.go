@@ -48,10 +48,11 @@ type UsdtCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type UsdtSeriesKey struct {
@@ -300,9 +301,9 @@ type UsdtUsdtTestRecord struct {
 const (
 	UsdtMapBudgetGlobs           = "budget_globs"
 	UsdtMapBudgets               = "budgets"
+	UsdtMapCellBanks             = "cell_banks"
 	UsdtMapCellCounts            = "cell_counts"
 	UsdtMapCellDirty             = "cell_dirty"
-	UsdtMapCells                 = "cells"
 	UsdtMapCgCreated             = "cg_created"
 	UsdtMapCgQuota               = "cg_quota"
 	UsdtMapCgReleased            = "cg_released"
@@ -334,6 +335,7 @@ const (
 	UsdtProgUsdtStart            = "usdt_start"
 	UsdtProgUsdtStartS           = "usdt_start_s"
 	UsdtProgUsdtTestArgs         = "usdt_test_args"
+	UsdtVarUnusedCellChunk       = "unused_cell_chunk"
 	UsdtVarUnusedSrcCounter      = "unused_src_counter"
 	UsdtVarUnusedSrcIndex        = "unused_src_index"
 	UsdtVarUnusedTaskSpanFlags   = "unused_task_span_flags"
@@ -411,9 +413,9 @@ type UsdtProgramSpecs struct {
 type UsdtMapSpecs struct {
 	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks        *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells            *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
@@ -445,6 +447,7 @@ type UsdtMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtVariableSpecs struct {
+	UnusedCellChunk       *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
 	UnusedSrcIndex        *ebpf.VariableSpec `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
@@ -488,9 +491,9 @@ func (o *UsdtObjects) Close() error {
 type UsdtMaps struct {
 	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
 	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellBanks        *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
-	Cells            *ebpf.Map `ebpf:"cells"`
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
@@ -522,9 +525,9 @@ func (m *UsdtMaps) Close() error {
 	return _UsdtClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -557,6 +560,7 @@ func (m *UsdtMaps) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtVariables struct {
+	UnusedCellChunk       *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
 	UnusedSrcIndex        *ebpf.Variable `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`

@@ -48,10 +48,11 @@ type UsdtCompatCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type UsdtCompatSeriesKey struct {
@@ -197,9 +198,9 @@ type UsdtCompatUsdtTaskSpans struct {
 const (
 	UsdtCompatMapBudgetGlobs           = "budget_globs"
 	UsdtCompatMapBudgets               = "budgets"
+	UsdtCompatMapCellBanks             = "cell_banks"
 	UsdtCompatMapCellCounts            = "cell_counts"
 	UsdtCompatMapCellDirty             = "cell_dirty"
-	UsdtCompatMapCells                 = "cells"
 	UsdtCompatMapCgCreated             = "cg_created"
 	UsdtCompatMapCgQuota               = "cg_quota"
 	UsdtCompatMapCgReleased            = "cg_released"
@@ -230,6 +231,7 @@ const (
 	UsdtCompatProgUsdtSingle           = "usdt_single"
 	UsdtCompatProgUsdtStart            = "usdt_start"
 	UsdtCompatProgUsdtTestArgs         = "usdt_test_args"
+	UsdtCompatVarUnusedCellChunk       = "unused_cell_chunk"
 	UsdtCompatVarUnusedSrcCounter      = "unused_src_counter"
 	UsdtCompatVarUnusedSrcIndex        = "unused_src_index"
 	UsdtCompatVarUnusedTaskSpanFlags   = "unused_task_span_flags"
@@ -304,9 +306,9 @@ type UsdtCompatProgramSpecs struct {
 type UsdtCompatMapSpecs struct {
 	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks        *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells            *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
@@ -339,6 +341,7 @@ type UsdtCompatMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtCompatVariableSpecs struct {
+	UnusedCellChunk       *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
 	UnusedSrcIndex        *ebpf.VariableSpec `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
@@ -381,9 +384,9 @@ func (o *UsdtCompatObjects) Close() error {
 type UsdtCompatMaps struct {
 	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
 	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellBanks        *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
-	Cells            *ebpf.Map `ebpf:"cells"`
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
@@ -416,9 +419,9 @@ func (m *UsdtCompatMaps) Close() error {
 	return _UsdtCompatClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -452,6 +455,7 @@ func (m *UsdtCompatMaps) Close() error {
 //
 // It can be passed to LoadUsdtCompatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtCompatVariables struct {
+	UnusedCellChunk       *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
 	UnusedSrcIndex        *ebpf.Variable `ebpf:"unused_src_index"`
 	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`

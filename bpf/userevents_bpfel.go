@@ -48,10 +48,11 @@ type UsereventsCoreState struct {
 	Line           [7]uint64
 	OtherNameId    uint64
 	SeriesMax      uint32
-	CellChunksMask uint32
+	BankChunksMask uint32
 	DefaultQuota   uint32
 	BudgetGen      uint32
-	Pad            [2]uint32
+	BankSlots      uint32
+	BanksMade      uint32
 }
 
 type UsereventsSeriesKey struct {
@@ -257,9 +258,9 @@ type UsereventsUeTestIn struct {
 const (
 	UsereventsMapBudgetGlobs          = "budget_globs"
 	UsereventsMapBudgets              = "budgets"
+	UsereventsMapCellBanks            = "cell_banks"
 	UsereventsMapCellCounts           = "cell_counts"
 	UsereventsMapCellDirty            = "cell_dirty"
-	UsereventsMapCells                = "cells"
 	UsereventsMapCgCreated            = "cg_created"
 	UsereventsMapCgQuota              = "cg_quota"
 	UsereventsMapCgReleased           = "cg_released"
@@ -284,6 +285,7 @@ const (
 	UsereventsProgUeFentryPerfTpEvent = "ue_fentry_perf_tp_event"
 	UsereventsProgUeKprobePerfTpEvent = "ue_kprobe_perf_tp_event"
 	UsereventsProgUeTest              = "ue_test"
+	UsereventsVarUnusedCellChunk      = "unused_cell_chunk"
 	UsereventsVarUnusedUeEvent        = "unused_ue_event"
 	UsereventsVarUnusedUeKind         = "unused_ue_kind"
 	UsereventsVarUnusedUeReason       = "unused_ue_reason"
@@ -346,9 +348,9 @@ type UsereventsProgramSpecs struct {
 type UsereventsMapSpecs struct {
 	BudgetGlobs    *ebpf.MapSpec `ebpf:"budget_globs"`
 	Budgets        *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks      *ebpf.MapSpec `ebpf:"cell_banks"`
 	CellCounts     *ebpf.MapSpec `ebpf:"cell_counts"`
 	CellDirty      *ebpf.MapSpec `ebpf:"cell_dirty"`
-	Cells          *ebpf.MapSpec `ebpf:"cells"`
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
@@ -376,6 +378,7 @@ type UsereventsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsereventsVariableSpecs struct {
+	UnusedCellChunk  *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
 	UnusedUeEvent    *ebpf.VariableSpec `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.VariableSpec `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.VariableSpec `ebpf:"unused_ue_reason"`
@@ -407,9 +410,9 @@ func (o *UsereventsObjects) Close() error {
 type UsereventsMaps struct {
 	BudgetGlobs    *ebpf.Map `ebpf:"budget_globs"`
 	Budgets        *ebpf.Map `ebpf:"budgets"`
+	CellBanks      *ebpf.Map `ebpf:"cell_banks"`
 	CellCounts     *ebpf.Map `ebpf:"cell_counts"`
 	CellDirty      *ebpf.Map `ebpf:"cell_dirty"`
-	Cells          *ebpf.Map `ebpf:"cells"`
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
@@ -437,9 +440,9 @@ func (m *UsereventsMaps) Close() error {
 	return _UsereventsClose(
 		m.BudgetGlobs,
 		m.Budgets,
+		m.CellBanks,
 		m.CellCounts,
 		m.CellDirty,
-		m.Cells,
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
@@ -468,6 +471,7 @@ func (m *UsereventsMaps) Close() error {
 //
 // It can be passed to LoadUsereventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsereventsVariables struct {
+	UnusedCellChunk  *ebpf.Variable `ebpf:"unused_cell_chunk"`
 	UnusedUeEvent    *ebpf.Variable `ebpf:"unused_ue_event"`
 	UnusedUeKind     *ebpf.Variable `ebpf:"unused_ue_kind"`
 	UnusedUeReason   *ebpf.Variable `ebpf:"unused_ue_reason"`

@@ -263,7 +263,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, err
 	}
 	compat := c.facts.Core == kernel.CoreCompat
-	chunks := c.objs.Cells.MaxEntries()
 	// What this kernel gets, in one line: the table of spanwatch kernel.
 	c.log.Info("kernel", kernel.LogArgs(c.facts)...)
 	defer func() {
@@ -272,7 +271,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		}
 	}()
 
-	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries, compat)
+	c.reader, err = newSeriesReader(&c.objs, c.log, cfg.MaxSeries, compat, cfg.cellBanks())
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +291,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	core := c.reader.core
 	core.OtherNameId = snapshot.NameID(snapshot.OtherName)
 	core.SeriesMax = cfg.MaxSeries
-	core.CellChunksMask = chunks - 1
 	core.DefaultQuota = cfg.SeriesQuota
 	// Generation 1, set 0, no globs: no budgets.
 	atomic.StoreUint32(&core.BudgetGen, 1)
@@ -376,6 +374,7 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 	for name, f := range cfg.mapFlags(core, release) {
 		spec.Maps[name].Flags |= f
 	}
+	sizeCellBanks(spec, &cfg, core)
 	var objs objects
 	var fentryErr error
 	objs.method = "kprobe"
@@ -562,7 +561,7 @@ func (c *Collector) Maps() map[string]*ebpf.Map {
 		"series_index": o.SeriesIndex,
 		"free_slots":   o.FreeSlots,
 		"series_dirty": o.SeriesDirty,
-		"cells":        o.Cells,
+		"cell_banks":   o.CellBanks,
 		"cell_dirty":   o.CellDirty,
 		"cell_counts":  o.CellCounts,
 		"cg_created":   o.CgCreated,
@@ -607,6 +606,9 @@ func (c *Collector) MapBytes() uint64 {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", m.FD())); err == nil {
 			total += memory.MapInfoBytes(string(b))
 		}
+	}
+	if c.reader != nil && c.reader.banks != nil {
+		total += c.reader.banks.mapBytes() // the cell banks made so far
 	}
 	return total
 }

@@ -22,7 +22,8 @@
 //
 // Snapshot reads the series array and the histogram cells, mapped into
 // the collector's memory, where they changed since the last read (dirty
-// marks), and returns the window's counts.
+// marks), and returns the window's counts. The cells are in banks
+// (banks.go) the collector creates as the slots in use come near them.
 // Overrun records are read from the ring buffer continuously by a goroutine
 // that only copies them into a bounded queue (Config.OverrunQueue); one
 // worker behind it decodes, symbolizes and delivers them (OnOverrun), so a

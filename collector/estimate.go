@@ -30,6 +30,7 @@ func EstimateMapBytes(cfg Config) (uint64, error) {
 }
 
 // EstimateIdleMapBytes estimates the same maps' memory with no series:
+// the full objects' histogram cells as the first bank (banks.go), and
 // where the hashes keyed by series grow as series appear (GrowsWithUse),
 // their bucket arrays only; elsewhere the same as EstimateMapBytes.
 func EstimateIdleMapBytes(cfg Config) (uint64, error) {
@@ -81,6 +82,16 @@ func estimateMaps(cfg Config, release string) (most, idle uint64, err error) {
 				MaxEntries: entries, Flags: ms.Flags | flags[name]}.Bytes(cpus)
 			most += m
 			idle += i
+			if name == mapCellBanks && core != kernel.CoreCompat {
+				// The banks: every one when full, those New makes
+				// first when idle (bankPlan.ahead).
+				bs := cfg.cellBanks()
+				spec := bs.bankSpec()
+				one, _ := memory.MapShape{Type: uint32(spec.Type), KeySize: spec.KeySize, ValueSize: spec.ValueSize,
+					MaxEntries: spec.MaxEntries, Flags: spec.Flags}.Bytes(cpus)
+				most += uint64(bs.banks) * one
+				idle += uint64(bs.ahead(0)) * one
+			}
 		}
 	}
 	return most, idle, nil
@@ -133,14 +144,14 @@ func (cfg *Config) mapFlags(core kernel.Core, release string) map[string]uint32 
 // cfg's sizes (the others keep their declared size): loadCore sizes the
 // maps with it, EstimateMapBytes counts them with it.
 func (cfg *Config) mapSizes(core kernel.Core) map[string]uint32 {
-	chunks := cfg.HistogramCells / uint32(cellsPerChunk)
+	banks := cfg.cellBanks()
 	m := map[string]uint32{
 		"series": cfg.MaxSeries, "series_index": cfg.MaxSeries, "free_slots": cfg.MaxSeries,
 		// A name per series at most, and the "(other)" series' name.
 		"names":        cfg.MaxSeries + 1,
 		"series_dirty": (cfg.MaxSeries + 63) / 64,
-		"cells":        chunks,
-		"cell_dirty":   (chunks + 63) / 64,
+		"cell_banks":   banks.banks,
+		"cell_dirty":   (banks.banks*banks.chunks + 63) / 64,
 	}
 	if core == kernel.CoreCompat {
 		// A byte a slot for dirty marks, the histogram in cell_counts
@@ -149,7 +160,7 @@ func (cfg *Config) mapSizes(core kernel.Core) map[string]uint32 {
 		// sets (the one in force and the one a change writes: both
 		// full while a change is prepared).
 		m["series_dirty"] = (cfg.MaxSeries + 7) / 8
-		m["cells"] = 1
+		m["cell_banks"] = 1
 		m["cell_dirty"] = 1
 		m["cell_counts"] = compatCells(*cfg)
 		m["budgets"] = uint32(budgetSets) * (uint32(MaxExactBudgets) + cfg.MaxSeries + 1)

@@ -133,7 +133,9 @@ type seriesReader struct {
 
 	slots        []bpf.SpanwatchSeriesSlot
 	slotDirty    []uint64
-	cells        []uint64
+	cells        []uint64        // every bank's, one after the other (bankSet)
+	banks        *bankSet        // nil in the compat core
+	spilled      map[uint32]bool // cells holding a key of a slot of another bank
 	cellDirty    []uint64
 	core         *bpf.SpanwatchCoreState
 	maps         []*mapping
@@ -178,7 +180,7 @@ type logger interface {
 	Warn(msg string, args ...any)
 }
 
-func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (_ *seriesReader, err error) {
+func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool, plan bankPlan) (_ *seriesReader, err error) {
 	// The per-slot arrays grow with the slots in use (grow), not with
 	// the capacity: an idle agent holds none of them.
 	r := &seriesReader{objs: objs, log: log, seriesMax: seriesMax, compat: compat,
@@ -216,10 +218,6 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (
 		return nil, err
 	}
 	r.slotDirty = m.words()[:objs.SeriesDirty.MaxEntries()]
-	if m, err = mm(objs.Cells); err != nil {
-		return nil, err
-	}
-	r.cells = m.words()[:int(objs.Cells.MaxEntries())*cellsPerChunk]
 	if m, err = mm(objs.CellDirty); err != nil {
 		return nil, err
 	}
@@ -228,6 +226,17 @@ func newSeriesReader(objs *objects, log logger, seriesMax uint32, compat bool) (
 		return nil, err
 	}
 	r.core = (*bpf.SpanwatchCoreState)(unsafe.Pointer(&m.mem[0]))
+	if !compat {
+		// The core's cells per bank and slots per bank, before any
+		// program runs; then the first banks.
+		r.core.BankChunksMask = plan.chunks - 1
+		r.core.BankSlots = plan.slots
+		if r.banks, err = newBankSet(plan, objs.CellBanks, &r.core.NextSlot, &r.core.BanksMade, log); err != nil {
+			return nil, err
+		}
+		r.cells = r.banks.cells()
+		r.spilled = map[uint32]bool{}
+	}
 	return r, nil
 }
 
@@ -254,6 +263,10 @@ func (r *seriesReader) grow(n uint32) {
 }
 
 func (r *seriesReader) close() {
+	if r.banks != nil {
+		r.banks.close()
+		r.banks, r.cells = nil, nil
+	}
 	for _, m := range r.maps {
 		m.close()
 	}
@@ -360,6 +373,9 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 					r.markCellDirty(uint32(chunk))
 					continue
 				}
+				if r.banks != nil && r.banks.spilled(uint32(i), slot) {
+					r.spilled[uint32(i)] = true
+				}
 				// Cells come in hash order: they are chained per slot
 				// in compact arrays here and handed to their series
 				// in slot order below, so the scattered accesses hit
@@ -428,6 +444,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		r.bumpBudgetGen()
 		r.globWrote = false
 	}
+	r.reclaimSpilled()
 	r.evict(now, idleEvict)
 	s.Stats.SeriesLive = uint64(len(r.byKey))
 	s.Stats.SeriesCapacity = uint64(r.seriesMax)

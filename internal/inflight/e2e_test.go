@@ -152,7 +152,7 @@ func privateCore(t *testing.T, given map[string]*ebpf.Map) map[string]*ebpf.Map 
 	const seriesMax, chunks = 1024, 1024
 	sizes := map[string]uint32{
 		"series": seriesMax, "series_index": seriesMax, "free_slots": seriesMax, "names": seriesMax + 1,
-		"series_dirty": (seriesMax + 63) / 64, "cells": chunks, "cell_dirty": (chunks + 63) / 64,
+		"series_dirty": (seriesMax + 63) / 64, "cell_banks": 1, "cell_dirty": (chunks + 63) / 64,
 	}
 	maps := map[string]*ebpf.Map{}
 	for _, name := range bpf.CoreMaps {
@@ -164,16 +164,31 @@ func privateCore(t *testing.T, given map[string]*ebpf.Map) map[string]*ebpf.Map 
 		if n, ok := sizes[name]; ok {
 			ms.MaxEntries = n
 		}
+		if ms.InnerMap != nil {
+			// One bank of cells serves every slot; the bank and the
+			// inner map made from one spec, so the kernel takes it.
+			ms.InnerMap.MaxEntries = chunks
+		}
 		m, err := ebpf.NewMap(ms)
 		if err != nil {
 			bpftest.SkipUnlessLoaded(t, "create BPF map "+name, err)
 		}
 		t.Cleanup(func() { m.Close() })
 		maps[name] = m
+		if ms.InnerMap != nil {
+			bank, err := ebpf.NewMap(ms.InnerMap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { bank.Close() })
+			if err := m.Put(uint32(0), bank); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	state := bpf.SpanwatchCoreState{
 		OtherNameId: snapshot.NameID(snapshot.OtherName), SeriesMax: seriesMax,
-		CellChunksMask: chunks - 1, DefaultQuota: seriesMax, BudgetGen: 1,
+		BankChunksMask: chunks - 1, BankSlots: seriesMax, DefaultQuota: seriesMax, BudgetGen: 1,
 	}
 	if err := maps["core"].Put(uint32(0), &state); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 const (
 	mapHash        = 1
 	mapArray       = 2
+	mapArrayOfMaps = 12
 	mapPerCPUHash  = 5
 	mapPerCPUArray = 6
 	mapLRUHash     = 9
@@ -48,7 +49,7 @@ func (s MapShape) Bytes(cpus int) (most, idle uint64) {
 	page := uint64(os.Getpagesize())
 	ncpu := uint64(max(cpus, 1))
 	switch s.Type {
-	case mapArray:
+	case mapArray, mapArrayOfMaps:
 		if s.Flags&FlagMmapable != 0 {
 			b := (n*val+page-1)&^(page-1) + page
 			return b, b
