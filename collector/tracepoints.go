@@ -22,7 +22,6 @@ import (
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/tracefs"
-	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -37,7 +36,8 @@ type Tracepoints struct {
 	dir string
 	col *Collector
 
-	labelSets []uint16 // allocated for sources with labels
+	labelSets  []uint16 // allocated for sources with labels
+	stopCounts func()   // stops snapshots reading Counts
 
 	ue    *ueObjects
 	eh    *ehObjects
@@ -141,9 +141,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		}
 	}
 	// Snapshots carry the sources' counts from now on.
-	c.mu.Lock()
-	c.tracepoints = append(c.tracepoints, t)
-	c.mu.Unlock()
+	t.stopCounts = c.addCounts(t.Counts)
 	if cfg.test {
 		t.dir = cfg.TracefsDir
 		return t, nil
@@ -223,37 +221,11 @@ func (t *Tracepoints) Close() error {
 		for _, id := range t.labelSets {
 			t.col.FreeLabelSet(id)
 		}
-		t.col.mu.Lock()
-		t.col.tracepoints = slices.DeleteFunc(t.col.tracepoints, func(x *Tracepoints) bool { return x == t })
-		t.col.mu.Unlock()
+		if t.stopCounts != nil {
+			t.stopCounts()
+		}
 	})
 	return nil
-}
-
-// sourceEvents adds the window's counts of the attached tracepoint sources
-// (events by how they ended, label values keyed "other") to st. c.mu is
-// held.
-func (c *Collector) sourceEvents(st *snapshot.Stats) {
-	total := map[string]uint64{}
-	for _, t := range c.tracepoints {
-		n, err := t.Counts()
-		if err != nil {
-			c.log.Warn("tracepoint_counts_failed", "error", err)
-			continue
-		}
-		for k, v := range n {
-			total[k] += v
-		}
-	}
-	for k, v := range total {
-		if d := v - c.prevSource[k]; d > 0 && !strings.HasSuffix(k, "/ok") {
-			if st.SourceEvents == nil {
-				st.SourceEvents = map[string]uint64{}
-			}
-			st.SourceEvents[k] = d
-		}
-	}
-	c.prevSource = total
 }
 
 // Status reports each source: the tracepoints it reads and what kept

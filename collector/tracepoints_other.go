@@ -8,7 +8,6 @@ import (
 	"runtime"
 
 	"github.com/spanwatch/spanwatch/internal/tpsource"
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // Tracepoints are the span sources on user_events tracepoints; their BPF
@@ -32,6 +31,3 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) { return nil, nil }
 
 // CPUGaps reports nothing.
 func (t *Tracepoints) CPUGaps() uint64 { return 0 }
-
-// sourceEvents adds nothing: no tracepoint source attaches here.
-func (c *Collector) sourceEvents(*snapshot.Stats) {}
