@@ -99,9 +99,9 @@ func (c *Collector) sourceEvents(st *snapshot.Stats) {
 
 // watchInflight has the in-flight sampler watch the spans of a source's
 // object too (a USDT tracer's maps).
-func (c *Collector) watchInflight(m inflight.USDTMaps) error {
+func (c *Collector) watchInflight(m source.InflightMaps) error {
 	if c.inflight == nil {
 		return nil
 	}
-	return c.inflight.w.AddUSDT(m)
+	return c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: m.Inflight, Sources: m.Sources, TaskStart: m.TaskStart, TaskNames: m.TaskNames})
 }

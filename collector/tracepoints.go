@@ -205,6 +205,9 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	return t, nil
 }
 
+// Kind is "tracepoints": user_events and EventHeader sources.
+func (t *Tracepoints) Kind() string { return "tracepoints" }
+
 // Close detaches the sources. It is idempotent.
 func (t *Tracepoints) Close() error {
 	t.once.Do(func() {

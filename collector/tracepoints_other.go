@@ -20,6 +20,9 @@ func (c *Collector) AttachTracepoints(context.Context, []tpsource.Source, Tracep
 	return nil, errors.New("user_events and eventheader sources: the BPF objects are built for amd64 only, not " + runtime.GOARCH)
 }
 
+// Kind is "tracepoints".
+func (t *Tracepoints) Kind() string { return "tracepoints" }
+
 // Close does nothing.
 func (t *Tracepoints) Close() error { return nil }
 

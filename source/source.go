@@ -6,7 +6,6 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/spanwatch/spanwatch/internal/inflight"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 )
@@ -64,10 +63,17 @@ type Core struct {
 	// WatchInflight has the in-flight sampler watch the spans of a
 	// source's object too; it reports why it cannot (nil when the
 	// sampler is off).
-	WatchInflight func(inflight.USDTMaps) error
+	WatchInflight func(InflightMaps) error
 	// AddCounts makes each snapshot carry the window's increase of a
 	// source's counters (snapshot.Stats.SourceEvents, keyed
 	// "kind/reason"; those ending in "/ok" are left out); the returned
 	// function stops it.
 	AddCounts func(counts func() (map[string]uint64, error)) (remove func())
+}
+
+// InflightMaps are the maps of a source's object that the in-flight
+// sampler reads to find its open spans (bpf/usdt.bpf.c's: usdt_inflight,
+// usdt_sources, usdt_task_start, usdt_task_names).
+type InflightMaps struct {
+	Inflight, Sources, TaskStart, TaskNames *ebpf.Map
 }
