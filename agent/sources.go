@@ -5,6 +5,8 @@ package agent
 import (
 	"context"
 
+	"github.com/spanwatch/spanwatch/source/tracepoint"
+
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/source"
@@ -35,7 +37,7 @@ var sourceKinds = []func(ctx context.Context, col *collector.Collector, cfg *con
 		if len(cfg.Tracepoints) == 0 {
 			return nil, nil
 		}
-		return closeOnError(col.AttachTracepoints(ctx, cfg.Tracepoints, collector.TracepointConfig{}))
+		return closeOnError(tracepoint.Attach(ctx, col.SourceCore(), cfg.Tracepoints, tracepoint.Config{}))
 	},
 }
 
