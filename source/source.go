@@ -1,7 +1,6 @@
 package source
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/cilium/ebpf"
@@ -23,10 +22,6 @@ type Source interface {
 	Counts() (map[string]uint64, error)
 	Close() error
 }
-
-// An Attacher attaches the sources of one kind that a configuration
-// declares: nil, nil when it declares none.
-type Attacher func(ctx context.Context, core *Core) (Source, error)
 
 // A Core is what a collector lends its sources: the aggregation core's
 // maps and the services a source calls. Collector.SourceCore makes one.
