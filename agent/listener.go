@@ -430,12 +430,8 @@ func describeSeries(span, id string) string {
 // alerts serves the pending and firing alerts, sorted by name.
 func (l *listener) alerts(w http.ResponseWriter, r *http.Request) {
 	list := l.a.det.Alerts()
-	hide := !l.kernelAddrs(r)
 	for _, al := range list {
 		l.a.setURL(al)
-		if hide && al.Overrun != nil {
-			al.Overrun = al.Overrun.WithoutKernelAddrs()
-		}
 	}
 	if list == nil {
 		list = []*alert.Alert{}
@@ -544,10 +540,10 @@ func generatorURL(base string, al *alert.Alert) string {
 	}
 	q := url.Values{}
 	span, id := al.Labels["span"], al.Labels["cgroup_id"]
-	if o := al.Overrun; o != nil {
-		span = o.Span
-		if o.CgroupID != 0 {
-			id = strconv.FormatUint(o.CgroupID, 10)
+	if sr := al.Series; sr != nil {
+		span = sr.Span
+		if sr.CgroupID != 0 {
+			id = strconv.FormatUint(sr.CgroupID, 10)
 		}
 	}
 	if span != "" {

@@ -252,7 +252,7 @@ func TestGeneratorURL(t *testing.T) {
 		want string
 	}{
 		{"rule", alert.Alert{Labels: map[string]string{"span": "db query", "cgroup_id": "9"}}, "http://x/snapshot?cgroup_id=9&span=db+query"},
-		{"overrun", alert.Alert{Labels: map[string]string{"span": "a"}, Overrun: &snapshot.Overrun{Span: "a", CgroupID: 5}}, "http://x/snapshot?cgroup_id=5&span=a"},
+		{"overrun", alert.Alert{Labels: map[string]string{"span": "a"}, Series: &alert.SeriesRef{Span: "a", CgroupID: 5}}, "http://x/snapshot?cgroup_id=5&span=a"},
 		{"policy without a series", alert.Alert{Labels: map[string]string{"alertname": "X"}}, "http://x/snapshot"},
 	} {
 		if got := generatorURL("http://x", &tc.a); got != tc.want {

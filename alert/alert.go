@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"time"
-
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // State is where an alert is in its lifecycle.
@@ -33,9 +31,18 @@ type Alert struct {
 	// Value is the value that made the alert fire, as rendered in
 	// templates ("{{ .Value }}").
 	Value string `json:"value,omitempty"`
-	// Overrun is set on alerts fired by a slow span: the captured stack and
-	// trace id come with it.
-	Overrun *snapshot.Overrun `json:"overrun,omitempty"`
+	// Series is set on alerts fired by a slow span: the series the span
+	// was counted in, for links to it (the alert's labels may have been
+	// rewritten by the budget's templates). What the overrun record said
+	// (stack, trace and span ids, duration) is in the annotations, which
+	// the detector writes once.
+	Series *SeriesRef `json:"series,omitempty"`
+}
+
+// A SeriesRef names one series: a span name in one cgroup.
+type SeriesRef struct {
+	Span     string `json:"span"`
+	CgroupID uint64 `json:"cgroup_id,omitempty"`
 }
 
 // Name returns the alert's name (the alertname label).

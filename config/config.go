@@ -395,3 +395,26 @@ func (c *Config) BudgetsOnly() *Config {
 	out.Rules, out.Notify, out.Path = &rules, nil, ""
 	return &out
 }
+
+// Warnings are what the configuration allows but is most likely a
+// mistake, each positioned: label and annotation templates that read a
+// label their alerts never have (policy.Config.LabelWarnings, with the
+// label names the sources: section gives its series). check prints them;
+// they do not stop the agent.
+func (c *Config) Warnings() ErrorList {
+	if c.Rules == nil {
+		return nil
+	}
+	var names []string
+	for _, s := range c.Sources {
+		for _, l := range s.Labels.List {
+			names = append(names, l.Name)
+		}
+	}
+	for _, s := range c.Tracepoints {
+		for _, l := range s.Labels.List {
+			names = append(names, l.Name)
+		}
+	}
+	return ErrorList(c.Rules.LabelWarnings(names))
+}

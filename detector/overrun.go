@@ -41,8 +41,9 @@ type overrunEntry struct {
 // trace_id and span_id, stack (where the span's time went, then its
 // innermost stackFrames application frames: stackText), stack_error
 // when the stack is missing or short, suppressed, and the budget entry's
-// own; notify delivers them as they are. Alert.Overrun holds the whole
-// record.
+// own; notify delivers them as they are. Alert.Series names the span's
+// series (for links to it); the rest of the record stays in the
+// snapshot's overruns.
 //
 // Alerts are deduplicated per label set: after one is sent, further
 // overruns with the same labels within OverrunInterval are counted (and
@@ -154,7 +155,6 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		d.ruleError("budget "+entry.Span.String(), err)
 	}
 
-	oc := o
 	a := &alert.Alert{
 		Labels:      labels,
 		Annotations: annotations,
@@ -163,7 +163,7 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 		EndsAt:      endsAt,
 		Fingerprint: fp,
 		Value:       dur,
-		Overrun:     &oc,
+		Series:      &alert.SeriesRef{Span: o.Span, CgroupID: o.CgroupID},
 	}
 	d.stats.overrunAlerts.Add(1)
 	return a, d.notify(ctx, []*alert.Alert{a})

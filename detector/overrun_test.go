@@ -51,7 +51,7 @@ func TestOverrunAlert(t *testing.T) {
 	if fmt.Sprint(a.Annotations) != fmt.Sprint(wantAnn) {
 		t.Errorf("annotations = %v\nwant %v", a.Annotations, wantAnn)
 	}
-	if a.State != alert.StateFiring || !a.StartsAt.Equal(t0) || !a.EndsAt.Equal(t0.Add(4*time.Minute)) || a.Overrun == nil || a.Overrun.TraceID == "" {
+	if a.State != alert.StateFiring || !a.StartsAt.Equal(t0) || !a.EndsAt.Equal(t0.Add(4*time.Minute)) || a.Series == nil || *a.Series != (alert.SeriesRef{Span: "checkout", CgroupID: overrun(0, "checkout", "api").CgroupID}) {
 		t.Errorf("alert = %+v", a)
 	}
 	if sent := rec.take(); len(sent) != 1 || sent[0].Fingerprint != a.Fingerprint {
@@ -311,8 +311,8 @@ func TestOverrunStackAnnotation(t *testing.T) {
 			if got := a.Annotations["stack"]; got != tc.want {
 				t.Errorf("stack annotation:\n%s\nwant:\n%s", got, tc.want)
 			}
-			if len(a.Overrun.UserStack) != len(tc.stack) {
-				t.Errorf("the alert's overrun lost frames: %d, want %d", len(a.Overrun.UserStack), len(tc.stack))
+			if a.Series == nil || a.Series.Span != "db.query" {
+				t.Errorf("the alert's series: %+v", a.Series)
 			}
 		})
 	}

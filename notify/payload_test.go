@@ -12,19 +12,17 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // TestOverrunAnnotations checks that an overrun alert's annotations are
 // delivered as the detector wrote them (detector.Overrun writes them once
-// for every notifier): nothing is added from the overrun record, nothing
+// for every notifier): nothing is added from the series it names, nothing
 // the alert carries is changed, and an alert without annotations gets an
 // empty object.
 func TestOverrunAnnotations(t *testing.T) {
 	a := SampleAlert(time.Unix(1700000000, 0))
 	a.Annotations["trace_id"] = "set-by-rule"
-	a.Overrun = &snapshot.Overrun{Comm: "shop", TraceID: "from-the-record", StackError: "short",
-		UserStack: []snapshot.Frame{{Function: "f0"}, {Function: "f1"}}}
+	a.Series = &alert.SeriesRef{Span: "checkout", CgroupID: 7}
 	want := maps.Clone(a.Annotations)
 	w := &Webhook{Name: "test"}
 	m := buildMessage(w, "", "k", map[string]string{}, []*alert.Alert{a})

@@ -171,6 +171,7 @@ func (d *decoder) templates(n *yaml.Node, what string, labels bool, reserved ...
 			d.errorf(v, "%s.%s: %v", what, key, err)
 			return
 		}
+		t.pos = d.pos(v)
 		out[key] = t
 	})
 	return out

@@ -6,6 +6,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -34,6 +35,7 @@ type TemplateData struct {
 type Template struct {
 	text string
 	tmpl *template.Template // nil when text has no actions
+	pos  section.Pos        // where the value is written (zero when compiled outside a file)
 }
 
 var templateFuncs = template.FuncMap{

@@ -26,7 +26,9 @@ kernel would refuse included), the budgets against the kernel's limits
 against the kernel's maps, the webhooks and routing
 as the notifier will (with the outbox's directory and every credentials file
 they name), and external_url. It prints "FILE: OK (N rules, M policies, K
-budgets)" or every problem found, at once, as "file:line:col: message". A
+budgets)" or every problem found, at once, as "file:line:col: message";
+after OK, "file:line:col: warning: ..." lines name what loads but is most
+likely a mistake (a template reading a label its alerts never have). A
 file check accepts, run accepts too, until the kernel has its say. It exits
 1 if any file has a problem, so it can gate a deploy or a CI job.
 
@@ -65,6 +67,9 @@ func checkFiles(w io.Writer, files []string) error {
 		}
 		r := cfg.Rules
 		fmt.Fprintf(w, "%s: OK (%d rules, %d policies, %d budgets)\n", f, len(r.Rules), len(r.Policies), len(r.Budgets))
+		for _, warn := range cfg.Warnings() {
+			fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(warn.Error(), "\n", "\n  "))
+		}
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d files failed", failed, len(files))

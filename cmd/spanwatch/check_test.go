@@ -56,7 +56,7 @@ func TestTestFiles(t *testing.T) {
 		"  FAIL  wrong expectations\n        at 0s (step 0): alert {alertname=\"Slow\", span=\"checkout\"}: state pending, want firing\n",
 		"  PASS  right expectations\n",
 		"missing.test.yaml: ERROR\n",
-		"1 passed, 1 failed, 1 files could not run\n",
+		"2 passed, 1 failed, 1 files could not run\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())

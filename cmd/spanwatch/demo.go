@@ -203,11 +203,7 @@ func (p *printNotifier) Notify(ctx context.Context, alerts ...*alert.Alert) (boo
 			}
 			continue
 		}
-		var stack []snapshot.Frame
-		if a.Overrun != nil {
-			stack = a.Overrun.UserStack
-		}
-		renderAlert(p.w, a.Name(), string(a.State), a.Labels, a.Annotations, stack)
+		renderAlert(p.w, a.Name(), string(a.State), a.Labels, a.Annotations)
 	}
 	return false, nil
 }

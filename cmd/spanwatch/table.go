@@ -117,7 +117,7 @@ func fmtDur(ns uint64) string {
 }
 
 // renderAlert writes one alert as a short block.
-func renderAlert(w io.Writer, name, state string, labels, annotations map[string]string, stack []snapshot.Frame) {
+func renderAlert(w io.Writer, name, state string, labels, annotations map[string]string) {
 	var ls []string
 	for k, v := range labels {
 		if k != "alertname" {
@@ -129,11 +129,11 @@ func renderAlert(w io.Writer, name, state string, labels, annotations map[string
 	if s := annotations["summary"]; s != "" {
 		fmt.Fprintf(w, "  %s\n", s)
 	}
-	for i, f := range stack {
-		if i == 8 {
-			fmt.Fprintf(w, "    … %d more frames\n", len(stack)-i)
-			break
+	// The stack as the detector wrote it for every notifier (the
+	// hottest sampled frames, then where the span ended).
+	if st := annotations["stack"]; st != "" {
+		for _, line := range strings.Split(st, "\n") {
+			fmt.Fprintf(w, "    %s\n", line)
 		}
-		fmt.Fprintf(w, "    %s\n", f)
 	}
 }

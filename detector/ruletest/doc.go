@@ -28,11 +28,15 @@
 //	            annotations: {summary: "p99 is 250ms"}   # optional
 //	            state: firing        # pending, firing or resolved
 //
-// After a step, the alerts compared are those pending or firing, those
-// resolved by that step, and the overrun alerts it sent. Labels must match
-// exactly; annotations are compared only when the expectation lists them.
-// Alerts carry the rule file's external_labels but no node label, so a
-// test passes on every machine.
+// After a step, the alerts compared are those firing, those resolved by
+// that step, the overrun alerts it sent, and the pending ones: a pending
+// alert an expectation names is compared (state included), but one it
+// does not name is not a failure unless the expectation lists pending
+// alerts itself, as promtool compares firing alerts only. Labels must
+// match exactly; a missing alert is reported with the labels in which the
+// closest alert of its name differs. Annotations are compared only when
+// the expectation lists them. Alerts carry the rule file's
+// external_labels but no node label, so a test passes on every machine.
 //
 // Steps are windows: a rule over a range (over:, default 1m) sees the
 // steps in its range merged, as the agent does with the collector's

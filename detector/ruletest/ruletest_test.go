@@ -34,12 +34,12 @@ func TestRunFileReportsDiffs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 2 || results[0].Passed() || !results[1].Passed() {
+	if len(results) != 3 || results[0].Passed() || !results[1].Passed() || !results[2].Passed() {
 		t.Fatalf("results = %+v", results)
 	}
 	want := []string{
 		`at 0s (step 0): alert {alertname="Slow", span="checkout"}: state pending, want firing`,
-		`at 10s (step 1): unexpected pending alert {alertname="Slow", span="checkout"}`,
+		`at 10s (step 1): missing pending alert {alertname="Slow", container="web-1", span="checkout"}; the pending alert {alertname="Slow", span="checkout"} differs in container missing, want "web-1"`,
 		`at 20s (step 2): alert {alertname="Slow", span="checkout"}: annotation runbook missing, want "x"`,
 		"at 20s (step 2): alert {alertname=\"Slow\", span=\"checkout\"}: annotation summary:\n      got  \"p99 300ms\"\n      want \"p99 250ms\"",
 		`at 20s (step 2): missing firing alert {alertname="Other"}`,
