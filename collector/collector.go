@@ -331,7 +331,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if cfg.Sources.Marker {
 		c.marker = newMarkerSource(c.objs.UprobeMarker, c.objs.UprobeMarkerSysV, uprobeMulti, cfg)
 		c.log.Info("marker_uprobes", "method", c.marker.method())
-		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
 			if err := c.marker.attachPath(b); err != nil {
 				return nil, fmt.Errorf("marker source: %w", err)
