@@ -242,20 +242,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := applyBudgets(col, cfg); err != nil {
 		return err
 	}
-	srcs, err := attachUSDT(ctx, col, cfg.Sources, a.log)
+	srcs, err := attachSources(ctx, col, cfg)
 	if err != nil {
 		return err
 	}
-	if srcs != nil {
-		defer srcs.Close()
-	}
-	tps, err := attachTracepoints(ctx, col, cfg.Tracepoints)
-	if err != nil {
-		return err
-	}
-	if tps != nil {
-		defer tps.Close()
-	}
+	defer func() {
+		for i := len(srcs) - 1; i >= 0; i-- {
+			srcs[i].Close()
+		}
+	}()
 	a.mu.Lock()
 	a.col = col
 	a.mu.Unlock()

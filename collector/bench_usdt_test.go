@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
@@ -100,7 +102,7 @@ func BenchmarkUSDTProgramCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	tr, err := c.AttachUSDT(context.Background(), []usdt.SpanSource{{
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), []usdt.SpanSource{{
 		Binary: prog, Span: "bench", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
 		Start: usdt.ProbeRef{Provider: "bench", Name: "start"}, End: usdt.ProbeRef{Provider: "bench", Name: "done"},
 	}})

@@ -164,18 +164,18 @@ type Collector struct {
 	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
 	budgetSets [budgetSets]budgetSet
 
-	mu          sync.Mutex // guards the read state below
-	closed      bool
-	tracepoints []*Tracepoints    // attached tracepoint sources, for their counts
-	prevSource  map[string]uint64 // their counts at the last snapshot
-	prevMisses  uint64
-	prevFiles   map[string]uint64 // userfile.Counts at the last snapshot
-	quotaSeen   map[uint64]bool   // cgroups whose (other) series was logged
-	wl          workloads         // what cg_workload holds
-	reader      *seriesReader
-	lastAt      time.Time
-	mapBytes    uint64    // the core's maps' memory (MapBytes) at mapBytesAt
-	mapBytesAt  time.Time // zero: not read yet
+	mu         sync.Mutex // guards the read state below
+	closed     bool
+	counters   []*counter        // attached sources' health counters
+	prevSource map[string]uint64 // their counts at the last snapshot
+	prevMisses uint64
+	prevFiles  map[string]uint64 // userfile.Counts at the last snapshot
+	quotaSeen  map[uint64]bool   // cgroups whose (other) series was logged
+	wl         workloads         // what cg_workload holds
+	reader     *seriesReader
+	lastAt     time.Time
+	mapBytes   uint64    // the core's maps' memory (MapBytes) at mapBytesAt
+	mapBytesAt time.Time // zero: not read yet
 
 	inflight    *inflightState // nil when off or unavailable
 	inflightErr error          // why it is unavailable
@@ -329,7 +329,6 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if cfg.Sources.Marker {
 		c.marker = newMarkerSource(c.objs.UprobeMarker, c.objs.UprobeMarkerSysV, uprobeMulti, cfg)
 		c.log.Info("marker_uprobes", "method", c.marker.method())
-		c.rb.marker = c.marker
 		for _, b := range cfg.MarkerBinaries {
 			if err := c.marker.attachPath(b); err != nil {
 				return nil, fmt.Errorf("marker source: %w", err)
@@ -549,31 +548,11 @@ func (c *Collector) ScanMarkers() {
 	}
 }
 
-// Maps exposes the aggregation core's maps, for sources loaded from other
-// BPF objects (USDT) that must feed the same aggregates: load them with
-// ebpf.CollectionOptions{MapReplacements: c.Maps()}. Every map
-// bpf/aggregate.h defines is here.
+// Maps exposes the aggregation core's maps by their name in
+// bpf/aggregate.h (bpf.CoreMaps), for sources loaded from other BPF
+// objects that must feed the same aggregates (source.Core.Maps).
 func (c *Collector) Maps() map[string]*ebpf.Map {
-	o := &c.objs.SpanwatchMaps
-	return map[string]*ebpf.Map{
-		"core":         o.Core,
-		"series":       o.Series,
-		"series_index": o.SeriesIndex,
-		"free_slots":   o.FreeSlots,
-		"series_dirty": o.SeriesDirty,
-		"cell_banks":   o.CellBanks,
-		"cell_dirty":   o.CellDirty,
-		"cell_counts":  o.CellCounts,
-		"cg_created":   o.CgCreated,
-		"cg_released":  o.CgReleased,
-		"cg_quota":     o.CgQuota,
-		"cg_workload":  o.CgWorkload,
-		"budgets":      o.Budgets,
-		"budget_globs": o.BudgetGlobs,
-		"names":        o.Names,
-		"overruns":     o.Overruns,
-		"counters":     o.Counters,
-	}
+	return coreMaps(&c.objs.SpanwatchMaps)
 }
 
 // SetSeriesQuota sets the series quota of one workload, named by the id

@@ -20,6 +20,15 @@
 //     whose file name contains "spanwatch" (libspanwatch.so, the Python,
 //     Node.js and Java SDKs' native parts), through /proc/PID/map_files.
 //
+// The other span sources are packages of their own (package source):
+// source/usdt and source/tracepoint load their BPF objects beside the
+// core, sharing its maps, and see the collector only through the
+// source.Core that SourceCore lends them: the core's maps (Maps, every
+// map bpf/aggregate.h defines), label sets, name resolvers, symbolizer
+// anchors, in-flight sampling, and the health counters each snapshot
+// carries (Stats.SourceEvents). The collector keeps the core: its maps,
+// snapshots, budgets, eviction and overrun records.
+//
 // Snapshot reads the series array and the histogram cells, mapped into
 // the collector's memory, where they changed since the last read (dirty
 // marks), and returns the window's counts. The cells are in banks

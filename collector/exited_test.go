@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
@@ -51,7 +53,7 @@ func TestExitedChildFramesNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tr, err := c.AttachUSDT(context.Background(), []usdt.SpanSource{{
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), []usdt.SpanSource{{
 		Binary: bin, Span: "forked", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
 		Start: usdt.ProbeRef{Provider: "sw", Name: "f_start"}, End: usdt.ProbeRef{Provider: "sw", Name: "f_done"},
 	}})

@@ -13,7 +13,6 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/inflight"
 	"github.com/spanwatch/spanwatch/internal/kernel"
-	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -74,17 +73,6 @@ func (c *Collector) startInflight(ctx context.Context) {
 			c.log.Warn("inflight_watch_stopped", "error", err)
 		}
 	}()
-}
-
-// watchUSDT has the watcher sample the spans of a USDT tracer too.
-func (c *Collector) watchUSDT(tr *usdt.Tracer) {
-	if c.inflight == nil {
-		return
-	}
-	err := c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: tr.Map("usdt_inflight"), Sources: tr.Map("usdt_sources"), TaskStart: tr.Map("usdt_task_start"), TaskNames: tr.Map("usdt_task_names")})
-	if err != nil {
-		c.log.Warn("inflight_usdt_unavailable", "error", err, "effect", "USDT spans running past their budget are not sampled")
-	}
 }
 
 // inflightBudget is a span's budget as the rules give it, so that a span

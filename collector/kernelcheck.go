@@ -1,10 +1,12 @@
-//go:build linux && amd64
+//go:build linux
 
 package collector
 
 import (
 	"context"
 	"log/slog"
+
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 
 	"github.com/spanwatch/spanwatch/internal/kernel"
 )
@@ -32,7 +34,7 @@ func CheckKernel(ctx context.Context, log *slog.Logger) *kernel.Report {
 	if facts.CoreFallback != nil {
 		loads = append([]kernel.Load{loadOf("full core", facts.CoreFallback)}, loads...)
 	}
-	tr, err := c.AttachUSDT(ctx, nil)
+	tr, err := usdtsource.Attach(ctx, c.SourceCore(), nil)
 	loads = append(loads, loadOf(string(facts.Core)+" usdt", err))
 	if err == nil {
 		tr.Close()

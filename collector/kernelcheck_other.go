@@ -1,4 +1,4 @@
-//go:build !(linux && amd64)
+//go:build !linux
 
 package collector
 
@@ -10,8 +10,9 @@ import (
 	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
-// CheckKernel reports what the kernel offers; the BPF objects are built
-// for Linux on x86-64 only, so nothing is loaded here.
+// CheckKernel reports what the kernel offers; BPF needs Linux, so
+// nothing is loaded here. (On Linux, an architecture the BPF objects are
+// not built for is refused by New, and the report says so.)
 func CheckKernel(ctx context.Context, log *slog.Logger) *kernel.Report {
 	probes := kernel.Probe()
 	core, _ := probes.ChooseCore()

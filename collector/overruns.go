@@ -60,7 +60,6 @@ type recordReader interface {
 type overrunReader struct {
 	rd     recordReader
 	cfg    Config
-	marker *markerSource // set when the marker source is on
 	series *seriesReader // for label names
 	joiner *inflight.Joiner
 

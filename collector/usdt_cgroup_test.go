@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
@@ -79,15 +81,15 @@ func TestUSDTCgroupMove(t *testing.T) {
 
 	for _, tc := range []struct {
 		name   string
-		attach func(*Collector, []usdt.SpanSource, int) (*usdt.Tracer, error)
+		attach func(*Collector, []usdt.SpanSource, int) (*usdtsource.Source, error)
 	}{
 		// Thread-paired with a fixed name and no status: the fast path.
-		{"fast", func(c *Collector, srcs []usdt.SpanSource, _ int) (*usdt.Tracer, error) {
-			return c.AttachUSDT(context.Background(), srcs)
+		{"fast", func(c *Collector, srcs []usdt.SpanSource, _ int) (*usdtsource.Source, error) {
+			return usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 		}},
 		// Without cookies: the spec from the IP map (one process of a
 		// PIE binary), no fast path.
-		{"no-cookies", func(c *Collector, srcs []usdt.SpanSource, pid int) (*usdt.Tracer, error) {
+		{"no-cookies", func(c *Collector, srcs []usdt.SpanSource, pid int) (*usdtsource.Source, error) {
 			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), Core: c.Kernel().Core, NoCookies: true})
 			if err != nil {
 				return nil, err
@@ -99,7 +101,7 @@ func TestUSDTCgroupMove(t *testing.T) {
 					return nil, err
 				}
 			}
-			return tr, nil
+			return &usdtsource.Source{Tracer: tr}, nil
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

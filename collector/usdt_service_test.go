@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/config/section"
@@ -167,7 +169,7 @@ sources:
 `, 1
 	}
 	srcs := parseUSDTSources(t, fmt.Sprintf(yaml, bin))
-	tr, err := c.AttachUSDTWith(context.Background(), cfg, srcs)
+	tr, err := usdtsource.AttachWith(context.Background(), c.SourceCore(), cfg, srcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +427,7 @@ sources:
       start: {provider: svc, probe: txn__start}
       end: {provider: svc, probe: txn__done}
 `, bin))
-	tr, err := c.AttachUSDT(context.Background(), srcs)
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,6 +558,11 @@ sources:
 	}
 	if want := uint64((deep - 16) * deepRounds); st.NestOverflow != want || st.Unpaired != want {
 		t.Errorf("overflow %d, unpaired %d; want %d of each", st.NestOverflow, st.Unpaired, want)
+	}
+	// The snapshot carries the source's health (source/usdt's Counts):
+	// the window had all of them, none before it.
+	if want := uint64((deep - 16) * deepRounds); s.Stats.SourceEvents["usdt/nest_overflow"] != want || s.Stats.SourceEvents["usdt/unpaired_end"] != want {
+		t.Errorf("snapshot source events %v; want usdt/nest_overflow and usdt/unpaired_end %d", s.Stats.SourceEvents, want)
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
@@ -53,8 +55,8 @@ func TestUSDTSpans(t *testing.T) {
 	cookies := kernel.Probe().Has(kernel.AttachCookie)
 	auto := Config{}
 	t.Run("default", func(t *testing.T) {
-		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := c.AttachUSDT(context.Background(), srcs)
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
+			tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 			if err == nil && HaveUprobeMulti() && tr.UprobeMethod() != "uprobe_multi" {
 				tr.Close()
 				return nil, fmt.Errorf("tracer attaches through %q where the kernel has uprobe_multi links", tr.UprobeMethod())
@@ -64,7 +66,7 @@ func TestUSDTSpans(t *testing.T) {
 	})
 	// As on kernels before 6.6: call sites through the perf_uprobe PMU.
 	t.Run("perf", func(t *testing.T) {
-		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
 			tr, err := usdt.NewTracer(usdt.TracerConfig{Maps: c.Maps(), Core: c.Kernel().Core, NoUprobeMulti: true})
 			if err != nil {
 				return nil, err
@@ -79,23 +81,23 @@ func TestUSDTSpans(t *testing.T) {
 					return nil, err
 				}
 			}
-			return tr, nil
+			return &usdtsource.Source{Tracer: tr}, nil
 		})
 	})
 	// As on kernels without sleepable uprobes (before 6.0): names read
 	// by ordinary programs, and through /proc/PID/mem by the tracer when
 	// their page is not resident.
 	t.Run("no-sleepable", func(t *testing.T) {
-		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			return c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoSleepable: true}, srcs)
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
+			return usdtsource.AttachWith(context.Background(), c.SourceCore(), usdt.TracerConfig{NoSleepable: true}, srcs)
 		})
 	})
 	// As on kernels before 6.12: sleepable programs fault the page in
 	// with bpf_copy_from_user instead of the string kfunc.
 	t.Run("copy-from-user", func(t *testing.T) {
 		bpftest.Require(t, kernel.SleepableUprobe)
-		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoStrKfunc: true}, srcs)
+		testUSDTSpans(t, prog, auto, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
+			tr, err := usdtsource.AttachWith(context.Background(), c.SourceCore(), usdt.TracerConfig{NoStrKfunc: true}, srcs)
 			if err == nil && tr.NameMethod() != "copy_from_user" {
 				tr.Close()
 				return nil, fmt.Errorf("NoStrKfunc tracer reads names with %s", tr.NameMethod())
@@ -108,13 +110,13 @@ func TestUSDTSpans(t *testing.T) {
 	// 5.14: sites told apart by their place in the executable's code.
 	compat := Config{Core: kernel.CoreCompat}
 	t.Run("compat", func(t *testing.T) {
-		testUSDTSpans(t, prog, compat, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			return c.AttachUSDT(context.Background(), srcs)
+		testUSDTSpans(t, prog, compat, cookies, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
+			return usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 		})
 	})
 	t.Run("compat-no-cookies", func(t *testing.T) {
-		testUSDTSpans(t, prog, compat, false, func(c *Collector, srcs []usdt.SpanSource) (*usdt.Tracer, error) {
-			tr, err := c.AttachUSDTWith(context.Background(), usdt.TracerConfig{NoCookies: true}, srcs)
+		testUSDTSpans(t, prog, compat, false, func(c *Collector, srcs []usdt.SpanSource) (*usdtsource.Source, error) {
+			tr, err := usdtsource.AttachWith(context.Background(), c.SourceCore(), usdt.TracerConfig{NoCookies: true}, srcs)
 			if err == nil && tr.HaveCookie() {
 				tr.Close()
 				return nil, errors.New("NoCookies tracer uses cookies")
@@ -127,7 +129,7 @@ func TestUSDTSpans(t *testing.T) {
 // testUSDTSpans runs the test program under a collector of cfg. Without
 // cookies a call site feeds one source, so the sources that share sites
 // with others (tspan_fast, single_pid) are left out.
-func testUSDTSpans(t *testing.T, prog string, cfg Config, cookies bool, attach func(*Collector, []usdt.SpanSource) (*usdt.Tracer, error)) {
+func testUSDTSpans(t *testing.T, prog string, cfg Config, cookies bool, attach func(*Collector, []usdt.SpanSource) (*usdtsource.Source, error)) {
 	cfg.Sources, cfg.ScanInterval = Sources{Marker: true}, -1
 	c, err := New(context.Background(), cfg)
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -106,7 +108,7 @@ sources:
       start: {provider: postgresql, probe: query__start}
       end: {provider: postgresql, probe: query__done}
 `, postgresBin))
-	tr, err := c.AttachUSDT(context.Background(), srcs)
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ sources:
       labels: {line: arg2}
       label_cap: 5000
 `, python311))
-	tr, err := c.AttachUSDT(context.Background(), srcs)
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,11 @@ package collector
 import (
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/spanwatch/spanwatch/internal/perftp"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -21,11 +21,6 @@ const SpanEventFormat = "spanwatch_span u64 duration_ns; u64 start_ns; u32 statu
 
 const spanEventName = "spanwatch_span"
 
-// cpuCheckInterval is how often the online CPUs are checked against the
-// perf events of user_events sources (perfSet.check): spans written on a
-// CPU that comes online are lost for at most this long.
-var cpuCheckInterval = time.Second
-
 // userEventsSource is the user_events span source: the collector's own
 // registration of the event, the BPF program on perf_tp_event, and a
 // counting perf event on the tracepoint per online CPU.
@@ -34,7 +29,7 @@ type userEventsSource struct {
 	id     uint32
 	prog   link.Link
 	method string
-	perf   *perfSet
+	perf   *perftp.Set
 	stop   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -58,7 +53,7 @@ func attachUserEvents(objs *objects, cfg Config) (_ *userEventsSource, err error
 		return nil, fmt.Errorf("watch user_event id %d: %w", s.id, err)
 	}
 	s.method = objs.method
-	s.prog, err = attachTPProgram(objs.method, objs.tp)
+	s.prog, err = perftp.AttachProgram(objs.method, objs.tp)
 	if err != nil {
 		return nil, err
 	}
@@ -66,43 +61,13 @@ func attachUserEvents(objs *objects, cfg Config) (_ *userEventsSource, err error
 	if err != nil {
 		return nil, err
 	}
-	s.perf = newPerfSet(cfg.Logger, ncpu)
-	if err := s.perf.add(s.id, spanEventName); err != nil {
+	s.perf = perftp.New(cfg.Logger, ncpu)
+	if err := s.perf.Add(s.id, spanEventName); err != nil {
 		return nil, err
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); watchCPUs(s.perf, s.stop) }()
+	go func() { defer s.wg.Done(); perftp.Watch(s.perf, s.stop) }()
 	return s, nil
-}
-
-// attachTPProgram attaches a program on perf_tp_event by method.
-func attachTPProgram(method string, prog *ebpf.Program) (link.Link, error) {
-	var l link.Link
-	var err error
-	if method == "fentry" {
-		l, err = link.AttachTracing(link.TracingOptions{Program: prog})
-	} else {
-		l, err = link.Kprobe("perf_tp_event", prog, nil)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("attach %s to perf_tp_event: %w", method, err)
-	}
-	return l, nil
-}
-
-// watchCPUs checks p against the online CPUs every cpuCheckInterval until
-// stop is closed.
-func watchCPUs(p *perfSet, stop <-chan struct{}) {
-	t := time.NewTicker(cpuCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			p.check()
-		}
-	}
 }
 
 func (s *userEventsSource) close() {
@@ -112,7 +77,7 @@ func (s *userEventsSource) close() {
 		s.stop = nil
 	}
 	if s.perf != nil {
-		s.perf.close()
+		s.perf.Close()
 	}
 	if s.prog != nil {
 		s.prog.Close()
@@ -127,10 +92,10 @@ func (s *userEventsSource) close() {
 // UserEventsCPUGaps reports how many times a CPU was found without live
 // perf events on the spanwatch_span tracepoint (it came online after the
 // collector started, or went offline and back): spans written there until
-// the collector reopened them, within cpuCheckInterval, were lost.
+// the collector reopened them, within perftp.CheckInterval, were lost.
 func (c *Collector) UserEventsCPUGaps() uint64 {
 	if c.ue == nil || c.ue.perf == nil {
 		return 0
 	}
-	return c.ue.perf.statsNow().Gaps
+	return c.ue.perf.Stats().Gaps
 }

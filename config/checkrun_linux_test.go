@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/source/tracepoint"
+
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
@@ -142,7 +144,7 @@ func genLimitFile(rng *rand.Rand) limitFile {
 // values: the budgets written into a real collector's kernel maps
 // (PrepareBudgets, then Abort), the collector's sizes checked as New
 // checks them (and a real New for the small ones), the tracepoint sources
-// as AttachTracepoints checks them, the sizes against the memory budget
+// as tracepoint.Attach checks them, the sizes against the memory budget
 // as the agent's plan holds them. The verdicts must be equal for every
 // file.
 func TestCheckEqualsRunLimits(t *testing.T) {
@@ -194,7 +196,7 @@ func TestCheckEqualsRunLimits(t *testing.T) {
 			}
 			realNew++
 		}
-		runErrs = append(runErrs, collector.CheckTracepointSources(f.tracepoints())...)
+		runErrs = append(runErrs, tracepoint.CheckTracepointSources(f.tracepoints())...)
 		// The memory plan run applies before it loads anything: the
 		// sizes against the budget (this machine's), with the maps the
 		// collector would make.

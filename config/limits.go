@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/spanwatch/spanwatch/source/tracepoint"
+
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
@@ -42,8 +44,8 @@ func checkBudgets(d *section.Decoder, rules *policy.Config) {
 
 // checkSourceLimits reports sources past what the kernel's maps hold: the
 // USDT tracer's sources (its usdt_sources map, which Tracer.Add checks),
-// the tracepoint sources (collector.CheckTracepointSources, which
-// AttachTracepoints calls) and the label sets of sources with labels
+// the tracepoint sources (tracepoint.CheckTracepointSources, which
+// tracepoint.Attach calls) and the label sets of sources with labels
 // (collector.AllocLabelSet's).
 func checkSourceLimits(d *section.Decoder, srcs []usdt.SpanSource, tps []tpsource.Source) {
 	at := func(p section.Pos, format string, a ...any) {
@@ -52,7 +54,7 @@ func checkSourceLimits(d *section.Decoder, srcs []usdt.SpanSource, tps []tpsourc
 	if max := usdt.MaxSources(); len(srcs) > max {
 		at(srcs[max].Pos, "more than %d USDT sources: the kernel holds %d", max, max)
 	}
-	for _, err := range collector.CheckTracepointSources(tps) {
+	for _, err := range tracepoint.CheckTracepointSources(tps) {
 		d.Add(err)
 	}
 	labeled := 0

@@ -212,7 +212,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
 	e.sourceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_events_total",
-		Help: "Events of user_events and EventHeader sources that did not become a value as they should have (short, bad_loc, unpaired_end, refused EventHeader fields...), and label values keyed other, by source and reason."},
+		Help: "Events of user_events, EventHeader and USDT sources that did not become a value as they should have (short, bad_loc, unpaired_end, nest_overflow, refused EventHeader fields...), and label values keyed other, by source and reason."},
 		[]string{"source", "reason"})
 	e.userFiles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_user_file_limits_total",
 		Help: "Files users control (binaries, debug files, perf maps, their processes' /proc files) refused or read only in part, by reason: symlink, not_regular, owner, access, too_large, timeout, busy, and the parsing caps (section_size, decompressed_size, symbols, line_rows, module_memory, memory, perf_map_size, ...)."},

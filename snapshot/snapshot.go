@@ -245,11 +245,11 @@ type Stats struct {
 	// (COUNTER_MINMAX_RETRIES): that window's min or max may miss the
 	// value; its count, sum and histogram have it.
 	ExtremesDropped uint64 `json:"extremes_dropped,omitempty"`
-	// SourceEvents counts, by "source/reason", the events of user_events
-	// and EventHeader sources that did not become a value as they should
-	// have (short, bad_loc, unpaired_end, a refused EventHeader field...)
-	// and label values keyed "other" (label_other): never guessed, always
-	// counted.
+	// SourceEvents counts, by "source/reason", the events of user_events,
+	// EventHeader and USDT sources that did not become a value as they
+	// should have (short, bad_loc, unpaired_end, nest_overflow, a refused
+	// EventHeader field...) and label values keyed "other" (label_other):
+	// never guessed, always counted.
 	SourceEvents map[string]uint64 `json:"source_events,omitempty"`
 	// UserFiles counts, by reason, the files users control (binaries,
 	// debug files, perf maps, their processes' /proc files) that were

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
@@ -374,7 +376,7 @@ func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usd
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr, err := col.AttachUSDTWith(ctx, cfg, []usdt.SpanSource{{
+	tr, err := usdtsource.AttachWith(ctx, col.SourceCore(), cfg, []usdt.SpanSource{{
 		Binary: loop, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
 		Start: usdt.ProbeRef{Provider: "bench", Name: "nstart"},
 		End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
@@ -404,7 +406,7 @@ func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usd
 			}
 			return total
 		},
-	}, tr
+	}, tr.Tracer
 }
 
 // BenchmarkUSDTNameRead compares the two ways a start probe's name

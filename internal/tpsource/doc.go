@@ -15,7 +15,7 @@
 //
 // Both map fields with the vocabulary of USDT sources (internal/usdt): a
 // fixed span name or a name field, a duration field or a start/end pair,
-// a status field. The collector (collector.Collector.AttachTracepoints)
+// a status field. The tracepoint source (source/tracepoint.Attach)
 // resolves the fields against each event's format when the event appears,
 // and writes what the BPF programs need.
 package tpsource

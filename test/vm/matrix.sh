@@ -57,7 +57,7 @@ mkdir -p "$out"
 
 # The packages whose tests load BPF, and the agent's end-to-end tests; on
 # the user_events kernel, the user_events tests too.
-bpf_pkgs=(./bpf ./internal/kernel ./collector ./internal/usdt ./internal/usdt/vmtest ./internal/inflight ./internal/srcspec ./emit ./test/vm/agent)
+bpf_pkgs=(./bpf ./internal/kernel ./collector ./source/tracepoint ./internal/perftp ./internal/usdt ./internal/usdt/vmtest ./internal/inflight ./internal/srcspec ./emit ./test/vm/agent)
 ue_pkgs=(./userevents ./test/vm/e2e ./include)
 
 # The tests that show each feature's row on the host (the VM kernels run

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/config"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -36,7 +38,7 @@ func TestUnderSpanwatch(t *testing.T) {
 		t.Fatalf("collector: %v", err)
 	}
 	defer c.Close()
-	tr, err := c.AttachUSDT(context.Background(), srcs)
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), srcs)
 	if err != nil {
 		t.Fatalf("attach usdt sources: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"testing"
 
+	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
+
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/usdt"
@@ -37,7 +39,7 @@ func TestNamesOnAbsentPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tr, err := c.AttachUSDT(context.Background(), []usdt.SpanSource{{
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), []usdt.SpanSource{{
 		Binary: bin, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
 		Start: usdt.ProbeRef{Provider: "svc", Name: "request__start"}, End: usdt.ProbeRef{Provider: "svc", Name: "request__done"},
 	}})

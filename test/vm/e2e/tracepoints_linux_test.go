@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spanwatch/spanwatch/source/tracepoint"
+
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
@@ -52,7 +54,7 @@ func (s *syncBuffer) String() string {
 // tpRig is a collector with tracepoint sources from a sources: section.
 type tpRig struct {
 	c       *collector.Collector
-	tp      *collector.Tracepoints
+	tp      *tracepoint.Source
 	logs    *syncBuffer
 	byLabel map[string]snapshot.Series // "span label=value", from the last series()
 	mu      sync.Mutex
@@ -91,7 +93,7 @@ func newTPRig(t *testing.T, sources string) *tpRig {
 	if err := d.Err(); err != nil {
 		t.Fatal(err)
 	}
-	tp, err := c.AttachTracepoints(context.Background(), srcs, collector.TracepointConfig{
+	tp, err := tracepoint.Attach(context.Background(), c.SourceCore(), srcs, tracepoint.Config{
 		DiscoverInterval: 100 * time.Millisecond, MissingAfter: 2 * time.Second,
 	})
 	if err != nil {
@@ -292,7 +294,7 @@ type ehWriter struct {
 // registers, and an event written on a CPU whose perf event is not open
 // yet reaches no program (user_event_perf looks at this CPU's list only),
 // so Enabled alone let the first events of a test be lost.
-func newEHWriter(t testing.TB, provider string, tp *collector.Tracepoints) *ehWriter {
+func newEHWriter(t testing.TB, provider string, tp *tracepoint.Source) *ehWriter {
 	t.Helper()
 	ev, err := userevents.Register(ehtest.Format(provider))
 	if err != nil {
@@ -315,7 +317,7 @@ func newEHWriter(t testing.TB, provider string, tp *collector.Tracepoints) *ehWr
 
 // tracepointBound reports whether a source of tp reads the tracepoint
 // named name (bound after its perf event opened on every online CPU).
-func tracepointBound(tp *collector.Tracepoints, name string) bool {
+func tracepointBound(tp *tracepoint.Source, name string) bool {
 	for _, st := range tp.Status() {
 		for _, ev := range st.Tracepoints {
 			if ev == name || strings.HasSuffix(ev, ":"+name) {
@@ -599,8 +601,8 @@ func BenchmarkEventHeaderDecoderCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	tp, err := c.AttachTracepoints(context.Background(), []tpsource.Source{{Kind: tpsource.EventHeader, Provider: "spanwatch_e2e_bench"}},
-		collector.TracepointConfig{DiscoverInterval: 50 * time.Millisecond})
+	tp, err := tracepoint.Attach(context.Background(), c.SourceCore(), []tpsource.Source{{Kind: tpsource.EventHeader, Provider: "spanwatch_e2e_bench"}},
+		tracepoint.Config{DiscoverInterval: 50 * time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/source"
 )
 
 // Program names in bpf/userevents.bpf.c.
@@ -37,7 +38,7 @@ func loadUserEvents(core map[string]*ebpf.Map, method string, labelValues int) (
 	if err != nil {
 		return nil, fmt.Errorf("load user_events bpf spec: %w", err)
 	}
-	sizeLabelValues(spec, labelValues)
+	source.SizeLabelValues(spec, labelValues)
 	prog := map[string]string{"fentry": progUEFentry, "kprobe": progUEKprobe, "test": progUETest}[method]
 	if prog == "" {
 		return nil, fmt.Errorf("user_events: unknown attach method %q", method)
@@ -45,7 +46,7 @@ func loadUserEvents(core map[string]*ebpf.Map, method string, labelValues int) (
 	if method != "test" {
 		delete(spec.Maps, "ue_test_input")
 	}
-	coll, err := loadBeside("user_events", spec, core, prog)
+	coll, err := source.LoadBeside("user_events", spec, core, prog)
 	if err != nil {
 		return nil, err
 	}

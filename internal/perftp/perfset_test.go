@@ -1,6 +1,6 @@
 //go:build linux
 
-package collector
+package perftp
 
 import (
 	"bytes"
@@ -47,7 +47,7 @@ func TestPerfSetFollowsOnlineCPUs(t *testing.T) {
 		t.Skip("needs 2 CPUs")
 	}
 	var logs bytes.Buffer
-	p := newPerfSet(slog.New(slog.NewTextHandler(&logs, nil)), ncpu)
+	p := New(slog.New(slog.NewTextHandler(&logs, nil)), ncpu)
 	online := filepath.Join(t.TempDir(), "online")
 	all := "0-" + strconv.Itoa(ncpu-1)
 	write := func(s string) {
@@ -58,8 +58,8 @@ func TestPerfSetFollowsOnlineCPUs(t *testing.T) {
 	write(all)
 	p.onlinePath = online
 	p.online = p.readOnline()
-	defer p.close()
-	if err := p.add(id, "sched_switch"); err != nil {
+	defer p.Close()
+	if err := p.Add(id, "sched_switch"); err != nil {
 		t.Fatal(err)
 	}
 	open := func() (n int) {
@@ -74,8 +74,8 @@ func TestPerfSetFollowsOnlineCPUs(t *testing.T) {
 		t.Fatalf("%d perf events open, want %d", open(), ncpu)
 	}
 	time.Sleep(20 * time.Millisecond)
-	p.check()
-	if s := p.statsNow(); s.Gaps != 0 || open() != ncpu {
+	p.Check()
+	if s := p.Stats(); s.Gaps != 0 || open() != ncpu {
 		t.Fatalf("a live set: %+v, %d open; enabled times %v", s, open(), p.seen)
 	}
 	for cpu := 0; cpu < ncpu; cpu++ {
@@ -86,19 +86,19 @@ func TestPerfSetFollowsOnlineCPUs(t *testing.T) {
 	// Enabled time advances on a live event.
 	before := p.seen[1]
 	time.Sleep(20 * time.Millisecond)
-	p.check()
-	if p.seen[1] <= before || p.statsNow().Gaps != 0 {
-		t.Fatalf("cpu 1 enabled time %d then %d; gaps %d", before, p.seen[1], p.statsNow().Gaps)
+	p.Check()
+	if p.seen[1] <= before || p.Stats().Gaps != 0 {
+		t.Fatalf("cpu 1 enabled time %d then %d; gaps %d", before, p.seen[1], p.Stats().Gaps)
 	}
 
 	write("0")
-	p.check()
-	if s := p.statsNow(); s.Offline != uint64(ncpu-1) || open() != 1 || p.fds[id][0] < 0 {
+	p.Check()
+	if s := p.Stats(); s.Offline != uint64(ncpu-1) || open() != 1 || p.fds[id][0] < 0 {
 		t.Fatalf("cpus 1.. offline: %+v, %d open", s, open())
 	}
 	write(all)
-	p.check()
-	if s := p.statsNow(); s.Gaps != uint64(ncpu-1) || open() != ncpu {
+	p.Check()
+	if s := p.Stats(); s.Gaps != uint64(ncpu-1) || open() != ncpu {
 		t.Fatalf("cpus back: %+v, %d open", s, open())
 	}
 	// An event the kernel stopped (as it does for a CPU that went offline
@@ -108,10 +108,10 @@ func TestPerfSetFollowsOnlineCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	p.check() // reads the time once more while it stands still
+	p.Check() // reads the time once more while it stands still
 	time.Sleep(20 * time.Millisecond)
-	p.check()
-	if s := p.statsNow(); s.Gaps != uint64(ncpu) || open() != ncpu || p.fds[id][1] == fd && p.seen[1] == 0 {
+	p.Check()
+	if s := p.Stats(); s.Gaps != uint64(ncpu) || open() != ncpu || p.fds[id][1] == fd && p.seen[1] == 0 {
 		t.Fatalf("a stopped event: %+v, %d open", s, open())
 	}
 	if !strings.Contains(logs.String(), "msg=cpu_perf_events_reopened cpu=1 reason=detached") {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package collector
+package perftp
 
 import (
 	"encoding/binary"
@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// perfSet keeps a counting (non-sampling) perf event open on every online
+// Set keeps a counting (non-sampling) perf event open on every online
 // CPU for each watched tracepoint: perf_tp_event() runs, and so the BPF
 // programs on it see a user_event's payload, only on the CPUs where a perf
 // event is open on that tracepoint. The enable bit an application tests is
@@ -21,7 +21,7 @@ import (
 // CPUs come and go (hotplug). A CPU that goes offline takes its perf
 // events out of their context for good (kernel/events/core.c:
 // __perf_event_exit_context detaches them; perf_event_init_cpu brings
-// none back), and perf_event_open refuses an offline CPU. check() reads
+// none back), and perf_event_open refuses an offline CPU. Check reads
 // the online CPUs, opens what a CPU that came online lacks, closes what an
 // offline CPU holds, and finds the events of a CPU that went offline and
 // came back between two checks by their enabled time, which stops when
@@ -29,7 +29,7 @@ import (
 // tracepoint's), and all of that CPU's are reopened when it is dead.
 // Writes on such a CPU between its coming online and the next check are
 // lost; gaps counts the CPUs found so.
-type perfSet struct {
+type Set struct {
 	log        *slog.Logger
 	onlinePath string // /sys/devices/system/cpu/online
 
@@ -40,12 +40,12 @@ type perfSet struct {
 	names  map[uint32]string // for logs
 	fds    map[uint32][]int  // id -> fd per CPU, -1 none
 	seen   []uint64          // per CPU: enabled time at the last check
-	stats  perfStats
+	stats  Stats
 	closed bool
 }
 
-// perfStats counts what check() found.
-type perfStats struct {
+// Stats counts what Check found.
+type Stats struct {
 	// Gaps counts CPUs found without live perf events: came online after
 	// start, or went offline and back between two checks. Spans written
 	// there in the meantime were lost.
@@ -54,8 +54,8 @@ type perfStats struct {
 	Offline uint64
 }
 
-func newPerfSet(log *slog.Logger, ncpu int) *perfSet {
-	p := &perfSet{
+func New(log *slog.Logger, ncpu int) *Set {
+	p := &Set{
 		log:        log,
 		onlinePath: "/sys/devices/system/cpu/online",
 		ncpu:       ncpu,
@@ -69,7 +69,7 @@ func newPerfSet(log *slog.Logger, ncpu int) *perfSet {
 
 // readOnline reads the online CPUs; every possible CPU counts as online
 // when the file cannot be read.
-func (p *perfSet) readOnline() []bool {
+func (p *Set) readOnline() []bool {
 	out := make([]bool, p.ncpu)
 	cpus, err := parseCPUList(p.onlinePath)
 	if err != nil {
@@ -104,7 +104,7 @@ func openTP(id uint32, cpu int) (int, error) {
 
 // add opens the tracepoint's perf event on every online CPU. On error
 // none stays open.
-func (p *perfSet) add(id uint32, name string) error {
+func (p *Set) Add(id uint32, name string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.fds[id]; ok {
@@ -134,7 +134,7 @@ func (p *perfSet) add(id uint32, name string) error {
 }
 
 // remove closes the tracepoint's perf events.
-func (p *perfSet) remove(id uint32) {
+func (p *Set) Remove(id uint32) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, fd := range p.fds[id] {
@@ -166,7 +166,7 @@ func enabledTime(fd int) (uint64, error) {
 }
 
 // check brings the perf events in line with the CPUs online now.
-func (p *perfSet) check() {
+func (p *Set) Check() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -199,7 +199,7 @@ func (p *perfSet) check() {
 	p.online = online
 }
 
-func (p *perfSet) closeCPU(cpu int) {
+func (p *Set) closeCPU(cpu int) {
 	for _, id := range p.ids {
 		if fd := p.fds[id][cpu]; fd >= 0 {
 			unix.Close(fd)
@@ -209,7 +209,7 @@ func (p *perfSet) closeCPU(cpu int) {
 	p.seen[cpu] = 0
 }
 
-func (p *perfSet) openCPU(cpu int, why string) {
+func (p *Set) openCPU(cpu int, why string) {
 	opened := 0
 	for _, id := range p.ids {
 		fd, err := openTP(id, cpu)
@@ -229,13 +229,13 @@ func (p *perfSet) openCPU(cpu int, why string) {
 		"effect", "user_events written on this cpu since it came online were lost")
 }
 
-func (p *perfSet) statsNow() perfStats {
+func (p *Set) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.stats
 }
 
-func (p *perfSet) close() {
+func (p *Set) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true

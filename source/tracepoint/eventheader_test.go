@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
 	"github.com/spanwatch/spanwatch/internal/eventheader/ehtest"
@@ -29,17 +30,17 @@ import (
 
 // newTestCollector starts a collector without the user_events source
 // (this host's kernel may not have it), with a small series array.
-func newTestCollector(t testing.TB, cfg Config) *Collector {
+func newTestCollector(t testing.TB, cfg collector.Config) *collector.Collector {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load BPF")
 	}
-	cfg.Sources = Sources{Marker: true}
+	cfg.Sources = collector.Sources{Marker: true}
 	cfg.ScanInterval = -1
 	if cfg.MaxSeries == 0 {
 		cfg.MaxSeries = 1024
 	}
-	c, err := New(context.Background(), cfg)
+	c, err := collector.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("start collector: %v", err)
 	}
@@ -51,7 +52,7 @@ func newTestCollector(t testing.TB, cfg Config) *Collector {
 // BPF_PROG_TEST_RUN, as if perf_tp_event() had been called with them.
 type ehHarness struct {
 	t    testing.TB
-	c    *Collector
+	c    *collector.Collector
 	o    *ehObjects
 	prev map[uint32]uint64
 	cut  uint64 // names cut, in the last series() window
@@ -62,7 +63,7 @@ const ehTestType = 777 // a tracepoint id no real event has here
 // maxName is the longest span name: SPAN_NAME_LEN - 1.
 const maxName = 127
 
-func newEHHarness(t testing.TB, cfg Config) *ehHarness {
+func newEHHarness(t testing.TB, cfg collector.Config) *ehHarness {
 	bpftest.Require(t, kernel.Loop, kernel.Atomics)
 	c := newTestCollector(t, cfg)
 	o, err := loadEventHeader(c.Maps(), "test", 0)
@@ -182,7 +183,7 @@ func TestEventHeaderGoldensBPF(t *testing.T) {
 		defer mu.Unlock()
 		return append([]snapshot.Overrun(nil), ovs...)
 	}
-	h := newEHHarness(t, Config{OnOverrun: func(o snapshot.Overrun) {
+	h := newEHHarness(t, collector.Config{OnOverrun: func(o snapshot.Overrun) {
 		mu.Lock()
 		ovs = append(ovs, o)
 		mu.Unlock()
@@ -197,7 +198,7 @@ func TestEventHeaderGoldensBPF(t *testing.T) {
 			if r != eventheader.OK {
 				t.Fatalf("the Go decoder refuses it: %s", r)
 			}
-			if err := h.c.SetBudgets([]BudgetRule{{Span: want.Name, Budget: 1}}); err != nil {
+			if err := h.c.SetBudgets([]collector.BudgetRule{{Span: want.Name, Budget: 1}}); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
@@ -247,7 +248,7 @@ func goName(name string) string {
 // them: the same reason for every event, and for the good ones the same
 // name, duration and status in the aggregates.
 func TestEventHeaderDifferential(t *testing.T) {
-	h := newEHHarness(t, Config{MaxSeries: 16384})
+	h := newEHHarness(t, collector.Config{MaxSeries: 16384})
 	var inputs [][]byte
 	for _, tc := range ehtest.GoldenCases {
 		p, err := ehtest.Golden(tc.File)
@@ -372,7 +373,7 @@ func mutateEvent(rng *rand.Rand, p []byte) []byte {
 // TestEventHeaderLimitsBPF: events past the decoder's limits are counted
 // too_large, in BPF as in Go.
 func TestEventHeaderLimitsBPF(t *testing.T) {
-	h := newEHHarness(t, Config{})
+	h := newEHHarness(t, collector.Config{})
 	x := ehtest.Exporter{Version: ehtest.RustMain}
 	long := ehtest.Span{Name: strings.Repeat("n", eventheader.BufSize), Start: time.Unix(1, 0), End: time.Unix(2, 0)}
 	p, err := x.Encode(&long)
@@ -419,7 +420,7 @@ func BenchmarkEventHeaderDecoder(b *testing.B) {
 		b.Skipf("BPF statistics: %v (kernel 5.8+)", err)
 	}
 	defer stats.Close()
-	h := newEHHarness(b, Config{})
+	h := newEHHarness(b, collector.Config{})
 	put := func(p []byte) {
 		var in bpf.EventheaderEhTestIn
 		in.Type = ehTestType

@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/source"
 )
 
 // Program names in bpf/eventheader.bpf.c.
@@ -40,7 +41,7 @@ func loadEventHeader(core map[string]*ebpf.Map, method string, labelValues int) 
 	if err != nil {
 		return nil, fmt.Errorf("load eventheader bpf spec: %w", err)
 	}
-	sizeLabelValues(spec, labelValues)
+	source.SizeLabelValues(spec, labelValues)
 	prog := map[string]string{"fentry": progEHFentry, "kprobe": progEHKprobe, "test": progEHTest}[method]
 	if prog == "" {
 		return nil, fmt.Errorf("eventheader: unknown attach method %q", method)
@@ -51,7 +52,7 @@ func loadEventHeader(core map[string]*ebpf.Map, method string, labelValues int) 
 	} else {
 		delete(spec.Maps, "eh_test_input")
 	}
-	coll, err := loadBeside("eventheader", spec, core, keep...)
+	coll, err := source.LoadBeside("eventheader", spec, core, keep...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/config/section"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
@@ -60,15 +61,15 @@ func ueFormat(name string, id uint32, fields ...string) []byte {
 
 type ueHarness struct {
 	t    *testing.T
-	c    *Collector
-	tp   *Tracepoints
+	c    *collector.Collector
+	tp   *Source
 	prev map[string]uint64
 }
 
 func newUEHarness(t *testing.T, srcs []tpsource.Source) *ueHarness {
 	bpftest.Require(t, kernel.Loop, kernel.Atomics)
-	c := newTestCollector(t, Config{})
-	tp, err := c.AttachTracepoints(context.Background(), srcs, TracepointConfig{test: true})
+	c := newTestCollector(t, collector.Config{})
+	tp, err := Attach(context.Background(), c.SourceCore(), srcs, Config{test: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,4 +377,15 @@ user_events:
 	if c, _ := h.tp.Counts(); c["user_events/label_other"] != 3 {
 		t.Errorf("counts %v, want user_events/label_other 3", c)
 	}
+}
+
+// seriesByName keys a snapshot's series with values by span name.
+func seriesByName(s *snapshot.Snapshot) map[string]snapshot.Series {
+	out := map[string]snapshot.Series{}
+	for _, sr := range s.Series {
+		if sr.Count > 0 {
+			out[sr.Span] = sr
+		}
+	}
+	return out
 }

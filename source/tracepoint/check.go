@@ -1,4 +1,4 @@
-package collector
+package tracepoint
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 )
 
 // This file builds on every system: the limits of tracepoint sources that
-// the kernel objects' maps set, checked by AttachTracepoints before it
+// the kernel objects' maps set, checked by Attach before it
 // writes them and, through config.Load, by spanwatch check, with the same
 // function.
 

@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"encoding/binary"

@@ -1,6 +1,6 @@
-//go:build linux && amd64
+//go:build linux
 
-package collector
+package tracepoint
 
 import (
 	"context"
@@ -19,30 +19,32 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/eventheader"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/perftp"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/tracefs"
-	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/source"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
-// Tracepoints are the span sources on user_events tracepoints of a rule
+// A Source is the span sources on user_events tracepoints of a rule
 // file (internal/tpsource), attached to a collector's aggregation core:
 // generic user_events, cast by the field offsets of their format files,
 // and EventHeader tracepoints. Events that appear later are picked up.
 // Close releases them before the collector.
-type Tracepoints struct {
-	cfg TracepointConfig
-	log *slog.Logger
-	dir string
-	col *Collector
+type Source struct {
+	cfg  Config
+	log  *slog.Logger
+	dir  string
+	core *source.Core
 
-	labelSets []uint16 // allocated for sources with labels
+	labelSets  []uint16 // allocated for sources with labels
+	stopCounts func()   // stops snapshots reading Counts
 
 	ue    *ueObjects
 	eh    *ehObjects
 	links []link.Link
-	perf  *perfSet
+	perf  *perftp.Set
 
 	mu       sync.Mutex
 	sources  []*tpSourceState
@@ -64,18 +66,21 @@ type tpSourceState struct {
 	warned     bool              // reported as missing
 }
 
-// AttachTracepoints loads the BPF objects the sources need beside the
-// collector's core (sharing its maps), attaches them to perf_tp_event the
-// way the core is attached (fentry, or a kprobe), and starts watching
+// Attach loads the BPF objects the sources need beside the collector's
+// core (sharing its maps), attaches them to perf_tp_event the way the
+// core is attached (fentry, or a kprobe), and starts watching
 // tracefs for the sources' events: those registered now are attached
 // before it returns, later ones within DiscoverInterval. It needs
 // user_events (kernel 6.4+) only for events to appear; bpf_loop (5.17+)
 // for EventHeader sources.
-func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Source, cfg TracepointConfig) (_ *Tracepoints, err error) {
-	if c.facts.Core == kernel.CoreCompat {
+func Attach(ctx context.Context, core *source.Core, srcs []tpsource.Source, cfg Config) (_ *Source, err error) {
+	if err := bpf.CheckArch(); err != nil {
+		return nil, fmt.Errorf("user_events and eventheader sources: %w", err)
+	}
+	if core.Kernel.Core == kernel.CoreCompat {
 		// Their objects decode events with bpf_loop (5.17+) and feed the
 		// full core; user_events themselves need 6.4+.
-		return nil, fmt.Errorf("user_events and EventHeader sources: %w: this kernel runs the compat BPF objects (%s)", ebpf.ErrNotSupported, c.facts.Probes.CompatReason())
+		return nil, fmt.Errorf("user_events and EventHeader sources: %w: this kernel runs the compat BPF objects (%s)", ebpf.ErrNotSupported, core.Kernel.Probes.CompatReason())
 	}
 	if cfg.DiscoverInterval <= 0 {
 		cfg.DiscoverInterval = time.Second
@@ -83,10 +88,10 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	if cfg.MissingAfter <= 0 {
 		cfg.MissingAfter = 30 * time.Second
 	}
-	t := &Tracepoints{
+	t := &Source{
 		cfg:      cfg,
-		col:      c,
-		log:      c.log,
+		core:     core,
+		log:      core.Logger,
 		seen:     map[tracefs.Event]bool{},
 		bindErrs: map[tracefs.Event]string{},
 		bound:    map[uint32]tracefs.Event{},
@@ -105,8 +110,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	for i := range srcs {
 		st := &tpSourceState{src: srcs[i], problems: map[string]string{}}
 		if len(srcs[i].Labels.List) > 0 {
-			ls := LabelSet{Names: srcs[i].Labels.Names(), Signed: make([]bool, len(srcs[i].Labels.List))}
-			if st.labelSet, err = c.AllocLabelSet(ls); err != nil {
+			if st.labelSet, err = core.AllocLabelSet(srcs[i].Labels.Names(), make([]bool, len(srcs[i].Labels.List))); err != nil {
 				return nil, err
 			}
 			t.labelSets = append(t.labelSets, st.labelSet)
@@ -120,12 +124,12 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 			needEH = true
 		}
 	}
-	method := c.objs.method
+	method := core.TracepointMethod
 	if cfg.test {
 		method = "test"
 	}
 	if needUE {
-		if t.ue, err = loadUserEvents(c.Maps(), method, labelValues); err != nil {
+		if t.ue, err = loadUserEvents(core.Maps, method, labelValues); err != nil {
 			return nil, err
 		}
 		if err := t.writeUESources(); err != nil {
@@ -133,7 +137,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		}
 	}
 	if needEH {
-		if t.eh, err = loadEventHeader(c.Maps(), method, labelValues); err != nil {
+		if t.eh, err = loadEventHeader(core.Maps, method, labelValues); err != nil {
 			return nil, err
 		}
 		if err := t.writeEHMappings(); err != nil {
@@ -141,9 +145,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		}
 	}
 	// Snapshots carry the sources' counts from now on.
-	c.mu.Lock()
-	c.tracepoints = append(c.tracepoints, t)
-	c.mu.Unlock()
+	t.stopCounts = core.AddCounts(t.Counts)
 	if cfg.test {
 		t.dir = cfg.TracefsDir
 		return t, nil
@@ -152,7 +154,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		if p == nil {
 			continue
 		}
-		l, err := attachTPProgram(method, p)
+		l, err := perftp.AttachProgram(method, p)
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +164,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	if err != nil {
 		return nil, err
 	}
-	t.perf = newPerfSet(c.log, ncpu)
+	t.perf = perftp.New(core.Logger, ncpu)
 	t.dir = cfg.TracefsDir
 	if t.dir == "" {
 		if t.dir, err = userevents.TracefsDir(); err != nil {
@@ -173,7 +175,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 	start := time.Now()
 	for _, s := range t.sources {
 		if len(s.attached) == 0 && len(s.problems) == 0 {
-			c.log.Info("tracepoint_source_waiting", "source", s.src.Describe(), "pos", s.src.Pos)
+			t.log.Info("tracepoint_source_waiting", "source", s.src.Describe(), "pos", s.src.Pos)
 		}
 	}
 	t.wg.Add(1)
@@ -181,7 +183,7 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 		defer t.wg.Done()
 		tick := time.NewTicker(cfg.DiscoverInterval)
 		defer tick.Stop()
-		cpus := time.NewTicker(cpuCheckInterval)
+		cpus := time.NewTicker(perftp.CheckInterval)
 		defer cpus.Stop()
 		report := time.NewTicker(countsReportInterval)
 		defer report.Stop()
@@ -200,15 +202,18 @@ func (c *Collector) AttachTracepoints(ctx context.Context, srcs []tpsource.Sourc
 					t.reportMissing()
 				}
 			case <-cpus.C:
-				t.perf.check()
+				t.perf.Check()
 			}
 		}
 	}()
 	return t, nil
 }
 
+// Kind is "tracepoints": user_events and EventHeader sources.
+func (t *Source) Kind() string { return "tracepoints" }
+
 // Close detaches the sources. It is idempotent.
-func (t *Tracepoints) Close() error {
+func (t *Source) Close() error {
 	t.once.Do(func() {
 		close(t.stop)
 		t.wg.Wait()
@@ -216,54 +221,28 @@ func (t *Tracepoints) Close() error {
 			l.Close()
 		}
 		if t.perf != nil {
-			t.perf.close()
+			t.perf.Close()
 		}
 		t.ue.close()
 		t.eh.close()
 		for _, id := range t.labelSets {
-			t.col.FreeLabelSet(id)
+			t.core.FreeLabelSet(id)
 		}
-		t.col.mu.Lock()
-		t.col.tracepoints = slices.DeleteFunc(t.col.tracepoints, func(x *Tracepoints) bool { return x == t })
-		t.col.mu.Unlock()
+		if t.stopCounts != nil {
+			t.stopCounts()
+		}
 	})
 	return nil
 }
 
-// sourceEvents adds the window's counts of the attached tracepoint sources
-// (events by how they ended, label values keyed "other") to st. c.mu is
-// held.
-func (c *Collector) sourceEvents(st *snapshot.Stats) {
-	total := map[string]uint64{}
-	for _, t := range c.tracepoints {
-		n, err := t.Counts()
-		if err != nil {
-			c.log.Warn("tracepoint_counts_failed", "error", err)
-			continue
-		}
-		for k, v := range n {
-			total[k] += v
-		}
-	}
-	for k, v := range total {
-		if d := v - c.prevSource[k]; d > 0 && !strings.HasSuffix(k, "/ok") {
-			if st.SourceEvents == nil {
-				st.SourceEvents = map[string]uint64{}
-			}
-			st.SourceEvents[k] = d
-		}
-	}
-	c.prevSource = total
-}
-
 // Status reports each source: the tracepoints it reads and what kept
 // others from being read.
-func (t *Tracepoints) Status() []TracepointStatus {
+func (t *Source) Status() []Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]TracepointStatus, len(t.sources))
+	out := make([]Status, len(t.sources))
 	for i, s := range t.sources {
-		out[i] = TracepointStatus{Source: s.src.Describe(), Pos: s.src.Pos.String(), Tracepoints: slices.Clone(s.attached), Problems: map[string]string{}}
+		out[i] = Status{Source: s.src.Describe(), Pos: s.src.Pos.String(), Tracepoints: slices.Clone(s.attached), Problems: map[string]string{}}
 		for k, v := range s.problems {
 			out[i].Problems[k] = v
 		}
@@ -279,7 +258,7 @@ func (t *Tracepoints) Status() []TracepointStatus {
 // past the cap; "label_full"; "label_unread"). Names cut to fit are
 // counted by the core
 // (snapshot.Stats.NamesTruncated). Only nonzero counts are returned.
-func (t *Tracepoints) Counts() (map[string]uint64, error) {
+func (t *Source) Counts() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	if t.ue != nil {
 		if err := sumCounters(t.ue.counters, func(i uint32, v uint64) {
@@ -323,12 +302,12 @@ func (t *Tracepoints) Counts() (map[string]uint64, error) {
 }
 
 // CPUGaps reports how many times a CPU was found without live perf events
-// on the sources' tracepoints (see Collector.UserEventsCPUGaps).
-func (t *Tracepoints) CPUGaps() uint64 {
+// on the sources' tracepoints (as Collector.UserEventsCPUGaps does for the span event).
+func (t *Source) CPUGaps() uint64 {
 	if t.perf == nil {
 		return 0
 	}
-	return t.perf.statsNow().Gaps
+	return t.perf.Stats().Gaps
 }
 
 // srcCounterNames name bpf/source.h's src_counters (enum src_counter):
@@ -367,7 +346,7 @@ var countsReportInterval = 30 * time.Second
 
 // reportRefused logs the events refused since the last report (prev), by
 // reason, and returns the counts now.
-func (t *Tracepoints) reportRefused(prev map[string]uint64) map[string]uint64 {
+func (t *Source) reportRefused(prev map[string]uint64) map[string]uint64 {
 	cur, err := t.Counts()
 	if err != nil {
 		t.log.Warn("tracepoint_counts_unreadable", "error", err)
@@ -388,7 +367,7 @@ func (t *Tracepoints) reportRefused(prev map[string]uint64) map[string]uint64 {
 
 // reportMissing warns once about each source none of whose events
 // appeared.
-func (t *Tracepoints) reportMissing() {
+func (t *Source) reportMissing() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.sources {
@@ -402,7 +381,7 @@ func (t *Tracepoints) reportMissing() {
 }
 
 // discover binds the events registered since the last look.
-func (t *Tracepoints) discover() {
+func (t *Source) discover() {
 	evs, err := tracefs.UserEvents(t.dir)
 	if err != nil {
 		t.log.Warn("tracepoint_list_failed", "error", err)
@@ -441,7 +420,7 @@ func (t *Tracepoints) discover() {
 }
 
 // wanted reports whether any source could use ev.
-func (t *Tracepoints) wanted(ev tracefs.Event) bool {
+func (t *Source) wanted(ev tracefs.Event) bool {
 	base := ev.BaseName()
 	tp, isEH := eventheader.ParseTracepoint(base)
 	for _, s := range t.sources {
@@ -469,7 +448,7 @@ func ehSelects(s *tpsource.Source, tp eventheader.Tracepoint) bool {
 // perf event is opened on it on every online CPU. Problems of a source
 // (a field it names that the event lacks) are logged and kept in Status;
 // the other sources still bind.
-func (t *Tracepoints) Bind(ev tracefs.Event, f *tracefs.Format) error {
+func (t *Source) Bind(ev tracefs.Event, f *tracefs.Format) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, dup := t.bound[f.ID]; dup {
@@ -487,7 +466,7 @@ func (t *Tracepoints) Bind(ev tracefs.Event, f *tracefs.Format) error {
 		return err
 	}
 	if t.perf != nil {
-		if err := t.perf.add(f.ID, ev.String()); err != nil {
+		if err := t.perf.Add(f.ID, ev.String()); err != nil {
 			return err
 		}
 	}
@@ -500,7 +479,7 @@ func (t *Tracepoints) Bind(ev tracefs.Event, f *tracefs.Format) error {
 }
 
 // problem records why a source cannot read a tracepoint, once.
-func (t *Tracepoints) problem(s *tpSourceState, ev tracefs.Event, msg string) {
+func (t *Source) problem(s *tpSourceState, ev tracefs.Event, msg string) {
 	if _, dup := s.problems[ev.String()]; dup {
 		return
 	}
@@ -522,7 +501,7 @@ const (
 // writeEHMappings writes the event mappings of the EventHeader sources:
 // one for a source of Span events or of one event, two (start, end) for
 // a pair.
-func (t *Tracepoints) writeEHMappings() error {
+func (t *Source) writeEHMappings() error {
 	next := uint32(0)
 	for i, s := range t.sources {
 		if s.src.Kind != tpsource.EventHeader {
@@ -641,7 +620,7 @@ func tpMap(s *tpsource.Source, labelSet uint16) tpMapLayout {
 	return m
 }
 
-func (t *Tracepoints) bindEH(ev tracefs.Event, f *tracefs.Format, tp eventheader.Tracepoint) ([]*tpSourceState, error) {
+func (t *Source) bindEH(ev tracefs.Event, f *tracefs.Format, tp eventheader.Tracepoint) ([]*tpSourceState, error) {
 	var users []*tpSourceState
 	var tpv bpf.EventheaderEhTracepoint
 	names, types, offs := make([]string, len(f.Fields)), make([]string, len(f.Fields)), make([]int, len(f.Fields))
@@ -678,7 +657,7 @@ func (t *Tracepoints) bindEH(ev tracefs.Event, f *tracefs.Format, tp eventheader
 
 // --- user_events ---
 
-func (t *Tracepoints) writeUESources() error {
+func (t *Source) writeUESources() error {
 	for i, s := range t.sources {
 		if s.src.Kind != tpsource.UserEvents {
 			continue
@@ -700,7 +679,7 @@ func (t *Tracepoints) writeUESources() error {
 	return nil
 }
 
-func (t *Tracepoints) bindUE(ev tracefs.Event, f *tracefs.Format) ([]*tpSourceState, error) {
+func (t *Source) bindUE(ev tracefs.Event, f *tracefs.Format) ([]*tpSourceState, error) {
 	var users []*tpSourceState
 	var e bpf.UsereventsUeEvent
 	base := ev.BaseName()

@@ -1,11 +1,11 @@
 //go:build linux
 
-package collector
+package tracepoint
 
 import "time"
 
-// TracepointConfig configures AttachTracepoints.
-type TracepointConfig struct {
+// Config configures Attach.
+type Config struct {
 	// DiscoverInterval is how often tracefs is listed for events that
 	// appeared (default 1s): an event registered after the agent started
 	// is picked up within it.
@@ -21,8 +21,8 @@ type TracepointConfig struct {
 	test bool
 }
 
-// TracepointStatus is what became of one source.
-type TracepointStatus struct {
+// Status is what became of one source.
+type Status struct {
 	Source string
 	Pos    string
 	// Tracepoints are those the source reads now.

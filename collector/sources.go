@@ -1,0 +1,107 @@
+//go:build linux
+
+package collector
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/inflight"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
+	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/source"
+)
+
+// SourceCore returns what the collector lends its span sources (package
+// source): the core's maps and the services a source calls. Sources
+// attach with it, and are closed before the collector.
+func (c *Collector) SourceCore() *source.Core {
+	return &source.Core{
+		Logger:           c.log,
+		Maps:             c.Maps(),
+		Kernel:           c.facts,
+		TracepointMethod: c.objs.method,
+		ProcRoot:         c.cfg.ProcRoot,
+		NoUprobeMulti:    c.cfg.NoUprobeMulti,
+		AllocLabelSet: func(names []string, signed []bool) (uint16, error) {
+			return c.AllocLabelSet(LabelSet{Names: names, Signed: signed})
+		},
+		FreeLabelSet:    c.FreeLabelSet,
+		AddNameResolver: func(f func(string) (string, bool)) { c.AddNameResolver(f) },
+		AddAnchor:       func(an symbolize.Anchor) { addAnchor(c.cfg, an) },
+		WatchInflight:   c.watchInflight,
+		AddCounts:       c.addCounts,
+	}
+}
+
+// coreMaps names the maps of the core's object that bpf/aggregate.h
+// defines (bpf.CoreMaps, the one list of them), by their tags in the
+// generated struct.
+func coreMaps(o *bpf.SpanwatchMaps) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(o).Elem()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("ebpf"), ",")
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && slices.Contains(bpf.CoreMaps, name) {
+			out[name] = m
+		}
+	}
+	return out
+}
+
+// A counter is one source's health counters (source.Core.AddCounts).
+type counter struct {
+	counts func() (map[string]uint64, error)
+}
+
+// addCounts makes snapshots carry the window's increase of a source's
+// counters (sourceEvents).
+func (c *Collector) addCounts(f func() (map[string]uint64, error)) func() {
+	k := &counter{counts: f}
+	c.mu.Lock()
+	c.counters = append(c.counters, k)
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.counters = slices.DeleteFunc(c.counters, func(x *counter) bool { return x == k })
+		c.mu.Unlock()
+	}
+}
+
+// sourceEvents adds the window's counts of the attached sources (events
+// by how they ended, label values keyed "other") to st. c.mu is held.
+func (c *Collector) sourceEvents(st *snapshot.Stats) {
+	total := map[string]uint64{}
+	for _, k := range c.counters {
+		n, err := k.counts()
+		if err != nil {
+			c.log.Warn("tracepoint_counts_failed", "error", err)
+			continue
+		}
+		for k, v := range n {
+			total[k] += v
+		}
+	}
+	for k, v := range total {
+		if d := v - c.prevSource[k]; d > 0 && !strings.HasSuffix(k, "/ok") {
+			if st.SourceEvents == nil {
+				st.SourceEvents = map[string]uint64{}
+			}
+			st.SourceEvents[k] = d
+		}
+	}
+	c.prevSource = total
+}
+
+// watchInflight has the in-flight sampler watch the spans of a source's
+// object too (a USDT tracer's maps).
+func (c *Collector) watchInflight(m source.InflightMaps) error {
+	if c.inflight == nil {
+		return nil
+	}
+	return c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: m.Inflight, Sources: m.Sources, TaskStart: m.TaskStart, TaskNames: m.TaskNames})
+}

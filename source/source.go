@@ -1,0 +1,74 @@
+package source
+
+import (
+	"log/slog"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/symbolize"
+)
+
+// A Source is an attached span source. Close detaches it and releases
+// its BPF object; it is idempotent, and is called before the collector's
+// Close.
+type Source interface {
+	// Kind names the kind of source ("usdt", "tracepoints").
+	Kind() string
+	// Counts returns the source's health counters since it attached,
+	// keyed "kind/reason" (how its events ended: "user_events/unpaired_end",
+	// "eventheader/read_error"), summed over CPUs; only nonzero counts.
+	// A source whose BPF object counts nothing returns nil.
+	Counts() (map[string]uint64, error)
+	Close() error
+}
+
+// A Core is what a collector lends its sources: the aggregation core's
+// maps and the services a source calls. Collector.SourceCore makes one.
+type Core struct {
+	Logger *slog.Logger
+	// Maps are the aggregation core's maps by their name in
+	// bpf/aggregate.h: a source loads its object with them in place of
+	// its own maps of the same name (LoadBeside), so it feeds the same
+	// series, budgets and overrun records.
+	Maps map[string]*ebpf.Map
+	// Kernel is what the collector found on this kernel: the probes and
+	// the core it loaded (full or compat).
+	Kernel kernel.Facts
+	// TracepointMethod is how the core's program on perf_tp_event is
+	// attached, "fentry" or "kprobe": a source on tracepoints attaches
+	// its own the same way.
+	TracepointMethod string
+	// ProcRoot is /proc, or where tests put it.
+	ProcRoot string
+	// NoUprobeMulti forces uprobes through the perf_uprobe PMU.
+	NoUprobeMulti bool
+
+	// AllocLabelSet gives a source with labels a label set id of its
+	// own, naming its label values in snapshots; FreeLabelSet gives it
+	// back.
+	AllocLabelSet func(names []string, signed []bool) (uint16, error)
+	FreeLabelSet  func(id uint16)
+	// AddNameResolver has snapshots report a source's placeholder names
+	// (names the kernel could not read) under the names f gives.
+	AddNameResolver func(f func(name string) (string, bool))
+	// AddAnchor tells the symbolizer that a binary has a probe site, so
+	// it keeps the binary's symbols for processes that exit.
+	AddAnchor func(symbolize.Anchor)
+	// WatchInflight has the in-flight sampler watch the spans of a
+	// source's object too; it reports why it cannot (nil when the
+	// sampler is off).
+	WatchInflight func(InflightMaps) error
+	// AddCounts makes each snapshot carry the window's increase of a
+	// source's counters (snapshot.Stats.SourceEvents, keyed
+	// "kind/reason"; those ending in "/ok" are left out); the returned
+	// function stops it.
+	AddCounts func(counts func() (map[string]uint64, error)) (remove func())
+}
+
+// InflightMaps are the maps of a source's object that the in-flight
+// sampler reads to find its open spans (bpf/usdt.bpf.c's: usdt_inflight,
+// usdt_sources, usdt_task_start, usdt_task_names).
+type InflightMaps struct {
+	Inflight, Sources, TaskStart, TaskNames *ebpf.Map
+}
