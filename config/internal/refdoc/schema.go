@@ -307,7 +307,11 @@ func (s schema) bounds() string {
 		out = append(out, "at most "+v+" bytes")
 	}
 	if v, ok := num("minItems"); ok {
-		out = append(out, "at least "+v+" items")
+		if v == "1" {
+			out = append(out, "not empty")
+		} else {
+			out = append(out, "at least "+v+" items")
+		}
 	}
 	if v, ok := num("maxItems"); ok {
 		out = append(out, "at most "+v+" items")
