@@ -120,6 +120,8 @@ func TestExamplesLoad(t *testing.T) {
 		cfg := loadExample(t, b)
 		if cfg == nil {
 			t.Errorf("example %d does not load:\n%s", i+1, b)
+		} else if w := cfg.Warnings(); len(w) > 0 {
+			t.Errorf("example %d: spanwatch check warns: %v", i+1, w)
 		}
 	}
 }
