@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
@@ -39,7 +38,7 @@ type overrunEntry struct {
 // Its annotations are written here, once, for every notifier: summary,
 // duration and budget (in the rules' duration format), pid, tid,
 // trace_id and span_id, stack (where the span's time went, then its
-// innermost stackFrames application frames: stackText), stack_error
+// innermost stackFrames application frames: profile.StackText), stack_error
 // when the stack is missing or short, suppressed, and the budget entry's
 // own; notify delivers them as they are. Alert.Series names the span's
 // series (for links to it); the rest of the record stays in the
@@ -140,7 +139,7 @@ func (d *Detector) Overrun(ctx context.Context, o snapshot.Overrun) (*alert.Aler
 	if o.SpanID != "" {
 		annotations["span_id"] = o.SpanID
 	}
-	if st := stackText(&o); st != "" {
+	if st := profile.StackText(&o, stackFrames); st != "" {
 		annotations["stack"] = st
 	} else if o.StackError != "" {
 		annotations["stack"] = "(no stack: " + o.StackError + ")"
@@ -177,53 +176,4 @@ func (d *Detector) gcOverruns(now time.Time) {
 			delete(d.ovSeen, k)
 		}
 	}
-}
-
-// hotFrames is how many of the hottest frames of the in-span samples the
-// "stack" annotation leads with.
-const hotFrames = 3
-
-// stackText is the "stack" annotation: where the span's time went, when it
-// was sampled while it ran (the hottest application frames, with their
-// share of the duration), then its innermost user frames where it ended
-// (or stood, still running), without the span SDKs' own frames at the top
-// (the overrun record keeps them).
-func stackText(o *snapshot.Overrun) string {
-	frames, _ := profile.TrimOwn(o.UserStack)
-	var b strings.Builder
-	if hot := profile.Hottest(o.Samples, hotFrames); len(hot) > 0 {
-		var n uint64
-		for _, s := range o.Samples {
-			n += s.Count
-		}
-		noun := "samples"
-		if n == 1 {
-			noun = "sample"
-		}
-		fmt.Fprintf(&b, "where the time went (%d %s, %v of %v):\n%s",
-			n, noun, time.Duration(o.SampledNs()).Round(time.Millisecond), time.Duration(o.DurationNs).Round(time.Millisecond),
-			profile.FormatHottest(hot, o.DurationNs))
-		if len(frames) == 0 {
-			return b.String()
-		}
-		if o.StillRunning {
-			b.WriteString("\nrunning at:\n")
-		} else {
-			b.WriteString("\nended at:\n")
-		}
-	}
-	if len(frames) == 0 {
-		return ""
-	}
-	n := min(len(frames), stackFrames)
-	for i, f := range frames[:n] {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(f.String())
-	}
-	if len(frames) > n {
-		fmt.Fprintf(&b, "\n... %d more frames", len(frames)-n)
-	}
-	return b.String()
 }

@@ -21,6 +21,7 @@ import (
 //	  native_histograms: true                         # the default
 //	  exemplars: true                                 # the default: overruns' trace ids
 //	  series_ttl: 1h                                  # the default; 0 keeps every series
+//	  names: spanwatch                                # the default; spanmetrics: the OTel spanmetrics connector's names
 func Decode(d *section.Decoder, n *yaml.Node) Config {
 	var cfg Config
 	if n == nil || n.Kind == 0 {
@@ -31,7 +32,7 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 		d.Errorf(at, "metrics: %s", fmt.Sprintf(format, a...))
 	}
 	if n.Kind != yaml.MappingNode {
-		fail(n, "want a mapping with buckets, native_histograms, exemplars, series_ttl")
+		fail(n, "want a mapping with buckets, native_histograms, exemplars, series_ttl, names")
 		return cfg
 	}
 	dur := func(v *yaml.Node, what string) (time.Duration, bool) {
@@ -103,8 +104,17 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 					cfg.SeriesTTL = -1 // kept forever
 				}
 			}
+		case "names":
+			switch Names(v.Value) {
+			case NamesSpanwatch, NamesSpanmetrics:
+				if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" {
+					cfg.Names = Names(v.Value)
+					continue
+				}
+			}
+			fail(v, "names must be %s or %s", NamesSpanwatch, NamesSpanmetrics)
 		default:
-			fail(k, "unknown key %q (want one of: buckets, native_histograms, exemplars, series_ttl)", k.Value)
+			fail(k, "unknown key %q (want one of: buckets, native_histograms, exemplars, series_ttl, names)", k.Value)
 		}
 	}
 	return cfg

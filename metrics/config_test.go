@@ -44,13 +44,15 @@ func TestParseConfig(t *testing.T) {
 		{"exemplars on", "metrics:\n  exemplars: true\n", Config{}},
 		{"no classic buckets", "metrics:\n  buckets: []\n", Config{Bounds: []time.Duration{}}},
 		{"keep forever", "metrics:\n  series_ttl: 0\n", Config{SeriesTTL: -1}},
+		{"spanmetrics names", "metrics:\n  names: spanmetrics\n", Config{Names: NamesSpanmetrics}},
+		{"spanwatch names", "metrics:\n  names: spanwatch\n", Config{Names: NamesSpanwatch}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseConfig("rules.yaml", sectionNode(t, tc.src))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.NoExemplars != tc.want.NoExemplars || got.SeriesTTL != tc.want.SeriesTTL {
+			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.NoExemplars != tc.want.NoExemplars || got.SeriesTTL != tc.want.SeriesTTL || got.Names != tc.want.Names {
 				t.Fatalf("ParseConfig = %+v, want %+v", got, tc.want)
 			}
 			for i := range got.Bounds {
@@ -74,6 +76,7 @@ func TestParseConfigErrors(t *testing.T) {
   exemplars: 1
   series_ttl: -1h
   bucket: [1s]
+  names: otel
 `
 	_, err := ParseConfig("rules.yaml", sectionNode(t, src))
 	if err == nil {
@@ -88,6 +91,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"rules.yaml:4:14: metrics: exemplars must be true or false",
 		`rules.yaml:5:15: metrics: series_ttl: negative duration "-1h"`,
 		`rules.yaml:6:3: metrics: unknown key "bucket"`,
+		"rules.yaml:7:10: metrics: names must be spanwatch or spanmetrics",
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {

@@ -19,6 +19,17 @@
 // native form or the exemplars off, and sets how long a series that
 // stopped appearing stays.
 //
+// Config.Names = NamesSpanmetrics exports the calls and the durations
+// under the names the OpenTelemetry Collector's spanmetrics connector's
+// metrics take in Prometheus (traces_span_metrics_calls_total, split by
+// status_code into STATUS_CODE_ERROR and STATUS_CODE_UNSET, and
+// traces_span_metrics_duration_seconds), with span and process labelled
+// span_name and service_name, so dashboards and rules written for the
+// connector work. What they cannot have: span_kind (a span event does not
+// carry one), a duration histogram per status code (spanwatch keeps one
+// histogram a series), and service_name from an OpenTelemetry resource
+// (a span event does not carry it: it is the process's executable name).
+//
 // Snapshots are deltas over a window; the Exporter adds them up, so its
 // counters and histograms are cumulative, as Prometheus expects. Each
 // Observe publishes an immutable view of every series (about 100 bytes a

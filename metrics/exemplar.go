@@ -123,7 +123,7 @@ func (e *Exporter) pickExemplars(old *view, added []*seriesMeta, s *snapshot.Sna
 		sr := snapshot.Series{Span: ov.Span, Identity: ov.Identity, SourceLabels: ov.SourceLabels}
 		var extra []string
 		if len(sr.SourceLabels) > 0 {
-			extra = sourceLabelNames(sr.SourceLabels)
+			extra = bd.sourceLabelNames(sr.SourceLabels)
 		}
 		values := labelValues(&sr, extra, bd.values[:0])
 		idx, ok := e.find(old, added, false, extra, values, bd.hashSeries(false, extra, values))

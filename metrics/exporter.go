@@ -40,6 +40,31 @@ const DefaultSeriesTTL = time.Hour
 // out: the cgroup path holds them, and they change at every restart.
 var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup"}
 
+// Names say what the per-span families and their labels are called.
+type Names string
+
+const (
+	// NamesSpanwatch: spanwatch_spans_total, spanwatch_span_errors_total
+	// and spanwatch_span_duration_seconds, labelled span and process (the
+	// default).
+	NamesSpanwatch Names = "spanwatch"
+	// NamesSpanmetrics: the names the OpenTelemetry Collector's
+	// spanmetrics connector gives the same quantities once Prometheus
+	// has them, so dashboards and rules written for it work:
+	// traces_span_metrics_calls_total with status_code
+	// (STATUS_CODE_ERROR for the errors, STATUS_CODE_UNSET for the
+	// rest) and traces_span_metrics_duration_seconds, labelled
+	// span_name and service_name (the process). The other families keep
+	// their names, with the same labels.
+	NamesSpanmetrics Names = "spanmetrics"
+)
+
+// spanmetricsLabels are the label names NamesSpanmetrics gives
+// seriesLabels' span and process, and the label it adds.
+var spanmetricsLabels = map[string]string{"span": "span_name", "process": "service_name"}
+
+const spanmetricsStatus = "status_code"
+
 // Config configures an Exporter.
 type Config struct {
 	// Bounds are the classic histogram's bucket upper bounds (le), each
@@ -55,6 +80,9 @@ type Config struct {
 	// series' newest overrun on its latency histogram (exemplar.go),
 	// which OpenMetrics and protobuf scrapes carry otherwise.
 	NoExemplars bool
+	// Names chooses the per-span families' names and labels: "" or
+	// NamesSpanwatch, or NamesSpanmetrics.
+	Names Names
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
 	// forever.
@@ -81,8 +109,10 @@ func DefaultBounds() []time.Duration {
 // concurrent use: Observe runs in the collection loop while scrapes read
 // the newest view, without a lock.
 type Exporter struct {
-	classic *classicBounds
-	native  bool
+	// spanmetrics says the per-span families take NamesSpanmetrics.
+	spanmetrics bool
+	classic     *classicBounds
+	native      bool
 	// exemplars says the series keep and expose exemplars.
 	exemplars bool
 	ttl       time.Duration
@@ -107,15 +137,27 @@ type Exporter struct {
 
 // NewExporter returns an Exporter with its collectors registered.
 func NewExporter(cfg Config) (*Exporter, error) {
+	switch cfg.Names {
+	case "", NamesSpanwatch:
+	case NamesSpanmetrics:
+	default:
+		return nil, fmt.Errorf("metrics names %q: want %q or %q", cfg.Names, NamesSpanwatch, NamesSpanmetrics)
+	}
 	e := &Exporter{
-		native:    !cfg.NoNativeHistograms,
-		exemplars: !cfg.NoExemplars,
-		ttl:       cfg.SeriesTTL,
-		reg:       cfg.Registry,
-		log:       cfg.Logger,
+		spanmetrics: cfg.Names == NamesSpanmetrics,
+		native:      !cfg.NoNativeHistograms,
+		exemplars:   !cfg.NoExemplars,
+		ttl:         cfg.SeriesTTL,
+		reg:         cfg.Registry,
+		log:         cfg.Logger,
 	}
 	e.view.Store(&view{})
-	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}}
+	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}, reserved: seriesLabels}
+	if e.spanmetrics {
+		// A source label spelled as one of the names the spanmetrics
+		// labels take would clash with it: it is not exported.
+		e.bd.reserved = append(slices.Clone(seriesLabels), "span_name", "service_name", spanmetricsStatus)
+	}
 	bounds := cfg.Bounds
 	if bounds == nil {
 		bounds = DefaultBounds()
@@ -198,15 +240,16 @@ func NewExporter(cfg Config) (*Exporter, error) {
 }
 
 // sourceLabelNames returns a series' source label names that can be
-// exported, sorted: valid Prometheus label names that are not one of
-// seriesLabels.
-func sourceLabelNames(l map[string]string) []string {
+// exported, sorted: valid Prometheus label names that are not one of the
+// exporter's own (seriesLabels, and with NamesSpanmetrics the names its
+// labels take).
+func (bd *builder) sourceLabelNames(l map[string]string) []string {
 	if len(l) == 0 {
 		return nil
 	}
 	names := make([]string, 0, len(l))
 	for k := range l {
-		if model.LabelName(k).IsValidLegacy() && !slices.Contains(seriesLabels, k) && !strings.HasPrefix(k, "__") {
+		if model.LabelName(k).IsValidLegacy() && !slices.Contains(bd.reserved, k) && !strings.HasPrefix(k, "__") {
 			names = append(names, k)
 		}
 	}

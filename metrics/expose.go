@@ -53,9 +53,22 @@ type family struct {
 	value func(*viewSeries) (v float64, ok bool)
 	// classic says the histogram has the classic buckets.
 	classic bool
+	// split, when set, makes each series several samples, one a part,
+	// told apart by one more label (the calls of NamesSpanmetrics, by
+	// status_code); value is then unused.
+	split []part
+}
+
+// A part is one sample of a split series: its label and value.
+type part struct {
+	label, value string
+	v            func(*viewSeries) float64
 }
 
 func (e *Exporter) families() []family {
+	if e.spanmetrics {
+		return e.spanmetricsFamilies()
+	}
 	return []family{
 		{name: "spanwatch_spans_total", help: "Spans that ended, per span name and cgroup.", typ: dto.MetricType_COUNTER,
 			value: func(s *viewSeries) (float64, bool) { return float64(s.count), true }},
@@ -74,6 +87,41 @@ func (e *Exporter) families() []family {
 			"signed sum and, to scrapers that negotiate protobuf, a native histogram of schema 6 with negative buckets, exactly spanwatch's.",
 			typ: dto.MetricType_HISTOGRAM, metric: true},
 	}
+}
+
+// spanmetricsFamilies are the span families under NamesSpanmetrics: the
+// calls by status code and the duration histogram take the spanmetrics
+// connector's names; the others keep theirs.
+func (e *Exporter) spanmetricsFamilies() []family {
+	fs := []family{
+		{name: "traces_span_metrics_calls_total", help: "Spans that ended (the OpenTelemetry Collector's spanmetrics calls), by status_code: STATUS_CODE_ERROR for those with an error status, STATUS_CODE_UNSET for the rest.",
+			typ: dto.MetricType_COUNTER, split: []part{
+				{label: spanmetricsStatus, value: "STATUS_CODE_UNSET", v: func(s *viewSeries) float64 { return float64(s.count - s.errors) }},
+				{label: spanmetricsStatus, value: "STATUS_CODE_ERROR", v: func(s *viewSeries) float64 { return float64(s.errors) }},
+			}},
+	}
+	for _, f := range (&Exporter{}).families() {
+		switch f.name {
+		case "spanwatch_spans_total", "spanwatch_span_errors_total":
+			continue
+		case "spanwatch_span_duration_seconds":
+			f.name = "traces_span_metrics_duration_seconds"
+			f.help = "Span durations (the spanmetrics connector's duration, in seconds, over every status): a native histogram of schema 6 (exactly spanwatch's buckets) " +
+				"to scrapers that negotiate protobuf, and classic buckets whose le are boundaries of those buckets."
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// labelName is the exported name of a series label.
+func (x *exposer) labelName(n string) string {
+	if x.e.spanmetrics {
+		if m, ok := spanmetricsLabels[n]; ok {
+			return m
+		}
+	}
+	return n
 }
 
 // Handler returns the /metrics HTTP handler.
@@ -235,6 +283,14 @@ func (x *exposer) family(f *family) {
 			x.textHistogram(f, s)
 			continue
 		}
+		if f.split != nil {
+			n := len(x.lbl)
+			for _, p := range f.split {
+				x.lbl = x.appendLabel(x.lbl[:n], p.label, p.value)
+				x.textSample(f.name, "", "", 0, p.v(s))
+			}
+			continue
+		}
 		v, _ := f.value(s)
 		x.textSample(f.name, "", "", 0, v)
 		if x.err != nil {
@@ -281,15 +337,21 @@ func (x *exposer) textHeader(f *family) {
 func (x *exposer) textLabels(m *seriesMeta) {
 	b := x.lbl[:0]
 	for i, n := range m.names {
-		if i == 0 {
-			b = append(b, '{')
-		} else {
-			b = append(b, ',')
-		}
-		b = append(append(append(b, n...), `="`...), escape(m.values[i], true)...)
-		b = append(b, '"')
+		b = x.appendLabel(b, x.labelName(n), m.values[i])
 	}
 	x.lbl = b
+}
+
+// appendLabel appends name="value" to rendered labels b (without their
+// closing brace).
+func (x *exposer) appendLabel(b []byte, name, value string) []byte {
+	if len(b) == 0 {
+		b = append(b, '{')
+	} else {
+		b = append(b, ',')
+	}
+	b = append(append(append(b, name...), `="`...), escape(value, true)...)
+	return append(b, '"')
 }
 
 // textSample writes one line: name+suffix, the labels, an extra label
@@ -462,13 +524,16 @@ func (x *exposer) protoFamily(f *family) {
 	hdr = protowire.AppendTag(hdr, pbFamilyType, protowire.VarintType)
 	hdr = protowire.AppendVarint(hdr, uint64(f.typ))
 	size := len(hdr)
+	parts := max(1, len(f.split))
 	for i := range x.v.series {
 		s := &x.v.series[i]
 		if !x.selects(f, s) {
 			continue
 		}
-		m := x.protoMetric(f, s)
-		size += protowire.SizeTag(pbFamilyMetric) + protowire.SizeBytes(len(m))
+		for p := range parts {
+			m := x.protoMetric(f, s, p)
+			size += protowire.SizeTag(pbFamilyMetric) + protowire.SizeBytes(len(m))
+		}
 	}
 	var pre [binaryMaxVarint]byte
 	x.write(protowire.AppendVarint(pre[:0], uint64(size)))
@@ -479,11 +544,13 @@ func (x *exposer) protoFamily(f *family) {
 		if !x.selects(f, s) {
 			continue
 		}
-		m := x.protoMetric(f, s)
-		t := protowire.AppendTag(pre[:0], pbFamilyMetric, protowire.BytesType)
-		t = protowire.AppendVarint(t, uint64(len(m)))
-		x.write(t)
-		x.write(m)
+		for p := range parts {
+			m := x.protoMetric(f, s, p)
+			t := protowire.AppendTag(pre[:0], pbFamilyMetric, protowire.BytesType)
+			t = protowire.AppendVarint(t, uint64(len(m)))
+			x.write(t)
+			x.write(m)
+		}
 		if x.err != nil {
 			return
 		}
@@ -492,11 +559,11 @@ func (x *exposer) protoFamily(f *family) {
 
 const binaryMaxVarint = 20
 
-// protoMetric encodes one Metric into x.pb.
-func (x *exposer) protoMetric(f *family, s *viewSeries) []byte {
+// protoMetric encodes one Metric into x.pb: part p of a split series, or
+// the series.
+func (x *exposer) protoMetric(f *family, s *viewSeries, p int) []byte {
 	b := x.pb[:0]
-	for i, n := range s.meta.names {
-		v := s.meta.values[i]
+	label := func(n, v string) {
 		b = protowire.AppendTag(b, pbMetricLabel, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(protowire.SizeTag(pbLabelName)+protowire.SizeBytes(len(n))+protowire.SizeTag(pbLabelValue)+protowire.SizeBytes(len(v))))
 		b = protowire.AppendTag(b, pbLabelName, protowire.BytesType)
@@ -504,9 +571,20 @@ func (x *exposer) protoMetric(f *family, s *viewSeries) []byte {
 		b = protowire.AppendTag(b, pbLabelValue, protowire.BytesType)
 		b = protowire.AppendString(b, v)
 	}
+	for i, n := range s.meta.names {
+		label(x.labelName(n), s.meta.values[i])
+	}
+	if f.split != nil {
+		label(f.split[p].label, f.split[p].value)
+	}
 	switch f.typ {
 	case dto.MetricType_COUNTER, dto.MetricType_GAUGE:
-		v, _ := f.value(s)
+		var v float64
+		if f.split != nil {
+			v = f.split[p].v(s)
+		} else {
+			v, _ = f.value(s)
+		}
 		field := protowire.Number(pbMetricCounter)
 		if f.typ == dto.MetricType_GAUGE {
 			field = pbMetricGauge

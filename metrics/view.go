@@ -157,19 +157,20 @@ func mergeCounts(out, dst, add []bucketCount) []bucketCount {
 
 // builder is Observe's scratch, reused from one snapshot to the next.
 type builder struct {
-	seed    maphash.Seed
-	index   map[uint64]int32    // label hash -> series index in the newest view
-	clashes map[string]int32    // series whose hash another series has, by full key
-	names   map[string][]string // label name sets, joined, shared by metas
-	slot    []int32             // per snapshot series: its index in the new view
-	first   []int32             // per view series: its first snapshot series, or -1
-	next    []int32             // per snapshot series: the next one of the same view series, or -1
-	delta   []bucketCount
-	neg     []bucketCount
-	old     []bucketCount
-	merged  []bucketCount
-	values  [16]string
-	best    []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
+	seed     maphash.Seed
+	reserved []string            // label names a source label may not take (sourceLabelNames)
+	index    map[uint64]int32    // label hash -> series index in the newest view
+	clashes  map[string]int32    // series whose hash another series has, by full key
+	names    map[string][]string // label name sets, joined, shared by metas
+	slot     []int32             // per snapshot series: its index in the new view
+	first    []int32             // per view series: its first snapshot series, or -1
+	next     []int32             // per snapshot series: the next one of the same view series, or -1
+	delta    []bucketCount
+	neg      []bucketCount
+	old      []bucketCount
+	merged   []bucketCount
+	values   [16]string
+	best     []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
 }
 
 // labelValues renders a snapshot series' exported label values in the
@@ -294,7 +295,7 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 		sr := &s.Series[i]
 		var extra []string
 		if len(sr.SourceLabels) > 0 {
-			extra = sourceLabelNames(sr.SourceLabels)
+			extra = bd.sourceLabelNames(sr.SourceLabels)
 		}
 		metric := sr.IsMetric()
 		values := labelValues(sr, extra, bd.values[:0])

@@ -78,9 +78,16 @@ func TestStacks(t *testing.T) {
 	t.Run("folded", func(t *testing.T) {
 		out := filepath.Join(dir, "checkout.folded")
 		runOK(t, "stacks", "--input", input, "--span", "checkout", "--format", "folded", "--output", out)
-		want := "checkout;[stack at span end];" + strings.Join(folded, ";") + " 500000000\n"
+		// No in-span samples: by time, all of it is [not sampled]; the
+		// end stack counts the overruns.
+		want := "checkout;[not sampled] 500000000\n"
 		if got := readFile(t, out); got != want {
 			t.Errorf("folded:\n%s\nwant:\n%s", got, want)
+		}
+		runOK(t, "stacks", "--input", input, "--span", "checkout", "--format", "folded", "--value", "count", "--output", out)
+		want = "checkout;[stack at span end];" + strings.Join(folded, ";") + " 2\n"
+		if got := readFile(t, out); got != want {
+			t.Errorf("folded by count:\n%s\nwant:\n%s", got, want)
 		}
 	})
 	t.Run("json", func(t *testing.T) {
@@ -113,16 +120,26 @@ func TestStacks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("go tool pprof -top: %v\n%s", err, b)
 		}
-		// The leaf, runtime.Callers inlined in ownStack, holds all 500ms
-		// flat.
-		var flat string
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 6 && f[5] == frames[0].Function {
-				flat = f[0]
+		// Without in-span samples, [not sampled] holds all 500ms flat;
+		// by overruns, the leaf of the end stack (runtime.Callers inlined
+		// in ownStack) holds both.
+		flatOf := func(out []byte, name string) string {
+			for line := range strings.SplitSeq(string(out), "\n") {
+				if f := strings.Fields(line); len(f) >= 6 && strings.TrimSuffix(strings.Join(f[5:], " "), " (inline)") == name {
+					return f[0]
+				}
 			}
+			return ""
 		}
-		if flat != "500ms" {
-			t.Errorf("pprof -top: %s flat %q, want 500ms:\n%s", frames[0].Function, flat, b)
+		if flat := flatOf(b, "[not sampled]"); flat != "500ms" {
+			t.Errorf("pprof -top: [not sampled] flat %q, want 500ms:\n%s", flat, b)
+		}
+		b, err = exec.Command(gobin, "tool", "pprof", "-top", "-sample_index=overruns", out).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof -top: %v\n%s", err, b)
+		}
+		if flat := flatOf(b, frames[0].Function); flat != "2" {
+			t.Errorf("pprof -top -sample_index=overruns: %s flat %q, want 2:\n%s", frames[0].Function, flat, b)
 		}
 	})
 	t.Run("text", func(t *testing.T) {

@@ -72,6 +72,10 @@ func flameTree(stacks []Stack, v Value) *flameNode {
 		}
 		root.weight += w
 		add(n.child(s.Span, "span", ""))
+		if s.notSampled(v) {
+			add(n.child(FrameNotSampled, "pseudo", ""))
+			continue
+		}
 		if s.Kind == KindEnd {
 			add(n.child(s.marker(), "pseudo", ""))
 		}
@@ -141,8 +145,9 @@ const (
 // WriteFlameGraph writes stacks as a flame graph: a self-contained SVG
 // image (no external script, font or style) that a browser opens as it
 // is. Each frame's width is its share of v (ValueDuration: span time); the
-// root holds each span, its samples by the code paths they were in, its
-// end stacks under "[stack at span end]". On-CPU samples are drawn in warm
+// root holds each span, its samples by the code paths they were in, and by
+// time the part no sample covers as "[not sampled]", by overruns its end
+// stacks under "[stack at span end]". On-CPU samples are drawn in warm
 // colours, off-CPU samples in blue, end stacks in grey-green, kernel
 // frames in orange. A click on a frame zooms to it (a click on "all"
 // zooms out), hovering shows its time, share and source line, and typing
@@ -184,8 +189,8 @@ func WriteHTML(w io.Writer, overruns []snapshot.Overrun, stacks []Stack, opts Fl
 	fw.printf("</table>\n")
 	fw.svg(stacks, opts, false)
 	fw.printf("\n<p>Width: %s. Click a frame to zoom, click <b>all</b> to zoom out; type in the search box to highlight frames. "+
-		"Warm: on-CPU samples; blue: off-CPU samples (blocked, or a parked goroutine); grey-green: stacks at the span's end, "+
-		"weighed by the time no sample covers; orange: kernel frames.</p>\n</body>\n</html>\n", valueWords(opts.Value))
+		"Warm: on-CPU samples; blue: off-CPU samples (blocked, or a parked goroutine); grey: [not sampled], the span time no sample covers; "+
+		"grey-green: stacks at the span's end (by overruns); orange: kernel frames.</p>\n</body>\n</html>\n", valueWords(opts.Value))
 	return fw.err
 }
 
@@ -196,7 +201,7 @@ func valueWords(v Value) string {
 	case ValueSamples:
 		return "in-span samples"
 	}
-	return "span time (samples by the time they stand for, end stacks by the time no sample covers)"
+	return "span time (samples by the time they stand for, [not sampled] the time none covers)"
 }
 
 type flameWriter struct {

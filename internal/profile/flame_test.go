@@ -60,12 +60,15 @@ func TestFlameGraph(t *testing.T) {
 		want map[string]float64
 		gone []string
 	}{
+		// The time no sample covers (checkout: 50 of the sampled span's
+		// 300ms, the unsampled 500ms and the 100ms still running; search's
+		// 50ms) is the spans' [not sampled], never their end stacks'.
 		{ValueDuration, 950e6, map[string]float64{
-			"all": 950e6, "checkout": 900e6, "search": 50e6, FrameAtEnd: 600e6, FrameRunning: 100e6,
-			"main.spin": 200e6, "time.Now": 200e6, "time.Sleep": 50e6, FrameOffCPU: 50e6, "main.other": 100e6,
-		}, nil},
-		{ValueSamples, 21, map[string]float64{"all": 21, "checkout": 21, "main.spin": 20, FrameOffCPU: 1}, []string{"search", FrameAtEnd}},
-		{ValueCount, 4, map[string]float64{"all": 4, "checkout": 3, "search": 1, FrameAtEnd: 3, FrameRunning: 1}, []string{"main.spin"}},
+			"all": 950e6, "checkout": 900e6, "search": 50e6, FrameNotSampled: 700e6,
+			"main.spin": 200e6, "time.Now": 200e6, "time.Sleep": 50e6, FrameOffCPU: 50e6,
+		}, []string{FrameAtEnd, FrameRunning, "main.other", "vfs_read"}},
+		{ValueSamples, 21, map[string]float64{"all": 21, "checkout": 21, "main.spin": 20, FrameOffCPU: 1}, []string{"search", FrameAtEnd, FrameNotSampled}},
+		{ValueCount, 4, map[string]float64{"all": 4, "checkout": 3, "search": 1, FrameAtEnd: 3, FrameRunning: 1, "main.other": 1}, []string{"main.spin", FrameNotSampled}},
 	} {
 		t.Run(string(tc.v), func(t *testing.T) {
 			var b bytes.Buffer
@@ -100,19 +103,35 @@ func TestFlameGraph(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := parseFlame(t, b.Bytes())
-	// The span sits on the root, its samples' code on the span, the end
-	// stacks under their marker; off-CPU frames are blue, on-CPU warm.
-	level := func(name string) int { return got[name][0].Rect.Y }
+	// The span sits on the root, its samples' code and its [not sampled]
+	// on the span, nothing on [not sampled]; off-CPU frames are blue,
+	// on-CPU warm.
+	level := func(got map[string][]flameFrame, name string) int { return got[name][0].Rect.Y }
+	step := flameFrameHeight
+	if len(got["main.main"]) != 1 || level(got, "all")-level(got, "checkout") != step || level(got, "checkout")-level(got, FrameNotSampled) != step ||
+		level(got, "main.main") != level(got, "checkout")-step {
+		t.Errorf("levels: all %d, checkout %d, %s %d, main.main %v", level(got, "all"), level(got, "checkout"), FrameNotSampled, level(got, FrameNotSampled), got["main.main"])
+	}
+	for _, f := range got[FrameNotSampled] {
+		for _, g := range got["main.main"] {
+			if g.X >= f.X && g.X < f.X+f.W {
+				t.Errorf("main.main drawn above %s", FrameNotSampled)
+			}
+		}
+	}
+	// By overruns, the end stacks: under their markers.
+	b.Reset()
+	if err := WriteFlameGraph(&b, stacks, FlameOptions{Value: ValueCount}); err != nil {
+		t.Fatal(err)
+	}
+	byCount := parseFlame(t, b.Bytes())
 	var mains []int
-	for _, f := range got["main.main"] {
+	for _, f := range byCount["main.main"] {
 		mains = append(mains, f.Rect.Y)
 	}
-	step := flameFrameHeight
-	// main.main three times: under the end marker, under the span (the
-	// samples), under the still-running marker.
-	if !(level("all")-level("checkout") == step && level("checkout")-level(FrameAtEnd) == step &&
-		len(mains) == 3 && mains[0] == level(FrameAtEnd)-step && mains[1] == level("checkout")-step && mains[2] == level(FrameRunning)-step) {
-		t.Errorf("levels: all %d, checkout %d, %s %d, main.main %v", level("all"), level("checkout"), FrameAtEnd, level(FrameAtEnd), mains)
+	if !(level(byCount, "checkout")-level(byCount, FrameAtEnd) == step && len(mains) == 2 &&
+		mains[0] == level(byCount, FrameAtEnd)-step && mains[1] == level(byCount, FrameRunning)-step) {
+		t.Errorf("levels by count: checkout %d, %s %d, main.main %v", level(byCount, "checkout"), FrameAtEnd, level(byCount, FrameAtEnd), mains)
 	}
 	rgb := func(name string) (r, g, bl int) {
 		fill := strings.TrimSuffix(strings.TrimPrefix(got[name][0].Rect.Fill, "rgb("), ")")

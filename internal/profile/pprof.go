@@ -45,9 +45,22 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 		locations: map[locationKey]*pprof.Location{},
 		functions: map[functionKey]*pprof.Function{},
 	}
+	notSampled := map[string]int64{}
+	var spans []string
 	for _, s := range stacks {
+		duration := int64(s.Weight(ValueDuration))
+		if s.notSampled(ValueDuration) {
+			// The time no sample covers is the span's own [not sampled]
+			// (one sample a span, after the stacks), not the end stack's
+			// frames'.
+			if _, ok := notSampled[s.Span]; !ok {
+				spans = append(spans, s.Span)
+			}
+			notSampled[s.Span] += duration
+			duration = 0
+		}
 		sample := &pprof.Sample{
-			Value: []int64{int64(s.Weight(ValueCount)), int64(s.Weight(ValueSamples)), int64(s.Weight(ValueDuration))},
+			Value: []int64{int64(s.Weight(ValueCount)), int64(s.Weight(ValueSamples)), duration},
 			Label: map[string][]string{"span": {s.Span}, "kind": {string(s.Kind)}},
 		}
 		if s.Comm != "" {
@@ -81,6 +94,15 @@ func Pprof(stacks []Stack, start, end time.Time) (*pprof.Profile, error) {
 		}
 		sample.Location = append(sample.Location, b.pseudo(s.Span))
 		p.Sample = append(p.Sample, sample)
+	}
+	for _, span := range spans {
+		if ns := notSampled[span]; ns > 0 {
+			p.Sample = append(p.Sample, &pprof.Sample{
+				Value:    []int64{0, 0, ns},
+				Label:    map[string][]string{"span": {span}, "kind": {"not_sampled"}},
+				Location: []*pprof.Location{b.pseudo(FrameNotSampled), b.pseudo(span)},
+			})
+		}
 	}
 	if err := p.CheckValid(); err != nil {
 		return nil, fmt.Errorf("build pprof profile: %w", err)

@@ -107,7 +107,9 @@ func TestFolded(t *testing.T) {
 		want string
 	}{
 		{ValueCount, end + " 2\n" + other + " 1\n" + search + " 1\n"},
-		{ValueDuration, end + " 550000000\n" + spin + " 200000000\n" + other + " 100000000\n" + sleep + " 50000000\n" + search + " 50000000\n"},
+		// By time, what no sample covers is the span's [not sampled]
+		// (merged over its end stacks), never the end stack's frames.
+		{ValueDuration, "checkout;" + FrameNotSampled + " 650000000\n" + spin + " 200000000\n" + sleep + " 50000000\n" + "search;" + FrameNotSampled + " 50000000\n"},
 		{ValueSamples, spin + " 20\n" + sleep + " 1\n"},
 	} {
 		var b bytes.Buffer
@@ -208,7 +210,10 @@ func TestPprof(t *testing.T) {
 		t.Errorf("time %d+%d, want %d+%d", p.TimeNanos, p.DurationNanos, t0.UnixNano(), 3*time.Second)
 	}
 	s0 := p.Sample[0]
-	if len(p.Sample) != 5 || s0.Value[0] != 2 || s0.Value[1] != 0 || s0.Value[2] != 550e6 || s0.Label["span"][0] != "checkout" || s0.Label["kind"][0] != "end" {
+	// The end stacks count overruns, not time: the time no sample
+	// covers is each span's [not sampled], one sample a span after the
+	// stacks.
+	if len(p.Sample) != 7 || s0.Value[0] != 2 || s0.Value[1] != 0 || s0.Value[2] != 0 || s0.Label["span"][0] != "checkout" || s0.Label["kind"][0] != "end" {
 		t.Errorf("first sample: %+v", s0)
 	}
 	// The root is the span, then the end marker; main.main at one module
@@ -232,6 +237,16 @@ func TestPprof(t *testing.T) {
 	if got := p.Sample[4].Location[1].Line[0].Function.Name; got != "libfoo.so+0x1234" {
 		t.Errorf("unsymbolized frame named %q, want libfoo.so+0x1234", got)
 	}
+	for i, want := range []struct {
+		span string
+		ns   int64
+	}{{"checkout", 650e6}, {"search", 50e6}} {
+		s := p.Sample[5+i]
+		if s.Value[0] != 0 || s.Value[1] != 0 || s.Value[2] != want.ns || s.Label["span"][0] != want.span || len(s.Location) != 2 ||
+			s.Location[0].Line[0].Function.Name != FrameNotSampled || s.Location[1].Line[0].Function.Name != want.span {
+			t.Errorf("not-sampled sample %d: %+v, want %s %d ns", i, s, want.span, want.ns)
+		}
+	}
 
 	// It survives a write and a parse.
 	var b bytes.Buffer
@@ -242,13 +257,13 @@ func TestPprof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(q.Sample) != 5 || len(q.Location) != len(p.Location) {
-		t.Errorf("parsed %d samples, %d locations; want 5, %d", len(q.Sample), len(q.Location), len(p.Location))
+	if len(q.Sample) != 7 || len(q.Location) != len(p.Location) {
+		t.Errorf("parsed %d samples, %d locations; want 7, %d", len(q.Sample), len(q.Location), len(p.Location))
 	}
 
-	// And "go tool pprof -top" reads it: main.slow is the leaf of the
-	// end stacks (550ms not sampled), time.Now of the on-CPU samples
-	// (200ms); the span's root holds all 950ms cumulatively.
+	// And "go tool pprof -top" reads it: [not sampled] holds the 700ms
+	// no sample covers, time.Now is the leaf of the on-CPU samples
+	// (200ms); the spans' roots hold all 950ms cumulatively.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("skipping go tool pprof: %v", err)
@@ -268,9 +283,9 @@ func TestPprof(t *testing.T) {
 			flat[name], cum[name] = f[0], f[3]
 		}
 	}
-	if flat["main.slow"] != "550ms" || flat["time.Now"] != "200ms" || cum["checkout"] != "900ms" || cum["search"] != "50ms" {
-		t.Errorf("pprof -top: main.slow flat %q (want 550ms), time.Now flat %q (200ms), checkout cum %q (900ms), search cum %q (50ms):\n%s",
-			flat["main.slow"], flat["time.Now"], cum["checkout"], cum["search"], out)
+	if flat[FrameNotSampled] != "700ms" || flat["main.slow"] != "0" || flat["time.Now"] != "200ms" || cum["checkout"] != "900ms" || cum["search"] != "50ms" {
+		t.Errorf("pprof -top: %s flat %q (want 700ms), main.slow flat %q (0: the end stacks hold no time), time.Now flat %q (200ms), checkout cum %q (900ms), search cum %q (50ms):\n%s",
+			FrameNotSampled, flat[FrameNotSampled], flat["main.slow"], flat["time.Now"], cum["checkout"], cum["search"], out)
 	}
 	out, err = exec.Command(gobin, "tool", "pprof", "-top", "-sample_index=overruns", "-tagfocus=span=search", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "vfs_read") || strings.Contains(string(out), "main.slow") {

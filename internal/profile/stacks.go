@@ -288,8 +288,10 @@ type Value string
 
 const (
 	// ValueDuration weighs by span time in nanoseconds: samples by the
-	// time they stand for, end stacks by their overruns' time that no
-	// sample covers. A span's stacks add up to its overruns' durations.
+	// time they stand for, and the overruns' time that no sample covers
+	// as the span's FrameNotSampled (never as the end stack's frames,
+	// which did not necessarily run then). A span's stacks add up to its
+	// overruns' durations.
 	ValueDuration Value = "duration"
 	// ValueCount counts overruns, at their end stacks.
 	ValueCount Value = "count"
@@ -316,7 +318,16 @@ const (
 	FrameOffCPU = "[off-cpu]"
 	// FrameNoStack stands for an empty stack.
 	FrameNoStack = "[no stack]"
+	// FrameNotSampled stands, in the duration view, for the part of
+	// the spans' time no in-span sample covers: no frame is to blame for
+	// it, so it is never drawn on the stack where the span ended.
+	FrameNotSampled = "[not sampled]"
 )
+
+// notSampled says whether s stands, weighed by v, for time no sample
+// covers: an end stack in the duration view, drawn as the span's
+// FrameNotSampled and not as its frames.
+func (s *Stack) notSampled(v Value) bool { return v == ValueDuration && s.Kind == KindEnd }
 
 // marker is the pseudo-frame an end stack sits under.
 func (s *Stack) marker() string {
@@ -371,7 +382,12 @@ func WriteFolded(w io.Writer, stacks []Stack, v Value) error {
 		if n == 0 {
 			continue
 		}
-		p := s.path(func(f snapshot.Frame) string { return foldedEscaper.Replace(frameName(f)) }, "_[k]")
+		var p []string
+		if s.notSampled(v) {
+			p = []string{s.Span, FrameNotSampled}
+		} else {
+			p = s.path(func(f snapshot.Frame) string { return foldedEscaper.Replace(frameName(f)) }, "_[k]")
+		}
 		p[0] = foldedEscaper.Replace(p[0])
 		line := strings.Join(p, ";")
 		if _, ok := sums[line]; !ok {
