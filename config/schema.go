@@ -12,6 +12,11 @@ import (
 //go:embed schema.json
 var schemaSource string
 
+// docs/configuration.md, the file's reference, is generated from the
+// schemas (this one and those of notify, internal/usdt and
+// internal/tpsource); a test fails when it is stale.
+//go:generate go run ./internal/refdoc -o ../docs/configuration.md
+
 // Schema returns the JSON Schema (draft-07) of the configuration file:
 // schema.json, with the properties of the collector: and listener:
 // sections generated from their settings' rows, so that the schema's

@@ -127,7 +127,8 @@ func exists(families map[string]*dto.MetricFamily, name string) bool {
 // dashboard and the Prometheus rules query is one the agent serves.
 func TestDashboardAndRulesMetricsExist(t *testing.T) {
 	exprs := dashboardExprs(t)
-	for name, expr := range recordingRules(t) {
+	rules := recordingRules(t)
+	for name, expr := range rules {
 		exprs["rule "+name] = expr
 	}
 	if os.Geteuid() != 0 {
@@ -218,7 +219,20 @@ func TestDashboardAndRulesMetricsExist(t *testing.T) {
 	used := map[string]bool{}
 	for _, w := range where {
 		names := metricNames(exprs[w])
-		if len(names) == 0 && !strings.HasPrefix(w, "rule ") {
+		// A panel may query a shipped recording rule (whose own metrics
+		// are checked as "rule NAME") or Prometheus's up.
+		recorded := 0
+		for _, tok := range metricToken.FindAllString(exprs[w], -1) {
+			if strings.Count(tok, ":") == 2 && strings.HasPrefix(tok[strings.Index(tok, ":")+1:], "spanwatch_") {
+				if _, ok := rules[tok]; !ok {
+					t.Errorf("%s: %s is not a shipped recording rule", w, tok)
+				}
+				recorded++
+			} else if tok == "up" {
+				recorded++
+			}
+		}
+		if len(names) == 0 && recorded == 0 && !strings.HasPrefix(w, "rule ") {
 			t.Errorf("%s: queries no spanwatch metric: %s", w, exprs[w])
 		}
 		for _, n := range names {
