@@ -132,3 +132,82 @@ func TestCellBanksGrowWithUse(t *testing.T) {
 	}
 	check(1)
 }
+
+// TestCellBanksSpreadABurst puts a burst of 30,000 new series in the one
+// bank an idle agent has (growing stopped): 23% of its cells. Spread as
+// at random, a chunk of 8 cells is full about one time in 1,600 and
+// no value finds both its chunks full; the golden-ratio multiply alone
+// left 1,180 of the 16,384 chunks full and lost 43 values.
+func TestCellBanksSpreadABurst(t *testing.T) {
+	bpftest.Require(t, kernel.Atomics, kernel.Loop)
+	ct := newCoreTest(t, Config{Core: kernel.CoreFull})
+	b := ct.c.reader.banks
+	b.stopGrowing()
+	const n = 30000
+	var es []entry
+	for i := range n {
+		es = append(es, burstEntry(i))
+	}
+	ct.aggregate(t, es)
+	full, used := bankZeroChunks(ct.c.reader)
+	s, _ := ct.snapshot(t)
+	if s.Stats.HistogramFull != 0 || used != n {
+		t.Errorf("histogram_full %d, %d cells used of bank 0: want 0, %d", s.Stats.HistogramFull, used, n)
+	}
+	if full > int(b.plan.chunks)/256 {
+		t.Errorf("%d of bank 0's %d chunks full at %d%% of its cells: the keys are not spread", full, b.plan.chunks, 100*n/(int(b.plan.chunks)*cellsPerChunk))
+	}
+}
+
+func burstEntry(i int) entry {
+	return entry{Name: fmt.Sprintf("svc%d.op%d", i%97, i), Cgroup: uint64(1 + i%100), Value: uint64(1e5 + i)}
+}
+
+// bankZeroChunks counts bank 0's chunks whose cells are all taken and
+// its cells taken.
+func bankZeroChunks(r *seriesReader) (full, used int) {
+	for ch := range int(r.banks.plan.chunks) {
+		k := 0
+		for _, v := range r.cells[ch*cellsPerChunk : (ch+1)*cellsPerChunk] {
+			if v != 0 {
+				k++
+			}
+		}
+		used += k
+		if k == cellsPerChunk {
+			full++
+		}
+	}
+	return full, used
+}
+
+// BenchmarkSeriesBurst makes n new series at once, one value each, in a
+// fresh collector at the default sizes with its bank goroutine running,
+// as an agent meets a burst of new names faster than bankPoll. It
+// reports the values lost (histogram_full) and bank 0's chunks left full
+// (BENCHMARKS.md, "A burst of new series"). Run it with -benchtime 3x: an
+// iteration is a collector.
+func BenchmarkSeriesBurst(b *testing.B) {
+	for _, n := range []int{30000, 40000, 60000, 80000, 100000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			es := make([]entry, n)
+			for i := range es {
+				es[i] = burstEntry(i)
+			}
+			var lost, full float64
+			for range b.N {
+				ct := newCoreTest(b, Config{})
+				ct.aggregate(b, es)
+				f, _ := bankZeroChunks(ct.c.reader)
+				s, _ := ct.snapshot(b)
+				lost += float64(s.Stats.HistogramFull)
+				full += float64(f)
+				if s.Stats.SeriesLive != uint64(n) {
+					b.Fatalf("%d series live of %d", s.Stats.SeriesLive, n)
+				}
+			}
+			b.ReportMetric(lost/float64(b.N), "lost/burst")
+			b.ReportMetric(full/float64(b.N), "full-chunks")
+		})
+	}
+}
