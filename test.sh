@@ -7,7 +7,8 @@
 # docs/kernels.md (see test/vm/README.md). Then it runs every package
 # again under the race detector (-race -short, about 5 minutes on 2 cores).
 # As another user the tests that need root skip and say why. It fails on a
-# build artefact tracked in git and on a tree that does not build for arm64.
+# build artefact tracked in git and on a tree that does not build for arm64
+# or for another system (darwin).
 #
 #   ./test.sh            everything
 #   ./test.sh --no-vm    skip the VM (for a quick run)
@@ -81,6 +82,12 @@ step "arm64 cross-build (GOARCH=arm64 go build ./... && go vet ./...)"
 # must build and vet for it.
 GOARCH=arm64 go build ./...
 GOARCH=arm64 go vet ./...
+
+step "other systems build (GOOS=darwin go build ./...)"
+# The agent needs Linux; its packages (config, policy, detector, notify,
+# snapshot, the SDKs) are used elsewhere too, in `spanwatch check` on a
+# laptop and in the tests of other tools: they must build there.
+GOOS=darwin go build ./...
 
 step "generated BPF objects are up to date (go generate ./bpf/...)"
 if command -v clang >/dev/null; then

@@ -15,6 +15,11 @@ import (
 // by New and, through config.Load, by spanwatch check, with the same
 // functions.
 
+// DefaultOverrunQueue is how many overrun records wait between the ring
+// buffer reader and the worker when Config.OverrunQueue is 0: about 1.8 MB
+// of records at most, half the default ring buffer's.
+const DefaultOverrunQueue = 1024
+
 // Defaults and limits of Config's sizes.
 const (
 	DefaultMaxSeries = 131072

@@ -31,11 +31,6 @@ var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
 }
 
-// DefaultOverrunQueue is how many overrun records wait between the ring
-// buffer reader and the worker when Config.OverrunQueue is 0: about 1.8 MB
-// of records at most, half the default ring buffer's.
-const DefaultOverrunQueue = 1024
-
 // Read errors other than a closed reader are retried after a pause that
 // doubles from readBackoffMin up to readBackoffMax, so a reader that keeps
 // failing does not spin on a CPU.
