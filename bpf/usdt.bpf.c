@@ -195,6 +195,29 @@ struct {
 	__type(value, __u64);
 } usdt_counters SEC(".maps");
 
+/*
+ * Probe hits per source (usdt_sources' index): its end and single probes
+ * that found their source (the ends of pairs, paired or not: a start
+ * alone makes nothing, and counting it too cost the start's fast path
+ * 15%). A source attached and never hit is reported silent
+ * (source/usdt): a runtime whose probes need a switch to fire looks idle
+ * otherwise.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, USDT_MAX_SOURCES);
+	__type(key, __u32);
+	__type(value, __u64);
+} usdt_hits SEC(".maps");
+
+static __always_inline void usdt_hit(__u32 source)
+{
+	__u64 *n = bpf_map_lookup_elem(&usdt_hits, &source);
+
+	if (n)
+		*n += 1;
+}
+
 #ifndef SPANWATCH_COMPAT
 /* Set by the collector before loading: the kernel has the
  * bpf_copy_from_user_str kfunc (6.12+). */
@@ -697,6 +720,7 @@ int usdt_end(struct pt_regs *ctx)
 			return 0;
 		source = spec->source;
 	}
+	usdt_hit(source);
 	src = bpf_map_lookup_elem(&usdt_sources, &source);
 	if (!src)
 		return 0;
@@ -755,6 +779,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 
 	if (!spec)
 		return 0;
+	usdt_hit(spec->source);
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
 	if (!src)
 		return 0;

@@ -320,6 +320,7 @@ const (
 	UsdtMapSrcLabelCount         = "src_label_count"
 	UsdtMapSrcLabelValues        = "src_label_values"
 	UsdtMapUsdtCounters          = "usdt_counters"
+	UsdtMapUsdtHits              = "usdt_hits"
 	UsdtMapUsdtInflight          = "usdt_inflight"
 	UsdtMapUsdtIpToSpec          = "usdt_ip_to_spec"
 	UsdtMapUsdtNameRequests      = "usdt_name_requests"
@@ -432,6 +433,7 @@ type UsdtMapSpecs struct {
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.MapSpec `ebpf:"usdt_counters"`
+	UsdtHits         *ebpf.MapSpec `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.MapSpec `ebpf:"usdt_name_requests"`
@@ -510,6 +512,7 @@ type UsdtMaps struct {
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.Map `ebpf:"usdt_counters"`
+	UsdtHits         *ebpf.Map `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.Map `ebpf:"usdt_name_requests"`
@@ -544,6 +547,7 @@ func (m *UsdtMaps) Close() error {
 		m.SrcLabelCount,
 		m.SrcLabelValues,
 		m.UsdtCounters,
+		m.UsdtHits,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtNameRequests,

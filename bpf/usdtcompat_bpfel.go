@@ -217,6 +217,7 @@ const (
 	UsdtCompatMapSrcLabelCount         = "src_label_count"
 	UsdtCompatMapSrcLabelValues        = "src_label_values"
 	UsdtCompatMapUsdtCounters          = "usdt_counters"
+	UsdtCompatMapUsdtHits              = "usdt_hits"
 	UsdtCompatMapUsdtInflight          = "usdt_inflight"
 	UsdtCompatMapUsdtIpToSpec          = "usdt_ip_to_spec"
 	UsdtCompatMapUsdtNameRequests      = "usdt_name_requests"
@@ -325,6 +326,7 @@ type UsdtCompatMapSpecs struct {
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.MapSpec `ebpf:"usdt_counters"`
+	UsdtHits         *ebpf.MapSpec `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.MapSpec `ebpf:"usdt_name_requests"`
@@ -403,6 +405,7 @@ type UsdtCompatMaps struct {
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.Map `ebpf:"usdt_counters"`
+	UsdtHits         *ebpf.Map `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.Map `ebpf:"usdt_name_requests"`
@@ -438,6 +441,7 @@ func (m *UsdtCompatMaps) Close() error {
 		m.SrcLabelCount,
 		m.SrcLabelValues,
 		m.UsdtCounters,
+		m.UsdtHits,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtNameRequests,

@@ -166,8 +166,10 @@ type Collector struct {
 
 	mu         sync.Mutex // guards the read state below
 	closed     bool
-	counters   []*counter        // attached sources' health counters
-	prevSource map[string]uint64 // their counts at the last snapshot
+	counters   []*counter           // attached sources' health counters
+	prevSource map[string]uint64    // their counts at the last snapshot
+	healths    []*health            // attached sources' probe hits
+	prevHits   map[healthKey]uint64 // their totals at the last snapshot
 	prevMisses uint64
 	prevFiles  map[string]uint64 // userfile.Counts at the last snapshot
 	quotaSeen  map[uint64]bool   // cgroups whose (other) series was logged
@@ -687,6 +689,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	}
 	s.Stats.BPFMapBytes = c.mapBytes
 	c.sourceEvents(&s.Stats)
+	c.sourceHealth(&s.Stats)
 	c.userFiles(&s.Stats)
 	misses := c.recursionMisses()
 	s.Stats.RecursionMisses = misses - c.prevMisses

@@ -35,6 +35,7 @@ func (c *Collector) SourceCore() *source.Core {
 		AddAnchor:       func(an symbolize.Anchor) { addAnchor(c.cfg, an) },
 		WatchInflight:   c.watchInflight,
 		AddCounts:       c.addCounts,
+		AddHealth:       c.addHealth,
 	}
 }
 
@@ -104,4 +105,56 @@ func (c *Collector) watchInflight(m source.InflightMaps) error {
 		return nil
 	}
 	return c.inflight.w.AddUSDT(inflight.USDTMaps{Inflight: m.Inflight, Sources: m.Sources, TaskStart: m.TaskStart, TaskNames: m.TaskNames})
+}
+
+// A health is one source's probe hits (source.Core.AddHealth).
+type health struct {
+	f func() ([]source.Health, error)
+}
+
+// healthKey is one source of a health: its place in what f returns.
+type healthKey struct {
+	h *health
+	i int
+}
+
+// addHealth makes snapshots carry each of a source's configured sources'
+// hits over the window (sourceHealth).
+func (c *Collector) addHealth(f func() ([]source.Health, error)) func() {
+	h := &health{f: f}
+	c.mu.Lock()
+	c.healths = append(c.healths, h)
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.healths = slices.DeleteFunc(c.healths, func(x *health) bool { return x == h })
+		c.mu.Unlock()
+	}
+}
+
+// sourceHealth puts in st each configured source's probe hits over the
+// window (the increase of its total since the last snapshot) and whether
+// it is silent. c.mu is held.
+func (c *Collector) sourceHealth(st *snapshot.Stats) {
+	prev := c.prevHits
+	c.prevHits = map[healthKey]uint64{}
+	for _, h := range c.healths {
+		hs, err := h.f()
+		if err != nil {
+			c.log.Warn("source_health_failed", "error", err)
+			continue
+		}
+		for i, x := range hs {
+			k := healthKey{h, i}
+			c.prevHits[k] = x.Hits
+			d := x.Hits - prev[k]
+			if x.Hits < prev[k] {
+				d = x.Hits
+			}
+			st.Sources = append(st.Sources, snapshot.SourceHealth{
+				Source: x.Kind, Name: x.Name, Declared: x.Declared, Sites: x.Sites,
+				Hits: d, Silent: x.Silent, Hint: x.Hint,
+			})
+		}
+	}
 }

@@ -206,6 +206,19 @@ func testUSDTSpans(t *testing.T, prog string, cfg Config, cookies bool, attach f
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// Each end or single probe hit counts once for each source on it.
+	hs, err := tr.Hits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != len(sources) {
+		t.Errorf("hits of %d sources, want %d", len(hs), len(sources))
+	}
+	for _, h := range hs {
+		if h.Hits != iter || h.Sites == 0 {
+			t.Errorf("%s: %d hits at %d sites, want %d", h.Source.Describe(), h.Hits, h.Sites, iter)
+		}
+	}
 	for i := 0; i < iter; i++ {
 		inner["s"] = append(inner["s"], uint64(1000*(i+1)))
 		outer["s"] = append(outer["s"], uint64(1000*(i+1)))

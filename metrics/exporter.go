@@ -130,7 +130,8 @@ type Exporter struct {
 	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                                          prometheus.Gauge
 	readDuration, evalDuration                                                                               prometheus.Histogram
 	ruleErrors                                                                                               *prometheus.CounterVec
-	sourceEvents                                                                                             *prometheus.CounterVec
+	sourceEvents, sourceHits                                                                                 *prometheus.CounterVec
+	sourceSilent                                                                                             *prometheus.GaugeVec
 	userFiles                                                                                                *prometheus.CounterVec
 	symbolizerBytes                                                                                          prometheus.Gauge
 }
@@ -214,6 +215,12 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.sourceEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_events_total",
 		Help: "Events of user_events, EventHeader and USDT sources that did not become a value as they should have (short, bad_loc, unpaired_end, nest_overflow, refused EventHeader fields...), and label values keyed other, by source and reason."},
 		[]string{"source", "reason"})
+	e.sourceHits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_hits_total",
+		Help: "Probe hits (the ends of pairs, single probes) of each configured USDT source, by kind, name and where the configuration declares it: a source that stays at 0 is silent (spanwatch_source_silent)."},
+		[]string{"source", "name", "declared"})
+	e.sourceSilent = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "spanwatch_source_silent",
+		Help: "1 for a configured source attached its silent_after ago (default 10m) and never hit since: a runtime whose probes need a switch to fire (the log's source_silent names it; docs/sources.md, \"Silent sources\"); else 0."},
+		[]string{"source", "name", "declared"})
 	e.userFiles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_user_file_limits_total",
 		Help: "Files users control (binaries, debug files, perf maps, their processes' /proc files) refused or read only in part, by reason: symlink, not_regular, owner, access, too_large, timeout, busy, and the parsing caps (section_size, decompressed_size, symbols, line_rows, module_memory, memory, perf_map_size, ...)."},
 		[]string{"reason"})
@@ -230,7 +237,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.extremesDropped, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
-		e.userFiles, e.symbolizerBytes, buildInfo,
+		e.sourceHits, e.sourceSilent, e.userFiles, e.symbolizerBytes, buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -284,6 +291,15 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	for k, v := range s.Stats.SourceEvents {
 		src, reason, _ := strings.Cut(k, "/")
 		e.sourceEvents.WithLabelValues(src, reason).Add(float64(v))
+	}
+	e.sourceSilent.Reset()
+	for _, h := range s.Stats.Sources {
+		e.sourceHits.WithLabelValues(h.Source, h.Name, h.Declared).Add(float64(h.Hits))
+		silent := 0.0
+		if h.Silent {
+			silent = 1
+		}
+		e.sourceSilent.WithLabelValues(h.Source, h.Name, h.Declared).Set(silent)
 	}
 	for reason, v := range s.Stats.UserFiles {
 		e.userFiles.WithLabelValues(reason).Add(float64(v))

@@ -156,12 +156,15 @@ func TestExporterExactHistograms(t *testing.T) {
 				Overruns: make([]snapshot.Overrun, 4),
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
 					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, ExtremesDropped: 12, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
-					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}, UserFiles: map[string]uint64{"symlink": 2, "timeout": 1}, SymbolizerBytes: 4096},
+					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}, UserFiles: map[string]uint64{"symlink": 2, "timeout": 1}, SymbolizerBytes: 4096,
+					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 40},
+						{Source: "usdt", Name: "hotspot:method__entry arg1", Declared: "r.yaml:9:7", Sites: 2, Silent: true, Hint: "-XX:+ExtendedDTraceProbes"}}},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
 				Series: []snapshot.Series{window("checkout", "/system.slice/shop.service", checkout2, 5, 11)},
-				Stats:  snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6, UserFiles: map[string]uint64{"symlink": 1}, SymbolizerBytes: 8192},
+				Stats: snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6, UserFiles: map[string]uint64{"symlink": 1}, SymbolizerBytes: 8192,
+					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 2}}},
 			})
 			e.ObserveEvaluation(4 * time.Millisecond)
 			e.RuleError("CheckoutSlow")
@@ -233,6 +236,19 @@ func TestExporterExactHistograms(t *testing.T) {
 			if se := mfs["spanwatch_source_events_total"]; se == nil || se.GetMetric()[0].GetCounter().GetValue() != 3 ||
 				labelsOf(se.GetMetric()[0])["source"] != "eventheader" || labelsOf(se.GetMetric()[0])["reason"] != "bad_time" {
 				t.Errorf("spanwatch_source_events_total = %v", se)
+			}
+			// The hits add up over snapshots; silent is the last
+			// snapshot's: the JVM source left with its tracer.
+			hits := map[string]float64{}
+			for _, m := range mfs["spanwatch_source_hits_total"].GetMetric() {
+				l := labelsOf(m)
+				hits[l["source"]+" "+l["name"]+" "+l["declared"]] = m.GetCounter().GetValue()
+			}
+			if len(hits) != 2 || hits["usdt query r.yaml:3:7"] != 42 || hits["usdt hotspot:method__entry arg1 r.yaml:9:7"] != 0 {
+				t.Errorf("spanwatch_source_hits_total = %v, want query 42, the JVM's 0", hits)
+			}
+			if ss := mfs["spanwatch_source_silent"].GetMetric(); len(ss) != 1 || labelsOf(ss[0])["name"] != "query" || ss[0].GetGauge().GetValue() != 0 {
+				t.Errorf("spanwatch_source_silent = %v, want query 0 alone", ss)
 			}
 			files := map[string]float64{}
 			for _, m := range mfs["spanwatch_user_file_limits_total"].GetMetric() {

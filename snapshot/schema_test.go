@@ -53,7 +53,9 @@ func full() *Snapshot {
 				KernelStack: []Frame{{Addr: 0xffffffff81000100, Function: "futex_wait"}}}},
 		}},
 		Stats: Stats{Events: 3, RingbufDrops: 1, StatsFull: 1, ShortEvents: 1, ReadErrors: 1, OverrunsDropped: 1, ReadNs: 100,
-			HistogramFull: 1, NamesTruncated: 1, QuotaOther: 1, NamesFull: 1, ExtremesDropped: 1, RecursionMisses: 1, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 1 << 27},
+			HistogramFull: 1, NamesTruncated: 1, QuotaOther: 1, NamesFull: 1, ExtremesDropped: 1, RecursionMisses: 1, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 1 << 27,
+			Sources: []SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 40},
+				{Source: "usdt", Name: "hotspot:method__entry arg1", Sites: 2, Silent: true, Hint: "-XX:+ExtendedDTraceProbes"}}},
 	}
 }
 

@@ -251,6 +251,9 @@ type Stats struct {
 	// EventHeader field...) and label values keyed "other" (label_other):
 	// never guessed, always counted.
 	SourceEvents map[string]uint64 `json:"source_events,omitempty"`
+	// Sources are the configured sources that count their probes' hits
+	// (USDT): each one's hits over the window, and whether it is silent.
+	Sources []SourceHealth `json:"sources,omitempty"`
 	// UserFiles counts, by reason, the files users control (binaries,
 	// debug files, perf maps, their processes' /proc files) that were
 	// refused or read only in part: symlink, not_regular, owner, access,
@@ -382,4 +385,18 @@ func Decode(r io.Reader) (*Snapshot, error) {
 		return decodeV1(data)
 	}
 	return nil, fmt.Errorf("decode snapshot: version %d, want %d (or 1)", v.Version, Version)
+}
+
+// SourceHealth is one configured source's probes over a window.
+type SourceHealth struct {
+	Source   string `json:"source"`             // the kind of source: "usdt"
+	Name     string `json:"name"`               // its span or metric name, or the probe naming it
+	Declared string `json:"declared,omitempty"` // where the configuration declares it (file:line:col)
+	Sites    int    `json:"sites"`              // call sites attached
+	Hits     uint64 `json:"hits"`               // probe hits over the window (ends of pairs, single probes)
+	// Silent: attached its silent_after ago and never hit since.
+	Silent bool `json:"silent,omitempty"`
+	// Hint names the runtime switch known to make a silent source's
+	// probes fire (-XX:+ExtendedDTraceProbes, USE_ZEND_DTRACE=1, ...).
+	Hint string `json:"hint,omitempty"`
 }

@@ -64,6 +64,10 @@ type Core struct {
 	// "kind/reason"; those ending in "/ok" are left out); the returned
 	// function stops it.
 	AddCounts func(counts func() (map[string]uint64, error)) (remove func())
+	// AddHealth makes each snapshot carry a source's probe hits over the
+	// window and whether it is silent (snapshot.Stats.Sources), from the
+	// totals health returns.
+	AddHealth func(health func() ([]Health, error)) (remove func())
 }
 
 // InflightMaps are the maps of a source's object that the in-flight
@@ -71,4 +75,15 @@ type Core struct {
 // usdt_sources, usdt_task_start, usdt_task_names).
 type InflightMaps struct {
 	Inflight, Sources, TaskStart, TaskNames *ebpf.Map
+}
+
+// Health is one configured source's probes since it attached.
+type Health struct {
+	Kind     string // "usdt"
+	Name     string // its span or metric name, or the probe naming it
+	Declared string // where the configuration declares it (file:line:col)
+	Sites    int    // call sites attached
+	Hits     uint64 // probe hits since it attached
+	Silent   bool   // attached its silent_after ago and never hit
+	Hint     string // when silent: the runtime switch known to make its probes fire
 }

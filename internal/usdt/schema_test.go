@@ -37,6 +37,8 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      name_arg: 0\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      error: \"arg0 >= 500\"\n      labels: {status: arg0}\n      label_cap: 10\n",
 		"sources:\n  usdt:\n    - binary: /x\n      metric: queue.depth\n      probe: {provider: p, probe: q}\n      value_arg: 0\n      error: arg0 < 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 90s\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 0\n",
 	}
 	bad := []string{
 		"sources:\n  uprobes: []\n",
@@ -55,6 +57,8 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      labels: {s: arg12}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      label_cap: 3\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      error: arg1 > 1\n      status_arg: 1\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 600\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: -1m\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

@@ -8,10 +8,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/duration"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -66,9 +68,17 @@ type SpanSource struct {
 	DurationArg int // -1: none
 	// ValueArg is a metric's value argument.
 	ValueArg int // -1: none
+	// SilentAfter is how long the source may stay attached without a
+	// probe hit before it is reported silent, once: a runtime whose
+	// probes need a switch to fire (docs/sources.md, "Silent sources").
+	// 0: never. The configuration's default is DefaultSilentAfter.
+	SilentAfter time.Duration
 	// Pos is where the source is declared.
 	Pos section.Pos
 }
+
+// DefaultSilentAfter is silent_after when a source does not give it.
+const DefaultSilentAfter = 10 * time.Minute
 
 // Paired reports whether the source is a start/end pair.
 func (s *SpanSource) Paired() bool { return s.Probe.Name == "" && s.Start.Name != "" }
@@ -231,6 +241,21 @@ func (d *srcDecoder) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	return int(v), true
 }
 
+// duration reads a duration (internal/duration: 30s, 10m, 1h, 0).
+func (d *srcDecoder) duration(n *yaml.Node, what string) (time.Duration, bool) {
+	n = section.Resolve(n)
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int") {
+		d.errorf(n, "%s must be a duration (30s, 10m, 1h; 0: never)", what)
+		return 0, false
+	}
+	v, err := duration.Parse(n.Value)
+	if err != nil || v < 0 {
+		d.errorf(n, "%s: %q is not a duration (30s, 10m, 1h; 0: never)", what, n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
 func (d *srcDecoder) probeRef(n *yaml.Node, what string) (ProbeRef, bool) {
 	var r ProbeRef
 	ok := true
@@ -256,11 +281,12 @@ func (d *srcDecoder) probeRef(n *yaml.Node, what string) (ProbeRef, bool) {
 var sourceKeys = []string{
 	"binary", "pid", "span", "name_arg", "metric", "start", "end", "probe",
 	"key", "key_arg", "status_arg", "error", "labels", "label_cap", "duration_arg", "value_arg",
+	"silent_after",
 }
 
 func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	n = section.Resolve(n)
-	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: section.At(d.File, n)}
+	s := SpanSource{NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: section.At(d.File, n)}
 	before := d.Len()
 	const what = "usdt source"
 	has := map[string]*yaml.Node{}
@@ -305,6 +331,8 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, ArgResolver)
 		case "label_cap":
 			s.Labels.Cap, _ = srcspec.DecodeLabelCap(d.Decoder, v)
+		case "silent_after":
+			s.SilentAfter, _ = d.duration(v, key)
 		case "key":
 			if k, ok := d.str(v, "key"); ok && k != "thread" {
 				d.errorf(v, `key must be "thread" (use key_arg: N to pair by an argument)`)

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -69,6 +70,7 @@ sources:
       start: {provider: app, probe: begin}
       end: {provider: app, probe: end}
       key_arg: 0
+      silent_after: 1m30s
 `
 	got, err := ParseSources("/etc/spanwatch/rules.yaml", sourcesNode(t, doc))
 	if err != nil {
@@ -78,16 +80,16 @@ sources:
 		{
 			Binary: "/usr/sbin/mysqld", Span: "query", NameArg: -1,
 			Start: ProbeRef{"mysql", "query__start"}, End: ProbeRef{"mysql", "query__done"},
-			KeyArg: -1, StatusArg: 2, DurationArg: -1, ValueArg: -1, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 5, Col: 7},
+			KeyArg: -1, StatusArg: 2, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 5, Col: 7},
 		},
 		{
 			Binary: "/etc/spanwatch/app", Span: "request", NameArg: -1,
-			Probe: ProbeRef{"app", "request_done"}, KeyArg: -1, StatusArg: -1, DurationArg: 1, ValueArg: -1,
+			Probe: ProbeRef{"app", "request_done"}, KeyArg: -1, StatusArg: -1, DurationArg: 1, ValueArg: -1, SilentAfter: DefaultSilentAfter,
 			Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 11, Col: 7},
 		},
 		{
 			PID: 4242, NameArg: 1, Start: ProbeRef{"app", "begin"}, End: ProbeRef{"app", "end"},
-			KeyArg: 0, StatusArg: -1, DurationArg: -1, ValueArg: -1, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 15, Col: 7},
+			KeyArg: 0, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: 90 * time.Second, Pos: section.Pos{File: "/etc/spanwatch/rules.yaml", Line: 15, Col: 7},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -110,7 +112,17 @@ type Tracer struct {
 	nextSource uint32
 	links      []link.Link
 	sites      []Site
+	added      []added // the sources Add attached, in order
 	closed     bool
+}
+
+// added is a source Add attached: its index in usdt_sources (and
+// usdt_hits), its call sites and when.
+type added struct {
+	src   SpanSource
+	index uint32
+	sites int
+	at    time.Time
 }
 
 // A Site is one attached call site.
@@ -222,7 +234,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 			delete(spec.Maps, name)
 		}
 		for _, name := range []string{"usdt_inflight", "usdt_sources", "usdt_task_start", "usdt_task_names",
-			"usdt_names", "usdt_name_requests", "usdt_counters", "src_label_values", "src_label_count", "src_counters"} {
+			"usdt_names", "usdt_name_requests", "usdt_counters", "usdt_hits", "src_label_values", "src_label_count", "src_counters"} {
 			delete(spec.Maps, name)
 		}
 		repl = nil
@@ -552,7 +564,46 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 			}
 		}
 	}
+	t.mu.Lock()
+	t.added = append(t.added, added{src: s, index: srcID, sites: len(t.links) - firstLink, at: time.Now()})
+	t.mu.Unlock()
 	return nil
+}
+
+// SourceHits is what the probes of one source Add attached did.
+type SourceHits struct {
+	Source SpanSource
+	Sites  int       // call sites attached
+	Since  time.Time // when Add attached them
+	// Hits counts the probes that fired for it since then: the ends of
+	// its pairs (paired with a start or not) or its single probe. Starts
+	// are not counted: that cost their fast path 15%, and a start alone
+	// makes nothing.
+	Hits uint64
+}
+
+// Hits returns the probe hits of every source Add attached, in the order
+// they were added.
+func (t *Tracer) Hits() ([]SourceHits, error) {
+	m := t.coll.Maps["usdt_hits"]
+	if m == nil {
+		return nil, errors.New("a test tracer counts no hits")
+	}
+	t.mu.Lock()
+	srcs := slices.Clone(t.added)
+	t.mu.Unlock()
+	out := make([]SourceHits, len(srcs))
+	var vals []uint64
+	for i, a := range srcs {
+		if err := m.Lookup(a.index, &vals); err != nil {
+			return nil, fmt.Errorf("read usdt hits: %w", err)
+		}
+		out[i] = SourceHits{Source: a.src, Sites: a.sites, Since: a.at}
+		for _, v := range vals {
+			out[i].Hits += v
+		}
+	}
+	return out, nil
 }
 
 // The fast-path cookie, enum usdt_cookie_bits in bpf/usdt.bpf.c:

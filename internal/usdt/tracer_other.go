@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -62,3 +63,13 @@ func (t *Tracer) Close() error                                { return nil }
 func (t *Tracer) NameMethod() string                          { return "" }
 func (t *Tracer) ResolveName(name string) (string, bool)      { return name, false }
 func (t *Tracer) Stats() (Stats, error)                       { return Stats{}, ErrUnsupported }
+
+// SourceHits is what the probes of one source did; here nothing.
+type SourceHits struct {
+	Source SpanSource
+	Sites  int
+	Since  time.Time
+	Hits   uint64
+}
+
+func (t *Tracer) Hits() ([]SourceHits, error) { return nil, ErrUnsupported }

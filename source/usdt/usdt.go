@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/usdt"
@@ -15,6 +19,11 @@ import (
 type Source struct {
 	*usdt.Tracer
 	stopCounts func()
+	stopHealth func()
+	log        *slog.Logger
+
+	mu       sync.Mutex
+	reported map[int]bool // sources (by place in Hits) logged silent
 }
 
 // Attach loads the USDT object (bpf/usdt.bpf.c) beside the core, sharing
@@ -67,8 +76,11 @@ func AttachWith(ctx context.Context, core *source.Core, cfg usdt.TracerConfig, s
 			core.AddAnchor(symbolize.Anchor{Path: site.Path, Addr: site.Probe.Address})
 		}
 	}
-	s := &Source{Tracer: tr}
+	s := &Source{Tracer: tr, log: log}
 	s.stopCounts = core.AddCounts(s.Counts)
+	if core.AddHealth != nil {
+		s.stopHealth = core.AddHealth(s.Health)
+	}
 	return s, errors.Join(errs...)
 }
 
@@ -105,7 +117,89 @@ func (s *Source) Close() error {
 		s.stopCounts()
 		s.stopCounts = nil
 	}
+	if s.stopHealth != nil {
+		s.stopHealth()
+		s.stopHealth = nil
+	}
 	return s.Tracer.Close()
 }
 
 var _ source.Source = (*Source)(nil)
+
+// Health returns each attached source's probe hits since it attached,
+// and whether it is silent: attached its SilentAfter ago and never hit
+// since. A source found silent is logged once (source_silent), with the
+// runtime switch known to make its probes fire (silentHint).
+func (s *Source) Health() ([]source.Health, error) {
+	hs, err := s.Hits()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	out := make([]source.Health, len(hs))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, h := range hs {
+		src := h.Source
+		x := source.Health{Kind: "usdt", Name: sourceName(&src), Sites: h.Sites, Hits: h.Hits}
+		if src.Pos.Line > 0 {
+			x.Declared = src.Pos.String()
+		}
+		if h.Hits == 0 && src.SilentAfter > 0 && now.Sub(h.Since) >= src.SilentAfter {
+			x.Silent, x.Hint = true, silentHint(&src)
+			if !s.reported[i] && s.log != nil {
+				if s.reported == nil {
+					s.reported = map[int]bool{}
+				}
+				s.reported[i] = true
+				hint := x.Hint
+				if hint == "" {
+					hint = "no runtime switch is known for these probes: is their code reached?"
+				}
+				s.log.Warn("source_silent", "source", src.Describe(), "pos", src.Pos, "sites", h.Sites,
+					"attached_for", now.Sub(h.Since).Round(time.Second).String(), "hint", hint)
+			}
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+// sourceName is what names a source in its health: its span or metric
+// name, or the probe whose argument names its spans.
+func sourceName(s *usdt.SpanSource) string {
+	switch {
+	case s.IsMetric():
+		return s.Metric
+	case s.Span != "":
+		return s.Span
+	case s.Paired():
+		return fmt.Sprintf("%s arg%d", s.Start, s.NameArg)
+	}
+	return fmt.Sprintf("%s arg%d", s.Probe, s.NameArg)
+}
+
+// silentHints are the runtime switches known to make probes fire, by
+// provider and probe name prefix ("" matches every probe). Each was seen
+// on the runtime Debian ships (docs/sources.md, "Silent sources").
+var silentHints = []struct{ provider, prefix, hint string }{
+	{"hotspot", "method__", "the JVM fires method__entry and method__return only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceMethodProbes)"},
+	{"hotspot", "object__alloc", "the JVM fires object__alloc only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceAllocProbes)"},
+	{"hotspot", "monitor__", "the JVM fires its monitor probes only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceMonitorProbes)"},
+	{"ruby", "method__", "Ruby fires its method probes only while a TracePoint on :call/:return is enabled in the process"},
+	{"ruby", "cmethod__", "Ruby fires its cmethod probes only while a TracePoint on :c_call/:c_return is enabled in the process"},
+	{"php", "", "PHP fires its probes only with USE_ZEND_DTRACE=1 in its environment"},
+}
+
+// silentHint returns the runtime switch known to make s's probes fire,
+// or "".
+func silentHint(s *usdt.SpanSource) string {
+	for _, r := range []usdt.ProbeRef{s.Start, s.End, s.Probe} {
+		for _, h := range silentHints {
+			if r.Provider == h.provider && strings.HasPrefix(r.Name, h.prefix) {
+				return h.hint
+			}
+		}
+	}
+	return ""
+}
