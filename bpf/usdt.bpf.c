@@ -196,26 +196,36 @@ struct {
 } usdt_counters SEC(".maps");
 
 /*
- * Probe hits per source (usdt_sources' index): its end and single probes
- * that found their source (the ends of pairs, paired or not: a start
- * alone makes nothing, and counting it too cost the start's fast path
- * 15%). A source attached and never hit is reported silent
- * (source/usdt): a runtime whose probes need a switch to fire looks idle
- * otherwise.
+ * What each source's probes did (usdt_source_counts, by usdt_sources'
+ * index): hits are its end and single probes that found their source
+ * (the ends of pairs, paired or not: a start alone makes nothing, and
+ * counting starts too cost the start's fast path 15%); unpaired are its
+ * ends without an open start, nest_overflow its starts lost to deeper
+ * ones on a full thread stack. A source attached and never hit is
+ * reported silent (source/usdt): a runtime whose probes need a switch to
+ * fire looks idle otherwise.
  */
+struct usdt_source_counts {
+	__u64 hits;
+	__u64 unpaired;
+	__u64 nest_overflow;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, USDT_MAX_SOURCES);
 	__type(key, __u32);
-	__type(value, __u64);
-} usdt_hits SEC(".maps");
+	__type(value, struct usdt_source_counts);
+} usdt_source_counts SEC(".maps");
 
-static __always_inline void usdt_hit(__u32 source)
+/* source_hit counts a hit of source and returns its counts (or NULL). */
+static __always_inline struct usdt_source_counts *source_hit(__u32 source)
 {
-	__u64 *n = bpf_map_lookup_elem(&usdt_hits, &source);
+	struct usdt_source_counts *sc = bpf_map_lookup_elem(&usdt_source_counts, &source);
 
-	if (n)
-		*n += 1;
+	if (sc)
+		sc->hits++;
+	return sc;
 }
 
 #ifndef SPANWATCH_COMPAT
@@ -486,14 +496,21 @@ static __always_inline void spans_push(struct usdt_task_spans *ts, __u32 idx, __
 {
 	struct task_span *e = &ts->s[idx & (TASK_SPANS_DEPTH - 1)];
 
+	if (ts->depth < TASK_SPANS_DEPTH) {
+		ts->depth++;
+	} else {
+		/* e is the oldest open span: its source loses it. */
+		__u32 lost = e->source;
+		struct usdt_source_counts *sc = bpf_map_lookup_elem(&usdt_source_counts, &lost);
+
+		if (sc)
+			sc->nest_overflow++;
+		usdt_count(USDT_COUNTER_NEST_OVERFLOW);
+	}
 	e->start_ns = start;
 	e->source = source;
 	e->flags = flags;
 	ts->pos++;
-	if (ts->depth < TASK_SPANS_DEPTH)
-		ts->depth++;
-	else
-		usdt_count(USDT_COUNTER_NEST_OVERFLOW);
 }
 
 /* A span taken from a thread's stack. */
@@ -709,6 +726,7 @@ int usdt_end(struct pt_regs *ctx)
 	struct usdt_source *src;
 	struct usdt_spec *spec = 0;
 	struct agg_in in = {};
+	struct usdt_source_counts *sc;
 	struct taken t;
 	__u32 source;
 
@@ -720,7 +738,7 @@ int usdt_end(struct pt_regs *ctx)
 			return 0;
 		source = spec->source;
 	}
-	usdt_hit(source);
+	sc = source_hit(source);
 	src = bpf_map_lookup_elem(&usdt_sources, &source);
 	if (!src)
 		return 0;
@@ -732,6 +750,8 @@ int usdt_end(struct pt_regs *ctx)
 		inf = bpf_map_lookup_elem(&usdt_inflight, &k);
 		if (!inf) {
 			usdt_count(USDT_COUNTER_UNPAIRED);
+			if (sc)
+				sc->unpaired++;
 			return 0;
 		}
 		in.value = now - inf->start_ns;
@@ -743,6 +763,8 @@ int usdt_end(struct pt_regs *ctx)
 		ts = spans_get(0);
 		if (!ts || spans_take(ts, source, &t)) {
 			usdt_count(USDT_COUNTER_UNPAIRED);
+			if (sc)
+				sc->unpaired++;
 			return 0;
 		}
 		in.value = now - t.start_ns;
@@ -779,7 +801,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 
 	if (!spec)
 		return 0;
-	usdt_hit(spec->source);
+	source_hit(spec->source);
 	src = bpf_map_lookup_elem(&usdt_sources, &spec->source);
 	if (!src)
 		return 0;

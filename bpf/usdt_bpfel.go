@@ -263,6 +263,13 @@ type UsdtUsdtSource struct {
 	Pad2     uint32
 }
 
+type UsdtUsdtSourceCounts struct {
+	_            structs.HostLayout
+	Hits         uint64
+	Unpaired     uint64
+	NestOverflow uint64
+}
+
 type UsdtUsdtSourceFlags uint32
 
 const (
@@ -320,11 +327,11 @@ const (
 	UsdtMapSrcLabelCount         = "src_label_count"
 	UsdtMapSrcLabelValues        = "src_label_values"
 	UsdtMapUsdtCounters          = "usdt_counters"
-	UsdtMapUsdtHits              = "usdt_hits"
 	UsdtMapUsdtInflight          = "usdt_inflight"
 	UsdtMapUsdtIpToSpec          = "usdt_ip_to_spec"
 	UsdtMapUsdtNameRequests      = "usdt_name_requests"
 	UsdtMapUsdtNames             = "usdt_names"
+	UsdtMapUsdtSourceCounts      = "usdt_source_counts"
 	UsdtMapUsdtSources           = "usdt_sources"
 	UsdtMapUsdtSpecs             = "usdt_specs"
 	UsdtMapUsdtTaskNames         = "usdt_task_names"
@@ -433,11 +440,11 @@ type UsdtMapSpecs struct {
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.MapSpec `ebpf:"usdt_counters"`
-	UsdtHits         *ebpf.MapSpec `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.MapSpec `ebpf:"usdt_name_requests"`
 	UsdtNames        *ebpf.MapSpec `ebpf:"usdt_names"`
+	UsdtSourceCounts *ebpf.MapSpec `ebpf:"usdt_source_counts"`
 	UsdtSources      *ebpf.MapSpec `ebpf:"usdt_sources"`
 	UsdtSpecs        *ebpf.MapSpec `ebpf:"usdt_specs"`
 	UsdtTaskNames    *ebpf.MapSpec `ebpf:"usdt_task_names"`
@@ -512,11 +519,11 @@ type UsdtMaps struct {
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.Map `ebpf:"usdt_counters"`
-	UsdtHits         *ebpf.Map `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.Map `ebpf:"usdt_name_requests"`
 	UsdtNames        *ebpf.Map `ebpf:"usdt_names"`
+	UsdtSourceCounts *ebpf.Map `ebpf:"usdt_source_counts"`
 	UsdtSources      *ebpf.Map `ebpf:"usdt_sources"`
 	UsdtSpecs        *ebpf.Map `ebpf:"usdt_specs"`
 	UsdtTaskNames    *ebpf.Map `ebpf:"usdt_task_names"`
@@ -547,11 +554,11 @@ func (m *UsdtMaps) Close() error {
 		m.SrcLabelCount,
 		m.SrcLabelValues,
 		m.UsdtCounters,
-		m.UsdtHits,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtNameRequests,
 		m.UsdtNames,
+		m.UsdtSourceCounts,
 		m.UsdtSources,
 		m.UsdtSpecs,
 		m.UsdtTaskNames,

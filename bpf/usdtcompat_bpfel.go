@@ -162,6 +162,13 @@ type UsdtCompatUsdtSource struct {
 	Pad2 uint32
 }
 
+type UsdtCompatUsdtSourceCounts struct {
+	_            structs.HostLayout
+	Hits         uint64
+	Unpaired     uint64
+	NestOverflow uint64
+}
+
 type UsdtCompatUsdtSpec struct {
 	_    structs.HostLayout
 	Args [12]struct {
@@ -217,11 +224,11 @@ const (
 	UsdtCompatMapSrcLabelCount         = "src_label_count"
 	UsdtCompatMapSrcLabelValues        = "src_label_values"
 	UsdtCompatMapUsdtCounters          = "usdt_counters"
-	UsdtCompatMapUsdtHits              = "usdt_hits"
 	UsdtCompatMapUsdtInflight          = "usdt_inflight"
 	UsdtCompatMapUsdtIpToSpec          = "usdt_ip_to_spec"
 	UsdtCompatMapUsdtNameRequests      = "usdt_name_requests"
 	UsdtCompatMapUsdtNames             = "usdt_names"
+	UsdtCompatMapUsdtSourceCounts      = "usdt_source_counts"
 	UsdtCompatMapUsdtSources           = "usdt_sources"
 	UsdtCompatMapUsdtSpecs             = "usdt_specs"
 	UsdtCompatMapUsdtTaskNames         = "usdt_task_names"
@@ -326,11 +333,11 @@ type UsdtCompatMapSpecs struct {
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.MapSpec `ebpf:"usdt_counters"`
-	UsdtHits         *ebpf.MapSpec `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.MapSpec `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.MapSpec `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.MapSpec `ebpf:"usdt_name_requests"`
 	UsdtNames        *ebpf.MapSpec `ebpf:"usdt_names"`
+	UsdtSourceCounts *ebpf.MapSpec `ebpf:"usdt_source_counts"`
 	UsdtSources      *ebpf.MapSpec `ebpf:"usdt_sources"`
 	UsdtSpecs        *ebpf.MapSpec `ebpf:"usdt_specs"`
 	UsdtTaskNames    *ebpf.MapSpec `ebpf:"usdt_task_names"`
@@ -405,11 +412,11 @@ type UsdtCompatMaps struct {
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
 	UsdtCounters     *ebpf.Map `ebpf:"usdt_counters"`
-	UsdtHits         *ebpf.Map `ebpf:"usdt_hits"`
 	UsdtInflight     *ebpf.Map `ebpf:"usdt_inflight"`
 	UsdtIpToSpec     *ebpf.Map `ebpf:"usdt_ip_to_spec"`
 	UsdtNameRequests *ebpf.Map `ebpf:"usdt_name_requests"`
 	UsdtNames        *ebpf.Map `ebpf:"usdt_names"`
+	UsdtSourceCounts *ebpf.Map `ebpf:"usdt_source_counts"`
 	UsdtSources      *ebpf.Map `ebpf:"usdt_sources"`
 	UsdtSpecs        *ebpf.Map `ebpf:"usdt_specs"`
 	UsdtTaskNames    *ebpf.Map `ebpf:"usdt_task_names"`
@@ -441,11 +448,11 @@ func (m *UsdtCompatMaps) Close() error {
 		m.SrcLabelCount,
 		m.SrcLabelValues,
 		m.UsdtCounters,
-		m.UsdtHits,
 		m.UsdtInflight,
 		m.UsdtIpToSpec,
 		m.UsdtNameRequests,
 		m.UsdtNames,
+		m.UsdtSourceCounts,
 		m.UsdtSources,
 		m.UsdtSpecs,
 		m.UsdtTaskNames,

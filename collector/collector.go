@@ -24,6 +24,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/memory"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/source"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -166,10 +167,10 @@ type Collector struct {
 
 	mu         sync.Mutex // guards the read state below
 	closed     bool
-	counters   []*counter           // attached sources' health counters
-	prevSource map[string]uint64    // their counts at the last snapshot
-	healths    []*health            // attached sources' probe hits
-	prevHits   map[healthKey]uint64 // their totals at the last snapshot
+	counters   []*counter                  // attached sources' health counters
+	prevSource map[string]uint64           // their counts at the last snapshot
+	healths    []*health                   // attached sources' probe hits
+	prevHits   map[healthKey]source.Health // their totals at the last snapshot
 	prevMisses uint64
 	prevFiles  map[string]uint64 // userfile.Counts at the last snapshot
 	quotaSeen  map[uint64]bool   // cgroups whose (other) series was logged

@@ -137,7 +137,13 @@ func (c *Collector) addHealth(f func() ([]source.Health, error)) func() {
 // it is silent. c.mu is held.
 func (c *Collector) sourceHealth(st *snapshot.Stats) {
 	prev := c.prevHits
-	c.prevHits = map[healthKey]uint64{}
+	c.prevHits = map[healthKey]source.Health{}
+	delta := func(now, before uint64) uint64 {
+		if now < before {
+			return now
+		}
+		return now - before
+	}
 	for _, h := range c.healths {
 		hs, err := h.f()
 		if err != nil {
@@ -146,14 +152,12 @@ func (c *Collector) sourceHealth(st *snapshot.Stats) {
 		}
 		for i, x := range hs {
 			k := healthKey{h, i}
-			c.prevHits[k] = x.Hits
-			d := x.Hits - prev[k]
-			if x.Hits < prev[k] {
-				d = x.Hits
-			}
+			c.prevHits[k] = x
+			p := prev[k]
 			st.Sources = append(st.Sources, snapshot.SourceHealth{
 				Source: x.Kind, Name: x.Name, Declared: x.Declared, Sites: x.Sites,
-				Hits: d, Silent: x.Silent, Hint: x.Hint,
+				Hits: delta(x.Hits, p.Hits), Unpaired: delta(x.Unpaired, p.Unpaired), NestOverflow: delta(x.NestOverflow, p.NestOverflow),
+				Silent: x.Silent, Hint: x.Hint,
 			})
 		}
 	}

@@ -564,6 +564,20 @@ sources:
 	if want := uint64((deep - 16) * deepRounds); s.Stats.SourceEvents["usdt/nest_overflow"] != want || s.Stats.SourceEvents["usdt/unpaired_end"] != want {
 		t.Errorf("snapshot source events %v; want usdt/nest_overflow and usdt/unpaired_end %d", s.Stats.SourceEvents, want)
 	}
+	// ... and each source's own (stats.sources): all of them rec's, whose
+	// ends fired twice per depth per round.
+	if len(s.Stats.Sources) != len(srcs) {
+		t.Errorf("snapshot sources %+v, want %d", s.Stats.Sources, len(srcs))
+	}
+	for _, h := range s.Stats.Sources {
+		var lost, hits uint64
+		if h.Name == "rec" {
+			lost, hits = uint64((deep-16)*deepRounds), uint64(deep*deepRounds)
+		}
+		if h.Unpaired != lost || h.NestOverflow != lost || h.Hits != hits || h.Silent || h.Declared == "" {
+			t.Errorf("source %+v over the deep window: want %d hits, %d unpaired ends and nest overflows, not silent, declared", h, hits, lost)
+		}
+	}
 }
 
 // extremesWithin reports whether a series' min lies in [minLo, minHi] and

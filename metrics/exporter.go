@@ -130,7 +130,7 @@ type Exporter struct {
 	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                                          prometheus.Gauge
 	readDuration, evalDuration                                                                               prometheus.Histogram
 	ruleErrors                                                                                               *prometheus.CounterVec
-	sourceEvents, sourceHits                                                                                 *prometheus.CounterVec
+	sourceEvents, sourceHits, sourceLost                                                                     *prometheus.CounterVec
 	sourceSilent                                                                                             *prometheus.GaugeVec
 	userFiles                                                                                                *prometheus.CounterVec
 	symbolizerBytes                                                                                          prometheus.Gauge
@@ -218,6 +218,9 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.sourceHits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_hits_total",
 		Help: "Probe hits (the ends of pairs, single probes) of each configured USDT source, by kind, name and where the configuration declares it: a source that stays at 0 is silent (spanwatch_source_silent)."},
 		[]string{"source", "name", "declared"})
+	e.sourceLost = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_source_lost_total",
+		Help: "Spans each configured USDT source lost, by reason: unpaired_end (an end without an open start), nest_overflow (a start given way to deeper ones on a full thread stack); spanwatch_source_events_total has them summed over sources."},
+		[]string{"source", "name", "declared", "reason"})
 	e.sourceSilent = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "spanwatch_source_silent",
 		Help: "1 for a configured source attached its silent_after ago (default 10m) and never hit since: a runtime whose probes need a switch to fire (the log's source_silent names it; docs/sources.md, \"Silent sources\"); else 0."},
 		[]string{"source", "name", "declared"})
@@ -237,7 +240,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
 		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.extremesDropped, e.recursionMisses,
 		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
-		e.sourceHits, e.sourceSilent, e.userFiles, e.symbolizerBytes, buildInfo,
+		e.sourceHits, e.sourceLost, e.sourceSilent, e.userFiles, e.symbolizerBytes, buildInfo,
 	} {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -295,6 +298,12 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.sourceSilent.Reset()
 	for _, h := range s.Stats.Sources {
 		e.sourceHits.WithLabelValues(h.Source, h.Name, h.Declared).Add(float64(h.Hits))
+		if h.Unpaired > 0 {
+			e.sourceLost.WithLabelValues(h.Source, h.Name, h.Declared, "unpaired_end").Add(float64(h.Unpaired))
+		}
+		if h.NestOverflow > 0 {
+			e.sourceLost.WithLabelValues(h.Source, h.Name, h.Declared, "nest_overflow").Add(float64(h.NestOverflow))
+		}
 		silent := 0.0
 		if h.Silent {
 			silent = 1

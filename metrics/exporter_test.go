@@ -157,14 +157,14 @@ func TestExporterExactHistograms(t *testing.T) {
 				Stats: snapshot.Stats{Events: 5700, RingbufDrops: 2, StatsFull: 1, ReadNs: 3e6, ReadErrors: 4, HistogramFull: 5, NamesTruncated: 6,
 					QuotaOther: 7, NamesFull: 8, RecursionMisses: 9, OverrunsQueueDropped: 10, ExtremesDropped: 12, SeriesLive: 2, SeriesCapacity: 131072, BPFMapBytes: 201070684,
 					SourceEvents: map[string]uint64{"eventheader/bad_time": 3}, UserFiles: map[string]uint64{"symlink": 2, "timeout": 1}, SymbolizerBytes: 4096,
-					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 40},
+					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 40, Unpaired: 3, NestOverflow: 1},
 						{Source: "usdt", Name: "hotspot:method__entry arg1", Declared: "r.yaml:9:7", Sites: 2, Silent: true, Hint: "-XX:+ExtendedDTraceProbes"}}},
 			})
 			e.Observe(&snapshot.Snapshot{
 				Version: snapshot.Version, Time: t0.Add(10 * time.Second), WindowNs: int64(10 * time.Second),
 				Series: []snapshot.Series{window("checkout", "/system.slice/shop.service", checkout2, 5, 11)},
 				Stats: snapshot.Stats{Events: 3000, RingbufDrops: 1, OverrunsQueueDropped: 1, ReadNs: 2e6, UserFiles: map[string]uint64{"symlink": 1}, SymbolizerBytes: 8192,
-					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 2}}},
+					Sources: []snapshot.SourceHealth{{Source: "usdt", Name: "query", Declared: "r.yaml:3:7", Sites: 2, Hits: 2, Unpaired: 2}}},
 			})
 			e.ObserveEvaluation(4 * time.Millisecond)
 			e.RuleError("CheckoutSlow")
@@ -246,6 +246,13 @@ func TestExporterExactHistograms(t *testing.T) {
 			}
 			if len(hits) != 2 || hits["usdt query r.yaml:3:7"] != 42 || hits["usdt hotspot:method__entry arg1 r.yaml:9:7"] != 0 {
 				t.Errorf("spanwatch_source_hits_total = %v, want query 42, the JVM's 0", hits)
+			}
+			lost := map[string]float64{}
+			for _, m := range mfs["spanwatch_source_lost_total"].GetMetric() {
+				lost[labelsOf(m)["name"]+" "+labelsOf(m)["reason"]] = m.GetCounter().GetValue()
+			}
+			if len(lost) != 2 || lost["query unpaired_end"] != 5 || lost["query nest_overflow"] != 1 {
+				t.Errorf("spanwatch_source_lost_total = %v, want query's unpaired_end 5, nest_overflow 1", lost)
 			}
 			if ss := mfs["spanwatch_source_silent"].GetMetric(); len(ss) != 1 || labelsOf(ss[0])["name"] != "query" || ss[0].GetGauge().GetValue() != 0 {
 				t.Errorf("spanwatch_source_silent = %v, want query 0 alone", ss)

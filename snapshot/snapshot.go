@@ -394,6 +394,11 @@ type SourceHealth struct {
 	Declared string `json:"declared,omitempty"` // where the configuration declares it (file:line:col)
 	Sites    int    `json:"sites"`              // call sites attached
 	Hits     uint64 `json:"hits"`               // probe hits over the window (ends of pairs, single probes)
+	// Unpaired and NestOverflow count, over the window, its ends without
+	// an open start and its starts lost to deeper ones on a full thread
+	// stack (source_events has them summed over sources).
+	Unpaired     uint64 `json:"unpaired_ends,omitempty"`
+	NestOverflow uint64 `json:"nest_overflows,omitempty"`
 	// Silent: attached its silent_after ago and never hit since.
 	Silent bool `json:"silent,omitempty"`
 	// Hint names the runtime switch known to make a silent source's

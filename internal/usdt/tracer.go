@@ -117,7 +117,7 @@ type Tracer struct {
 }
 
 // added is a source Add attached: its index in usdt_sources (and
-// usdt_hits), its call sites and when.
+// usdt_source_counts), its call sites and when.
 type added struct {
 	src   SpanSource
 	index uint32
@@ -234,7 +234,7 @@ func NewTracer(cfg TracerConfig) (*Tracer, error) {
 			delete(spec.Maps, name)
 		}
 		for _, name := range []string{"usdt_inflight", "usdt_sources", "usdt_task_start", "usdt_task_names",
-			"usdt_names", "usdt_name_requests", "usdt_counters", "usdt_hits", "src_label_values", "src_label_count", "src_counters"} {
+			"usdt_names", "usdt_name_requests", "usdt_counters", "usdt_source_counts", "src_label_values", "src_label_count", "src_counters"} {
 			delete(spec.Maps, name)
 		}
 		repl = nil
@@ -580,12 +580,16 @@ type SourceHits struct {
 	// are not counted: that cost their fast path 15%, and a start alone
 	// makes nothing.
 	Hits uint64
+	// Unpaired counts its ends without an open start; NestOverflow its
+	// starts lost to deeper ones on a full thread stack (Stats has both
+	// summed over the sources).
+	Unpaired, NestOverflow uint64
 }
 
-// Hits returns the probe hits of every source Add attached, in the order
-// they were added.
+// Hits returns what the probes of every source Add attached did, in the
+// order they were added.
 func (t *Tracer) Hits() ([]SourceHits, error) {
-	m := t.coll.Maps["usdt_hits"]
+	m := t.coll.Maps["usdt_source_counts"]
 	if m == nil {
 		return nil, errors.New("a test tracer counts no hits")
 	}
@@ -593,14 +597,16 @@ func (t *Tracer) Hits() ([]SourceHits, error) {
 	srcs := slices.Clone(t.added)
 	t.mu.Unlock()
 	out := make([]SourceHits, len(srcs))
-	var vals []uint64
+	var vals []bpf.UsdtUsdtSourceCounts
 	for i, a := range srcs {
 		if err := m.Lookup(a.index, &vals); err != nil {
-			return nil, fmt.Errorf("read usdt hits: %w", err)
+			return nil, fmt.Errorf("read usdt source counts: %w", err)
 		}
 		out[i] = SourceHits{Source: a.src, Sites: a.sites, Since: a.at}
 		for _, v := range vals {
-			out[i].Hits += v
+			out[i].Hits += v.Hits
+			out[i].Unpaired += v.Unpaired
+			out[i].NestOverflow += v.NestOverflow
 		}
 	}
 	return out, nil

@@ -70,6 +70,8 @@ type SourceHits struct {
 	Sites  int
 	Since  time.Time
 	Hits   uint64
+
+	Unpaired, NestOverflow uint64
 }
 
 func (t *Tracer) Hits() ([]SourceHits, error) { return nil, ErrUnsupported }

@@ -141,7 +141,7 @@ func (s *Source) Health() ([]source.Health, error) {
 	defer s.mu.Unlock()
 	for i, h := range hs {
 		src := h.Source
-		x := source.Health{Kind: "usdt", Name: sourceName(&src), Sites: h.Sites, Hits: h.Hits}
+		x := source.Health{Kind: "usdt", Name: sourceName(&src), Sites: h.Sites, Hits: h.Hits, Unpaired: h.Unpaired, NestOverflow: h.NestOverflow}
 		if src.Pos.Line > 0 {
 			x.Declared = src.Pos.String()
 		}
