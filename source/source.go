@@ -84,9 +84,9 @@ type Health struct {
 	Declared string // where the configuration declares it (file:line:col)
 	Sites    int    // call sites attached
 	Hits     uint64 // probe hits since it attached
+	Silent   bool   // attached its silent_after ago and never hit
+	Hint     string // when silent: the runtime switch known to make its probes fire
 	// Unpaired and NestOverflow count its ends without an open start and
 	// its starts lost to deeper ones on a full thread stack.
 	Unpaired, NestOverflow uint64
-	Silent   bool   // attached its silent_after ago and never hit
-	Hint     string // when silent: the runtime switch known to make its probes fire
 }
