@@ -116,7 +116,9 @@ func (e *Exporter) Overrun(o *snapshot.Overrun) {
 }
 
 // Run sends queued records until ctx ends, then what is still queued,
-// for at most one request timeout.
+// for at most one request timeout. A batch whose request was out, or
+// waiting to be retried, when ctx ended gets one last try first, also
+// bounded by the request timeout: a stop takes at most two.
 func (e *Exporter) Run(ctx context.Context) {
 	batch := make([]record, 0, maxBatch)
 	timer := time.NewTimer(batchWait)
@@ -180,6 +182,12 @@ func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
 			}
 			return
 		}
+		if retry && ctx.Err() != nil {
+			// The agent stopped while the request was out: one last
+			// try, now, bounded by the request timeout alone.
+			ctx, retry = context.WithoutCancel(ctx), false
+			continue
+		}
 		if !again || !retry || e.now().Add(backoff).After(deadline) {
 			e.failed.Add(uint64(len(batch)))
 			e.log.Error("otlp_export_failed", "records", len(batch), "attempts", attempt, "error", err)
@@ -188,7 +196,9 @@ func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
 		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
-			retry = false // one last try, now
+			// One last try, now: with a context the stop does not
+			// cancel, or it could not be made.
+			ctx, retry = context.WithoutCancel(ctx), false
 		case <-time.After(wait):
 		}
 		backoff = min(2*backoff, 8*time.Second)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -285,5 +286,54 @@ func TestDecode(t *testing.T) {
 	}
 	if _, err := parse("otlp:\n  timeout: 1s\n"); err == nil || !strings.Contains(err.Error(), "spanwatch.yaml:2:3: otlp: missing endpoint") {
 		t.Errorf("no endpoint: %v", err)
+	}
+}
+
+// TestExporterStopsWithARequestOut stops the exporter while its request
+// is out, and again while it waits to retry: each batch gets one last
+// try, not cut by the stop, and arrives.
+func TestExporterStopsWithARequestOut(t *testing.T) {
+	for _, first := range []int{http.StatusOK, http.StatusServiceUnavailable} {
+		t.Run(strconv.Itoa(first), func(t *testing.T) {
+			var calls atomic.Int32
+			var got atomic.Int32
+			arrived := make(chan struct{}, 4)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := calls.Add(1)
+				arrived <- struct{}{}
+				var req otlpRequest
+				b, _ := io.ReadAll(r.Body)
+				json.Unmarshal(b, &req)
+				if n == 1 {
+					if first != http.StatusOK {
+						http.Error(w, "busy", first) // retried after a wait
+						return
+					}
+					// Held until the client gives up: the stop cancels it.
+					<-r.Context().Done()
+					return
+				}
+				for _, rl := range req.ResourceLogs {
+					for _, sl := range rl.ScopeLogs {
+						got.Add(int32(len(sl.LogRecords)))
+					}
+				}
+				w.Write([]byte("{}"))
+			}))
+			defer srv.Close()
+			e := newExporter(t, Config{Endpoint: srv.URL, Timeout: 5 * time.Second})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { e.Run(ctx); close(done) }()
+			for i := range 3 {
+				e.Overrun(overrun(i))
+			}
+			<-arrived // the first request is out (or answered 503)
+			cancel()
+			<-done
+			if st := e.Stats(); got.Load() != 3 || st.Sent != 3 || st.Failed != 0 || calls.Load() != 2 {
+				t.Errorf("%d records arrived in %d requests, stats %+v; want 3 sent by a last try", got.Load(), calls.Load(), st)
+			}
+		})
 	}
 }
