@@ -54,6 +54,8 @@ func ownJS(name string) bool {
 // frame, never on their own.
 var gluePrefixes = []string{
 	"syscall.", "golang.org/x/sys/unix.", "internal/runtime/syscall.",
+	// Go 1.26 moved the raw system call into a package per OS.
+	"internal/runtime/syscall/",
 	"runtime.entersyscall", "runtime.exitsyscall", "runtime/internal/syscall.",
 	"writev", "__writev", "__GI___writev", "syscall", "__syscall",
 	// Node.js and V8 between JavaScript and a native addon (N-API, the

@@ -53,6 +53,10 @@ func TestTrimOwn(t *testing.T) {
 			"net/http.HandlerFunc.ServeHTTP", 5},
 		{"user_events from Go", "internal/runtime/syscall.Syscall6,syscall.RawSyscall6,golang.org/x/sys/unix.writev," +
 			ue + "(*Event).Write," + emit + "writeUserEvent," + emit + "Span.End,main.work", "main.work", 6},
+		// As Go 1.26 builds it (the user_events lane of the kernel matrix).
+		{"user_events from Go 1.26", "internal/runtime/syscall/linux.Syscall6,syscall.Syscall,syscall.Syscall," +
+			ue + "(*Event).Write," + emit + "ueWrite," + emit + "writeUserEvent," + emit + "send," + emit + "Span.End,main.demoCheckout,main.main",
+			"main.demoCheckout,main.main", 8},
 		{"C header", "writev,spanwatch_emit_event,spanwatch_span_end,handle_request,main", "handle_request,main", 3},
 		{"C header inlined: libc wrapper over user code is kept", "writev,handle_request,main", "writev,handle_request,main", 0},
 		{"Node.js OpenTelemetry processor through the addon", "spanwatch_marker_,spanwatch_js_record," +
