@@ -1,8 +1,8 @@
 package bpf
 
-// The generated files (spanwatch_bpfel.go and .o, hist_table.h) are
-// committed, so building spanwatch needs no clang. Regenerate with Debian's
-// clang:
+// The generated files (spanwatch_x86_bpfel.go and .o,
+// spanwatch_arm64_bpfel.go and .o, hist_table.h) are committed, so
+// building spanwatch needs no clang. Regenerate with Debian's clang:
 //
 //	go generate ./bpf/...
 //
@@ -13,10 +13,16 @@ package bpf
 // keep the enum in BTF (the unused_* pointers at the end of each .bpf.c)
 // and list it here. -mcpu=v3 for BPF atomics (kernel 5.12+).
 //
-// -target bpfel gives the Go files every little-endian architecture, so
-// that the code builds and vets on arm64 too; the objects are compiled
-// for x86-64 all the same (-D__TARGET_ARCH_x86: pt_regs), and CheckArch
-// refuses to load them anywhere else.
+// -target amd64,arm64 builds each object twice, once per architecture:
+// bpf2go defines __TARGET_ARCH_x86 or __TARGET_ARCH_arm64, which choose
+// the layout of struct pt_regs (vmlinux_min.h) that the uprobe and USDT
+// programs read through libbpf's PT_REGS_* macros, and where the
+// in-flight samplers find a goroutine (inflight.h). The x86 files build
+// for 386 and amd64, the arm64 ones for arm64 only; CheckArch refuses to
+// load anything on 386. -I/usr/include/x86_64-linux-gnu is there for
+// <asm/types.h> (linux/types.h includes it), for both targets: the BPF
+// programs use only the fixed-size integer types from it, which are
+// asm-generic's int-ll64.h on every 64-bit architecture.
 //
 //go:generate go run ./internal/gentables
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type series_key -type series_slot -type budget -type budget_key -type budget_glob -type span_name -type overrun -type core_state -type counter -type span_source -type series_kind -type budget_flags -type slot_state -type core_sizes -type span_event_sizes -type span_status -type span_flags -type budget_bits Spanwatch spanwatch.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 -type series_key -type series_slot -type budget -type budget_key -type budget_glob -type span_name -type overrun -type core_state -type counter -type span_source -type series_kind -type budget_flags -type slot_state -type core_sizes -type span_event_sizes -type span_status -type span_flags -type budget_bits Spanwatch spanwatch.bpf.c

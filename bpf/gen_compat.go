@@ -10,6 +10,6 @@ package bpf
 //
 //	go generate ./bpf/...
 //
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel SpanwatchCompat spanwatch.bpf.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel UsdtCompat usdt.bpf.c
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel CoretestCompat coretest.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 SpanwatchCompat spanwatch.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 UsdtCompat usdt.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -DSPANWATCH_COMPAT -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 CoretestCompat coretest.bpf.c

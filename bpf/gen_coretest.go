@@ -5,4 +5,4 @@ package bpf
 //
 //	go generate ./bpf/...
 //
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type coretest_in -type coretest_sizes Coretest coretest.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 -type coretest_in -type coretest_sizes Coretest coretest.bpf.c

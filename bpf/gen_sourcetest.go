@@ -6,4 +6,4 @@ package bpf
 //
 //	go generate ./bpf/...
 //
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type sourcetest_in -type sourcetest_out -type src_pred -type src_term -type src_operands -type src_labels -type src_sizes -type src_op -type src_counter Sourcetest sourcetest.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -mcpu=v3 -I/usr/include/x86_64-linux-gnu" -target amd64,arm64 -type sourcetest_in -type sourcetest_out -type src_pred -type src_term -type src_operands -type src_labels -type src_sizes -type src_op -type src_counter Sourcetest sourcetest.bpf.c

@@ -31,7 +31,8 @@
  *    (g.sched), which is what Go's own tracebacks read.
  *
  * A goroutine is matched by the g pointer the Go runtime keeps in the
- * thread's TLS (at the offset inflight.h learned, fs base relative), so its
+ * thread's TLS (at the offset inflight.h learned, relative to the thread
+ * pointer) or, on arm64 without cgo, in x28 (task_g), so its
  * samples follow it from thread to thread and never belong to another
  * goroutine the thread runs next.
  *
@@ -340,9 +341,8 @@ static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracep
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
 	if (!off)
 		return 0;
-	__u64 fs = task_fsbase((void *)bpf_get_current_task());
-	__u64 g = 0;
-	if (!fs || bpf_probe_read_user(&g, sizeof(g), (void *)(fs + *off)) || !g)
+	__u64 g = task_g((void *)bpf_get_current_task(), *off, 1);
+	if (!g)
 		return 0;
 	k.exec = g;
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
@@ -560,7 +560,8 @@ int inflight_list(struct bpf_iter__bpf_map_elem *ctx)
 }
 
 /* One user frame as frame pointers lay it out: the caller's saved frame
- * pointer, then the return address. */
+ * pointer, then the return address (x86-64's push rbp; arm64's frame
+ * record at x29, which Go's arm64 frames keep too). */
 struct user_frame {
 	__u64 next;
 	__u64 ret;
@@ -623,7 +624,7 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 }
 
 /* The start of the Go runtime's struct g (runtime/runtime2.go), stable on
- * amd64 since Go 1.5: stack bounds, the stack guards, _panic, _defer, m,
+ * amd64 and arm64 since Go 1.5: stack bounds, the stack guards, _panic, _defer, m,
  * and the saved context sched (gobuf: sp, pc, g, ctxt, then lr and bp,
  * with a ret word between ctxt and lr before Go 1.25). */
 #define G_WORDS 14
@@ -633,7 +634,8 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 #define G_SCHED_SP 7
 #define G_SCHED_PC 8
 #define G_SCHED_BP_NEW 12 /* Go 1.25+ */
-#define G_SCHED_BP_OLD 13 /* before: lr at 12 is 0 on amd64 */
+#define G_SCHED_BP_OLD 13 /* before: lr at 12 is 0 on amd64, and on arm64
+				  * when mcall saved the context (a parked g) */
 
 /*
  * inflight_blocked samples, at each scan, what the clock and sched_switch
@@ -665,10 +667,9 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 			w = t;
 		off = bpf_map_lookup_elem(&inflight_gprocs, &k.tgid);
 		if (!w && off) {
-			__u64 fs = task_fsbase(task);
-			__u64 g = 0;
+			__u64 g = task_g(task, *off, 0);
 
-			if (fs && !bpf_copy_from_user_task(&g, sizeof(g), (void *)(fs + *off), task, 0) && g) {
+			if (g) {
 				k.exec = g;
 				t = bpf_map_lookup_elem(&inflight_watch, &k);
 				if (t && (t->flags & TARGET_GOROUTINE))
@@ -680,8 +681,10 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 			__u64 ip = 0, bp = 0;
 
 			if (regs) {
-				bpf_probe_read_kernel(&ip, sizeof(ip), &regs->ip);
-				bpf_probe_read_kernel(&bp, sizeof(bp), &regs->bp);
+				/* The instruction pointer and the frame
+				 * pointer (rbp; x29 on arm64). */
+				bpf_probe_read_kernel(&ip, sizeof(ip), &PT_REGS_IP(regs));
+				bpf_probe_read_kernel(&bp, sizeof(bp), &PT_REGS_FP(regs));
 				sample_asleep(task, &k, w, now, task->pid, ip, bp, 1);
 			}
 		}

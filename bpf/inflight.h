@@ -12,10 +12,14 @@
  * A thread of execution is the event's exec_id: a Go goroutine's g
  * pointer, so that a span follows its goroutine from thread to thread, or
  * the OS thread when exec_id is 0 (C, C++). For goroutines the samplers
- * need to know which goroutine a thread runs: the Go runtime keeps g in
- * thread-local storage, at a fixed offset from the thread's fs base.
- * inflight_start() finds that offset once per process, by looking for the
- * event's g pointer near the fs base, and records it in inflight_gprocs.
+ * need to know which goroutine a thread runs. On x86-64 the Go runtime
+ * keeps g in thread-local storage, at a fixed offset below the thread's fs
+ * base. On arm64 it keeps g in register x28 (R28), and stores it in TLS
+ * too, above the thread pointer (TPIDR_EL0), only when the program uses
+ * cgo (runtime.save_g, runtime/tls_arm64.s). inflight_start() finds where
+ * g is once per process, by looking for the event's g pointer near the
+ * thread pointer (and, on arm64, in x28), and records it in
+ * inflight_gprocs; task_g() reads it there.
  *
  * The maps are defined here; inflight.bpf.c is loaded with
  * MapReplacements for them. inflight_start and inflight_end are BPF
@@ -35,9 +39,13 @@ enum inflight_sizes {
 	/* Open spans kept per thread of execution; deeper ones are counted
 	 * in depth but not kept (the outermost stay watched). */
 	INFLIGHT_DEPTH = 4,
-	/* Words below a Go thread's fs base where g may sit: -8 when the Go
-	 * linker links alone, further down when a C linker lays out the TLS
-	 * block (cgo). */
+	/* Words near a Go thread's thread pointer where g may sit. x86-64
+	 * (TLS variant 2, below the fs base): -8 when the Go linker links
+	 * alone, further down when a C linker lays out the TLS block (cgo).
+	 * arm64 (variant 1, above TPIDR_EL0, past the 16-byte thread
+	 * control block): +16 when the Go linker links alone (the offset
+	 * of runtime.tls_g plus 16, cmd/link/internal/arm64), further up
+	 * when a C linker lays out the TLS block. */
 	INFLIGHT_TLS_SCAN = 16,
 };
 
@@ -82,7 +90,9 @@ struct {
 	__type(value, struct inflight_stack);
 } inflight_exec SEC(".maps");
 
-/* Go processes: tgid -> where g sits relative to the fs base (negative). */
+/* Go processes: tgid -> where g sits relative to the thread pointer:
+ * negative on x86-64 (below the fs base), positive on arm64 (above
+ * TPIDR_EL0), or INFLIGHT_G_IN_X28 on arm64 when g is in x28 alone. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1024);
@@ -98,6 +108,7 @@ struct {
 	__type(value, struct inflight_stack);
 } inflight_zero SEC(".maps");
 
+#if defined(__TARGET_ARCH_x86)
 /* The x86-64 fs base of a task: where its thread-local storage ends. */
 struct thread_struct___sw {
 	unsigned long fsbase;
@@ -130,6 +141,113 @@ static __always_inline void learn_tls(__u32 tgid, __u64 g)
 		}
 	}
 }
+
+/* task_g reads the g pointer of the Go thread task (the current one when
+ * current is set) at off from its fs base (inflight_gprocs); 0 when it
+ * cannot. */
+static __always_inline __u64 task_g(void *task, __s64 off, int current)
+{
+	__u64 fs = task_fsbase(task);
+	__u64 g = 0;
+
+	if (!fs)
+		return 0;
+	if (current ? bpf_probe_read_user(&g, sizeof(g), (void *)(fs + off))
+		    : bpf_copy_from_user_task(&g, sizeof(g), (void *)(fs + off), task, 0))
+		return 0;
+	return g;
+}
+#elif defined(__TARGET_ARCH_arm64)
+/* The arm64 thread pointer of a task, TPIDR_EL0: where its thread-local
+ * storage begins (after a 16-byte thread control block). The kernel
+ * keeps it in thread.uw.tp_value (since 4.19; thread.tp_value before),
+ * saved there when the task is switched out: for the running task it is
+ * the value of its last switch, which is its value unless the thread
+ * changed TPIDR_EL0 since (a C library sets it once per thread, and a
+ * thread that starts a span has long been switched at least once; a
+ * miss only means trying again at the next start). */
+struct thread_uw___sw {
+	unsigned long tp_value;
+} __attribute__((preserve_access_index));
+
+struct thread_struct___sw {
+	struct thread_uw___sw uw;
+} __attribute__((preserve_access_index));
+
+struct task_struct___tp {
+	struct thread_struct___sw thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u64 task_tp(void *task)
+{
+	return BPF_CORE_READ((struct task_struct___tp *)task, thread.uw.tp_value);
+}
+
+enum inflight_arm64 {
+	/* inflight_gprocs: g is in x28 only (a program without cgo: the
+	 * runtime's save_g stores nothing in TLS then). */
+	INFLIGHT_G_IN_X28 = 0,
+	/* The Go register that holds g. */
+	INFLIGHT_G_REG = 28,
+};
+
+/* task_x28 reads the user x28 of task (saved at its entry into the
+ * kernel: a system call, an interrupt, a fault). bpf_task_pt_regs needs
+ * kernel 5.15+; the objects that include this need 5.17+. */
+static __always_inline __u64 task_x28(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	__u64 g = 0;
+
+	if (!regs || bpf_probe_read_kernel(&g, sizeof(g), &regs->regs[INFLIGHT_G_REG]))
+		return 0;
+	return g;
+}
+
+/* learn_tls records where g is for the calling Go thread: in its TLS,
+ * found by looking for g in the words above its thread pointer (a program
+ * with cgo), else in x28 when x28 holds g (a program without cgo). */
+static __always_inline void learn_tls(__u32 tgid, __u64 g)
+{
+	__u64 words[INFLIGHT_TLS_SCAN];
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 tp = task_tp(task);
+	__s64 off;
+
+	if (tp && !bpf_probe_read_user(words, sizeof(words), (void *)(tp + 16))) {
+#pragma unroll
+		for (int i = 0; i < INFLIGHT_TLS_SCAN; i++) {
+			if (words[i] == g) {
+				off = 16 + i * 8;
+				bpf_map_update_elem(&inflight_gprocs, &tgid, &off, BPF_ANY);
+				return;
+			}
+		}
+	}
+	if (task_x28(task) == g) {
+		off = INFLIGHT_G_IN_X28;
+		bpf_map_update_elem(&inflight_gprocs, &tgid, &off, BPF_ANY);
+	}
+}
+
+/* task_g reads the g pointer of the Go thread task (the current one when
+ * current is set) where inflight_gprocs says it is: at off above its
+ * thread pointer, or in x28; 0 when it cannot. */
+static __always_inline __u64 task_g(void *task, __s64 off, int current)
+{
+	__u64 tp, g = 0;
+
+	if (off == INFLIGHT_G_IN_X28)
+		return task_x28(current ? bpf_get_current_task_btf() : (struct task_struct *)task);
+	tp = task_tp(task);
+	if (!tp)
+		return 0;
+	if (current ? bpf_probe_read_user(&g, sizeof(g), (void *)(tp + off))
+		    : bpf_copy_from_user_task(&g, sizeof(g), (void *)(tp + off), task, 0))
+		return 0;
+	return g;
+}
+#endif
 
 /*
  * inflight_start pushes a started span on its thread of execution's stack.

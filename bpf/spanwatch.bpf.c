@@ -14,8 +14,10 @@
  *  - marker: a uprobe on the Go SDK's marker function (an ABI0 assembly
  *    function whose first instruction is a nop), for kernels without
  *    user_events. Its one argument, a pointer to the struct span_event, is on
- *    the user stack at sp+8. libspanwatch's marker (include/spanwatch.h)
- *    takes it in %rdi, as C does: uprobe_marker_sysv.
+ *    the user stack at sp+8 (ABI0 on amd64 and on arm64, where 0(RSP) is
+ *    the slot for the return address). libspanwatch's marker
+ *    (include/spanwatch.h) takes it as its first argument, as C does (%rdi
+ *    on x86-64, x0 on arm64): uprobe_marker_sysv.
  */
 
 #include "aggregate.h"
@@ -101,19 +103,20 @@ int uprobe_marker(struct pt_regs *ctx)
 {
 	__u64 ptr;
 
-	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(ctx->sp + 8))) {
+	if (bpf_probe_read_user(&ptr, sizeof(ptr), (void *)(PT_REGS_SP(ctx) + 8))) {
 		count(COUNTER_READ_ERRORS);
 		return 0;
 	}
 	return on_marker(ctx, ptr);
 }
 
-/* libspanwatch's marker (include/spanwatch.h, x86-64 System V): the
- * event's address is the first argument, in %rdi. */
+/* libspanwatch's marker (include/spanwatch.h, the C calling convention):
+ * the event's address is the first argument (%rdi on x86-64, x0 on
+ * arm64). */
 SEC("uprobe")
 int uprobe_marker_sysv(struct pt_regs *ctx)
 {
-	return on_marker(ctx, ctx->di);
+	return on_marker(ctx, PT_REGS_PARM1(ctx));
 }
 
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */

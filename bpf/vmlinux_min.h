@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The few kernel types spanwatch's BPF programs need, so the build does not
- * depend on a generated vmlinux.h. struct pt_regs is the x86-64 layout, which
- * is kernel ABI (it is what user space sees through ptrace too).
+ * depend on a generated vmlinux.h. struct pt_regs is the target's layout
+ * (bpf2go defines __TARGET_ARCH_x86 or __TARGET_ARCH_arm64), which is
+ * kernel ABI (it is what user space sees through ptrace too). Programs read
+ * it through libbpf's PT_REGS_* macros (bpf_tracing.h), never by field
+ * name, so that one source serves both.
  */
 #ifndef SPANWATCH_VMLINUX_MIN_H
 #define SPANWATCH_VMLINUX_MIN_H
@@ -19,6 +22,7 @@ typedef __u64 u64;
 typedef __s32 s32;
 typedef __s64 s64;
 
+#if defined(__TARGET_ARCH_x86)
 struct pt_regs {
 	unsigned long r15;
 	unsigned long r14;
@@ -42,5 +46,33 @@ struct pt_regs {
 	unsigned long sp;
 	unsigned long ss;
 };
+#elif defined(__TARGET_ARCH_arm64)
+/* arm64: what ptrace and the uprobe/kprobe context expose
+ * (arch/arm64/include/uapi/asm/ptrace.h): regs[n] at n*8, sp at 248, pc at
+ * 256. bpf_tracing.h's PT_REGS_* macros cast to it. */
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+
+/* The kernel's struct pt_regs (arch/arm64/include/asm/ptrace.h) begins
+ * with struct user_pt_regs; only that beginning is read, so the fields
+ * after it (orig_x0, syscallno, ...) are left out. */
+struct pt_regs {
+	union {
+		struct user_pt_regs user_regs;
+		struct {
+			__u64 regs[31];
+			__u64 sp;
+			__u64 pc;
+			__u64 pstate;
+		};
+	};
+};
+#else
+#error "spanwatch's BPF programs are built for x86-64 and arm64 (__TARGET_ARCH_x86 or __TARGET_ARCH_arm64)"
+#endif
 
 #endif
