@@ -18,9 +18,10 @@
 // 5.10 to 5.16, which do with the plain atomic add and bounded loops
 // (aggregate.h says what differs). Both need a ring buffer (5.8+), BTF
 // for fentry (5.5+, the kprobe is the fallback), and CAP_BPF with
-// CAP_PERFMON, or root. They are built for x86-64 only: the Go side builds
-// on every little-endian architecture, and CheckArch refuses to load them
-// elsewhere.
+// CAP_PERFMON, or root. Each is built for x86-64 and for arm64 (the
+// layout of struct pt_regs differs, and where a goroutine's g is kept):
+// the Go side builds on 386, amd64 and arm64, and CheckArch refuses to
+// load them anywhere but amd64 and arm64.
 //
 // The values C and Go share are C enums that bpf2go writes as Go constants
 // (gen.go); Go code uses the generated constants, and the few Go-only

@@ -499,8 +499,9 @@ func findMarker(r io.ReaderAt) (marker, error) {
 // merely contains the magic gets no uprobe. It returns the marker's and
 // the enable word's addresses, or zeros.
 func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
-	if f.Machine != elf.EM_X86_64 {
-		return 0, 0 // the C marker is x86-64 only (the BPF program reads %rdi)
+	code, ok := cMarkerCode[f.Machine]
+	if !ok {
+		return 0, 0 // the BPF objects are built for x86-64 and arm64 only
 	}
 	probeAddr = probeByMagic(f, markerabi.CMagic, caps)
 	if probeAddr == 0 {
@@ -512,11 +513,19 @@ func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
 	}
 	rel := int64(binary.LittleEndian.Uint64(rec[markerabi.CMarkerRelOffset:]))
 	markerAddr = probeAddr + markerabi.CMarkerRelOffset + uint64(rel)
-	code, ok := readAddr(f, markerAddr, 2, elf.PF_X)
-	if !ok || code[0] != 0x90 || code[1] != 0xc3 {
+	got, ok := readAddr(f, markerAddr, len(code), elf.PF_X)
+	if !ok || string(got) != code {
 		return 0, 0
 	}
 	return markerAddr, probeAddr
+}
+
+// cMarkerCode is the C marker's code by architecture: a nop then a
+// return. uprobe_marker_sysv reads the event's address from the first
+// argument register (PT_REGS_PARM1: %rdi, x0).
+var cMarkerCode = map[elf.Machine]string{
+	elf.EM_X86_64:  "\x90\xc3",                         // nop; ret
+	elf.EM_AARCH64: "\x1f\x20\x03\xd5\xc0\x03\x5f\xd6", // nop; ret (little endian)
 }
 
 // readAddr reads n bytes at a virtual address from the file-backed part of

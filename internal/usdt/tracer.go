@@ -1,14 +1,16 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package usdt
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -805,12 +807,20 @@ func (t *Tracer) candidateFiles(ctx context.Context, s SpanSource) ([]*File, err
 	return files, nil
 }
 
+// hostMachine is the ELF machine of the binaries the BPF object can
+// read the arguments of: it is built for the host's architecture, and
+// argument specs are pt_regs offsets of the binary's.
+var hostMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
 // AttachSite attaches prog at one call site of file f (for every process
 // running it when pid is 0), with a new spec for the site's arguments.
 // It returns the spec id.
 func (t *Tracer) attachSite(_ context.Context, prog *ebpf.Program, f *File, p Probe, pid int, source uint32, cookieHigh uint64, role string) (_ uint32, err error) {
 	if prog == nil {
 		return 0, fmt.Errorf("program for %s not loaded", role)
+	}
+	if f.Machine != hostMachine {
+		return 0, fmt.Errorf("probe %s: a %s binary on a %s host: the BPF program reads this host's registers", p.FullName(), f.Machine, runtime.GOARCH)
 	}
 	t.mu.Lock()
 	if t.closed {

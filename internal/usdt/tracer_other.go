@@ -1,4 +1,4 @@
-//go:build !(linux && amd64)
+//go:build !(linux && (amd64 || arm64))
 
 package usdt
 
@@ -13,9 +13,9 @@ import (
 	"github.com/spanwatch/spanwatch/internal/kernel"
 )
 
-// ErrUnsupported: attaching USDT probes needs Linux on x86-64 (the BPF
-// object is built for it); listing probes works everywhere.
-var ErrUnsupported = errors.New("attaching USDT probes is only supported on linux/amd64")
+// ErrUnsupported: attaching USDT probes needs Linux on x86-64 or arm64
+// (the BPF object is built for them); listing probes works everywhere.
+var ErrUnsupported = errors.New("attaching USDT probes is only supported on linux/amd64 and linux/arm64")
 
 // TracerConfig configures a Tracer.
 type TracerConfig struct {
