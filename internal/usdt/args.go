@@ -173,7 +173,7 @@ func parseArgs(arch Arch, s string, pc uint64, lookup symLookup) ([]Arg, error) 
 		case ArchX86_64:
 			a, err = parseX86Arg(f, pc, lookup)
 		case ArchARM64:
-			a, err = parseARM64Arg(f)
+			a, err = parseARM64Arg(f, lookup)
 		default:
 			err = fmt.Errorf("unsupported architecture %q", arch)
 		}
@@ -479,7 +479,36 @@ func arm64Register(s string) (uint16, int, error) {
 	return 0, 0, fmt.Errorf("unknown arm64 register %q", s)
 }
 
-func parseARM64Arg(f string) (Arg, error) {
+// arm64Lo12 resolves GCC's "#:lo12:SYM[+N]" offset, the low 12 bits of
+// a symbol's address, which it writes for a global or static variable
+// whose page address an adrp put in the base register. The low 12 bits
+// are the same at run time: a load bias is a whole number of pages.
+func arm64Lo12(s string, lookup symLookup) (int64, error) {
+	sym, add := s, int64(0)
+	if i := strings.LastIndexAny(s, "+-"); i > 0 {
+		v, err := parseInt(s[i:])
+		if err != nil {
+			return 0, fmt.Errorf(":lo12:%s: %w", s, err)
+		}
+		sym, add = s[:i], v
+	}
+	if strings.HasPrefix(sym, ".L") {
+		// A section anchor (-fsection-anchors, GCC's default on arm64
+		// at -O1 and up): an assembler-local label, never in the
+		// symbol table.
+		return 0, fmt.Errorf("symbol %q is an assembler-local label, not in the symbol table (GCC's section anchors: build with -fno-section-anchors to name the variable)", sym)
+	}
+	if lookup == nil {
+		return 0, fmt.Errorf("symbol %q needs the ELF symbol table", sym)
+	}
+	v, ok := lookup(sym)
+	if !ok {
+		return 0, fmt.Errorf("symbol %q is not in the file's symbol tables (stripped?)", sym)
+	}
+	return int64((v + uint64(add)) & 0xfff), nil
+}
+
+func parseARM64Arg(f string, lookup symLookup) (Arg, error) {
 	size, signed, loc, err := splitSize(f)
 	if err != nil {
 		return Arg{}, err
@@ -505,7 +534,13 @@ func parseARM64Arg(f string) (Arg, error) {
 		a.Kind, a.Reg, a.RegOffset = ArgDeref, reg, off
 		if len(parts) == 2 {
 			d := strings.TrimPrefix(strings.TrimSpace(parts[1]), "#")
-			v, err := parseInt(d)
+			var v int64
+			var err error
+			if sym, ok := strings.CutPrefix(d, ":lo12:"); ok {
+				v, err = arm64Lo12(sym, lookup)
+			} else {
+				v, err = parseInt(d)
+			}
 			if err != nil {
 				return Arg{}, fmt.Errorf("operand %q: offset: %w", loc, err)
 			}

@@ -1,6 +1,8 @@
 package usdt
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -72,6 +74,33 @@ func TestParseArgsARM64(t *testing.T) {
 		{"-8@[x29, -24]", []Arg{{Kind: ArgDeref, Size: 8, Signed: true, Reg: "x29", RegOffset: 232, Offset: -24}}},
 		{"8@5", []Arg{{Kind: ArgConst, Size: 8, Offset: 5}}},
 		{"-2@-7", []Arg{{Kind: ArgConst, Size: 2, Signed: true, Offset: -7}}},
+		// libbpf's arm64 forms (usdt.c): register, deref with and
+		// without an offset, constant.
+		{"8@x4", []Arg{{Kind: ArgReg, Size: 8, Reg: "x4", RegOffset: 32}}},
+		{"-4@[sp, 96]", []Arg{{Kind: ArgDeref, Size: 4, Signed: true, Reg: "sp", RegOffset: 248, Offset: 96}}},
+		{"-4@[sp]", []Arg{{Kind: ArgDeref, Size: 4, Signed: true, Reg: "sp", RegOffset: 248}}},
+		{"4@5", []Arg{{Kind: ArgConst, Size: 4, Offset: 5}}},
+		// What GCC 12 writes for aarch64 at -O2 (TestOpenARM64Program).
+		{"1@x3 8@x4 8@[x5]", []Arg{
+			{Kind: ArgReg, Size: 1, Reg: "x3", RegOffset: 24},
+			{Kind: ArgReg, Size: 8, Reg: "x4", RegOffset: 32},
+			{Kind: ArgDeref, Size: 8, Reg: "x5", RegOffset: 40},
+		}},
+		{"-4@[x5, 8] 1@[x5, 12] 8@x6 -4@-1", []Arg{
+			{Kind: ArgDeref, Size: 4, Signed: true, Reg: "x5", RegOffset: 40, Offset: 8},
+			{Kind: ArgDeref, Size: 1, Reg: "x5", RegOffset: 40, Offset: 12},
+			{Kind: ArgReg, Size: 8, Reg: "x6", RegOffset: 48},
+			{Kind: ArgConst, Size: 4, Signed: true, Offset: -1},
+		}},
+		{"-8@[sp, 40] 1@[sp, 33]", []Arg{
+			{Kind: ArgDeref, Size: 8, Signed: true, Reg: "sp", RegOffset: 248, Offset: 40},
+			{Kind: ArgDeref, Size: 1, Reg: "sp", RegOffset: 248, Offset: 33},
+		}},
+		{"8@lr 8@fp -4@wsp", []Arg{
+			{Kind: ArgReg, Size: 8, Reg: "lr", RegOffset: 240},
+			{Kind: ArgReg, Size: 8, Reg: "fp", RegOffset: 232},
+			{Kind: ArgReg, Size: 4, Signed: true, Reg: "wsp", RegOffset: 248},
+		}},
 		{"8@x30 1@[x2, #3] 8@sp", []Arg{
 			{Kind: ArgReg, Size: 8, Reg: "x30", RegOffset: 240},
 			{Kind: ArgDeref, Size: 1, Reg: "x2", RegOffset: 16, Offset: 3},
@@ -123,6 +152,12 @@ func TestParseArgsErrors(t *testing.T) {
 		{ArchARM64, "8@[x0, x1]", "offset"},
 		{ArchARM64, "8@[x0, 1, 2]", "register-offset"},
 		{ArchARM64, "4@[w0]", "not 64-bit"},
+		{ArchARM64, "8@x31", `unknown arm64 register "x31"`},
+		{ArchARM64, "4@w31", `unknown arm64 register "w31"`},
+		{ArchARM64, "8@x01", `unknown arm64 register "x01"`},
+		{ArchARM64, "8@xzr", `unknown arm64 register "xzr"`},
+		{ArchARM64, "8@[x6, #:lo12:counter]", "needs the ELF symbol table"},
+		{ArchARM64, "8@[x6, #:lo12:.LANCHOR0]", "-fno-section-anchors"},
 		{"mips", "8@$1", "unsupported architecture"},
 	}
 	for _, tt := range tests {
@@ -138,6 +173,64 @@ func TestParseArgsErrors(t *testing.T) {
 				t.Errorf("error %q does not quote the argument string", err)
 			}
 		})
+	}
+}
+
+// TestARM64Registers checks every register name against struct
+// user_pt_regs (arch/arm64/include/uapi/asm/ptrace.h): regs[n] at n*8, sp
+// at 248, pc at 256; w<n> is the low half of x<n>.
+func TestARM64Registers(t *testing.T) {
+	for n := 0; n <= 30; n++ {
+		for _, r := range []struct {
+			prefix string
+			size   int
+		}{{"x", 8}, {"w", 4}} {
+			name := fmt.Sprintf("%s%d", r.prefix, n)
+			got, err := ParseArgs(ArchARM64, "8@"+name+" 4@["+"x"+strconv.Itoa(n)+", -8]")
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got[0].Kind != ArgReg || got[0].RegOffset != uint16(n*8) {
+				t.Errorf("%s: %+v, want a register at offset %d", name, got[0], n*8)
+			}
+			if got[1].Kind != ArgDeref || got[1].RegOffset != uint16(n*8) || got[1].Offset != -8 {
+				t.Errorf("[x%d, -8]: %+v", n, got[1])
+			}
+			// Without a size the register's width is the argument's.
+			got, err = ParseArgs(ArchARM64, name)
+			if err != nil || got[0].Size != r.size {
+				t.Errorf("%s without a size: %+v, %v; want size %d", name, got, err, r.size)
+			}
+		}
+	}
+	if got := ArchARM64.IPOffset(); got != 256 {
+		t.Errorf("arm64 IPOffset %d, want 256 (user_pt_regs.pc)", got)
+	}
+}
+
+// TestParseArgsARM64Lo12 resolves GCC's "#:lo12:SYM" offsets: the low 12
+// bits of the symbol's address, the same whatever the load bias.
+func TestParseArgsARM64Lo12(t *testing.T) {
+	syms := map[string]uint64{"g_ev": 0x11018, "counter": 0x2ff8}
+	lookup := func(s string) (uint64, bool) { v, ok := syms[s]; return v, ok }
+	got, err := parseArgs(ArchARM64, "8@[x6, #:lo12:g_ev] -4@[x1, #:lo12:counter+16] 2@[x2, :lo12:g_ev-8]", 0x800, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Arg{
+		{Kind: ArgDeref, Size: 8, Reg: "x6", RegOffset: 48, Offset: 0x018},
+		{Kind: ArgDeref, Size: 4, Signed: true, Reg: "x1", RegOffset: 8, Offset: 0x008}, // 0x3008 & 0xfff
+		{Kind: ArgDeref, Size: 2, Reg: "x2", RegOffset: 16, Offset: 0x010},
+	}
+	for i := range want {
+		g := got[i]
+		g.Text = ""
+		if g != want[i] {
+			t.Errorf("arg %d: got %+v, want %+v", i, g, want[i])
+		}
+	}
+	if _, err := parseArgs(ArchARM64, "8@[x6, #:lo12:missing]", 0, lookup); err == nil || !strings.Contains(err.Error(), "not in the file's symbol tables") {
+		t.Errorf("a missing symbol: %v", err)
 	}
 }
 

@@ -413,10 +413,10 @@ func fileOffset(ef *elf.File, vaddr uint64, exec bool) (uint64, error) {
 	return 0, fmt.Errorf("address %#x is in no %s segment of the file", vaddr, kind)
 }
 
-// symbolTable resolves symbols for RIP-relative arguments ("4@counter(%rip)"),
-// searching the ELF symbol tables for each name an argument needs (a few
-// per file), a chunk at a time and within a cap, and remembering the
-// answers.
+// symbolTable resolves symbols for RIP-relative arguments ("4@counter(%rip)")
+// and arm64 ones ("8@[x1, #:lo12:counter]"), searching the ELF symbol
+// tables for each name an argument needs (a few per file), a chunk at a
+// time and within a cap, and remembering the answers.
 type symbolTable struct {
 	f       *elf.File
 	strtabs map[*elf.Section][]byte
