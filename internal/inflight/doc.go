@@ -19,7 +19,8 @@
 // thread that stays blocked (from its saved registers, 5.18+) or a
 // goroutine the Go scheduler parked (from its saved context in the
 // runtime's g). A goroutine is matched by the g pointer the runtime keeps in
-// its thread's TLS, so its samples follow it from thread to thread. Each
+// its thread's TLS (or, on arm64 without cgo, in register x28), so its
+// samples follow it from thread to thread. Each
 // sample is an overrun record in the core's ring buffer, one per overdue
 // span, with StatusStillRunning (and StatusOffCPU) set and the time run so
 // far as its duration. The samplers are attached only while something is
