@@ -17,5 +17,5 @@ func CheckKernel(ctx context.Context, log *slog.Logger) *kernel.Report {
 	probes := kernel.Probe()
 	core, _ := probes.ChooseCore()
 	return kernel.NewReport(kernel.Facts{Probes: probes, Core: core},
-		[]kernel.Load{{Object: "BPF objects", Error: "built for linux/amd64, not " + runtime.GOOS + "/" + runtime.GOARCH}})
+		[]kernel.Load{{Object: "BPF objects", Error: "built for linux/amd64 and linux/arm64, not " + runtime.GOOS + "/" + runtime.GOARCH}})
 }

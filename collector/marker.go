@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,7 +77,7 @@ const markerReleaseScans = 2
 // binaries running now, not every binary ever seen.
 type markerSource struct {
 	prog     *ebpf.Program // the Go SDK's marker (ABI0: the event on the stack)
-	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi)
+	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi, or x0 on arm64)
 	multi    bool          // the programs are loaded for uprobe_multi links
 	cfg      Config
 
@@ -443,7 +444,7 @@ const (
 // marker is what findMarker found in a binary.
 type marker struct {
 	off, sem, addr uint64 // file offsets of the marker and the enable word; the marker's address
-	sysv           bool   // libspanwatch's marker (the event in %rdi), not the Go SDK's
+	sysv           bool   // libspanwatch's marker (the event in the first argument register), not the Go SDK's
 	caps           []string
 }
 
@@ -493,14 +494,29 @@ func findMarker(r io.ReaderAt) (marker, error) {
 	return mk, nil
 }
 
+// cMarkerCode is what spanwatch.h makes the marker on each machine it has
+// one for: a nop, then a return.
+var cMarkerCode = map[elf.Machine][]byte{
+	elf.EM_X86_64:  {0x90, 0xc3},                                     // nop; ret
+	elf.EM_AARCH64: {0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03, 0x5f, 0xd6}, // nop; ret
+}
+
+// nativeMachine is the collector's own machine: the C marker's BPF program
+// reads the first argument register of this machine's pt_regs, so only
+// binaries built for it are attached (one built for another, run under an
+// emulator, would also get this machine's breakpoint written into its
+// code).
+var nativeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
 // cMarker finds libspanwatch's probe by its magic and, from the distance
 // the probe holds, its marker: the marker must be in an executable segment
 // and be what spanwatch.h makes, a nop then a return, so that a file that
 // merely contains the magic gets no uprobe. It returns the marker's and
 // the enable word's addresses, or zeros.
 func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
-	if f.Machine != elf.EM_X86_64 {
-		return 0, 0 // the C marker is x86-64 only (the BPF program reads %rdi)
+	want := cMarkerCode[f.Machine]
+	if f.Machine != nativeMachine || want == nil {
+		return 0, 0
 	}
 	probeAddr = probeByMagic(f, markerabi.CMagic, caps)
 	if probeAddr == 0 {
@@ -512,8 +528,8 @@ func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
 	}
 	rel := int64(binary.LittleEndian.Uint64(rec[markerabi.CMarkerRelOffset:]))
 	markerAddr = probeAddr + markerabi.CMarkerRelOffset + uint64(rel)
-	code, ok := readAddr(f, markerAddr, 2, elf.PF_X)
-	if !ok || code[0] != 0x90 || code[1] != 0xc3 {
+	code, ok := readAddr(f, markerAddr, len(want), elf.PF_X)
+	if !ok || !bytes.Equal(code, want) {
 		return 0, 0
 	}
 	return markerAddr, probeAddr
