@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestMarkerCode builds a program that uses the SDK for each architecture
@@ -76,5 +77,19 @@ func main() { emit.Start("marker").End(nil) }
 			}
 			t.Fatalf("no symbol %s", name)
 		})
+	}
+}
+
+// TestMarkerReturns calls the marker as send does, with and without an
+// event: it returns and leaves the event as it was (without a uprobe it is
+// a nop and a return).
+func TestMarkerReturns(t *testing.T) {
+	var ev event
+	ev.fill("marker", time.Unix(0, 42), 1234, true)
+	want := ev
+	marker(&ev)
+	marker(nil)
+	if ev != want {
+		t.Errorf("the marker changed its event: %+v, want %+v", ev, want)
 	}
 }
