@@ -425,6 +425,13 @@ func (m *markerSource) close() {
 
 var errNoMarker = errors.New("no spanwatch marker")
 
+// nativeMachine is the collector's own machine: libspanwatch's marker is
+// attached only in binaries built for it, because uprobe_marker_sysv reads
+// the first argument register of this machine's pt_regs (and a binary of
+// another machine, run under an emulator, would get this machine's
+// breakpoint written into its code).
+var nativeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
 // probeWordOffset and probeMagic are emit/probe.go's, from
 // internal/markerabi: the enable word sits probeWordOffset bytes into
 // emit.probe and is followed by the magic pair.
@@ -478,7 +485,7 @@ func findMarker(r io.ReaderAt) (marker, error) {
 	if probeAddr == 0 && mk.addr != 0 {
 		probeAddr = probeByMagic(f, probeMagic, &mk.caps)
 	}
-	if mk.addr == 0 || probeAddr == 0 {
+	if (mk.addr == 0 || probeAddr == 0) && f.Machine == nativeMachine {
 		mk.addr, probeAddr = cMarker(f, &mk.caps)
 		mk.sysv = true
 	}
@@ -494,29 +501,15 @@ func findMarker(r io.ReaderAt) (marker, error) {
 	return mk, nil
 }
 
-// cMarkerCode is what spanwatch.h makes the marker on each machine it has
-// one for: a nop, then a return.
-var cMarkerCode = map[elf.Machine][]byte{
-	elf.EM_X86_64:  {0x90, 0xc3},                                     // nop; ret
-	elf.EM_AARCH64: {0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03, 0x5f, 0xd6}, // nop; ret
-}
-
-// nativeMachine is the collector's own machine: the C marker's BPF program
-// reads the first argument register of this machine's pt_regs, so only
-// binaries built for it are attached (one built for another, run under an
-// emulator, would also get this machine's breakpoint written into its
-// code).
-var nativeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
-
 // cMarker finds libspanwatch's probe by its magic and, from the distance
 // the probe holds, its marker: the marker must be in an executable segment
 // and be what spanwatch.h makes, a nop then a return, so that a file that
 // merely contains the magic gets no uprobe. It returns the marker's and
 // the enable word's addresses, or zeros.
 func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
-	want := cMarkerCode[f.Machine]
-	if f.Machine != nativeMachine || want == nil {
-		return 0, 0
+	code, ok := cMarkerCode[f.Machine]
+	if !ok {
+		return 0, 0 // the BPF objects are built for x86-64 and arm64 only
 	}
 	probeAddr = probeByMagic(f, markerabi.CMagic, caps)
 	if probeAddr == 0 {
@@ -528,11 +521,19 @@ func cMarker(f *elf.File, caps *[]string) (markerAddr, probeAddr uint64) {
 	}
 	rel := int64(binary.LittleEndian.Uint64(rec[markerabi.CMarkerRelOffset:]))
 	markerAddr = probeAddr + markerabi.CMarkerRelOffset + uint64(rel)
-	code, ok := readAddr(f, markerAddr, len(want), elf.PF_X)
-	if !ok || !bytes.Equal(code, want) {
+	got, ok := readAddr(f, markerAddr, len(code), elf.PF_X)
+	if !ok || string(got) != code {
 		return 0, 0
 	}
 	return markerAddr, probeAddr
+}
+
+// cMarkerCode is the C marker's code by architecture: a nop then a
+// return. uprobe_marker_sysv reads the event's address from the first
+// argument register (PT_REGS_PARM1: %rdi, x0).
+var cMarkerCode = map[elf.Machine]string{
+	elf.EM_X86_64:  "\x90\xc3",                         // nop; ret
+	elf.EM_AARCH64: "\x1f\x20\x03\xd5\xc0\x03\x5f\xd6", // nop; ret (little endian)
 }
 
 // readAddr reads n bytes at a virtual address from the file-backed part of
