@@ -40,12 +40,12 @@ func buildC(t testing.TB, cc, out string, args ...string) string {
 	return out
 }
 
-// requireCMarker skips where libspanwatch has no marker (it is x86-64
-// only).
+// requireCMarker skips where libspanwatch has no marker (it has one on
+// x86-64 and arm64).
 func requireCMarker(t testing.TB) {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skip("libspanwatch's marker is x86-64 only")
+	if nativeMachine == elf.EM_NONE {
+		t.Skipf("libspanwatch has no marker on %s", runtime.GOARCH)
 	}
 }
 
@@ -75,10 +75,11 @@ func symbolOffset(t testing.TB, path, name string) uint64 {
 }
 
 // BenchmarkCMarkerConvention compares two ways for libspanwatch's marker
-// to hand the event's address to BPF: in %rdi, as C passes it, read by
-// uprobe_marker_sysv (the way spanwatch.h takes), or pushed on the stack
-// so that it sits at sp+8 like the Go SDK's ABI0 argument, read by the
-// Go marker's program uprobe_marker with one more user-memory read. Each
+// to hand the event's address to BPF: in the first argument register
+// (%rdi, x0 on arm64), as C passes it, read by uprobe_marker_sysv (the
+// way spanwatch.h takes), or stored on the stack so that it sits at sp+8
+// like the Go SDK's ABI0 argument, read by the Go marker's program
+// uprobe_marker with one more user-memory read. Each
 // run of the C program sends b.N spans (at least 20000) through one way;
 // the two alternate three times. It reports the per-span time the
 // emitting program measured and each program's own run time from the
@@ -253,6 +254,65 @@ int main(void) { return (int)probe.w; }
 			t.Errorf("findMarker: %+v, %v; want errNoMarker", mk, err)
 		}
 	})
+}
+
+// TestCMarkerFoundCross: spanwatch.h's marker in binaries built for the
+// other machine it has one for (AArch64 from x86-64, x86-64 from arm64),
+// with a cross compiler: a collector refuses them (its BPF program reads
+// its own machine's registers), and a collector of their machine finds
+// the marker and the probe word at the offsets of their symbols.
+func TestCMarkerFoundCross(t *testing.T) {
+	requireCMarker(t)
+	for _, cross := range []struct {
+		cc      string
+		machine elf.Machine
+	}{
+		{"aarch64-linux-gnu-gcc", elf.EM_AARCH64},
+		{"x86_64-linux-gnu-gcc", elf.EM_X86_64},
+	} {
+		if cross.machine == nativeMachine {
+			continue
+		}
+		t.Run(cross.machine.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			src := "testdata/cmarker.c"
+			for _, tc := range []struct {
+				name  string
+				args  []string
+				strip bool
+			}{
+				{"O2", []string{"-O2", src}, false},
+				{"static", []string{"-O2", "-static", src}, false},
+				{"stripped", []string{"-O2", src}, true},
+				{"libspanwatch.so", []string{"-O2", "-shared", "-fPIC", "../sdk/c/src/spanwatch.c"}, false},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					out := buildC(t, cross.cc, filepath.Join(dir, tc.name), tc.args...)
+					want := symbolOffset(t, out, "spanwatch_marker_")
+					wantSem := symbolOffset(t, out, "spanwatch_probe_")
+					if tc.strip {
+						strip := strings.TrimSuffix(cross.cc, "gcc") + "strip"
+						if b, err := exec.Command(strip, out).CombinedOutput(); err != nil {
+							t.Fatalf("%s: %v\n%s", strip, err, b)
+						}
+					}
+					if mk, err, _ := findMarkerIn(t, out); err != errNoMarker {
+						t.Errorf("a %s collector found %+v, %v in a %s binary; want errNoMarker", nativeMachine, mk, err, cross.machine)
+					}
+					native := nativeMachine
+					nativeMachine = cross.machine
+					mk, err, _ := findMarkerIn(t, out)
+					nativeMachine = native
+					if err != nil {
+						t.Fatalf("findMarker as a %s collector: %v", cross.machine, err)
+					}
+					if !mk.sysv || mk.off != want || mk.sem != wantSem {
+						t.Errorf("found %+v, want the C marker at file offset 0x%x, its word at 0x%x", mk, want, wantSem)
+					}
+				})
+			}
+		})
+	}
 }
 
 // cSeries sums the series of one span name.

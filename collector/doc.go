@@ -14,7 +14,8 @@
 //     binary go when no process has run it for two scans. Executables are
 //     checked by /proc/PID/exe: the Go SDK's marker (an ABI0 function, its
 //     argument on the stack: uprobe_marker) or libspanwatch's
-//     (include/spanwatch.h, a C function, its argument in %rdi:
+//     (include/spanwatch.h, a C function, its argument in the first
+//     argument register, %rdi on x86-64 and x0 on arm64:
 //     uprobe_marker_sysv), found in stripped binaries by the magic after
 //     its enable word. Shared objects are checked when a process maps one
 //     whose file name contains "spanwatch" (libspanwatch.so, the Python,

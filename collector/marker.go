@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,7 +77,7 @@ const markerReleaseScans = 2
 // binaries running now, not every binary ever seen.
 type markerSource struct {
 	prog     *ebpf.Program // the Go SDK's marker (ABI0: the event on the stack)
-	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi)
+	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi, or x0 on arm64)
 	multi    bool          // the programs are loaded for uprobe_multi links
 	cfg      Config
 
@@ -424,6 +425,13 @@ func (m *markerSource) close() {
 
 var errNoMarker = errors.New("no spanwatch marker")
 
+// nativeMachine is the collector's own machine: libspanwatch's marker is
+// attached only in binaries built for it, because uprobe_marker_sysv reads
+// the first argument register of this machine's pt_regs (and a binary of
+// another machine, run under an emulator, would get this machine's
+// breakpoint written into its code).
+var nativeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
 // probeWordOffset and probeMagic are emit/probe.go's, from
 // internal/markerabi: the enable word sits probeWordOffset bytes into
 // emit.probe and is followed by the magic pair.
@@ -443,7 +451,7 @@ const (
 // marker is what findMarker found in a binary.
 type marker struct {
 	off, sem, addr uint64 // file offsets of the marker and the enable word; the marker's address
-	sysv           bool   // libspanwatch's marker (the event in %rdi), not the Go SDK's
+	sysv           bool   // libspanwatch's marker (the event in the first argument register), not the Go SDK's
 	caps           []string
 }
 
@@ -477,7 +485,7 @@ func findMarker(r io.ReaderAt) (marker, error) {
 	if probeAddr == 0 && mk.addr != 0 {
 		probeAddr = probeByMagic(f, probeMagic, &mk.caps)
 	}
-	if mk.addr == 0 || probeAddr == 0 {
+	if (mk.addr == 0 || probeAddr == 0) && f.Machine == nativeMachine {
 		mk.addr, probeAddr = cMarker(f, &mk.caps)
 		mk.sysv = true
 	}

@@ -13,6 +13,8 @@
 //     payload to the spanwatch_span event. No trap, no context switch.
 //   - the marker: a call to an assembly function whose first instruction is
 //     a nop, which spanwatch uprobes. Used where user_events is missing.
+//     The marker is built for amd64 and arm64; on other architectures it
+//     is an empty Go function that no collector attaches to.
 //
 // While no spanwatch collector listens, starting and ending a span cost one
 // load and a branch each: the kernel sets the enable word when a collector

@@ -1,9 +1,9 @@
-//go:build !amd64
+//go:build !amd64 && !arm64
 
 package emit
 
 // marker is a plain function where spanwatch has no assembly marker; the
-// collector's marker source is amd64-only.
+// collector's marker source attaches only to amd64 and arm64 binaries.
 //
 //go:noinline
 func marker(ev *event) {}

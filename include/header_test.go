@@ -178,8 +178,11 @@ func TestBeginPayload(t *testing.T) {
 	}
 }
 
+// haveMarker says whether the header has a marker on this architecture.
+func haveMarker() bool { return runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64" }
+
 // TestFallback checks that a failed user_events registration falls back
-// to the marker (x86-64), or to nothing when SPANWATCH_EMIT=user_events
+// to the marker (x86-64, arm64), or to nothing when SPANWATCH_EMIT=user_events
 // insists, and that either reports nobody listening, emits nothing and
 // closes cleanly.
 func TestFallback(t *testing.T) {
@@ -188,7 +191,7 @@ func TestFallback(t *testing.T) {
 	file := filepath.Join(dir, "user_events_data")
 	os.WriteFile(file, nil, 0o644)
 	marker := 1 // SPANWATCH_MODE_MARKER
-	if runtime.GOARCH != "amd64" {
+	if !haveMarker() {
 		marker = 3
 	}
 	for _, tc := range []struct {
@@ -232,8 +235,8 @@ func TestNoMarker(t *testing.T) {
 // the agent looks for (the magic, the marker's distance, a nop and a ret
 // there); collector's TestCMarkerFound finds it from outside.
 func TestProbeLayout(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the marker is x86-64 only")
+	if !haveMarker() {
+		t.Skipf("the header has no marker on %s", runtime.GOARCH)
 	}
 	if out, code := run(t, build(t, "gcc"), "marker"); code != 0 || out != "marker ok\n" {
 		t.Fatalf("marker: exit %d, output %q", code, out)
@@ -263,7 +266,7 @@ func TestOpenOnHost(t *testing.T) {
 		t.Logf("user_events present, not root: %s", out)
 	default:
 		mode := 1 // the marker
-		if runtime.GOARCH != "amd64" {
+		if !haveMarker() {
 			mode = 3
 		}
 		if out != fmt.Sprintf("fallback errno=%d mode=%d\n", int(syscall.ENOENT), mode) {

@@ -25,7 +25,7 @@
  *    registered with the same format string as the Go SDK (emit.Format).
  *  - SPANWATCH_MODE_MARKER, everywhere else (most distribution kernels have
  *    no user_events): the span is handed to spanwatch_marker_, a function
- *    whose first instruction is a one-byte nop, which the agent uprobes in
+ *    whose first instruction is a nop, which the agent uprobes in
  *    every binary that contains it (it finds it by a magic number in the
  *    binary's data, so stripped binaries work). The kernel counts the
  *    agent's uprobes in this binary's probe word, so while no agent
@@ -44,8 +44,9 @@
  * another name that includes this header is found only when the agent is
  * told its path (collector.binaries, or spanwatch run --binary).
  *
- * The marker is x86-64 only for now; elsewhere (or with SPANWATCH_NO_MARKER
- * defined) spans go through user_events or nowhere (SPANWATCH_MODE_OFF).
+ * The marker is built for x86-64 and AArch64 (arm64); elsewhere (or with
+ * SPANWATCH_NO_MARKER defined) spans go through user_events or nowhere
+ * (SPANWATCH_MODE_OFF).
  *
  * Needs POSIX.1-2008 declarations: the compilers' default modes have them;
  * with -std=c11 define _POSIX_C_SOURCE=200809L. Links with -pthread on
@@ -135,7 +136,9 @@ struct spanwatch_span {
  * sets bit 0 while a tracer listens). One load of word says whether anybody
  * listens. The magic and the marker's offset from marker_rel let the agent
  * find both in binaries without a symbol table; abi says how the marker
- * takes its argument (1: x86-64 System V, the event's address in %rdi).
+ * takes its argument (1: the System V ABI's C calling convention of the
+ * binary's machine, the event's address in the first argument register:
+ * %rdi on x86-64, x0 on AArch64).
  * The agent's reader (collector/marker.go, internal/markerabi) relies on
  * this layout. It must live in the binary's initialised data (a uprobe
  * reference counter must be in a file-backed writable mapping), which is
@@ -154,19 +157,30 @@ struct spanwatch_probe_ {
 #define SPANWATCH_MAGIC_ 0x4365626f72707773ull /* "swprobeC" */
 #define SPANWATCH_BUSY_ 0xffffffffu
 
-#if defined(__x86_64__) && defined(__ELF__) && !defined(SPANWATCH_NO_MARKER)
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__ELF__) && !defined(SPANWATCH_NO_MARKER)
 #define SPANWATCH_HAVE_MARKER 1
 /* The marker and the probe, each in a COMDAT group so that every
  * translation unit may define them and the linker keeps one; hidden, so
  * that each shared object has its own. The marker is a leaf that touches
- * no memory (no red zone to clobber) and starts with a one-byte nop: the
- * kernel emulates it instead of single-stepping (about 0.5 µs a hit
- * instead of 13), and it never qualifies for the optimized nop5 uprobe
- * (6.18+, a call that would write below the stack pointer). It is called
- * through spanwatch_marker_call_, which makes a frame: a stack taken at
- * the marker's first instruction then starts marker, the function that
- * ended the span, its callers (without that frame the kernel's walk by
- * frame pointers skips the marker's caller). */
+ * no memory (no red zone to clobber) and starts with a nop, the uprobe's
+ * site:
+ *
+ *  - x86-64: a one-byte nop, which the kernel emulates instead of
+ *    single-stepping (about 0.5 µs a hit instead of 13), and which never
+ *    qualifies for the optimized nop5 uprobe (6.18+, a call that would
+ *    write below the stack pointer).
+ *  - AArch64: NOP, which the kernel simulates from Linux 6.13
+ *    (simulate_nop); 6.12 and older single-step it out of line, at about
+ *    twice the cost of a hit.
+ *
+ * It is called through spanwatch_marker_call_, which makes a frame: a
+ * stack taken at the marker's first instruction then starts marker, the
+ * function that ended the span, its callers (without that frame the
+ * kernel's walk by frame pointers skips the marker's caller, whose return
+ * address is on the stack on x86-64 and in the link register on AArch64,
+ * outside any frame record). Both are called directly, never through a
+ * pointer, so they need no BTI landing pad. */
+#if defined(__x86_64__)
 __asm__(".pushsection .text.spanwatch_marker_,\"axG\",@progbits,spanwatch_marker_,comdat\n"
 	".weak spanwatch_marker_call_\n"
 	".hidden spanwatch_marker_call_\n"
@@ -209,8 +223,58 @@ __asm__(".pushsection .text.spanwatch_marker_,\"axG\",@progbits,spanwatch_marker
 	"\tret\n"
 	".cfi_endproc\n"
 	".size spanwatch_marker_,.-spanwatch_marker_\n"
-	".popsection\n"
-	".pushsection .data.spanwatch_probe_,\"awG\",@progbits,spanwatch_probe_,comdat\n"
+	".popsection\n");
+#else
+__asm__(".pushsection .text.spanwatch_marker_,\"axG\",@progbits,spanwatch_marker_,comdat\n"
+	".p2align 2\n"
+	".weak spanwatch_marker_call_\n"
+	".hidden spanwatch_marker_call_\n"
+	".type spanwatch_marker_call_,@function\n"
+	"spanwatch_marker_call_:\n"
+	".cfi_startproc\n"
+	"\tstp x29, x30, [sp, #-16]!\n"
+	".cfi_def_cfa_offset 16\n"
+	".cfi_offset x29, -16\n"
+	".cfi_offset x30, -8\n"
+	"\tmov x29, sp\n"
+	"\tbl spanwatch_marker_\n"
+	"\tldp x29, x30, [sp], #16\n"
+	".cfi_restore x30\n"
+	".cfi_restore x29\n"
+	".cfi_def_cfa_offset 0\n"
+	"\tret\n"
+	".cfi_endproc\n"
+	".size spanwatch_marker_call_,.-spanwatch_marker_call_\n"
+	".weak spanwatch_writev_call_\n"
+	".hidden spanwatch_writev_call_\n"
+	".type spanwatch_writev_call_,@function\n"
+	"spanwatch_writev_call_:\n"
+	".cfi_startproc\n"
+	"\tstp x29, x30, [sp, #-16]!\n"
+	".cfi_def_cfa_offset 16\n"
+	".cfi_offset x29, -16\n"
+	".cfi_offset x30, -8\n"
+	"\tmov x29, sp\n"
+	"\tbl writev\n"
+	"\tldp x29, x30, [sp], #16\n"
+	".cfi_restore x30\n"
+	".cfi_restore x29\n"
+	".cfi_def_cfa_offset 0\n"
+	"\tret\n"
+	".cfi_endproc\n"
+	".size spanwatch_writev_call_,.-spanwatch_writev_call_\n"
+	".weak spanwatch_marker_\n"
+	".hidden spanwatch_marker_\n"
+	".type spanwatch_marker_,@function\n"
+	"spanwatch_marker_:\n"
+	".cfi_startproc\n"
+	"\tnop\n"
+	"\tret\n"
+	".cfi_endproc\n"
+	".size spanwatch_marker_,.-spanwatch_marker_\n"
+	".popsection\n");
+#endif
+__asm__(".pushsection .data.spanwatch_probe_,\"awG\",@progbits,spanwatch_probe_,comdat\n"
 	".weak spanwatch_probe_\n"
 	".hidden spanwatch_probe_\n"
 	".type spanwatch_probe_,@object\n"

@@ -3,8 +3,8 @@
  * libspanwatch's marker (include/spanwatch.h) for the collector's tests.
  *
  *   cmarker sysv N NAME   N spans through the header's marker (the event's
- *                         address in %rdi: uprobe_marker_sysv); prints the
- *                         ns per span
+ *                         address in the first argument register, %rdi or
+ *                         x0: uprobe_marker_sysv); prints the ns per span
  *   cmarker abi0 N NAME   N spans through a marker that presents the Go
  *                         SDK's layout instead (the address pushed on the
  *                         stack, at sp+8 at the nop: uprobe_marker), for
@@ -19,7 +19,10 @@
 
 #include "../../include/spanwatch.h"
 
-/* The other convention: a frame, the event pushed, then the nop. */
+/* The other convention: a frame, the event on the stack at sp+8, then the
+ * nop (on AArch64, as Go's ABI0 lays it out: 0(sp) is the caller's LR
+ * slot). */
+#if defined(__x86_64__)
 __asm__(".text\n"
 	".globl abi0_call\n"
 	".type abi0_call,@function\n"
@@ -38,6 +41,28 @@ __asm__(".text\n"
 	"\tnop\n"
 	"\tret\n"
 	".size abi0_marker,.-abi0_marker\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+	".p2align 2\n"
+	".globl abi0_call\n"
+	".type abi0_call,@function\n"
+	"abi0_call:\n"
+	"\tstp x29, x30, [sp, #-16]!\n"
+	"\tmov x29, sp\n"
+	"\tsub sp, sp, #16\n"
+	"\tstr x0, [sp, #8]\n"
+	"\tbl abi0_marker\n"
+	"\tadd sp, sp, #16\n"
+	"\tldp x29, x30, [sp], #16\n"
+	"\tret\n"
+	".size abi0_call,.-abi0_call\n"
+	".globl abi0_marker\n"
+	".type abi0_marker,@function\n"
+	"abi0_marker:\n"
+	"\tnop\n"
+	"\tret\n"
+	".size abi0_marker,.-abi0_marker\n");
+#endif
 #ifdef __cplusplus
 extern "C"
 #endif

@@ -254,11 +254,16 @@ int main(int argc, char **argv)
 		/* The probe as the agent reads it: the magic after the word, the
 		 * marker at the distance the probe holds, a nop then a ret. */
 		const unsigned char *m = (const unsigned char *)&spanwatch_probe_.marker_rel + spanwatch_probe_.marker_rel;
+#if defined(__aarch64__)
+		static const unsigned char code[] = {0x1f, 0x20, 0x03, 0xd5, 0xc0, 0x03, 0x5f, 0xd6};
+#else
+		static const unsigned char code[] = {0x90, 0xc3};
+#endif
 
 		if (!SPANWATCH_HAVE_MARKER)
 			return fail("no marker on this architecture");
 		if (spanwatch_probe_.magic[0] != 0x4365626f72707773ull || spanwatch_probe_.magic[1] != ~0x4365626f72707773ull ||
-		    spanwatch_probe_.abi != 1 || m[0] != 0x90 || m[1] != 0xc3)
+		    spanwatch_probe_.abi != 1 || memcmp(m, code, sizeof(code)) != 0)
 			return fail("the probe is not what the agent looks for");
 		printf("marker ok\n");
 		return 0;

@@ -24,8 +24,11 @@ const (
 	// CABIOffset is the offset, from the enable word, of the marker's
 	// calling convention (a uint32).
 	CABIOffset = 32
-	// CABISysV: the event's address in the first argument register
-	// (%rdi), x86-64 System V.
+	// CABISysV: the event's address in the first argument register of
+	// the System V ABI's C calling convention on the binary's machine:
+	// %rdi on x86-64, x0 on AArch64. The collector attaches only to
+	// binaries of its own machine, whose BPF program reads that register
+	// (PT_REGS_PARM1).
 	CABISysV = 1
 	// CMarkerSymbol and CProbeSymbol are the C marker's and probe's
 	// (hidden) symbols, in binaries that keep a symbol table.

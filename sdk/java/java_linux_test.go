@@ -24,14 +24,14 @@ func TestMain(m *testing.M) {
 }
 
 // jdk is Debian's OpenJDK 17, the one the SDK is tested with.
-const jdk = "/usr/lib/jvm/java-17-openjdk-amd64"
+const jdk = "/usr/lib/jvm/java-17-openjdk-" + runtime.GOARCH
 
 // build builds the SDK (make) and the test programs into dir, skipping
 // where the JDK is missing.
 func build(tb testing.TB, dir string) {
 	tb.Helper()
-	if runtime.GOARCH != "amd64" {
-		tb.Skip("the SDK's marker is x86-64 only")
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		tb.Skipf("the SDK has no marker on %s", runtime.GOARCH)
 	}
 	if _, err := os.Stat(filepath.Join(jdk, "bin", "javac")); err != nil {
 		tb.Skipf("%s/bin/javac not installed (Debian package openjdk-17-jdk-headless)", jdk)

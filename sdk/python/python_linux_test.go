@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 func build(tb testing.TB, dir string) string {
 	tb.Helper()
 	if runtime.GOARCH != "amd64" {
-		tb.Skip("the SDK's marker is x86-64 only")
+		tb.Skip("the SDK's Python frames, which these tests check, are x86-64 only")
 	}
 	if _, err := os.Stat(python); err != nil {
 		tb.Skipf("%s not installed (Debian package python3.11)", python)

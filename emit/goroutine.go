@@ -1,7 +1,8 @@
+//go:build amd64 || arm64
+
 package emit
 
 // getg returns the current goroutine's g pointer: the span's thread of
 // execution, so that spanwatch follows a span's goroutine from thread to
-// thread (the runtime keeps the pointer in thread-local storage, where BPF
-// reads it while sampling).
+// thread (goroutine_amd64.s, goroutine_arm64.s).
 func getg() uintptr
