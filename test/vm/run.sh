@@ -10,7 +10,8 @@
 # packed with busybox-static into an initramfs, and run as root in the VM with
 # -test.v and SPANWATCH_IN_VM=1 (tests that need user_events fail there
 # instead of skipping), and with the words of $SPANWATCH_VM_ENV_<package>
-# (the import path under the module, / as _) in its environment. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
+# (the import path under the module, / as _) in its environment, and the
+# words of $SPANWATCH_VM_FLAGS_<package> after its flags. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
 # TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
 # console (kept in a log), ttyS1 brings the tests' output and exit status
 # back (kept in a work directory when the run fails, or with
@@ -125,6 +126,11 @@ for line in "${listed[@]}"; do
 	# SPANWATCH_VM_ENV_collector=SPANWATCH_EMIT=marker.
 	envvar=SPANWATCH_VM_ENV_$name
 	[ -n "${!envvar:-}" ] && printf '%s\n' "${!envvar}" >"$root/tests/$name/env"
+	# Flags for one package's test binary, after the run's own:
+	# SPANWATCH_VM_FLAGS_<name>, e.g. SPANWATCH_VM_FLAGS_collector='-test.run ^TestCore'
+	# (words split on blanks).
+	flagvar=SPANWATCH_VM_FLAGS_$name
+	[ -n "${!flagvar:-}" ] && printf '%s\n' "${!flagvar}" >"$root/tests/$name/flags"
 	# Files a package's tests read beside their sources (JSON Schemas).
 	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
@@ -230,7 +236,7 @@ echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
 for name in ${names[*]}; do
 	echo "SPANWATCH-VM: BEGIN \$name" >\$out
 	cd /tests/\$name
-	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
+	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags \$(cat /tests/\$name/flags 2>/dev/null) >\$out 2>&1
 	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
 done
 echo "SPANWATCH-VM: DONE" >\$out
