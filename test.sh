@@ -2,8 +2,7 @@
 # spanwatch's test suite: what CI runs (.ci/run) and what the README tells
 # you to run. As root it runs everything: the real BPF tests on this kernel,
 # and the kernel matrix: the BPF tests and the agent end to end in VMs
-# booting Debian's stock kernels (5.10, 6.1, 6.12, 6.12-rt; 6.1 and 6.12 for
-# arm64 in qemu's virt machine) and a kernel
+# booting Debian's stock kernels (5.10, 6.1, 6.12, 6.12-rt) and a kernel
 # with user_events (built on first use and cached), checked against
 # docs/kernels.md (see test/vm/README.md). Then it runs every package
 # again under the race detector (-race -short, about 5 minutes on 2 cores).
@@ -131,7 +130,7 @@ else
 fi
 
 if [[ $vm -eq 1 ]]; then
-	step "the kernel matrix in VMs: Debian's 5.10, 6.1, 6.12, 6.12-rt, the user_events kernel, Debian's 6.1 and 6.12 for arm64, the host (test/vm/matrix.sh)"
+	step "the kernel matrix in VMs: Debian's 5.10, 6.1, 6.12, 6.12-rt, the user_events kernel, the host (test/vm/matrix.sh)"
 	if [[ $(id -u) -eq 0 ]]; then
 		test/vm/matrix.sh
 	else

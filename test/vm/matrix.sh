@@ -9,13 +9,15 @@
 #   6.12-rt     the same with PREEMPT_RT
 #   userevents  6.12 from linux-source-6.12, tinyconfig + user_events
 #               (kernel.sh), with the user_events tests
-#   6.1-arm64   Debian 12's stock kernel for arm64 (qemu's virt machine)
-#   6.12-arm64  Debian 12's 6.12 for arm64
+#   6.1-arm64   Debian 12's stock kernel for arm64 (qemu's virt machine),
+#               when named
+#   6.12-arm64  Debian 12's 6.12 for arm64, when named
 #   host        the machine itself (its proof tests only: ./test.sh runs
 #               every package here anyway)
 #
 #   test/vm/matrix.sh                       every kernel, the docs checked
 #   test/vm/matrix.sh 5.10 6.1              some kernels (the docs are not checked)
+#   test/vm/matrix.sh 6.1-arm64 6.12-arm64  the arm64 lanes
 #   test/vm/matrix.sh --update-docs         every kernel, the docs written
 #
 # The docs are docs/kernels.md and the kernel tables in README.md and
@@ -33,7 +35,14 @@ top=$(cd "$here/../.." && pwd)
 cd "$top"
 export PATH=$PATH:/usr/local/go/bin
 out=${SPANWATCH_VM_MATRIX:-/tmp/spanwatch-matrix}
-all=(5.10 6.1 6.12 6.12-rt userevents 6.1-arm64 6.12-arm64 host)
+all=(5.10 6.1 6.12 6.12-rt userevents host)
+# The arm64 lanes run when named. They join all (before host, so that
+# docs/kernels.md gets their columns with --update-docs) once their tests
+# pass with the BPF objects built for arm64 (issue 24): until then the
+# whole matrix, which CI runs, would fail on them. Together they add about
+# 10 minutes to the matrix (2 lanes at once, each 9.5 to 11.5 minutes
+# under TCG on a loaded 2-core host, with the test set below).
+arm64_lanes=(6.1-arm64 6.12-arm64)
 
 log() { printf 'matrix.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -156,7 +165,7 @@ status=0
 results=()
 running=0
 order=()
-for k in 6.12-rt userevents 6.1 6.1-arm64 6.12-arm64 6.12 5.10; do
+for k in 6.12-rt userevents 6.1 "${arm64_lanes[@]}" 6.12 5.10; do
 	[[ " ${kernels[*]} " == *" $k "* ]] && order+=("$k")
 done
 for k in "${kernels[@]}"; do
