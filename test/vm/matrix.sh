@@ -40,8 +40,9 @@ all=(5.10 6.1 6.12 6.12-rt userevents host)
 # docs/kernels.md gets their columns with --update-docs) once their tests
 # pass with the BPF objects built for arm64 (issue 24): until then the
 # whole matrix, which CI runs, would fail on them. Together they add about
-# 10 minutes to the matrix (2 lanes at once, each 9.5 to 11.5 minutes
-# under TCG on a loaded 2-core host, with the test set below).
+# 11 minutes to the matrix (2 lanes at once, each 9.5 to 11.5 minutes
+# under TCG on a loaded 2-core host with the test set below, about 12
+# once the USDT tests build for arm64).
 arm64_lanes=(6.1-arm64 6.12-arm64)
 
 log() { printf 'matrix.sh: %s\n' "$*" >&2; }
@@ -76,14 +77,16 @@ ue_pkgs=(./userevents ./test/vm/e2e ./include)
 host_tests='^(TestCore|TestMarker|TestCMarker|TestUSDT|TestArgsInBPF|TestNamesOnAbsentPages|TestStuckSpan|TestKernelReport|TestDemo|TestProbe)'
 
 # On arm64 every package of bpf_pkgs runs, but of ./collector and
-# ./source/tracepoint only the tests that show a feature's row: their
-# others test the maps' growth and eviction and the event-header decoder,
-# the same code on either architecture, and are two fifths of a lane's
-# time (a 6.1 lane under TCG on a loaded 2-core host: collector 316s, of
-# which 77s not row tests; source/tracepoint 49s). An arm64 guest under
-# TCG runs Go about as fast as an amd64 guest does (internal/kernel and
-# internal/srcspec take the same time in both), so each arm64 lane costs
-# about what an amd64 one does.
+# ./source/tracepoint only the tests that show a feature's row (and
+# TestEventHeaderSources): their others test the maps' growth and
+# eviction and the event-header decoder, the same code on either
+# architecture, and cost an amd64 6.1 lane 126 of its 490 s (collector's
+# other tests 77 s, source/tracepoint's 49 s). An arm64 guest under TCG
+# runs plain Go about as fast as an amd64 guest (internal/kernel,
+# internal/srcspec), but the BPF tests 1.4 to 2.3 times slower
+# (collector's TestCore, TestMarker and TestCMarker tests 238 to 328 s
+# against 105 to 155 s, TestDemo 31 s against 23 s, on a loaded 2-core
+# host): with every test an arm64 lane would take twice an amd64 one.
 arm64_flags=(
 	"SPANWATCH_VM_FLAGS_collector=-test.run $host_tests"
 	"SPANWATCH_VM_FLAGS_source_tracepoint=-test.run ^TestEventHeaderSources\$"
