@@ -131,8 +131,10 @@ for line in "${listed[@]}"; do
 	# (words split on blanks).
 	flagvar=SPANWATCH_VM_FLAGS_$name
 	[ -n "${!flagvar:-}" ] && printf '%s\n' "${!flagvar}" >"$root/tests/$name/flags"
-	# Files a package's tests read beside their sources (JSON Schemas).
-	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
+	# Files a package's tests read beside their sources (JSON Schemas;
+	# ./bpf's committed objects of both architectures, whose BTF
+	# TestObjectsPtRegs reads).
+	find "$dir" -maxdepth 1 \( -name '*.json' -o -name '*.o' \) -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
