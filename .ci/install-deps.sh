@@ -3,7 +3,8 @@
 # clang and libbpf headers (go generate ./bpf/...), the USDT header and
 # bpftrace (USDT tests and benchmarks), PostgreSQL 15 and CPython 3.11 (USDT
 # tests against programs we did not write), qemu, busybox and the kernel source
-# (the user_events VM tests), Alertmanager (delivery tests), Prometheus and
+# (the user_events VM tests), qemu-system-arm and the arm64 cross compiler
+# and C library (the kernel matrix's arm64 lanes and their C programs), Alertmanager (delivery tests), Prometheus and
 # promtool (exporter and shipped-rules tests), util-linux and libcap tools
 # (capability tests), zsh (the completion script's test), Chromium (the
 # flame graph seen in a browser), runc (the container image run as the
@@ -19,6 +20,7 @@ pkgs=(
 	clang llvm libbpf-dev bpftool bpftrace systemtap-sdt-dev
 	postgresql-15 postgresql-client-15 python3.11
 	qemu-system-x86 busybox-static cpio
+	qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 	linux-source-6.12 build-essential flex bison bc libelf-dev libssl-dev dwarves
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
 	chromium runc qemu-user

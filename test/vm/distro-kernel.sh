@@ -8,11 +8,16 @@
 #   test/vm/distro-kernel.sh 6.12      Debian 12's 6.12 (bookworm-security or
 #                                      bookworm-backports), cloud flavour
 #   test/vm/distro-kernel.sh 6.12-rt   the same, PREEMPT_RT
+#   test/vm/distro-kernel.sh 6.1-arm64   Debian 12's 6.1 for arm64, cloud flavour
+#   test/vm/distro-kernel.sh 6.12-arm64  Debian 12's 6.12 for arm64, cloud flavour
 #
 # The cloud kernels boot under qemu from vmlinuz and an initramfs without
 # modules: virtio, the serial console, BPF, BTF, kprobes, uprobes and perf
-# events are built in. apt runs with a private state directory and a
-# sources list of its own (deb.debian.org, the suite the kernel comes
+# events are built in. On arm64 (qemu's virt machine) the pl011 UART and
+# the 8250 driver of a PCI serial port are built in, virtio is a module in
+# 6.1 (run.sh uses no virtio), and the .deb's vmlinuz is a plain Image,
+# which qemu-system-aarch64 -kernel boots as it is. apt runs with a
+# private state directory (deps.sh's private_apt_opts) and a sources list of its own (deb.debian.org, the suite the kernel comes
 # from), so the machine's apt configuration and package lists are never
 # touched; only the kernel's .deb is downloaded and vmlinuz extracted.
 #
@@ -23,19 +28,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [ "$(id -u)" -eq 0 ]; then
-	cache=${SPANWATCH_VM_CACHE:-/var/cache/spanwatch-vm}
-else
-	cache=${SPANWATCH_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/spanwatch-vm}
-fi
+# shellcheck source=deps.sh
+. "$here/deps.sh"
+cache=$(vm_cache)
 mirror=${SPANWATCH_VM_MIRROR:-http://deb.debian.org/debian}
 security=${SPANWATCH_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
 log() { printf 'distro-kernel.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-[ $# -eq 1 ] || die "usage: distro-kernel.sh 5.10|6.1|6.12|6.12-rt"
+[ $# -eq 1 ] || die "usage: distro-kernel.sh 5.10|6.1|6.12|6.12-rt|6.1-arm64|6.12-arm64"
 want=$1
+# The architecture of the kernel: a label's -arm64 suffix.
+arch=amd64
+case $want in *-arm64) arch=arm64 ;; esac
 # suite lines for the sources list, and the pattern of the image package.
 case $want in
 5.10)
@@ -58,7 +64,17 @@ deb $mirror bookworm-backports main"
 deb $mirror bookworm-backports main"
 	pattern='^linux-image-6\.12\.[0-9]+\+(deb12|bpo)-rt-amd64-unsigned$'
 	;;
-*) die "unknown kernel $want: want 5.10, 6.1, 6.12 or 6.12-rt" ;;
+6.1-arm64)
+	suites="deb $mirror bookworm main
+deb $security bookworm-security main"
+	pattern='^linux-image-6\.1\.0-[0-9]+-cloud-arm64-unsigned$'
+	;;
+6.12-arm64)
+	suites="deb $security bookworm-security main
+deb $mirror bookworm-backports main"
+	pattern='^linux-image-6\.12\.[0-9]+\+(deb12|bpo)-cloud-arm64-unsigned$'
+	;;
+*) die "unknown kernel $want: want 5.10, 6.1, 6.12, 6.12-rt, 6.1-arm64 or 6.12-arm64" ;;
 esac
 command -v apt-get >/dev/null || die "apt-get not found: the distribution kernels come from Debian's archive"
 command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
@@ -79,28 +95,10 @@ if [ -s "$current" ] && [ -s "$(cat "$current")" ]; then
 	fi
 fi
 
-# A private apt: its own sources, lists, cache and an empty dpkg status,
-# with the archive keys the machine already trusts.
-mkdir -p "$apt_dir"/{lists/partial,archives/partial,etc/sources.list.d,etc/preferences.d,etc/apt.conf.d}
+# A private apt (deps.sh) for the kernel's architecture.
+private_apt_opts "$apt_dir" "$arch"
 printf '%s\n' "$suites" >"$apt_dir/etc/sources.list"
 : >"$apt_dir/status"
-apt_opts=(
-	-o "Dir::Etc::sourcelist=$apt_dir/etc/sources.list"
-	-o "Dir::Etc::sourceparts=$apt_dir/etc/sources.list.d"
-	-o "Dir::Etc::preferences=$apt_dir/etc/preferences"
-	-o "Dir::Etc::preferencesparts=$apt_dir/etc/preferences.d"
-	-o "Dir::State::lists=$apt_dir/lists"
-	-o "Dir::State::status=$apt_dir/status"
-	-o "Dir::Cache=$apt_dir"
-	-o "Dir::Cache::archives=$apt_dir/archives"
-	-o "Dir::Cache::pkgcache=$apt_dir/pkgcache.bin"
-	-o "Dir::Cache::srcpkgcache=$apt_dir/srcpkgcache.bin"
-	-o "APT::Architecture=amd64"
-	-o "APT::Architectures::=amd64"
-	-o "Acquire::Languages=none"
-	-o "Debug::NoLocking=1"
-	-o "APT::Sandbox::User=root"
-)
 log "fetching the package lists of: $(printf '%s' "$suites" | awk '{print $3}' | tr '\n' ' ')"
 if ! apt-get "${apt_opts[@]}" -q update >"$apt_dir/update.log" 2>&1; then
 	cat "$apt_dir/update.log" >&2

@@ -2,18 +2,29 @@
 # run.sh runs Go test packages inside a qemu VM whose kernel has user_events
 # (test/vm/kernel.sh builds it) and reports every test by name.
 #
-#   test/vm/run.sh [-kernel BZIMAGE] PACKAGE... [-- TEST-BINARY-FLAGS...]
+#   test/vm/run.sh [-kernel BZIMAGE] [-arch amd64|arm64] PACKAGE... [-- TEST-BINARY-FLAGS...]
 #   test/vm/run.sh ./userevents ./test/vm/e2e -- -test.run 'TestEnable'
+#   test/vm/run.sh -kernel "$(test/vm/distro-kernel.sh 6.1-arm64)" ./internal/kernel
 #
 # Each package is built as a static test binary (CGO_ENABLED=0 go test -c),
 # packed with busybox-static into an initramfs, and run as root in the VM with
 # -test.v and SPANWATCH_IN_VM=1 (tests that need user_events fail there
 # instead of skipping), and with the words of $SPANWATCH_VM_ENV_<package>
-# (the import path under the module, / as _) in its environment. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
+# (the import path under the module, / as _) in its environment, and the
+# words of $SPANWATCH_VM_FLAGS_<package> after its flags. The VM is qemu-system-x86_64 -cpu max -smp 2 -m 1G under
 # TCG (KVM is unreliable on the machines this runs on); ttyS0 is the kernel
 # console (kept in a log), ttyS1 brings the tests' output and exit status
 # back (kept in a work directory when the run fails, or with
-# SPANWATCH_VM_KEEP=1). The VM powers itself off when the tests are done; a host-side timeout
+# SPANWATCH_VM_KEEP=1).
+#
+# An arm64 kernel (-arch arm64, or an image whose header says ARM64) boots
+# in qemu-system-aarch64 -machine virt -cpu cortex-a72, single-threaded
+# TCG, with GOARCH=arm64 test binaries, Debian's busybox-static for arm64
+# (deps.sh's foreign_busybox) and the C programs built by
+# aarch64-linux-gnu-gcc. The virt machine has one UART (pl011, ttyAMA0),
+# the kernel console; the tests' output comes back through a PCI serial
+# port (pci-serial, ttyS0 in the VM), whose 8250 driver Debian's arm64
+# cloud kernels build in (their virtio is a module in 6.1). The VM powers itself off when the tests are done; a host-side timeout
 # ($SPANWATCH_VM_TIMEOUT seconds, default 1800) kills qemu otherwise.
 #
 # The last line of output is "N passed, N failed". The exit status is non-zero
@@ -29,31 +40,55 @@ log() { printf 'run.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 kernel=""
+arch=""
 pkgs=()
 targs=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-kernel) kernel=$2; shift 2 ;;
+	-arch) arch=$2; shift 2 ;;
 	--) shift; targs=("$@"); break ;;
 	-*) die "unknown flag $1" ;;
 	*) pkgs+=("$1"); shift ;;
 	esac
 done
-[ ${#pkgs[@]} -gt 0 ] || die "usage: run.sh [-kernel BZIMAGE] PACKAGE... [-- TEST-BINARY-FLAGS...]"
+[ ${#pkgs[@]} -gt 0 ] || die "usage: run.sh [-kernel BZIMAGE] [-arch amd64|arm64] PACKAGE... [-- TEST-BINARY-FLAGS...]"
 # shellcheck source=deps.sh
 . "$here/deps.sh"
-ensure_packages qemu-system-x86 busybox-static cpio gzip || exit 1
 command -v go >/dev/null || die "go not found in PATH"
-# busybox-static installs a static /bin/busybox (the busybox package a
-# dynamic one, which cannot run in the initramfs).
-busybox=/bin/busybox
-dpkg-query -S "$busybox" 2>/dev/null | grep -q '^busybox-static:' ||
-	die "$busybox does not come from busybox-static (apt-get install busybox-static)"
 
 if [ -z "$kernel" ]; then
 	kernel=$("$here/kernel.sh")
 fi
 [ -s "$kernel" ] || die "kernel image $kernel not found"
+# An arm64 Image says "ARM\x64" at byte 56 of its header.
+if [ -z "$arch" ]; then
+	arch=amd64
+	[ "$(od -An -tx1 -j56 -N4 "$kernel" | tr -d ' ')" = 41524d64 ] && arch=arm64
+fi
+case $arch in
+amd64)
+	ensure_packages qemu-system-x86 busybox-static cpio gzip || exit 1
+	# busybox-static installs a static /bin/busybox (the busybox package a
+	# dynamic one, which cannot run in the initramfs).
+	busybox=/bin/busybox
+	dpkg-query -S "$busybox" 2>/dev/null | grep -q '^busybox-static:' ||
+		die "$busybox does not come from busybox-static (apt-get install busybox-static)"
+	cc=gcc
+	qemu=(qemu-system-x86_64 -cpu max)
+	console_dev=ttyS0
+	results_dev=/dev/ttyS1
+	;;
+arm64)
+	ensure_packages qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross cpio gzip || exit 1
+	busybox=$(foreign_busybox arm64) || die "no busybox-static for arm64"
+	cc=aarch64-linux-gnu-gcc
+	qemu=(qemu-system-aarch64 -machine virt -cpu cortex-a72)
+	console_dev=ttyAMA0
+	results_dev=/dev/ttyS0
+	;;
+*) die "unknown arch $arch: want amd64 or arm64" ;;
+esac
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/spanwatch-vm.XXXXXX")
 keep=${SPANWATCH_VM_KEEP:-}
@@ -78,7 +113,7 @@ for line in "${listed[@]}"; do
 	name=${import#github.com/spanwatch/spanwatch/}
 	name=${name//\//_}
 	mkdir -p "$root/tests/$name"
-	(cd "$top" && CGO_ENABLED=0 go test -c -o "$root/tests/$name/$name.test" "$pkg") ||
+	(cd "$top" && CGO_ENABLED=0 GOARCH=$arch go test -c -o "$root/tests/$name/$name.test" "$pkg") ||
 		die "build test binary for $pkg failed"
 	if [ ! -f "$root/tests/$name/$name.test" ]; then
 		log "$pkg has no tests; skipped"
@@ -91,8 +126,15 @@ for line in "${listed[@]}"; do
 	# SPANWATCH_VM_ENV_collector=SPANWATCH_EMIT=marker.
 	envvar=SPANWATCH_VM_ENV_$name
 	[ -n "${!envvar:-}" ] && printf '%s\n' "${!envvar}" >"$root/tests/$name/env"
-	# Files a package's tests read beside their sources (JSON Schemas).
-	find "$dir" -maxdepth 1 -name '*.json' -exec cp {} "$root/tests/$name/" \;
+	# Flags for one package's test binary, after the run's own:
+	# SPANWATCH_VM_FLAGS_<name>, e.g. SPANWATCH_VM_FLAGS_collector='-test.run ^TestCore'
+	# (words split on blanks).
+	flagvar=SPANWATCH_VM_FLAGS_$name
+	[ -n "${!flagvar:-}" ] && printf '%s\n' "${!flagvar}" >"$root/tests/$name/flags"
+	# Files a package's tests read beside their sources (JSON Schemas;
+	# ./bpf's committed objects of both architectures, whose BTF
+	# TestObjectsPtRegs reads).
+	find "$dir" -maxdepth 1 \( -name '*.json' -o -name '*.o' \) -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
@@ -106,7 +148,7 @@ log "built ${#names[@]} test binaries in $(($(date +%s) - start))s"
 # (test/vm/agent): static, as a release builds it.
 for import in "${listed[@]}"; do
 	case ${import%% *} in */test/vm/agent)
-		(cd "$top" && CGO_ENABLED=0 go build -o "$root/bin/spanwatch" ./cmd/spanwatch) || die "build spanwatch failed"
+		(cd "$top" && CGO_ENABLED=0 GOARCH=$arch go build -o "$root/bin/spanwatch" ./cmd/spanwatch) || die "build spanwatch failed"
 		;;
 	esac
 done
@@ -114,10 +156,24 @@ done
 # The C programs the tests run (internal/bpftest.CProgram): the VM has no
 # compiler, so every program of the list is built here, as distributions
 # build them (dynamically linked), with the C library and the dynamic
-# loader beside them in the VM.
+# loader beside them in the VM. For arm64, aarch64-linux-gnu-gcc builds
+# them against Debian's arm64 cross C library, with the machine's
+# sys/sdt.h (the same header serves every architecture); a program
+# written in x86-64 assembly does not build there, and the tests that run
+# it fail in the VM saying it was not built.
 cprog=$root/cprograms
 mkdir -p "$cprog"
-if command -v gcc >/dev/null; then
+cflags=()
+if [ "$arch" = arm64 ]; then
+	for sdt in /usr/include/x86_64-linux-gnu/sys /usr/include/sys; do
+		[ -e "$sdt/sdt.h" ] || continue
+		mkdir -p "$work/include/sys"
+		cp "$sdt"/sdt*.h "$work/include/sys/"
+		cflags=(-I "$work/include")
+		break
+	done
+fi
+if command -v "$cc" >/dev/null; then
 	while read -r pname pargs; do
 		case $pname in '' | '#'*) continue ;; esac
 		read -ra words <<<"$pargs" # split on blanks, nothing expanded
@@ -126,20 +182,36 @@ if command -v gcc >/dev/null; then
 			a=${a//\{out\}/$cprog/$pname}
 			args+=("${a//\{dir\}/$cprog}")
 		done
-		(cd "$top" && gcc "${args[@]}") || die "build C program $pname failed"
+		if [ "$arch" = amd64 ]; then
+			(cd "$top" && gcc "${args[@]}") || die "build C program $pname failed"
+		elif ! (cd "$top" && "$cc" "${cflags[@]}" "${args[@]}") 2>"$work/cc.log"; then
+			log "C program $pname does not build for $arch: $(grep -m1 -E 'error|Error' "$work/cc.log")"
+		fi
 	done <"$top/test/vm/cprograms.txt"
-	for lib in $(ldd "$cprog"/* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
-		case $lib in "$cprog"/*) continue ;; esac
-		mkdir -p "$root$(dirname "$lib")"
-		cp -L "$lib" "$root$lib"
-	done
-	# The loader's canonical path on x86-64.
-	if [ -e /lib64/ld-linux-x86-64.so.2 ]; then
-		mkdir -p "$root/lib64"
-		cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+	if [ "$arch" = amd64 ]; then
+		for lib in $(ldd "$cprog"/* 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
+			case $lib in "$cprog"/*) continue ;; esac
+			mkdir -p "$root$(dirname "$lib")"
+			cp -L "$lib" "$root$lib"
+		done
+		# The loader's canonical path on x86-64.
+		if [ -e /lib64/ld-linux-x86-64.so.2 ]; then
+			mkdir -p "$root/lib64"
+			cp -L /lib64/ld-linux-x86-64.so.2 "$root/lib64/"
+		fi
+	else
+		# The cross C library's loader and the libraries the programs
+		# name (ldd cannot run them), in /lib, where the loader looks.
+		crosslib=/usr/aarch64-linux-gnu/lib
+		mkdir -p "$root/lib"
+		cp -L "$crosslib/ld-linux-aarch64.so.1" "$root/lib/"
+		for lib in $(aarch64-linux-gnu-readelf -d "$cprog"/* 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u); do
+			[ -e "$cprog/$lib" ] && continue
+			[ -e "$crosslib/$lib" ] && cp -L "$crosslib/$lib" "$root/lib/"
+		done
 	fi
 else
-	log "no gcc: the tests that run C programs will fail in the VM"
+	log "no $cc: the tests that run C programs will fail in the VM"
 fi
 
 # The test binaries' flags, quoted for the init script.
@@ -160,13 +232,13 @@ mount -t tmpfs tmp /tmp
 mount -t tracefs nodev /sys/kernel/tracing
 mount -t bpf bpf /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
-out=/dev/ttyS1
+out=$results_dev
 stty -F \$out raw -echo 2>/dev/null
 echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
 for name in ${names[*]}; do
 	echo "SPANWATCH-VM: BEGIN \$name" >\$out
 	cd /tests/\$name
-	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags >\$out 2>&1
+	env \$(cat /tests/\$name/env 2>/dev/null) ./\$name.test -test.v -test.timeout=20m$flags \$(cat /tests/\$name/flags 2>/dev/null) >\$out 2>&1
 	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
 done
 echo "SPANWATCH-VM: DONE" >\$out
@@ -180,14 +252,17 @@ chmod +x "$root/init"
 console=$work/console.log
 results=$work/results.log
 : >"$results"
-log "booting $kernel with $smp vCPUs (TCG), timeout ${timeout_s}s"
+log "booting $kernel ($arch) with $smp vCPUs (TCG), timeout ${timeout_s}s"
 # panic=-1 with -no-reboot ends qemu if init dies before powering off.
-timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
-	-accel tcg,thread=single -cpu max -smp "$smp" -m 1G \
+# amd64: the second serial port brings the results; arm64: a PCI one.
+results_port=(-serial "file:$results")
+[ "$arch" = arm64 ] && results_port=(-chardev "file,id=results,path=$results" -device pci-serial,chardev=results)
+timeout --kill-after=10 "$timeout_s" "${qemu[@]}" \
+	-accel tcg,thread=single -smp "$smp" -m 1G \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$work/initramfs.gz" \
-	-append "console=ttyS0 panic=-1 loglevel=4" \
-	-serial "file:$console" -serial "file:$results" &
+	-append "console=$console_dev panic=-1 loglevel=4" \
+	-serial "file:$console" "${results_port[@]}" &
 qpid=$!
 # Show the tests' output as it comes, unless asked to be quiet.
 if [ -z "${SPANWATCH_VM_QUIET:-}" ]; then
