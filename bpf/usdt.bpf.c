@@ -333,16 +333,16 @@ static __always_inline __u64 current_cgroup_id(void)
 #endif
 
 /* usdt_arg_get is usdt_arg as a global function: verified once. */
-SW_GLOBAL int usdt_arg_get(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 n, __u64 *res)
+SW_GLOBAL int usdt_arg_get(sw_ctx_regs *ctx, const struct usdt_spec *spec, __u32 n, __u64 *res)
 {
 	if (!spec || !res)
 		return -22;
-	return usdt_arg(ctx, spec, n, res);
+	return usdt_arg((struct pt_regs *)ctx, spec, n, res);
 }
 
 /* usdt_fetch reads the arguments in mask into o. An argument that cannot
  * be read is left out of o->ok and counted. */
-SW_GLOBAL int usdt_fetch(struct pt_regs *ctx, const struct usdt_spec *spec, __u32 mask, struct src_operands *o)
+SW_GLOBAL int usdt_fetch(sw_ctx_regs *ctx, const struct usdt_spec *spec, __u32 mask, struct src_operands *o)
 {
 	if (!spec || !o)
 		return 0;
@@ -451,7 +451,7 @@ static __always_inline void read_name(struct pt_regs *ctx, const struct usdt_spe
 	char b;
 #endif
 
-	if (usdt_arg_get(ctx, spec, n, &ptr)) {
+	if (usdt_arg_get((sw_ctx_regs *)ctx, spec, n, &ptr)) {
 		count(COUNTER_READ_ERRORS);
 		usdt_name_unread(0, dst);
 		return;
@@ -601,7 +601,7 @@ static __always_inline int inflight_key(struct pt_regs *ctx, const struct usdt_s
 {
 	k->source = spec->source;
 	k->tgid = bpf_get_current_pid_tgid() >> 32;
-	if (usdt_arg_get(ctx, spec, src->key_arg, &k->key)) {
+	if (usdt_arg_get((sw_ctx_regs *)ctx, spec, src->key_arg, &k->key)) {
 		count(COUNTER_READ_ERRORS);
 		return -1;
 	}
@@ -783,7 +783,7 @@ int usdt_end(struct pt_regs *ctx)
 	in.key.cgroup_id = current_cgroup_id();
 	if (spec && src->end_args) {
 		__builtin_memset(&ops, 0, sizeof(ops));
-		usdt_fetch(ctx, spec, src->end_args, &ops);
+		usdt_fetch((sw_ctx_regs *)ctx, spec, src->end_args, &ops);
 		opsp = &ops;
 	}
 	finish(ctx, src, opsp, &in);
@@ -807,7 +807,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 		return 0;
 	if (src->end_args) {
 		__builtin_memset(&ops, 0, sizeof(ops));
-		usdt_fetch(ctx, spec, src->end_args, &ops);
+		usdt_fetch((sw_ctx_regs *)ctx, spec, src->end_args, &ops);
 		opsp = &ops;
 		if (src->value_arg != USDT_NO_ARG) {
 			__u32 k = src->value_arg & (SRC_OPERANDS - 1);

@@ -46,6 +46,12 @@ struct pt_regs {
 	unsigned long sp;
 	unsigned long ss;
 };
+
+/* sw_ctx_regs is the program context's type as a global (non-inlined)
+ * function must declare it: the verifier takes a global function's
+ * argument for the context only when its struct has the name of the
+ * kernel's bpf_user_pt_regs_t (struct pt_regs on x86-64). */
+typedef struct pt_regs sw_ctx_regs;
 #elif defined(__TARGET_ARCH_arm64)
 /* arm64: what ptrace and the uprobe/kprobe context expose
  * (arch/arm64/include/uapi/asm/ptrace.h): regs[n] at n*8, sp at 248, pc at
@@ -71,6 +77,12 @@ struct pt_regs {
 		};
 	};
 };
+
+/* On arm64 bpf_user_pt_regs_t is struct user_pt_regs: a global function
+ * that declares struct pt_regs gets its argument refused as the context
+ * ("Caller passes invalid args into func#1", measured on Debian's 6.1 and
+ * 6.12 arm64 kernels). */
+typedef struct user_pt_regs sw_ctx_regs;
 #else
 #error "spanwatch's BPF programs are built for x86-64 and arm64 (__TARGET_ARCH_x86 or __TARGET_ARCH_arm64)"
 #endif
