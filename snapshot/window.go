@@ -11,11 +11,8 @@ var Quantiles = [3]float64{0.50, 0.90, 0.99}
 
 // HistogramQuantiles returns the Quantiles of the values h holds, clamped
 // to the exact extremes [min, max] (Quantile; min > max: not clamped).
-func HistogramQuantiles(h []Bucket, min, max float64) (q [3]float64) {
-	for i, p := range Quantiles {
-		q[i] = Quantile(h, p, min, max)
-	}
-	return q
+func HistogramQuantiles(h []Bucket, min, max float64) [3]float64 {
+	return walkQuantiles(h, Quantiles[:], min, max)
 }
 
 // SetQuantiles sets s's quantile fields to q (in the order of Quantiles):
