@@ -93,9 +93,10 @@ type seriesWin struct {
 	seq uint64
 	snapshot.Totals
 	histFirst, histLast int32
-	// hist is the packed histogram. A window recorded without one (a
-	// hand-made test snapshot) keeps its own three quantiles in it
-	// instead, as uvarints (float64 bits for a metric), and noHist is set.
+	// hist is the packed histogram (snapshot.PackHistogram). A window
+	// recorded without one (a hand-made test snapshot) keeps its own
+	// three quantiles in it instead, as uvarints (float64 bits for a
+	// metric), and noHist is set.
 	hist   []byte
 	noHist bool
 }
@@ -378,7 +379,7 @@ func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 	}
 	{
 		var ok bool
-		w.hist, w.histFirst, w.histLast, ok = packHist(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
+		w.hist, w.histFirst, w.histLast, ok = snapshot.PackHistogram(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
 		if !ok {
 			// Not sorted, or a bucket twice (a hand-made snapshot): pack
 			// a sorted copy with each bucket once.
@@ -393,7 +394,7 @@ func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 				h[j] = h[i]
 				j++
 			}
-			w.hist, w.histFirst, w.histLast, _ = packHist(w.hist[:0], h[:j])
+			w.hist, w.histFirst, w.histLast, _ = snapshot.PackHistogram(w.hist[:0], h[:j])
 		}
 	}
 	return w
@@ -551,8 +552,8 @@ func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *serie
 	if lo <= hi {
 		a.Reserve(int64(lo), int64(hi))
 		for j := range wins {
-			if !wins[j].noHist {
-				addPacked(a, &wins[j])
+			if w := &wins[j]; !w.noHist {
+				a.AddPacked(w.hist, w.histFirst)
 			}
 		}
 	}

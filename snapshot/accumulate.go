@@ -53,6 +53,9 @@ type Accumulator struct {
 	sparse map[int64]uint64
 	ords   []int64
 	n      uint64 // the values the histogram holds
+	// mids caches each bucket's midpoint by ord, durations' and metric
+	// values', kept from one Reset to the next.
+	mids [2]map[int64]float64
 }
 
 // maxDense bounds the span of ords merged in a dense array; wider
@@ -66,7 +69,7 @@ func (a *Accumulator) Reset(metric bool) {
 	clear(a.dense)
 	clear(a.used)
 	clear(a.sparse)
-	*a = Accumulator{metric: metric, dense: a.dense[:0], used: a.used[:0], sparse: a.sparse, ords: a.ords[:0]}
+	*a = Accumulator{metric: metric, dense: a.dense[:0], used: a.used[:0], sparse: a.sparse, ords: a.ords[:0], mids: a.mids}
 }
 
 // Add adds a series: its totals and its histogram. A series with no
@@ -253,9 +256,22 @@ func (a *Accumulator) Quantiles() (q [3]float64) {
 	return q
 }
 
+// midpoint is the Midpoint of the bucket of ord o.
 func (a *Accumulator) midpoint(o int64) float64 {
+	k := 0
+	if a.metric {
+		k = 1
+	}
+	if v, ok := a.mids[k][o]; ok {
+		return v
+	}
+	if a.mids[k] == nil {
+		a.mids[k] = map[int64]float64{}
+	}
 	b := OrdBucket(o, 0, a.metric)
-	return Midpoint(&b)
+	v := Midpoint(&b)
+	a.mids[k][o] = v
+	return v
 }
 
 // Histogram returns the merged histogram, sorted.

@@ -178,13 +178,15 @@ func quantilesOf(s *snapshot.Series) [3]float64 {
 // over the time covered, quantiles from the merged histograms (bounded by
 // the quantiles of windows without one). One accumulator serves every
 // case, as the detector reuses its own from series to series; each case
-// is merged three ways: buckets spanned by the first series (Add), the
-// span of all reserved first (the detector), and none reserved.
+// is merged five ways: buckets spanned by the first series (Add), the
+// span of all reserved first, and none reserved (every bucket in the
+// map), each bucket by bucket (AddBucket) or packed (AddPacked, as the
+// detector does).
 func TestAccumulatorRange(t *testing.T) {
 	var a snapshot.Accumulator
 	for _, c := range accCases {
 		covered := time.Duration(max(len(c.wins), 1)) * 10 * time.Second
-		for _, how := range []string{"add", "reserve", "sparse"} {
+		for _, how := range []string{"add", "reserve", "sparse", "packed", "packed sparse"} {
 			a.Reset(c.metric)
 			lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 			for i := range c.wins {
@@ -192,7 +194,7 @@ func TestAccumulatorRange(t *testing.T) {
 					lo, hi = min(lo, w.Histogram[0].Ord()), max(hi, w.Histogram[len(w.Histogram)-1].Ord())
 				}
 			}
-			if how == "reserve" {
+			if how == "reserve" || how == "packed" {
 				a.Reserve(lo, hi)
 			}
 			for i := range c.wins {
@@ -204,6 +206,14 @@ func TestAccumulatorRange(t *testing.T) {
 					a.Bound(quantilesOf(&w))
 				case how == "add":
 					a.Add(&w)
+				case how == "packed" || how == "packed sparse":
+					tot := w.Totals()
+					a.AddTotals(&tot)
+					p, first, _, ok := snapshot.PackHistogram(nil, w.Histogram)
+					if !ok {
+						t.Fatalf("%s: window %d's histogram not sorted", c.name, i)
+					}
+					a.AddPacked(p, first)
 				default:
 					tot := w.Totals()
 					a.AddTotals(&tot)
