@@ -217,31 +217,20 @@ func (a *Accumulator) Quantiles() (q [3]float64) {
 		mn, mx := a.extremes()
 		var w rankWalk
 		w.start(a.n, Quantiles[:], mn, mx)
-		if a.n > 0 {
-			if len(a.sparse) == 0 {
-				// The hot path (every range of every rule) walks the
-				// dense array itself: no call per bucket.
-			words:
-				for wi, word := range a.used {
-					for word != 0 {
-						i := wi<<6 + bits.TrailingZeros64(word)
-						word &= word - 1
-						if w.step(a.dense[i]) {
-							w.take(a.midpoint(a.lo + int64(i)))
-							if w.done() {
-								break words
-							}
-						}
-					}
-				}
-			} else {
-				a.walk(func(o int64, c uint64) bool {
-					if w.step(c) {
-						w.take(a.midpoint(o))
-					}
-					return !w.done()
-				})
+		visit := func(o int64, c uint64) bool {
+			if w.step(c) {
+				w.take(a.midpoint(o))
 			}
+			return !w.done()
+		}
+		switch {
+		case a.n == 0:
+		case len(a.sparse) == 0:
+			// The hot path (every range of every rule): walkDense and
+			// visit are inlined, no call per bucket.
+			a.walkDense(visit)
+		default:
+			a.walk(visit)
 		}
 		q = w.out
 	}
