@@ -364,3 +364,23 @@ func TestOrd(t *testing.T) {
 		t.Errorf("OrdBucket(%d) = %+v, want %+v", d.Ord(), b, d)
 	}
 }
+
+// TestSetHistogramQuantiles: a window's quantiles come from its own
+// histogram, clamped to its own extremes, a span's in nanoseconds and a
+// metric's as they are.
+func TestSetHistogramQuantiles(t *testing.T) {
+	for _, c := range accCases {
+		for i := range c.wins {
+			w := c.window(i)
+			if len(w.Histogram) == 0 {
+				continue
+			}
+			want := quantilesOf(&w) // window() takes them with HistogramQuantiles
+			w.P50Ns, w.P90Ns, w.P99Ns, w.P50, w.P90, w.P99 = 0, 0, 0, 0, 0, 0
+			w.SetHistogramQuantiles()
+			if got := quantilesOf(&w); got != want {
+				t.Errorf("%s window %d: %v, want %v", c.name, i, got, want)
+			}
+		}
+	}
+}

@@ -27,6 +27,17 @@ func (s *Series) SetQuantiles(q [3]float64) {
 	s.P50Ns, s.P90Ns, s.P99Ns = uint64(math.Round(q[0])), uint64(math.Round(q[1])), uint64(math.Round(q[2]))
 }
 
+// SetHistogramQuantiles sets s's quantiles from its own histogram,
+// clamped to its exact extremes (MinNs and MaxNs for a span, Min and Max
+// for an argument metric): what a window's series holds.
+func (s *Series) SetHistogramQuantiles() {
+	if s.IsMetric() {
+		s.SetQuantiles(HistogramQuantiles(s.Histogram, float64(s.Min), float64(s.Max)))
+		return
+	}
+	s.SetQuantiles(HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
+}
+
 // SetRates sets s.Rate, its count per second over covered (the time its
 // windows cover), and s.ErrorRatio, its errors over its count; each is 0
 // where there is nothing to divide by.
