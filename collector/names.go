@@ -90,14 +90,15 @@ func snapshotUint(v uint64) string {
 }
 
 // mergeSeries merges series with the same kind, name, cgroup and labels
-// (a placeholder's series and its real name's, once resolved): counts and
-// sums add, extremes combine, histograms merge bucket by bucket and the
-// quantiles are taken again from the merged histogram. Only series with a
-// name in names (those resolvers gave, with the ids cached under each) can
-// have twins.
+// (a placeholder's series and its real name's, once resolved) as
+// snapshot.Accumulator combines series: counts and sums add, extremes
+// combine, histograms merge bucket by bucket and the quantiles are taken
+// again from the merged histogram. Only series with a name in names
+// (those resolvers gave, with the ids cached under each) can have twins.
 func mergeSeries(series []snapshot.Series, window time.Duration, names map[string]int) []snapshot.Series {
 	index := map[string]int{}
 	out := series[:0]
+	var acc snapshot.Accumulator
 	for i := range series {
 		s := series[i]
 		if names[s.Span] == 0 {
@@ -111,40 +112,24 @@ func mergeSeries(series []snapshot.Series, window time.Duration, names map[strin
 			out = append(out, s)
 			continue
 		}
-		mergeInto(&out[j], &s, window)
+		mergeInto(&acc, &out[j], &s, window)
 	}
 	return out
 }
 
-func mergeInto(d, s *snapshot.Series, window time.Duration) {
+func mergeInto(acc *snapshot.Accumulator, d, s *snapshot.Series, window time.Duration) {
 	if s.Count == 0 {
 		return
 	}
 	if snapshot.NameID(d.Span) != d.NameID {
 		d.NameID = s.NameID // keep the real name's id when one of them has it
 	}
-	first := d.Count == 0
-	d.Count += s.Count
-	d.Errors += s.Errors
-	d.OverBudget += s.OverBudget
-	d.SetRates(window)
-	d.Histogram = snapshot.MergeHistogram(d.Histogram, s.Histogram)
-	if d.IsMetric() {
-		d.Sum += s.Sum
-		if first || s.Min < d.Min {
-			d.Min = s.Min
-		}
-		if first || s.Max > d.Max {
-			d.Max = s.Max
-		}
-		d.SetQuantiles(snapshot.HistogramQuantiles(d.Histogram, float64(d.Min), float64(d.Max)))
-		return
+	if !d.IsMetric() {
+		d.BudgetNs = max(d.BudgetNs, s.BudgetNs)
 	}
-	d.SumNs += s.SumNs
-	if first || s.MinNs < d.MinNs {
-		d.MinNs = s.MinNs
-	}
-	d.MaxNs = max(d.MaxNs, s.MaxNs)
-	d.BudgetNs = max(d.BudgetNs, s.BudgetNs)
-	d.SetQuantiles(snapshot.HistogramQuantiles(d.Histogram, float64(d.MinNs), float64(d.MaxNs)))
+	acc.Reset(d.IsMetric())
+	acc.Add(d)
+	acc.Add(s)
+	acc.Into(d, window)
+	d.Histogram = acc.Histogram()
 }

@@ -657,24 +657,20 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	}
 	if metric {
 		sr.Sum = int64(a.sum)
-		var mn, mx float64
 		if a.minInv != 0 {
 			sr.Min = int64(^a.minInv ^ 1<<63)
-			mn = float64(sr.Min)
 		}
 		if a.max != 0 {
 			sr.Max = int64(a.max ^ 1<<63)
-			mx = float64(sr.Max)
 		}
-		sr.SetQuantiles(snapshot.HistogramQuantiles(sr.Histogram, mn, mx))
-		return sr, buf
+	} else {
+		sr.SumNs = a.sum
+		if a.minInv != 0 {
+			sr.MinNs = ^a.minInv
+		}
+		sr.MaxNs = a.max
 	}
-	sr.SumNs = a.sum
-	if a.minInv != 0 {
-		sr.MinNs = ^a.minInv
-	}
-	sr.MaxNs = a.max
-	sr.SetQuantiles(snapshot.HistogramQuantiles(sr.Histogram, float64(sr.MinNs), float64(sr.MaxNs)))
+	sr.SetHistogramQuantiles()
 	return sr, buf
 }
 

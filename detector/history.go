@@ -90,13 +90,13 @@ type seriesHist struct {
 // bytes, and its packed histogram). For a metric series, sum, min and max
 // hold int64 bits.
 type seriesWin struct {
-	seq                      uint64
-	count, errors, sum, over uint64
-	min, max                 uint64
-	histFirst, histLast      int32
-	// hist is the packed histogram. A window recorded without one (a
-	// hand-made test snapshot) keeps its own three quantiles in it
-	// instead, as uvarints (float64 bits for a metric), and noHist is set.
+	seq uint64
+	snapshot.Totals
+	histFirst, histLast int32
+	// hist is the packed histogram (snapshot.PackHistogram). A window
+	// recorded without one (a hand-made test snapshot) keeps its own
+	// three quantiles in it instead, as uvarints (float64 bits for a
+	// metric), and noHist is set.
 	hist   []byte
 	noHist bool
 }
@@ -116,8 +116,7 @@ func (w *seriesWin) quantiles(metric bool) (q [3]float64) {
 }
 
 type aggScratch struct {
-	merger merger
-	withH  []*seriesWin
+	acc snapshot.Accumulator
 }
 
 func newHistory() *history {
@@ -366,14 +365,10 @@ func (h *history) release() {
 }
 
 func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
-	w := seriesWin{seq: seq, count: s.Count, errors: s.Errors, over: s.OverBudget}
-	var qs [3]uint64
+	w := seriesWin{seq: seq, Totals: s.Totals()}
+	qs := [3]uint64{s.P50Ns, s.P90Ns, s.P99Ns}
 	if s.IsMetric() {
-		w.sum, w.min, w.max = uint64(s.Sum), uint64(s.Min), uint64(s.Max)
 		qs = [3]uint64{math.Float64bits(s.P50), math.Float64bits(s.P90), math.Float64bits(s.P99)}
-	} else {
-		w.sum, w.min, w.max = s.SumNs, s.MinNs, s.MaxNs
-		qs = [3]uint64{s.P50Ns, s.P90Ns, s.P99Ns}
 	}
 	if len(s.Histogram) == 0 {
 		w.noHist = true
@@ -384,7 +379,7 @@ func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 	}
 	{
 		var ok bool
-		w.hist, w.histFirst, w.histLast, ok = packHist(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
+		w.hist, w.histFirst, w.histLast, ok = snapshot.PackHistogram(make([]byte, 0, 2*len(s.Histogram)+8), s.Histogram)
 		if !ok {
 			// Not sorted, or a bucket twice (a hand-made snapshot): pack
 			// a sorted copy with each bucket once.
@@ -392,14 +387,14 @@ func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
 			snapshot.SortBuckets(h)
 			j := 0
 			for i := range h {
-				if j > 0 && ord(&h[j-1]) == ord(&h[i]) {
+				if j > 0 && h[j-1].Ord() == h[i].Ord() {
 					h[j-1].Count += h[i].Count
 					continue
 				}
 				h[j] = h[i]
 				j++
 			}
-			w.hist, w.histFirst, w.histLast, _ = packHist(w.hist[:0], h[:j])
+			w.hist, w.histFirst, w.histLast, _ = snapshot.PackHistogram(w.hist[:0], h[:j])
 		}
 	}
 	return w
@@ -533,67 +528,34 @@ func (h *history) aggregateAll(over time.Duration) ([]snapshot.Series, time.Dura
 func (h *history) aggregate(sc *aggScratch, out, cur *snapshot.Series, sh *seriesHist, first uint64, covered time.Duration) {
 	*out = *cur
 	out.Histogram = nil
-	out.Count, out.Errors, out.OverBudget, out.Rate, out.ErrorRatio = 0, 0, 0, 0, 0
-	out.SumNs, out.MinNs, out.MaxNs, out.P50Ns, out.P90Ns, out.P99Ns = 0, 0, 0, 0, 0, 0
-	out.Sum, out.Min, out.Max, out.P50, out.P90, out.P99 = 0, 0, 0, 0, 0, 0
 	k := len(sh.wins)
 	for k > 0 && sh.wins[k-1].seq >= first {
 		k--
 	}
 	wins := sh.wins[k:]
-	if len(wins) == 0 {
-		return
-	}
 	metric := cur.IsMetric()
-	var sum uint64
-	var isum int64
-	minU, maxU := uint64(math.MaxUint64), uint64(0)
-	minI, maxI := int64(math.MaxInt64), int64(math.MinInt64)
-	withHist := sc.withH[:0]
-	defer func() { clear(withHist); sc.withH = withHist[:0] }()
+	a := &sc.acc
+	a.Reset(metric)
 	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
-	// Windows recorded without their histogram (hand-written test input)
-	// cannot be merged: each contributes its own quantiles as a bound.
-	noHist := [3]float64{math.Inf(-1), math.Inf(-1), math.Inf(-1)}
 	for j := range wins {
 		w := &wins[j]
-		out.Count += w.count
-		out.Errors += w.errors
-		out.OverBudget += w.over
-		if metric {
-			isum += int64(w.sum)
-			minI, maxI = min(minI, int64(w.min)), max(maxI, int64(w.max))
-		} else {
-			sum += w.sum
-			minU, maxU = min(minU, w.min), max(maxU, w.max)
+		a.AddTotals(&w.Totals)
+		if w.noHist {
+			// Windows recorded without their histogram (hand-written
+			// test input) cannot be merged: each contributes its own
+			// quantiles as a bound.
+			a.Bound(w.quantiles(metric))
+			continue
 		}
-		if !w.noHist {
-			withHist = append(withHist, w)
-			lo, hi = min(lo, w.histFirst), max(hi, w.histLast)
-		} else {
-			for q, v := range w.quantiles(metric) {
-				noHist[q] = max(noHist[q], v)
+		lo, hi = min(lo, w.histFirst), max(hi, w.histLast)
+	}
+	if lo <= hi {
+		a.Reserve(int64(lo), int64(hi))
+		for j := range wins {
+			if w := &wins[j]; !w.noHist {
+				a.AddPacked(w.hist, w.histFirst)
 			}
 		}
 	}
-	out.SetRates(covered)
-	var mn, mx float64
-	if metric {
-		mn, mx = float64(minI), float64(maxI)
-	} else {
-		mn, mx = float64(minU), float64(maxU)
-	}
-	qs := noHist
-	if len(withHist) > 0 {
-		merged := sc.merger.quantiles(withHist, int64(lo), int64(hi), mn, mx, metric, &snapshot.Quantiles)
-		for q := range qs {
-			qs[q] = max(qs[q], merged[q])
-		}
-	}
-	if metric {
-		out.Sum, out.Min, out.Max = isum, minI, maxI
-	} else {
-		out.SumNs, out.MinNs, out.MaxNs = sum, minU, maxU
-	}
-	out.SetQuantiles(qs)
+	a.Into(out, covered)
 }

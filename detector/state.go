@@ -326,7 +326,7 @@ func appendSeries(b []byte, series map[string]*seriesHist) []byte {
 		b = binary.AppendUvarint(b, uint64(len(sh.wins)))
 		for i := range sh.wins {
 			w := &sh.wins[i]
-			for _, v := range [...]uint64{w.seq, w.count, w.errors, w.sum, w.over, w.min, w.max} {
+			for _, v := range [...]uint64{w.seq, w.Count, w.Errors, w.Sum, w.OverBudget, w.Min, w.Max} {
 				b = binary.AppendUvarint(b, v)
 			}
 			b = binary.AppendVarint(b, int64(w.histFirst))
@@ -387,7 +387,7 @@ func readSeries(b []byte) (map[string]*seriesHist, error) {
 		sh.wins = make([]seriesWin, nw)
 		for i := range sh.wins {
 			w := &sh.wins[i]
-			for _, p := range [...]*uint64{&w.seq, &w.count, &w.errors, &w.sum, &w.over, &w.min, &w.max} {
+			for _, p := range [...]*uint64{&w.seq, &w.Count, &w.Errors, &w.Sum, &w.OverBudget, &w.Min, &w.Max} {
 				if *p, err = uv(); err != nil {
 					return nil, err
 				}

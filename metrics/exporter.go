@@ -125,15 +125,15 @@ type Exporter struct {
 	bd         builder
 	dropAbsent atomic.Bool // SetDropAbsent
 
-	events, ringbufDrops, statsFull, shortEvents, overruns, overrunsDropped, overrunsQueueDropped, snapshots prometheus.Counter
-	readErrors, histogramFull, namesTruncated, quotaOther, namesFull, extremesDropped, recursionMisses       prometheus.Counter
-	seriesGauge, lastSnapshot, seriesCapacity, seriesLive, mapBytes                                          prometheus.Gauge
-	readDuration, evalDuration                                                                               prometheus.Histogram
-	ruleErrors                                                                                               *prometheus.CounterVec
-	sourceEvents, sourceHits, sourceLost                                                                     *prometheus.CounterVec
-	sourceSilent                                                                                             *prometheus.GaugeVec
-	userFiles                                                                                                *prometheus.CounterVec
-	symbolizerBytes                                                                                          prometheus.Gauge
+	// stats export snapshot.StatFields, one metric each.
+	stats                                []statMetric
+	overruns, snapshots                  prometheus.Counter
+	seriesGauge, lastSnapshot            prometheus.Gauge
+	readDuration, evalDuration           prometheus.Histogram
+	ruleErrors                           *prometheus.CounterVec
+	sourceEvents, sourceHits, sourceLost *prometheus.CounterVec
+	sourceSilent                         *prometheus.GaugeVec
+	userFiles                            *prometheus.CounterVec
 }
 
 // NewExporter returns an Exporter with its collectors registered.
@@ -189,26 +189,10 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "spanwatch_" + name, Help: help})
 	}
-	e.events = c("events_total", "Span events the BPF programs aggregated.")
-	e.ringbufDrops = c("ringbuf_drops_total", "Overrun records lost because the ring buffer was full.")
-	e.statsFull = c("stats_map_full_total", "Values not aggregated because the kernel had no room for a new series.")
-	e.readErrors = c("read_errors_total", "Payloads or probe arguments the BPF programs could not read: spans lost.")
-	e.histogramFull = c("histogram_full_total", "Values counted in their series but left out of its histogram: no free histogram cell.")
-	e.namesTruncated = c("span_names_truncated_total", "Span names cut to 127 bytes, on a UTF-8 character boundary.")
-	e.quotaOther = c("series_quota_overflow_total", "Values counted in a workload's (other) series because it held its series quota (per workload: a pod, a container, a systemd unit, or a delegated cgroup with every cgroup below it).")
-	e.namesFull = c("names_full_total", "New series whose name did not fit in the kernel's names map.")
-	e.extremesDropped = c("extremes_dropped_total", "Updates of a series' min or max the kernel gave up after losing their compare-and-swap race 8 times: that window's min or max may miss the value (its count, sum and histogram have it).")
-	e.recursionMisses = c("recursion_misses_total", "Program runs the kernel skipped because a BPF program was already running on the CPU: spans lost.")
-	e.shortEvents = c("short_events_total", "Span event payloads shorter than struct span_event.")
 	e.overruns = c("overruns_total", "Overrun records (slow spans with stacks) received.")
-	e.overrunsDropped = c("overruns_dropped_total", "Overrun records read but not kept for lack of room.")
-	e.overrunsQueueDropped = c("overruns_queue_dropped_total", "Overrun records read from the ring buffer but dropped: the queue to the worker that symbolizes and delivers them was full.")
 	e.snapshots = c("snapshots_total", "Snapshots observed.")
 	e.seriesGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series", Help: "Span series exported."})
 	e.lastSnapshot = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_last_snapshot_timestamp_seconds", Help: "End of the last snapshot's window, Unix time."})
-	e.seriesCapacity = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_capacity", Help: "Series (name, cgroup, labels) the kernel can hold; it does not depend on the CPU count."})
-	e.seriesLive = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_series_live", Help: "Series the kernel holds now."})
-	e.mapBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_bpf_map_bytes", Help: "Memory the aggregation core's BPF maps take now (fdinfo's memlock from Linux 6.4, else at least the maps' estimated size: docs/memory.md)."})
 	durBuckets := prometheus.ExponentialBuckets(0.0001, 4, 10) // 100 µs .. 26 s
 	e.readDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_snapshot_read_duration_seconds", Help: "Time taken to read the BPF maps into a snapshot.", Buckets: durBuckets})
 	e.evalDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "spanwatch_evaluation_duration_seconds", Help: "Time taken to evaluate all rules and policies over a snapshot.", Buckets: durBuckets})
@@ -227,7 +211,6 @@ func NewExporter(cfg Config) (*Exporter, error) {
 	e.userFiles = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_user_file_limits_total",
 		Help: "Files users control (binaries, debug files, perf maps, their processes' /proc files) refused or read only in part, by reason: symlink, not_regular, owner, access, too_large, timeout, busy, and the parsing caps (section_size, decompressed_size, symbols, line_rows, module_memory, memory, perf_map_size, ...)."},
 		[]string{"reason"})
-	e.symbolizerBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: "spanwatch_symbolizer_bytes", Help: "Memory the symbolizer's tables, perf maps and lookup caches take."})
 	e.ruleErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "spanwatch_rule_errors_total", Help: "Rule or policy evaluations that failed."}, []string{"rule"})
 	bi := buildinfo.Get()
 	buildInfo := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -236,12 +219,19 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	}, func() float64 { return 1 })
 
-	for _, col := range []prometheus.Collector{
-		e.events, e.ringbufDrops, e.statsFull, e.shortEvents, e.overruns, e.overrunsDropped, e.overrunsQueueDropped, e.snapshots,
-		e.readErrors, e.histogramFull, e.namesTruncated, e.quotaOther, e.namesFull, e.extremesDropped, e.recursionMisses,
-		e.seriesGauge, e.lastSnapshot, e.seriesCapacity, e.seriesLive, e.mapBytes, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
-		e.sourceHits, e.sourceLost, e.sourceSilent, e.userFiles, e.symbolizerBytes, buildInfo,
-	} {
+	stats, err := newStatMetrics()
+	if err != nil {
+		return nil, err
+	}
+	e.stats = stats
+	cols := []prometheus.Collector{
+		e.overruns, e.snapshots, e.seriesGauge, e.lastSnapshot, e.readDuration, e.evalDuration, e.ruleErrors, e.sourceEvents,
+		e.sourceHits, e.sourceLost, e.sourceSilent, e.userFiles, buildInfo,
+	}
+	for i := range e.stats {
+		cols = append(cols, e.stats[i].collector())
+	}
+	for _, col := range cols {
 		if err := e.reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -280,17 +270,10 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	e.view.Store(v)
 	e.seriesGauge.Set(float64(len(v.series)))
 
-	e.events.Add(float64(s.Stats.Events))
-	e.ringbufDrops.Add(float64(s.Stats.RingbufDrops))
-	e.statsFull.Add(float64(s.Stats.StatsFull))
-	e.shortEvents.Add(float64(s.Stats.ShortEvents))
-	e.readErrors.Add(float64(s.Stats.ReadErrors))
-	e.histogramFull.Add(float64(s.Stats.HistogramFull))
-	e.namesTruncated.Add(float64(s.Stats.NamesTruncated))
-	e.quotaOther.Add(float64(s.Stats.QuotaOther))
-	e.namesFull.Add(float64(s.Stats.NamesFull))
-	e.extremesDropped.Add(float64(s.Stats.ExtremesDropped))
-	e.recursionMisses.Add(float64(s.Stats.RecursionMisses))
+	for i := range e.stats {
+		e.stats[i].observe(&s.Stats)
+	}
+
 	for k, v := range s.Stats.SourceEvents {
 		src, reason, _ := strings.Cut(k, "/")
 		e.sourceEvents.WithLabelValues(src, reason).Add(float64(v))
@@ -313,17 +296,7 @@ func (e *Exporter) Observe(s *snapshot.Snapshot) {
 	for reason, v := range s.Stats.UserFiles {
 		e.userFiles.WithLabelValues(reason).Add(float64(v))
 	}
-	e.symbolizerBytes.Set(float64(s.Stats.SymbolizerBytes))
-	if s.Stats.SeriesCapacity > 0 {
-		e.seriesCapacity.Set(float64(s.Stats.SeriesCapacity))
-		e.seriesLive.Set(float64(s.Stats.SeriesLive))
-	}
-	if s.Stats.BPFMapBytes > 0 {
-		e.mapBytes.Set(float64(s.Stats.BPFMapBytes))
-	}
 	e.overruns.Add(float64(len(s.Overruns)))
-	e.overrunsDropped.Add(float64(s.Stats.OverrunsDropped))
-	e.overrunsQueueDropped.Add(float64(s.Stats.OverrunsQueueDropped))
 	e.snapshots.Inc()
 	e.readDuration.Observe(float64(s.Stats.ReadNs) / 1e9)
 	if !s.Time.IsZero() {

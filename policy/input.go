@@ -39,6 +39,14 @@ type InputValue struct{ v ast.Value }
 //	  "stats": {"events": ..., "ringbuf_drops": ..., ...}
 //	}
 //
+// input.stats holds every number of the snapshot's stats, by its JSON
+// name (snapshot.StatFields): events, ringbuf_drops, stats_full,
+// histogram_full, names_truncated, quota_other, names_full,
+// extremes_dropped, symbolizer_bytes, recursion_misses, series_live,
+// series_capacity, bpf_map_bytes, short_events, read_errors,
+// overruns_dropped and overruns_queue_dropped, each 0 when the snapshot
+// has none.
+//
 // by_span indexes the same series by span name, so a policy about one span
 // looks its series up (input.by_span.checkout) instead of scanning them
 // all.
@@ -91,14 +99,27 @@ func NewBatch(s *snapshot.Snapshot) *Batch {
 		item(kWindowSeconds, ast.FloatNumberTerm(float64(s.WindowNs)/1e9)),
 		item(kHost, strTerm(s.Host)),
 		item(kOverruns, ast.ArrayTerm(overruns...)),
-		item(kStats, ast.ObjectTerm(
-			item(ast.StringTerm("events"), uintTerm(st.Events)),
-			item(ast.StringTerm("ringbuf_drops"), uintTerm(st.RingbufDrops)),
-			item(ast.StringTerm("stats_full"), uintTerm(st.StatsFull)),
-			item(ast.StringTerm("short_events"), uintTerm(st.ShortEvents)),
-			item(ast.StringTerm("overruns_dropped"), uintTerm(st.OverrunsDropped)),
-		)),
+		item(kStats, statsTerm(&st)),
 	}}
+}
+
+// statKeys are the keys of input.stats: snapshot.StatFields' names.
+var statKeys = func() []*ast.Term {
+	k := make([]*ast.Term, len(snapshot.StatFields))
+	for i, f := range snapshot.StatFields {
+		k[i] = ast.StringTerm(f.Name)
+	}
+	return k
+}()
+
+// statsTerm is input.stats: every number of snapshot.StatFields, by its
+// JSON name.
+func statsTerm(st *snapshot.Stats) *ast.Term {
+	items := make([][2]*ast.Term, len(snapshot.StatFields))
+	for i, f := range snapshot.StatFields {
+		items[i] = item(statKeys[i], uintTerm(f.Get(st)))
+	}
+	return ast.ObjectTerm(items...)
 }
 
 // Input returns policy p's input with series, the snapshot's series

@@ -205,6 +205,30 @@ alerts contains {"labels": {"alertname": "Shape", "span": s.span}, "annotations"
 	}
 }
 
+// TestInputStats: input.stats holds every number of the snapshot's stats
+// by its JSON name (snapshot.StatFields), zeros included.
+func TestInputStats(t *testing.T) {
+	cfg, err := writePolicy(t, `package spanwatch
+
+alerts contains {"labels": {"alertname": "Stats"}, "annotations": {
+	"summary": sprintf("%v %v %v %v %v %v", [count(input.stats), input.stats.series_live, input.stats.series_capacity, input.stats.read_errors, input.stats.overruns_queue_dropped, input.stats.names_full])
+}} if {
+	input.stats.ringbuf_drops == 0
+}
+`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &snapshot.Snapshot{Stats: snapshot.Stats{SeriesLive: 7, SeriesCapacity: 4096, ReadErrors: 2, OverrunsQueueDropped: 1}}
+	got, err := cfg.Policies[0].Eval(context.Background(), Input(snap))
+	if err != nil || len(got) != 1 {
+		t.Fatalf("eval = %v, %v", got, err)
+	}
+	if want := "17 7 4096 2 1 0"; got[0].Annotations["summary"] != want {
+		t.Errorf("summary = %q, want %q", got[0].Annotations["summary"], want)
+	}
+}
+
 func TestInputBySpan(t *testing.T) {
 	cfg, err := writePolicy(t, `package spanwatch
 

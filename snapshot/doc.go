@@ -8,4 +8,8 @@
 // LineWriter writes snapshots as JSON lines of bounded length (a long one
 // in parts, each a line); Reader reads them back whole; Encode streams a
 // snapshot's indented form item by item.
+//
+// It owns the window maths: an Accumulator combines series (the windows
+// of a rule's range, a series counted twice in one window) and Quantile's
+// rule takes every quantile, of one window's histogram or of merged ones.
 package snapshot

@@ -255,36 +255,42 @@ func ValueBucketAt(i int32, negative bool, count uint64) Bucket {
 	return Bucket{Index: i, Negative: negative, Low: lo, High: hi, Count: count}
 }
 
-// less orders buckets by the values they hold: negative buckets from the
-// most negative, the zero bucket, positive buckets upwards.
-func less(a, b *Bucket) bool {
-	ka, kb := order(a), order(b)
-	if ka != kb {
-		return ka < kb
-	}
-	if a.Negative {
-		return a.Index > b.Index
-	}
-	return a.Index < b.Index
-}
-
-func order(b *Bucket) int {
+// Ord is the bucket's place in the order of the values buckets hold (the
+// order of SortBuckets), as one integer: the zero bucket is -2^19,
+// negative buckets are -2^20 - Index, positive ones Index. The detector
+// packs its windows' histograms by ord; an Accumulator merges by ord.
+func (b *Bucket) Ord() int64 {
 	switch {
-	case b.Negative:
-		return 0
 	case b.Zero:
-		return 1
+		return ordZero
+	case b.Negative:
+		return ordNegBase - int64(b.Index)
 	}
-	return 2
+	return int64(b.Index)
 }
 
-func same(a, b *Bucket) bool {
-	return a.Zero == b.Zero && a.Negative == b.Negative && (a.Zero || a.Index == b.Index)
+const (
+	ordZero    = -(1 << 19)
+	ordNegBase = -(1 << 20)
+)
+
+// OrdBucket returns the bucket of ord o holding count values, of a metric
+// or of durations.
+func OrdBucket(o int64, count uint64, metric bool) Bucket {
+	switch {
+	case o == ordZero:
+		return Bucket{Zero: true, Low: 0, High: 1, Count: count}
+	case o < ordZero:
+		return ValueBucketAt(int32(ordNegBase-o), true, count)
+	case metric:
+		return ValueBucketAt(int32(o), false, count)
+	}
+	return DurationBucketAt(int32(o), count)
 }
 
 // SortBuckets sorts buckets by the values they hold.
 func SortBuckets(h []Bucket) {
-	sort.Slice(h, func(i, j int) bool { return less(&h[i], &h[j]) })
+	sort.Slice(h, func(i, j int) bool { return h[i].Ord() < h[j].Ord() })
 }
 
 // MergeHistogram adds src's counts to dst bucket by bucket and returns the
@@ -297,14 +303,14 @@ func MergeHistogram(dst, src []Bucket) []Bucket {
 	out := make([]Bucket, 0, len(dst)+len(src))
 	i, j := 0, 0
 	for i < len(dst) && j < len(src) {
-		switch {
-		case same(&dst[i], &src[j]):
+		switch od, os := dst[i].Ord(), src[j].Ord(); {
+		case od == os:
 			b := dst[i]
 			b.Count += src[j].Count
 			out = append(out, b)
 			i++
 			j++
-		case less(&dst[i], &src[j]):
+		case od < os:
 			out = append(out, dst[i])
 			i++
 		default:
@@ -323,56 +329,91 @@ func MergeHistogram(dst, src []Bucket) []Bucket {
 // exact extremes, which it returns themselves for the first and last rank.
 // It returns 0 for an empty histogram, never NaN.
 //
-// Quantile is the rule; what walks merged counts without building the
-// histogram (the detector's ranges) applies it through QuantileRank and
-// RankValue.
+// Quantile is the rule; HistogramQuantiles and the Accumulator (which
+// walks merged counts without building the histogram) apply it through
+// the same walk (rankWalk).
 func Quantile(h []Bucket, q float64, min, max float64) float64 {
+	qs := [1]float64{q}
+	return walkQuantiles(h, qs[:], min, max)[0]
+}
+
+// walkQuantiles returns the quantiles qs (ascending, at most 3) of a
+// sorted histogram, by the rule of Quantile, in one walk.
+func walkQuantiles(h []Bucket, qs []float64, min, max float64) (out [3]float64) {
 	var n uint64
 	for i := range h {
 		n += h[i].Count
 	}
 	if n == 0 {
-		return 0
+		return out
 	}
-	rank := QuantileRank(q, n)
-	if min <= max && (rank == 1 || rank == n) {
-		return RankValue(rank, n, 0, min, max) // the exact extreme
-	}
-	var seen uint64
-	for i := range h {
-		seen += h[i].Count
-		if seen < rank {
-			continue
+	var w rankWalk
+	w.start(n, qs, min, max)
+	for i := 0; i < len(h) && !w.done(); i++ {
+		if w.step(h[i].Count) {
+			w.take(Midpoint(&h[i]))
 		}
-		return RankValue(rank, n, Midpoint(&h[i]), min, max)
 	}
-	return max
+	for ; w.next < w.k; w.next++ {
+		w.out[w.next] = max
+	}
+	return w.out
 }
 
-// QuantileRank is the rank of the q-quantile among n > 0 values (nearest
-// rank): ceil(q*n), at least 1 and at most n.
-func QuantileRank(q float64, n uint64) uint64 {
-	r := uint64(math.Ceil(q*float64(n) - 1e-9))
-	return min(max(r, 1), n)
+// A rankWalk takes quantiles of n values counted bucket by bucket, in the
+// order of the values the buckets hold: the value of rank ceil(q*n) (at
+// least 1, at most n) is the midpoint of the bucket that holds that rank,
+// clamped to the exact extremes [mn, mx], and the extremes themselves for
+// the first and last rank; mn > mx means the extremes are not known, and
+// the midpoint is taken as it is. It is the one quantile rule: Quantile,
+// HistogramQuantiles and the Accumulator walk with it.
+type rankWalk struct {
+	n, seen uint64
+	ranks   [3]uint64
+	k, next int
+	mn, mx  float64
+	out     [3]float64
 }
 
-// RankValue is the value of rank among n values, mid being the estimate
-// of a value in the bucket that holds that rank (Midpoint): the exact
-// extremes themselves for the first and last rank, else mid clamped to
-// [min, max]. min > max means the extremes are not known: mid is
-// returned as it is.
-func RankValue(rank, n uint64, mid, min, max float64) float64 {
-	if min > max {
-		return mid
+// start readies the walk for the quantiles qs (ascending, at most 3) of
+// n > 0 values.
+func (w *rankWalk) start(n uint64, qs []float64, mn, mx float64) {
+	*w = rankWalk{n: n, k: len(qs), mn: mn, mx: mx}
+	for i, q := range qs {
+		r := uint64(math.Ceil(q*float64(n) - 1e-9))
+		w.ranks[i] = min(max(r, 1), n)
 	}
-	switch rank {
-	case 1:
-		return min
-	case n:
-		return max
-	}
-	return math.Min(math.Max(mid, min), max)
 }
+
+// step counts the next bucket's c values and reports whether a quantile
+// falls in it: then take must be given the bucket's midpoint.
+func (w *rankWalk) step(c uint64) bool {
+	w.seen += c
+	return w.next < w.k && w.ranks[w.next] <= w.seen
+}
+
+// take sets the quantiles that fall in the bucket just counted, mid being
+// its midpoint (Midpoint).
+func (w *rankWalk) take(mid float64) {
+	for w.next < w.k && w.ranks[w.next] <= w.seen {
+		v := mid
+		if w.mn <= w.mx {
+			switch w.ranks[w.next] {
+			case 1:
+				v = w.mn
+			case w.n:
+				v = w.mx
+			default:
+				v = math.Min(math.Max(mid, w.mn), w.mx)
+			}
+		}
+		w.out[w.next] = v
+		w.next++
+	}
+}
+
+// done reports whether every quantile is taken.
+func (w *rankWalk) done() bool { return w.next >= w.k }
 
 // Midpoint estimates a value in b: the geometric midpoint of its real
 // bounds, then clamped to the integers the bucket holds.

@@ -11,11 +11,8 @@ var Quantiles = [3]float64{0.50, 0.90, 0.99}
 
 // HistogramQuantiles returns the Quantiles of the values h holds, clamped
 // to the exact extremes [min, max] (Quantile; min > max: not clamped).
-func HistogramQuantiles(h []Bucket, min, max float64) (q [3]float64) {
-	for i, p := range Quantiles {
-		q[i] = Quantile(h, p, min, max)
-	}
-	return q
+func HistogramQuantiles(h []Bucket, min, max float64) [3]float64 {
+	return walkQuantiles(h, Quantiles[:], min, max)
 }
 
 // SetQuantiles sets s's quantile fields to q (in the order of Quantiles):
@@ -28,6 +25,17 @@ func (s *Series) SetQuantiles(q [3]float64) {
 		return
 	}
 	s.P50Ns, s.P90Ns, s.P99Ns = uint64(math.Round(q[0])), uint64(math.Round(q[1])), uint64(math.Round(q[2]))
+}
+
+// SetHistogramQuantiles sets s's quantiles from its own histogram,
+// clamped to its exact extremes (MinNs and MaxNs for a span, Min and Max
+// for an argument metric): what a window's series holds.
+func (s *Series) SetHistogramQuantiles() {
+	if s.IsMetric() {
+		s.SetQuantiles(HistogramQuantiles(s.Histogram, float64(s.Min), float64(s.Max)))
+		return
+	}
+	s.SetQuantiles(HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
 }
 
 // SetRates sets s.Rate, its count per second over covered (the time its

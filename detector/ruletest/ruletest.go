@@ -449,7 +449,7 @@ func (in Series) latencies(s *snapshot.Series) error {
 		return fmt.Errorf("count %d, but the latencies add up to %d spans", in.Count, n)
 	}
 	s.Count = n
-	s.SetQuantiles(snapshot.HistogramQuantiles(s.Histogram, float64(s.MinNs), float64(s.MaxNs)))
+	s.SetHistogramQuantiles()
 	return nil
 }
 
