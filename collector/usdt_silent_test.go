@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux
 
 package collector
 
@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 )
 
-const jvm17 = "/usr/lib/jvm/java-17-openjdk-amd64"
+// jvm17 is Debian's OpenJDK 17 for the machine's architecture.
+var jvm17 = "/usr/lib/jvm/java-17-openjdk-" + runtime.GOARCH
 
 // hotJava calls a method in a loop, forever, once it has said ready.
 const hotJava = `public class Hot {
