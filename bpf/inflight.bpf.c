@@ -346,7 +346,7 @@ static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracep
 		return 0;
 	k.exec = g;
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
-	if (w && (w->flags & TARGET_GOROUTINE))
+	if (w && (w->flags & TARGET_GOROUTINE) && g_on_its_stack(g))
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
 	return 0;
 }
