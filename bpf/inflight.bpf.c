@@ -346,7 +346,7 @@ static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracep
 		return 0;
 	k.exec = g;
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
-	if (w && (w->flags & TARGET_GOROUTINE))
+	if (w && (w->flags & TARGET_GOROUTINE) && g_on_its_stack(g))
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
 	return 0;
 }
@@ -637,6 +637,18 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 #define G_SCHED_BP_OLD 13 /* before: lr at 12 is 0 on amd64, and on arm64
 				  * when mcall saved the context (a parked g) */
 
+/* How far below its function's stack pointer a frame pointer may be. On
+ * x86-64 rbp is at or above rsp. Go's arm64 prologue stores the frame
+ * record (x29, x30) at 8 bytes below the new stack pointer and points x29
+ * at it (STP (R29, R30), -8(RSP); SUB $8, RSP, R29: cmd/internal/obj/arm64),
+ * so a parked g's sched.bp, saved by mcall from its caller's frame, is
+ * sched.sp - 8. */
+#if defined(__TARGET_ARCH_arm64)
+#define G_FP_BELOW_SP 8
+#else
+#define G_FP_BELOW_SP 0
+#endif
+
 /*
  * inflight_blocked samples, at each scan, what the clock and sched_switch
  * cannot see: a watched thread that sleeps (or the watched goroutine
@@ -721,9 +733,10 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 	if (!w)
 		return 0;
 	__u64 bp = gw[G_SCHED_BP_NEW];
-	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+	__u64 lo = gw[G_SCHED_SP] - G_FP_BELOW_SP;
+	if (bp < lo || bp >= gw[G_STACK_HI])
 		bp = gw[G_SCHED_BP_OLD];
-	if (bp < gw[G_SCHED_SP] || bp >= gw[G_STACK_HI])
+	if (bp < lo || bp >= gw[G_STACK_HI])
 		return 0;
 	sample_asleep(task, &k, w, now, 0, gw[G_SCHED_PC], bp, 0);
 	return 0;

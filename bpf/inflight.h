@@ -157,6 +157,14 @@ static __always_inline __u64 task_g(void *task, __s64 off, int current)
 		return 0;
 	return g;
 }
+
+/* g_on_its_stack: see the arm64 one. On x86-64 the Go runtime sets the
+ * TLS g and the stack pointer in one straight run of instructions
+ * (runtime.gogo), so a thread is never seen between the two. */
+static __always_inline int g_on_its_stack(__u64 g)
+{
+	return 1;
+}
 #elif defined(__TARGET_ARCH_arm64)
 /* The arm64 thread pointer of a task, TPIDR_EL0: where its thread-local
  * storage begins (after a 16-byte thread control block). The kernel
@@ -246,6 +254,37 @@ static __always_inline __u64 task_g(void *task, __s64 off, int current)
 		    : bpf_copy_from_user_task(&g, sizeof(g), (void *)(tp + off), task, 0))
 		return 0;
 	return g;
+}
+
+/* The start of the Go runtime's struct g: its stack bounds, [lo, hi). */
+struct g_stack {
+	__u64 lo, hi;
+};
+
+/* g_on_its_stack reports whether the current thread, found running g
+ * (task_g), runs on g's own stack. runtime.gogo sets g (x28, and TLS
+ * with cgo: save_g) before it switches from the scheduler's stack (g0) to
+ * g's, through a call (BL runtime.save_g) that qemu's TCG ends a
+ * translated block at, so the CPU clock lands there: a sample would be
+ * the scheduler's stack (gogo, runtime.schedule, ...) taken as g's. The
+ * frame pointer tells: it is on g's stack, or, in the vDSO that Go calls
+ * on the g0 stack with g kept (runtime.nanotime1, walltime), its frame
+ * record links to the Go caller's frame on g's stack; in gogo both are
+ * the scheduler's (runtime.execute's frame, then runtime.schedule's). */
+static __always_inline int g_on_its_stack(__u64 g)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct g_stack st;
+	__u64 fp = 0, up = 0;
+
+	if (!regs || bpf_probe_read_kernel(&fp, sizeof(fp), &PT_REGS_FP(regs)) ||
+	    bpf_probe_read_user(&st, sizeof(st), (void *)g))
+		return 0;
+	if (fp >= st.lo && fp < st.hi)
+		return 1;
+	if (!fp || bpf_probe_read_user(&up, sizeof(up), (void *)fp))
+		return 0;
+	return up >= st.lo && up < st.hi;
 }
 #endif
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,11 @@ func TestStuckSpan(t *testing.T) {
 		via string
 		cfg Config
 		// The innermost user frames expected; a thread in a system call
-		// is seen from libc's frameless poll wrapper, which hides slow.
+		// is seen from libc's poll or read wrapper, frameless on x86-64,
+		// which hides slow (its caller's frame is the one the walk
+		// starts from). On arm64 the wrapper keeps a frame record (x29,
+		// x30: its return address into slow), so slow is there too:
+		// [poll slow c b a main] in Debian 12's arm64 glibc.
 		want   []string
 		kernel string // a kernel frame expected, "" for none
 	}{
@@ -203,9 +208,13 @@ func TestStuckSpan(t *testing.T) {
 			if err := w.Scan(); err != nil {
 				t.Fatal(err)
 			}
+			// The thread is watched, with the samples asked for or
+			// fewer: the CPU clock may have taken them all between the
+			// scan and this look (a spinning thread on Debian's 6.1 in
+			// the arm64 VM, where this look takes long under TCG).
 			wantActive := !cfg.NoOnCPU || !cfg.NoOffCPU
-			if tc.mode != "block" && watched(t, w) != 1 || w.Active() != wantActive {
-				t.Fatalf("after the scan: %d threads with samples to take, active %v; want 1, %v", watched(t, w), w.Active(), wantActive)
+			if n := watchedAny(t, w, pid, cfg.Samples); tc.mode != "block" && n != 1 || w.Active() != wantActive {
+				t.Fatalf("after the scan: %d threads watched, active %v; want 1, %v", n, w.Active(), wantActive)
 			}
 			sym := symbolize.New(symbolize.Config{})
 			defer sym.Close()
@@ -247,8 +256,12 @@ func TestStuckSpan(t *testing.T) {
 				}
 				got := functions(ustack)
 				t.Logf("sample %d user: %v", i, got)
-				if i := index(got, tc.want[0]); i < 0 || i > 1 || strings.Join(got[i:i+len(tc.want)], ",") != strings.Join(tc.want, ",") {
-					t.Errorf("sample %d: user stack %v, want %v", i, got, tc.want)
+				want := tc.want
+				if runtime.GOARCH == "arm64" && want[0] != "slow" {
+					want = append([]string{"slow"}, want...)
+				}
+				if j := index(got, want[0]); j < 0 || j > 1 || j+len(want) > len(got) || strings.Join(got[j:j+len(want)], ",") != strings.Join(want, ",") {
+					t.Errorf("sample %d: user stack %v, want %v", i, got, want)
 				}
 				if tc.kernel != "" {
 					kstack, err := sym.Kernel(r.Kstack[:max(0, r.KstackLen)/8])
@@ -320,6 +333,23 @@ func watched(t *testing.T, w *Watcher) int {
 	)
 	for it := w.objs.InflightWatch.Iterate(); it.Next(&k, &target); {
 		if target.Samples > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// watchedAny counts the threads of process pid watched with at most
+// samples left to take, also those whose samples are taken.
+func watchedAny(t *testing.T, w *Watcher, pid uint32, samples int) int {
+	t.Helper()
+	n := 0
+	var (
+		k      bpf.InflightInflightExecKey
+		target bpf.InflightInflightTarget
+	)
+	for it := w.objs.InflightWatch.Iterate(); it.Next(&k, &target); {
+		if target.Pid == pid && target.Samples <= int32(samples) {
 			n++
 		}
 	}
