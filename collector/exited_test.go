@@ -85,7 +85,9 @@ func TestExitedChildFramesNamed(t *testing.T) {
 					funcs = append(funcs, f.Function)
 				}
 			}
-			if got := strings.Join(funcs, ","); got != "slow,work,serve,main" {
+			// On arm64 glibc's start-up code keeps frame records, so the
+			// walk reaches forker's _start; on x86-64 it stops at main.
+			if got := strings.TrimSuffix(strings.Join(funcs, ","), ",_start"); got != "slow,work,serve,main" {
 				t.Errorf("overrun of exited pid %d: frames in forker %q, want slow,work,serve,main (stack %v)", ov.PID, got, ov.UserStack)
 			}
 			if !strings.Contains(ov.StackError, "exited before its maps were read") {
