@@ -8,6 +8,7 @@
 #   test/vm/distro-kernel.sh 6.12      Debian 12's 6.12 (bookworm-security or
 #                                      bookworm-backports), cloud flavour
 #   test/vm/distro-kernel.sh 6.12-rt   the same, PREEMPT_RT
+#   test/vm/distro-kernel.sh 5.10-arm64  Debian 11 for arm64, cloud flavour
 #   test/vm/distro-kernel.sh 6.1-arm64   Debian 12's 6.1 for arm64, cloud flavour
 #   test/vm/distro-kernel.sh 6.12-arm64  Debian 12's 6.12 for arm64, cloud flavour
 #
@@ -37,7 +38,7 @@ security=${SPANWATCH_VM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 log() { printf 'distro-kernel.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-[ $# -eq 1 ] || die "usage: distro-kernel.sh 5.10|6.1|6.12|6.12-rt|6.1-arm64|6.12-arm64"
+[ $# -eq 1 ] || die "usage: distro-kernel.sh 5.10|6.1|6.12|6.12-rt|5.10-arm64|6.1-arm64|6.12-arm64"
 want=$1
 # The architecture of the kernel: a label's -arm64 suffix.
 arch=amd64
@@ -64,6 +65,11 @@ deb $mirror bookworm-backports main"
 deb $mirror bookworm-backports main"
 	pattern='^linux-image-6\.12\.[0-9]+\+(deb12|bpo)-rt-amd64-unsigned$'
 	;;
+5.10-arm64)
+	suites="deb $mirror bullseye main
+deb $security bullseye-security main"
+	pattern='^linux-image-5\.10\.0-[0-9]+-cloud-arm64-unsigned$'
+	;;
 6.1-arm64)
 	suites="deb $mirror bookworm main
 deb $security bookworm-security main"
@@ -74,7 +80,7 @@ deb $security bookworm-security main"
 deb $mirror bookworm-backports main"
 	pattern='^linux-image-6\.12\.[0-9]+\+(deb12|bpo)-cloud-arm64-unsigned$'
 	;;
-*) die "unknown kernel $want: want 5.10, 6.1, 6.12, 6.12-rt, 6.1-arm64 or 6.12-arm64" ;;
+*) die "unknown kernel $want: want 5.10, 6.1, 6.12, 6.12-rt, 5.10-arm64, 6.1-arm64 or 6.12-arm64" ;;
 esac
 command -v apt-get >/dev/null || die "apt-get not found: the distribution kernels come from Debian's archive"
 command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
