@@ -20,8 +20,8 @@ type sdtBuild struct {
 // missing.
 func requireSDT(t testing.TB) map[string]sdtBuild {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the test programs' probes are written for x86-64")
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		t.Skip("the test programs' assembly probes are written for x86-64 and arm64")
 	}
 	builds := map[string]sdtBuild{}
 	// O2-nopie is a non-PIE executable (ET_EXEC): loaded at its

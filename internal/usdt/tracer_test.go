@@ -1,4 +1,4 @@
-//go:build linux && amd64
+//go:build linux && (amd64 || arm64)
 
 package usdt
 
@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -51,6 +52,17 @@ var sdtValues = []uint64{
 
 func u(v int64) uint64 { return uint64(v) }
 
+// asmArgs are the values of sdtprog.c's sw:asmargs, whose argument
+// string is written in each architecture's assembly.
+var asmArgs = map[string][]uint64{
+	// -1@%ah -> 0x88, 8@(%rdx,%rcx,8) and -4@8(%rdx,%rcx,4) -> g_arr[2],
+	// 2@%ax, 8@%rcx.
+	"amd64": {u(-120), u(-30), u(-30), 0x8899, 2},
+	// 8@x1, -4@w1, 8@[x2, -8], 8@[x2] and 8@[x2, 8] -> g_arr[0..2],
+	// -2@[sp, 8] -> -300, -4@-42, -1@x3 -> the low byte of -300.
+	"arm64": {0x11223344fffffff6, u(-10), 10, 20, u(-30), u(-300), u(-42), u(-44)},
+}
+
 // expectedArgs gives the argument values each probe's sites carry; probes
 // with several sites (sw:inl) list one tuple per site, in any order.
 func expectedArgs() map[string][][]uint64 {
@@ -65,7 +77,7 @@ func expectedArgs() map[string][][]uint64 {
 		{u(-22), 22},
 		{u(-5000000000123), 4000000000},
 	}
-	m["sw:asmargs"] = [][]uint64{{u(-120), u(-30), u(-30), 0x8899, 2}}
+	m["sw:asmargs"] = [][]uint64{asmArgs[runtime.GOARCH]}
 	m["sw:sem"] = [][]uint64{{u(-777), 0x1122334455667788}}
 	n5 := []uint64{0xabcdef0123456789, u(-31337)}
 	m["sw:nop5"] = [][]uint64{n5, n5, n5} // fired three times

@@ -6,8 +6,11 @@
 #include <stdint.h>
 #include <sys/sdt.h>
 
+/* x86-64 only: elsewhere the probe is sys/sdt.h's plain nop. */
+#if defined(__x86_64__)
 #undef _SDT_NOP
 #define _SDT_NOP nop; .byte 0x0f; .byte 0x1f; .byte 0x44; .byte 0x00; .byte 0x00
+#endif
 
 volatile int32_t g_nop5 = -31337;
 

@@ -2,20 +2,27 @@
  * A USDT test program for internal/usdt's tests, built by the test with
  * sys/sdt.h at -O0 and -O2. It prints "ready", waits for a line on stdin
  * (the test attaches meanwhile), fires every probe once with the values
- * below, prints "done" and exits. usdt_test.go holds the same values.
+ * below, prints "done" and exits. tracer_test.go holds the same values.
  *
  * Probes (provider sw):
  *   aN      N = 0..12 arguments computed at run time (registers at -O2,
  *           stack memory at -O0, and stack memory past the registers)
  *   consts  8 literal constants of every size and sign
- *   mem     8 volatile globals (memory operands, RIP-relative at -O2)
+ *   mem     8 volatile globals (memory operands, RIP-relative at -O2 on
+ *           x86-64)
  *   inl     an always_inline function holding the probe, called from 3
  *           sites with different arguments
- *   asmargs written in assembly: a high-byte register (%ah), a 16-bit
- *           register, and indexed memory operands "(%rdx,%rcx,8)"
- *   badarg  an argument spanwatch cannot read (thread-local, %fs-relative)
+ *   asmargs written in assembly, for each architecture the operands
+ *           GCC's templates rarely produce: on x86-64 a high-byte
+ *           register (%ah), a 16-bit register and indexed memory
+ *           operands "(%rdx,%rcx,8)"; on aarch64 an x and a w register,
+ *           "[xN, -8]", "[xN]", "[xN, 8]", "[sp, 8]", a constant and a
+ *           signed byte of a register
+ *   badarg  an argument spanwatch cannot read: thread-local (%fs-relative)
+ *           on x86-64, register-offset "[x1, x2, lsl 3]" on aarch64
  *   sem     guarded by a semaphore (in sdtsem.c)
- *   nop5    emitted as "nop; nop5" (in sdtnop5.c)
+ *   nop5    emitted as "nop; nop5" on x86-64, a plain nop elsewhere (in
+ *           sdtnop5.c)
  *   swlib:fire  in the shared library libsdtlib.so (sdtlib.c)
  */
 #include <stdint.h>
@@ -57,6 +64,7 @@ static inline __attribute__((always_inline)) void inl(int64_t x, uint32_t y)
 
 int64_t g_arr[4] = {10, 20, -30, 40};
 
+#if defined(__x86_64__)
 __attribute__((noinline)) void asm_fire(void)
 {
 	__asm__ __volatile__(
@@ -69,6 +77,44 @@ __attribute__((noinline)) void asm_fire(void)
 		: "rax", "rcx", "rdx", "memory");
 	__asm__ __volatile__(STAP_PROBE_ASM(sw, badarg, 8@%%fs:0x28) ::: "memory");
 }
+#elif defined(__aarch64__)
+/*
+ * STAP_PROBE_ASM stringifies a single argument, and the commas of
+ * "[x2, -8]" would make it several; given two, it takes the first as the
+ * note's text already written in assembly, as STAP_PROBE_ASM_TEMPLATE
+ * does: ARGS_TEXT writes that.
+ */
+#define ARGS_TEXT(...) ".ascii \"" #__VA_ARGS__ "\"\n", "ARGS_TEXT"
+
+/*
+ * x1 = 0x11223344fffffff6 (w1 = -10), x2 = &g_arr[1], x3 = -300, also
+ * stored at [sp, 8] below a stack pointer lowered by 16 for the probe
+ * (aarch64 has no red zone: the store must be above sp). GCC's templates
+ * name x registers whatever the size, and libbpf knows only x0..x30 and
+ * sp; "-4@w1" is for notes written by hand, which internal/usdt reads as
+ * the low half of x1.
+ */
+__attribute__((noinline)) void asm_fire(void)
+{
+	__asm__ __volatile__(
+		"mov x1, #0xfff6\n\t"
+		"movk x1, #0xffff, lsl #16\n\t"
+		"movk x1, #0x3344, lsl #32\n\t"
+		"movk x1, #0x1122, lsl #48\n\t"
+		"mov x2, %[arr]\n\t"
+		"mov x3, #-300\n\t"
+		"sub sp, sp, #16\n\t"
+		"str x3, [sp, #8]\n\t"
+		STAP_PROBE_ASM(sw, asmargs, ARGS_TEXT(8@x1 -4@w1 8@[x2, -8] 8@[x2] 8@[x2, 8] -2@[sp, 8] -4@-42 -1@x3))
+		"add sp, sp, #16\n\t"
+		:
+		: [arr] "r"(&g_arr[1])
+		: "x1", "x2", "x3", "memory");
+	__asm__ __volatile__(STAP_PROBE_ASM(sw, badarg, ARGS_TEXT(8@[x1, x2, lsl 3])) ::: "memory");
+}
+#else
+#error "sdtprog.c: asm_fire has probes for x86-64 and aarch64 only"
+#endif
 
 __attribute__((noinline)) void fire_all(long seed)
 {
