@@ -65,6 +65,10 @@
  *  - Glob budgets are not matched in the kernel (no bpf_loop): the
  *    collector writes an exact budget for each new name a glob matches,
  *    when it reads the series.
+ *  - On arm64, where the kernel's user stack walk stops at the first Go
+ *    frame (5.10 to 5.13 want frame records 16-byte aligned; Go's are
+ *    8), the marker's program walks the frame records itself
+ *    (ustack_walk).
  */
 #ifndef SPANWATCH_AGGREGATE_H
 #define SPANWATCH_AGGREGATE_H
@@ -1160,6 +1164,54 @@ SW_GLOBAL __u64 series_add(__u32 slot, __u64 v, __u32 how, __u64 name_id, struct
 	return cached;
 }
 
+/*
+ * Linux on arm64 before 5.14 walks a user stack's frame records only while
+ * they are 16-byte aligned (arch/arm64/kernel/perf_callchain.c,
+ * perf_callchain_user: "tail && !((unsigned long)tail & 0xf)"; Debian 11's
+ * 5.10.223 tests x29 with "tst x2, #0xf"); 5.14 relaxed it to 8 bytes
+ * ("arm64: stacktrace: Relax frame record alignment requirement to 8
+ * bytes", in the 5.14 merge window; Debian 12's 6.1.192 tests "#0x7").
+ * Go's arm64 frame record sits 8 bytes below its 16-byte aligned
+ * stack pointer (x29 = RSP - 8), so those kernels refuse the first Go
+ * frame and bpf_get_stack gives the probed pc alone. The compat objects
+ * for arm64 (5.10 to 5.16) then walk the records themselves, as 5.14+
+ * does: from x29, each record {next x29, return address}, 8-byte aligned,
+ * up the stack only.
+ */
+#if defined(SPANWATCH_COMPAT) && defined(__TARGET_ARCH_arm64)
+#define SW_WALK_USER_FRAMES 1
+
+struct user_frame_record {
+	__u64 next;
+	__u64 ret;
+};
+
+/* ustack_walk continues r's user stack from the uprobe's registers when
+ * the kernel's walk gave the pc alone and x29 is 8-byte but not 16-byte
+ * aligned: a frame record the kernel refused. */
+static __always_inline void ustack_walk(const struct pt_regs *regs, struct overrun *r)
+{
+	struct user_frame_record fr;
+	__u64 fp, n = 1;
+
+	if (!regs || r->ustack_len != sizeof(__u64))
+		return;
+	fp = PT_REGS_FP(regs);
+	if (!fp || (fp & 0x7) || !(fp & 0xf))
+		return;
+	for (int i = 1; i < MAX_USTACK; i++) {
+		if (bpf_probe_read_user(&fr, sizeof(fr), (void *)fp))
+			break;
+		r->ustack[i] = fr.ret;
+		n++;
+		if (fr.next <= fp || (fr.next & 0x7))
+			break;
+		fp = fr.next;
+	}
+	r->ustack_len = n * sizeof(__u64);
+}
+#endif
+
 /* An input to series_aggregate. */
 struct agg_in {
 	struct series_key key;
@@ -1176,6 +1228,11 @@ struct agg_in {
 	 * 0: checked against the slot's key before the index is looked up,
 	 * and updated. */
 	__u32 *hint;
+#ifdef SW_WALK_USER_FRAMES
+	/* The user registers at a uprobe (its ctx), or 0: where the kernel's
+	 * walk stops at the first frame, ustack_walk() goes on from them. */
+	const struct pt_regs *uregs;
+#endif
 };
 
 /*
@@ -1266,23 +1323,34 @@ found:;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
 	r->ustack_len = 0;
 	r->kstack_len = 0;
-	if (flags & BUDGET_CAPTURE_USER)
+	if (flags & BUDGET_CAPTURE_USER) {
 		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+#ifdef SW_WALK_USER_FRAMES
+		ustack_walk(in->uregs, r);
+#endif
+	}
 	if (flags & BUDGET_CAPTURE_KERNEL)
 		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
 	bpf_ringbuf_submit(r, 0);
 }
 
 /*
- * span_aggregate_cg ends one span of ev's name in cgroup_id (the cgroup v2
+ * span_aggregate_in ends one span of ev's name in cgroup_id (the cgroup v2
  * id of the task the span ran in): it cuts the name to SPAN_NAME_LEN - 1
  * bytes on a character boundary, hashes it (leaving ev->name NUL-padded)
- * and hands it to series_aggregate. ev may be modified.
+ * and hands it to series_aggregate. uregs is a uprobe's ctx (the user
+ * registers), or 0. ev may be modified.
  */
-static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, __u32 source, __u64 cgroup_id)
+static __always_inline void span_aggregate_in(void *ctx, const struct pt_regs *uregs, struct span_event *ev, __u32 source,
+					      __u64 cgroup_id)
 {
 	struct agg_in in = {};
 
+#ifdef SW_WALK_USER_FRAMES
+	in.uregs = uregs;
+#else
+	(void)uregs;
+#endif
 	name_cut(ev->name);
 	in.key.name_id = span_name_id(ev->name);
 	in.key.cgroup_id = cgroup_id;
@@ -1295,10 +1363,23 @@ static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, 
 	series_aggregate(ctx, &in);
 }
 
+/* span_aggregate_cg is span_aggregate_in outside a uprobe. */
+static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, __u32 source, __u64 cgroup_id)
+{
+	span_aggregate_in(ctx, 0, ev, source, cgroup_id);
+}
+
 /* span_aggregate is span_aggregate_cg for the current task's cgroup. */
 static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u32 source)
 {
 	span_aggregate_cg(ctx, ev, source, bpf_get_current_cgroup_id());
+}
+
+/* span_aggregate_uprobe is span_aggregate at a uprobe, whose ctx holds the
+ * user registers the stack is walked from. */
+static __always_inline void span_aggregate_uprobe(struct pt_regs *ctx, struct span_event *ev, __u32 source)
+{
+	span_aggregate_in(ctx, ctx, ev, source, bpf_get_current_cgroup_id());
 }
 
 #endif

@@ -93,7 +93,7 @@ static __always_inline int on_marker(struct pt_regs *ctx, __u64 ptr)
 		return 0;
 	}
 	inflight_end(&ev);
-	span_aggregate(ctx, &ev, SOURCE_MARKER);
+	span_aggregate_uprobe(ctx, &ev, SOURCE_MARKER);
 	return 0;
 }
 
