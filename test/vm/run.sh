@@ -265,7 +265,7 @@ timeout --kill-after=10 "$timeout_s" "${qemu[@]}" \
 	-serial "file:$console" "${results_port[@]}" &
 qpid=$!
 # Show the tests' output as it comes, unless asked to be quiet.
-if [ -z "${SPANWATCH_VM_QUIET:-}" ]; then
+if [ "${SPANWATCH_VM_QUIET:-0}" = 0 ]; then
 	tail -n +1 -f --pid="$qpid" "$results" | sed -u 's/\r$//' >&2 &
 fi
 set +e
