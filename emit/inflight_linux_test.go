@@ -427,13 +427,13 @@ func inRaceRuntime(frames []snapshot.Frame) bool {
 
 // cutAtStackSwitch reports whether frames is a sample whose walk stopped
 // where the thread had switched stacks with g kept: frames of the vDSO,
-// the runtime functions that call it on the g0 stack (time.now is
-// arm64's: it reads both clocks through the vDSO itself), and the signal
-// handler only.
+// the runtime functions that call it on the g0 stack (time.now and
+// time.runtimeNow are arm64's: they read the clocks through the vDSO
+// themselves), and the signal handler only.
 func cutAtStackSwitch(frames []snapshot.Frame) bool {
 	for _, f := range frames {
 		switch f.Function {
-		case "runtime.nanotime1", "runtime.nanotime", "runtime.walltime", "time.now", "runtime.sigtramp", "runtime.sigtrampgo", "runtime.setg":
+		case "runtime.nanotime1", "runtime.nanotime", "runtime.walltime", "time.now", "time.runtimeNow", "runtime.sigtramp", "runtime.sigtrampgo", "runtime.setg":
 		default:
 			if f.Module != "[vdso]" {
 				return false
