@@ -18,9 +18,10 @@ import (
 // order; each returns nil when the configuration declares none of its
 // kind. A new kind of source is its package (see package source) and one
 // line here. The agent fails on any source that does not attach, rather
-// than run with part of what the file asks for. (The marker and the
-// user_events SDK event are the collector's own, chosen by
-// collector.sources.)
+// than run with part of what the file asks for. (The SDKs' marker and
+// user_event, source/marker and source/sdkevent, are built in to the
+// core's object: collector.New attaches them, as collector.sources
+// chooses.)
 var sourceKinds = []func(ctx context.Context, col *collector.Collector, cfg *config.Config) (source.Source, error){
 	// USDT probes; the collector's in-flight sampler watches their spans
 	// too.

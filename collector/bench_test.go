@@ -23,6 +23,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/source/marker"
 )
 
 // BenchmarkSnapshotRead measures one Snapshot over 10k and 100k series,
@@ -143,12 +144,12 @@ func BenchmarkMarkerVsBareUprobe(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	found, err := findMarker(exeFile)
+	found, err := marker.Find(exeFile)
 	exeFile.Close()
 	if err != nil {
 		b.Fatal(err)
 	}
-	markerOff, semOff := found.off, found.sem
+	markerOff, semOff := found.Off, found.Sem
 	ex, err := link.OpenExecutable(exe)
 	if err != nil {
 		b.Fatal(err)

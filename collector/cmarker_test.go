@@ -5,7 +5,6 @@ package collector
 import (
 	"bufio"
 	"context"
-	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -23,55 +22,25 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/cctest"
+	"github.com/spanwatch/spanwatch/source/marker"
 )
 
-// buildC compiles C sources with cc and args into dir/name, skipping when
-// the compiler is missing.
+// buildC compiles C sources with cc and args into out, skipping where
+// libspanwatch has no marker or the compiler is missing.
 func buildC(t testing.TB, cc, out string, args ...string) string {
 	t.Helper()
 	requireCMarker(t)
-	if _, err := exec.LookPath(cc); err != nil {
-		t.Skipf("%s not installed (Debian package build-essential or clang)", cc)
-	}
-	args = append([]string{"-Wall", "-o", out}, args...)
-	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, b)
-	}
-	return out
+	return cctest.CC(t, cc, out, args...)
 }
 
 // requireCMarker skips where libspanwatch has no marker (it has one on
 // x86-64 and arm64).
 func requireCMarker(t testing.TB) {
 	t.Helper()
-	if nativeMachine == elf.EM_NONE {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
 		t.Skipf("libspanwatch has no marker on %s", runtime.GOARCH)
 	}
-}
-
-// symbolOffset returns the file offset of a symbol of an ELF file.
-func symbolOffset(t testing.TB, path, name string) uint64 {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			off, err := fileOffset(f, s.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return off
-		}
-	}
-	t.Fatalf("%s: no symbol %s", path, name)
-	return 0
 }
 
 // BenchmarkCMarkerConvention compares two ways for libspanwatch's marker
@@ -86,7 +55,7 @@ func symbolOffset(t testing.TB, path, name string) uint64 {
 // kernel's BPF stats.
 func BenchmarkCMarkerConvention(b *testing.B) {
 	requireBPF(b)
-	bin := buildC(b, "gcc", filepath.Join(b.TempDir(), "cmarker"), "-O2", "testdata/cmarker.c")
+	bin := buildC(b, "gcc", filepath.Join(b.TempDir(), "cmarker"), "-O2", "../source/marker/testdata/cmarker.c")
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Fatalf("enable bpf stats: %v", err)
@@ -97,7 +66,7 @@ func BenchmarkCMarkerConvention(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	sem := symbolOffset(b, bin, "spanwatch_probe_")
+	sem := cctest.SymbolOffset(b, bin, "spanwatch_probe_")
 	ex, err := link.OpenExecutable(bin)
 	if err != nil {
 		b.Fatal(err)
@@ -117,7 +86,7 @@ func BenchmarkCMarkerConvention(b *testing.B) {
 	b.ResetTimer()
 	for round := 0; round < 3; round++ {
 		for _, w := range ways {
-			l, err := attachAt(ex, c.marker.multi, w.prog, symbolOffset(b, bin, w.sym), sem)
+			l, err := attachAt(ex, c.objs.uprobeMulti, w.prog, cctest.SymbolOffset(b, bin, w.sym), sem)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -182,137 +151,6 @@ func median(v []float64) float64 {
 		}
 	}
 	return s[len(s)/2]
-}
-
-// TestCMarkerFound: findMarker finds libspanwatch's marker and probe word
-// in binaries built from include/spanwatch.h as projects build them (PIE
-// and not, static, stripped, gcc, clang and g++, a shared library, and a
-// program linked with libspanwatch.a's object), at the offsets of their
-// symbols; and refuses a file that has the magic but no marker where it
-// points.
-func TestCMarkerFound(t *testing.T) {
-	dir := t.TempDir()
-	src := "testdata/cmarker.c"
-	lib := filepath.Join(dir, "libspanwatch.so")
-	cases := []struct {
-		name, cc string
-		args     []string
-		strip    bool
-	}{
-		{"gcc-O2", "gcc", []string{"-O2", src}, false},
-		{"gcc-O0-nopie", "gcc", []string{"-O0", "-fno-pie", "-no-pie", src}, false},
-		{"gcc-static", "gcc", []string{"-O2", "-static", src}, false},
-		{"gcc-stripped", "gcc", []string{"-O2", src}, true},
-		{"gcc-lto", "gcc", []string{"-O2", "-flto", src}, false},
-		{"clang-O2", "clang", []string{"-O2", src}, false},
-		{"gxx", "g++", []string{"-O2", "-x", "c++", src}, false},
-		{"libspanwatch.so", "gcc", []string{"-O2", "-shared", "-fPIC", "../sdk/c/src/spanwatch.c"}, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			out := filepath.Join(dir, tc.name)
-			if tc.name == "libspanwatch.so" {
-				out = lib
-			}
-			buildC(t, tc.cc, out, tc.args...)
-			want := symbolOffset(t, out, "spanwatch_marker_")
-			wantSem := symbolOffset(t, out, "spanwatch_probe_")
-			if tc.strip {
-				if b, err := exec.Command("strip", out).CombinedOutput(); err != nil {
-					t.Fatalf("strip: %v\n%s", err, b)
-				}
-			}
-			f, err := os.Open(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			mk, err := findMarker(f)
-			if err != nil {
-				t.Fatalf("findMarker: %v", err)
-			}
-			if !mk.sysv || mk.off != want || mk.sem != wantSem {
-				t.Errorf("found %+v, want the C marker at file offset 0x%x, its word at 0x%x", mk, want, wantSem)
-			}
-		})
-	}
-	t.Run("magic-without-marker", func(t *testing.T) {
-		// The probe's bytes in a program's data, pointing at its own
-		// data: no nop and ret there, no marker.
-		c := filepath.Join(dir, "fake.c")
-		os.WriteFile(c, []byte(`#include <stdint.h>
-struct p { uint64_t w, m[2]; int64_t rel; uint32_t abi, st; } probe = {0, {0x4365626f72707773ull, ~0x4365626f72707773ull}, -24, 1, 0};
-int main(void) { return (int)probe.w; }
-`), 0o644)
-		out := buildC(t, "gcc", filepath.Join(dir, "fake"), "-O2", c)
-		f, err := os.Open(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if mk, err := findMarker(f); err != errNoMarker {
-			t.Errorf("findMarker: %+v, %v; want errNoMarker", mk, err)
-		}
-	})
-}
-
-// TestCMarkerFoundCross: spanwatch.h's marker in binaries built for the
-// other machine it has one for (AArch64 from x86-64, x86-64 from arm64),
-// with a cross compiler: a collector refuses them (its BPF program reads
-// its own machine's registers), and a collector of their machine finds
-// the marker and the probe word at the offsets of their symbols.
-func TestCMarkerFoundCross(t *testing.T) {
-	requireCMarker(t)
-	for _, cross := range []struct {
-		cc      string
-		machine elf.Machine
-	}{
-		{"aarch64-linux-gnu-gcc", elf.EM_AARCH64},
-		{"x86_64-linux-gnu-gcc", elf.EM_X86_64},
-	} {
-		if cross.machine == nativeMachine {
-			continue
-		}
-		t.Run(cross.machine.String(), func(t *testing.T) {
-			dir := t.TempDir()
-			src := "testdata/cmarker.c"
-			for _, tc := range []struct {
-				name  string
-				args  []string
-				strip bool
-			}{
-				{"O2", []string{"-O2", src}, false},
-				{"static", []string{"-O2", "-static", src}, false},
-				{"stripped", []string{"-O2", src}, true},
-				{"libspanwatch.so", []string{"-O2", "-shared", "-fPIC", "../sdk/c/src/spanwatch.c"}, false},
-			} {
-				t.Run(tc.name, func(t *testing.T) {
-					out := buildC(t, cross.cc, filepath.Join(dir, tc.name), tc.args...)
-					want := symbolOffset(t, out, "spanwatch_marker_")
-					wantSem := symbolOffset(t, out, "spanwatch_probe_")
-					if tc.strip {
-						strip := strings.TrimSuffix(cross.cc, "gcc") + "strip"
-						if b, err := exec.Command(strip, out).CombinedOutput(); err != nil {
-							t.Fatalf("%s: %v\n%s", strip, err, b)
-						}
-					}
-					if mk, err, _ := findMarkerIn(t, out); err != errNoMarker {
-						t.Errorf("a %s collector found %+v, %v in a %s binary; want errNoMarker", nativeMachine, mk, err, cross.machine)
-					}
-					native := nativeMachine
-					nativeMachine = cross.machine
-					mk, err, _ := findMarkerIn(t, out)
-					nativeMachine = native
-					if err != nil {
-						t.Fatalf("findMarker as a %s collector: %v", cross.machine, err)
-					}
-					if !mk.sysv || mk.off != want || mk.sem != wantSem {
-						t.Errorf("found %+v, want the C marker at file offset 0x%x, its word at 0x%x", mk, want, wantSem)
-					}
-				})
-			}
-		})
-	}
 }
 
 // cSeries sums the series of one span name.
@@ -416,7 +254,7 @@ func TestCMarkerScanFindsLibrary(t *testing.T) {
 	}
 	stdin.Close()
 	cmd.Wait()
-	for i := 0; i < markerReleaseScans; i++ {
+	for i := 0; i < marker.ReleaseScans; i++ {
 		c.ScanMarkers()
 	}
 	if slices.Contains(c.MarkerBinaries(), lib) {
@@ -470,7 +308,7 @@ int main(int argc, char **argv) {
 		t.Fatalf("mapper: %q", line)
 	}
 	procDir := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid))
-	libs := mappedLibspanwatch(procDir)
+	libs := marker.MappedLibraries(procDir)
 	if len(libs) != 2 {
 		t.Fatalf("the scan found %v in the process's maps, want the two files", libs)
 	}
@@ -479,21 +317,17 @@ int main(int argc, char **argv) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	before := c.marker.entries()
+	before, links := c.marker.Entries(), c.marker.Links()
 	for _, l := range libs {
-		key, ok, err := c.marker.attachLocked(l, procDir)
-		if err != nil || !ok {
-			t.Errorf("attach %s: ok %v, %v; want a checked file without a marker and no error", l, ok, err)
-		}
-		c.marker.mu.Lock()
-		b := c.marker.binaries[key]
-		c.marker.mu.Unlock()
-		if b == nil || b.link != nil {
-			t.Errorf("%s: remembered %+v, want an entry without a link", l, b)
+		if err := c.marker.AttachFile(l, procDir); err != nil {
+			t.Errorf("attach %s: %v; want a checked file without a marker and no error", l, err)
 		}
 	}
-	if n := c.marker.entries(); n != before+2 {
+	if n := c.marker.Entries(); n != before+2 {
 		t.Errorf("%d binaries remembered, want %d", n, before+2)
+	}
+	if n := c.marker.Links(); n != links {
+		t.Errorf("%d binaries with the marker's uprobe, want %d: the files have no marker", n, links)
 	}
 }
 
@@ -521,7 +355,7 @@ func BenchmarkMappedLibspanwatch(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
 		for _, d := range dirs {
-			mappedLibspanwatch(d)
+			marker.MappedLibraries(d)
 		}
 		t1 := time.Now()
 		c.ScanMarkers()

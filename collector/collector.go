@@ -25,6 +25,8 @@ import (
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/source"
+	"github.com/spanwatch/spanwatch/source/marker"
+	"github.com/spanwatch/spanwatch/source/sdkevent"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -158,8 +160,8 @@ type Collector struct {
 	log  *slog.Logger
 	objs objects
 
-	ue     *userEventsSource
-	marker *markerSource
+	ue     *sdkevent.Source // the SDK's user_event; nil when not attached
+	marker *marker.Source   // the SDKs' marker; nil when not attached
 	rb     *overrunReader
 
 	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
@@ -313,8 +315,11 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		return nil, err
 	}
 
+	// The sources built in to the core's object (bpf/spanwatch.bpf.c);
+	// the agent attaches the configured ones (USDT, tracepoints) beside.
+	sc := c.SourceCore()
 	if cfg.Sources.UserEvents {
-		c.ue, err = attachUserEvents(&c.objs, cfg)
+		c.ue, err = sdkevent.Attach(sc)
 		if err != nil {
 			if !cfg.Sources.Marker {
 				return nil, err
@@ -329,22 +334,12 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 			c.ue = nil
 		}
 	}
-	if cfg.Sources.Marker {
-		c.marker = newMarkerSource(c.objs.UprobeMarker, c.objs.UprobeMarkerSysV, uprobeMulti, cfg)
-		c.log.Info("marker_uprobes", "method", c.marker.method())
-		for _, b := range cfg.MarkerBinaries {
-			if err := c.marker.attachPath(b); err != nil {
-				return nil, fmt.Errorf("marker source: %w", err)
-			}
-		}
-	}
 	c.rb.start()
 	c.startInflight(runCtx)
-	if c.marker != nil {
-		if cfg.ScanInterval > 0 {
-			c.marker.scan()
-			c.wg.Add(1)
-			go func() { defer c.wg.Done(); c.marker.loop(runCtx) }()
+	if cfg.Sources.Marker {
+		c.marker, err = marker.Attach(sc, marker.Config{Binaries: cfg.MarkerBinaries, ScanInterval: cfg.ScanInterval})
+		if err != nil {
+			return nil, err
 		}
 	}
 	_ = ctx
@@ -395,6 +390,7 @@ func loadCore(cfg Config, core kernel.Core, uprobeMulti bool, release string) (o
 			}
 		}
 	}
+	objs.uprobeMulti = uprobeMulti
 	if err != nil {
 		if lerr := kernel.NewLoadError(string(core)+" core", release, err); lerr != nil {
 			cfg.Logger.Debug("bpf_verifier_log", "object", string(core)+" core", "log", kernel.VerifierLog(err))
@@ -412,6 +408,7 @@ type objects struct {
 	UprobeMarkerSysV *ebpf.Program // libspanwatch's marker
 	tp               *ebpf.Program // on perf_tp_event
 	method           string        // "fentry" or "kprobe"
+	uprobeMulti      bool          // the markers are loaded for uprobe_multi links
 }
 
 func (o *objects) close() {
@@ -518,7 +515,7 @@ func (c *Collector) UserEventsAttached() (bool, string) {
 	if c.ue == nil {
 		return false, ""
 	}
-	return true, c.ue.method
+	return true, c.ue.Method()
 }
 
 // MarkerUprobeMethod reports how the marker's uprobes are attached:
@@ -528,7 +525,7 @@ func (c *Collector) MarkerUprobeMethod() string {
 	if c.marker == nil {
 		return ""
 	}
-	return c.marker.method()
+	return c.marker.Method()
 }
 
 // NoUprobeMulti reports whether Config.NoUprobeMulti forces the perf path,
@@ -540,14 +537,14 @@ func (c *Collector) MarkerBinaries() []string {
 	if c.marker == nil {
 		return nil
 	}
-	return c.marker.attached()
+	return c.marker.Binaries()
 }
 
 // ScanMarkers scans /proc for new binaries with the marker now, instead of
 // waiting for the next scan.
 func (c *Collector) ScanMarkers() {
 	if c.marker != nil {
-		c.marker.scan()
+		c.marker.Scan()
 	}
 }
 
@@ -732,10 +729,10 @@ func (c *Collector) Close() error {
 			c.cancel()
 		}
 		if c.marker != nil {
-			c.marker.close()
+			c.marker.Close()
 		}
 		if c.ue != nil {
-			c.ue.close()
+			c.ue.Close()
 		}
 		if c.rb != nil {
 			c.rb.close()

@@ -227,12 +227,6 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-func TestFormatMatchesSDK(t *testing.T) {
-	if SpanEventFormat != emit.Format {
-		t.Fatalf("collector registers %q, the SDK %q", SpanEventFormat, emit.Format)
-	}
-}
-
 func TestCloseIdempotent(t *testing.T) {
 	c := newMarkerCollector(t, Config{})
 	if err := c.Close(); err != nil {

@@ -1,33 +1,18 @@
 // Package collector loads spanwatch's BPF programs, attaches them to the span
 // sources, and turns the kernel's aggregates into snapshots.
 //
-// Sources:
-//
-//   - user_events: the collector registers the span event itself (so the
-//     tracepoint exists before any application starts), attaches fentry on
-//     perf_tp_event (a kprobe where fentry is unavailable) filtered by the
-//     event's id, and opens a counting perf event on the tracepoint on every
-//     CPU, without which perf_tp_event is never reached on that CPU.
-//   - marker: for kernels without user_events, the span SDKs call a marker
-//     function; the collector finds binaries that contain it by scanning
-//     /proc and uprobes the marker in each, once per file, and lets a
-//     binary go when no process has run it for two scans. Executables are
-//     checked by /proc/PID/exe: the Go SDK's marker (an ABI0 function, its
-//     argument on the stack: uprobe_marker) or libspanwatch's
-//     (include/spanwatch.h, a C function, its argument in the first
-//     argument register, %rdi on x86-64 and x0 on arm64:
-//     uprobe_marker_sysv), found in stripped binaries by the magic after
-//     its enable word. Shared objects are checked when a process maps one
-//     whose file name contains "spanwatch" (libspanwatch.so, the Python,
-//     Node.js and Java SDKs' native parts), through /proc/PID/map_files.
-//
-// The other span sources are packages of their own (package source):
-// source/usdt and source/tracepoint load their BPF objects beside the
-// core, sharing its maps, and see the collector only through the
-// source.Core that SourceCore lends them: the core's maps (Maps, every
-// map bpf/aggregate.h defines), label sets, name resolvers, symbolizer
+// Span sources are packages of their own (package source), and see the
+// collector only through the source.Core that SourceCore lends them: the
+// core's maps (Maps, every map bpf/aggregate.h defines), the core
+// object's own source programs, label sets, name resolvers, symbolizer
 // anchors, in-flight sampling, and the health counters each snapshot
-// carries (Stats.SourceEvents). The collector keeps the core: its maps,
+// carries (Stats.SourceEvents, Stats.Sources). Two are built in to the
+// core's object and attached by New as Config.Sources chooses:
+// source/sdkevent (the SDKs' user_event, on kernels with user_events) and
+// source/marker (the SDKs' marker function, uprobed in every binary that
+// has it, on every kernel). The agent attaches the configured ones
+// (source/usdt, source/tracepoint), which load their BPF objects beside
+// the core, sharing its maps. The collector keeps the core: its maps,
 // snapshots, budgets, eviction and overrun records.
 //
 // Snapshot reads the series array and the histogram cells, mapped into

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/source/marker"
 
 	"github.com/spanwatch/spanwatch/emit"
 )
@@ -25,15 +26,7 @@ func markerLinks(t *testing.T, c *Collector) int {
 		// Before 5.15 (perf event links came with cookies) a perf
 		// uprobe is attached with an ioctl, not a BPF link the kernel
 		// lists: count the marker's own.
-		c.marker.mu.Lock()
-		defer c.marker.mu.Unlock()
-		n := 0
-		for _, b := range c.marker.binaries {
-			if b.link != nil {
-				n++
-			}
-		}
-		return n
+		return c.marker.Links()
 	}
 	info, err := c.objs.UprobeMarker.Info()
 	if err != nil {
@@ -155,7 +148,7 @@ func TestMarkerReleasesGoneBinaries(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(proc, "100")); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < markerReleaseScans+1; i++ {
+	for i := 0; i < marker.ReleaseScans+1; i++ {
 		c.ScanMarkers()
 	}
 	if n := markerLinks(t, c); n != 1 {
@@ -168,10 +161,10 @@ func TestMarkerReleasesGoneBinaries(t *testing.T) {
 	if err := os.Remove(bin); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < markerReleaseScans-1; i++ {
+	for i := 0; i < marker.ReleaseScans-1; i++ {
 		c.ScanMarkers()
 		if n := markerLinks(t, c); n != 1 {
-			t.Fatalf("scan %d after the exit: %d marker links, want 1 until %d scans missed it", i+1, n, markerReleaseScans)
+			t.Fatalf("scan %d after the exit: %d marker links, want 1 until %d scans missed it", i+1, n, marker.ReleaseScans)
 		}
 	}
 	c.ScanMarkers()
@@ -181,7 +174,7 @@ func TestMarkerReleasesGoneBinaries(t *testing.T) {
 	if got := c.MarkerBinaries(); len(got) != 0 {
 		t.Errorf("still attached to %v", got)
 	}
-	if n := c.marker.entries(); n != 0 {
+	if n := c.marker.Entries(); n != 0 {
 		t.Errorf("%d binaries remembered, want 0", n)
 	}
 	if n := openFilesOf(t, bin); n != 0 {
@@ -195,16 +188,16 @@ func TestMarkerForgetsBinariesWithoutMarker(t *testing.T) {
 	c, _, proc := markerFixture(t)
 	startProc(t, proc, "200", "/bin/sh")
 	c.ScanMarkers()
-	if n := c.marker.entries(); n != 1 {
+	if n := c.marker.Entries(); n != 1 {
 		t.Fatalf("%d binaries remembered, want 1 (/bin/sh, no marker)", n)
 	}
 	if err := os.RemoveAll(filepath.Join(proc, "200")); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < markerReleaseScans; i++ {
+	for i := 0; i < marker.ReleaseScans; i++ {
 		c.ScanMarkers()
 	}
-	if n := c.marker.entries(); n != 0 {
+	if n := c.marker.Entries(); n != 0 {
 		t.Errorf("%d binaries remembered after their process exited, want 0", n)
 	}
 }
@@ -230,7 +223,7 @@ func TestMarkerAttachOnce(t *testing.T) {
 				if i%2 == 1 {
 					p = alias
 				}
-				errs[i] = c.marker.attachPath(p)
+				errs[i] = c.marker.AttachPath(p)
 			}()
 		}
 		close(start)
@@ -244,7 +237,7 @@ func TestMarkerAttachOnce(t *testing.T) {
 			t.Fatalf("round %d: %d marker links after 4 concurrent attaches of one file, want 1", round, n)
 		}
 		// No process runs it (proc is empty): scans let it go.
-		for i := 0; i < markerReleaseScans; i++ {
+		for i := 0; i < marker.ReleaseScans; i++ {
 			c.ScanMarkers()
 		}
 		if n := markerLinks(t, c); n != 0 {

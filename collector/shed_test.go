@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/snapshot"
-	"unsafe"
 )
 
 // kernelSymbolizer names every address, kernel ones too.

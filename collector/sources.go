@@ -27,12 +27,15 @@ func (c *Collector) SourceCore() *source.Core {
 		TracepointMethod: c.objs.method,
 		ProcRoot:         c.cfg.ProcRoot,
 		NoUprobeMulti:    c.cfg.NoUprobeMulti,
+		Programs: source.Programs{Marker: c.objs.UprobeMarker, MarkerSysV: c.objs.UprobeMarkerSysV, UprobeMulti: c.objs.uprobeMulti,
+			Tracepoint: c.objs.tp, WatchedEvents: c.objs.WatchedEvents},
 		AllocLabelSet: func(names []string, signed []bool) (uint16, error) {
 			return c.AllocLabelSet(LabelSet{Names: names, Signed: signed})
 		},
 		FreeLabelSet:    c.FreeLabelSet,
 		AddNameResolver: func(f func(string) (string, bool)) { c.AddNameResolver(f) },
 		AddAnchor:       func(an symbolize.Anchor) { addAnchor(c.cfg, an) },
+		RemoveAnchor:    func(dev, ino uint64) { removeAnchor(c.cfg, dev, ino) },
 		WatchInflight:   c.watchInflight,
 		AddCounts:       c.addCounts,
 		AddHealth:       c.addHealth,
@@ -161,4 +164,13 @@ func (c *Collector) sourceHealth(st *snapshot.Stats) {
 			})
 		}
 	}
+}
+
+// UserEventsCPUGaps reports how many times a CPU was found without live
+// perf events on the spanwatch_span tracepoint (sdkevent.Source.CPUGaps).
+func (c *Collector) UserEventsCPUGaps() uint64 {
+	if c.ue == nil {
+		return 0
+	}
+	return c.ue.CPUGaps()
 }

@@ -4,12 +4,13 @@ package collector
 
 import (
 	"fmt"
-	"github.com/spanwatch/spanwatch/internal/kernel"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/spanwatch/spanwatch/internal/kernel"
 
 	"golang.org/x/sys/unix"
 

@@ -8,7 +8,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/markerabi"
 )
 
-// TestProbeLayout checks what the collector looks for (collector/marker.go):
+// TestProbeLayout checks what the collector looks for (source/marker):
 // the enable word markerabi.WordOffset bytes into probe, then the magic
 // and its complement, little-endian.
 func TestProbeLayout(t *testing.T) {

@@ -43,6 +43,9 @@ type Core struct {
 	ProcRoot string
 	// NoUprobeMulti forces uprobes through the perf_uprobe PMU.
 	NoUprobeMulti bool
+	// Programs are the core object's own source programs, for the
+	// sources built in to it (source/marker, source/sdkevent).
+	Programs Programs
 
 	// AllocLabelSet gives a source with labels a label set id of its
 	// own, naming its label values in snapshots; FreeLabelSet gives it
@@ -55,6 +58,9 @@ type Core struct {
 	// AddAnchor tells the symbolizer that a binary has a probe site, so
 	// it keeps the binary's symbols for processes that exit.
 	AddAnchor func(symbolize.Anchor)
+	// RemoveAnchor tells it that the binary with device dev and inode
+	// ino has no probe site any more, so it may close its copy.
+	RemoveAnchor func(dev, ino uint64)
 	// WatchInflight has the in-flight sampler watch the spans of a
 	// source's object too; it reports why it cannot (nil when the
 	// sampler is off).
@@ -68,6 +74,25 @@ type Core struct {
 	// window and whether it is silent (snapshot.Stats.Sources), from the
 	// totals health returns.
 	AddHealth func(health func() ([]Health, error)) (remove func())
+}
+
+// Programs are the programs of the core's object (bpf/spanwatch.bpf.c)
+// that span sources attach: compiled with the aggregation, inlined in it,
+// and loaded with the core (full or compat), so the two paths most spans
+// take (the SDKs' marker where the kernel has no user_events, their
+// user_event where it has) cost no second object. The marker source
+// (source/marker) attaches Marker and MarkerSysV; the SDK event source
+// (source/sdkevent) attaches Tracepoint.
+type Programs struct {
+	Marker     *ebpf.Program // the Go SDK's marker (the event on the stack)
+	MarkerSysV *ebpf.Program // libspanwatch's marker (the event in the first argument register)
+	// UprobeMulti: Marker and MarkerSysV were loaded for uprobe_multi
+	// links (the attach type is fixed at load time).
+	UprobeMulti bool
+	// Tracepoint runs on perf_tp_event (attached as TracepointMethod
+	// says) and aggregates the user_events whose ids WatchedEvents holds.
+	Tracepoint    *ebpf.Program
+	WatchedEvents *ebpf.Map
 }
 
 // InflightMaps are the maps of a source's object that the in-flight

@@ -224,3 +224,17 @@ func GoFuncs(data []byte, bo binary.ByteOrder) (uint64, bool) {
 	}
 	return n, true
 }
+
+// FileOffset maps a virtual address to its offset in the file through the
+// loadable segments.
+func FileOffset(f *elf.File, addr uint64) (uint64, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		if addr >= p.Vaddr && addr < p.Vaddr+p.Filesz {
+			return addr - p.Vaddr + p.Off, nil
+		}
+	}
+	return 0, fmt.Errorf("address 0x%x is in no file-backed segment", addr)
+}

@@ -1,5 +1,5 @@
 // Package markerabi holds what the span SDKs' markers and the collector
-// that attaches to them (collector/marker.go) must agree on: where the
+// that attaches to them (source/marker) must agree on: where the
 // enable word sits in the Go SDK's (emit) probe variable and in
 // libspanwatch's probe (include/spanwatch.h), and the magics that follow
 // them so that the collector finds the word, and the C marker, in binaries

@@ -13,6 +13,7 @@ import (
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/snapshot"
+	"github.com/spanwatch/spanwatch/source/sdkevent"
 	"github.com/spanwatch/spanwatch/userevents"
 )
 
@@ -32,7 +33,7 @@ func TestBadInputUserEvents(t *testing.T) {
 	// A short payload on the span event itself. The kernel checks each
 	// write against the event's minimum size and should refuse it; if it
 	// ever lets one through, the BPF program must count and drop it.
-	ev, err := userevents.Register(collector.SpanEventFormat)
+	ev, err := userevents.Register(sdkevent.Format)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestBadInputUserEvents(t *testing.T) {
 
 	// An event with another id, with a perf event open on it so that
 	// perf_tp_event runs for its writes.
-	other, err := userevents.Register(strings.Replace(collector.SpanEventFormat, "spanwatch_span", "spanwatch_e2e_other", 1))
+	other, err := userevents.Register(strings.Replace(sdkevent.Format, "spanwatch_span", "spanwatch_e2e_other", 1))
 	if err != nil {
 		t.Fatal(err)
 	}

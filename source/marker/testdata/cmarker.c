@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (Apache-2.0 OR BSD-2-Clause)
 /*
- * libspanwatch's marker (include/spanwatch.h) for the collector's tests.
+ * libspanwatch's marker (include/spanwatch.h) for the marker source's and the collector's tests.
  *
  *   cmarker sysv N NAME   N spans through the header's marker (the event's
  *                         address in the first argument register, %rdi or
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../include/spanwatch.h"
+#include "../../../include/spanwatch.h"
 
 /* The other convention: a frame, the event on the stack at sp+8, then the
  * nop (on AArch64, as Go's ABI0 lays it out: 0(sp) is the caller's LR
