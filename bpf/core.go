@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 )
@@ -35,4 +36,13 @@ func ShareCore(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) (map[string
 		repl[name] = m
 	}
 	return repl, nil
+}
+
+// Bytes are the bytes of a char array of a generated struct (bpf2go makes
+// them []int8), without a copy.
+func Bytes(b []int8) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), len(b))
 }

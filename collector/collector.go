@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/overrun"
 	"github.com/spanwatch/spanwatch/internal/cgroup"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/memory"
@@ -130,14 +131,9 @@ type Config struct {
 	preallocate bool
 }
 
-// A Symbolizer turns stack addresses into frames. Capture is called as soon
-// as an overrun arrives, while the process is most likely alive.
+// A Symbolizer turns stack addresses into frames (overrun.Symbolizer);
 // *symbolize.Symbolizer is the default.
-type Symbolizer interface {
-	Capture(pid uint32) error
-	User(pid uint32, addrs []uint64) ([]snapshot.Frame, error)
-	Kernel(addrs []uint64) ([]snapshot.Frame, error)
-}
+type Symbolizer = overrun.Symbolizer
 
 // A CgroupResolver resolves cgroup ids; *cgroup.Resolver is the default.
 type CgroupResolver interface {
@@ -162,7 +158,7 @@ type Collector struct {
 
 	ue     *sdkevent.Source // the SDK's user_event; nil when not attached
 	marker *marker.Source   // the SDKs' marker; nil when not attached
-	rb     *overrunReader
+	rb     *overrun.Reader
 
 	budgetMu   sync.Mutex // held from PrepareBudgets to Commit or Abort
 	budgetSets [budgetSets]budgetSet
@@ -191,6 +187,29 @@ type Collector struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
+}
+
+// overrunConfig is what the overrun pipeline takes of the collector's
+// configuration: cgroups named as the series' are, names and label sets
+// from the series reader.
+func (c *Collector) overrunConfig() overrun.Config {
+	cfg := overrun.Config{Logger: c.cfg.Logger, OnOverrun: c.cfg.OnOverrun, Queue: c.cfg.OverrunQueue,
+		Keep: c.cfg.MaxOverrunsPerSnapshot, Symbolizer: c.cfg.Symbolizer}
+	if r := c.cfg.Resolver; r != nil {
+		cfg.Identify = func(id uint64) snapshot.Identity { return identity(r.Resolve(id)) }
+	}
+	if c.reader != nil {
+		cfg.Names = overrunNames{c.reader}
+	}
+	return cfg
+}
+
+// overrunNames lends the series reader's names to the overrun pipeline.
+type overrunNames struct{ r *seriesReader }
+
+func (n overrunNames) ResolveName(name string) (string, bool) { return n.r.resolveName(name) }
+func (n overrunNames) Labels(set uint16, vals []uint64, other uint8) map[string]string {
+	return n.r.labels(set, vals, other)
 }
 
 // New loads the BPF programs and attaches the configured sources. The
@@ -310,7 +329,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 
-	c.rb, err = newOverrunReader(c.objs.Overruns, cfg, c.reader)
+	c.rb, err = overrun.Open(c.objs.Overruns, c.overrunConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +353,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 			c.ue = nil
 		}
 	}
-	c.rb.start()
+	c.rb.Start()
 	c.startInflight(runCtx)
 	if cfg.Sources.Marker {
 		c.marker, err = marker.Attach(sc, marker.Config{Binaries: cfg.MarkerBinaries, ScanInterval: cfg.ScanInterval})
@@ -600,14 +619,7 @@ func (c *Collector) MapBytes() uint64 {
 // rest are counted in Stats.OverrunsDropped, and still delivered to
 // OnOverrun). Counts are never shed: the spans stay counted over their
 // budget in their series.
-func (c *Collector) SetStackDetail(full bool) {
-	c.rb.lean.Store(!full)
-	keep := c.cfg.MaxOverrunsPerSnapshot
-	if !full {
-		keep = max(keep/10, min(keep, 10))
-	}
-	c.rb.keep.Store(int64(keep))
-}
+func (c *Collector) SetStackDetail(full bool) { c.rb.SetStackDetail(full) }
 
 // SeriesCapacity returns the number of series the kernel can hold.
 func (c *Collector) SeriesCapacity() uint32 { return c.cfg.MaxSeries }
@@ -717,7 +729,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	// After the resolution above, which walks the cgroup tree when it
 	// met a new cgroup.
 	c.syncWorkloads()
-	s.Overruns, s.Stats.OverrunsDropped, s.Stats.OverrunsQueueDropped = c.rb.take()
+	s.Overruns, s.Stats.OverrunsDropped, s.Stats.OverrunsQueueDropped = c.rb.Take()
 	return s, nil
 }
 
@@ -735,7 +747,7 @@ func (c *Collector) Close() error {
 			c.ue.Close()
 		}
 		if c.rb != nil {
-			c.rb.close()
+			c.rb.Close()
 		}
 		c.wg.Wait()
 		c.mu.Lock()

@@ -19,10 +19,11 @@
 // the collector's memory, where they changed since the last read (dirty
 // marks), and returns the window's counts. The cells are in banks
 // (banks.go) the collector creates as the slots in use come near them.
-// Overrun records are read from the ring buffer continuously by a goroutine
-// that only copies them into a bounded queue (Config.OverrunQueue); one
-// worker behind it decodes, symbolizes and delivers them (OnOverrun), so a
-// slow consumer costs queued records, counted in
+// Overrun records are read by the overrun pipeline, package
+// collector/overrun: a goroutine reads the ring buffer continuously and
+// only copies records into a bounded queue (Config.OverrunQueue); one
+// worker behind it decodes, joins, symbolizes and delivers them
+// (OnOverrun), so a slow consumer costs queued records, counted in
 // Stats.OverrunsQueueDropped, and never backs up into the ring buffer.
 //
 // Needs Linux 5.10+ and CAP_BPF + CAP_PERFMON (or root); CAP_SYS_PTRACE

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/internal/logtest"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -78,7 +79,7 @@ func TestEvictPrunesNameCaches(t *testing.T) {
 // was logged are forgotten once their (other) series is gone, and logged
 // again if they reach it again.
 func TestQuotaLogForgetsGoneCgroups(t *testing.T) {
-	logs := &logMessages{}
+	logs := &logtest.Recorder{}
 	other := snapshot.NameID(snapshot.OtherName)
 	c := &Collector{log: slog.New(logs), reader: &seriesReader{otherNameID: other}}
 	snap := func(cgroups ...uint64) {
@@ -100,7 +101,7 @@ func TestQuotaLogForgetsGoneCgroups(t *testing.T) {
 		{[]uint64{1}, 3, 1},
 	} {
 		snap(step.cgroups...)
-		if got := logs.count("series_quota_reached"); got != step.logged || len(c.quotaSeen) != step.seen {
+		if got := logs.Count("series_quota_reached"); got != step.logged || len(c.quotaSeen) != step.seen {
 			t.Fatalf("(other) series of cgroups %v: %d logged, %d remembered; want %d, %d", step.cgroups, got, len(c.quotaSeen), step.logged, step.seen)
 		}
 	}

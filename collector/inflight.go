@@ -10,10 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/inflight"
 	"github.com/spanwatch/spanwatch/internal/kernel"
-	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // InflightConfig configures the sampling of spans while they run past their
@@ -152,13 +150,4 @@ func (c *Collector) inflightMinBudget() uint64 {
 		consider(b)
 	}
 	return least
-}
-
-// join hands a decoded record to the joiner, which reports a span's first
-// in-span sample at once and keeps the others for the span's end.
-func (o *overrunReader) join(r *bpf.SpanwatchOverrun, ov snapshot.Overrun) (snapshot.Overrun, bool) {
-	return o.joiner.Add(inflight.Record{
-		Overrun: ov, Sample: ov.StillRunning, OffCPU: inflight.OffCPU(r.Status),
-		StartNs: r.StartNs, MonoStartNs: r.TsNs - r.DurationNs,
-	})
 }

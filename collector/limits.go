@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector/overrun"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
@@ -18,7 +19,7 @@ import (
 // DefaultOverrunQueue is how many overrun records wait between the ring
 // buffer reader and the worker when Config.OverrunQueue is 0: about 1.8 MB
 // of records at most, half the default ring buffer's.
-const DefaultOverrunQueue = 1024
+const DefaultOverrunQueue = overrun.DefaultQueue
 
 // Defaults and limits of Config's sizes.
 const (

@@ -286,7 +286,7 @@ func (r *seriesReader) nameOf(id uint64) string {
 		// the id is all there is. Not cached: the name may come later.
 		return fmt.Sprintf("name#%016x", id)
 	}
-	n := snapshot.NameString(int8Bytes(v.Name[:]))
+	n := snapshot.NameString(bpf.Bytes(v.Name[:]))
 	if m, ok := r.resolveName(n); ok {
 		n = m
 		if r.resolved == nil {

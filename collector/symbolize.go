@@ -16,12 +16,6 @@ type anchorer interface {
 	RemoveAnchor(dev, ino uint64) error
 }
 
-// An explainer says why frames have no names (a stripped binary without
-// its debug file) and what to install; *symbolize.Symbolizer is one.
-type explainer interface {
-	Explain([]snapshot.Frame) string
-}
-
 // addAnchor tells the symbolizer, when it takes anchors, that a binary
 // has a probe site (see symbolize.Anchor).
 func addAnchor(cfg Config, an symbolize.Anchor) {
@@ -44,14 +38,6 @@ func removeAnchor(cfg Config, dev, ino uint64) {
 	if err := a.RemoveAnchor(dev, ino); err != nil {
 		cfg.Logger.Debug("symbolize_anchor_remove_failed", "error", err)
 	}
-}
-
-// explain returns what would name a stack's unnamed frames, or "".
-func explain(s Symbolizer, frames []snapshot.Frame) string {
-	if e, ok := s.(explainer); ok {
-		return e.Explain(frames)
-	}
-	return ""
 }
 
 // A memoryUser says how much memory it takes; *symbolize.Symbolizer is one.
@@ -77,14 +63,4 @@ func (c *Collector) userFiles(st *snapshot.Stats) {
 	if m, ok := c.cfg.Symbolizer.(memoryUser); ok {
 		st.SymbolizerBytes = uint64(max(0, m.Memory()))
 	}
-}
-
-func joinErr(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
 }

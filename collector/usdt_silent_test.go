@@ -126,7 +126,9 @@ func TestUSDTSilentJVM(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		h = health()
 		hits += h.Hits
-		if h.Silent {
+		// Silent until its first hit (the JVM may not have run a
+		// method yet on a loaded machine), never after one.
+		if h.Silent && hits > 0 {
 			t.Fatalf("silent with %d hits: %+v", hits, h)
 		}
 	}

@@ -1,11 +1,17 @@
-//go:build linux
-
-package collector
+// Package overrun is the collector's overrun pipeline: it reads the
+// records the kernel writes to the overruns ring buffer (a span over its
+// budget, or an in-span sample of one still running), joins the samples
+// with their span's end, names stacks and cgroups, and keeps what a
+// snapshot takes. Its reading goroutine only copies each record into a
+// bounded queue, so that nothing behind it (symbolizing, cgroup names, an
+// OnOverrun that writes to disk) backs up into the ring buffer.
+package overrun
 
 import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +37,53 @@ var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
 }
 
+// DefaultQueue is how many overrun records wait between the ring buffer's
+// reader and the worker by default (Config.Queue).
+const DefaultQueue = 1024
+
+// Config configures a Reader.
+type Config struct {
+	Logger *slog.Logger
+	// OnOverrun, when set, is called for each overrun as it arrives, on
+	// the worker (never on the ring buffer's reader), before it is kept
+	// for the next Take.
+	OnOverrun func(snapshot.Overrun)
+	// Queue is how many records wait for the worker (DefaultQueue when 0
+	// or less); records that find it full are counted (Take's
+	// queueDropped).
+	Queue int
+	// Keep is how many overruns Take returns at most, with the stack
+	// detail whole (SetStackDetail); more are counted as dropped.
+	Keep int
+	// Symbolizer names the stacks; it must be set.
+	Symbolizer Symbolizer
+	// Identify names a cgroup (its path, container, pod, unit and
+	// process), as the collector names its series; nil leaves overruns
+	// with their cgroup id only.
+	Identify func(cgroupID uint64) snapshot.Identity
+	// Names names the spans whose names the kernel could not read and the
+	// values of label sets; nil leaves them as the record has them.
+	Names Names
+}
+
+// A Symbolizer turns stack addresses into frames. Capture is called as soon
+// as an overrun arrives, while the process is most likely alive.
+// *symbolize.Symbolizer is one.
+type Symbolizer interface {
+	Capture(pid uint32) error
+	User(pid uint32, addrs []uint64) ([]snapshot.Frame, error)
+	Kernel(addrs []uint64) ([]snapshot.Frame, error)
+}
+
+// Names is what the collector knows of names and labels that a record
+// holds by id.
+type Names interface {
+	// ResolveName returns the name a placeholder name stands for.
+	ResolveName(name string) (string, bool)
+	// Labels names the values of a label set.
+	Labels(set uint16, vals []uint64, other uint8) map[string]string
+}
+
 // Read errors other than a closed reader are retried after a pause that
 // doubles from readBackoffMin up to readBackoffMax, so a reader that keeps
 // failing does not spin on a CPU.
@@ -39,23 +92,23 @@ const (
 	readBackoffMax = time.Second
 )
 
-// recordReader is what the overrun reader reads: a *ringbuf.Reader.
-type recordReader interface {
+// RecordReader is what the overrun reader reads: a *ringbuf.Reader.
+type RecordReader interface {
 	ReadInto(*ringbuf.Record) error
 	Close() error
 }
 
-// overrunReader reads overrun records from the ring buffer as they arrive.
+// A Reader reads overrun records from the ring buffer as they arrive.
 // Its reading goroutine only copies each record into a bounded queue and
 // reads on, so that nothing behind it (symbolizing, cgroup names, an
 // OnOverrun that writes to disk) can back up into the ring buffer, where a
 // full buffer loses records in the kernel. One worker decodes, joins,
 // symbolizes and delivers what is queued; what finds the queue full is
 // dropped there and counted (Stats.OverrunsQueueDropped).
-type overrunReader struct {
-	rd     recordReader
+type Reader struct {
+	rd     RecordReader
 	cfg    Config
-	series *seriesReader // for label names
+	log    *slog.Logger
 	joiner *inflight.Joiner
 
 	queue chan []byte   // records read, waiting for the worker
@@ -79,34 +132,38 @@ type overrunReader struct {
 	dropped uint64
 }
 
-func newOverrunReader(m *ebpf.Map, cfg Config, r *seriesReader) (*overrunReader, error) {
+// Open makes a reader of the overruns ring buffer m; Start runs it.
+func Open(m *ebpf.Map, cfg Config) (*Reader, error) {
 	rd, err := ringbuf.NewReader(m)
 	if err != nil {
 		return nil, fmt.Errorf("open overrun ring buffer: %w", err)
 	}
-	return newOverrunQueue(rd, cfg, r), nil
+	return NewQueue(rd, cfg), nil
 }
 
-// newOverrunQueue makes a reader of rd with its queue; start runs it.
-func newOverrunQueue(rd recordReader, cfg Config, r *seriesReader) *overrunReader {
-	n := cfg.OverrunQueue
+// NewQueue makes a reader of rd with its queue; Start runs it.
+func NewQueue(rd RecordReader, cfg Config) *Reader {
+	n := cfg.Queue
 	if n <= 0 {
-		n = DefaultOverrunQueue
+		n = DefaultQueue
 	}
-	o := &overrunReader{
-		rd: rd, cfg: cfg, series: r, joiner: inflight.NewJoiner(inflight.JoinConfig{}),
+	o := &Reader{
+		rd: rd, cfg: cfg, log: cfg.Logger, joiner: inflight.NewJoiner(inflight.JoinConfig{}),
 		queue: make(chan []byte, n),
 		// The reader holds one buffer, the worker one, the queue n.
 		free: make(chan []byte, n+2),
 		stop: make(chan struct{}),
 	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
 	o.wait = o.sleep
-	o.keep.Store(int64(cfg.MaxOverrunsPerSnapshot))
+	o.keep.Store(int64(cfg.Keep))
 	return o
 }
 
-// start runs the reading goroutine and the worker until close.
-func (o *overrunReader) start() {
+// Start runs the reading goroutine and the worker until Close.
+func (o *Reader) Start() {
 	o.wg.Add(2)
 	go func() { defer o.wg.Done(); o.readLoop() }()
 	go func() { defer o.wg.Done(); o.work() }()
@@ -114,7 +171,7 @@ func (o *overrunReader) start() {
 
 // readLoop copies records into the queue until the reader is closed, then
 // closes the queue: the worker handles what is left in it and returns.
-func (o *overrunReader) readLoop() {
+func (o *Reader) readLoop() {
 	defer close(o.queue)
 	var rec ringbuf.Record
 	var backoff time.Duration
@@ -127,7 +184,7 @@ func (o *overrunReader) readLoop() {
 			backoff = min(max(2*backoff, readBackoffMin), readBackoffMax)
 			if msg := err.Error(); msg != lastErr {
 				// Logged once per distinct error, not once per retry.
-				o.cfg.Logger.Warn("overrun_read_failed", "error", err, "retry_in", backoff)
+				o.log.Warn("overrun_read_failed", "error", err, "retry_in", backoff)
 				lastErr = msg
 			}
 			if !o.wait(backoff) {
@@ -136,7 +193,7 @@ func (o *overrunReader) readLoop() {
 			continue
 		}
 		if backoff != 0 {
-			o.cfg.Logger.Info("overrun_read_recovered")
+			o.log.Info("overrun_read_recovered")
 			backoff, lastErr = 0, ""
 		}
 		o.read.Add(1)
@@ -156,7 +213,7 @@ func (o *overrunReader) readLoop() {
 }
 
 // sleep waits d, or less when the reader is closed (then it reports false).
-func (o *overrunReader) sleep(d time.Duration) bool {
+func (o *Reader) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -167,7 +224,7 @@ func (o *overrunReader) sleep(d time.Duration) bool {
 	}
 }
 
-func (o *overrunReader) recycle(buf []byte) {
+func (o *Reader) recycle(buf []byte) {
 	select {
 	case o.free <- buf:
 	default:
@@ -175,7 +232,7 @@ func (o *overrunReader) recycle(buf []byte) {
 }
 
 // work handles queued records until the queue is closed and empty.
-func (o *overrunReader) work() {
+func (o *Reader) work() {
 	for buf := range o.queue {
 		o.handle(buf)
 		o.recycle(buf)
@@ -186,10 +243,10 @@ func (o *overrunReader) work() {
 // and delivers what the joiner reports. A record that neither OnOverrun nor
 // the snapshot's room would take is counted as dropped before its stacks
 // are symbolized or its cgroup resolved.
-func (o *overrunReader) handle(raw []byte) {
+func (o *Reader) handle(raw []byte) {
 	r, err := overrunRecord(raw)
 	if err != nil {
-		o.cfg.Logger.Warn("overrun_decode_failed", "error", err)
+		o.log.Warn("overrun_decode_failed", "error", err)
 		return
 	}
 	ov := o.decode(r)
@@ -234,6 +291,22 @@ func (o *overrunReader) handle(raw []byte) {
 	o.mu.Unlock()
 }
 
+// SetStackDetail sheds stack detail (full false) or restores it: while
+// shed, an overrun keeps its innermost StackFramesShed user frames and no
+// kernel stack or in-span samples, and Take keeps a tenth of Config.Keep
+// (the rest are counted as dropped, and still delivered to OnOverrun).
+func (o *Reader) SetStackDetail(full bool) {
+	o.lean.Store(!full)
+	keep := o.cfg.Keep
+	if !full {
+		keep = max(keep/10, min(keep, 10))
+	}
+	o.keep.Store(int64(keep))
+}
+
+// Read returns how many records were read from the ring buffer.
+func (o *Reader) Read() uint64 { return o.read.Load() }
+
 // StackFramesShed is how many user stack frames an overrun keeps while
 // the memory budget sheds stack detail.
 const StackFramesShed = 32
@@ -253,9 +326,9 @@ func leanStacks(ov *snapshot.Overrun) {
 	}
 }
 
-// take returns the overruns kept since the last call and the counts of
+// Take returns the overruns kept since the last call and the counts of
 // those dropped for lack of room in the snapshot and in the queue.
-func (o *overrunReader) take() (ovs []snapshot.Overrun, dropped, queueDropped uint64) {
+func (o *Reader) Take() (ovs []snapshot.Overrun, dropped, queueDropped uint64) {
 	queueDropped = o.queueDropped.Swap(0)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -264,10 +337,10 @@ func (o *overrunReader) take() (ovs []snapshot.Overrun, dropped, queueDropped ui
 	return p, d, queueDropped
 }
 
-// close closes the ring buffer reader and waits for the reading goroutine
+// Close closes the ring buffer reader and waits for the reading goroutine
 // and for the worker, which first handles the records still queued (at
 // most the queue's size). It is safe to call more than once.
-func (o *overrunReader) close() {
+func (o *Reader) Close() {
 	o.once.Do(func() {
 		close(o.stop)
 		o.rd.Close()
@@ -286,15 +359,15 @@ func overrunRecord(raw []byte) (*bpf.SpanwatchOverrun, error) {
 
 // decode reads a record's fields: everything but its stacks and its
 // cgroup's names, which cost more (symbolize, resolveCgroup).
-func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
+func (o *Reader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 	spanErr, stillRunning := inflight.DecodeStatus(r.Status)
 	ov := snapshot.Overrun{
 		Time:         monoToWall(r.TsNs),
-		Span:         snapshot.NameString(int8Bytes(r.Name[:])),
+		Span:         snapshot.NameString(bpf.Bytes(r.Name[:])),
 		NameID:       r.NameId,
 		PID:          r.Pid,
 		TID:          r.Tid,
-		Comm:         snapshot.NameString(int8Bytes(r.Comm[:])),
+		Comm:         snapshot.NameString(bpf.Bytes(r.Comm[:])),
 		CgroupID:     r.CgroupId,
 		DurationNs:   r.DurationNs,
 		BudgetNs:     r.BudgetNs,
@@ -302,11 +375,11 @@ func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 		StillRunning: stillRunning,
 		Source:       sourceNames[r.Source],
 	}
-	if o.series != nil {
-		ov.Span, _ = o.series.resolveName(ov.Span)
+	if o.cfg.Names != nil {
+		ov.Span, _ = o.cfg.Names.ResolveName(ov.Span)
 	}
-	if r.Labelset != 0 && o.series != nil {
-		ov.SourceLabels = o.series.labels(r.Labelset, r.Labels[:], r.Other)
+	if r.Labelset != 0 && o.cfg.Names != nil {
+		ov.SourceLabels = o.cfg.Names.Labels(r.Labelset, r.Labels[:], r.Other)
 	}
 	if r.TraceId != [16]byte{} {
 		ov.TraceID = hex.EncodeToString(r.TraceId[:])
@@ -319,19 +392,19 @@ func (o *overrunReader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 
 // resolveCgroup names the overrun's cgroup, container, pod, unit and
 // process, as its series'.
-func (o *overrunReader) resolveCgroup(ov *snapshot.Overrun) {
-	if c := o.cfg.Resolver; c != nil && ov.CgroupID != 0 {
-		ov.Identity = identity(c.Resolve(ov.CgroupID))
+func (o *Reader) resolveCgroup(ov *snapshot.Overrun) {
+	if o.cfg.Identify != nil && ov.CgroupID != 0 {
+		ov.Identity = o.cfg.Identify(ov.CgroupID)
 	}
 }
 
 // symbolize names the record's user and kernel stacks.
-func (o *overrunReader) symbolize(ov *snapshot.Overrun, r *bpf.SpanwatchOverrun) {
+func (o *Reader) symbolize(ov *snapshot.Overrun, r *bpf.SpanwatchOverrun) {
 	ustack := stackAddrs(r.Ustack[:], r.UstackLen)
 	kstack := stackAddrs(r.Kstack[:], r.KstackLen)
 	s := o.cfg.Symbolizer
 	if err := s.Capture(ov.PID); err != nil {
-		o.cfg.Logger.Debug("capture_maps_failed", "pid", ov.PID, "error", err)
+		o.log.Debug("capture_maps_failed", "pid", ov.PID, "error", err)
 	}
 	var err error
 	ov.UserStack, err = s.User(ov.PID, ustack)
@@ -369,10 +442,6 @@ func stackAddrs(stack []uint64, n int32) []uint64 {
 	return out
 }
 
-func int8Bytes(b []int8) []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), len(b))
-}
-
 // monoToWall converts a CLOCK_MONOTONIC reading (bpf_ktime_get_ns) to wall
 // time.
 func monoToWall(ns uint64) time.Time {
@@ -382,4 +451,37 @@ func monoToWall(ns uint64) time.Time {
 		return now
 	}
 	return now.Add(-time.Duration(uint64(ts.Nano()) - ns))
+}
+
+// An explainer says why frames have no names (a stripped binary without
+// its debug file) and what to install; *symbolize.Symbolizer is one.
+type explainer interface {
+	Explain([]snapshot.Frame) string
+}
+
+// explain returns what would name a stack's unnamed frames, or "".
+func explain(s Symbolizer, frames []snapshot.Frame) string {
+	if e, ok := s.(explainer); ok {
+		return e.Explain(frames)
+	}
+	return ""
+}
+
+func joinErr(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// join hands a decoded record to the joiner, which reports a span's first
+// in-span sample at once and keeps the others for the span's end.
+func (o *Reader) join(r *bpf.SpanwatchOverrun, ov snapshot.Overrun) (snapshot.Overrun, bool) {
+	return o.joiner.Add(inflight.Record{
+		Overrun: ov, Sample: ov.StillRunning, OffCPU: inflight.OffCPU(r.Status),
+		StartNs: r.StartNs, MonoStartNs: r.TsNs - r.DurationNs,
+	})
 }
