@@ -26,6 +26,20 @@ func TestLayering(t *testing.T) {
 			why: "every instrumented application links emit: it shares the span event's sizes through internal/spanevent, not snapshot"},
 		{pkg: "detector", imports: []string{"github.com/open-policy-agent/opa/..."},
 			why: "OPA stays behind policy: the detector holds a policy.InputValue"},
+		{pkg: "alert", deps: []string{mod + "snapshot"},
+			why: "an alert carries its series' labels and annotations, not the snapshot's types"},
+		{pkg: "notify", deps: []string{mod + "snapshot"},
+			why: "notify delivers the annotations the detector wrote; it reads no snapshot"},
+		{pkg: "source/marker", deps: []string{mod + "collector", mod + "agent"},
+			why: "a source sees the collector only through the source.Core it lends"},
+		{pkg: "source/sdkevent", deps: []string{mod + "collector", mod + "agent"},
+			why: "a source sees the collector only through the source.Core it lends"},
+		{pkg: "source/usdt", deps: []string{mod + "collector", mod + "agent"},
+			why: "a source sees the collector only through the source.Core it lends"},
+		{pkg: "source/tracepoint", deps: []string{mod + "collector", mod + "agent"},
+			why: "a source sees the collector only through the source.Core it lends"},
+		{pkg: "collector/overrun", deps: []string{mod + "collector"},
+			why: "the overrun pipeline takes what it needs of the collector in its Config"},
 	} {
 		l := goWords(t, "-deps", mod+tc.pkg)
 		for _, f := range tc.deps {
