@@ -29,6 +29,7 @@ var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):              "usdt",
 	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER):       "eventheader",
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_FUNCTIONS):         "functions",
 }
 
 // Read errors other than a closed reader are retried after a pause that

@@ -1,0 +1,119 @@
+//go:build linux
+
+package function
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/snapshot"
+)
+
+// TestExactCounts traces a gcc -O2 program's functions, one with five
+// return instructions and one recursive, called on 4 threads, and checks
+// every call is one span: exact counts, no unpaired returns, no replaced
+// entries.
+func TestExactCounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the pairing is tested on x86-64 so far")
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) on PATH: install build-essential")
+	}
+	prog := filepath.Join(t.TempDir(), "callprog")
+	if out, err := exec.Command(cc, "-O2", "-pthread", "-o", prog, "testdata/callprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+
+	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const calls, threads, depth = 2000, 4, 5
+	cmd := exec.Command(prog, strconv.Itoa(calls))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		t.Fatalf("program said %q, want ready", out.Text())
+	}
+
+	g, err := glob.Compile("multi_ret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := glob.Compile("rec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Attach(context.Background(), c.SourceCore(), []Target{
+		{Binary: prog, Functions: g},
+		{Binary: prog, Functions: r, Span: "recursion"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if tr := s.Traced(); len(tr) != 2 || len(tr[0].Func.Returns) != 5 || tr[1].Span != "recursion" {
+		t.Fatalf("traced %+v, want multi_ret with 5 return sites and rec as recursion", tr)
+	}
+	if _, err := c.Snapshot(); err != nil { // a fresh window
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	if !out.Scan() || out.Text() != "done" {
+		t.Fatalf("program said %q, want done", out.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	got := map[string]snapshot.Series{}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && (got["multi_ret"].Count < calls*threads || got["recursion"].Count < calls*threads*(depth+1)) {
+		snap, err := c.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sr := range snap.Series {
+			x := got[sr.Span]
+			x.Count += sr.Count
+			got[sr.Span] = x
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := got["multi_ret"].Count; n != calls*threads {
+		t.Errorf("multi_ret: %d spans, want %d", n, calls*threads)
+	}
+	if n := got["recursion"].Count; n != calls*threads*(depth+1) {
+		t.Errorf("rec: %d spans, want %d", n, calls*threads*(depth+1))
+	}
+	counts, err := s.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 0 {
+		t.Errorf("counters %v, want none (no unpaired return, no replaced entry)", counts)
+	}
+	t.Logf("multi_ret %d spans, rec %d spans, counters %v", got["multi_ret"].Count, got["recursion"].Count, counts)
+}
