@@ -22,7 +22,7 @@ import (
 // TestExactCounts traces a gcc -O2 program's functions, one with five
 // return instructions and one recursive, called on 4 threads, and checks
 // every call is one span: exact counts, no unpaired returns, no replaced
-// entries.
+// entries; and that a budget on a third catches exactly its slow calls.
 func TestExactCounts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
@@ -66,16 +66,24 @@ func TestExactCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sl, err := glob.Compile("slow")
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := Attach(context.Background(), c.SourceCore(), []Target{
 		{Binary: prog, Functions: g},
 		{Binary: prog, Functions: r, Span: "recursion"},
+		{Binary: prog, Functions: sl},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if tr := s.Traced(); len(tr) != 2 || len(tr[0].Func.Returns) != 5 || tr[1].Span != "recursion" {
-		t.Fatalf("traced %+v, want multi_ret with 5 return sites and rec as recursion", tr)
+	if tr := s.Traced(); len(tr) != 3 || len(tr[0].Func.Returns) != 5 || tr[1].Span != "recursion" || tr[2].Span != "slow" {
+		t.Fatalf("traced %+v, want multi_ret with 5 return sites, rec as recursion, slow", tr)
+	}
+	if err := c.SetBudgets([]collector.BudgetRule{{Span: "slow", Budget: time.Millisecond}}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := c.Snapshot(); err != nil { // a fresh window
 		t.Fatal(err)
@@ -88,9 +96,11 @@ func TestExactCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	const slowCalls = 20
 	got := map[string]snapshot.Series{}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && (got["multi_ret"].Count < calls*threads || got["recursion"].Count < calls*threads*(depth+1)) {
+	var overruns []snapshot.Overrun
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && (got["multi_ret"].Count < calls*threads || got["recursion"].Count < calls*threads*(depth+1) || len(overruns) < slowCalls/2) {
 		snap, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -98,8 +108,10 @@ func TestExactCounts(t *testing.T) {
 		for _, sr := range snap.Series {
 			x := got[sr.Span]
 			x.Count += sr.Count
+			x.OverBudget += sr.OverBudget
 			got[sr.Span] = x
 		}
+		overruns = append(overruns, snap.Overruns...)
 		time.Sleep(50 * time.Millisecond)
 	}
 	if n := got["multi_ret"].Count; n != calls*threads {
@@ -108,6 +120,28 @@ func TestExactCounts(t *testing.T) {
 	if n := got["recursion"].Count; n != calls*threads*(depth+1) {
 		t.Errorf("rec: %d spans, want %d", n, calls*threads*(depth+1))
 	}
+	if sr := got["slow"]; sr.Count != slowCalls || sr.OverBudget != slowCalls/2 {
+		t.Errorf("slow: %d spans, %d over budget, want %d and %d", sr.Count, sr.OverBudget, slowCalls, slowCalls/2)
+	}
+	if len(overruns) != slowCalls/2 {
+		t.Errorf("%d overrun records, want %d", len(overruns), slowCalls/2)
+	}
+	for _, o := range overruns {
+		if o.Span != "slow" || o.Source != "functions" || o.DurationNs < 3_000_000 || o.PID != uint32(cmd.Process.Pid) {
+			t.Errorf("overrun %+v, want slow from functions, at least 3ms, pid %d", o, cmd.Process.Pid)
+		}
+	}
+	if len(overruns) > 0 {
+		var frames []string
+		for _, f := range overruns[0].UserStack {
+			frames = append(frames, f.Function)
+		}
+		// Not checked: gcc -O2 keeps no frame pointers, so the walk
+		// stops after the traced function, and at a return instruction
+		// the caller's return address is at the stack's top, in no
+		// frame a walk by frame pointers reads.
+		t.Logf("an overrun's user stack: %v", frames)
+	}
 	counts, err := s.Counts()
 	if err != nil {
 		t.Fatal(err)
@@ -115,5 +149,6 @@ func TestExactCounts(t *testing.T) {
 	if len(counts) != 0 {
 		t.Errorf("counters %v, want none (no unpaired return, no replaced entry)", counts)
 	}
-	t.Logf("multi_ret %d spans, rec %d spans, counters %v", got["multi_ret"].Count, got["recursion"].Count, counts)
+	t.Logf("multi_ret %d spans, rec %d spans, slow %d spans (%d over budget, %d overrun records), counters %v",
+		got["multi_ret"].Count, got["recursion"].Count, got["slow"].Count, got["slow"].OverBudget, len(overruns), counts)
 }

@@ -1,9 +1,11 @@
 // Calls functions a known number of times, for source/function's tests:
 // built with gcc -O2. Prints "ready", waits for a line on standard input,
-// makes its calls on 4 threads and prints "done".
+// makes its calls on 4 threads, then calls slow() 20 times, every other
+// call sleeping 3 ms, and prints "done".
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 volatile int sink;
 
@@ -42,6 +44,15 @@ __attribute__((noipa)) int rec(int depth)
 	return r + 1;
 }
 
+// slow sleeps us microseconds.
+__attribute__((noipa)) int slow(int us)
+{
+	if (us)
+		usleep(us);
+	sink = us;
+	return us;
+}
+
 static int calls;
 
 static void *work(void *arg)
@@ -68,6 +79,8 @@ int main(int argc, char **argv)
 		pthread_create(&t[i], NULL, work, NULL);
 	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
+	for (int i = 0; i < 20; i++)
+		slow(i % 2 ? 3000 : 0);
 	printf("done\n");
 	fflush(stdout);
 	return 0;
