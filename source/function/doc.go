@@ -5,8 +5,10 @@
 // bpf/funcs.bpf.c beside the collector's core, so the spans reach the same
 // series, budgets and overrun records as every other source.
 //
-// So far: x86-64 and arm64 functions that internal/funcs finds traceable,
-// paired by thread and stack pointer (C, C++, Rust; not yet Go, whose
-// goroutines move between threads and whose stacks move), on the full core
-// (kernel 5.17+) with BPF attach cookies (5.15+). Linux only.
+// So far: functions that internal/funcs finds traceable in binaries that
+// are not Go, paired by thread and stack pointer (C, C++, Rust), on the
+// full core (kernel 5.17+) with BPF attach cookies (5.15+); tested on
+// x86-64. Go binaries are refused: their goroutines move between threads
+// and their stacks move, so their calls must be paired by goroutine. The
+// rule file has no section for this source yet. Linux only.
 package function

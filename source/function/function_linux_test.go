@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +152,41 @@ func TestExactCounts(t *testing.T) {
 	}
 	t.Logf("multi_ret %d spans, rec %d spans, slow %d spans (%d over budget, %d overrun records), counters %v",
 		got["multi_ret"].Count, got["recursion"].Count, got["slow"].Count, got["slow"].OverBudget, len(overruns), counts)
+}
+
+// TestRefusals: a Go binary (this test's own) is refused, as is a pattern
+// that matches no traceable function, before anything is attached.
+func TestRefusals(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON) to load BPF")
+	}
+	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := glob.Compile("*")
+	none, _ := glob.Compile("no_such_function")
+	for _, tc := range []struct {
+		target Target
+		want   string
+	}{
+		{Target{Binary: exe, Functions: all}, "Go functions are not traced yet"},
+		{Target{Binary: "/bin/true", Functions: none}, `no traceable function matches "no_such_function"`},
+		{Target{Binary: exe + ".missing", Functions: all}, "no such file"},
+	} {
+		s, err := Attach(context.Background(), c.SourceCore(), []Target{tc.target})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s: attached, want an error with %q", tc.target.Binary, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.target.Binary, err, tc.want)
+		}
+	}
 }
