@@ -186,7 +186,7 @@ func Parse(r io.ReaderAt, o Options) (f *File, err error) {
 	default:
 		return nil, fmt.Errorf("machine %s: only x86-64 and arm64 code is disassembled", ef.Machine)
 	}
-	fns, parts, capped, isGo, err := functions(ef, o.Filter)
+	fns, parts, capped, isGo, err := functions(ef, r, o.Filter)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -370,4 +371,103 @@ func TestHostileInput(t *testing.T) {
 			Parse(bytes.NewReader(c), Options{Filter: mustGlob(t, "runtime.m*")})
 		}
 	}
+}
+
+// TestGoText lists Go programs built by the test, internally and
+// externally linked (as cgo programs are), with .symtab stripped: the
+// functions found in the pclntab are where the unstripped binary's
+// symbols say. An externally linked binary's Go text does not start at
+// .text, and newer linkers leave the pclntab header's text start 0.
+func TestGoText(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH")
+	}
+	if _, err := exec.LookPath("strip"); err != nil {
+		t.Skip("no strip: install binutils")
+	}
+	dir := t.TempDir()
+	for _, link := range []string{"internal", "external"} {
+		t.Run(link, func(t *testing.T) {
+			bin := filepath.Join(dir, "goprog-"+link)
+			cmd := exec.Command(gobin, "build", "-ldflags=-linkmode="+link, "-o", bin, "./testdata/goprog")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				if link == "external" {
+					t.Skipf("go build -linkmode=external (needs cgo and a C compiler): %v: %s", err, out)
+				}
+				t.Fatalf("go build: %v: %s", err, out)
+			}
+			want := map[string]uint64{}
+			syms, err := symtabFuncs(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, addr := range syms {
+				want[name] = addr
+			}
+			stripped := bin + ".stripped"
+			if out, err := exec.Command("strip", "--strip-all", "-o", stripped, bin).CombinedOutput(); err != nil {
+				t.Fatalf("strip: %v: %s", err, out)
+			}
+			f, err := Open(context.Background(), stripped, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.Go {
+				t.Fatalf("%s: not listed from its pclntab", stripped)
+			}
+			// Names the pclntab gives twice (an assembly function and its
+			// ABI wrapper, both "runtime.reflectcall") are left out.
+			seen := map[string]int{}
+			for _, fn := range f.Funcs {
+				seen[fn.Name]++
+			}
+			agreed := 0
+			for _, fn := range f.Funcs {
+				addr, ok := want[fn.Name]
+				if !ok || seen[fn.Name] > 1 {
+					continue
+				}
+				if fn.Addr != addr {
+					t.Errorf("%s at %#x, .symtab of the unstripped binary says %#x", fn.Name, fn.Addr, addr)
+					continue
+				}
+				agreed++
+			}
+			if w := byName(f)["main.work"]; w == nil || w.Refused != "" || w.Addr != want["main.work"] {
+				t.Errorf("main.work: %+v, want it traceable at %#x", w, want["main.work"])
+			}
+			t.Logf("%s linking: %d functions at the addresses .symtab gives", link, agreed)
+			if agreed < 1000 {
+				t.Errorf("%d functions agreed, want the thousand or so of a Go program", agreed)
+			}
+		})
+	}
+}
+
+// symtabFuncs returns the function symbols of bin's .symtab by name,
+// those whose name it gives once.
+func symtabFuncs(bin string) (map[string]uint64, error) {
+	ef, err := elf.Open(bin)
+	if err != nil {
+		return nil, err
+	}
+	defer ef.Close()
+	syms, err := ef.Symbols()
+	if err != nil {
+		return nil, err
+	}
+	out, n := map[string]uint64{}, map[string]int{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			out[s.Name] = s.Value
+			n[s.Name]++
+		}
+	}
+	for name, c := range n {
+		if c > 1 {
+			delete(out, name) // a name given twice: no oracle
+		}
+	}
+	return out, nil
 }

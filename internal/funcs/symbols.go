@@ -3,9 +3,9 @@ package funcs
 import (
 	"debug/elf"
 	"debug/gosym"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 
@@ -23,7 +23,7 @@ type span struct{ addr, size uint64 }
 // function table when it has one, else from its symbol tables and then
 // its frame descriptions for the ranges no symbol names. capped reports
 // that a table was cut at its cap or more functions matched than kept.
-func functions(ef *elf.File, filter *glob.Glob) (fns []Func, parts []span, capped, isGo bool, err error) {
+func functions(ef *elf.File, r io.ReaderAt, filter *glob.Glob) (fns []Func, parts []span, capped, isGo bool, err error) {
 	keep := func(fn Func) bool {
 		if len(fns) >= maxFuncs {
 			capped = true
@@ -36,7 +36,7 @@ func functions(ef *elf.File, filter *glob.Glob) (fns []Func, parts []span, cappe
 		return true
 	}
 	if s := ef.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
-		c, err := goFunctions(ef, s, keep)
+		c, err := goFunctions(ef, r, s, keep)
 		return fns, nil, capped || c, true, err
 	}
 
@@ -160,7 +160,7 @@ const goFuncSize = 200
 // goFunctions passes each function of a Go binary's pclntab to keep until
 // it returns false. debug/gosym builds a value per function the table's
 // header claims, so the claim is checked against maxFuncs first.
-func goFunctions(ef *elf.File, s *elf.Section, keep func(Func) bool) (capped bool, err error) {
+func goFunctions(ef *elf.File, r io.ReaderAt, s *elf.Section, keep func(Func) bool) (capped bool, err error) {
 	data, cut, err := elfread.ReadSection(s, maxTable, nil, nil)
 	if err != nil {
 		return false, fmt.Errorf("read .gopclntab: %w", err)
@@ -176,9 +176,9 @@ func goFunctions(ef *elf.File, s *elf.Section, keep func(Func) bool) (capped boo
 		userfile.Count(userfile.ReasonGoFuncs)
 		return true, fmt.Errorf(".gopclntab of %d functions, more than the %d this reader accepts", n, maxFuncs)
 	}
-	text := goTextStart(data, ef.ByteOrder)
-	if t := ef.Section(".text"); text == 0 && t != nil {
-		text = t.Addr
+	text := goText(ef, r, data, s.Addr)
+	if text == 0 {
+		return false, errors.New(".gopclntab: cannot place the Go text: no runtime.text symbol, text start in the table's header or moduledata")
 	}
 	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text))
 	if err != nil {
@@ -196,26 +196,49 @@ func goFunctions(ef *elf.File, s *elf.Section, keep func(Func) bool) (capped boo
 	return false, nil
 }
 
-// goTextStart returns the text start a Go 1.18+ pclntab's header records
-// (runtime.text, which function entries are relative to), or 0. It is not
-// the start of .text in an externally linked binary, where the C start
-// files come first (Debian's prometheus: .text at 0x402340, runtime.text
-// at 0x402440); debug/gosym takes it from its caller, not the header.
-func goTextStart(data []byte, bo binary.ByteOrder) uint64 {
-	if len(data) < 8 {
-		return 0
+// goText returns runtime.text, which a pclntab's function entries are
+// relative to: from .symtab where it is kept, else from the table's
+// header (Go 1.18 to about 1.20 fill it in), else from the moduledata
+// (elfread.GoModuleText), else the start of .text, which is runtime.text
+// in an internally linked binary. An externally linked one (cgo) puts
+// the C start files first: Debian's prometheus has .text at 0x402340 and
+// runtime.text at 0x402440.
+func goText(ef *elf.File, r io.ReaderAt, pcln []byte, pclnAddr uint64) uint64 {
+	if table := elfread.Table(ef, elf.SHT_SYMTAB); table != nil {
+		if strs := elfread.StringTable(ef, table); strs != nil {
+			if strtab, _, err := elfread.ReadSection(strs, maxTable, nil, nil); err == nil {
+				var text uint64
+				elfread.Symbols(ef, table, maxTable, func(s elfread.Symbol) bool {
+					if elfread.NameIs(strtab, s.Name, "runtime.text") {
+						text = s.Value
+						return false
+					}
+					return true
+				})
+				if text != 0 {
+					return text
+				}
+			}
+		}
 	}
-	magic := bo.Uint32(data)
-	if magic != 0xfffffff0 && magic != 0xfffffff1 {
-		return 0
+	if text := elfread.GoTextStart(pcln, ef.ByteOrder); text != 0 {
+		return text
 	}
-	ptr := int(data[7])
-	off := 8 + 2*ptr
-	switch {
-	case ptr == 8 && len(data) >= off+8:
-		return bo.Uint64(data[off:])
-	case ptr == 4 && len(data) >= off+4:
-		return uint64(bo.Uint32(data[off:]))
+	read := func(off, size uint64) ([]byte, error) {
+		if size > maxTable {
+			return nil, fmt.Errorf("a segment of %d bytes, more than the %d read", size, maxTable)
+		}
+		b := make([]byte, size)
+		if _, err := r.ReadAt(b, int64(off)); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	if text := elfread.GoModuleText(ef, pcln, pclnAddr, read); text != 0 {
+		return text
+	}
+	if t := ef.Section(".text"); t != nil {
+		return t.Addr
 	}
 	return 0
 }
