@@ -128,6 +128,7 @@ enum span_source {
 	SOURCE_USDT = 3,
 	SOURCE_EVENTHEADER = 4,
 	SOURCE_USER_EVENT_FIELDS = 5, /* any user_event, by its format's offsets */
+	SOURCE_FUNCTIONS = 6,	      /* uprobes on a function's entry and returns */
 };
 
 /* Series kinds. */

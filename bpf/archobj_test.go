@@ -64,7 +64,7 @@ func TestObjectsPtRegs(t *testing.T) {
 				}
 			}
 		}
-		for _, obj := range []string{"spanwatch", "usdt"} {
+		for _, obj := range []string{"spanwatch", "usdt", "funcs"} {
 			if !checked[obj] {
 				t.Errorf("%s_%s_bpfel.o: no struct pt_regs in its BTF to check", obj, arch)
 			}

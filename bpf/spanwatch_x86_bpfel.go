@@ -236,6 +236,7 @@ const (
 	SpanwatchSpanSourceSOURCE_USDT              SpanwatchSpanSource = 3
 	SpanwatchSpanSourceSOURCE_EVENTHEADER       SpanwatchSpanSource = 4
 	SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS SpanwatchSpanSource = 5
+	SpanwatchSpanSourceSOURCE_FUNCTIONS         SpanwatchSpanSource = 6
 )
 
 type SpanwatchSpanStatus uint32

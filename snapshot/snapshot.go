@@ -172,7 +172,8 @@ type Overrun struct {
 	TraceID      string `json:"trace_id,omitempty"`
 	SpanID       string `json:"span_id,omitempty"`
 	StillRunning bool   `json:"still_running,omitempty"`
-	// Source names the span source: "user_events", "marker" or "usdt".
+	// Source names the span source: "user_events", "marker", "usdt",
+	// "eventheader", "user_event_fields" or "functions".
 	Source      string  `json:"source,omitempty"`
 	UserStack   []Frame `json:"user_stack,omitempty"`
 	KernelStack []Frame `json:"kernel_stack,omitempty"`

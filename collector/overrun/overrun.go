@@ -35,6 +35,7 @@ var sourceNames = map[uint32]string{
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USDT):              "usdt",
 	uint32(bpf.SpanwatchSpanSourceSOURCE_EVENTHEADER):       "eventheader",
 	uint32(bpf.SpanwatchSpanSourceSOURCE_USER_EVENT_FIELDS): "user_event_fields",
+	uint32(bpf.SpanwatchSpanSourceSOURCE_FUNCTIONS):         "functions",
 }
 
 // DefaultQueue is how many overrun records wait between the ring buffer's

@@ -238,3 +238,82 @@ func FileOffset(f *elf.File, addr uint64) (uint64, error) {
 	}
 	return 0, fmt.Errorf("address 0x%x is in no file-backed segment", addr)
 }
+
+// GoTextStart returns the text start a Go 1.18+ pclntab's header records
+// (runtime.text, which the table's function entries are relative to), or
+// 0 when the header has none (an older table, or a position-independent
+// binary, where the field is filled in by a relocation at load). It is
+// not the start of .text in an externally linked binary, where the C
+// start files come first (Debian's prometheus: .text at 0x402340,
+// runtime.text at 0x402440); debug/gosym takes the text start from its
+// caller, not from the header.
+func GoTextStart(data []byte, bo binary.ByteOrder) uint64 {
+	if len(data) < 8 {
+		return 0
+	}
+	if magic := bo.Uint32(data); magic != 0xfffffff0 && magic != 0xfffffff1 {
+		return 0
+	}
+	ptr := int(data[7])
+	off := 8 + 2*ptr
+	switch {
+	case ptr == 8 && len(data) >= off+8:
+		return bo.Uint64(data[off:])
+	case ptr == 4 && len(data) >= off+4:
+		return uint64(bo.Uint32(data[off:]))
+	}
+	return 0
+}
+
+// GoModuleText returns runtime.text as a Go 1.18+ binary's moduledata
+// records it, or 0: the moduledata is found in the writable segments as
+// the words pointing at the pclntab (pcHeader) and its funcnametab, and
+// its text (word 22) is taken when it is no greater than its etext (word
+// 23), as the minpc before them (word 20) is, and lies in an executable
+// segment. Newer linkers leave the pclntab header's text start 0 (see
+// GoTextStart); the moduledata's words are absolute in a binary that is
+// not position-independent. read reads a segment's contents (within the
+// caller's caps); pcln is the pclntab at address pclnAddr.
+func GoModuleText(f *elf.File, pcln []byte, pclnAddr uint64, read func(off, size uint64) ([]byte, error)) uint64 {
+	if len(pcln) < 8 || f.Class != elf.ELFCLASS64 {
+		return 0
+	}
+	bo := f.ByteOrder
+	if magic := bo.Uint32(pcln); (magic != 0xfffffff0 && magic != 0xfffffff1) || pcln[7] != 8 || len(pcln) < 8+4*8 {
+		return 0
+	}
+	funcnameOff := bo.Uint64(pcln[8+3*8:])
+	var pat [16]byte
+	bo.PutUint64(pat[:], pclnAddr)
+	bo.PutUint64(pat[8:], pclnAddr+funcnameOff)
+	for _, ph := range f.Progs {
+		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_W == 0 || ph.Filesz == 0 {
+			continue
+		}
+		data, err := read(ph.Off, ph.Filesz)
+		if err != nil {
+			continue
+		}
+		for off := 0; ; {
+			i := bytes.Index(data[off:], pat[:])
+			if i < 0 {
+				break
+			}
+			md := data[off+i:]
+			off += i + 8
+			if len(md) < 24*8 {
+				break
+			}
+			minpc, text, etext := bo.Uint64(md[20*8:]), bo.Uint64(md[22*8:]), bo.Uint64(md[23*8:])
+			if text == 0 || minpc < text || text >= etext {
+				continue
+			}
+			for _, x := range f.Progs {
+				if x.Type == elf.PT_LOAD && x.Flags&elf.PF_X != 0 && text >= x.Vaddr && text-x.Vaddr < x.Filesz {
+					return text
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -234,6 +234,17 @@ func TestUserStacks(t *testing.T) {
 			dropSectionHeaders(t, src, bin)
 			return bin, entry
 		}, want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
+		// Externally linked (as cgo programs are, Debian's prometheus
+		// among them): the C start files come before the Go text, whose
+		// start only the pclntab's header records.
+		{name: "go-external-stripped", build: func(t *testing.T) (string, uint64) {
+			src := filepath.Join(dir, "goprog-external")
+			buildGo(t, src, goSrc, "-ldflags=-linkmode=external")
+			entry := funcFileOffset(t, src, "main.slow")
+			bin := filepath.Join(dir, "goprog-external-stripped")
+			run(t, "strip", "--strip-all", "-o", bin, src)
+			return bin, entry
+		}, want: goWant, file: "main.go", lines: goLines, named: true, inlined: goInlined},
 		{name: "c", build: func(t *testing.T) (string, uint64) {
 			bin := filepath.Join(dir, "cprog")
 			buildC(t, bin, cSrc)

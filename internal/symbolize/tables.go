@@ -367,7 +367,7 @@ func (p *parser) readGoTable(ef *elf.File) (goTab, error) {
 		if t := ef.Section(".text"); t != nil {
 			text = t.Addr
 		}
-		tab, text, err := p.goTable(ef, data, text)
+		tab, text, err := p.goTable(ef, data, s.Addr, text)
 		return goTab{tab, data, s.Addr, text}, err
 	}
 	if len(ef.Sections) > 0 && ef.Section(".go.buildinfo") == nil && ef.Section(".note.go.buildid") == nil {
@@ -386,7 +386,7 @@ func (p *parser) readGoTable(ef *elf.File) (goTab, error) {
 			if i < 0 {
 				break
 			}
-			if tab, text, err := p.goTable(ef, data[off+i:], 0); err == nil {
+			if tab, text, err := p.goTable(ef, data[off+i:], ph.Vaddr+uint64(off+i), 0); err == nil {
 				return goTab{tab, data[off+i:], ph.Vaddr + uint64(off+i), text}, nil
 			}
 			off += i + 4
@@ -428,11 +428,11 @@ func findPclntab(b []byte, bo binary.ByteOrder) int {
 // Sym), for the budget.
 const goFuncSize = 200
 
-// goTable parses a pclntab after checking its function count: debug/gosym
+// goTable parses a pclntab, at addr, after checking its function count: debug/gosym
 // builds a Func and a Sym for each function the header claims, so a table
 // claiming more than the symbol cap is not used, and the rest is taken
 // from the budget first.
-func (p *parser) goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, uint64, error) {
+func (p *parser) goTable(ef *elf.File, data []byte, addr, text uint64) (*gosym.Table, uint64, error) {
 	nfunc, ok := elfread.GoFuncs(data, ef.ByteOrder)
 	if !ok {
 		return nil, 0, errNoPclntab
@@ -440,6 +440,15 @@ func (p *parser) goTable(ef *elf.File, data []byte, text uint64) (*gosym.Table, 
 	if nfunc > uint64(p.lim.Symbols) {
 		p.t.budget.hitCount(userfile.ReasonGoFuncs)
 		return nil, 0, fmt.Errorf("pclntab of %d functions, more than the %d this reader keeps", nfunc, p.lim.Symbols)
+	}
+	// runtime.text as the table's header (Go 1.18 to about 1.20) or the
+	// moduledata records it is right where .text's start is not: in an
+	// externally linked binary (cgo), whose C start files come before the
+	// Go text.
+	if h := elfread.GoTextStart(data, ef.ByteOrder); h != 0 {
+		text = h
+	} else if h := elfread.GoModuleText(ef, data, addr, p.read); h != 0 {
+		text = h
 	}
 	// Two tables are built when the text start must be found first.
 	need := int64(nfunc) * goFuncSize

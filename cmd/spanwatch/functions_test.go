@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// runCaptured runs spanwatch with args as main does and returns its exit
+// code, what it printed on standard output (commands print there, not on
+// run's writer) and on standard error.
+func runCaptured(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	tmp, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tmp.Close()
+	saved := os.Stdout
+	os.Stdout = tmp
+	var errb bytes.Buffer
+	code := run(args, &bytes.Buffer{}, &errb)
+	os.Stdout = saved
+	out, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(out), errb.String()
+}
+
+func TestFunctionsCommand(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("files are opened through internal/userfile, Linux only")
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) on PATH: install build-essential")
+	}
+	bin := filepath.Join(t.TempDir(), "retprog")
+	if out, err := exec.Command(cc, "-O2", "-o", bin, "../../internal/funcs/testdata/retprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+
+	// Flags after the path filter (issue 27: probes took --filter for a
+	// second path).
+	code, out, errs := runCaptured(t, "functions", bin, "--filter", "*_*", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var l functionListing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]functionSite{}
+	for _, f := range l.Functions {
+		got[f.Name] = f
+	}
+	if l.Path != bin || l.Go {
+		t.Errorf("listing of %s, go %v", l.Path, l.Go)
+	}
+	if mr := got["multi_ret"]; mr.Refused != "" || len(mr.Returns) != 5 {
+		t.Errorf("multi_ret: %+v, want 5 return sites", mr)
+	}
+	if tc := got["tail_call"]; tc.Refused != "tail_call" || !strings.Contains(tc.Detail, "outside the function") {
+		t.Errorf("tail_call: %+v, want refused as a tail call", tc)
+	}
+	if _, ok := got["leaf"]; ok {
+		t.Errorf("--filter '*_*' listed leaf")
+	}
+
+	// The table, flags before the path.
+	code, out, errs = runCaptured(t, "functions", "-v", "--filter", "multi_ret", bin)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "1 function: 1 traceable") ||
+		!strings.Contains(lines[1], "FUNCTION") || !strings.HasPrefix(strings.TrimSpace(lines[2]), "multi_ret ") ||
+		!strings.Contains(lines[2], " 5 ") || !strings.Contains(lines[2], "ok  returns at 0x") {
+		t.Errorf("table:\n%s", out)
+	}
+	code, out, _ = runCaptured(t, "functions", "--filter", "tail_call", bin)
+	if code != 0 || !strings.Contains(out, "refused: tail_call: jmp at 0x") {
+		t.Errorf("exit %d, table:\n%s", code, out)
+	}
+
+	// An empty answer says so; a missing binary and a bad call fail.
+	if code, _, errs := runCaptured(t, "functions", bin, "--filter", "nothing*"); code != 1 || !strings.Contains(errs, `no function matches "nothing*"`) {
+		t.Errorf("no match: exit %d, %q", code, errs)
+	}
+	if code, _, errs := runCaptured(t, "functions", bin+".missing"); code != 1 || !strings.Contains(errs, "no such file") {
+		t.Errorf("missing binary: exit %d, %q", code, errs)
+	}
+	if code, _, _ := runCaptured(t, "functions", bin, bin); code != 2 {
+		t.Errorf("two binaries: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,114 @@
+package funcs
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"golang.org/x/arch/arm64/arm64asm"
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// An exit is a jump, conditional or not, out of the code scanned: a tail
+// call, or a jump to a part of the function placed elsewhere.
+type exit struct {
+	at, target uint64
+	op         string
+}
+
+// scanAMD64 decodes code, x86-64 code at addr, from its start to its end
+// (a linear sweep: compilers put no data between a function's
+// instructions on x86-64), and returns the addresses of its return
+// instructions, the count of its indirect jumps and its jumps out of the
+// code, or why it is refused: an instruction that does not decode.
+func scanAMD64(code []byte, addr uint64) (rets []uint64, indirect int, exits []exit, ref refusal) {
+	end := addr + uint64(len(code))
+	for pc := 0; pc < len(code); {
+		// ENDBR64, which x86asm does not know: the first instruction of
+		// functions built with -fcf-protection (Debian's default).
+		if len(code)-pc >= 4 && code[pc] == 0xf3 && code[pc+1] == 0x0f && code[pc+2] == 0x1e && code[pc+3] == 0xfa {
+			pc += 4
+			continue
+		}
+		inst, err := x86asm.Decode(code[pc:], 64)
+		if err != nil || inst.Len == 0 {
+			return nil, 0, nil, refusal{ReasonUndecodable, fmt.Sprintf("at %#x: % x", addr+uint64(pc), code[pc:min(pc+8, len(code))])}
+		}
+		at := addr + uint64(pc)
+		next := at + uint64(inst.Len)
+		pc += inst.Len
+		switch inst.Op {
+		case x86asm.RET:
+			rets = append(rets, at)
+		case x86asm.JMP, x86asm.JA, x86asm.JAE, x86asm.JB, x86asm.JBE, x86asm.JCXZ, x86asm.JE, x86asm.JECXZ,
+			x86asm.JG, x86asm.JGE, x86asm.JL, x86asm.JLE, x86asm.JNE, x86asm.JNO, x86asm.JNP, x86asm.JNS,
+			x86asm.JO, x86asm.JP, x86asm.JRCXZ, x86asm.JS, x86asm.LOOP, x86asm.LOOPE, x86asm.LOOPNE:
+			rel, ok := inst.Args[0].(x86asm.Rel)
+			if !ok {
+				indirect++
+				continue
+			}
+			target := next + uint64(int64(rel))
+			if target < addr || target >= end {
+				exits = append(exits, exit{at, target, inst.Op.String()})
+			}
+		}
+	}
+	return rets, indirect, exits, refusal{}
+}
+
+// Return instructions with pointer authentication, which arm64asm does not
+// decode: RETAA and RETAB (ARMv8.3).
+const (
+	arm64RETAA = 0xd65f0bff
+	arm64RETAB = 0xd65f0fff
+)
+
+// scanARM64 is scanAMD64 for arm64 code: fixed 4-byte instructions, RET
+// (and RETAA/RETAB) as returns, BR as an indirect jump, and B, B.cond,
+// CBZ, CBNZ, TBZ and TBNZ to outside the function as tail calls.
+func scanARM64(code []byte, addr uint64) (rets []uint64, indirect int, exits []exit, ref refusal) {
+	end := addr + uint64(len(code))
+	if len(code)%4 != 0 {
+		return nil, 0, nil, refusal{ReasonUndecodable, fmt.Sprintf("a size of %d bytes, not a multiple of 4", len(code))}
+	}
+	for pc := 0; pc < len(code); pc += 4 {
+		at := addr + uint64(pc)
+		if w := binary.LittleEndian.Uint32(code[pc:]); w == arm64RETAA || w == arm64RETAB {
+			rets = append(rets, at)
+			continue
+		}
+		inst, err := arm64asm.Decode(code[pc:])
+		if err != nil {
+			return nil, 0, nil, refusal{ReasonUndecodable, fmt.Sprintf("at %#x: %08x", at, binary.LittleEndian.Uint32(code[pc:]))}
+		}
+		switch inst.Op {
+		case arm64asm.RET:
+			rets = append(rets, at)
+		case arm64asm.BR:
+			indirect++
+		case arm64asm.B, arm64asm.CBZ, arm64asm.CBNZ, arm64asm.TBZ, arm64asm.TBNZ:
+			for _, a := range inst.Args {
+				rel, ok := a.(arm64asm.PCRel)
+				if !ok {
+					continue
+				}
+				target := at + uint64(int64(rel))
+				if target < addr || target >= end {
+					exits = append(exits, exit{at, target, inst.Op.String()})
+				}
+			}
+		}
+	}
+	return rets, indirect, exits, refusal{}
+}
+
+// opName is an instruction's mnemonic in lower case, as objdump writes it.
+func opName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
