@@ -228,15 +228,25 @@ func GoFuncs(data []byte, bo binary.ByteOrder) (uint64, bool) {
 // FileOffset maps a virtual address to its offset in the file through the
 // loadable segments.
 func FileOffset(f *elf.File, addr uint64) (uint64, error) {
+	return segmentOffset(f, addr, 0, "file-backed")
+}
+
+// CodeOffset maps a virtual address to its offset in the file through the
+// executable loadable segments (where a uprobe may go).
+func CodeOffset(f *elf.File, addr uint64) (uint64, error) {
+	return segmentOffset(f, addr, elf.PF_X, "executable")
+}
+
+func segmentOffset(f *elf.File, addr uint64, want elf.ProgFlag, what string) (uint64, error) {
 	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD {
+		if p.Type != elf.PT_LOAD || p.Flags&want != want {
 			continue
 		}
-		if addr >= p.Vaddr && addr < p.Vaddr+p.Filesz {
+		if addr >= p.Vaddr && addr-p.Vaddr < p.Filesz {
 			return addr - p.Vaddr + p.Off, nil
 		}
 	}
-	return 0, fmt.Errorf("address 0x%x is in no file-backed segment", addr)
+	return 0, fmt.Errorf("address %#x is in no %s segment of the file", addr, what)
 }
 
 // GoTextStart returns the text start a Go 1.18+ pclntab's header records

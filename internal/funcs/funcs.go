@@ -209,7 +209,7 @@ const maxParts = 8
 // sites, or why it is refused. buf is reused across functions and
 // returned.
 func returns(ef *elf.File, r io.ReaderAt, arch Arch, fn *Func, parts []span, maxRets int, buf []byte) []byte {
-	off, err := fileOffset(ef, fn.Addr)
+	off, err := elfread.CodeOffset(ef, fn.Addr)
 	if err != nil {
 		fn.Refused, fn.Detail = ReasonNotInFile, err.Error()
 		return buf
@@ -272,7 +272,7 @@ func returns(ef *elf.File, r io.ReaderAt, arch Arch, fn *Func, parts []span, max
 		sort.Slice(rets, func(i, j int) bool { return rets[i] < rets[j] })
 		fn.Returns = make([]uint64, len(rets))
 		for i, a := range rets {
-			o, err := fileOffset(ef, a)
+			o, err := elfread.CodeOffset(ef, a)
 			if err != nil {
 				fn.Returns, fn.Refused, fn.Detail = nil, ReasonNotInFile, err.Error()
 				return buf
@@ -288,11 +288,11 @@ func read(ef *elf.File, r io.ReaderAt, s span, buf []byte) (code, _ []byte, _ Re
 	if s.size > maxFuncSize {
 		return nil, buf, ReasonTooLarge, fmt.Sprintf("%d bytes at %#x, cap %d", s.size, s.addr, maxFuncSize)
 	}
-	off, err := fileOffset(ef, s.addr)
+	off, err := elfread.CodeOffset(ef, s.addr)
 	if err != nil {
 		return nil, buf, ReasonNotInFile, err.Error()
 	}
-	if end, err := fileOffset(ef, s.addr+s.size-1); err != nil || end != off+s.size-1 {
+	if end, err := elfread.CodeOffset(ef, s.addr+s.size-1); err != nil || end != off+s.size-1 {
 		return nil, buf, ReasonNotInFile, fmt.Sprintf("the code at %#x runs past its segment's contents", s.addr)
 	}
 	if uint64(cap(buf)) < s.size {
@@ -322,20 +322,6 @@ func partAt(parts []span, a uint64) (span, bool) {
 type refusal struct {
 	reason Reason
 	detail string
-}
-
-// fileOffset returns the file offset of vaddr in an executable PT_LOAD
-// segment's file contents.
-func fileOffset(ef *elf.File, vaddr uint64) (uint64, error) {
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 {
-			continue
-		}
-		if vaddr >= p.Vaddr && vaddr-p.Vaddr < p.Filesz {
-			return vaddr - p.Vaddr + p.Off, nil
-		}
-	}
-	return 0, fmt.Errorf("address %#x is in no executable segment of the file", vaddr)
 }
 
 // errNoFunctions is returned for a file with no function table at all.
