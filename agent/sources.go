@@ -5,6 +5,7 @@ package agent
 import (
 	"context"
 
+	"github.com/spanwatch/spanwatch/source/function"
 	"github.com/spanwatch/spanwatch/source/tracepoint"
 
 	"github.com/spanwatch/spanwatch/collector"
@@ -39,6 +40,13 @@ var sourceKinds = []func(ctx context.Context, col *collector.Collector, cfg *con
 			return nil, nil
 		}
 		return closeOnError(tracepoint.Attach(ctx, col.SourceCore(), cfg.Tracepoints, tracepoint.Config{}))
+	},
+	// Functions of any binary: uprobes on their entries and returns.
+	func(ctx context.Context, col *collector.Collector, cfg *config.Config) (source.Source, error) {
+		if len(cfg.Functions) == 0 {
+			return nil, nil
+		}
+		return closeOnError(function.Attach(ctx, col.SourceCore(), cfg.Functions))
 	},
 }
 

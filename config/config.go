@@ -18,6 +18,7 @@ import (
 	"github.com/spanwatch/spanwatch/notify"
 	"github.com/spanwatch/spanwatch/otlp"
 	"github.com/spanwatch/spanwatch/policy"
+	"github.com/spanwatch/spanwatch/source/function"
 )
 
 // An Error is one problem in a configuration: the one positioned error
@@ -49,6 +50,8 @@ type Config struct {
 	// sources: section, in file order (their place among all tracepoint
 	// sources indexes the kernel's map).
 	Tracepoints []tpsource.Source
+	// Functions are the function span sources of the sources: section.
+	Functions []function.Target
 	// OTLP is the otlp: section: where overrun records go as OTLP log
 	// records; nil when the file has none (a restart applies changes).
 	OTLP *otlp.Config
@@ -212,6 +215,9 @@ var sourceSections = []topSection{
 	}},
 	{"eventheader", func(l *loader, v *yaml.Node) {
 		l.cfg.Tracepoints = append(l.cfg.Tracepoints, tpsource.DecodeSources(l.d, tpsource.EventHeader, v)...)
+	}},
+	{"functions", func(l *loader, v *yaml.Node) {
+		l.cfg.Functions = append(l.cfg.Functions, function.DecodeSources(l.d, v)...)
 	}},
 }
 

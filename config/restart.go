@@ -10,6 +10,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/otlp"
+	"github.com/spanwatch/spanwatch/source/function"
 )
 
 // restartChanges lists what differs between the running configuration
@@ -37,9 +38,9 @@ func restartChanges(running, next *Config) []RestartChange {
 		out = append(out, RestartChange{Key: "otlp", Old: describeOTLP(running.OTLP), New: describeOTLP(next.OTLP)})
 	}
 	out = append(out, listenerSettings.restartChanges(&running.Listener, &next.Listener)...)
-	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) {
-		out = append(out, RestartChange{Key: "sources",
-			Old: describeSources(running.Sources, running.Tracepoints), New: describeSources(next.Sources, next.Tracepoints)})
+	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) ||
+		!sameFunctions(running.Functions, next.Functions) {
+		out = append(out, RestartChange{Key: "sources", Old: describeSources(running), New: describeSources(next)})
 	}
 	switch {
 	case running.Notify == nil && next.Notify != nil:
@@ -67,6 +68,7 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out.Listener = listenerSettings.keepRunning(running.Listener, next.Listener)
 	out.Sources = running.Sources
 	out.Tracepoints = running.Tracepoints
+	out.Functions = running.Functions
 	out.Metrics = running.Metrics
 	out.OTLP = running.OTLP
 	switch {
@@ -96,16 +98,26 @@ func sameTracepoints(a, b []tpsource.Source) bool {
 	})
 }
 
-func describeSources(s []usdt.SpanSource, t []tpsource.Source) string {
-	if len(s)+len(t) == 0 {
-		return "none"
-	}
+func sameFunctions(a, b []function.Target) bool {
+	return slices.EqualFunc(a, b, func(x, y function.Target) bool {
+		x.Declared, y.Declared = "", ""
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+func describeSources(c *Config) string {
 	var names []string
-	for i := range s {
-		names = append(names, s[i].Describe())
+	for i := range c.Sources {
+		names = append(names, c.Sources[i].Describe())
 	}
-	for i := range t {
-		names = append(names, t[i].Describe())
+	for i := range c.Tracepoints {
+		names = append(names, c.Tracepoints[i].Describe())
+	}
+	for i := range c.Functions {
+		names = append(names, c.Functions[i].Describe())
+	}
+	if len(names) == 0 {
+		return "none"
 	}
 	return strings.Join(names, "; ")
 }

@@ -38,6 +38,8 @@ func TestLayering(t *testing.T) {
 			why: "a source sees the collector only through the source.Core it lends"},
 		{pkg: "source/tracepoint", deps: []string{mod + "collector", mod + "agent"},
 			why: "a source sees the collector only through the source.Core it lends"},
+		{pkg: "source/function", deps: []string{mod + "collector", mod + "agent"},
+			why: "a source sees the collector only through the source.Core it lends"},
 		{pkg: "collector/overrun", deps: []string{mod + "collector"},
 			why: "the overrun pipeline takes what it needs of the collector in its Config"},
 	} {

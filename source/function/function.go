@@ -13,7 +13,6 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/funcs"
-	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -23,18 +22,6 @@ import (
 // MaxFunctions is how many functions one source object traces
 // (FUNC_MAX_SOURCES in bpf/funcs.bpf.c).
 const MaxFunctions = int(bpf.FuncsFuncSizesFUNC_MAX_SOURCES)
-
-// A Target is the functions of one binary to trace.
-type Target struct {
-	// Binary is the executable or shared library; every process that
-	// runs it is traced.
-	Binary string
-	// Functions matches the functions to trace by name or demangled
-	// name (internal/funcs.Options.Filter).
-	Functions *glob.Glob
-	// Span names the spans; "" names each after its function.
-	Span string
-}
 
 // A Traced is one attached function.
 type Traced struct {

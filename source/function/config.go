@@ -1,0 +1,153 @@
+package function
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/funcs"
+	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/internal/spanevent"
+)
+
+// A Target is the functions of one binary to trace.
+type Target struct {
+	// Binary is the executable or shared library; every process that
+	// runs it is traced.
+	Binary string
+	// Functions matches the functions to trace by name or demangled
+	// name (internal/funcs.Options.Filter).
+	Functions *glob.Glob
+	// Span names the spans; "" names each after its function.
+	Span string
+	// Declared is where the configuration declares it (file:line:col).
+	Declared string
+}
+
+// Describe names the target for messages: "functions FUNCTION in BINARY".
+func (t *Target) Describe() string {
+	return fmt.Sprintf("functions %s in %s", t.Functions, t.Binary)
+}
+
+// targetKeys are the keys of an entry of sources.functions.
+var targetKeys = []string{"binary", "function", "span"}
+
+// DecodeSources decodes the functions: list of the sources: section,
+// each entry a binary, a function name or glob, and an optional span
+// name. Relative binary paths are relative to the file. A binary that
+// can be read is checked as the agent would attach it: the pattern must
+// match at least one function that can be traced (spanwatch functions
+// lists them, and why others cannot). Errors go to d, with their
+// positions; on any, it returns nil.
+func DecodeSources(d *section.Decoder, n *yaml.Node) []Target {
+	n = section.Resolve(n)
+	if section.IsNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.Errorf(n, "sources.functions must be a list of binaries and their functions, not %s", section.KindName(n))
+		return nil
+	}
+	before := d.Len()
+	var out []Target
+	for _, item := range n.Content {
+		if t, ok := decodeTarget(d, item); ok {
+			out = append(out, t)
+		}
+	}
+	if d.Len() > before {
+		return nil
+	}
+	return out
+}
+
+func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
+	t := Target{Declared: section.At(d.File, n).String()}
+	has := map[string]*yaml.Node{}
+	before := d.Len()
+	ok := d.Fields(n, "a functions source", targetKeys, func(key string, _, v *yaml.Node) {
+		has[key] = v
+		s, ok := str(d, v, key)
+		if !ok {
+			return
+		}
+		switch key {
+		case "binary":
+			t.Binary = s
+		case "function":
+			g, err := glob.Compile(s)
+			if err != nil {
+				d.Errorf(v, "function %q: %v", s, err)
+				return
+			}
+			t.Functions = g
+		case "span":
+			if len(s) > spanevent.NameLen-1 {
+				d.Errorf(v, "span %q is %d bytes, more than %d", s, len(s), spanevent.NameLen-1)
+				return
+			}
+			t.Span = s
+		}
+	})
+	if !ok || d.Len() > before {
+		return Target{}, false
+	}
+	for _, k := range []string{"binary", "function"} {
+		if has[k] == nil {
+			d.Errorf(n, "a functions source needs %s:", k)
+		}
+	}
+	if d.Len() > before {
+		return Target{}, false
+	}
+	if !filepath.IsAbs(t.Binary) {
+		t.Binary = filepath.Join(filepath.Dir(d.File), t.Binary)
+	}
+	checkTarget(d, has, t)
+	return t, d.Len() == before
+}
+
+// checkTarget lists the target's functions as the agent would: a binary
+// that cannot be read here is left to the agent (check may run on
+// another machine than the agent), but one that is read must have a
+// traceable function matching the pattern.
+func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
+	f, err := funcs.Open(context.Background(), t.Binary, funcs.Options{Filter: t.Functions})
+	if err != nil {
+		return
+	}
+	if f.Go {
+		d.Errorf(has["binary"], "%s is a Go binary: Go functions are not traced yet (their calls must be paired by goroutine)", t.Binary)
+		return
+	}
+	var refused []string
+	for _, fn := range f.Funcs {
+		if fn.Refused == "" {
+			return
+		}
+		if len(refused) < 3 {
+			refused = append(refused, fmt.Sprintf("%s: %s", fn.DisplayName(), fn.Refused))
+		}
+	}
+	if len(refused) > 0 {
+		d.Errorf(has["function"], "no function of %s matching %q can be traced (%v; spanwatch functions %s --filter %q says why)", t.Binary, t.Functions, refused, t.Binary, t.Functions)
+		return
+	}
+	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
+}
+
+func str(d *section.Decoder, n *yaml.Node, what string) (string, bool) {
+	n = section.Resolve(n)
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		d.Errorf(n, "%s must be a string, not %s", what, section.KindName(n))
+		return "", false
+	}
+	if n.Value == "" {
+		d.Errorf(n, "%s must not be empty", what)
+		return "", false
+	}
+	return n.Value, true
+}

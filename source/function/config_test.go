@@ -1,0 +1,73 @@
+package function
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/spanwatch/spanwatch/config/section"
+)
+
+// decode decodes text as the functions: list of file.
+func decode(t *testing.T, file, text string) ([]Target, error) {
+	t.Helper()
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &root); err != nil {
+		t.Fatal(err)
+	}
+	d := section.NewDecoder(file, []byte(text))
+	out := DecodeSources(d, root.Content[0])
+	return out, d.Err()
+}
+
+// TestDecodeSources: a binary relative to the rule file, a glob and a
+// span name decode into a target declared where the file says; a
+// readable binary with no traceable function matching the pattern, a
+// missing key and a wrong type are errors at their file:line:col.
+func TestDecodeSources(t *testing.T) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler (cc) on PATH: install build-essential")
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "callprog")
+	if out, err := exec.Command(cc, "-O2", "-pthread", "-o", prog, "testdata/callprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v: %s", err, out)
+	}
+	file := filepath.Join(dir, "rules.yaml")
+
+	got, err := decode(t, file, "- binary: callprog\n  function: multi_*\n  span: calls\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Binary != prog || got[0].Functions.String() != "multi_*" || got[0].Span != "calls" || got[0].Declared != file+":1:3" {
+		t.Fatalf("decoded %+v; want %s, multi_*, calls, declared at %s:1:3", got, prog, file)
+	}
+
+	for _, tc := range []struct{ text, want string }{
+		{"- {binary: callprog, function: zz_none}\n", ":1:32: no function of " + prog + " matches \"zz_none\""},
+		{"- {binary: callprog}\n", ":1:3: a functions source needs function:"},
+		{"- {binary: callprog, function: leaf, spam: x}\n", ":1:38: a functions source: unknown key \"spam\""},
+		{"- {binary: [a], function: leaf}\n", ":1:12: binary must be a string"},
+		{"binary: callprog\n", ":1:1: sources.functions must be a list"},
+		{"- {binary: callprog, function: leaf, span: " + strings.Repeat("x", 128) + "}\n", ":1:44: span"},
+	} {
+		got, err := decode(t, file, tc.text)
+		if err == nil || !strings.Contains(err.Error(), file+tc.want) || got != nil {
+			t.Errorf("%q: %v, %+v; want an error %s%s and nothing decoded", tc.text, err, got, file, tc.want)
+		}
+	}
+
+	// A binary that cannot be read here is left to the agent: check may
+	// run on another machine.
+	if _, err := os.Stat("/nonexistent/prog"); err == nil {
+		t.Skip("/nonexistent/prog exists")
+	}
+	if got, err := decode(t, file, "- {binary: /nonexistent/prog, function: f}\n"); err != nil || len(got) != 1 {
+		t.Errorf("an unreadable binary: %v, %+v; want it decoded", err, got)
+	}
+}
