@@ -196,8 +196,12 @@ type InflightTaskSpan struct {
 }
 
 type InflightTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]InflightSpanName
+	_       structs.HostLayout
+	Name    [17]InflightSpanName
+	Scratch struct {
+		_ structs.HostLayout
+		W [33]uint64
+	}
 }
 
 type InflightUsdtTaskSpans struct {

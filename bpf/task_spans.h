@@ -53,10 +53,22 @@ struct usdt_task_spans {
 	__u32 hint[TASK_SPANS_DEPTH];
 };
 
+/*
+ * Where usdt.bpf.c builds a name from several pieces (string arguments
+ * given as pointer and length, separators, a prefix) before copying it
+ * into a slot: a piece of at most SPAN_NAME_LEN bytes is written at an
+ * offset below SPAN_NAME_LEN, so the verifier sees every write inside it
+ * without knowing how the offset and the length relate.
+ */
+struct task_name_buf {
+	__u64 w[(SPAN_NAME_LEN * 2 + 8) / 8];
+};
+
 struct task_span_names {
 	/* [TASK_SPANS_DEPTH]: a single probe's name, read and aggregated
 	 * by one program run (per task, so no other run can touch it). */
 	struct span_name name[TASK_SPANS_DEPTH + 1];
+	struct task_name_buf scratch;
 };
 
 #endif

@@ -142,6 +142,11 @@ type UsdtSrcTerm struct {
 	Pad     [5]uint8
 }
 
+type UsdtTaskNameBuf struct {
+	_ structs.HostLayout
+	W [33]uint64
+}
+
 type UsdtTaskSpan struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -156,8 +161,9 @@ const (
 )
 
 type UsdtTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]UsdtSpanName
+	_       structs.HostLayout
+	Name    [17]UsdtSpanName
+	Scratch UsdtTaskNameBuf
 }
 
 type UsdtTaskSpansSizes uint32
@@ -240,6 +246,32 @@ type UsdtUsdtNameRequest struct {
 	Addr uint64
 }
 
+type UsdtUsdtNameSeg struct {
+	_       structs.HostLayout
+	Kind    uint8
+	Arg     uint8
+	LenArg  uint8
+	TextLen uint8
+	Pad     [4]uint8
+	Text    [16]int8
+}
+
+type UsdtUsdtNameSizes uint32
+
+const (
+	UsdtUsdtNameSizesUSDT_NAME_SEGS UsdtUsdtNameSizes = 8
+	UsdtUsdtNameSizesUSDT_SEG_TEXT  UsdtUsdtNameSizes = 16
+)
+
+type UsdtUsdtSegKind uint32
+
+const (
+	UsdtUsdtSegKindUSDT_SEG_END       UsdtUsdtSegKind = 0
+	UsdtUsdtSegKindUSDT_SEG_TEXT_KIND UsdtUsdtSegKind = 1
+	UsdtUsdtSegKindUSDT_SEG_STR       UsdtUsdtSegKind = 2
+	UsdtUsdtSegKindUSDT_SEG_MEM       UsdtUsdtSegKind = 3
+)
+
 type UsdtUsdtSizes uint32
 
 const (
@@ -261,6 +293,7 @@ type UsdtUsdtSource struct {
 	Error    UsdtSrcPred
 	Labels   UsdtSrcLabels
 	Pad2     uint32
+	NameSegs [8]UsdtUsdtNameSeg
 }
 
 type UsdtUsdtSourceCounts struct {
@@ -273,8 +306,9 @@ type UsdtUsdtSourceCounts struct {
 type UsdtUsdtSourceFlags uint32
 
 const (
-	UsdtUsdtSourceFlagsUSDT_SRC_ERROR  UsdtUsdtSourceFlags = 1
-	UsdtUsdtSourceFlagsUSDT_SRC_METRIC UsdtUsdtSourceFlags = 2
+	UsdtUsdtSourceFlagsUSDT_SRC_ERROR    UsdtUsdtSourceFlags = 1
+	UsdtUsdtSourceFlagsUSDT_SRC_METRIC   UsdtUsdtSourceFlags = 2
+	UsdtUsdtSourceFlagsUSDT_SRC_COMPOSED UsdtUsdtSourceFlags = 4
 )
 
 type UsdtUsdtSpec struct {
@@ -355,6 +389,9 @@ const (
 	UsdtVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
 	UsdtVarUnusedUsdtNameKey     = "unused_usdt_name_key"
 	UsdtVarUnusedUsdtNameRequest = "unused_usdt_name_request"
+	UsdtVarUnusedUsdtNameSeg     = "unused_usdt_name_seg"
+	UsdtVarUnusedUsdtNameSizes   = "unused_usdt_name_sizes"
+	UsdtVarUnusedUsdtSegKind     = "unused_usdt_seg_kind"
 	UsdtVarUnusedUsdtSizes       = "unused_usdt_sizes"
 	UsdtVarUnusedUsdtSource      = "unused_usdt_source"
 	UsdtVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
@@ -468,6 +505,9 @@ type UsdtVariableSpecs struct {
 	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg     *ebpf.VariableSpec `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes   *ebpf.VariableSpec `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind     *ebpf.VariableSpec `ebpf:"unused_usdt_seg_kind"`
 	UnusedUsdtSizes       *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
@@ -583,6 +623,9 @@ type UsdtVariables struct {
 	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg     *ebpf.Variable `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes   *ebpf.Variable `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind     *ebpf.Variable `ebpf:"unused_usdt_seg_kind"`
 	UnusedUsdtSizes       *ebpf.Variable `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`

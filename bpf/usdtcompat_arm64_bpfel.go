@@ -94,8 +94,12 @@ type UsdtCompatSrcLabelKey struct {
 }
 
 type UsdtCompatTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]UsdtCompatSpanName
+	_       structs.HostLayout
+	Name    [17]UsdtCompatSpanName
+	Scratch struct {
+		_ structs.HostLayout
+		W [33]uint64
+	}
 }
 
 type UsdtCompatUsdtInflight struct {
@@ -159,7 +163,16 @@ type UsdtCompatUsdtSource struct {
 		Pad      [2]uint8
 		Cap      uint32
 	}
-	Pad2 uint32
+	Pad2     uint32
+	NameSegs [8]struct {
+		_       structs.HostLayout
+		Kind    uint8
+		Arg     uint8
+		LenArg  uint8
+		TextLen uint8
+		Pad     [4]uint8
+		Text    [16]int8
+	}
 }
 
 type UsdtCompatUsdtSourceCounts struct {
@@ -251,6 +264,9 @@ const (
 	UsdtCompatVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
 	UsdtCompatVarUnusedUsdtNameKey     = "unused_usdt_name_key"
 	UsdtCompatVarUnusedUsdtNameRequest = "unused_usdt_name_request"
+	UsdtCompatVarUnusedUsdtNameSeg     = "unused_usdt_name_seg"
+	UsdtCompatVarUnusedUsdtNameSizes   = "unused_usdt_name_sizes"
+	UsdtCompatVarUnusedUsdtSegKind     = "unused_usdt_seg_kind"
 	UsdtCompatVarUnusedUsdtSizes       = "unused_usdt_sizes"
 	UsdtCompatVarUnusedUsdtSource      = "unused_usdt_source"
 	UsdtCompatVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
@@ -362,6 +378,9 @@ type UsdtCompatVariableSpecs struct {
 	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg     *ebpf.VariableSpec `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes   *ebpf.VariableSpec `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind     *ebpf.VariableSpec `ebpf:"unused_usdt_seg_kind"`
 	UnusedUsdtSizes       *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
@@ -478,6 +497,9 @@ type UsdtCompatVariables struct {
 	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
 	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
 	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg     *ebpf.Variable `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes   *ebpf.Variable `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind     *ebpf.Variable `ebpf:"unused_usdt_seg_kind"`
 	UnusedUsdtSizes       *ebpf.Variable `ebpf:"unused_usdt_sizes"`
 	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
 	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`

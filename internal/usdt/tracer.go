@@ -500,24 +500,28 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		valueArg = s.ValueArg
 	}
 	byThread := paired && s.KeyArg < 0
-	fastStart := t.haveCookie && byThread && s.NameArg < 0
+	fastStart := t.haveCookie && byThread && !s.Named()
+	var nameArgs []int // read where the name is
+	for _, p := range s.NameParts() {
+		nameArgs = append(nameArgs, p.Ptr, p.Len)
+	}
 	fastEnd := fastStart && pred == nil && len(s.Labels.List) == 0
 	var wants []*want
 	if paired {
 		startProg := progStart
-		if s.NameArg >= 0 && t.sleepable {
+		if s.Named() && t.sleepable {
 			startProg = progStartS
 		}
 		wants = []*want{
-			{ref: s.Start, prog: startProg, args: []int{s.KeyArg, s.NameArg}, fast: fastStart},
+			{ref: s.Start, prog: startProg, args: append([]int{s.KeyArg}, nameArgs...), fast: fastStart},
 			{ref: s.End, prog: progEnd, args: append([]int{s.KeyArg}, last...), last: true, fast: fastEnd},
 		}
 	} else {
 		prog := progSingle
-		if s.NameArg >= 0 && t.sleepSingle {
+		if s.Named() && t.sleepSingle {
 			prog = progSingleS
 		}
-		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
+		wants = []*want{{ref: s.Probe, prog: prog, args: append(append([]int{valueArg}, nameArgs...), last...), last: true}}
 	}
 	files, err := t.candidateFiles(ctx, s)
 	if err != nil {
@@ -632,7 +636,7 @@ type siteOf struct {
 // predicate and labels (registering the label set).
 func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites []Probe) (*bpf.UsdtUsdtSource, error) {
 	var src bpf.UsdtUsdtSource
-	name := s.Span
+	name := s.SpanName()
 	if s.IsMetric() {
 		name = s.Metric
 	}
@@ -642,6 +646,15 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		src.NameId = snapshot.NameID(name)
 	}
 	src.NameArg, src.KeyArg, src.ValueArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(valueArg)
+	if s.Named() && (s.Prefix != "" || len(s.NameArgs) > 0) {
+		segs, err := encodeName(&s)
+		if err != nil {
+			return nil, err
+		}
+		src.NameSegs = segs
+		src.NameArg = argIdx(s.NameParts()[0].Ptr)
+		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_COMPOSED)
+	}
 	var mask uint16
 	for _, a := range append(last, valueArg) {
 		if a >= 0 {
@@ -676,6 +689,49 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		src.Labels = *(*bpf.UsdtSrcLabels)(unsafe.Pointer(&ls))
 	}
 	return &src, nil
+}
+
+// encodeName encodes the pieces of a name built from string arguments,
+// its prefix and separators (usdt_source.name_segs).
+func encodeName(s *SpanSource) ([bpf.UsdtUsdtNameSizesUSDT_NAME_SEGS]bpf.UsdtUsdtNameSeg, error) {
+	var segs [bpf.UsdtUsdtNameSizesUSDT_NAME_SEGS]bpf.UsdtUsdtNameSeg
+	n := 0
+	add := func(sg bpf.UsdtUsdtNameSeg) bool {
+		if n == len(segs) {
+			return false
+		}
+		segs[n] = sg
+		n++
+		return true
+	}
+	text := func(t string) bool {
+		for len(t) > 0 {
+			var sg bpf.UsdtUsdtNameSeg
+			sg.Kind = uint8(bpf.UsdtUsdtSegKindUSDT_SEG_TEXT_KIND)
+			c := copy(unsafe.Slice((*byte)(unsafe.Pointer(&sg.Text[0])), len(sg.Text)), t)
+			sg.TextLen = uint8(c)
+			t = t[c:]
+			if !add(sg) {
+				return false
+			}
+		}
+		return true
+	}
+	ok := text(s.Prefix)
+	for i, p := range s.NameParts() {
+		if i > 0 {
+			ok = ok && text(s.NameSeparator)
+		}
+		sg := bpf.UsdtUsdtNameSeg{Kind: uint8(bpf.UsdtUsdtSegKindUSDT_SEG_STR), Arg: uint8(p.Ptr), LenArg: noArg}
+		if p.Len >= 0 {
+			sg.Kind, sg.LenArg = uint8(bpf.UsdtUsdtSegKindUSDT_SEG_MEM), uint8(p.Len)
+		}
+		ok = ok && add(sg)
+	}
+	if !ok {
+		return segs, fmt.Errorf("the name %s needs more than %d pieces", s.NameDesc(), len(segs))
+	}
+	return segs, nil
 }
 
 // labelSet registers a source's label names.
