@@ -202,6 +202,10 @@ type InflightTaskSpanNames struct {
 		_ structs.HostLayout
 		W [33]uint64
 	}
+	Vals [16]struct {
+		_ structs.HostLayout
+		V [3]uint64
+	}
 }
 
 type InflightUsdtTaskSpans struct {

@@ -118,7 +118,15 @@ struct usdt_source {
 	struct src_labels labels;
 	__u32 _pad2;
 	struct usdt_name_seg name_segs[USDT_NAME_SEGS]; /* USDT_SRC_COMPOSED */
+	/* Arguments of the start probe kept with the open span: at the end
+	 * they are operands USDT_START_OPERAND + i (labels from the start). */
+	__u8 start_arg[TASK_SPAN_VALS_MAX];
+	__u8 start_n;
+	__u32 _pad3;
 };
+
+/* The operand of the first start value: after the 12 arguments. */
+#define USDT_START_OPERAND USDT_MAX_ARGS
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -136,6 +144,9 @@ struct usdt_inflight_key {
 struct usdt_inflight {
 	__u64 start_ns;
 	char name[SPAN_NAME_LEN]; /* read at the start when name_arg is set */
+	struct task_span_vals vals; /* read at the start when start_n is set */
+	__u32 vals_ok;		    /* bit i: vals.v[i] was read */
+	__u32 _pad;
 };
 
 /*
@@ -683,6 +694,31 @@ static __always_inline void source_name(struct pt_regs *ctx, const struct usdt_s
 	usdt_name_compose((sw_ctx_regs *)ctx, spec, src, &tn->scratch, dst);
 }
 
+/*
+ * usdt_start_vals reads the start arguments a source keeps with its open
+ * span into out and returns the bits of those read. Global: verified
+ * once.
+ */
+SW_GLOBAL __u32 usdt_start_vals(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+				struct task_span_vals *out)
+{
+	__u32 ok = 0;
+
+	if (!spec || !src || !out)
+		return 0;
+	for (__u32 i = 0; i < TASK_SPAN_VALS_MAX; i++) {
+		out->v[i] = 0;
+		if (i >= src->start_n)
+			continue;
+		if (usdt_arg_get(ctx, spec, src->start_arg[i], &out->v[i])) {
+			count(COUNTER_READ_ERRORS);
+			continue;
+		}
+		ok |= 1 << i;
+	}
+	return ok;
+}
+
 /* spans_push opens a span of source on the thread's stack (ts), at the
  * index *idx names; the oldest open span gives way when it is full. */
 static __always_inline void spans_push(struct usdt_task_spans *ts, __u32 idx, __u32 source, __u64 start, __u32 flags)
@@ -832,6 +868,8 @@ static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 n
 				tn = names_get(1);
 			source_name(ctx, spec, src, tn, (struct span_name *)in->name, sleepable);
 		}
+		if (src->start_n)
+			in->vals_ok = usdt_start_vals((sw_ctx_regs *)ctx, spec, src, &in->vals);
 		in->start_ns = now;
 		return 0;
 	}
@@ -843,13 +881,19 @@ static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 n
 		return 0;
 	}
 	__u32 idx = ts->pos & (TASK_SPANS_DEPTH - 1);
-	if (src->name_arg != USDT_NO_ARG) {
+	if (src->name_arg != USDT_NO_ARG || src->start_n) {
 		struct task_span_names *tn = names_get(1);
-		if (tn) {
-			source_name(ctx, spec, src, tn, &tn->name[idx], sleepable);
-			flags = TASK_SPAN_NAMED;
-		} else {
+		if (!tn) {
 			usdt_count(USDT_COUNTER_NO_STORAGE);
+		} else {
+			if (src->name_arg != USDT_NO_ARG) {
+				source_name(ctx, spec, src, tn, &tn->name[idx], sleepable);
+				flags = TASK_SPAN_NAMED;
+			}
+			if (src->start_n) {
+				__u32 ok = usdt_start_vals((sw_ctx_regs *)ctx, spec, src, &tn->vals[idx]);
+				flags |= TASK_SPAN_VALS | (ok << TASK_SPAN_VALS_OK_SHIFT);
+			}
 		}
 	}
 	spans_push(ts, idx, spec->source, now, flags);
@@ -925,6 +969,8 @@ int usdt_end(struct pt_regs *ctx)
 	struct usdt_spec *spec = 0;
 	struct agg_in in = {};
 	struct usdt_source_counts *sc;
+	struct task_span_vals *vals = 0;
+	__u32 vals_ok = 0;
 	struct taken t;
 	__u32 source;
 
@@ -957,6 +1003,10 @@ int usdt_end(struct pt_regs *ctx)
 			in.name = inf->name;
 			in.key.name_id = usdt_name_id((struct span_name *)inf->name);
 		}
+		if (src->start_n) {
+			vals = &inf->vals;
+			vals_ok = inf->vals_ok;
+		}
 	} else {
 		ts = spans_get(0);
 		if (!ts || spans_take(ts, source, &t)) {
@@ -969,19 +1019,31 @@ int usdt_end(struct pt_regs *ctx)
 		/* Where this thread's last span of the source went: the core
 		 * checks the key there before hashing it. */
 		in.hint = &ts->hint[source & (TASK_SPANS_DEPTH - 1)];
-		if (t.flags & TASK_SPAN_NAMED) {
+		if (t.flags & (TASK_SPAN_NAMED | TASK_SPAN_VALS)) {
 			struct task_span_names *tn = names_get(0);
-			if (tn) {
+			if (tn && (t.flags & TASK_SPAN_NAMED)) {
 				struct span_name *n = &tn->name[t.idx & (TASK_SPANS_DEPTH - 1)];
 				in.name = n->name;
 				in.key.name_id = usdt_name_id(n);
 			}
+			if (tn && (t.flags & TASK_SPAN_VALS)) {
+				vals = &tn->vals[t.idx & (TASK_SPANS_DEPTH - 1)];
+				vals_ok = t.flags >> TASK_SPAN_VALS_OK_SHIFT;
+			}
 		}
 	}
 	in.key.cgroup_id = current_cgroup_id();
-	if (spec && src->end_args) {
+	if (spec && (src->end_args || src->start_n)) {
 		__builtin_memset(&ops, 0, sizeof(ops));
 		usdt_fetch((sw_ctx_regs *)ctx, spec, src->end_args, &ops);
+		/* The start's values: operands after the arguments. A span
+		 * without them (no storage at its start) leaves them unread. */
+		if (vals) {
+#pragma unroll
+			for (int i = 0; i < TASK_SPAN_VALS_MAX; i++)
+				ops.v[USDT_START_OPERAND + i] = vals->v[i];
+			ops.ok |= (vals_ok & ((1 << TASK_SPAN_VALS_MAX) - 1)) << USDT_START_OPERAND;
+		}
 		opsp = &ops;
 	}
 	finish(ctx, src, opsp, &in);
@@ -1106,6 +1168,7 @@ const enum usdt_counter *unused_usdt_counter __attribute__((unused));
 const enum usdt_source_flags *unused_usdt_source_flags __attribute__((unused));
 const enum task_spans_sizes *unused_task_spans_sizes __attribute__((unused));
 const enum task_span_flags *unused_task_span_flags __attribute__((unused));
+const enum task_span_vals_sizes *unused_task_span_vals_sizes __attribute__((unused));
 const enum src_counter *unused_src_counter __attribute__((unused));
 const enum src_index *unused_src_index __attribute__((unused));
 const enum usdt_sizes *unused_usdt_sizes __attribute__((unused));

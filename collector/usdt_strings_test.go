@@ -5,6 +5,7 @@ package collector
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"maps"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 )
@@ -93,7 +95,24 @@ func testUSDTStringNames(t *testing.T, prog string, cfg Config, attach func(*Col
 	keyed.KeyArg = 0
 	keyed.Start = usdt.ProbeRef{Provider: "sw", Name: "k_entry"}
 	keyed.End = usdt.ProbeRef{Provider: "sw", Name: "k_return"}
-	sources := []usdt.SpanSource{method, single, keyed}
+	// Labels from both probes of a pair: op is the start's argument,
+	// kept with the open span (nested ones too) until its end.
+	labelled, labelledKey := none, none
+	labelled.Binary, labelledKey.Binary = prog, prog
+	labelled.Span, labelledKey.Span = "q", "r"
+	labelled.Start = usdt.ProbeRef{Provider: "sw", Name: "q_start"}
+	labelled.End = usdt.ProbeRef{Provider: "sw", Name: "q_done"}
+	labelledKey.Start = usdt.ProbeRef{Provider: "sw", Name: "r_start"}
+	labelledKey.End = usdt.ProbeRef{Provider: "sw", Name: "r_done"}
+	labelledKey.KeyArg = 0
+	for _, s := range []*usdt.SpanSource{&labelled, &labelledKey} {
+		s.StartArgs = []int{1}
+		s.Labels.List = []srcspec.Label{
+			{Name: "op", Operand: usdt.StartOperand, OperandName: "start.arg1"},
+			{Name: "status", Operand: 1, OperandName: "arg1"},
+		}
+	}
+	sources := []usdt.SpanSource{method, single, keyed, labelled, labelledKey}
 	tr, err := attach(c, sources)
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +133,15 @@ func testUSDTStringNames(t *testing.T, prog string, cfg Config, attach func(*Col
 		t.Fatal(err)
 	}
 	got := map[string]uint64{}
-	for name, sr := range seriesByName(s) {
-		got[name] = sr.Count
+	for _, sr := range s.Series {
+		if sr.Count == 0 {
+			continue
+		}
+		name := sr.Span
+		if sr.Span == "q" || sr.Span == "r" {
+			name = fmt.Sprintf("%s op=%s status=%s", sr.Span, sr.SourceLabels["op"], sr.SourceLabels["status"])
+		}
+		got[name] += sr.Count
 	}
 	want := map[string]uint64{
 		"java/lang/String.charAt":        15,
@@ -127,6 +153,17 @@ func testUSDTStringNames(t *testing.T, prog string, cfg Config, attach func(*Col
 		"c:?":                            3,
 		"c:":                             1,
 		"http.GET java/lang/String":      6,
+		"q op=0 status=0":                2, // i = 0, 6
+		"q op=0 status=1":                2, // 3, 9
+		"q op=1 status=0":                2, // 4, 10
+		"q op=1 status=1":                2, // 1, 7
+		"q op=2 status=0":                2, // 2, 8
+		"q op=2 status=1":                2, // 5, 11
+		"q op=7 status=0":                3,
+		"r op=1 status=0":                2, // 1, 5
+		"r op=0 status=0":                2, // 2, 4
+		"r op=1 status=1":                1, // 3
+		"r op=0 status=1":                1, // 6
 	}
 	if !maps.Equal(got, want) {
 		names := slices.Sorted(maps.Keys(got))
@@ -139,7 +176,7 @@ func testUSDTStringNames(t *testing.T, prog string, cfg Config, attach func(*Col
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []uint64{30, 10, 6} {
+	for i, want := range []uint64{30, 10, 6, 15, 6} {
 		if hs[i].Hits != want || hs[i].Unpaired != 0 {
 			t.Errorf("%s: %d hits, %d unpaired; want %d, 0", hs[i].Source.Describe(), hs[i].Hits, hs[i].Unpaired, want)
 		}

@@ -43,6 +43,7 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      name_arg: {ptr: 0, len: 1}\n      prefix: \"app:\"\n      probe: {provider: p, probe: q}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      name_args: [2, {ptr: 0, len: 1}]\n      name_separator: \"\"\n      probe: {provider: p, probe: q}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      prefix: \"app:\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.arg1, status: arg0}\n",
 	}
 	bad := []string{
 		"sources:\n  uprobes: []\n",
@@ -71,6 +72,8 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      name_arg: 1\n      name_separator: \".\"\n      probe: {provider: p, probe: q}\n",
 		"sources:\n  usdt:\n    - binary: /x\n      metric: m\n      prefix: a\n      probe: {provider: p, probe: q}\n      value_arg: 0\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      prefix: \"\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.arg12}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {kind: begin.arg1}\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

@@ -73,8 +73,13 @@ type SpanSource struct {
 	// StatusArg).
 	Error *srcspec.Predicate
 	// Labels add label values from arguments of the end probe or the
-	// single probe to the series key.
+	// single probe to the series key; a pair's labels may also name
+	// arguments of its start probe (start.argN), kept with the open
+	// span until its end.
 	Labels srcspec.Labels
+	// StartArgs are the start probe's arguments the labels read: label
+	// operand StartOperand + i is StartArgs[i].
+	StartArgs []int
 	// DurationArg is the single probe's argument holding the duration.
 	DurationArg int // -1: none
 	// ValueArg is a metric's value argument.
@@ -193,6 +198,45 @@ func (s *SpanSource) Describe() string {
 // maxSpanName is the longest span name: SPAN_NAME_LEN bytes with room for
 // the terminating NUL.
 const maxSpanName = snapshot.NameLen - 1
+
+// StartOperand is the operand of a pair's first start value
+// (USDT_START_OPERAND in bpf/usdt.bpf.c); MaxStartArgs how many start
+// arguments a source keeps (TASK_SPAN_VALS_MAX in bpf/task_spans.h).
+const (
+	StartOperand = MaxArgs
+	MaxStartArgs = 3
+)
+
+// labelResolver resolves a source's label operands: arg0 to arg11 (the
+// end probe's, or the single probe's) and start.arg0 to start.arg11 (the
+// start probe's of a pair), numbering the start arguments as it meets
+// them in s.StartArgs.
+func labelResolver(s *SpanSource) srcspec.Resolver {
+	return func(name string) (int, error) {
+		n, ok := strings.CutPrefix(name, "start.")
+		if !ok {
+			i, err := ArgResolver(name)
+			if err != nil {
+				return 0, fmt.Errorf("unknown operand %s: want arg0 to arg%d (the probe's arguments) or start.arg0 to start.arg%d (a pair's start probe's)", name, MaxArgs-1, MaxArgs-1)
+			}
+			return i, nil
+		}
+		i, err := ArgResolver(n)
+		if err != nil {
+			return 0, fmt.Errorf("unknown operand %s: want start.arg0 to start.arg%d (the start probe's arguments)", name, MaxArgs-1)
+		}
+		for j, a := range s.StartArgs {
+			if a == i {
+				return StartOperand + j, nil
+			}
+		}
+		if len(s.StartArgs) == MaxStartArgs {
+			return 0, fmt.Errorf("%s: a source keeps at most %d start arguments", name, MaxStartArgs)
+		}
+		s.StartArgs = append(s.StartArgs, i)
+		return StartOperand + len(s.StartArgs) - 1, nil
+	}
+}
 
 // ArgResolver resolves the operands a USDT source's predicates and labels
 // name: arg0 to arg11, each the probe argument of that index.
@@ -499,7 +543,7 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 		case "error":
 			s.Error = srcspec.DecodePredicate(d.Decoder, v, ArgResolver)
 		case "labels":
-			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, ArgResolver)
+			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, labelResolver(&s))
 		case "label_cap":
 			s.Labels.Cap, _ = srcspec.DecodeLabelCap(d.Decoder, v)
 		case "silent_after":
@@ -599,6 +643,14 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	if has["label_cap"] != nil && has["labels"] == nil {
 		d.errorf(has["label_cap"], "label_cap without labels:")
 	}
+	if len(s.StartArgs) > 0 && !pair {
+		for _, l := range s.Labels.List {
+			if l.Operand >= StartOperand {
+				d.errorf(labelNode(has["labels"], l.Name), "label %s: %s is an argument of a pair's start probe: this source has one probe (use arg%d)",
+					l.Name, l.OperandName, s.StartArgs[l.Operand-StartOperand])
+			}
+		}
+	}
 	if d.Len() > before {
 		return s, false
 	}
@@ -645,8 +697,15 @@ func (s *SpanSource) roles(has map[string]*yaml.Node) []role {
 		}
 	}
 	last = append(last, use(s.StatusArg, "status_arg", false)...)
+	var first []argUse // start values
 	for _, l := range s.Labels.List {
-		last = append(last, argUse{arg: l.Operand, what: "label " + l.Name, node: labelNode(has["labels"], l.Name), off: -1})
+		u := argUse{arg: l.Operand, what: "label " + l.Name, node: labelNode(has["labels"], l.Name), off: -1}
+		if l.Operand >= StartOperand {
+			u.arg = s.StartArgs[l.Operand-StartOperand]
+			first = append(first, u)
+			continue
+		}
+		last = append(last, u)
 	}
 	var name []argUse
 	for _, p := range s.NameParts() {
@@ -658,7 +717,7 @@ func (s *SpanSource) roles(has map[string]*yaml.Node) []role {
 		name = append(name, use(p.Len, what, false)...)
 	}
 	if s.Paired() {
-		start := append(use(s.KeyArg, "key_arg", false), name...)
+		start := append(append(use(s.KeyArg, "key_arg", false), name...), first...)
 		end := append(use(s.KeyArg, "key_arg", false), last...)
 		return []role{{"start", s.Start, start}, {"end", s.End, end}}
 	}

@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
 // sourcesNode parses a whole config file and returns its sources: value,
@@ -213,6 +214,32 @@ sources:
 	}
 }
 
+// TestParseSourcesStartLabels decodes labels from a pair's start probe:
+// each start argument gets an operand after the 12 arguments, once.
+func TestParseSourcesStartLabels(t *testing.T) {
+	doc := `
+sources:
+  usdt:
+    - binary: /srv/app
+      span: req
+      start: {provider: app, probe: begin}
+      end: {provider: app, probe: end}
+      labels: {op: start.arg2, status: arg0, again: start.arg2}
+`
+	got, err := ParseSources("r.yaml", sourcesNode(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []srcspec.Label{
+		{Name: "op", Operand: StartOperand, OperandName: "start.arg2"},
+		{Name: "status", Operand: 0, OperandName: "arg0"},
+		{Name: "again", Operand: StartOperand, OperandName: "start.arg2"},
+	}
+	if !reflect.DeepEqual(got[0].Labels.List, want) || !reflect.DeepEqual(got[0].StartArgs, []int{2}) {
+		t.Errorf("labels %+v, start args %v; want %+v, [2]", got[0].Labels.List, got[0].StartArgs, want)
+	}
+}
+
 func TestParseSourcesErrors(t *testing.T) {
 	tests := []struct {
 		name, doc string
@@ -262,6 +289,10 @@ func TestParseSourcesErrors(t *testing.T) {
 			[]string{"f.yaml:6:18: value_arg is a metric's value"}},
 		{"bad metric name", "sources:\n  usdt:\n    - binary: /x\n      metric: 9lives\n      probe: {provider: p, probe: q}\n      value_arg: 1\n",
 			[]string{`f.yaml:4:15: metric name "9lives"`}},
+		{"start label on a single probe", "sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      labels: {op: start.arg1}\n",
+			[]string{"f.yaml:6:20: label op: start.arg1 is an argument of a pair's start probe: this source has one probe (use arg1)"}},
+		{"bad start label", "sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.argv}\n",
+			[]string{"f.yaml:7:20: label op: unknown operand start.argv: want start.arg0 to start.arg11"}},
 		{"metric named by arg", "sources:\n  usdt:\n    - binary: /x\n      metric: m\n      name_arg: 1\n      probe: {provider: p, probe: q}\n      value_arg: 1\n",
 			[]string{"f.yaml:5:17: a metric is named by metric:, not name_arg:"}},
 		{"ptr without len", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {ptr: 1}\n",

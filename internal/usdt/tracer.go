@@ -493,14 +493,16 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		last = append(last, pred.Operands()...)
 	}
 	for _, l := range s.Labels.List {
-		last = append(last, l.Operand)
+		if l.Operand < StartOperand { // else a start value: s.StartArgs
+			last = append(last, l.Operand)
+		}
 	}
 	valueArg := s.DurationArg
 	if s.IsMetric() {
 		valueArg = s.ValueArg
 	}
 	byThread := paired && s.KeyArg < 0
-	fastStart := t.haveCookie && byThread && !s.Named()
+	fastStart := t.haveCookie && byThread && !s.Named() && len(s.StartArgs) == 0
 	var nameArgs []int // read where the name is
 	for _, p := range s.NameParts() {
 		nameArgs = append(nameArgs, p.Ptr, p.Len)
@@ -513,7 +515,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 			startProg = progStartS
 		}
 		wants = []*want{
-			{ref: s.Start, prog: startProg, args: append([]int{s.KeyArg}, nameArgs...), fast: fastStart},
+			{ref: s.Start, prog: startProg, args: append(append([]int{s.KeyArg}, nameArgs...), s.StartArgs...), fast: fastStart},
 			{ref: s.End, prog: progEnd, args: append([]int{s.KeyArg}, last...), last: true, fast: fastEnd},
 		}
 	} else {
@@ -534,7 +536,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 			f.release()
 		}
 	}()
-	var lastSites []Probe
+	var lastSites, startSites []Probe
 	for _, w := range wants {
 		for _, f := range files {
 			for _, p := range f.Lookup(w.ref.Provider, w.ref.Name) {
@@ -544,6 +546,8 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 				w.sites = append(w.sites, siteOf{f, p})
 				if w.last {
 					lastSites = append(lastSites, p)
+				} else {
+					startSites = append(startSites, p)
 				}
 			}
 		}
@@ -552,7 +556,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		}
 	}
 
-	src, err := t.encodeSource(s, pred, valueArg, last, lastSites)
+	src, err := t.encodeSource(s, pred, valueArg, last, lastSites, startSites)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Describe(), err)
 	}
@@ -634,7 +638,7 @@ type siteOf struct {
 
 // encodeSource builds the source's usdt_sources entry: names, arguments,
 // predicate and labels (registering the label set).
-func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites []Probe) (*bpf.UsdtUsdtSource, error) {
+func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites, startSites []Probe) (*bpf.UsdtUsdtSource, error) {
 	var src bpf.UsdtUsdtSource
 	name := s.SpanName()
 	if s.IsMetric() {
@@ -662,6 +666,13 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		}
 	}
 	src.EndArgs = mask
+	if len(s.StartArgs) > len(src.StartArg) {
+		return nil, fmt.Errorf("%d start arguments, more than %d", len(s.StartArgs), len(src.StartArg))
+	}
+	for i, a := range s.StartArgs {
+		src.StartArg[i] = uint8(a)
+	}
+	src.StartN = uint8(len(s.StartArgs))
 	if s.IsMetric() {
 		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_METRIC)
 	}
@@ -677,8 +688,12 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		// practice: they are the same C expression).
 		signed := make([]bool, len(s.Labels.List))
 		for i, l := range s.Labels.List {
-			if len(lastSites) > 0 && l.Operand < len(lastSites[0].Args) {
-				signed[i] = lastSites[0].Args[l.Operand].Signed
+			sites, arg := lastSites, l.Operand
+			if arg >= StartOperand {
+				sites, arg = startSites, s.StartArgs[arg-StartOperand]
+			}
+			if len(sites) > 0 && arg < len(sites[0].Args) {
+				signed[i] = sites[0].Args[arg].Signed
 			}
 		}
 		id, err := t.labelSet(names, signed)

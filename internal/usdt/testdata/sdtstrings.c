@@ -19,6 +19,12 @@
  *   sw:k_entry (id, verb, ptr, len), sw:k_return (id): a NUL-terminated
  *   string and a pointer and length, paired by id:
  *     "GET", java/lang/String         6 times, 3 pairs interleaved at a time
+ *   sw:q_start (id, kind), sw:q_done (id, status): labels from both ends,
+ *   paired by thread:
+ *     i = 0..11: kind i % 3, status i % 2; around each i % 4 == 0, one
+ *     nested pair of kind 7, status 0 (3 times)
+ *   sw:r_start (id, kind), sw:r_done (id, status), paired by id, 3 at a
+ *   time interleaved: ids 1..6, kind id % 2, status id % 3 == 0
  */
 #include <stdio.h>
 #include <string.h>
@@ -81,6 +87,20 @@ int main(void)
 			STAP_PROBE4(sw, k_entry, k, verb, pool + STRING, 16);
 		for (long k = id + 2; k >= id; k--)
 			STAP_PROBE1(sw, k_return, k);
+	}
+	for (long i = 0; i < 12; i++) {
+		STAP_PROBE2(sw, q_start, i, i % 3);
+		if (i % 4 == 0) {
+			STAP_PROBE2(sw, q_start, 100, 7);
+			STAP_PROBE2(sw, q_done, 100, 0);
+		}
+		STAP_PROBE2(sw, q_done, i, i % 2);
+	}
+	for (long id = 1; id <= 6; id += 3) {
+		for (long k = id; k < id + 3; k++)
+			STAP_PROBE2(sw, r_start, k, k % 2);
+		for (long k = id + 2; k >= id; k--)
+			STAP_PROBE2(sw, r_done, k, k % 3 == 0);
 	}
 	printf("done\n");
 	fflush(stdout);
