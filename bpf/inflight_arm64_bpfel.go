@@ -196,8 +196,16 @@ type InflightTaskSpan struct {
 }
 
 type InflightTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]InflightSpanName
+	_       structs.HostLayout
+	Name    [17]InflightSpanName
+	Scratch struct {
+		_ structs.HostLayout
+		W [33]uint64
+	}
+	Vals [16]struct {
+		_ structs.HostLayout
+		V [3]uint64
+	}
 }
 
 type InflightUsdtTaskSpans struct {

@@ -16,7 +16,8 @@
  * Spans named by a probe argument keep their name in a second task
  * storage (usdt_task_names) at the same index, so threads that only run
  * spans of fixed names never allocate it. Its last entry is a scratch
- * buffer for single probes.
+ * buffer for single probes. Spans labelled by arguments of their start
+ * probe keep those values there too.
  *
  * Readers from other tasks (inflight.bpf.c's task iterator) walk the live
  * entries from the top: entry (pos - 1 - d) % TASK_SPANS_DEPTH for d in
@@ -35,6 +36,18 @@ enum task_spans_sizes {
 /* task_span.flags */
 enum task_span_flags {
 	TASK_SPAN_NAMED = 1, /* its name is in usdt_task_names at the same index */
+	TASK_SPAN_VALS = 2,  /* its start values are in usdt_task_names too */
+	TASK_SPAN_VALS_OK_SHIFT = 8, /* bit 8 + i: start value i was read */
+};
+
+/* Arguments of a start probe kept with its open span until the end (the
+ * labels a source takes from its start probe). */
+enum task_span_vals_sizes {
+	TASK_SPAN_VALS_MAX = 3,
+};
+
+struct task_span_vals {
+	__u64 v[TASK_SPAN_VALS_MAX];
 };
 
 struct task_span {
@@ -53,10 +66,24 @@ struct usdt_task_spans {
 	__u32 hint[TASK_SPANS_DEPTH];
 };
 
+/*
+ * Where usdt.bpf.c builds a name from several pieces (string arguments
+ * given as pointer and length, separators, a prefix) before copying it
+ * into a slot: a piece of at most SPAN_NAME_LEN bytes is written at an
+ * offset below SPAN_NAME_LEN, so the verifier sees every write inside it
+ * without knowing how the offset and the length relate.
+ */
+struct task_name_buf {
+	__u64 w[(SPAN_NAME_LEN * 2 + 8) / 8];
+};
+
 struct task_span_names {
 	/* [TASK_SPANS_DEPTH]: a single probe's name, read and aggregated
 	 * by one program run (per task, so no other run can touch it). */
 	struct span_name name[TASK_SPANS_DEPTH + 1];
+	struct task_name_buf scratch;
+	/* Start values of open spans with TASK_SPAN_VALS, by index. */
+	struct task_span_vals vals[TASK_SPANS_DEPTH];
 };
 
 #endif

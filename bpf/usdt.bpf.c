@@ -62,6 +62,35 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 enum usdt_source_flags {
 	USDT_SRC_ERROR = 1,  /* the error predicate applies */
 	USDT_SRC_METRIC = 2, /* a metric: value_arg is the value */
+	USDT_SRC_COMPOSED = 4, /* the name is built from name_segs */
+};
+
+/*
+ * A name built from pieces (USDT_SRC_COMPOSED): text, NUL-terminated
+ * strings and strings given as pointer and length, in order, up to
+ * USDT_NAME_SEGS pieces or the first USDT_SEG_END. name_arg is then the
+ * first string argument, so every reader that asks "is this source named
+ * by an argument" still asks name_arg.
+ */
+enum usdt_name_sizes {
+	USDT_NAME_SEGS = 8,
+	USDT_SEG_TEXT = 16, /* text bytes one piece holds */
+};
+
+enum usdt_seg_kind {
+	USDT_SEG_END = 0,
+	USDT_SEG_TEXT_KIND = 1, /* text[0..text_len) */
+	USDT_SEG_STR = 2,	/* a NUL-terminated string at argument arg */
+	USDT_SEG_MEM = 3,	/* len_arg's value in bytes at argument arg */
+};
+
+struct usdt_name_seg {
+	__u8 kind;     /* USDT_SEG_* */
+	__u8 arg;      /* the argument holding the string's address */
+	__u8 len_arg;  /* USDT_SEG_MEM: the argument holding its length */
+	__u8 text_len; /* USDT_SEG_TEXT_KIND: bytes of text */
+	__u8 _pad[4];
+	char text[USDT_SEG_TEXT];
 };
 
 /* Counters of usdt_counters: what did not go the straight way. */
@@ -88,7 +117,16 @@ struct usdt_source {
 	struct src_pred error;
 	struct src_labels labels;
 	__u32 _pad2;
+	struct usdt_name_seg name_segs[USDT_NAME_SEGS]; /* USDT_SRC_COMPOSED */
+	/* Arguments of the start probe kept with the open span: at the end
+	 * they are operands USDT_START_OPERAND + i (labels from the start). */
+	__u8 start_arg[TASK_SPAN_VALS_MAX];
+	__u8 start_n;
+	__u32 _pad3;
 };
+
+/* The operand of the first start value: after the 12 arguments. */
+#define USDT_START_OPERAND USDT_MAX_ARGS
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -106,6 +144,9 @@ struct usdt_inflight_key {
 struct usdt_inflight {
 	__u64 start_ns;
 	char name[SPAN_NAME_LEN]; /* read at the start when name_arg is set */
+	struct task_span_vals vals; /* read at the start when start_n is set */
+	__u32 vals_ok;		    /* bit i: vals.v[i] was read */
+	__u32 _pad;
 };
 
 /*
@@ -490,6 +531,194 @@ static __always_inline void read_name(struct pt_regs *ctx, const struct usdt_spe
 	}
 }
 
+/*
+ * name_seg appends one piece of a composed name to nb at off (the bytes
+ * written so far) and returns the new count. A string is read exactly:
+ * its length from its argument, clamped to what is left of the name (a
+ * negative length is an error, a huge one is cut), never trusted. A piece
+ * that cannot be read is written as "?" and counted as a read error.
+ */
+static __always_inline __u32 name_seg(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_name_seg *sg,
+				      struct task_name_buf *nb, __u32 off, int sleepable)
+{
+	__u64 ptr = 0, len = 0, n;
+	long err;
+
+	if (!spec || !sg || !nb)
+		return off;
+	if (off >= SPAN_NAME_LEN)
+		return SPAN_NAME_LEN;
+	char *d = (char *)nb->w + off;
+	__u32 room = SPAN_NAME_LEN - off;
+
+	switch (sg->kind) {
+	case USDT_SEG_TEXT_KIND:
+		__builtin_memcpy(d, sg->text, USDT_SEG_TEXT);
+		n = sg->text_len;
+		if (n > room)
+			n = room;
+		return off + n;
+	case USDT_SEG_STR:
+		if (usdt_arg_get(ctx, spec, sg->arg, &ptr))
+			break;
+		err = bpf_probe_read_user_str(d, room + 1, (void *)ptr);
+#ifndef SPANWATCH_COMPAT
+		if (sleepable && err < 0 && bpf_copy_from_user(&len, 1, (void *)ptr) == 0) {
+			/* The page is resident now; the string may go on into
+			 * the next one. */
+			err = bpf_probe_read_user_str(d, room + 1, (void *)ptr);
+			if (err < 0 && bpf_copy_from_user(&len, 1, (void *)((ptr | 4095) + 1)) == 0)
+				err = bpf_probe_read_user_str(d, room + 1, (void *)ptr);
+		}
+#endif
+		if (err <= 0)
+			break;
+		return off + err - 1;
+	case USDT_SEG_MEM:
+		if (usdt_arg_get(ctx, spec, sg->arg, &ptr) || usdt_arg_get(ctx, spec, sg->len_arg, &len))
+			break;
+		if ((__s64)len < 0)
+			break;
+		n = len < room ? len : room;
+		/* The verifier does not relate n to room: bound it by a
+		 * constant it sees (the compiler would drop this otherwise). */
+		asm volatile("" : "+r"(n));
+		if (n > SPAN_NAME_LEN)
+			n = SPAN_NAME_LEN;
+#ifndef SPANWATCH_COMPAT
+		if (sleepable)
+			err = bpf_copy_from_user(d, n, (void *)ptr);
+		else
+#endif
+			err = bpf_probe_read_user(d, n, (void *)ptr);
+		if (err)
+			break;
+		return off + n;
+	default:
+		return off;
+	}
+	count(COUNTER_READ_ERRORS);
+	d[0] = '?';
+	return off + 1;
+}
+
+/* The pieces as global functions: verified once. */
+SW_GLOBAL __u32 usdt_name_piece(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_name_seg *sg,
+			      struct task_name_buf *nb, __u32 off)
+{
+	return name_seg(ctx, spec, sg, nb, off, 0);
+}
+
+#ifndef SPANWATCH_COMPAT
+SW_GLOBAL __u32 usdt_name_piece_s(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_name_seg *sg,
+				struct task_name_buf *nb, __u32 off)
+{
+	return name_seg(ctx, spec, sg, nb, off, 1);
+}
+#endif
+
+/*
+ * name_compose builds the name of a USDT_SRC_COMPOSED source in nb and
+ * copies it into dst, with the byte after the first SPAN_NAME_LEN - 1 at
+ * the end, as name_cut wants.
+ */
+static __always_inline void name_compose(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+					 struct task_name_buf *nb, struct span_name *dst, int sleepable)
+{
+	__u32 off = 0;
+
+	for (int i = 0; i < USDT_NAME_SEGS; i++) {
+		if (src->name_segs[i].kind == USDT_SEG_END)
+			break;
+#ifndef SPANWATCH_COMPAT
+		if (sleepable)
+			off = usdt_name_piece_s(ctx, spec, &src->name_segs[i], nb, off);
+		else
+#endif
+			off = usdt_name_piece(ctx, spec, &src->name_segs[i], nb, off);
+	}
+	asm volatile("" : "+r"(off));
+	if (off > SPAN_NAME_LEN)
+		off = SPAN_NAME_LEN;
+	if (off < SPAN_NAME_LEN)
+		((char *)nb->w)[off] = 0;
+	__u64 *d = (__u64 *)dst->name;
+#pragma unroll
+	for (int i = 0; i < SPAN_NAME_LEN / 8; i++)
+		d[i] = nb->w[i];
+}
+
+SW_GLOBAL int usdt_name_compose(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+				struct task_name_buf *nb, struct span_name *dst)
+{
+	if (!spec || !src || !nb || !dst)
+		return 0;
+	name_compose(ctx, spec, src, nb, dst, 0);
+	return 0;
+}
+
+#ifndef SPANWATCH_COMPAT
+SW_GLOBAL int usdt_name_compose_s(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+				  struct task_name_buf *nb, struct span_name *dst)
+{
+	if (!spec || !src || !nb || !dst)
+		return 0;
+	name_compose(ctx, spec, src, nb, dst, 1);
+	return 0;
+}
+#endif
+
+/*
+ * source_name reads the name of a source named by arguments into dst:
+ * one NUL-terminated string (read_name, with the collector's fallback),
+ * or a composed name (tn is the thread's name storage, for its scratch).
+ */
+static __always_inline void source_name(struct pt_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+					struct task_span_names *tn, struct span_name *dst, int sleepable)
+{
+	if (!(src->flags & USDT_SRC_COMPOSED)) {
+		read_name(ctx, spec, src->name_arg, dst, sleepable);
+		return;
+	}
+	if (!tn) {
+		usdt_count(USDT_COUNTER_NO_STORAGE);
+		usdt_name_unread(0, dst);
+		return;
+	}
+#ifndef SPANWATCH_COMPAT
+	if (sleepable) {
+		usdt_name_compose_s((sw_ctx_regs *)ctx, spec, src, &tn->scratch, dst);
+		return;
+	}
+#endif
+	usdt_name_compose((sw_ctx_regs *)ctx, spec, src, &tn->scratch, dst);
+}
+
+/*
+ * usdt_start_vals reads the start arguments a source keeps with its open
+ * span into out and returns the bits of those read. Global: verified
+ * once.
+ */
+SW_GLOBAL __u32 usdt_start_vals(sw_ctx_regs *ctx, const struct usdt_spec *spec, const struct usdt_source *src,
+				struct task_span_vals *out)
+{
+	__u32 ok = 0;
+
+	if (!spec || !src || !out)
+		return 0;
+	for (__u32 i = 0; i < TASK_SPAN_VALS_MAX; i++) {
+		out->v[i] = 0;
+		if (i >= src->start_n)
+			continue;
+		if (usdt_arg_get(ctx, spec, src->start_arg[i], &out->v[i])) {
+			count(COUNTER_READ_ERRORS);
+			continue;
+		}
+		ok |= 1 << i;
+	}
+	return ok;
+}
+
 /* spans_push opens a span of source on the thread's stack (ts), at the
  * index *idx names; the oldest open span gives way when it is full. */
 static __always_inline void spans_push(struct usdt_task_spans *ts, __u32 idx, __u32 source, __u64 start, __u32 flags)
@@ -632,8 +861,15 @@ static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 n
 		in = bpf_map_lookup_elem(&usdt_inflight, &k);
 		if (!in)
 			return 0;
-		if (src->name_arg != USDT_NO_ARG)
-			read_name(ctx, spec, src->name_arg, (struct span_name *)in->name, sleepable);
+		if (src->name_arg != USDT_NO_ARG) {
+			struct task_span_names *tn = 0;
+
+			if (src->flags & USDT_SRC_COMPOSED)
+				tn = names_get(1);
+			source_name(ctx, spec, src, tn, (struct span_name *)in->name, sleepable);
+		}
+		if (src->start_n)
+			in->vals_ok = usdt_start_vals((sw_ctx_regs *)ctx, spec, src, &in->vals);
 		in->start_ns = now;
 		return 0;
 	}
@@ -645,13 +881,19 @@ static __always_inline int start_slow(struct pt_regs *ctx, __u64 cookie, __u64 n
 		return 0;
 	}
 	__u32 idx = ts->pos & (TASK_SPANS_DEPTH - 1);
-	if (src->name_arg != USDT_NO_ARG) {
+	if (src->name_arg != USDT_NO_ARG || src->start_n) {
 		struct task_span_names *tn = names_get(1);
-		if (tn) {
-			read_name(ctx, spec, src->name_arg, &tn->name[idx], sleepable);
-			flags = TASK_SPAN_NAMED;
-		} else {
+		if (!tn) {
 			usdt_count(USDT_COUNTER_NO_STORAGE);
+		} else {
+			if (src->name_arg != USDT_NO_ARG) {
+				source_name(ctx, spec, src, tn, &tn->name[idx], sleepable);
+				flags = TASK_SPAN_NAMED;
+			}
+			if (src->start_n) {
+				__u32 ok = usdt_start_vals((sw_ctx_regs *)ctx, spec, src, &tn->vals[idx]);
+				flags |= TASK_SPAN_VALS | (ok << TASK_SPAN_VALS_OK_SHIFT);
+			}
 		}
 	}
 	spans_push(ts, idx, spec->source, now, flags);
@@ -727,6 +969,8 @@ int usdt_end(struct pt_regs *ctx)
 	struct usdt_spec *spec = 0;
 	struct agg_in in = {};
 	struct usdt_source_counts *sc;
+	struct task_span_vals *vals = 0;
+	__u32 vals_ok = 0;
 	struct taken t;
 	__u32 source;
 
@@ -759,6 +1003,10 @@ int usdt_end(struct pt_regs *ctx)
 			in.name = inf->name;
 			in.key.name_id = usdt_name_id((struct span_name *)inf->name);
 		}
+		if (src->start_n) {
+			vals = &inf->vals;
+			vals_ok = inf->vals_ok;
+		}
 	} else {
 		ts = spans_get(0);
 		if (!ts || spans_take(ts, source, &t)) {
@@ -771,19 +1019,31 @@ int usdt_end(struct pt_regs *ctx)
 		/* Where this thread's last span of the source went: the core
 		 * checks the key there before hashing it. */
 		in.hint = &ts->hint[source & (TASK_SPANS_DEPTH - 1)];
-		if (t.flags & TASK_SPAN_NAMED) {
+		if (t.flags & (TASK_SPAN_NAMED | TASK_SPAN_VALS)) {
 			struct task_span_names *tn = names_get(0);
-			if (tn) {
+			if (tn && (t.flags & TASK_SPAN_NAMED)) {
 				struct span_name *n = &tn->name[t.idx & (TASK_SPANS_DEPTH - 1)];
 				in.name = n->name;
 				in.key.name_id = usdt_name_id(n);
 			}
+			if (tn && (t.flags & TASK_SPAN_VALS)) {
+				vals = &tn->vals[t.idx & (TASK_SPANS_DEPTH - 1)];
+				vals_ok = t.flags >> TASK_SPAN_VALS_OK_SHIFT;
+			}
 		}
 	}
 	in.key.cgroup_id = current_cgroup_id();
-	if (spec && src->end_args) {
+	if (spec && (src->end_args || src->start_n)) {
 		__builtin_memset(&ops, 0, sizeof(ops));
 		usdt_fetch((sw_ctx_regs *)ctx, spec, src->end_args, &ops);
+		/* The start's values: operands after the arguments. A span
+		 * without them (no storage at its start) leaves them unread. */
+		if (vals) {
+#pragma unroll
+			for (int i = 0; i < TASK_SPAN_VALS_MAX; i++)
+				ops.v[USDT_START_OPERAND + i] = vals->v[i];
+			ops.ok |= (vals_ok & ((1 << TASK_SPAN_VALS_MAX) - 1)) << USDT_START_OPERAND;
+		}
 		opsp = &ops;
 	}
 	finish(ctx, src, opsp, &in);
@@ -827,7 +1087,7 @@ static __always_inline int single(struct pt_regs *ctx, int sleepable)
 			return 0;
 		}
 		struct span_name *n = &tn->name[TASK_SPANS_DEPTH];
-		read_name(ctx, spec, src->name_arg, n, sleepable);
+		source_name(ctx, spec, src, tn, n, sleepable);
 		in.name = n->name;
 		in.key.name_id = usdt_name_id(n);
 	}
@@ -895,6 +1155,9 @@ int usdt_test_args(struct pt_regs *ctx)
 /* Keep these types in BTF so bpf2go generates their Go mirrors. */
 const struct usdt_spec *unused_usdt_spec __attribute__((unused));
 const struct usdt_source *unused_usdt_source __attribute__((unused));
+const struct usdt_name_seg *unused_usdt_name_seg __attribute__((unused));
+const enum usdt_seg_kind *unused_usdt_seg_kind __attribute__((unused));
+const enum usdt_name_sizes *unused_usdt_name_sizes __attribute__((unused));
 const struct usdt_test_record *unused_usdt_test_record __attribute__((unused));
 const struct usdt_ip_key *unused_usdt_ip_key __attribute__((unused));
 const struct usdt_name_key *unused_usdt_name_key __attribute__((unused));
@@ -905,6 +1168,7 @@ const enum usdt_counter *unused_usdt_counter __attribute__((unused));
 const enum usdt_source_flags *unused_usdt_source_flags __attribute__((unused));
 const enum task_spans_sizes *unused_task_spans_sizes __attribute__((unused));
 const enum task_span_flags *unused_task_span_flags __attribute__((unused));
+const enum task_span_vals_sizes *unused_task_span_vals_sizes __attribute__((unused));
 const enum src_counter *unused_src_counter __attribute__((unused));
 const enum src_index *unused_src_index __attribute__((unused));
 const enum usdt_sizes *unused_usdt_sizes __attribute__((unused));

@@ -142,6 +142,11 @@ type UsdtSrcTerm struct {
 	Pad     [5]uint8
 }
 
+type UsdtTaskNameBuf struct {
+	_ structs.HostLayout
+	W [33]uint64
+}
+
 type UsdtTaskSpan struct {
 	_       structs.HostLayout
 	StartNs uint64
@@ -152,12 +157,21 @@ type UsdtTaskSpan struct {
 type UsdtTaskSpanFlags uint32
 
 const (
-	UsdtTaskSpanFlagsTASK_SPAN_NAMED UsdtTaskSpanFlags = 1
+	UsdtTaskSpanFlagsTASK_SPAN_NAMED         UsdtTaskSpanFlags = 1
+	UsdtTaskSpanFlagsTASK_SPAN_VALS          UsdtTaskSpanFlags = 2
+	UsdtTaskSpanFlagsTASK_SPAN_VALS_OK_SHIFT UsdtTaskSpanFlags = 8
 )
 
 type UsdtTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]UsdtSpanName
+	_       structs.HostLayout
+	Name    [17]UsdtSpanName
+	Scratch UsdtTaskNameBuf
+	Vals    [16]UsdtTaskSpanVals
+}
+
+type UsdtTaskSpanVals struct {
+	_ structs.HostLayout
+	V [3]uint64
 }
 
 type UsdtTaskSpansSizes uint32
@@ -209,6 +223,9 @@ type UsdtUsdtInflight struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Name    [128]int8
+	Vals    UsdtTaskSpanVals
+	ValsOk  uint32
+	Pad     uint32
 }
 
 type UsdtUsdtInflightKey struct {
@@ -240,6 +257,32 @@ type UsdtUsdtNameRequest struct {
 	Addr uint64
 }
 
+type UsdtUsdtNameSeg struct {
+	_       structs.HostLayout
+	Kind    uint8
+	Arg     uint8
+	LenArg  uint8
+	TextLen uint8
+	Pad     [4]uint8
+	Text    [16]int8
+}
+
+type UsdtUsdtNameSizes uint32
+
+const (
+	UsdtUsdtNameSizesUSDT_NAME_SEGS UsdtUsdtNameSizes = 8
+	UsdtUsdtNameSizesUSDT_SEG_TEXT  UsdtUsdtNameSizes = 16
+)
+
+type UsdtUsdtSegKind uint32
+
+const (
+	UsdtUsdtSegKindUSDT_SEG_END       UsdtUsdtSegKind = 0
+	UsdtUsdtSegKindUSDT_SEG_TEXT_KIND UsdtUsdtSegKind = 1
+	UsdtUsdtSegKindUSDT_SEG_STR       UsdtUsdtSegKind = 2
+	UsdtUsdtSegKindUSDT_SEG_MEM       UsdtUsdtSegKind = 3
+)
+
 type UsdtUsdtSizes uint32
 
 const (
@@ -261,6 +304,10 @@ type UsdtUsdtSource struct {
 	Error    UsdtSrcPred
 	Labels   UsdtSrcLabels
 	Pad2     uint32
+	NameSegs [8]UsdtUsdtNameSeg
+	StartArg [3]uint8
+	StartN   uint8
+	Pad3     uint32
 }
 
 type UsdtUsdtSourceCounts struct {
@@ -273,8 +320,9 @@ type UsdtUsdtSourceCounts struct {
 type UsdtUsdtSourceFlags uint32
 
 const (
-	UsdtUsdtSourceFlagsUSDT_SRC_ERROR  UsdtUsdtSourceFlags = 1
-	UsdtUsdtSourceFlagsUSDT_SRC_METRIC UsdtUsdtSourceFlags = 2
+	UsdtUsdtSourceFlagsUSDT_SRC_ERROR    UsdtUsdtSourceFlags = 1
+	UsdtUsdtSourceFlagsUSDT_SRC_METRIC   UsdtUsdtSourceFlags = 2
+	UsdtUsdtSourceFlagsUSDT_SRC_COMPOSED UsdtUsdtSourceFlags = 4
 )
 
 type UsdtUsdtSpec struct {
@@ -306,63 +354,67 @@ type UsdtUsdtTestRecord struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	UsdtMapBudgetGlobs           = "budget_globs"
-	UsdtMapBudgets               = "budgets"
-	UsdtMapCellBanks             = "cell_banks"
-	UsdtMapCellCounts            = "cell_counts"
-	UsdtMapCellDirty             = "cell_dirty"
-	UsdtMapCgCreated             = "cg_created"
-	UsdtMapCgQuota               = "cg_quota"
-	UsdtMapCgReleased            = "cg_released"
-	UsdtMapCgWorkload            = "cg_workload"
-	UsdtMapCore                  = "core"
-	UsdtMapCounters              = "counters"
-	UsdtMapFreeSlots             = "free_slots"
-	UsdtMapNames                 = "names"
-	UsdtMapOverruns              = "overruns"
-	UsdtMapSeries                = "series"
-	UsdtMapSeriesDirty           = "series_dirty"
-	UsdtMapSeriesIndex           = "series_index"
-	UsdtMapSrcCounters           = "src_counters"
-	UsdtMapSrcLabelCount         = "src_label_count"
-	UsdtMapSrcLabelValues        = "src_label_values"
-	UsdtMapUsdtCounters          = "usdt_counters"
-	UsdtMapUsdtInflight          = "usdt_inflight"
-	UsdtMapUsdtIpToSpec          = "usdt_ip_to_spec"
-	UsdtMapUsdtNameRequests      = "usdt_name_requests"
-	UsdtMapUsdtNames             = "usdt_names"
-	UsdtMapUsdtSourceCounts      = "usdt_source_counts"
-	UsdtMapUsdtSources           = "usdt_sources"
-	UsdtMapUsdtSpecs             = "usdt_specs"
-	UsdtMapUsdtTaskNames         = "usdt_task_names"
-	UsdtMapUsdtTaskStart         = "usdt_task_start"
-	UsdtMapUsdtTestEvents        = "usdt_test_events"
-	UsdtProgUsdtEnd              = "usdt_end"
-	UsdtProgUsdtSingle           = "usdt_single"
-	UsdtProgUsdtSingleS          = "usdt_single_s"
-	UsdtProgUsdtStart            = "usdt_start"
-	UsdtProgUsdtStartS           = "usdt_start_s"
-	UsdtProgUsdtTestArgs         = "usdt_test_args"
-	UsdtVarUnusedCellChunk       = "unused_cell_chunk"
-	UsdtVarUnusedSrcCounter      = "unused_src_counter"
-	UsdtVarUnusedSrcIndex        = "unused_src_index"
-	UsdtVarUnusedTaskSpanFlags   = "unused_task_span_flags"
-	UsdtVarUnusedTaskSpanNames   = "unused_task_span_names"
-	UsdtVarUnusedTaskSpansSizes  = "unused_task_spans_sizes"
-	UsdtVarUnusedUsdtArgKind     = "unused_usdt_arg_kind"
-	UsdtVarUnusedUsdtCookieBits  = "unused_usdt_cookie_bits"
-	UsdtVarUnusedUsdtCounter     = "unused_usdt_counter"
-	UsdtVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
-	UsdtVarUnusedUsdtNameKey     = "unused_usdt_name_key"
-	UsdtVarUnusedUsdtNameRequest = "unused_usdt_name_request"
-	UsdtVarUnusedUsdtSizes       = "unused_usdt_sizes"
-	UsdtVarUnusedUsdtSource      = "unused_usdt_source"
-	UsdtVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
-	UsdtVarUnusedUsdtSpec        = "unused_usdt_spec"
-	UsdtVarUnusedUsdtTaskSpans   = "unused_usdt_task_spans"
-	UsdtVarUnusedUsdtTestRecord  = "unused_usdt_test_record"
-	UsdtVarUsdtHaveCookie        = "usdt_have_cookie"
-	UsdtVarUsdtHaveStrKfunc      = "usdt_have_str_kfunc"
+	UsdtMapBudgetGlobs             = "budget_globs"
+	UsdtMapBudgets                 = "budgets"
+	UsdtMapCellBanks               = "cell_banks"
+	UsdtMapCellCounts              = "cell_counts"
+	UsdtMapCellDirty               = "cell_dirty"
+	UsdtMapCgCreated               = "cg_created"
+	UsdtMapCgQuota                 = "cg_quota"
+	UsdtMapCgReleased              = "cg_released"
+	UsdtMapCgWorkload              = "cg_workload"
+	UsdtMapCore                    = "core"
+	UsdtMapCounters                = "counters"
+	UsdtMapFreeSlots               = "free_slots"
+	UsdtMapNames                   = "names"
+	UsdtMapOverruns                = "overruns"
+	UsdtMapSeries                  = "series"
+	UsdtMapSeriesDirty             = "series_dirty"
+	UsdtMapSeriesIndex             = "series_index"
+	UsdtMapSrcCounters             = "src_counters"
+	UsdtMapSrcLabelCount           = "src_label_count"
+	UsdtMapSrcLabelValues          = "src_label_values"
+	UsdtMapUsdtCounters            = "usdt_counters"
+	UsdtMapUsdtInflight            = "usdt_inflight"
+	UsdtMapUsdtIpToSpec            = "usdt_ip_to_spec"
+	UsdtMapUsdtNameRequests        = "usdt_name_requests"
+	UsdtMapUsdtNames               = "usdt_names"
+	UsdtMapUsdtSourceCounts        = "usdt_source_counts"
+	UsdtMapUsdtSources             = "usdt_sources"
+	UsdtMapUsdtSpecs               = "usdt_specs"
+	UsdtMapUsdtTaskNames           = "usdt_task_names"
+	UsdtMapUsdtTaskStart           = "usdt_task_start"
+	UsdtMapUsdtTestEvents          = "usdt_test_events"
+	UsdtProgUsdtEnd                = "usdt_end"
+	UsdtProgUsdtSingle             = "usdt_single"
+	UsdtProgUsdtSingleS            = "usdt_single_s"
+	UsdtProgUsdtStart              = "usdt_start"
+	UsdtProgUsdtStartS             = "usdt_start_s"
+	UsdtProgUsdtTestArgs           = "usdt_test_args"
+	UsdtVarUnusedCellChunk         = "unused_cell_chunk"
+	UsdtVarUnusedSrcCounter        = "unused_src_counter"
+	UsdtVarUnusedSrcIndex          = "unused_src_index"
+	UsdtVarUnusedTaskSpanFlags     = "unused_task_span_flags"
+	UsdtVarUnusedTaskSpanNames     = "unused_task_span_names"
+	UsdtVarUnusedTaskSpanValsSizes = "unused_task_span_vals_sizes"
+	UsdtVarUnusedTaskSpansSizes    = "unused_task_spans_sizes"
+	UsdtVarUnusedUsdtArgKind       = "unused_usdt_arg_kind"
+	UsdtVarUnusedUsdtCookieBits    = "unused_usdt_cookie_bits"
+	UsdtVarUnusedUsdtCounter       = "unused_usdt_counter"
+	UsdtVarUnusedUsdtIpKey         = "unused_usdt_ip_key"
+	UsdtVarUnusedUsdtNameKey       = "unused_usdt_name_key"
+	UsdtVarUnusedUsdtNameRequest   = "unused_usdt_name_request"
+	UsdtVarUnusedUsdtNameSeg       = "unused_usdt_name_seg"
+	UsdtVarUnusedUsdtNameSizes     = "unused_usdt_name_sizes"
+	UsdtVarUnusedUsdtSegKind       = "unused_usdt_seg_kind"
+	UsdtVarUnusedUsdtSizes         = "unused_usdt_sizes"
+	UsdtVarUnusedUsdtSource        = "unused_usdt_source"
+	UsdtVarUnusedUsdtSourceFlags   = "unused_usdt_source_flags"
+	UsdtVarUnusedUsdtSpec          = "unused_usdt_spec"
+	UsdtVarUnusedUsdtTaskSpans     = "unused_usdt_task_spans"
+	UsdtVarUnusedUsdtTestRecord    = "unused_usdt_test_record"
+	UsdtVarUsdtHaveCookie          = "usdt_have_cookie"
+	UsdtVarUsdtHaveStrKfunc        = "usdt_have_str_kfunc"
 )
 
 // LoadUsdt returns the embedded CollectionSpec for Usdt.
@@ -456,26 +508,30 @@ type UsdtMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtVariableSpecs struct {
-	UnusedCellChunk       *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
-	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
-	UnusedSrcIndex        *ebpf.VariableSpec `ebpf:"unused_src_index"`
-	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
-	UnusedTaskSpanNames   *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
-	UnusedTaskSpansSizes  *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
-	UnusedUsdtArgKind     *ebpf.VariableSpec `ebpf:"unused_usdt_arg_kind"`
-	UnusedUsdtCookieBits  *ebpf.VariableSpec `ebpf:"unused_usdt_cookie_bits"`
-	UnusedUsdtCounter     *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
-	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
-	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
-	UnusedUsdtSizes       *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
-	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
-	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
-	UnusedUsdtSpec        *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTaskSpans   *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
-	UnusedUsdtTestRecord  *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie        *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
-	UsdtHaveStrKfunc      *ebpf.VariableSpec `ebpf:"usdt_have_str_kfunc"`
+	UnusedCellChunk         *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
+	UnusedSrcCounter        *ebpf.VariableSpec `ebpf:"unused_src_counter"`
+	UnusedSrcIndex          *ebpf.VariableSpec `ebpf:"unused_src_index"`
+	UnusedTaskSpanFlags     *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames     *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
+	UnusedTaskSpanValsSizes *ebpf.VariableSpec `ebpf:"unused_task_span_vals_sizes"`
+	UnusedTaskSpansSizes    *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind       *ebpf.VariableSpec `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits    *ebpf.VariableSpec `ebpf:"unused_usdt_cookie_bits"`
+	UnusedUsdtCounter       *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey         *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey       *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest   *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg       *ebpf.VariableSpec `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes     *ebpf.VariableSpec `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind       *ebpf.VariableSpec `ebpf:"unused_usdt_seg_kind"`
+	UnusedUsdtSizes         *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
+	UnusedUsdtSource        *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags   *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec          *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans     *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord    *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie          *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
+	UsdtHaveStrKfunc        *ebpf.VariableSpec `ebpf:"usdt_have_str_kfunc"`
 }
 
 // UsdtObjects contains all objects after they have been loaded into the kernel.
@@ -571,26 +627,30 @@ func (m *UsdtMaps) Close() error {
 //
 // It can be passed to LoadUsdtObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtVariables struct {
-	UnusedCellChunk       *ebpf.Variable `ebpf:"unused_cell_chunk"`
-	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
-	UnusedSrcIndex        *ebpf.Variable `ebpf:"unused_src_index"`
-	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`
-	UnusedTaskSpanNames   *ebpf.Variable `ebpf:"unused_task_span_names"`
-	UnusedTaskSpansSizes  *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
-	UnusedUsdtArgKind     *ebpf.Variable `ebpf:"unused_usdt_arg_kind"`
-	UnusedUsdtCookieBits  *ebpf.Variable `ebpf:"unused_usdt_cookie_bits"`
-	UnusedUsdtCounter     *ebpf.Variable `ebpf:"unused_usdt_counter"`
-	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
-	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
-	UnusedUsdtSizes       *ebpf.Variable `ebpf:"unused_usdt_sizes"`
-	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
-	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
-	UnusedUsdtSpec        *ebpf.Variable `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTaskSpans   *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
-	UnusedUsdtTestRecord  *ebpf.Variable `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie        *ebpf.Variable `ebpf:"usdt_have_cookie"`
-	UsdtHaveStrKfunc      *ebpf.Variable `ebpf:"usdt_have_str_kfunc"`
+	UnusedCellChunk         *ebpf.Variable `ebpf:"unused_cell_chunk"`
+	UnusedSrcCounter        *ebpf.Variable `ebpf:"unused_src_counter"`
+	UnusedSrcIndex          *ebpf.Variable `ebpf:"unused_src_index"`
+	UnusedTaskSpanFlags     *ebpf.Variable `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames     *ebpf.Variable `ebpf:"unused_task_span_names"`
+	UnusedTaskSpanValsSizes *ebpf.Variable `ebpf:"unused_task_span_vals_sizes"`
+	UnusedTaskSpansSizes    *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind       *ebpf.Variable `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits    *ebpf.Variable `ebpf:"unused_usdt_cookie_bits"`
+	UnusedUsdtCounter       *ebpf.Variable `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey         *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey       *ebpf.Variable `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest   *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg       *ebpf.Variable `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes     *ebpf.Variable `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind       *ebpf.Variable `ebpf:"unused_usdt_seg_kind"`
+	UnusedUsdtSizes         *ebpf.Variable `ebpf:"unused_usdt_sizes"`
+	UnusedUsdtSource        *ebpf.Variable `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags   *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec          *ebpf.Variable `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans     *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord    *ebpf.Variable `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie          *ebpf.Variable `ebpf:"usdt_have_cookie"`
+	UsdtHaveStrKfunc        *ebpf.Variable `ebpf:"usdt_have_str_kfunc"`
 }
 
 // UsdtPrograms contains all programs after they have been loaded into the kernel.

@@ -94,14 +94,28 @@ type UsdtCompatSrcLabelKey struct {
 }
 
 type UsdtCompatTaskSpanNames struct {
-	_    structs.HostLayout
-	Name [17]UsdtCompatSpanName
+	_       structs.HostLayout
+	Name    [17]UsdtCompatSpanName
+	Scratch struct {
+		_ structs.HostLayout
+		W [33]uint64
+	}
+	Vals [16]struct {
+		_ structs.HostLayout
+		V [3]uint64
+	}
 }
 
 type UsdtCompatUsdtInflight struct {
 	_       structs.HostLayout
 	StartNs uint64
 	Name    [128]int8
+	Vals    struct {
+		_ structs.HostLayout
+		V [3]uint64
+	}
+	ValsOk uint32
+	Pad    uint32
 }
 
 type UsdtCompatUsdtInflightKey struct {
@@ -159,7 +173,19 @@ type UsdtCompatUsdtSource struct {
 		Pad      [2]uint8
 		Cap      uint32
 	}
-	Pad2 uint32
+	Pad2     uint32
+	NameSegs [8]struct {
+		_       structs.HostLayout
+		Kind    uint8
+		Arg     uint8
+		LenArg  uint8
+		TextLen uint8
+		Pad     [4]uint8
+		Text    [16]int8
+	}
+	StartArg [3]uint8
+	StartN   uint8
+	Pad3     uint32
 }
 
 type UsdtCompatUsdtSourceCounts struct {
@@ -203,61 +229,65 @@ type UsdtCompatUsdtTaskSpans struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	UsdtCompatMapBudgetGlobs           = "budget_globs"
-	UsdtCompatMapBudgets               = "budgets"
-	UsdtCompatMapCellBanks             = "cell_banks"
-	UsdtCompatMapCellCounts            = "cell_counts"
-	UsdtCompatMapCellDirty             = "cell_dirty"
-	UsdtCompatMapCgCreated             = "cg_created"
-	UsdtCompatMapCgQuota               = "cg_quota"
-	UsdtCompatMapCgReleased            = "cg_released"
-	UsdtCompatMapCgWorkload            = "cg_workload"
-	UsdtCompatMapCore                  = "core"
-	UsdtCompatMapCounters              = "counters"
-	UsdtCompatMapFreeSlots             = "free_slots"
-	UsdtCompatMapNames                 = "names"
-	UsdtCompatMapOverruns              = "overruns"
-	UsdtCompatMapSeries                = "series"
-	UsdtCompatMapSeriesDirty           = "series_dirty"
-	UsdtCompatMapSeriesIndex           = "series_index"
-	UsdtCompatMapSrcCounters           = "src_counters"
-	UsdtCompatMapSrcLabelCount         = "src_label_count"
-	UsdtCompatMapSrcLabelValues        = "src_label_values"
-	UsdtCompatMapUsdtCounters          = "usdt_counters"
-	UsdtCompatMapUsdtInflight          = "usdt_inflight"
-	UsdtCompatMapUsdtIpToSpec          = "usdt_ip_to_spec"
-	UsdtCompatMapUsdtNameRequests      = "usdt_name_requests"
-	UsdtCompatMapUsdtNames             = "usdt_names"
-	UsdtCompatMapUsdtSourceCounts      = "usdt_source_counts"
-	UsdtCompatMapUsdtSources           = "usdt_sources"
-	UsdtCompatMapUsdtSpecs             = "usdt_specs"
-	UsdtCompatMapUsdtTaskNames         = "usdt_task_names"
-	UsdtCompatMapUsdtTaskStart         = "usdt_task_start"
-	UsdtCompatMapUsdtTaskZero          = "usdt_task_zero"
-	UsdtCompatMapUsdtTestEvents        = "usdt_test_events"
-	UsdtCompatProgUsdtEnd              = "usdt_end"
-	UsdtCompatProgUsdtSingle           = "usdt_single"
-	UsdtCompatProgUsdtStart            = "usdt_start"
-	UsdtCompatProgUsdtTestArgs         = "usdt_test_args"
-	UsdtCompatVarUnusedCellChunk       = "unused_cell_chunk"
-	UsdtCompatVarUnusedSrcCounter      = "unused_src_counter"
-	UsdtCompatVarUnusedSrcIndex        = "unused_src_index"
-	UsdtCompatVarUnusedTaskSpanFlags   = "unused_task_span_flags"
-	UsdtCompatVarUnusedTaskSpanNames   = "unused_task_span_names"
-	UsdtCompatVarUnusedTaskSpansSizes  = "unused_task_spans_sizes"
-	UsdtCompatVarUnusedUsdtArgKind     = "unused_usdt_arg_kind"
-	UsdtCompatVarUnusedUsdtCookieBits  = "unused_usdt_cookie_bits"
-	UsdtCompatVarUnusedUsdtCounter     = "unused_usdt_counter"
-	UsdtCompatVarUnusedUsdtIpKey       = "unused_usdt_ip_key"
-	UsdtCompatVarUnusedUsdtNameKey     = "unused_usdt_name_key"
-	UsdtCompatVarUnusedUsdtNameRequest = "unused_usdt_name_request"
-	UsdtCompatVarUnusedUsdtSizes       = "unused_usdt_sizes"
-	UsdtCompatVarUnusedUsdtSource      = "unused_usdt_source"
-	UsdtCompatVarUnusedUsdtSourceFlags = "unused_usdt_source_flags"
-	UsdtCompatVarUnusedUsdtSpec        = "unused_usdt_spec"
-	UsdtCompatVarUnusedUsdtTaskSpans   = "unused_usdt_task_spans"
-	UsdtCompatVarUnusedUsdtTestRecord  = "unused_usdt_test_record"
-	UsdtCompatVarUsdtHaveCookie        = "usdt_have_cookie"
+	UsdtCompatMapBudgetGlobs             = "budget_globs"
+	UsdtCompatMapBudgets                 = "budgets"
+	UsdtCompatMapCellBanks               = "cell_banks"
+	UsdtCompatMapCellCounts              = "cell_counts"
+	UsdtCompatMapCellDirty               = "cell_dirty"
+	UsdtCompatMapCgCreated               = "cg_created"
+	UsdtCompatMapCgQuota                 = "cg_quota"
+	UsdtCompatMapCgReleased              = "cg_released"
+	UsdtCompatMapCgWorkload              = "cg_workload"
+	UsdtCompatMapCore                    = "core"
+	UsdtCompatMapCounters                = "counters"
+	UsdtCompatMapFreeSlots               = "free_slots"
+	UsdtCompatMapNames                   = "names"
+	UsdtCompatMapOverruns                = "overruns"
+	UsdtCompatMapSeries                  = "series"
+	UsdtCompatMapSeriesDirty             = "series_dirty"
+	UsdtCompatMapSeriesIndex             = "series_index"
+	UsdtCompatMapSrcCounters             = "src_counters"
+	UsdtCompatMapSrcLabelCount           = "src_label_count"
+	UsdtCompatMapSrcLabelValues          = "src_label_values"
+	UsdtCompatMapUsdtCounters            = "usdt_counters"
+	UsdtCompatMapUsdtInflight            = "usdt_inflight"
+	UsdtCompatMapUsdtIpToSpec            = "usdt_ip_to_spec"
+	UsdtCompatMapUsdtNameRequests        = "usdt_name_requests"
+	UsdtCompatMapUsdtNames               = "usdt_names"
+	UsdtCompatMapUsdtSourceCounts        = "usdt_source_counts"
+	UsdtCompatMapUsdtSources             = "usdt_sources"
+	UsdtCompatMapUsdtSpecs               = "usdt_specs"
+	UsdtCompatMapUsdtTaskNames           = "usdt_task_names"
+	UsdtCompatMapUsdtTaskStart           = "usdt_task_start"
+	UsdtCompatMapUsdtTaskZero            = "usdt_task_zero"
+	UsdtCompatMapUsdtTestEvents          = "usdt_test_events"
+	UsdtCompatProgUsdtEnd                = "usdt_end"
+	UsdtCompatProgUsdtSingle             = "usdt_single"
+	UsdtCompatProgUsdtStart              = "usdt_start"
+	UsdtCompatProgUsdtTestArgs           = "usdt_test_args"
+	UsdtCompatVarUnusedCellChunk         = "unused_cell_chunk"
+	UsdtCompatVarUnusedSrcCounter        = "unused_src_counter"
+	UsdtCompatVarUnusedSrcIndex          = "unused_src_index"
+	UsdtCompatVarUnusedTaskSpanFlags     = "unused_task_span_flags"
+	UsdtCompatVarUnusedTaskSpanNames     = "unused_task_span_names"
+	UsdtCompatVarUnusedTaskSpanValsSizes = "unused_task_span_vals_sizes"
+	UsdtCompatVarUnusedTaskSpansSizes    = "unused_task_spans_sizes"
+	UsdtCompatVarUnusedUsdtArgKind       = "unused_usdt_arg_kind"
+	UsdtCompatVarUnusedUsdtCookieBits    = "unused_usdt_cookie_bits"
+	UsdtCompatVarUnusedUsdtCounter       = "unused_usdt_counter"
+	UsdtCompatVarUnusedUsdtIpKey         = "unused_usdt_ip_key"
+	UsdtCompatVarUnusedUsdtNameKey       = "unused_usdt_name_key"
+	UsdtCompatVarUnusedUsdtNameRequest   = "unused_usdt_name_request"
+	UsdtCompatVarUnusedUsdtNameSeg       = "unused_usdt_name_seg"
+	UsdtCompatVarUnusedUsdtNameSizes     = "unused_usdt_name_sizes"
+	UsdtCompatVarUnusedUsdtSegKind       = "unused_usdt_seg_kind"
+	UsdtCompatVarUnusedUsdtSizes         = "unused_usdt_sizes"
+	UsdtCompatVarUnusedUsdtSource        = "unused_usdt_source"
+	UsdtCompatVarUnusedUsdtSourceFlags   = "unused_usdt_source_flags"
+	UsdtCompatVarUnusedUsdtSpec          = "unused_usdt_spec"
+	UsdtCompatVarUnusedUsdtTaskSpans     = "unused_usdt_task_spans"
+	UsdtCompatVarUnusedUsdtTestRecord    = "unused_usdt_test_record"
+	UsdtCompatVarUsdtHaveCookie          = "usdt_have_cookie"
 )
 
 // LoadUsdtCompat returns the embedded CollectionSpec for UsdtCompat.
@@ -350,25 +380,29 @@ type UsdtCompatMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type UsdtCompatVariableSpecs struct {
-	UnusedCellChunk       *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
-	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
-	UnusedSrcIndex        *ebpf.VariableSpec `ebpf:"unused_src_index"`
-	UnusedTaskSpanFlags   *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
-	UnusedTaskSpanNames   *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
-	UnusedTaskSpansSizes  *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
-	UnusedUsdtArgKind     *ebpf.VariableSpec `ebpf:"unused_usdt_arg_kind"`
-	UnusedUsdtCookieBits  *ebpf.VariableSpec `ebpf:"unused_usdt_cookie_bits"`
-	UnusedUsdtCounter     *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
-	UnusedUsdtIpKey       *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtNameKey     *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
-	UnusedUsdtNameRequest *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
-	UnusedUsdtSizes       *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
-	UnusedUsdtSource      *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
-	UnusedUsdtSourceFlags *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
-	UnusedUsdtSpec        *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTaskSpans   *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
-	UnusedUsdtTestRecord  *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie        *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
+	UnusedCellChunk         *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
+	UnusedSrcCounter        *ebpf.VariableSpec `ebpf:"unused_src_counter"`
+	UnusedSrcIndex          *ebpf.VariableSpec `ebpf:"unused_src_index"`
+	UnusedTaskSpanFlags     *ebpf.VariableSpec `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames     *ebpf.VariableSpec `ebpf:"unused_task_span_names"`
+	UnusedTaskSpanValsSizes *ebpf.VariableSpec `ebpf:"unused_task_span_vals_sizes"`
+	UnusedTaskSpansSizes    *ebpf.VariableSpec `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind       *ebpf.VariableSpec `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits    *ebpf.VariableSpec `ebpf:"unused_usdt_cookie_bits"`
+	UnusedUsdtCounter       *ebpf.VariableSpec `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey         *ebpf.VariableSpec `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey       *ebpf.VariableSpec `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest   *ebpf.VariableSpec `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg       *ebpf.VariableSpec `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes     *ebpf.VariableSpec `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind       *ebpf.VariableSpec `ebpf:"unused_usdt_seg_kind"`
+	UnusedUsdtSizes         *ebpf.VariableSpec `ebpf:"unused_usdt_sizes"`
+	UnusedUsdtSource        *ebpf.VariableSpec `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags   *ebpf.VariableSpec `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec          *ebpf.VariableSpec `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans     *ebpf.VariableSpec `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord    *ebpf.VariableSpec `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie          *ebpf.VariableSpec `ebpf:"usdt_have_cookie"`
 }
 
 // UsdtCompatObjects contains all objects after they have been loaded into the kernel.
@@ -466,25 +500,29 @@ func (m *UsdtCompatMaps) Close() error {
 //
 // It can be passed to LoadUsdtCompatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type UsdtCompatVariables struct {
-	UnusedCellChunk       *ebpf.Variable `ebpf:"unused_cell_chunk"`
-	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
-	UnusedSrcIndex        *ebpf.Variable `ebpf:"unused_src_index"`
-	UnusedTaskSpanFlags   *ebpf.Variable `ebpf:"unused_task_span_flags"`
-	UnusedTaskSpanNames   *ebpf.Variable `ebpf:"unused_task_span_names"`
-	UnusedTaskSpansSizes  *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
-	UnusedUsdtArgKind     *ebpf.Variable `ebpf:"unused_usdt_arg_kind"`
-	UnusedUsdtCookieBits  *ebpf.Variable `ebpf:"unused_usdt_cookie_bits"`
-	UnusedUsdtCounter     *ebpf.Variable `ebpf:"unused_usdt_counter"`
-	UnusedUsdtIpKey       *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
-	UnusedUsdtNameKey     *ebpf.Variable `ebpf:"unused_usdt_name_key"`
-	UnusedUsdtNameRequest *ebpf.Variable `ebpf:"unused_usdt_name_request"`
-	UnusedUsdtSizes       *ebpf.Variable `ebpf:"unused_usdt_sizes"`
-	UnusedUsdtSource      *ebpf.Variable `ebpf:"unused_usdt_source"`
-	UnusedUsdtSourceFlags *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
-	UnusedUsdtSpec        *ebpf.Variable `ebpf:"unused_usdt_spec"`
-	UnusedUsdtTaskSpans   *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
-	UnusedUsdtTestRecord  *ebpf.Variable `ebpf:"unused_usdt_test_record"`
-	UsdtHaveCookie        *ebpf.Variable `ebpf:"usdt_have_cookie"`
+	UnusedCellChunk         *ebpf.Variable `ebpf:"unused_cell_chunk"`
+	UnusedSrcCounter        *ebpf.Variable `ebpf:"unused_src_counter"`
+	UnusedSrcIndex          *ebpf.Variable `ebpf:"unused_src_index"`
+	UnusedTaskSpanFlags     *ebpf.Variable `ebpf:"unused_task_span_flags"`
+	UnusedTaskSpanNames     *ebpf.Variable `ebpf:"unused_task_span_names"`
+	UnusedTaskSpanValsSizes *ebpf.Variable `ebpf:"unused_task_span_vals_sizes"`
+	UnusedTaskSpansSizes    *ebpf.Variable `ebpf:"unused_task_spans_sizes"`
+	UnusedUsdtArgKind       *ebpf.Variable `ebpf:"unused_usdt_arg_kind"`
+	UnusedUsdtCookieBits    *ebpf.Variable `ebpf:"unused_usdt_cookie_bits"`
+	UnusedUsdtCounter       *ebpf.Variable `ebpf:"unused_usdt_counter"`
+	UnusedUsdtIpKey         *ebpf.Variable `ebpf:"unused_usdt_ip_key"`
+	UnusedUsdtNameKey       *ebpf.Variable `ebpf:"unused_usdt_name_key"`
+	UnusedUsdtNameRequest   *ebpf.Variable `ebpf:"unused_usdt_name_request"`
+	UnusedUsdtNameSeg       *ebpf.Variable `ebpf:"unused_usdt_name_seg"`
+	UnusedUsdtNameSizes     *ebpf.Variable `ebpf:"unused_usdt_name_sizes"`
+	UnusedUsdtSegKind       *ebpf.Variable `ebpf:"unused_usdt_seg_kind"`
+	UnusedUsdtSizes         *ebpf.Variable `ebpf:"unused_usdt_sizes"`
+	UnusedUsdtSource        *ebpf.Variable `ebpf:"unused_usdt_source"`
+	UnusedUsdtSourceFlags   *ebpf.Variable `ebpf:"unused_usdt_source_flags"`
+	UnusedUsdtSpec          *ebpf.Variable `ebpf:"unused_usdt_spec"`
+	UnusedUsdtTaskSpans     *ebpf.Variable `ebpf:"unused_usdt_task_spans"`
+	UnusedUsdtTestRecord    *ebpf.Variable `ebpf:"unused_usdt_test_record"`
+	UsdtHaveCookie          *ebpf.Variable `ebpf:"usdt_have_cookie"`
 }
 
 // UsdtCompatPrograms contains all programs after they have been loaded into the kernel.

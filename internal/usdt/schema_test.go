@@ -39,6 +39,11 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      metric: queue.depth\n      probe: {provider: p, probe: q}\n      value_arg: 0\n      error: arg0 < 0\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 90s\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_args: [{ptr: 1, len: 2}, {ptr: 3, len: 4}]\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: {ptr: 0, len: 1}\n      prefix: \"app:\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_args: [2, {ptr: 0, len: 1}]\n      name_separator: \"\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      prefix: \"app:\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.arg1, status: arg0}\n",
 	}
 	bad := []string{
 		"sources:\n  uprobes: []\n",
@@ -59,6 +64,16 @@ func TestSourcesSchema(t *testing.T) {
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      error: arg1 > 1\n      status_arg: 1\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: 600\n",
 		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      silent_after: -1m\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: {ptr: 1}\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: {ptr: 1, len: 2, size: 3}\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_args: []\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_args: [0, 1, 2, 3, 4]\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: 1\n      name_args: [2]\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      name_arg: 1\n      name_separator: \".\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      metric: m\n      prefix: a\n      probe: {provider: p, probe: q}\n      value_arg: 0\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      prefix: \"\"\n      probe: {provider: p, probe: q}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.arg12}\n",
+		"sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {kind: begin.arg1}\n",
 	}
 	check := func(d string, wantOK bool) {
 		t.Helper()

@@ -43,6 +43,17 @@ type SpanSource struct {
 	// pointer to a NUL-terminated name (read at the start probe of a pair).
 	Span    string
 	NameArg int // -1: none
+	// NameArgs names spans by string arguments instead, read as NameArg
+	// is and joined by NameSeparator: name_arg: {ptr: P, len: L} (one
+	// string given as pointer and length, as the JVM's probes pass
+	// names) or name_args: [...] (a name built from two or more, such as
+	// a class and a method). NameArg is then -1.
+	NameArgs      []StrArg
+	NameSeparator string
+	// Prefix is prepended to every span name the source makes (span:,
+	// or the name read from arguments): its spans cannot collide with
+	// another source's spans of the same name in the same cgroup.
+	Prefix string
 	// Metric makes the source an argument metric of this name: each hit
 	// of Probe adds ValueArg's value to the series (count, signed sum,
 	// min, max, histogram).
@@ -62,8 +73,13 @@ type SpanSource struct {
 	// StatusArg).
 	Error *srcspec.Predicate
 	// Labels add label values from arguments of the end probe or the
-	// single probe to the series key.
+	// single probe to the series key; a pair's labels may also name
+	// arguments of its start probe (start.argN), kept with the open
+	// span until its end.
 	Labels srcspec.Labels
+	// StartArgs are the start probe's arguments the labels read: label
+	// operand StartOperand + i is StartArgs[i].
+	StartArgs []int
 	// DurationArg is the single probe's argument holding the duration.
 	DurationArg int // -1: none
 	// ValueArg is a metric's value argument.
@@ -75,6 +91,65 @@ type SpanSource struct {
 	SilentAfter time.Duration
 	// Pos is where the source is declared.
 	Pos section.Pos
+}
+
+// A StrArg is a string argument: a pointer to a NUL-terminated string
+// (Len -1), or a pointer and a length in bytes (the string need not end
+// in a NUL, and a NUL in it ends the name).
+type StrArg struct {
+	Ptr int
+	Len int // the argument holding the length; -1: NUL-terminated
+}
+
+func (a StrArg) String() string {
+	if a.Len < 0 {
+		return "arg" + strconv.Itoa(a.Ptr)
+	}
+	return fmt.Sprintf("arg%d[:arg%d]", a.Ptr, a.Len)
+}
+
+// DefaultNameSeparator joins the strings of name_args: when
+// name_separator: does not say otherwise.
+const DefaultNameSeparator = "."
+
+// Named reports whether the source's spans are named by arguments.
+func (s *SpanSource) Named() bool { return s.NameArg >= 0 || len(s.NameArgs) > 0 }
+
+// NameParts returns the string arguments that name the source's spans, in
+// order (none for a fixed name).
+func (s *SpanSource) NameParts() []StrArg {
+	if s.NameArg >= 0 {
+		return []StrArg{{Ptr: s.NameArg, Len: -1}}
+	}
+	return s.NameArgs
+}
+
+// NameDesc describes how the source's spans are named by arguments, as
+// "arg1[:arg2].arg3[:arg4]" (a pointer and the length after the colon,
+// the separator between), after the prefix; "" for a fixed name.
+func (s *SpanSource) NameDesc() string {
+	parts := s.NameParts()
+	if len(parts) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(s.Prefix)
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteString(s.NameSeparator)
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// SpanName returns the span name of a source with a fixed name, with its
+// prefix.
+func (s *SpanSource) SpanName() string {
+	if s.Span == "" {
+		return ""
+	}
+	return s.Prefix + s.Span
 }
 
 // DefaultSilentAfter is silent_after when a source does not give it.
@@ -107,9 +182,9 @@ func (s *SpanSource) Describe() string {
 			where += " " + s.Binary
 		}
 	}
-	name := s.Span
+	name := s.SpanName()
 	if name == "" {
-		name = fmt.Sprintf("name_arg %d", s.NameArg)
+		name = "named by " + s.NameDesc()
 	}
 	switch {
 	case s.IsMetric():
@@ -123,6 +198,45 @@ func (s *SpanSource) Describe() string {
 // maxSpanName is the longest span name: SPAN_NAME_LEN bytes with room for
 // the terminating NUL.
 const maxSpanName = snapshot.NameLen - 1
+
+// StartOperand is the operand of a pair's first start value
+// (USDT_START_OPERAND in bpf/usdt.bpf.c); MaxStartArgs how many start
+// arguments a source keeps (TASK_SPAN_VALS_MAX in bpf/task_spans.h).
+const (
+	StartOperand = MaxArgs
+	MaxStartArgs = 3
+)
+
+// labelResolver resolves a source's label operands: arg0 to arg11 (the
+// end probe's, or the single probe's) and start.arg0 to start.arg11 (the
+// start probe's of a pair), numbering the start arguments as it meets
+// them in s.StartArgs.
+func labelResolver(s *SpanSource) srcspec.Resolver {
+	return func(name string) (int, error) {
+		n, ok := strings.CutPrefix(name, "start.")
+		if !ok {
+			i, err := ArgResolver(name)
+			if err != nil {
+				return 0, fmt.Errorf("unknown operand %s: want arg0 to arg%d (the probe's arguments) or start.arg0 to start.arg%d (a pair's start probe's)", name, MaxArgs-1, MaxArgs-1)
+			}
+			return i, nil
+		}
+		i, err := ArgResolver(n)
+		if err != nil {
+			return 0, fmt.Errorf("unknown operand %s: want start.arg0 to start.arg%d (the start probe's arguments)", name, MaxArgs-1)
+		}
+		for j, a := range s.StartArgs {
+			if a == i {
+				return StartOperand + j, nil
+			}
+		}
+		if len(s.StartArgs) == MaxStartArgs {
+			return 0, fmt.Errorf("%s: a source keeps at most %d start arguments", name, MaxStartArgs)
+		}
+		s.StartArgs = append(s.StartArgs, i)
+		return StartOperand + len(s.StartArgs) - 1, nil
+	}
+}
 
 // ArgResolver resolves the operands a USDT source's predicates and labels
 // name: arg0 to arg11, each the probe argument of that index.
@@ -241,6 +355,96 @@ func (d *srcDecoder) intIn(n *yaml.Node, what string, lo, hi int) (int, bool) {
 	return int(v), true
 }
 
+// strOrEmpty reads a string that may be empty ("").
+func (d *srcDecoder) strOrEmpty(n *yaml.Node, what string) (string, bool) {
+	n = section.Resolve(n)
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		d.errorf(n, "%s must be a string (\"\" for none)", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+// strArg reads a string argument given as {ptr: P, len: L}.
+func (d *srcDecoder) strArg(n *yaml.Node, what string) (StrArg, bool) {
+	a := StrArg{Ptr: -1, Len: -1}
+	ok := true
+	before := d.Len()
+	if !d.mapping(n, what, []string{"ptr", "len"}, func(key string, v *yaml.Node) {
+		i, good := d.intIn(v, what+"."+key, 0, MaxArgs-1)
+		ok = ok && good
+		if key == "ptr" {
+			a.Ptr = i
+		} else {
+			a.Len = i
+		}
+	}) || !ok || d.Len() > before {
+		return a, false
+	}
+	switch {
+	case a.Ptr < 0:
+		d.errorf(n, "%s needs ptr: N, the argument holding the string's address", what)
+		return a, false
+	case a.Len < 0:
+		d.errorf(n, "%s needs len: N, the argument holding the string's length (for a NUL-terminated string give the argument alone: %d)", what, a.Ptr)
+		return a, false
+	case a.Len == a.Ptr:
+		d.errorf(n, "%s: ptr and len are the same argument (%d)", what, a.Ptr)
+		return a, false
+	}
+	return a, true
+}
+
+// strArgs reads name_args: a list of string arguments, each N (a
+// pointer to a NUL-terminated string) or {ptr: P, len: L}.
+func (d *srcDecoder) strArgs(n *yaml.Node) ([]StrArg, bool) {
+	n = section.Resolve(n)
+	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+		d.errorf(n, "name_args must be a list of string arguments: N (a pointer to a NUL-terminated string) or {ptr: P, len: L}")
+		return nil, false
+	}
+	if len(n.Content) > MaxNameArgs {
+		d.errorf(n, "name_args has %d strings, more than %d", len(n.Content), MaxNameArgs)
+		return nil, false
+	}
+	var out []StrArg
+	ok := true
+	for i, e := range n.Content {
+		e = section.Resolve(e)
+		what := fmt.Sprintf("name_args[%d]", i)
+		if e.Kind == yaml.MappingNode {
+			a, good := d.strArg(e, what)
+			ok = ok && good
+			out = append(out, a)
+			continue
+		}
+		p, good := d.intIn(e, what, 0, MaxArgs-1)
+		ok = ok && good
+		out = append(out, StrArg{Ptr: p, Len: -1})
+	}
+	return out, ok
+}
+
+// MaxNameArgs is how many strings name_args: joins; MaxNameSegs how many
+// pieces (strings, and prefix and separators in chunks of nameTextChunk
+// bytes) a name is built from (USDT_NAME_SEGS in bpf/usdt.bpf.c).
+const (
+	MaxNameArgs   = 4
+	MaxNameSegs   = 8
+	nameTextChunk = 16
+)
+
+// nameSegs counts the pieces of a name built from arguments.
+func nameSegs(s *SpanSource) int {
+	chunks := func(t string) int { return (len(t) + nameTextChunk - 1) / nameTextChunk }
+	parts := s.NameParts()
+	n := chunks(s.Prefix) + len(parts)
+	if len(parts) > 1 {
+		n += (len(parts) - 1) * chunks(s.NameSeparator)
+	}
+	return n
+}
+
 // duration reads a duration (internal/duration: 30s, 10m, 1h, 0).
 func (d *srcDecoder) duration(n *yaml.Node, what string) (time.Duration, bool) {
 	n = section.Resolve(n)
@@ -279,7 +483,7 @@ func (d *srcDecoder) probeRef(n *yaml.Node, what string) (ProbeRef, bool) {
 }
 
 var sourceKeys = []string{
-	"binary", "pid", "span", "name_arg", "metric", "start", "end", "probe",
+	"binary", "pid", "span", "name_arg", "name_args", "name_separator", "prefix", "metric", "start", "end", "probe",
 	"key", "key_arg", "status_arg", "error", "labels", "label_cap", "duration_arg", "value_arg",
 	"silent_after",
 }
@@ -303,11 +507,16 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 			s.PID, _ = d.intIn(v, "pid", 1, 1<<22)
 		case "span":
 			if name, ok := d.str(v, "span"); ok {
-				if len(name) > maxSpanName {
-					d.errorf(v, "span name is %d bytes, more than %d", len(name), maxSpanName)
-				}
 				s.Span = name
 			}
+		case "prefix":
+			if p, ok := d.str(v, key); ok {
+				s.Prefix = p
+			}
+		case "name_separator":
+			s.NameSeparator, _ = d.strOrEmpty(v, key)
+		case "name_args":
+			s.NameArgs, _ = d.strArgs(v)
 		case "metric":
 			if name, ok := d.str(v, "metric"); ok {
 				if err := srcspec.CheckMetricName(name); err != nil {
@@ -316,7 +525,13 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 				s.Metric = name
 			}
 		case "name_arg":
-			s.NameArg, _ = d.intIn(v, key, 0, argMax)
+			if v.Kind == yaml.MappingNode {
+				if a, ok := d.strArg(v, key); ok {
+					s.NameArgs = []StrArg{a}
+				}
+			} else {
+				s.NameArg, _ = d.intIn(v, key, 0, argMax)
+			}
 		case "key_arg":
 			s.KeyArg, _ = d.intIn(v, key, 0, argMax)
 		case "status_arg":
@@ -328,7 +543,7 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 		case "error":
 			s.Error = srcspec.DecodePredicate(d.Decoder, v, ArgResolver)
 		case "labels":
-			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, ArgResolver)
+			s.Labels.List, _ = srcspec.DecodeLabels(d.Decoder, v, labelResolver(&s))
 		case "label_cap":
 			s.Labels.Cap, _ = srcspec.DecodeLabelCap(d.Decoder, v)
 		case "silent_after":
@@ -358,10 +573,42 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 		d.errorf(has["span"], "give span: (spans) or metric: (values), not both")
 	case metric && has["name_arg"] != nil:
 		d.errorf(has["name_arg"], "a metric is named by metric:, not name_arg:")
+	case metric && has["name_args"] != nil:
+		d.errorf(has["name_args"], "a metric is named by metric:, not name_args:")
+	case metric && has["prefix"] != nil:
+		d.errorf(has["prefix"], "prefix: is for span names; a metric is named by metric: alone")
 	case !metric && has["span"] != nil && has["name_arg"] != nil:
 		d.errorf(has["name_arg"], "give span: or name_arg:, not both")
-	case !metric && has["span"] == nil && has["name_arg"] == nil:
-		d.errorf(n, "usdt source needs span: NAME or name_arg: N (or metric: NAME for values)")
+	case !metric && has["span"] != nil && has["name_args"] != nil:
+		d.errorf(has["name_args"], "give span: or name_args:, not both")
+	case has["name_arg"] != nil && has["name_args"] != nil:
+		d.errorf(has["name_args"], "give name_arg: (one string) or name_args: (a name built from several), not both")
+	case !metric && has["span"] == nil && has["name_arg"] == nil && has["name_args"] == nil:
+		d.errorf(n, "usdt source needs span: NAME or name_arg: N (or name_args: [...], a name built from several strings; metric: NAME for values)")
+	}
+	if has["name_separator"] != nil && has["name_args"] == nil {
+		d.errorf(has["name_separator"], "name_separator joins the strings of name_args: give name_args: too")
+	}
+	if has["name_args"] != nil && has["name_separator"] == nil {
+		s.NameSeparator = DefaultNameSeparator
+	}
+	if has["span"] != nil && len(s.Prefix)+len(s.Span) > maxSpanName {
+		at := has["span"]
+		if has["prefix"] != nil {
+			d.errorf(at, "span name is %d bytes with its prefix (%d), more than %d", len(s.Prefix)+len(s.Span), len(s.Prefix), maxSpanName)
+		} else {
+			d.errorf(at, "span name is %d bytes, more than %d", len(s.Span), maxSpanName)
+		}
+	}
+	if !metric && s.Named() && (s.Prefix != "" || len(s.NameArgs) > 0) {
+		if segs := nameSegs(&s); segs > MaxNameSegs {
+			at := has["name_args"]
+			if at == nil {
+				at = has["prefix"]
+			}
+			d.errorf(at, "the name needs %d pieces (each string argument, and %d bytes of prefix or separator per piece), more than %d: shorten the prefix or separator, or use fewer arguments",
+				segs, nameTextChunk, MaxNameSegs)
+		}
 	}
 	pair := has["start"] != nil || has["end"] != nil
 	single := has["probe"] != nil
@@ -395,6 +642,14 @@ func (d *srcDecoder) source(n *yaml.Node) (SpanSource, bool) {
 	}
 	if has["label_cap"] != nil && has["labels"] == nil {
 		d.errorf(has["label_cap"], "label_cap without labels:")
+	}
+	if len(s.StartArgs) > 0 && !pair {
+		for _, l := range s.Labels.List {
+			if l.Operand >= StartOperand {
+				d.errorf(labelNode(has["labels"], l.Name), "label %s: %s is an argument of a pair's start probe: this source has one probe (use arg%d)",
+					l.Name, l.OperandName, s.StartArgs[l.Operand-StartOperand])
+			}
+		}
 	}
 	if d.Len() > before {
 		return s, false
@@ -442,15 +697,31 @@ func (s *SpanSource) roles(has map[string]*yaml.Node) []role {
 		}
 	}
 	last = append(last, use(s.StatusArg, "status_arg", false)...)
+	var first []argUse // start values
 	for _, l := range s.Labels.List {
-		last = append(last, argUse{arg: l.Operand, what: "label " + l.Name, node: labelNode(has["labels"], l.Name), off: -1})
+		u := argUse{arg: l.Operand, what: "label " + l.Name, node: labelNode(has["labels"], l.Name), off: -1}
+		if l.Operand >= StartOperand {
+			u.arg = s.StartArgs[l.Operand-StartOperand]
+			first = append(first, u)
+			continue
+		}
+		last = append(last, u)
+	}
+	var name []argUse
+	for _, p := range s.NameParts() {
+		what := "name_arg"
+		if has["name_args"] != nil {
+			what = "name_args"
+		}
+		name = append(name, use(p.Ptr, what, true)...)
+		name = append(name, use(p.Len, what, false)...)
 	}
 	if s.Paired() {
-		start := append(use(s.KeyArg, "key_arg", false), use(s.NameArg, "name_arg", true)...)
+		start := append(append(use(s.KeyArg, "key_arg", false), name...), first...)
 		end := append(use(s.KeyArg, "key_arg", false), last...)
 		return []role{{"start", s.Start, start}, {"end", s.End, end}}
 	}
-	one := append(use(s.NameArg, "name_arg", true), last...)
+	one := append(name, last...)
 	one = append(one, use(s.DurationArg, "duration_arg", false)...)
 	one = append(one, use(s.ValueArg, "value_arg", false)...)
 	return []role{{"probe", s.Probe, one}}

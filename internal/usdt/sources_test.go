@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
 // sourcesNode parses a whole config file and returns its sources: value,
@@ -147,6 +148,98 @@ sources:
 	}
 }
 
+// TestParseSourcesStrings decodes names from string arguments: a pointer
+// and a length, a name built from two (with the default separator and
+// another), and a per-source prefix.
+func TestParseSourcesStrings(t *testing.T) {
+	doc := `
+sources:
+  usdt:
+    - binary: /usr/lib/jvm/libjvm.so
+      name_args: [{ptr: 1, len: 2}, {ptr: 3, len: 4}]
+      start: {provider: hotspot, probe: method__entry}
+      end: {provider: hotspot, probe: method__return}
+    - binary: /srv/app
+      name_arg: {ptr: 0, len: 1}
+      prefix: "app:"
+      probe: {provider: app, probe: op}
+    - binary: /srv/app
+      name_args: [2, {len: 1, ptr: 0}]
+      name_separator: ""
+      probe: {provider: app, probe: op}
+    - binary: /srv/app
+      span: fixed
+      prefix: "app:"
+      probe: {provider: app, probe: op}
+`
+	got, err := ParseSources("r.yaml", sourcesNode(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := func(line int) section.Pos { return section.Pos{File: "r.yaml", Line: line, Col: 7} }
+	want := []SpanSource{
+		{
+			Binary: "/usr/lib/jvm/libjvm.so", NameArg: -1, NameArgs: []StrArg{{1, 2}, {3, 4}}, NameSeparator: ".",
+			Start: ProbeRef{"hotspot", "method__entry"}, End: ProbeRef{"hotspot", "method__return"},
+			KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: pos(4),
+		},
+		{
+			Binary: "/srv/app", NameArg: -1, NameArgs: []StrArg{{0, 1}}, Prefix: "app:", Probe: ProbeRef{"app", "op"},
+			KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: pos(8),
+		},
+		{
+			Binary: "/srv/app", NameArg: -1, NameArgs: []StrArg{{2, -1}, {0, 1}}, Probe: ProbeRef{"app", "op"},
+			KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: pos(12),
+		},
+		{
+			Binary: "/srv/app", Span: "fixed", NameArg: -1, Prefix: "app:", Probe: ProbeRef{"app", "op"},
+			KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1, SilentAfter: DefaultSilentAfter, Pos: pos(16),
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%+v\nwant\n%+v", got, want)
+	}
+	for i, w := range []struct{ desc, name string }{
+		{"arg1[:arg2].arg3[:arg4]", ""},
+		{"app:arg0[:arg1]", ""},
+		{"arg2arg0[:arg1]", ""},
+		{"", "app:fixed"},
+	} {
+		if d, n := got[i].NameDesc(), got[i].SpanName(); d != w.desc || n != w.name {
+			t.Errorf("source %d: NameDesc %q, SpanName %q; want %q, %q", i, d, n, w.desc, w.name)
+		}
+	}
+	if !got[0].Named() || got[3].Named() {
+		t.Errorf("Named: %v %v, want true false", got[0].Named(), got[3].Named())
+	}
+}
+
+// TestParseSourcesStartLabels decodes labels from a pair's start probe:
+// each start argument gets an operand after the 12 arguments, once.
+func TestParseSourcesStartLabels(t *testing.T) {
+	doc := `
+sources:
+  usdt:
+    - binary: /srv/app
+      span: req
+      start: {provider: app, probe: begin}
+      end: {provider: app, probe: end}
+      labels: {op: start.arg2, status: arg0, again: start.arg2}
+`
+	got, err := ParseSources("r.yaml", sourcesNode(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []srcspec.Label{
+		{Name: "op", Operand: StartOperand, OperandName: "start.arg2"},
+		{Name: "status", Operand: 0, OperandName: "arg0"},
+		{Name: "again", Operand: StartOperand, OperandName: "start.arg2"},
+	}
+	if !reflect.DeepEqual(got[0].Labels.List, want) || !reflect.DeepEqual(got[0].StartArgs, []int{2}) {
+		t.Errorf("labels %+v, start args %v; want %+v, [2]", got[0].Labels.List, got[0].StartArgs, want)
+	}
+}
+
 func TestParseSourcesErrors(t *testing.T) {
 	tests := []struct {
 		name, doc string
@@ -196,8 +289,50 @@ func TestParseSourcesErrors(t *testing.T) {
 			[]string{"f.yaml:6:18: value_arg is a metric's value"}},
 		{"bad metric name", "sources:\n  usdt:\n    - binary: /x\n      metric: 9lives\n      probe: {provider: p, probe: q}\n      value_arg: 1\n",
 			[]string{`f.yaml:4:15: metric name "9lives"`}},
+		{"start label on a single probe", "sources:\n  usdt:\n    - binary: /x\n      span: a\n      probe: {provider: p, probe: q}\n      labels: {op: start.arg1}\n",
+			[]string{"f.yaml:6:20: label op: start.arg1 is an argument of a pair's start probe: this source has one probe (use arg1)"}},
+		{"bad start label", "sources:\n  usdt:\n    - binary: /x\n      span: a\n      start: {provider: p, probe: q}\n      end: {provider: p, probe: r}\n      labels: {op: start.argv}\n",
+			[]string{"f.yaml:7:20: label op: unknown operand start.argv: want start.arg0 to start.arg11"}},
 		{"metric named by arg", "sources:\n  usdt:\n    - binary: /x\n      metric: m\n      name_arg: 1\n      probe: {provider: p, probe: q}\n      value_arg: 1\n",
 			[]string{"f.yaml:5:17: a metric is named by metric:, not name_arg:"}},
+		{"ptr without len", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {ptr: 1}\n",
+			[]string{"f.yaml:5:17: name_arg needs len: N, the argument holding the string's length"}},
+		{"len without ptr", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {len: 1}\n",
+			[]string{"f.yaml:5:17: name_arg needs ptr: N"}},
+		{"ptr is len", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {ptr: 1, len: 1}\n",
+			[]string{"f.yaml:5:17: name_arg: ptr and len are the same argument (1)"}},
+		{"ptr out of range", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {ptr: 12, len: 1}\n",
+			[]string{"f.yaml:5:23: name_arg.ptr must be between 0 and 11, not 12"}},
+		{"unknown str key", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: {ptr: 1, length: 2}\n",
+			[]string{`f.yaml:5:26: name_arg: unknown key "length" (known: ptr, len)`}},
+		{"name_args not a list", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: {ptr: 1, len: 2}\n",
+			[]string{"f.yaml:5:18: name_args must be a list of string arguments"}},
+		{"name_args empty", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: []\n",
+			[]string{"f.yaml:5:18: name_args must be a list"}},
+		{"name_args element", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: [1, {ptr: 2}, x]\n",
+			[]string{"f.yaml:5:22: name_args[1] needs len: N", "f.yaml:5:32: name_args[2] must be an integer"}},
+		{"name_args five", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: [0, 1, 2, 3, 4]\n",
+			[]string{"f.yaml:5:18: name_args has 5 strings, more than 4"}},
+		{"name_arg and name_args", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: 1\n      name_args: [2, 3]\n",
+			[]string{"f.yaml:6:18: give name_arg: (one string) or name_args: (a name built from several), not both"}},
+		{"span and name_args", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      span: a\n      name_args: [2, 3]\n",
+			[]string{"f.yaml:6:18: give span: or name_args:, not both"}},
+		{"separator alone", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: 1\n      name_separator: \"::\"\n",
+			[]string{"f.yaml:6:23: name_separator joins the strings of name_args: give name_args: too"}},
+		{"separator not a string", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: [1, 2]\n      name_separator: 7\n",
+			[]string{"f.yaml:6:23: name_separator must be a string"}},
+		{"empty prefix", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      span: a\n      prefix: \"\"\n",
+			[]string{"f.yaml:6:15: prefix must not be empty"}},
+		{"prefix too long for span", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      span: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n      prefix: pppppppppppppppppppppppppppppp\n",
+			[]string{"f.yaml:5:13: span name is 130 bytes with its prefix (30), more than 127"}},
+		{"too many pieces", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_args: [0, 1, 2, 3]\n      name_separator: sssssssssssssssss\n",
+			[]string{"f.yaml:5:18: the name needs 10 pieces"}},
+		{"prefix too many pieces", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      name_arg: 0\n      prefix: pppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp\n",
+			[]string{"f.yaml:6:15: the name needs 9 pieces"}},
+		{"metric with prefix", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      metric: m\n      value_arg: 1\n      prefix: a\n",
+			[]string{"f.yaml:7:15: prefix: is for span names"}},
+		{"metric with name_args", "sources:\n  usdt:\n    - binary: /x\n      probe: {provider: p, probe: q}\n      metric: m\n      value_arg: 1\n      name_args: [1]\n",
+			[]string{"f.yaml:7:18: a metric is named by metric:, not name_args:"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

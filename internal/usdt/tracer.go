@@ -493,31 +493,37 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		last = append(last, pred.Operands()...)
 	}
 	for _, l := range s.Labels.List {
-		last = append(last, l.Operand)
+		if l.Operand < StartOperand { // else a start value: s.StartArgs
+			last = append(last, l.Operand)
+		}
 	}
 	valueArg := s.DurationArg
 	if s.IsMetric() {
 		valueArg = s.ValueArg
 	}
 	byThread := paired && s.KeyArg < 0
-	fastStart := t.haveCookie && byThread && s.NameArg < 0
+	fastStart := t.haveCookie && byThread && !s.Named() && len(s.StartArgs) == 0
+	var nameArgs []int // read where the name is
+	for _, p := range s.NameParts() {
+		nameArgs = append(nameArgs, p.Ptr, p.Len)
+	}
 	fastEnd := fastStart && pred == nil && len(s.Labels.List) == 0
 	var wants []*want
 	if paired {
 		startProg := progStart
-		if s.NameArg >= 0 && t.sleepable {
+		if s.Named() && t.sleepable {
 			startProg = progStartS
 		}
 		wants = []*want{
-			{ref: s.Start, prog: startProg, args: []int{s.KeyArg, s.NameArg}, fast: fastStart},
+			{ref: s.Start, prog: startProg, args: append(append([]int{s.KeyArg}, nameArgs...), s.StartArgs...), fast: fastStart},
 			{ref: s.End, prog: progEnd, args: append([]int{s.KeyArg}, last...), last: true, fast: fastEnd},
 		}
 	} else {
 		prog := progSingle
-		if s.NameArg >= 0 && t.sleepSingle {
+		if s.Named() && t.sleepSingle {
 			prog = progSingleS
 		}
-		wants = []*want{{ref: s.Probe, prog: prog, args: append([]int{valueArg, s.NameArg}, last...), last: true}}
+		wants = []*want{{ref: s.Probe, prog: prog, args: append(append([]int{valueArg}, nameArgs...), last...), last: true}}
 	}
 	files, err := t.candidateFiles(ctx, s)
 	if err != nil {
@@ -530,7 +536,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 			f.release()
 		}
 	}()
-	var lastSites []Probe
+	var lastSites, startSites []Probe
 	for _, w := range wants {
 		for _, f := range files {
 			for _, p := range f.Lookup(w.ref.Provider, w.ref.Name) {
@@ -540,6 +546,8 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 				w.sites = append(w.sites, siteOf{f, p})
 				if w.last {
 					lastSites = append(lastSites, p)
+				} else {
+					startSites = append(startSites, p)
 				}
 			}
 		}
@@ -548,7 +556,7 @@ func (t *Tracer) Add(ctx context.Context, s SpanSource) (err error) {
 		}
 	}
 
-	src, err := t.encodeSource(s, pred, valueArg, last, lastSites)
+	src, err := t.encodeSource(s, pred, valueArg, last, lastSites, startSites)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.Describe(), err)
 	}
@@ -630,9 +638,9 @@ type siteOf struct {
 
 // encodeSource builds the source's usdt_sources entry: names, arguments,
 // predicate and labels (registering the label set).
-func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites []Probe) (*bpf.UsdtUsdtSource, error) {
+func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg int, last []int, lastSites, startSites []Probe) (*bpf.UsdtUsdtSource, error) {
 	var src bpf.UsdtUsdtSource
-	name := s.Span
+	name := s.SpanName()
 	if s.IsMetric() {
 		name = s.Metric
 	}
@@ -642,6 +650,15 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		src.NameId = snapshot.NameID(name)
 	}
 	src.NameArg, src.KeyArg, src.ValueArg = argIdx(s.NameArg), argIdx(s.KeyArg), argIdx(valueArg)
+	if s.Named() && (s.Prefix != "" || len(s.NameArgs) > 0) {
+		segs, err := encodeName(&s)
+		if err != nil {
+			return nil, err
+		}
+		src.NameSegs = segs
+		src.NameArg = argIdx(s.NameParts()[0].Ptr)
+		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_COMPOSED)
+	}
 	var mask uint16
 	for _, a := range append(last, valueArg) {
 		if a >= 0 {
@@ -649,6 +666,13 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		}
 	}
 	src.EndArgs = mask
+	if len(s.StartArgs) > len(src.StartArg) {
+		return nil, fmt.Errorf("%d start arguments, more than %d", len(s.StartArgs), len(src.StartArg))
+	}
+	for i, a := range s.StartArgs {
+		src.StartArg[i] = uint8(a)
+	}
+	src.StartN = uint8(len(s.StartArgs))
 	if s.IsMetric() {
 		src.Flags |= uint8(bpf.UsdtUsdtSourceFlagsUSDT_SRC_METRIC)
 	}
@@ -664,8 +688,12 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		// practice: they are the same C expression).
 		signed := make([]bool, len(s.Labels.List))
 		for i, l := range s.Labels.List {
-			if len(lastSites) > 0 && l.Operand < len(lastSites[0].Args) {
-				signed[i] = lastSites[0].Args[l.Operand].Signed
+			sites, arg := lastSites, l.Operand
+			if arg >= StartOperand {
+				sites, arg = startSites, s.StartArgs[arg-StartOperand]
+			}
+			if len(sites) > 0 && arg < len(sites[0].Args) {
+				signed[i] = sites[0].Args[arg].Signed
 			}
 		}
 		id, err := t.labelSet(names, signed)
@@ -676,6 +704,49 @@ func (t *Tracer) encodeSource(s SpanSource, pred *srcspec.Predicate, valueArg in
 		src.Labels = *(*bpf.UsdtSrcLabels)(unsafe.Pointer(&ls))
 	}
 	return &src, nil
+}
+
+// encodeName encodes the pieces of a name built from string arguments,
+// its prefix and separators (usdt_source.name_segs).
+func encodeName(s *SpanSource) ([bpf.UsdtUsdtNameSizesUSDT_NAME_SEGS]bpf.UsdtUsdtNameSeg, error) {
+	var segs [bpf.UsdtUsdtNameSizesUSDT_NAME_SEGS]bpf.UsdtUsdtNameSeg
+	n := 0
+	add := func(sg bpf.UsdtUsdtNameSeg) bool {
+		if n == len(segs) {
+			return false
+		}
+		segs[n] = sg
+		n++
+		return true
+	}
+	text := func(t string) bool {
+		for len(t) > 0 {
+			var sg bpf.UsdtUsdtNameSeg
+			sg.Kind = uint8(bpf.UsdtUsdtSegKindUSDT_SEG_TEXT_KIND)
+			c := copy(unsafe.Slice((*byte)(unsafe.Pointer(&sg.Text[0])), len(sg.Text)), t)
+			sg.TextLen = uint8(c)
+			t = t[c:]
+			if !add(sg) {
+				return false
+			}
+		}
+		return true
+	}
+	ok := text(s.Prefix)
+	for i, p := range s.NameParts() {
+		if i > 0 {
+			ok = ok && text(s.NameSeparator)
+		}
+		sg := bpf.UsdtUsdtNameSeg{Kind: uint8(bpf.UsdtUsdtSegKindUSDT_SEG_STR), Arg: uint8(p.Ptr), LenArg: noArg}
+		if p.Len >= 0 {
+			sg.Kind, sg.LenArg = uint8(bpf.UsdtUsdtSegKindUSDT_SEG_MEM), uint8(p.Len)
+		}
+		ok = ok && add(sg)
+	}
+	if !ok {
+		return segs, fmt.Errorf("the name %s needs more than %d pieces", s.NameDesc(), len(segs))
+	}
+	return segs, nil
 }
 
 // labelSet registers a source's label names.

@@ -172,11 +172,11 @@ func sourceName(s *usdt.SpanSource) string {
 	case s.IsMetric():
 		return s.Metric
 	case s.Span != "":
-		return s.Span
+		return s.SpanName()
 	case s.Paired():
-		return fmt.Sprintf("%s arg%d", s.Start, s.NameArg)
+		return fmt.Sprintf("%s %s", s.Start, s.NameDesc())
 	}
-	return fmt.Sprintf("%s arg%d", s.Probe, s.NameArg)
+	return fmt.Sprintf("%s %s", s.Probe, s.NameDesc())
 }
 
 // silentHints are the runtime switches known to make probes fire, by
