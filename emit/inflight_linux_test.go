@@ -389,82 +389,59 @@ func followOnce(t *testing.T, overruns func() []snapshot.Overrun) (n1, n2 uint64
 	if n1 == 0 || n2 == 0 {
 		t.Logf("samples in phase 1: %d, phase 2: %d; want both (the span's goroutine on both threads): %s", n1, n2, describe([]snapshot.Overrun{o}))
 	}
+	cut := 0
 	for _, s := range o.Samples {
 		if hasFrame(s.UserStack, "helperSpin") {
 			t.Errorf("a sample of the helper goroutine was taken as the span's: %s", frameNames(s.UserStack))
 		}
-		// A sample may also catch the goroutine ending its span (in
-		// Span.End, the marker's caller frame unwound past).
-		// And one taken in the prologue of a function the goroutine's
-		// own function called (make(chan); time.Now, at the deadline,
-		// on arm64 under TCG, which ends a translated block at the
+		// Whose sample it is shows only in a walk that reached the
+		// goroutine's root, runtime.goexit. A walk cut short names no
+		// goroutine: in the vDSO or the signal handler, which run on
+		// another stack with g kept (arm64 walks only up the stack);
+		// in an asynchronous preemption's injected frame (CI, Debian's
+		// 6.12: runtime.asyncPreempt2,runtime.asyncPreempt and an
+		// unnamed frame); at time.Now alone; in the race detector's
+		// C++, built without frame pointers. It proves nothing either
+		// way and is passed over: a sampler that followed threads
+		// instead of goroutines would take the helper's samples, whose
+		// walks are whole (helperSpin calls nothing), and fail above or
+		// below; and both phases must still be sampled by name.
+		if !hasFunc(s.UserStack, "runtime.goexit") {
+			cut++
+			continue
+		}
+		// A whole walk may also catch the goroutine ending its span (in
+		// Span.End, the marker's caller frame unwound past). And one
+		// taken in the prologue of a function the goroutine's own
+		// function called (make(chan); time.Now, at the deadline, on
+		// arm64 under TCG, which ends a translated block at the
 		// prologue's stack check, just before the frame is saved) lacks
 		// its caller: the frame-pointer walk goes from that function
 		// straight to the caller's caller, runtime.goexit.
-		// On arm64 the kernel's walk goes only up the stack, and stops
-		// where a sample of the goroutine's thread crosses from another
-		// stack to g's, which may lie below it: in the vDSO, which the
-		// runtime calls on the g0 stack with g kept, when the vDSO made a
-		// frame record (Debian's 6.1-arm64: [vdso]+0x7bc,runtime.nanotime1),
-		// and in the signal handler before it sets g (6.12-arm64:
-		// runtime.sigtramp,runtime.walltime: the signal frame's record is
-		// on the signal stack).
-		// Under -race, a sample in the race detector's runtime (C++
-		// built without frame pointers) stops there and names no
-		// goroutine at all (CI: _ZN6__tsan21TraceRestartFuncEntry...).
-		if !hasFrame(s.UserStack, "moverPhase1") && !hasFrame(s.UserStack, "moverPhase2") && !hasFrame(s.UserStack, "followOnce.func1") && !hasFunc(s.UserStack, "github.com/spanwatch/spanwatch/emit.Span.End") && !prologueOfRuntime(s.UserStack) && !inRaceRuntime(s.UserStack) && !cutAtStackSwitch(s.UserStack) {
+		if !hasFrame(s.UserStack, "moverPhase1") && !hasFrame(s.UserStack, "moverPhase2") && !hasFrame(s.UserStack, "followOnce.func1") && !hasFunc(s.UserStack, "github.com/spanwatch/spanwatch/emit.Span.End") && !prologueOfRuntime(s.UserStack) {
 			t.Errorf("a sample outside the span's goroutine: %s", frameNames(s.UserStack))
 		}
 	}
+	t.Logf("%d of %d samples with whole walks; %d cut short, passed over", len(o.Samples)-cut, len(o.Samples), cut)
 	return n1, n2, true
 }
 
-// inRaceRuntime reports whether a stack starts in the race detector's
-// runtime (ThreadSanitizer's C++, no frame pointers), where the walk ends.
-func inRaceRuntime(frames []snapshot.Frame) bool {
-	return len(frames) > 0 && strings.Contains(frames[0].Function, "__tsan")
-}
-
-// cutAtStackSwitch reports whether frames is a sample whose walk stopped
-// where the thread had switched stacks with g kept: frames of the vDSO,
-// the runtime functions that call it on the g0 stack (time.now and
-// time.runtimeNow are arm64's: they read the clocks through the vDSO
-// themselves), and the signal handler only.
-func cutAtStackSwitch(frames []snapshot.Frame) bool {
-	for _, f := range frames {
-		switch f.Function {
-		case "runtime.nanotime1", "runtime.nanotime", "runtime.walltime", "time.now", "time.runtimeNow", "runtime.sigtramp", "runtime.sigtrampgo", "runtime.setg":
-		default:
-			if f.Module != "[vdso]" {
-				return false
-			}
-		}
-	}
-	return len(frames) > 0
-}
-
-// prologueOfRuntime reports whether frames is a function that the
-// goroutine's own function (followOnce.func1) calls, in the runtime or
-// time.Now, sampled before it saved the frame pointer: the walk then
-// names that function and runtime.goexit only. On arm64 such a sample's
-// walk has also gone from that function to an address no symbol covers
-// and on through what the stack held before (CI, Debian's 6.1-arm64
-// under TCG: time.Now,,runtime.(*unwinder).next): the cause is not
-// established; the unnamed second frame is what tells it from a sample
-// of another goroutine, whose frames are all named.
+// prologueOfRuntime reports whether frames, a walk that reached
+// runtime.goexit, is a function that the goroutine's own function
+// (followOnce.func1) calls, in the runtime or time.Now, sampled before it
+// saved the frame pointer: the walk then names that function and
+// runtime.goexit only. On arm64 such a sample's walk has also gone from
+// that function to an address no symbol covers and on through what the
+// stack held before (CI, Debian's 6.1-arm64 under TCG:
+// time.Now,,runtime.(*unwinder).next): the cause is not established; the
+// unnamed second frame is what tells it from a sample of another
+// goroutine, whose frames are all named.
 func prologueOfRuntime(frames []snapshot.Frame) bool {
-	if len(frames) == 0 || !strings.HasPrefix(frames[0].Function, "runtime.") && frames[0].Function != "time.Now" {
+	if len(frames) < 2 || !strings.HasPrefix(frames[0].Function, "runtime.") && frames[0].Function != "time.Now" {
 		return false
 	}
 	if len(frames) == 2 && frames[1].Function == "runtime.goexit" {
 		return true
-	}
-	// Or the walk stopped at time.Now (CI, Debian's 6.12 amd64 lane with
-	// three VMs on two cores: [time.Now] alone), which this goroutine
-	// calls and the helper does not; a lone runtime frame (gogo, the
-	// scheduler) is not excused.
-	if len(frames) == 1 {
-		return frames[0].Function == "time.Now"
 	}
 	return runtime.GOARCH == "arm64" && frames[1].Function == ""
 }
