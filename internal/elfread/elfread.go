@@ -226,13 +226,15 @@ func GoFuncs(data []byte, bo binary.ByteOrder) (uint64, bool) {
 }
 
 // FileOffset maps a virtual address to its offset in the file through the
-// loadable segments.
+// loadable segments (the allocated sections of a file without program
+// headers).
 func FileOffset(f *elf.File, addr uint64) (uint64, error) {
 	return segmentOffset(f, addr, 0, "file-backed")
 }
 
 // CodeOffset maps a virtual address to its offset in the file through the
-// executable loadable segments (where a uprobe may go).
+// executable loadable segments (where a uprobe may go; the executable
+// sections of a file without program headers).
 func CodeOffset(f *elf.File, addr uint64) (uint64, error) {
 	return segmentOffset(f, addr, elf.PF_X, "executable")
 }
@@ -244,6 +246,19 @@ func segmentOffset(f *elf.File, addr uint64, want elf.ProgFlag, what string) (ui
 		}
 		if addr >= p.Vaddr && addr-p.Vaddr < p.Filesz {
 			return addr - p.Vaddr + p.Off, nil
+		}
+	}
+	if len(f.Progs) == 0 {
+		for _, s := range f.Sections {
+			if s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOBITS {
+				continue
+			}
+			if want&elf.PF_X != 0 && s.Flags&elf.SHF_EXECINSTR == 0 {
+				continue
+			}
+			if addr >= s.Addr && addr-s.Addr < s.Size {
+				return addr - s.Addr + s.Offset, nil
+			}
 		}
 	}
 	return 0, fmt.Errorf("address %#x is in no %s segment of the file", addr, what)
@@ -293,6 +308,36 @@ func GoModuleText(f *elf.File, pcln []byte, pclnAddr uint64, read func(off, size
 		return 0
 	}
 	funcnameOff := bo.Uint64(pcln[8+3*8:])
+	var text uint64
+	GoModuledata(f, pclnAddr, funcnameOff, 24, read, func(md []byte) bool {
+		minpc, t, etext := bo.Uint64(md[20*8:]), bo.Uint64(md[22*8:]), bo.Uint64(md[23*8:])
+		if t == 0 || minpc < t || t >= etext {
+			return false
+		}
+		for _, x := range f.Progs {
+			if x.Type == elf.PT_LOAD && x.Flags&elf.PF_X != 0 && t >= x.Vaddr && t-x.Vaddr < x.Filesz {
+				text = t
+				return true
+			}
+		}
+		return false
+	})
+	return text
+}
+
+// GoModuledata offers accept each candidate for a Go 1.18+ binary's
+// moduledata, in order, until accept takes one: the places in the writable
+// segments holding the two words that point at the pclntab (pcHeader, at
+// pclnAddr) and its funcnametab (funcnameOff further), with at least words
+// 64-bit words from there on. The words are absolute in a binary that is
+// not position-independent; a candidate proves nothing until accept checks
+// the words it needs (runtime.text, gofunc, ...). read reads a segment's
+// contents within the caller's caps.
+func GoModuledata(f *elf.File, pclnAddr, funcnameOff uint64, words int, read func(off, size uint64) ([]byte, error), accept func(md []byte) bool) {
+	if f.Class != elf.ELFCLASS64 {
+		return
+	}
+	bo := f.ByteOrder
 	var pat [16]byte
 	bo.PutUint64(pat[:], pclnAddr)
 	bo.PutUint64(pat[8:], pclnAddr+funcnameOff)
@@ -311,19 +356,12 @@ func GoModuleText(f *elf.File, pcln []byte, pclnAddr uint64, read func(off, size
 			}
 			md := data[off+i:]
 			off += i + 8
-			if len(md) < 24*8 {
+			if len(md) < words*8 {
 				break
 			}
-			minpc, text, etext := bo.Uint64(md[20*8:]), bo.Uint64(md[22*8:]), bo.Uint64(md[23*8:])
-			if text == 0 || minpc < text || text >= etext {
-				continue
-			}
-			for _, x := range f.Progs {
-				if x.Type == elf.PT_LOAD && x.Flags&elf.PF_X != 0 && text >= x.Vaddr && text-x.Vaddr < x.Filesz {
-					return text
-				}
+			if accept(md[:words*8]) {
+				return
 			}
 		}
 	}
-	return 0
 }

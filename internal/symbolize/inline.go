@@ -145,35 +145,20 @@ func findGofunc(ef *elf.File, p *parser, pclnAddr, funcnameOff, text uint64) uin
 			return value
 		}
 	}
-	var pat [16]byte
-	binary.LittleEndian.PutUint64(pat[:], pclnAddr)
-	binary.LittleEndian.PutUint64(pat[8:], pclnAddr+funcnameOff)
-	for _, ph := range ef.Progs {
-		if ph.Type != elf.PT_LOAD || ph.Flags&elf.PF_W == 0 || ph.Filesz == 0 {
-			continue
+	var gofunc uint64
+	// moduledata words: 22 text, 39 rodata, 40 gofunc.
+	elfread.GoModuledata(ef, pclnAddr, funcnameOff, 42, p.read, func(md []byte) bool {
+		if binary.LittleEndian.Uint64(md[22*8:]) != text {
+			return false
 		}
-		data, err := p.read(ph.Off, ph.Filesz)
-		if err != nil {
-			continue
+		rodata, g := binary.LittleEndian.Uint64(md[39*8:]), binary.LittleEndian.Uint64(md[40*8:])
+		if g >= rodata && sameSegment(ef, g, pclnAddr) {
+			gofunc = g
+			return true
 		}
-		for off := 0; ; {
-			i := bytes.Index(data[off:], pat[:])
-			if i < 0 {
-				break
-			}
-			md := data[off+i:]
-			off += i + 8
-			// moduledata words: 22 text, 39 rodata, 40 gofunc.
-			if len(md) < 42*8 || binary.LittleEndian.Uint64(md[22*8:]) != text {
-				continue
-			}
-			rodata, gofunc := binary.LittleEndian.Uint64(md[39*8:]), binary.LittleEndian.Uint64(md[40*8:])
-			if gofunc >= rodata && sameSegment(ef, gofunc, pclnAddr) {
-				return gofunc
-			}
-		}
-	}
-	return 0
+		return false
+	})
+	return gofunc
 }
 
 // sameSegment reports whether two addresses lie in one read-only load

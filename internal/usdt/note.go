@@ -233,7 +233,7 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 				p.Semaphore += base - n.Base
 			}
 		}
-		off, err := fileOffset(ef, p.Address, true)
+		off, err := elfread.CodeOffset(ef, p.Address)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: call site: %w", p.FullName(), err)
 		}
@@ -245,7 +245,7 @@ func Parse(r io.ReaderAt) (f *File, err error) {
 			}
 		}
 		if p.Semaphore != 0 {
-			off, err := fileOffset(ef, p.Semaphore, false)
+			off, err := elfread.FileOffset(ef, p.Semaphore)
 			if err != nil {
 				return nil, fmt.Errorf("probe %s: semaphore: %w", p.FullName(), err)
 			}
@@ -379,38 +379,6 @@ func printable(s string) bool {
 		}
 	}
 	return true
-}
-
-// fileOffset translates a virtual address into a file offset through the
-// loadable segment that holds it (an executable one for code), falling back
-// to the section headers for files without program headers.
-func fileOffset(ef *elf.File, vaddr uint64, exec bool) (uint64, error) {
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD {
-			continue
-		}
-		if exec && p.Flags&elf.PF_X == 0 {
-			continue
-		}
-		if vaddr >= p.Vaddr && vaddr-p.Vaddr < p.Filesz {
-			return vaddr - p.Vaddr + p.Off, nil
-		}
-	}
-	if len(ef.Progs) == 0 {
-		for _, s := range ef.Sections {
-			if s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOBITS {
-				continue
-			}
-			if vaddr >= s.Addr && vaddr-s.Addr < s.Size {
-				return vaddr - s.Addr + s.Offset, nil
-			}
-		}
-	}
-	kind := "loadable"
-	if exec {
-		kind = "executable"
-	}
-	return 0, fmt.Errorf("address %#x is in no %s segment of the file", vaddr, kind)
 }
 
 // symbolTable resolves symbols for RIP-relative arguments ("4@counter(%rip)")
