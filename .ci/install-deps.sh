@@ -25,6 +25,7 @@ pkgs=(
 	prometheus-alertmanager prometheus libcap2-bin util-linux systemd zsh
 	chromium runc qemu-user
 	python3.11-dev python3-setuptools python3-pip openjdk-17-jdk-headless
+	ruby php8.2-cli
 )
 # Node.js: Debian's nodejs, npm and libnode-dev (the headers the addon is
 # built against), unless a Node.js is installed already: NodeSource's

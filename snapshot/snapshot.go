@@ -400,7 +400,8 @@ type SourceHealth struct {
 	// stack (source_events has them summed over sources).
 	Unpaired     uint64 `json:"unpaired_ends,omitempty"`
 	NestOverflow uint64 `json:"nest_overflows,omitempty"`
-	// Silent: attached its silent_after ago and never hit since.
+	// Silent: attached its silent_after ago and no span or value since
+	// (no hit, or only ends without a start).
 	Silent bool `json:"silent,omitempty"`
 	// Hint names the runtime switch known to make a silent source's
 	// probes fire (-XX:+ExtendedDTraceProbes, USE_ZEND_DTRACE=1, ...).

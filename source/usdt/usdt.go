@@ -127,9 +127,12 @@ func (s *Source) Close() error {
 var _ source.Source = (*Source)(nil)
 
 // Health returns each attached source's probe hits since it attached,
-// and whether it is silent: attached its SilentAfter ago and never hit
-// since. A source found silent is logged once (source_silent), with the
-// runtime switch known to make its probes fire (silentHint).
+// and whether it is silent: attached its SilentAfter ago and no span or
+// value since (no hit, or, for a pair, only ends without a start: Ruby
+// fires method__return without a TracePoint when its start-up unwinds a
+// method, never method__entry). A source found silent is logged once
+// (source_silent), with the runtime switch known to make its probes fire
+// (silentHint).
 func (s *Source) Health() ([]source.Health, error) {
 	hs, err := s.Hits()
 	if err != nil {
@@ -145,7 +148,7 @@ func (s *Source) Health() ([]source.Health, error) {
 		if src.Pos.Line > 0 {
 			x.Declared = src.Pos.String()
 		}
-		if h.Hits == 0 && src.SilentAfter > 0 && now.Sub(h.Since) >= src.SilentAfter {
+		if h.Hits <= h.Unpaired && src.SilentAfter > 0 && now.Sub(h.Since) >= src.SilentAfter {
 			x.Silent, x.Hint = true, silentHint(&src)
 			if !s.reported[i] && s.log != nil {
 				if s.reported == nil {
@@ -157,7 +160,7 @@ func (s *Source) Health() ([]source.Health, error) {
 					hint = "no runtime switch is known for these probes: is their code reached?"
 				}
 				s.log.Warn("source_silent", "source", src.Describe(), "pos", src.Pos, "sites", h.Sites,
-					"attached_for", now.Sub(h.Since).Round(time.Second).String(), "hint", hint)
+					"unpaired_ends", h.Unpaired, "attached_for", now.Sub(h.Since).Round(time.Second).String(), "hint", hint)
 			}
 		}
 		out[i] = x
@@ -186,7 +189,7 @@ var silentHints = []struct{ provider, prefix, hint string }{
 	{"hotspot", "method__", "the JVM fires method__entry and method__return only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceMethodProbes)"},
 	{"hotspot", "object__alloc", "the JVM fires object__alloc only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceAllocProbes)"},
 	{"hotspot", "monitor__", "the JVM fires its monitor probes only when started with -XX:+ExtendedDTraceProbes (or -XX:+DTraceMonitorProbes)"},
-	{"ruby", "method__", "Ruby fires its method probes only while a TracePoint on :call/:return is enabled in the process"},
+	{"ruby", "method__", "Ruby fires method__entry only while a TracePoint on :call/:return is enabled in the process (method__return alone fires when a method's frame is unwound)"},
 	{"ruby", "cmethod__", "Ruby fires its cmethod probes only while a TracePoint on :c_call/:c_return is enabled in the process"},
 	{"php", "", "PHP fires its probes only with USE_ZEND_DTRACE=1 in its environment"},
 }
