@@ -370,17 +370,23 @@ func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 // start probe's string argument (bench:nstart/bench:ndone, paired by
 // thread) on loop, reading names as cfg says.
 func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usdt.Tracer) {
+	return attachSource(b, cfg, usdt.SpanSource{
+		Binary: loop, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
+		Start: usdt.ProbeRef{Provider: "bench", Name: "nstart"},
+		End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
+	}, "bench_named")
+}
+
+// attachSource attaches one span source through a collector of its own;
+// the tracer's spans are those of the series named span.
+func attachSource(b *testing.B, cfg usdt.TracerConfig, src usdt.SpanSource, span string) (tracer, *usdt.Tracer) {
 	b.Helper()
 	ctx := context.Background()
 	col, err := collector.New(ctx, collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr, err := usdtsource.AttachWith(ctx, col.SourceCore(), cfg, []usdt.SpanSource{{
-		Binary: loop, NameArg: 0, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
-		Start: usdt.ProbeRef{Provider: "bench", Name: "nstart"},
-		End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
-	}})
+	tr, err := usdtsource.AttachWith(ctx, col.SourceCore(), cfg, []usdt.SpanSource{src})
 	if err != nil {
 		col.Close()
 		b.Fatal(err)
@@ -400,7 +406,7 @@ func attachNamed(b *testing.B, loop string, cfg usdt.TracerConfig) (tracer, *usd
 				b.Fatal(err)
 			}
 			for _, s := range snap.Series {
-				if s.Span == "bench_named" {
+				if s.Span == span {
 					total += int64(s.Count)
 				}
 			}
@@ -483,5 +489,76 @@ func benchNameRead(b *testing.B, dir, mode string) {
 		b.ReportMetric(median(ratios), "added-ratio")
 		b.Logf("start program (%s): sleepable %.0f ns/run, ordinary %.0f ns/run, ratio %.2f; done %.0f and %.0f ns/run", method, sStart, pStart, sStart/pStart, sDone, pDone)
 		b.Logf("added per probe hit: sleepable %.0f ns, ordinary %.0f ns; median per-trio ratio %.2f (bare %.1f ns per pair)", (sm-bm)/2, (pm-bm)/2, median(ratios), bm)
+	}
+}
+
+// BenchmarkUSDTBuiltName measures what building a span name from two
+// pointer-and-length pieces in the kernel (name_args, as the JVM's method
+// probes are named) costs against reading one NUL-terminated name
+// (name_arg): one copy of the loop runs "built" traced with name_args,
+// another "named-touched" with name_arg: 0, and a third bare in each mode,
+// in turn, trios times. Both names are on a resident page, read by the
+// same start program (sleepable where the kernel has it).
+func BenchmarkUSDTBuiltName(b *testing.B) {
+	dir := requireTools(b)
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
+	} else if err != nil {
+		b.Fatalf("enable BPF statistics: %v", err)
+	}
+	defer st.Close()
+	for i := 0; i < b.N; i++ {
+		base, nLoop, bLoop := copies(b, dir, "loop")
+		nt, ntr := attachNamed(b, nLoop, usdt.TracerConfig{})
+		bt, btr := attachSource(b, usdt.TracerConfig{}, usdt.SpanSource{
+			Binary: bLoop, NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
+			NameArgs: []usdt.StrArg{{Ptr: 0, Len: 1}, {Ptr: 2, Len: 3}}, NameSeparator: ".",
+			Start: usdt.ProbeRef{Provider: "bench", Name: "bstart"},
+			End:   usdt.ProbeRef{Provider: "bench", Name: "ndone"},
+		}, "Bench.method")
+		if ntr.NameMethod() != btr.NameMethod() {
+			b.Fatalf("name read by %s for name_arg, %s for name_args", ntr.NameMethod(), btr.NameMethod())
+		}
+		prog := "usdt_start_s"
+		if ntr.NameMethod() == "probe_read" {
+			prog = "usdt_start"
+		}
+		n0, b0 := statsOf(b, nt.start), statsOf(b, bt.start)
+		var nAdded, bAdded, ratios []float64
+		for k := 0; k < trios; k++ {
+			var x [4]float64
+			for j := 0; j < 4; j++ {
+				switch (j + k) % 4 {
+				case 0:
+					x[0] = runOnce(b, base, "named-touched")
+				case 1:
+					x[1] = runOnce(b, nLoop, "named-touched")
+				case 2:
+					x[2] = runOnce(b, base, "built")
+				case 3:
+					x[3] = runOnce(b, bLoop, "built")
+				}
+			}
+			nAdded, bAdded = append(nAdded, x[1]-x[0]), append(bAdded, x[3]-x[2])
+			ratios = append(ratios, (x[3]-x[2])/(x[1]-x[0]))
+		}
+		n1, b1 := statsOf(b, nt.start), statsOf(b, bt.start)
+		for _, t := range []tracer{nt, bt} {
+			if n := t.spans(); n != pairsPerRun*trios {
+				b.Fatalf("aggregated %d spans, want %d", n, pairsPerRun*trios)
+			}
+		}
+		bt.close()
+		nt.close()
+		nStart, bStart := sub(n1, n0).perRun(), sub(b1, b0).perRun()
+		b.ReportMetric(nStart, "name_arg-start-ns/run")
+		b.ReportMetric(bStart, "name_args-start-ns/run")
+		b.ReportMetric(bStart/nStart, "start-cost-ratio")
+		b.ReportMetric(median(nAdded)/2, "name_arg-added-ns/hit")
+		b.ReportMetric(median(bAdded)/2, "name_args-added-ns/hit")
+		b.ReportMetric(median(ratios), "added-ratio")
+		b.Logf("start program (%s, %s): one C string %.0f ns/run, two pointer+length pieces %.0f ns/run (%.2fx); added per hit %.0f and %.0f ns (median per-trio ratio %.2f)",
+			prog, ntr.NameMethod(), nStart, bStart, bStart/nStart, median(nAdded)/2, median(bAdded)/2, median(ratios))
 	}
 }

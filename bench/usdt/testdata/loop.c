@@ -2,13 +2,15 @@
  * The benchmark's traced program: N start/done USDT pairs in a tight loop
  * (bench:start and bench:done, each with the iteration as argument). Prints
  * the nanoseconds per pair, timed in the process so start-up is excluded.
- * Usage: loop N [named | named-touched]
+ * Usage: loop N [named | named-touched | built]
  *
  * With "named", the probes are bench:nstart, whose argument points at the
  * span name (a string literal), and bench:ndone: for sources with
  * name_arg. The program never reads the string, so its page is absent
  * until a tracer faults it in; with "named-touched" it reads it first, so
- * it is resident.
+ * it is resident. With "built", bench:bstart gives two pieces of a name
+ * as pointer and length, (pieces, 5) and (pieces + 5, 6), for sources
+ * with name_args; bench:ndone ends it.
  *
  * Built with -DNOP5, each probe is "nop; nop5" as newer sys/sdt.h headers
  * emit it, so a tracer can attach to the nop5, which kernels with the
@@ -30,13 +32,22 @@ int main(int argc, char **argv)
 	struct timespec a, b;
 
 	int named = argc > 2 && argv[2][0] == 'n';
+	int built = argc > 2 && argv[2][0] == 'b';
 	static const char name[] = "bench_named";
+	/* Two pieces of a name, given as pointer and length with no NUL
+	 * after either (as the JVM's method probes give them). */
+	static const char pieces[] = "Benchmethod";
 
 	if (argc > 2 && argv[2][5] == '-')
 		*(volatile char *)name; /* fault the name's page in */
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	if (named) {
+	if (built) {
+		for (long i = 0; i < n; i++) {
+			STAP_PROBE4(bench, bstart, pieces, 5, pieces + 5, 6);
+			STAP_PROBE1(bench, ndone, i);
+		}
+	} else if (named) {
 		for (long i = 0; i < n; i++) {
 			STAP_PROBE1(bench, nstart, name);
 			STAP_PROBE1(bench, ndone, i);
