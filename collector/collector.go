@@ -146,7 +146,7 @@ type CgroupResolver interface {
 // histogram as an exemplar).
 func identity(info cgroup.Info) snapshot.Identity {
 	return snapshot.Identity{Cgroup: info.Path, ContainerID: info.ContainerID, PodUID: info.PodUID, Unit: info.Unit,
-		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process}
+		Namespace: info.Namespace, Pod: info.Pod, Container: info.Container, Process: info.Process, Service: info.Service}
 }
 
 // A Collector owns the loaded BPF objects and their attachments. Close

@@ -170,3 +170,66 @@ func TestUSDTCgroupMove(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceFromEnvironment runs a process alone in a cgroup of its own
+// with service.name in its OTEL_RESOURCE_ATTRIBUTES (percent-encoded, as
+// the OpenTelemetry SDKs read it): its series carry its executable's name
+// as process and the declared service as service.
+func TestServiceFromEnvironment(t *testing.T) {
+	prog := bpftest.CProgram(t, "cgmove")
+	requireBPF(t)
+	root := cgroup2Root(t)
+	if root == "" {
+		t.Skip("no cgroup v2 hierarchy mounted")
+	}
+	cg, id := newCgroup(t, root, "svc")
+	c, err := New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd := exec.Command(prog)
+	cmd.Env = append(os.Environ(), "OTEL_RESOURCE_ATTRIBUTES=deployment.environment=test,service.name=checkout%2Dapi")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		t.Fatalf("program said %q, want ready", out.Text())
+	}
+	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		t.Skipf("cannot move a process into %s: %v", cg, err)
+	}
+	tr, err := usdtsource.Attach(context.Background(), c.SourceCore(), []usdt.SpanSource{{
+		Binary: prog, PID: cmd.Process.Pid, Span: "cgmove", NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1,
+		Start: usdt.ProbeRef{Provider: "cg", Name: "start"}, End: usdt.ProbeRef{Provider: "cg", Name: "done"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	io.WriteString(stdin, "9\n")
+	if !out.Scan() || out.Text() != "ok" {
+		t.Fatalf("program said %q, want ok", out.Text())
+	}
+	s, err := c.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sr := range s.Series {
+		if sr.Span != "cgmove" || sr.CgroupID != id {
+			continue
+		}
+		found = true
+		if sr.Count != 9 || sr.Process != filepath.Base(prog) || sr.Service != "checkout-api" {
+			t.Errorf("series %d spans, process %q, service %q; want 9, %q, checkout-api", sr.Count, sr.Process, sr.Service, filepath.Base(prog))
+		}
+	}
+	if !found {
+		t.Errorf("no cgmove series in cgroup %d", id)
+	}
+}

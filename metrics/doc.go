@@ -23,12 +23,15 @@
 // under the names the OpenTelemetry Collector's spanmetrics connector's
 // metrics take in Prometheus (traces_span_metrics_calls_total, split by
 // status_code into STATUS_CODE_ERROR and STATUS_CODE_UNSET, and
-// traces_span_metrics_duration_seconds), with span and process labelled
-// span_name and service_name, so dashboards and rules written for the
-// connector work. What they cannot have: span_kind (a span event does not
-// carry one), a duration histogram per status code (spanwatch keeps one
-// histogram a series), and service_name from an OpenTelemetry resource
-// (a span event does not carry it: it is the process's executable name).
+// traces_span_metrics_duration_seconds), with the span labelled span_name
+// and service_name the OpenTelemetry service name the cgroup's processes
+// declare in their environment (OTEL_SERVICE_NAME, or service.name in
+// OTEL_RESOURCE_ATTRIBUTES, as the SDKs read them; the default names
+// label it service) or else their executable's name, so dashboards and
+// rules written for the connector work. What they cannot have: span_kind
+// (a span event does not carry one), a duration histogram per status
+// code (spanwatch keeps one histogram a series), and a service name a
+// program gives its SDK in code (a span event does not carry it).
 //
 // Snapshots are deltas over a window; the Exporter adds them up, so its
 // counters and histograms are cumulative, as Prometheus expects. Each

@@ -125,7 +125,7 @@ func (e *Exporter) pickExemplars(old *view, added []*seriesMeta, s *snapshot.Sna
 		if len(sr.SourceLabels) > 0 {
 			extra = bd.sourceLabelNames(sr.SourceLabels)
 		}
-		values := labelValues(&sr, extra, bd.values[:0])
+		values := bd.labelValues(&sr, extra)
 		idx, ok := e.find(old, added, false, extra, values, bd.hashSeries(false, extra, values))
 		if !ok {
 			continue

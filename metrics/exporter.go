@@ -36,9 +36,10 @@ const DefaultSeriesTTL = time.Hour
 // seriesLabels are the labels of every per-span metric, in order: the
 // span, then the names people know (Kubernetes namespace, pod, container;
 // the executable; the systemd unit), then the cgroup path, which tells
-// apart what the names do not. The ids (container_id, pod_uid) are left
-// out: the cgroup path holds them, and they change at every restart.
-var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup"}
+// apart what the names do not, and last the OpenTelemetry service name
+// the processes declare. The ids (container_id, pod_uid) are left out: the
+// cgroup path holds them, and they change at every restart.
+var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup", "service"}
 
 // Names say what the per-span families and their labels are called.
 type Names string
@@ -54,14 +55,16 @@ const (
 	// traces_span_metrics_calls_total with status_code
 	// (STATUS_CODE_ERROR for the errors, STATUS_CODE_UNSET for the
 	// rest) and traces_span_metrics_duration_seconds, labelled
-	// span_name and service_name (the process). The other families keep
-	// their names, with the same labels.
+	// span_name and service_name (the OpenTelemetry service name the
+	// processes declare in their environment, else the process). The
+	// other families keep their names, with the same labels.
 	NamesSpanmetrics Names = "spanmetrics"
 )
 
 // spanmetricsLabels are the label names NamesSpanmetrics gives
-// seriesLabels' span and process, and the label it adds.
-var spanmetricsLabels = map[string]string{"span": "span_name", "process": "service_name"}
+// seriesLabels' span and service (which then falls back to the process:
+// builder.labelValues), and the label it adds.
+var spanmetricsLabels = map[string]string{"span": "span_name", "service": "service_name"}
 
 const spanmetricsStatus = "status_code"
 
@@ -158,6 +161,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		// A source label spelled as one of the names the spanmetrics
 		// labels take would clash with it: it is not exported.
 		e.bd.reserved = append(slices.Clone(seriesLabels), "span_name", "service_name", spanmetricsStatus)
+		e.bd.serviceIsProcess = true
 	}
 	bounds := cfg.Bounds
 	if bounds == nil {

@@ -15,9 +15,11 @@ import (
 
 // TestSpanmetricsNames scrapes an exporter with NamesSpanmetrics as text
 // and as protobuf: the calls are split by status_code, the durations are
-// traces_span_metrics_duration_seconds, span and process are span_name and
-// service_name, the other families keep their names with those labels,
-// and a source label spelled like one of them is not exported.
+// traces_span_metrics_duration_seconds, the span is span_name, the
+// process stands in for service_name when its processes declare no
+// OpenTelemetry service (and the declared one is service_name when they
+// do), the other families keep their names with those labels, and a
+// source label spelled like one of them is not exported.
 func TestSpanmetricsNames(t *testing.T) {
 	e, err := NewExporter(Config{Names: NamesSpanmetrics})
 	if err != nil {
@@ -43,7 +45,7 @@ func TestSpanmetricsNames(t *testing.T) {
 		got := map[string]float64{}
 		for _, m := range calls.Metric {
 			l := labelsOf(m)
-			want := map[string]string{"span_name": "checkout", "service_name": "shop", "cgroup": "/system.slice/shop.service", "route": "/pay", "status_code": l["status_code"]}
+			want := map[string]string{"span_name": "checkout", "service_name": "shop", "process": "shop", "cgroup": "/system.slice/shop.service", "route": "/pay", "status_code": l["status_code"]}
 			if fmt.Sprint(l) != fmt.Sprint(want) {
 				t.Errorf("protobuf %v: calls labels %v, want %v", protobuf, l, want)
 			}
@@ -74,8 +76,32 @@ func TestSpanmetricsNames(t *testing.T) {
 	}
 	def.Observe(&snapshot.Snapshot{Version: snapshot.Version, Time: time.Now(), WindowNs: 10e9, Series: []snapshot.Series{sr}})
 	mfs := scrape(t, def.Handler())
-	if m := find(t, mfs, "spanwatch_spans_total", "checkout"); labelsOf(m)["status_code"] != "500" || labelsOf(m)["process"] != "shop" {
+	if m := find(t, mfs, "spanwatch_spans_total", "checkout"); labelsOf(m)["status_code"] != "500" || labelsOf(m)["process"] != "shop" || labelsOf(m)["service"] != "" {
 		t.Errorf("default names: labels %v", labelsOf(m))
+	}
+
+	// A declared service: service_name in spanmetrics, service by default;
+	// the process keeps its own label.
+	sr.Service = "payments"
+	for _, names := range []Names{NamesSpanmetrics, NamesSpanwatch} {
+		e, err := NewExporter(Config{Names: names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Observe(&snapshot.Snapshot{Version: snapshot.Version, Time: time.Now(), WindowNs: 10e9, Series: []snapshot.Series{sr}})
+		label, family := "service", "spanwatch_spans_total"
+		if names == NamesSpanmetrics {
+			label, family = "service_name", "traces_span_metrics_calls_total"
+		}
+		f := scrape(t, e.Handler())[family]
+		if f == nil || len(f.Metric) == 0 {
+			t.Fatalf("%s: no %s", names, family)
+		}
+		for _, m := range f.Metric {
+			if l := labelsOf(m); l[label] != "payments" || l["process"] != "shop" {
+				t.Errorf("%s: a declared service: labels %v, want %s=payments and process=shop", names, l, label)
+			}
+		}
 	}
 	if _, err := NewExporter(Config{Names: "otel"}); err == nil || !strings.Contains(err.Error(), "spanmetrics") {
 		t.Errorf("names otel: %v", err)

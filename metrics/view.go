@@ -170,13 +170,21 @@ type builder struct {
 	old      []bucketCount
 	merged   []bucketCount
 	values   [16]string
+	// serviceIsProcess: a series whose processes declare no service
+	// takes the process as its service (spanmetrics' service_name).
+	serviceIsProcess bool
 	best     []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
 }
 
 // labelValues renders a snapshot series' exported label values in the
-// order of seriesLabels then its source label names (sorted), into b.
-func labelValues(sr *snapshot.Series, extra []string, b []string) []string {
-	b = append(b[:0], valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup))
+// order of seriesLabels then its source label names (sorted), into
+// bd.values.
+func (bd *builder) labelValues(sr *snapshot.Series, extra []string) []string {
+	service := sr.Service
+	if service == "" && bd.serviceIsProcess {
+		service = sr.Process
+	}
+	b := append(bd.values[:0], valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup), valid(service))
 	for _, k := range extra {
 		b = append(b, valid(sr.SourceLabels[k]))
 	}
@@ -298,7 +306,7 @@ func (e *Exporter) build(old *view, s *snapshot.Snapshot, now time.Time, dropAbs
 			extra = bd.sourceLabelNames(sr.SourceLabels)
 		}
 		metric := sr.IsMetric()
-		values := labelValues(sr, extra, bd.values[:0])
+		values := bd.labelValues(sr, extra)
 		h := bd.hashSeries(metric, extra, values)
 		idx, ok := bd.index[h]
 		if ok {

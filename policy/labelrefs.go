@@ -102,7 +102,7 @@ func labelsNode(n parse.Node, dotIsData bool) bool {
 
 // seriesLabelNames are the labels every series may carry besides its
 // source's: snapshot.Series.Labels and snapshot.Identity.AddLabels.
-var seriesLabelNames = []string{"span", "cgroup_id", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process"}
+var seriesLabelNames = []string{"span", "cgroup_id", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process", "service"}
 
 // LabelWarnings finds the label and annotation templates that read a
 // label no alert of theirs can have, one positioned warning each:

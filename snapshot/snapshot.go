@@ -121,13 +121,18 @@ type Identity struct {
 	// Process is the executable name of the cgroup's processes, when they
 	// all run one executable.
 	Process string `json:"process,omitempty"`
+	// Service is the OpenTelemetry service name the cgroup's processes
+	// declare in their environment (OTEL_SERVICE_NAME, or service.name in
+	// OTEL_RESOURCE_ATTRIBUTES), when those declaring one agree.
+	Service string `json:"service,omitempty"`
 }
 
 // AddLabels sets l's identity labels from w: cgroup, container_id,
-// pod_uid, unit, namespace, pod, container and process, each where known.
+// pod_uid, unit, namespace, pod, container, process and service, each
+// where known.
 func (w *Identity) AddLabels(l map[string]string) {
 	for k, v := range map[string]string{"cgroup": w.Cgroup, "container_id": w.ContainerID, "pod_uid": w.PodUID, "unit": w.Unit,
-		"namespace": w.Namespace, "pod": w.Pod, "container": w.Container, "process": w.Process} {
+		"namespace": w.Namespace, "pod": w.Pod, "container": w.Container, "process": w.Process, "service": w.Service} {
 		if v != "" {
 			l[k] = v
 		}

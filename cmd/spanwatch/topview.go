@@ -59,7 +59,7 @@ func parseSortKey(s string) (sortKey, error) {
 }
 
 // filterLabels are the labels a top filter can name.
-var filterLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup", "container_id", "pod_uid"}
+var filterLabels = []string{"span", "namespace", "pod", "container", "process", "service", "unit", "cgroup", "container_id", "pod_uid"}
 
 // A seriesFilter selects series: every term must match. A nil filter
 // selects every series.
@@ -123,6 +123,8 @@ func (f *seriesFilter) match(s *snapshot.Series) bool {
 			v = s.Container
 		case "process":
 			v = s.Process
+		case "service":
+			v = s.Service
 		case "unit":
 			v = s.Unit
 		case "cgroup":

@@ -27,6 +27,9 @@ type Info struct {
 	// Process is the executable name of the cgroup's processes when they
 	// all run one executable (see ProcessName); ParsePath leaves it empty.
 	Process string `json:"process,omitempty"`
+	// Service is the OpenTelemetry service name the cgroup's processes
+	// declare (see ProcessName); ParsePath leaves it empty.
+	Service string `json:"service,omitempty"`
 }
 
 // containerScopePrefixes are the prefixes container runtimes give the

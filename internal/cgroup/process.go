@@ -3,9 +3,13 @@ package cgroup
 import (
 	"bufio"
 	"bytes"
+	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // maxProcsRead bounds how many processes of one cgroup are looked at: a
@@ -15,18 +19,21 @@ const maxProcsRead = 256
 
 // ProcessName returns the executable name shared by every process in the
 // cgroup directory dir (the base name of /proc/PID/exe, or /proc/PID/comm
-// where exe cannot be read), read under procRoot. It returns "" when the
+// where exe cannot be read), read under procRoot, and the OpenTelemetry
+// service name its processes declare (ServiceName). name is "" when the
 // cgroup has no process, or processes of more than one executable: then
 // the node cannot tell which of them a span came from, since the kernel's
-// aggregates are keyed by cgroup, not by process.
-func ProcessName(procRoot, dir string) string {
+// aggregates are keyed by cgroup, not by process. service is "" when no
+// process declares one, or two declare different ones; a process
+// declaring none (a shell beside the service) does not count against it.
+func ProcessName(procRoot, dir string) (name, service string) {
 	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	defer f.Close()
-	name := ""
 	sc := bufio.NewScanner(f)
+	manyExe, manyService := false, false
 	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
 		pid := strings.TrimSpace(sc.Text())
 		if pid == "" {
@@ -37,13 +44,124 @@ func ProcessName(procRoot, dir string) string {
 		case exe == "":
 			// The process exited, or is a kernel thread: it emits no
 			// spans.
+			continue
 		case name == "":
 			name = exe
 		case exe != name:
+			manyExe = true
+		}
+		if svc := ServiceName(procRoot, pid); svc != "" && !manyService {
+			switch {
+			case service == "":
+				service = svc
+			case svc != service:
+				manyService = true
+			}
+		}
+		if manyExe && manyService {
+			break
+		}
+	}
+	if manyExe {
+		name = ""
+	}
+	if manyService {
+		service = ""
+	}
+	return name, service
+}
+
+// maxEnvironRead bounds how much of a process's environment is read for
+// its service name: the environment is the process's to make as large
+// as it likes.
+const maxEnvironRead = 256 << 10
+
+// maxServiceName bounds a declared service name (longer ones are not
+// taken).
+const maxServiceName = 128
+
+// ServiceName returns the OpenTelemetry service name process pid declares
+// in its environment, as the OpenTelemetry SDKs read it: OTEL_SERVICE_NAME,
+// else service.name in OTEL_RESOURCE_ATTRIBUTES (comma-separated key=value
+// pairs, values percent-encoded). Only the first maxEnvironRead bytes of
+// the environment are read, streamed; a name that is empty, longer than
+// maxServiceName, not UTF-8 or holding control characters is not taken.
+// A name the SDK is given in code (a resource built by the program) is
+// not in the environment: the process's spans do not carry it.
+func ServiceName(procRoot, pid string) string {
+	f, err := os.Open(filepath.Join(procRoot, pid, "environ"))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	return serviceFromEnviron(bufio.NewReaderSize(io.LimitReader(f, maxEnvironRead), 4096))
+}
+
+// maxEnvEntry bounds one environment entry that is looked into: an
+// OTEL_RESOURCE_ATTRIBUTES longer than this is skipped whole.
+const maxEnvEntry = 16 << 10
+
+func serviceFromEnviron(r *bufio.Reader) string {
+	var fromAttrs string
+	var long []byte // an entry longer than the reader's buffer, so far
+	overlong := false
+	for {
+		chunk, err := r.ReadSlice(0)
+		if err == bufio.ErrBufferFull {
+			if overlong = overlong || len(long)+len(chunk) > maxEnvEntry; !overlong {
+				long = append(long, chunk...)
+			}
+			continue
+		}
+		entry := chunk
+		if long != nil {
+			entry = append(long, chunk...)
+			long = long[:0:0]
+		}
+		if !overlong && len(entry) <= maxEnvEntry {
+			entry = bytes.TrimSuffix(entry, []byte{0})
+			if v, ok := bytes.CutPrefix(entry, []byte("OTEL_SERVICE_NAME=")); ok {
+				if name := validService(string(v)); name != "" {
+					return name
+				}
+			} else if v, ok := bytes.CutPrefix(entry, []byte("OTEL_RESOURCE_ATTRIBUTES=")); ok {
+				fromAttrs = serviceFromAttributes(string(v))
+			}
+		}
+		overlong = false
+		if err != nil {
+			return fromAttrs
+		}
+	}
+}
+
+// serviceFromAttributes returns service.name from an
+// OTEL_RESOURCE_ATTRIBUTES value.
+func serviceFromAttributes(v string) string {
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) != "service.name" {
+			continue
+		}
+		if u, err := url.PathUnescape(strings.TrimSpace(val)); err == nil {
+			return validService(u)
+		}
+		return ""
+	}
+	return ""
+}
+
+func validService(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > maxServiceName || !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
 			return ""
 		}
 	}
-	return name
+	return s
 }
 
 // exeName returns the base name of a process's executable. Reading

@@ -1,30 +1,48 @@
 package cgroup
 
 import (
+	"bufio"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
-// TestProcessName builds a fake /proc (exe symlinks, comm files) and a
-// cgroup directory listing its pids, and checks which name the cgroup gets.
+// TestProcessName builds a fake /proc (exe symlinks, comm and environ
+// files) and a cgroup directory listing its pids, and checks which name
+// and service the cgroup gets.
 func TestProcessName(t *testing.T) {
 	type proc struct {
 		pid, exe, comm string // exe "" means unreadable
+		env            []string
+	}
+	svc := func(pid, exe, service string) proc {
+		return proc{pid, exe, filepath.Base(exe), []string{"PATH=/bin", "OTEL_SERVICE_NAME=" + service}}
 	}
 	for _, tc := range []struct {
-		name  string
-		procs []proc
-		pids  string // cgroup.procs
-		want  string
+		name    string
+		procs   []proc
+		pids    string // cgroup.procs
+		want    string
+		service string
 	}{
-		{"one process", []proc{{"10", "/usr/bin/server", "server"}}, "10\n", "server"},
-		{"workers of one binary", []proc{{"10", "/app/server", "server"}, {"11", "/app/server", "server"}}, "10\n11\n", "server"},
-		{"two binaries", []proc{{"10", "/app/server", "server"}, {"11", "/bin/bash", "bash"}}, "10\n11\n", ""},
-		{"exe unreadable: comm", []proc{{"10", "", "postgres"}}, "10\n", "postgres"},
-		{"binary replaced on disk", []proc{{"10", "/usr/sbin/nginx (deleted)", "nginx"}}, "10\n", "nginx"},
-		{"a pid that exited", []proc{{"10", "/app/server", "server"}}, "10\n12\n", "server"},
-		{"empty cgroup", nil, "", ""},
+		{"one process", []proc{{"10", "/usr/bin/server", "server", nil}}, "10\n", "server", ""},
+		{"workers of one binary", []proc{{"10", "/app/server", "server", nil}, {"11", "/app/server", "server", nil}}, "10\n11\n", "server", ""},
+		{"two binaries", []proc{{"10", "/app/server", "server", nil}, {"11", "/bin/bash", "bash", nil}}, "10\n11\n", "", ""},
+		{"exe unreadable: comm", []proc{{"10", "", "postgres", nil}}, "10\n", "postgres", ""},
+		{"binary replaced on disk", []proc{{"10", "/usr/sbin/nginx (deleted)", "nginx", nil}}, "10\n", "nginx", ""},
+		{"a pid that exited", []proc{{"10", "/app/server", "server", nil}}, "10\n12\n", "server", ""},
+		{"empty cgroup", nil, "", "", ""},
+		{"a declared service", []proc{svc("10", "/app/server", "checkout")}, "10\n", "server", "checkout"},
+		{"two binaries, one service", []proc{svc("10", "/app/server", "checkout"), svc("11", "/app/worker", "checkout")}, "10\n11\n", "", "checkout"},
+		{"a shell beside the service", []proc{svc("10", "/app/server", "checkout"), {"11", "/bin/sh", "sh", []string{"HOME=/"}}}, "10\n11\n", "", "checkout"},
+		{"two services", []proc{svc("10", "/app/server", "checkout"), svc("11", "/app/server", "cart")}, "10\n11\n", "server", ""},
+		{"resource attributes", []proc{{"10", "/app/server", "server", []string{"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=prod,service.name=pay%20ments,k8s.pod.name=x"}}}, "10\n", "server", "pay ments"},
+		{"OTEL_SERVICE_NAME wins", []proc{{"10", "/app/server", "server", []string{"OTEL_SERVICE_NAME=a", "OTEL_RESOURCE_ATTRIBUTES=service.name=b"}}}, "10\n", "server", "a"},
+		{"a control character", []proc{svc("10", "/app/server", "bad\x1bname")}, "10\n", "server", ""},
+		{"too long", []proc{svc("10", "/app/server", strings.Repeat("x", maxServiceName+1))}, "10\n", "server", ""},
+		{"beyond the read cap", []proc{{"10", "/app/server", "server", []string{"PAD=" + strings.Repeat("x", maxEnvironRead), "OTEL_SERVICE_NAME=hidden"}}}, "10\n", "server", ""},
+		{"an overlong attributes entry", []proc{{"10", "/app/server", "server", []string{"OTEL_RESOURCE_ATTRIBUTES=a=" + strings.Repeat("x", maxEnvEntry) + ",service.name=x"}}}, "10\n", "server", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			procRoot, cg := t.TempDir(), t.TempDir()
@@ -41,16 +59,38 @@ func TestProcessName(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(dir, "comm"), []byte(p.comm+"\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
+				if p.env != nil {
+					if err := os.WriteFile(filepath.Join(dir, "environ"), []byte(strings.Join(p.env, "\x00")+"\x00"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(tc.pids), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if got := ProcessName(procRoot, cg); got != tc.want {
-				t.Errorf("ProcessName = %q, want %q", got, tc.want)
+			if got, service := ProcessName(procRoot, cg); got != tc.want || service != tc.service {
+				t.Errorf("ProcessName = %q, %q; want %q, %q", got, service, tc.want, tc.service)
 			}
 		})
 	}
-	if got := ProcessName(t.TempDir(), filepath.Join(t.TempDir(), "missing")); got != "" {
-		t.Errorf("ProcessName(missing cgroup) = %q", got)
+	if got, service := ProcessName(t.TempDir(), filepath.Join(t.TempDir(), "missing")); got != "" || service != "" {
+		t.Errorf("ProcessName(missing cgroup) = %q, %q", got, service)
+	}
+}
+
+// TestServiceFromEnvironSmallBuffer reads environments through a buffer
+// smaller than their entries, as a long OTEL_RESOURCE_ATTRIBUTES meets
+// the reader's 4 KiB one.
+func TestServiceFromEnvironSmallBuffer(t *testing.T) {
+	long := "OTEL_RESOURCE_ATTRIBUTES=" + strings.Repeat("k=v,", 40) + "service.name=deep\x00"
+	for _, tc := range []struct{ env, want string }{
+		{"A=1\x00" + long, "deep"},
+		{long + "OTEL_SERVICE_NAME=first\x00", "first"},
+		{"OTEL_SERVICE_NAME=\x00" + long, "deep"},
+		{"OTEL_SERVICE_NAME=last", "last"}, // no NUL at the end
+	} {
+		if got := serviceFromEnviron(bufio.NewReaderSize(strings.NewReader(tc.env), 16)); got != tc.want {
+			t.Errorf("%q: %q, want %q", tc.env, got, tc.want)
+		}
 	}
 }
