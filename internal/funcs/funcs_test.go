@@ -310,7 +310,19 @@ func TestPrometheus(t *testing.T) {
 	if !f.Go || f.Arch != ArchAMD64 {
 		t.Fatalf("go %v, arch %s", f.Go, f.Arch)
 	}
-	t.Logf("prometheus: %d functions from the pclntab, refused %v", len(f.Funcs), tally(f))
+	if !strings.HasPrefix(f.GoVersion, "go1.19") {
+		t.Errorf("Go version %q, want Debian 12's go1.19", f.GoVersion)
+	}
+	checked := 0
+	for _, fn := range f.Funcs {
+		if fn.EntryAfter == EntryAfterStackCheck {
+			checked++
+		}
+	}
+	if e := byName(f)["github.com/prometheus/prometheus/promql.(*Engine).exec"]; e == nil || e.EntryAfter != EntryAfterStackCheck || e.Entry != e.Offset+18 {
+		t.Errorf("promql.(*Engine).exec: %+v, want its entry 18 bytes in, after LEAQ, CMPQ R12, 16(R14) and JBE", e)
+	}
+	t.Logf("prometheus (%s): %d functions from the pclntab, %d begin with a stack check, refused %v", f.GoVersion, len(f.Funcs), checked, tally(f))
 	if len(f.Funcs) < 10000 {
 		t.Errorf("%d functions, want the tens of thousands of a Go server", len(f.Funcs))
 	}
