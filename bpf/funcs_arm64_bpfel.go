@@ -58,16 +58,18 @@ type FuncsCoreState struct {
 type FuncsFuncCounter uint32
 
 const (
-	FuncsFuncCounterFUNC_COUNTER_UNPAIRED FuncsFuncCounter = 0
-	FuncsFuncCounterFUNC_COUNTER_REPLACED FuncsFuncCounter = 1
-	FuncsFuncCounterFUNC_COUNTER_MAX      FuncsFuncCounter = 4
+	FuncsFuncCounterFUNC_COUNTER_UNPAIRED     FuncsFuncCounter = 0
+	FuncsFuncCounterFUNC_COUNTER_REPLACED     FuncsFuncCounter = 1
+	FuncsFuncCounterFUNC_COUNTER_NO_GOROUTINE FuncsFuncCounter = 2
+	FuncsFuncCounterFUNC_COUNTER_MAX          FuncsFuncCounter = 4
 )
 
 type FuncsFuncOpenKey struct {
 	_      structs.HostLayout
 	Sp     uint64
-	Tid    uint32
+	Thread uint64
 	Source uint32
+	Pad    uint32
 }
 
 type FuncsFuncSizes uint32
@@ -81,6 +83,8 @@ type FuncsFuncSource struct {
 	_      structs.HostLayout
 	Name   [128]int8
 	NameId uint64
+	Go     uint32
+	Pad    uint32
 }
 
 type FuncsSeriesKey struct {

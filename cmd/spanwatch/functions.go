@@ -79,6 +79,7 @@ type functionListing struct {
 	Path      string         `json:"path"`
 	Arch      string         `json:"arch"`
 	Go        bool           `json:"go"`
+	GoVersion string         `json:"go_version,omitempty"`
 	Capped    bool           `json:"capped,omitempty"`
 	Functions []functionSite `json:"functions"`
 }
@@ -90,6 +91,8 @@ type functionSite struct {
 	Address       string   `json:"address"`
 	Size          uint64   `json:"size"`
 	Offset        string   `json:"offset"`
+	Entry         string   `json:"entry"`
+	EntryAfter    string   `json:"entry_after,omitempty"`
 	Returns       []string `json:"returns,omitempty"`
 	IndirectJumps int      `json:"indirect_jumps,omitempty"`
 	Refused       string   `json:"refused,omitempty"`
@@ -101,7 +104,7 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 	if err != nil {
 		return err
 	}
-	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, Capped: f.Capped, Functions: []functionSite{}}
+	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, GoVersion: f.GoVersion, Capped: f.Capped, Functions: []functionSite{}}
 	for _, fn := range f.Funcs {
 		s := functionSite{
 			Name:          fn.Name,
@@ -110,6 +113,8 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 			Address:       fmt.Sprintf("%#x", fn.Addr),
 			Size:          fn.Size,
 			Offset:        fmt.Sprintf("%#x", fn.Offset),
+			Entry:         fmt.Sprintf("%#x", fn.Entry),
+			EntryAfter:    fn.EntryAfter,
 			IndirectJumps: fn.IndirectJumps,
 			Refused:       string(fn.Refused),
 			Detail:        fn.Detail,
@@ -138,6 +143,9 @@ func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
 	from := "symbol tables and .eh_frame"
 	if f.Go {
 		from = "Go function table"
+		if f.GoVersion != "" {
+			from += " of " + f.GoVersion
+		}
 	}
 	reasons := map[funcs.Reason]int{}
 	for _, fn := range f.Funcs {
@@ -161,9 +169,12 @@ func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
 		fmt.Fprintf(w, "  (a table was read only up to its cap: the list is incomplete)\n")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  FUNCTION\tADDRESS\tSIZE\tOFFSET\tRETS\tSTATUS")
+	fmt.Fprintln(tw, "  FUNCTION\tADDRESS\tSIZE\tENTRY\tRETS\tSTATUS")
 	for _, fn := range f.Funcs {
 		status := "ok"
+		if fn.EntryAfter == funcs.EntryAfterStackCheck {
+			status += fmt.Sprintf(", entry after the stack check (+%d)", fn.Entry-fn.Offset)
+		}
 		if fn.Refused != "" {
 			status = "refused: " + string(fn.Refused)
 			if fn.Detail != "" {
@@ -183,7 +194,7 @@ func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
 		if fn.Name == "" {
 			name += " (unnamed)"
 		}
-		fmt.Fprintf(tw, "  %s\t%#x\t%d\t%#x\t%d\t%s\n", name, fn.Addr, fn.Size, fn.Offset, len(fn.Returns), status)
+		fmt.Fprintf(tw, "  %s\t%#x\t%d\t%#x\t%d\t%s\n", name, fn.Addr, fn.Size, fn.Entry, len(fn.Returns), status)
 	}
 	tw.Flush()
 }

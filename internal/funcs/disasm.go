@@ -56,6 +56,63 @@ func scanAMD64(code []byte, addr uint64) (rets []uint64, indirect int, exits []e
 	return rets, indirect, exits, refusal{}
 }
 
+// goStackCheckAMD64 returns the length of the stack check a Go function
+// (register ABI, Go 1.17+) begins with, code being its code at addr, or 0
+// when it has none (a NOSPLIT function). The compiler writes one of
+//
+//	CMPQ SP, 16(R14); JBE more                     (small frames)
+//	LEAQ -N(SP), R12; CMPQ R12, 16(R14); JBE more  (larger frames)
+//	MOVQ SP, R12; SUBQ $N, R12; JB more; CMPQ R12, 16(R14); JBE more
+//	                                               (frames past StackBig)
+//
+// where R14 is g and 16(R14) is g.stackguard0, and "more" is a block in
+// the function that calls runtime.morestack* and jumps back to the first
+// instruction. The check's jumps must stay in the function and nothing
+// before the CMPQ may write anything but R12.
+func goStackCheckAMD64(code []byte, addr uint64) int {
+	end := addr + uint64(len(code))
+	inside := func(inst x86asm.Inst, next uint64) bool {
+		rel, ok := inst.Args[0].(x86asm.Rel)
+		if !ok {
+			return false
+		}
+		t := next + uint64(int64(rel))
+		return t >= addr && t < end
+	}
+	for pc, n := 0, 0; pc < len(code) && n < 5; n++ {
+		inst, err := x86asm.Decode(code[pc:], 64)
+		if err != nil || inst.Len == 0 {
+			return 0
+		}
+		pc += inst.Len
+		next := addr + uint64(pc)
+		switch inst.Op {
+		case x86asm.CMP:
+			m, ok := inst.Args[1].(x86asm.Mem)
+			if !ok || m.Base != x86asm.R14 || m.Disp != 16 || m.Index != 0 || m.Segment != 0 ||
+				(inst.Args[0] != x86asm.RSP && inst.Args[0] != x86asm.R12) {
+				return 0
+			}
+			j, err := x86asm.Decode(code[pc:], 64)
+			if err != nil || j.Op != x86asm.JBE || !inside(j, next+uint64(j.Len)) {
+				return 0
+			}
+			return pc + j.Len
+		case x86asm.LEA, x86asm.MOV, x86asm.SUB:
+			if inst.Args[0] != x86asm.R12 {
+				return 0
+			}
+		case x86asm.JB:
+			if !inside(inst, next) {
+				return 0
+			}
+		default:
+			return 0
+		}
+	}
+	return 0
+}
+
 // Return instructions with pointer authentication, which arm64asm does not
 // decode: RETAA and RETAB (ARMv8.3).
 const (

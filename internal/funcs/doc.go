@@ -4,7 +4,11 @@
 // disassembling the function (golang.org/x/arch). Putting uprobes on the
 // return instructions instead of a uretprobe is what makes Go functions
 // traceable: a uretprobe rewrites the return address on the stack, which
-// the Go runtime's stack copying and unwinding do not survive.
+// the Go runtime's stack copying and unwinding do not survive. For a Go
+// function that begins by checking its goroutine's stack (x86-64), the
+// entry is the instruction after the check (Func.Entry), since a call
+// whose stack grows runs the check twice; a Go binary's version comes
+// from its build information (File.GoVersion).
 //
 // Functions come from the ELF symbol tables (.symtab, else .dynsym), from
 // a Go binary's function table (.gopclntab, which survives "go build

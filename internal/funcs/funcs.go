@@ -2,6 +2,7 @@ package funcs
 
 import (
 	"context"
+	"debug/buildinfo"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -74,8 +75,13 @@ type Func struct {
 	Source    Source
 	// Addr and Size are the function's virtual address and size in bytes.
 	Addr, Size uint64
-	// Offset is the entry's file offset: what a uprobe attaches at.
+	// Offset is the file offset of the function's first instruction.
 	Offset uint64
+	// Entry is the file offset the entry uprobe attaches at: Offset,
+	// except for a Go function that checks its stack (EntryAfter says so).
+	Entry uint64
+	// EntryAfter says why Entry is not Offset: "" or EntryAfterStackCheck.
+	EntryAfter string
 	// Returns are the file offsets of the function's return instructions,
 	// in address order, those of its parts placed elsewhere (.cold)
 	// included; nil when the function is refused.
@@ -103,6 +109,16 @@ func (f *Func) DisplayName() string {
 	return fmt.Sprintf("%#x", f.Addr)
 }
 
+// EntryAfterStackCheck: a Go function begins by comparing its stack
+// pointer with its goroutine's stack guard (CMPQ SP, 16(R14), or through
+// R12 for a larger frame) and jumps, when the stack is short, to a block
+// that calls runtime.morestack and jumps back to the first instruction.
+// An entry probe on the first instruction would see a call that grows its
+// stack twice; on the instruction after the check's jump it sees it once,
+// with the arguments still in their registers and the stack pointer
+// unchanged.
+const EntryAfterStackCheck = "stack_check"
+
 // Arch is the instruction set of a file's code.
 type Arch string
 
@@ -118,6 +134,9 @@ type File struct {
 	Arch Arch
 	// Go is set when the functions come from a Go function table.
 	Go bool
+	// GoVersion is the Go toolchain that built a Go binary ("go1.19.8"),
+	// from its build information; "" when it has none that reads.
+	GoVersion string
 	// Funcs are the functions that matched Options.Filter, by address.
 	Funcs []Func
 	// Capped is set when a table was read only up to its cap, or more
@@ -191,10 +210,17 @@ func Parse(r io.ReaderAt, o Options) (f *File, err error) {
 		return nil, err
 	}
 	f.Go, f.Capped = isGo, capped
+	if isGo {
+		// debug/buildinfo reads the .go.buildinfo section, at most 64 KiB,
+		// and strings whose lengths it bounds by what it read.
+		if bi, err := buildinfo.Read(r); err == nil {
+			f.GoVersion = bi.GoVersion
+		}
+	}
 	sort.Slice(fns, func(i, j int) bool { return fns[i].Addr < fns[j].Addr })
 	var buf []byte
 	for i := range fns {
-		buf = returns(ef, r, f.Arch, &fns[i], parts, o.MaxReturns, buf)
+		buf = returns(ef, r, f.Arch, isGo, &fns[i], parts, o.MaxReturns, buf)
 	}
 	f.Funcs = fns
 	return f, nil
@@ -205,16 +231,16 @@ func Parse(r io.ReaderAt, o Options) (f *File, err error) {
 const maxParts = 8
 
 // returns reads fn's code, and that of the parts it jumps to (parts: split
-// off functions, by address), and fills in fn's entry offset and return
-// sites, or why it is refused. buf is reused across functions and
-// returned.
-func returns(ef *elf.File, r io.ReaderAt, arch Arch, fn *Func, parts []span, maxRets int, buf []byte) []byte {
+// off functions, by address), and fills in fn's entry offsets and return
+// sites, or why it is refused. isGo says fn is Go code (its stack check
+// moves the entry probe). buf is reused across functions and returned.
+func returns(ef *elf.File, r io.ReaderAt, arch Arch, isGo bool, fn *Func, parts []span, maxRets int, buf []byte) []byte {
 	off, err := elfread.CodeOffset(ef, fn.Addr)
 	if err != nil {
 		fn.Refused, fn.Detail = ReasonNotInFile, err.Error()
 		return buf
 	}
-	fn.Offset = off
+	fn.Offset, fn.Entry = off, off
 	if fn.Size == 0 {
 		fn.Refused = ReasonZeroSize
 		return buf
@@ -242,6 +268,11 @@ func returns(ef *elf.File, r io.ReaderAt, arch Arch, fn *Func, parts []span, max
 		switch arch {
 		case ArchAMD64:
 			rs, indirect, exits, ref = scanAMD64(code, regions[i].addr)
+			if i == 0 && isGo {
+				if n := goStackCheckAMD64(code, fn.Addr); n > 0 {
+					fn.Entry, fn.EntryAfter = off+uint64(n), EntryAfterStackCheck
+				}
+			}
 		case ArchARM64:
 			rs, indirect, exits, ref = scanARM64(code, regions[i].addr)
 		}

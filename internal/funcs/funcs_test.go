@@ -310,7 +310,19 @@ func TestPrometheus(t *testing.T) {
 	if !f.Go || f.Arch != ArchAMD64 {
 		t.Fatalf("go %v, arch %s", f.Go, f.Arch)
 	}
-	t.Logf("prometheus: %d functions from the pclntab, refused %v", len(f.Funcs), tally(f))
+	if !strings.HasPrefix(f.GoVersion, "go1.19") {
+		t.Errorf("Go version %q, want Debian 12's go1.19", f.GoVersion)
+	}
+	checked := 0
+	for _, fn := range f.Funcs {
+		if fn.EntryAfter == EntryAfterStackCheck {
+			checked++
+		}
+	}
+	if e := byName(f)["github.com/prometheus/prometheus/promql.(*Engine).exec"]; e == nil || e.EntryAfter != EntryAfterStackCheck || e.Entry != e.Offset+18 {
+		t.Errorf("promql.(*Engine).exec: %+v, want its entry 18 bytes in, after LEAQ, CMPQ R12, 16(R14) and JBE", e)
+	}
+	t.Logf("prometheus (%s): %d functions from the pclntab, %d begin with a stack check, refused %v", f.GoVersion, len(f.Funcs), checked, tally(f))
 	if len(f.Funcs) < 10000 {
 		t.Errorf("%d functions, want the tens of thousands of a Go server", len(f.Funcs))
 	}
@@ -437,6 +449,16 @@ func TestGoText(t *testing.T) {
 			if w := byName(f)["main.work"]; w == nil || w.Refused != "" || w.Addr != want["main.work"] {
 				t.Errorf("main.work: %+v, want it traceable at %#x", w, want["main.work"])
 			}
+			// main.work is a leaf with a small frame: no stack check.
+			if w := byName(f)["main.work"]; w != nil && (w.EntryAfter != "" || w.Entry != w.Offset) {
+				t.Errorf("main.work: entry %#x (%q), first instruction %#x: want the first instruction", w.Entry, w.EntryAfter, w.Offset)
+			}
+			if m := byName(f)["main.main"]; m == nil || m.EntryAfter != EntryAfterStackCheck || m.Entry <= m.Offset {
+				t.Errorf("main.main: %+v, want its entry after the stack check", m)
+			}
+			if f.GoVersion != runtime.Version() {
+				t.Errorf("Go version %q, want %q", f.GoVersion, runtime.Version())
+			}
 			t.Logf("%s linking: %d functions at the addresses .symtab gives", link, agreed)
 			if agreed < 1000 {
 				t.Errorf("%d functions agreed, want the thousand or so of a Go program", agreed)
@@ -470,4 +492,37 @@ func symtabFuncs(bin string) (map[string]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// TestGoStackCheck finds the stack check a Go function (register ABI)
+// begins with, in the three forms Go 1.26's compiler wrote for functions
+// of a small, a larger and a past-StackBig frame, and no check where the
+// code is something else. Each code is padded to 0x200 bytes so the jumps
+// land inside it.
+func TestGoStackCheck(t *testing.T) {
+	pad := func(b ...byte) []byte { return append(b, make([]byte, 0x200-len(b))...) }
+	for _, tc := range []struct {
+		name string
+		code []byte
+		want int
+	}{
+		// CMPQ SP, 16(R14); JBE +0xb0
+		{"small frame", pad(0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xb0, 0, 0, 0, 0x55), 10},
+		// LEAQ -0x5a0(SP), R12; CMPQ R12, 16(R14); JBE +0x114
+		{"larger frame", pad(0x4c, 0x8d, 0xa4, 0x24, 0x60, 0xfa, 0xff, 0xff, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0x14, 0x01, 0, 0, 0x55), 18},
+		// MOVQ SP, R12; SUBQ $0x3f88, R12; JB +0x10e; CMPQ R12, 16(R14); JBE +0x104
+		{"past StackBig", pad(0x49, 0x89, 0xe4, 0x49, 0x81, 0xec, 0x88, 0x3f, 0, 0, 0x0f, 0x82, 0x0e, 0x01, 0, 0, 0x4d, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0x04, 0x01, 0, 0, 0x55), 26},
+		// PUSHQ BP: a NOSPLIT function
+		{"no check", pad(0x55, 0x48, 0x89, 0xe5), 0},
+		// CMPQ SP, 24(R14): not the stack guard
+		{"other field", pad(0x49, 0x3b, 0x66, 0x18, 0x0f, 0x86, 0xb0, 0, 0, 0), 0},
+		// CMPQ SP, 16(R14); JBE -0x100: out of the function
+		{"jump out", pad(0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0x00, 0xff, 0xff, 0xff), 0},
+		// LEAQ -0x5a0(SP), SP (writes SP) before the compare
+		{"writes SP", pad(0x48, 0x8d, 0xa4, 0x24, 0x60, 0xfa, 0xff, 0xff, 0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0xb0, 0, 0, 0), 0},
+	} {
+		if got := goStackCheckAMD64(tc.code, 0x1000); got != tc.want {
+			t.Errorf("%s: %d bytes of stack check, want %d", tc.name, got, tc.want)
+		}
+	}
 }

@@ -120,8 +120,10 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		return
 	}
 	if f.Go {
-		d.Errorf(has["binary"], "%s is a Go binary: Go functions are not traced yet (their calls must be paired by goroutine)", t.Binary)
-		return
+		if err := goTraceable(f); err != nil {
+			d.Errorf(has["binary"], "%s: %v", t.Binary, err)
+			return
+		}
 	}
 	var refused []string
 	for _, fn := range f.Funcs {

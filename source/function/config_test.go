@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -69,5 +70,22 @@ func TestDecodeSources(t *testing.T) {
 	}
 	if got, err := decode(t, file, "- {binary: /nonexistent/prog, function: f}\n"); err != nil || len(got) != 1 {
 		t.Errorf("an unreadable binary: %v, %+v; want it decoded", err, got)
+	}
+}
+
+// TestDecodeGo: a Go binary built by Go 1.17 or later (this test's own)
+// passes the check on x86-64, where Go functions are traced.
+func TestDecodeGo(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("Go functions are traced on x86-64 only so far")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	got, err := decode(t, file, "- {binary: "+exe+", function: testing.tRunner}\n")
+	if err != nil || len(got) != 1 {
+		t.Errorf("a Go binary: %v, %+v; want it decoded", err, got)
 	}
 }

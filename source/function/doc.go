@@ -1,14 +1,20 @@
 // Package function is the span source for functions of any binary:
 // each call of a traced function is a span named after it, measured by a
-// uprobe on its first instruction and one on each of its return
-// instructions (internal/funcs finds them), never a uretprobe. It loads
+// uprobe on its entry and one on each of its return instructions
+// (internal/funcs finds them), never a uretprobe. It loads
 // bpf/funcs.bpf.c beside the collector's core, so the spans reach the same
 // series, budgets and overrun records as every other source.
 //
-// So far: functions that internal/funcs finds traceable in binaries that
-// are not Go, paired by thread and stack pointer (C, C++, Rust), on the
-// full core (kernel 5.17+) with BPF attach cookies (5.15+); tested on
-// x86-64. Go binaries are refused: their goroutines move between threads
-// and their stacks move, so their calls must be paired by goroutine. The
-// rule file has no section for this source yet. Linux only.
+// Calls of C, C++ and Rust functions pair by thread and stack pointer.
+// Calls of Go functions pair by goroutine: the g that Go's register ABI
+// keeps in R14, and the depth from the top of that goroutine's stack, so
+// that a goroutine that moves to another thread or whose stack is copied
+// still pairs; the entry probe of a Go function that checks its stack is
+// placed after the check, so a call that grows its stack is entered once.
+// Go binaries built before Go 1.17 (no register ABI) are refused, and Go
+// binaries for arm64 too, so far.
+//
+// Needs the full core (kernel 5.17+) and BPF attach cookies on uprobes
+// (5.15+); tested on x86-64 (the arm64 objects are built, not run). The
+// rule file declares it under sources: functions:. Linux only.
 package function

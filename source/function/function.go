@@ -91,10 +91,9 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
 	if f.Go {
-		// Pairing by thread and stack pointer would lose Go calls: a
-		// goroutine may return on another thread than it entered on, and
-		// its stack moves when it grows.
-		return fmt.Errorf("functions of %s: a Go binary: Go functions are not traced yet (their calls must be paired by goroutine, issue 26)", t.Binary)
+		if err := goTraceable(f); err != nil {
+			return fmt.Errorf("functions of %s: %w", t.Binary, err)
+		}
 	}
 	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", fh.Fd()))
 	if err != nil {
@@ -120,6 +119,9 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 		var buf [snapshot.NameLen]byte
 		copy(buf[:snapshot.NameLen-1], snapshot.TruncateName(name))
 		src := bpf.FuncsFuncSource{NameId: snapshot.NameIDBytes(&buf)}
+		if f.Go {
+			src.Go = 1
+		}
 		for i, c := range buf {
 			src.Name[i] = int8(c)
 		}
@@ -135,9 +137,9 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 			}
 			s.links = append(s.links, l)
 		}
-		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Offset, Cookie: uint64(idx)})
+		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Entry, Cookie: uint64(idx)})
 		if err != nil {
-			return fmt.Errorf("functions of %s: %s: entry at %#x: %w", t.Binary, fn.DisplayName(), fn.Offset, err)
+			return fmt.Errorf("functions of %s: %s: entry at %#x: %w", t.Binary, fn.DisplayName(), fn.Entry, err)
 		}
 		s.links = append(s.links, l)
 		s.traced = append(s.traced, Traced{Binary: t.Binary, Func: fn, Span: name})
@@ -157,14 +159,18 @@ func (s *Source) Kind() string { return "functions" }
 
 // Counts returns the source's counters since it loaded, keyed
 // "functions/REASON": returns without an entry (unpaired: attached
-// mid-call, or the entry was evicted) and entries replaced by a call at
-// the same place on the same thread (replaced: their return never ran,
-// after a longjmp or an exception). Only nonzero counts.
+// mid-call, or the entry was evicted), entries replaced by a call at
+// the same place on the same thread or goroutine (replaced: their return
+// never ran, after a longjmp, an exception or a recovered panic, or the
+// goroutine exited and its g was reused), and Go entries and returns
+// dropped because the g register did not lead to a goroutine's stack
+// holding the stack pointer (no_goroutine). Only nonzero counts.
 func (s *Source) Counts() (map[string]uint64, error) {
 	out := map[string]uint64{}
 	for name, idx := range map[string]bpf.FuncsFuncCounter{
-		"unpaired": bpf.FuncsFuncCounterFUNC_COUNTER_UNPAIRED,
-		"replaced": bpf.FuncsFuncCounterFUNC_COUNTER_REPLACED,
+		"unpaired":     bpf.FuncsFuncCounterFUNC_COUNTER_UNPAIRED,
+		"replaced":     bpf.FuncsFuncCounterFUNC_COUNTER_REPLACED,
+		"no_goroutine": bpf.FuncsFuncCounterFUNC_COUNTER_NO_GOROUTINE,
 	} {
 		var per []uint64
 		if err := s.coll.Maps["func_counters"].Lookup(uint32(idx), &per); err != nil {

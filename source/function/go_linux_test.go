@@ -1,0 +1,180 @@
+//go:build linux
+
+package function
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spanwatch/spanwatch/bpf"
+	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/funcs"
+	"github.com/spanwatch/spanwatch/internal/glob"
+)
+
+// goStressDuration is how long TestGoStress's program runs; 3 s with
+// -short.
+const goStressDuration = 30 * time.Second
+
+// needGo skips a test that builds Go programs and traces them, unless it
+// runs as root on x86-64 with a go command.
+func needGo(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("Go functions are traced on x86-64 only so far")
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to build the test program")
+		}
+	}
+	return gobin
+}
+
+// TestGoStress traces a Go program's functions on 64 goroutines that
+// come and go (GOMAXPROCS 4): grow, whose frame makes each new
+// goroutine's stack grow (so its first instruction runs twice per call),
+// rec, which recurses 9 deep with big frames (the stack is copied under
+// calls in progress, and runtime.Gosched at the bottom lets the goroutine
+// move to another thread), and panicker, which panics on every third call
+// for its caller to recover. Every normal return must be one span, no
+// return unpaired, no event without a goroutine; the panicked calls'
+// entries (the only ones whose returns never run) must all be either
+// replaced (counted) or still open when the program has exited, and no
+// other entry left open. Pairing by thread and stack pointer, or an entry
+// probe on the first instruction, fails it.
+func TestGoStress(t *testing.T) {
+	gobin := needGo(t)
+	dur := goStressDuration
+	if testing.Short() {
+		dur = 3 * time.Second
+	}
+	prog := filepath.Join(t.TempDir(), "gostress")
+	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/gostress").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+
+	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	cmd := exec.Command(prog, dur.String())
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=4")
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	out := bufio.NewScanner(stdout)
+	if !out.Scan() || out.Text() != "ready" {
+		t.Fatalf("program said %q, want ready", out.Text())
+	}
+
+	var targets []Target
+	for _, name := range []string{"main.grow", "main.rec", "main.panicker"} {
+		g, err := glob.Compile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, Target{Binary: prog, Functions: g})
+	}
+	s, err := Attach(context.Background(), c.SourceCore(), targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tr := range s.Traced() {
+		// panicker is small enough to need no stack check in some
+		// compilers' hands; grow and rec always check.
+		if tr.Func.Name != "main.panicker" && (tr.Func.EntryAfter != funcs.EntryAfterStackCheck || tr.Func.Entry <= tr.Func.Offset) {
+			t.Errorf("%s: entry at %#x (%q), first instruction at %#x: want the entry after the stack check", tr.Func.Name, tr.Func.Entry, tr.Func.EntryAfter, tr.Func.Offset)
+		}
+		t.Logf("%s: first instruction %#x, entry probe %#x (%s), %d returns", tr.Func.Name, tr.Func.Offset, tr.Func.Entry, tr.Func.EntryAfter, len(tr.Func.Returns))
+	}
+	if _, err := c.Snapshot(); err != nil { // a fresh window
+		t.Fatal(err)
+	}
+	io.WriteString(stdin, "go\n")
+	want := map[string]uint64{}
+	for out.Scan() && out.Text() != "done" {
+		f := strings.Fields(out.Text())
+		if len(f) != 2 {
+			t.Fatalf("program said %q", out.Text())
+		}
+		n, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			t.Fatalf("program said %q", out.Text())
+		}
+		want[f[0]] = n
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the traced program: %v", err)
+	}
+	if want["grow"] == 0 || want["rec"] == 0 || want["panicker"] == 0 || want["panicked"] == 0 {
+		t.Fatalf("the program's counts %v: want calls of each function", want)
+	}
+
+	got := map[string]uint64{}
+	done := func() bool {
+		return got["main.grow"] >= want["grow"] && got["main.rec"] >= want["rec"] && got["main.panicker"] >= want["panicker"]
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !done(); time.Sleep(50 * time.Millisecond) {
+		snap, err := c.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sr := range snap.Series {
+			got[sr.Span] += sr.Count
+		}
+	}
+	snap, err := c.Snapshot() // anything late
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sr := range snap.Series {
+		got[sr.Span] += sr.Count
+	}
+	counts, err := s.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"grow", "rec", "panicker"} {
+		if got["main."+name] != want[name] {
+			t.Errorf("main.%s: %d spans, want %d (the calls that returned)", name, got["main."+name], want[name])
+		}
+	}
+	if counts["functions/unpaired"] != 0 || counts["functions/no_goroutine"] != 0 || counts["functions/replaced"] > want["panicked"] {
+		t.Errorf("counters %v: want no unpaired return, no event without a goroutine, at most %d replaced (the calls that panicked)", counts, want["panicked"])
+	}
+	// The program has exited: the entries still open are those of
+	// panicked calls no later call replaced, and with the replaced ones
+	// they are every panicked call (no LRU eviction at this size).
+	left := map[string]uint64{}
+	var k bpf.FuncsFuncOpenKey
+	var start uint64
+	for it := s.coll.Maps["func_open"].Iterate(); it.Next(&k, &start); {
+		left[s.traced[k.Source].Func.Name]++
+	}
+	if left["main.grow"] != 0 || left["main.rec"] != 0 || counts["functions/replaced"]+left["main.panicker"] != want["panicked"] {
+		t.Errorf("entries left open %v, replaced %d: want only panicker's, which with the replaced ones make the %d panicked calls", left, counts["functions/replaced"], want["panicked"])
+	}
+	t.Logf("%s: program counts %v; spans %v; counters %v; entries left open %v", dur, want, fmt.Sprint(got), counts, left)
+}
