@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 
@@ -65,14 +66,18 @@ type counter struct {
 // addCounts makes snapshots carry the window's increase of a source's
 // counters (sourceEvents).
 func (c *Collector) addCounts(f func() (map[string]uint64, error)) func() {
-	k := &counter{counts: f}
-	c.mu.Lock()
-	c.counters = append(c.counters, k)
-	c.mu.Unlock()
+	return register(&c.mu, &c.counters, &counter{counts: f})
+}
+
+// register appends x to *list under mu and returns what removes it.
+func register[T any](mu *sync.Mutex, list *[]*T, x *T) func() {
+	mu.Lock()
+	*list = append(*list, x)
+	mu.Unlock()
 	return func() {
-		c.mu.Lock()
-		c.counters = slices.DeleteFunc(c.counters, func(x *counter) bool { return x == k })
-		c.mu.Unlock()
+		mu.Lock()
+		*list = slices.DeleteFunc(*list, func(y *T) bool { return y == x })
+		mu.Unlock()
 	}
 }
 
@@ -83,7 +88,7 @@ func (c *Collector) sourceEvents(st *snapshot.Stats) {
 	for _, k := range c.counters {
 		n, err := k.counts()
 		if err != nil {
-			c.log.Warn("tracepoint_counts_failed", "error", err)
+			c.log.Warn("source_counts_failed", "error", err)
 			continue
 		}
 		for k, v := range n {
@@ -124,15 +129,7 @@ type healthKey struct {
 // addHealth makes snapshots carry each of a source's configured sources'
 // hits over the window (sourceHealth).
 func (c *Collector) addHealth(f func() ([]source.Health, error)) func() {
-	h := &health{f: f}
-	c.mu.Lock()
-	c.healths = append(c.healths, h)
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		c.healths = slices.DeleteFunc(c.healths, func(x *health) bool { return x == h })
-		c.mu.Unlock()
-	}
+	return register(&c.mu, &c.healths, &health{f: f})
 }
 
 // sourceHealth puts in st each configured source's probe hits over the
