@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/config/section"
+	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/internal/tpsource"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 	"github.com/spanwatch/spanwatch/metrics"
 	"github.com/spanwatch/spanwatch/notify"
+	"github.com/spanwatch/spanwatch/source/function"
 )
 
 // want is one expected problem: "# want POS | TEXT" at the end of a broken
@@ -245,6 +248,7 @@ func TestRestartChanges(t *testing.T) {
 			Collector: CollectorSettings{Interval: time.Second, MaxSeries: 100, Sources: []string{"marker"}},
 			Notify:    &notify.Config{Routing: notify.Routing{Outbox: notify.Outbox{Path: "/a/outbox.db"}}},
 			Sources:   []usdt.SpanSource{{Binary: "/bin/x", Span: "s", Pos: section.Pos{File: "f", Line: 1, Col: 1}}},
+			Functions: []function.Target{{Binary: "/bin/y", Functions: mustGlob(t, "g"), Declared: "f:2:1"}},
 		}
 	}
 	for _, tc := range []struct {
@@ -260,6 +264,9 @@ func TestRestartChanges(t *testing.T) {
 			[]string{"collector.ringbuf_bytes", "collector.force_kprobe"}},
 		{"collector sources", func(c *Config) { c.Collector.Sources = nil }, []string{"collector.sources"}},
 		{"usdt sources", func(c *Config) { c.Sources = nil }, []string{"sources"}},
+		{"tracepoint sources", func(c *Config) { c.Tracepoints = []tpsource.Source{{Span: "t"}} }, []string{"sources"}},
+		{"function sources", func(c *Config) { c.Functions = []function.Target{{Binary: "/bin/x", Functions: mustGlob(t, "f")}} }, []string{"sources"}},
+		{"function source moved in the file", func(c *Config) { c.Functions[0].Declared = "f:9:1" }, nil},
 		{"outbox path", func(c *Config) { c.Notify.Routing.Outbox.Path = "/b/outbox.db" }, []string{"routing.outbox.path"}},
 		{"metrics", func(c *Config) {
 			c.Metrics = metrics.Config{Bounds: []time.Duration{time.Second}, NoNativeHistograms: true, NoExemplars: true, SeriesTTL: time.Minute}
@@ -355,4 +362,13 @@ routing:
 	if err == nil || !strings.HasPrefix(err.Error(), `spanwatch.yaml:12:5: unknown key "send_resolvd"`) {
 		t.Errorf("error %v, want it located in the whole file", err)
 	}
+}
+
+func mustGlob(t *testing.T, pattern string) *glob.Glob {
+	t.Helper()
+	g, err := glob.Compile(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

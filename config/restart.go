@@ -38,8 +38,7 @@ func restartChanges(running, next *Config) []RestartChange {
 		out = append(out, RestartChange{Key: "otlp", Old: describeOTLP(running.OTLP), New: describeOTLP(next.OTLP)})
 	}
 	out = append(out, listenerSettings.restartChanges(&running.Listener, &next.Listener)...)
-	if !sameSources(running.Sources, next.Sources) || !sameTracepoints(running.Tracepoints, next.Tracepoints) ||
-		!sameFunctions(running.Functions, next.Functions) {
+	if slices.ContainsFunc(sourceKinds, func(k sourceKind) bool { return !k.same(running, next) }) {
 		out = append(out, RestartChange{Key: "sources", Old: describeSources(running), New: describeSources(next)})
 	}
 	switch {
@@ -66,9 +65,9 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	out := *next
 	out.Collector = collectorSettings.keepRunning(running.Collector, next.Collector)
 	out.Listener = listenerSettings.keepRunning(running.Listener, next.Listener)
-	out.Sources = running.Sources
-	out.Tracepoints = running.Tracepoints
-	out.Functions = running.Functions
+	for _, k := range sourceKinds {
+		k.keep(&out, running)
+	}
 	out.Metrics = running.Metrics
 	out.OTLP = running.OTLP
 	switch {
@@ -84,37 +83,51 @@ func keepRunning(running, next *Config, changes []RestartChange) *Config {
 	return &out
 }
 
-func sameSources(a, b []usdt.SpanSource) bool {
-	return slices.EqualFunc(a, b, func(x, y usdt.SpanSource) bool {
-		x.Pos, y.Pos = section.Pos{}, section.Pos{} // moving a source in the file changes nothing
+// sourceKinds are the rule file's kinds of source: a new kind is one line
+// here. A change to any of them takes a restart.
+var sourceKinds = []sourceKind{
+	sourceSection[usdt.SpanSource]{func(c *Config) *[]usdt.SpanSource { return &c.Sources }, func(s *usdt.SpanSource) { s.Pos = section.Pos{} }, (*usdt.SpanSource).Describe},
+	sourceSection[tpsource.Source]{func(c *Config) *[]tpsource.Source { return &c.Tracepoints }, func(s *tpsource.Source) { s.Pos = section.Pos{} }, (*tpsource.Source).Describe},
+	sourceSection[function.Target]{func(c *Config) *[]function.Target { return &c.Functions }, func(t *function.Target) { t.Declared = "" }, (*function.Target).Describe},
+}
+
+type sourceKind interface {
+	same(a, b *Config) bool      // the same sources, wherever the file places them
+	keep(out, running *Config)   // out takes running's sources
+	describe(c *Config) []string // each source, for a restart message
+}
+
+// A sourceSection is one kind of source: where a Config holds them, how to forget
+// a source's place in the file (moving it changes nothing), and how one
+// is described.
+type sourceSection[T any] struct {
+	list      func(*Config) *[]T
+	unplace   func(*T)
+	describe1 func(*T) string
+}
+
+func (k sourceSection[T]) same(a, b *Config) bool {
+	return slices.EqualFunc(*k.list(a), *k.list(b), func(x, y T) bool {
+		k.unplace(&x)
+		k.unplace(&y)
 		return reflect.DeepEqual(x, y)
 	})
 }
 
-func sameTracepoints(a, b []tpsource.Source) bool {
-	return slices.EqualFunc(a, b, func(x, y tpsource.Source) bool {
-		x.Pos, y.Pos = section.Pos{}, section.Pos{}
-		return reflect.DeepEqual(x, y)
-	})
-}
+func (k sourceSection[T]) keep(out, running *Config) { *k.list(out) = *k.list(running) }
 
-func sameFunctions(a, b []function.Target) bool {
-	return slices.EqualFunc(a, b, func(x, y function.Target) bool {
-		x.Declared, y.Declared = "", ""
-		return reflect.DeepEqual(x, y)
-	})
+func (k sourceSection[T]) describe(c *Config) []string {
+	var out []string
+	for i := range *k.list(c) {
+		out = append(out, k.describe1(&(*k.list(c))[i]))
+	}
+	return out
 }
 
 func describeSources(c *Config) string {
 	var names []string
-	for i := range c.Sources {
-		names = append(names, c.Sources[i].Describe())
-	}
-	for i := range c.Tracepoints {
-		names = append(names, c.Tracepoints[i].Describe())
-	}
-	for i := range c.Functions {
-		names = append(names, c.Functions[i].Describe())
+	for _, k := range sourceKinds {
+		names = append(names, k.describe(c)...)
 	}
 	if len(names) == 0 {
 		return "none"
