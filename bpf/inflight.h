@@ -108,6 +108,20 @@ struct {
 	__type(value, struct inflight_stack);
 } inflight_zero SEC(".maps");
 
+/* task_word reads the 8-byte word at addr in the user memory of task:
+ * directly when task is the current one (current set), else through
+ * bpf_copy_from_user_task (a sleepable program's helper). 0 when it
+ * cannot. */
+static __always_inline __u64 task_word(void *task, __u64 addr, int current)
+{
+	__u64 w = 0;
+
+	if (current ? bpf_probe_read_user(&w, sizeof(w), (void *)addr)
+		    : bpf_copy_from_user_task(&w, sizeof(w), (void *)addr, task, 0))
+		return 0;
+	return w;
+}
+
 #if defined(__TARGET_ARCH_x86)
 /* The x86-64 fs base of a task: where its thread-local storage ends. */
 struct thread_struct___sw {
@@ -148,14 +162,10 @@ static __always_inline void learn_tls(__u32 tgid, __u64 g)
 static __always_inline __u64 task_g(void *task, __s64 off, int current)
 {
 	__u64 fs = task_fsbase(task);
-	__u64 g = 0;
 
 	if (!fs)
 		return 0;
-	if (current ? bpf_probe_read_user(&g, sizeof(g), (void *)(fs + off))
-		    : bpf_copy_from_user_task(&g, sizeof(g), (void *)(fs + off), task, 0))
-		return 0;
-	return g;
+	return task_word(task, fs + off, current);
 }
 
 /* g_on_its_stack: see the arm64 one. On x86-64 the Go runtime sets the
@@ -243,17 +253,14 @@ static __always_inline void learn_tls(__u32 tgid, __u64 g)
  * thread pointer, or in x28; 0 when it cannot. */
 static __always_inline __u64 task_g(void *task, __s64 off, int current)
 {
-	__u64 tp, g = 0;
+	__u64 tp;
 
 	if (off == INFLIGHT_G_IN_X28)
 		return task_x28(current ? bpf_get_current_task_btf() : (struct task_struct *)task);
 	tp = task_tp(task);
 	if (!tp)
 		return 0;
-	if (current ? bpf_probe_read_user(&g, sizeof(g), (void *)(tp + off))
-		    : bpf_copy_from_user_task(&g, sizeof(g), (void *)(tp + off), task, 0))
-		return 0;
-	return g;
+	return task_word(task, tp + off, current);
 }
 
 /* The start of the Go runtime's struct g: its stack bounds, [lo, hi). */
