@@ -29,6 +29,7 @@ func restartChanges(running, next *Config) []RestartChange {
 		{"exemplars", !running.Metrics.NoExemplars, !next.Metrics.NoExemplars},
 		{"series_ttl", running.Metrics.SeriesTTL, next.Metrics.SeriesTTL},
 		{"names", running.Metrics.Names, next.Metrics.Names},
+		{"ids", running.Metrics.IDs, next.Metrics.IDs},
 	} {
 		if !reflect.DeepEqual(m.x, m.y) {
 			out = append(out, RestartChange{Key: "metrics." + m.key, Old: show(m.x), New: show(m.y)})

@@ -22,6 +22,7 @@ import (
 //	  exemplars: true                                 # the default: overruns' trace ids
 //	  series_ttl: 1h                                  # the default; 0 keeps every series
 //	  names: spanwatch                                # the default; spanmetrics: the OTel spanmetrics connector's names
+//	  ids: false                                      # the default: a Kubernetes series without cgroup path and ids
 func Decode(d *section.Decoder, n *yaml.Node) Config {
 	var cfg Config
 	if n == nil || n.Kind == 0 {
@@ -32,7 +33,7 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 		d.Errorf(at, "metrics: %s", fmt.Sprintf(format, a...))
 	}
 	if n.Kind != yaml.MappingNode {
-		fail(n, "want a mapping with buckets, native_histograms, exemplars, series_ttl, names")
+		fail(n, "want a mapping with buckets, native_histograms, exemplars, series_ttl, names, ids")
 		return cfg
 	}
 	dur := func(v *yaml.Node, what string) (time.Duration, bool) {
@@ -97,6 +98,13 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 				continue
 			}
 			cfg.NoExemplars = !on
+		case "ids":
+			var on bool
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&on) != nil {
+				fail(v, "ids must be true or false")
+				continue
+			}
+			cfg.IDs = on
 		case "series_ttl":
 			if d, ok := dur(v, "series_ttl"); ok {
 				cfg.SeriesTTL = d
@@ -114,7 +122,7 @@ func Decode(d *section.Decoder, n *yaml.Node) Config {
 			}
 			fail(v, "names must be %s or %s", NamesSpanwatch, NamesSpanmetrics)
 		default:
-			fail(k, "unknown key %q (want one of: buckets, native_histograms, exemplars, series_ttl, names)", k.Value)
+			fail(k, "unknown key %q (want one of: buckets, native_histograms, exemplars, series_ttl, names, ids)", k.Value)
 		}
 	}
 	return cfg

@@ -46,13 +46,14 @@ func TestParseConfig(t *testing.T) {
 		{"keep forever", "metrics:\n  series_ttl: 0\n", Config{SeriesTTL: -1}},
 		{"spanmetrics names", "metrics:\n  names: spanmetrics\n", Config{Names: NamesSpanmetrics}},
 		{"spanwatch names", "metrics:\n  names: spanwatch\n", Config{Names: NamesSpanwatch}},
+		{"ids", "metrics:\n  ids: true\n", Config{IDs: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseConfig("rules.yaml", sectionNode(t, tc.src))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.NoExemplars != tc.want.NoExemplars || got.SeriesTTL != tc.want.SeriesTTL || got.Names != tc.want.Names {
+			if len(got.Bounds) != len(tc.want.Bounds) || (got.Bounds == nil) != (tc.want.Bounds == nil) || got.NoNativeHistograms != tc.want.NoNativeHistograms || got.NoExemplars != tc.want.NoExemplars || got.SeriesTTL != tc.want.SeriesTTL || got.Names != tc.want.Names || got.IDs != tc.want.IDs {
 				t.Fatalf("ParseConfig = %+v, want %+v", got, tc.want)
 			}
 			for i := range got.Bounds {
@@ -77,6 +78,7 @@ func TestParseConfigErrors(t *testing.T) {
   series_ttl: -1h
   bucket: [1s]
   names: otel
+  ids: sometimes
 `
 	_, err := ParseConfig("rules.yaml", sectionNode(t, src))
 	if err == nil {
@@ -92,6 +94,7 @@ func TestParseConfigErrors(t *testing.T) {
 		`rules.yaml:5:15: metrics: series_ttl: negative duration "-1h"`,
 		`rules.yaml:6:3: metrics: unknown key "bucket"`,
 		"rules.yaml:7:10: metrics: names must be spanwatch or spanmetrics",
+		"rules.yaml:8:8: metrics: ids must be true or false",
 	}
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) != len(want) {

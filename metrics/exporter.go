@@ -36,10 +36,13 @@ const DefaultSeriesTTL = time.Hour
 // seriesLabels are the labels of every per-span metric, in order: the
 // span, then the names people know (Kubernetes namespace, pod, container;
 // the executable; the systemd unit), then the cgroup path, which tells
-// apart what the names do not, and last the OpenTelemetry service name
-// the processes declare. The ids (container_id, pod_uid) are left out: the
-// cgroup path holds them, and they change at every restart.
-var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup", "service"}
+// apart what the names do not, the OpenTelemetry service name the
+// processes declare, and the ids. The ids change at every restart of a
+// container, and a Kubernetes container's cgroup path holds them: unless
+// Config.IDs, a series named by Kubernetes (its pod known) goes without
+// its cgroup path, and no series has container_id or pod_uid, so a
+// restarted container goes on in the same series (builder.labelValues).
+var seriesLabels = []string{"span", "namespace", "pod", "container", "process", "unit", "cgroup", "service", "container_id", "pod_uid"}
 
 // Names say what the per-span families and their labels are called.
 type Names string
@@ -86,6 +89,11 @@ type Config struct {
 	// Names chooses the per-span families' names and labels: "" or
 	// NamesSpanwatch, or NamesSpanmetrics.
 	Names Names
+	// IDs exports every series' cgroup path and its container_id and
+	// pod_uid labels; without it a series whose pod is known goes without
+	// the three, which change when its container restarts (a new series
+	// each time), and other series keep their cgroup path.
+	IDs bool
 	// SeriesTTL drops a span series that has not appeared in a snapshot
 	// for this long; 0 means DefaultSeriesTTL, negative keeps series
 	// forever.
@@ -156,7 +164,7 @@ func NewExporter(cfg Config) (*Exporter, error) {
 		log:         cfg.Logger,
 	}
 	e.view.Store(&view{})
-	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}, reserved: seriesLabels}
+	e.bd = builder{seed: maphash.MakeSeed(), index: map[uint64]int32{}, names: map[string][]string{}, reserved: seriesLabels, ids: cfg.IDs}
 	if e.spanmetrics {
 		// A source label spelled as one of the names the spanmetrics
 		// labels take would clash with it: it is not exported.

@@ -173,7 +173,9 @@ type builder struct {
 	// serviceIsProcess: a series whose processes declare no service
 	// takes the process as its service (spanmetrics' service_name).
 	serviceIsProcess bool
-	best     []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
+	// ids: every series keeps its cgroup path and its ids (Config.IDs).
+	ids  bool
+	best []seriesExemplar // the newest exemplar of this snapshot's overruns per view series, by index
 }
 
 // labelValues renders a snapshot series' exported label values in the
@@ -184,7 +186,13 @@ func (bd *builder) labelValues(sr *snapshot.Series, extra []string) []string {
 	if service == "" && bd.serviceIsProcess {
 		service = sr.Process
 	}
-	b := append(bd.values[:0], valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(sr.Cgroup), valid(service))
+	cgroup, containerID, podUID := sr.Cgroup, "", ""
+	if bd.ids {
+		containerID, podUID = sr.ContainerID, sr.PodUID
+	} else if sr.Pod != "" {
+		cgroup = ""
+	}
+	b := append(bd.values[:0], valid(sr.Span), valid(sr.Namespace), valid(sr.Pod), valid(sr.Container), valid(sr.Process), valid(sr.Unit), valid(cgroup), valid(service), valid(containerID), valid(podUID))
 	for _, k := range extra {
 		b = append(b, valid(sr.SourceLabels[k]))
 	}
