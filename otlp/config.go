@@ -13,7 +13,7 @@ import (
 )
 
 // Config is the otlp: section: where overrun records go as OTLP log
-// records.
+// records, and with profiles: true their stacks as OTLP profiles.
 //
 //	otlp:
 //	  endpoint: http://otel-collector:4318   # OTLP/HTTP; records go to ENDPOINT/v1/logs

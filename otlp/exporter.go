@@ -24,7 +24,8 @@ import (
 )
 
 // An Exporter sends overrun records to an OTLP/HTTP endpoint as log
-// records (OTLP/HTTP with JSON bodies). Overrun never blocks: it queues
+// records (OTLP/HTTP with JSON bodies), and with Config.Profiles their
+// stacks as OTLP profiles (protobuf), each signal retried on its own. Overrun never blocks: it queues
 // the record, and Run sends the queue in batches, retrying what the
 // endpoint may take later (429, 502, 503, 504, a connection error) with
 // backoff until the request timeout has passed four times over. What is
@@ -168,6 +169,9 @@ func (e *Exporter) Stats() Stats {
 	}
 	return st
 }
+
+// Profiles says whether the exporter sends profiles (Config.Profiles).
+func (e *Exporter) Profiles() bool { return e.profiles != nil }
 
 // Overrun queues one overrun record for export, without blocking.
 func (e *Exporter) Overrun(o *snapshot.Overrun) {
