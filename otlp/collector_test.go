@@ -133,8 +133,9 @@ func TestOpenTelemetryCollector(t *testing.T) {
 // TestOpenTelemetryCollectorProfiles sends overruns with profiles: true
 // to the Collector's own OTLP receiver and reads the profiles it decoded
 // (pprofile's OTLP/JSON): a sample an overrun, its stack's function
-// names leaf first, its span name attribute and its trace link, the
-// dictionary holding each function once, and the log records as well.
+// names leaf first (an inlined run as one location), its span name
+// attribute and its trace link, the dictionary holding each function
+// once, and the log records as well.
 func TestOpenTelemetryCollectorProfiles(t *testing.T) {
 	addr, lines := startCollector(t)
 	e := newExporter(t, Config{Endpoint: "http://" + addr, Profiles: true})
@@ -144,11 +145,14 @@ func TestOpenTelemetryCollectorProfiles(t *testing.T) {
 	const n = 600 // two batches
 	for i := range n {
 		o := overrun(i)
-		if i%2 == 1 { // a second stack, under the same caller, with a kernel frame on top
+		switch {
+		case i == 3: // no stack, with a trace
+			o.Span, o.UserStack, o.StackError = "nostack", nil, "no frames"
+		case i%2 == 1: // a second stack, under the same caller, with a kernel frame on top
 			o.Span = "refund"
 			o.TraceID, o.SpanID = "", ""
 			o.KernelStack = []snapshot.Frame{{Function: "do_sys_poll"}}
-			o.UserStack = []snapshot.Frame{{Function: "main.refund", File: "/src/api.go", Line: 52}, o.UserStack[1]}
+			o.UserStack = []snapshot.Frame{{Function: "main.refund", File: "/src/api.go", Line: 52, Inlined: true}, o.UserStack[1]}
 		}
 		e.Overrun(o)
 	}

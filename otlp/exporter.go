@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -61,8 +60,9 @@ type signal struct {
 	contentType string
 	header      [2]string // one more header the signal needs, if any
 	encode      func([]item) ([]byte, error)
-	// rejected reads the count a 2xx response's partial success refused.
-	rejected func([]byte) uint64
+	// rejected reads how many of a batch of n overruns a 2xx response's
+	// partial success refused.
+	rejected func(body []byte, n int) uint64
 
 	sent, failed, refused atomic.Uint64
 }
@@ -121,7 +121,7 @@ func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, e
 	e.logs = &signal{
 		name: "logs", url: base + "/v1/logs", contentType: "application/json",
 		encode: func(batch []item) ([]byte, error) { return json.Marshal(e.request(batch)) },
-		rejected: func(b []byte) uint64 {
+		rejected: func(b []byte, n int) uint64 {
 			var ps struct {
 				PartialSuccess struct {
 					RejectedLogRecords json.Number `json:"rejectedLogRecords"`
@@ -130,8 +130,8 @@ func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, e
 			if json.Unmarshal(b, &ps) != nil {
 				return 0
 			}
-			n, _ := strconv.ParseUint(string(ps.PartialSuccess.RejectedLogRecords), 10, 64)
-			return n
+			r, _ := strconv.ParseUint(string(ps.PartialSuccess.RejectedLogRecords), 10, 64)
+			return min(r, uint64(n))
 		},
 	}
 	if cfg.Profiles {
@@ -139,11 +139,11 @@ func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, e
 			name: "profiles", url: base + profilesPath, contentType: "application/x-protobuf",
 			header: [2]string{profilesVersionHeader, profilesVersion},
 			encode: func(batch []item) ([]byte, error) { return e.profilesRequest(batch), nil },
-			rejected: func(b []byte) uint64 {
+			rejected: func(b []byte, n int) uint64 {
 				// One profile holds the batch: a rejected profile
 				// is every sample of it.
-				if n, err := profilesRejected(b); err == nil && n > 0 {
-					return math.MaxUint64
+				if r, err := profilesRejected(b); err == nil && r > 0 {
+					return uint64(n)
 				}
 				return 0
 			},
@@ -192,7 +192,8 @@ func (e *Exporter) Overrun(o *snapshot.Overrun) {
 // Run sends queued records until ctx ends, then what is still queued,
 // for at most one request timeout. A batch whose request was out, or
 // waiting to be retried, when ctx ended gets one last try first, also
-// bounded by the request timeout: a stop takes at most two.
+// bounded by the request timeout: a stop takes at most two for each
+// signal sent (the records, and the profile with Config.Profiles).
 func (e *Exporter) Run(ctx context.Context) {
 	batch := make([]item, 0, maxBatch)
 	timer := time.NewTimer(batchWait)
@@ -258,9 +259,8 @@ func (e *Exporter) send(ctx context.Context, sig *signal, batch []item, retry bo
 	deadline := e.now().Add(4 * e.cfg.Timeout)
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		rejected, again, err := e.post(ctx, sig, body)
+		rejected, again, err := e.post(ctx, sig, body, len(batch))
 		if err == nil {
-			rejected = min(rejected, uint64(len(batch)))
 			sig.sent.Add(uint64(len(batch)) - rejected)
 			if rejected > 0 {
 				sig.refused.Add(rejected)
@@ -291,9 +291,9 @@ func (e *Exporter) send(ctx context.Context, sig *signal, batch []item, retry bo
 	}
 }
 
-// post sends one request: rejected is the records a partial success
-// refused; again says the error may pass.
-func (e *Exporter) post(ctx context.Context, sig *signal, body []byte) (rejected uint64, again bool, err error) {
+// post sends one request of sig holding n overruns: rejected is how many
+// a partial success refused; again says the error may pass.
+func (e *Exporter) post(ctx context.Context, sig *signal, body []byte, n int) (rejected uint64, again bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sig.url, bytes.NewReader(body))
@@ -322,7 +322,7 @@ func (e *Exporter) post(ctx context.Context, sig *signal, body []byte) (rejected
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return sig.rejected(b), false, nil
+		return sig.rejected(b, n), false, nil
 	case resp.StatusCode == 429, resp.StatusCode == 502, resp.StatusCode == 503, resp.StatusCode == 504:
 		return 0, true, fmt.Errorf("%s: %s", resp.Status, firstLine(b))
 	}

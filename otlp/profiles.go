@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -100,6 +101,7 @@ type dictionary struct {
 	funcIdx    map[[2]int32]int32
 	locations  [][]byte
 	locIdx     map[snapshot.Frame]int32
+	inlinedIdx map[string]int32 // locations of inlined runs, by fmt.Sprint(run)
 	stacks     [][]byte
 	stackIdx   map[string]int32
 	links      [][]byte
@@ -112,7 +114,7 @@ func newDictionary() *dictionary {
 	return &dictionary{
 		strings: []string{""}, stringIdx: map[string]int32{"": 0},
 		functions: [][]byte{nil}, funcIdx: map[[2]int32]int32{},
-		locations: [][]byte{nil}, locIdx: map[snapshot.Frame]int32{},
+		locations: [][]byte{nil}, locIdx: map[snapshot.Frame]int32{}, inlinedIdx: map[string]int32{},
 		stacks: [][]byte{nil}, stackIdx: map[string]int32{},
 		links: [][]byte{nil}, linkIdx: map[string]int32{},
 		attributes: [][]byte{nil}, attrIdx: map[string]int32{},
@@ -148,36 +150,58 @@ func (d *dictionary) function(f snapshot.Frame) int32 {
 	return i
 }
 
-func (d *dictionary) location(f snapshot.Frame) int32 {
-	if i, ok := d.locIdx[f]; ok {
-		return i
+// location returns the location of run: one frame, or frames inlined
+// into the last one, which share its address: one location with a line
+// each, innermost first, as OTLP (and pprof) represent inlining.
+func (d *dictionary) location(run []snapshot.Frame) int32 {
+	var inlined string
+	if len(run) == 1 {
+		if i, ok := d.locIdx[run[0]]; ok {
+			return i
+		}
+	} else {
+		inlined = fmt.Sprint(run)
+		if i, ok := d.inlinedIdx[inlined]; ok {
+			return i
+		}
 	}
-	var line []byte
-	line = appendVarint(line, lineFunction, uint64(d.function(f)))
-	line = appendVarint(line, lineLine, uint64(f.Line))
 	var b []byte
-	b = appendVarint(b, locAddress, f.Addr)
-	b = protowire.AppendTag(b, locLines, protowire.BytesType)
-	b = protowire.AppendBytes(b, line)
+	b = appendVarint(b, locAddress, run[len(run)-1].Addr)
+	for _, f := range run {
+		var line []byte
+		line = appendVarint(line, lineFunction, uint64(d.function(f)))
+		line = appendVarint(line, lineLine, uint64(f.Line))
+		b = appendBytes(b, locLines, line)
+	}
 	i := int32(len(d.locations))
 	d.locations = append(d.locations, b)
-	d.locIdx[f] = i
+	if len(run) == 1 {
+		d.locIdx[run[0]] = i
+	} else {
+		d.inlinedIdx[inlined] = i
+	}
 	return i
 }
 
+// stack returns the stack of frames, leaf first; 0, the empty stack,
+// when there are none (the record's spanwatch.stack_error says why).
 func (d *dictionary) stack(frames []snapshot.Frame) int32 {
+	if len(frames) == 0 {
+		return 0
+	}
 	var locs []byte
-	for _, f := range frames {
-		locs = protowire.AppendVarint(locs, uint64(d.location(f)))
+	for i := 0; i < len(frames); {
+		j := i
+		for j < len(frames)-1 && frames[j].Inlined {
+			j++
+		}
+		locs = protowire.AppendVarint(locs, uint64(d.location(frames[i:j+1])))
+		i = j + 1
 	}
 	if i, ok := d.stackIdx[string(locs)]; ok {
 		return i
 	}
-	var b []byte
-	if len(locs) > 0 {
-		b = protowire.AppendTag(b, stackLocations, protowire.BytesType)
-		b = protowire.AppendBytes(b, locs)
-	}
+	b := appendBytes(nil, stackLocations, locs)
 	i := int32(len(d.stacks))
 	d.stacks = append(d.stacks, b)
 	d.stackIdx[string(locs)] = i

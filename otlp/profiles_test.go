@@ -102,7 +102,7 @@ func (p *profilesJSON) samples() int {
 
 // checkProfiles checks profiles against n overruns made as
 // TestOpenTelemetryCollectorProfiles makes them: even ones checkout with
-// a trace, odd ones refund without, on a second stack.
+// a trace, odd ones refund without, on a second stack, and one nostack.
 func checkProfiles(t *testing.T, profiles []profilesJSON, n int) {
 	t.Helper()
 	seen := 0
@@ -126,8 +126,15 @@ func checkProfiles(t *testing.T, profiles []profilesJSON, n int) {
 		if want := []string{"", "main.slowQuery", "main.checkout", "do_sys_poll", "main.refund"}; !slices.Equal(fns, want) {
 			t.Errorf("function table %q, want %q", fns, want)
 		}
-		if len(d.StackTable) != 3 || len(d.LocationTable) != 5 {
-			t.Errorf("%d stacks, %d locations: want 3 and 5 (each with its zero entry)", len(d.StackTable), len(d.LocationTable))
+		// Locations: the zero entry, main.slowQuery, main.checkout,
+		// do_sys_poll, and main.refund inlined into main.checkout (one
+		// location, two lines).
+		var lines []int
+		for _, l := range d.LocationTable {
+			lines = append(lines, len(l.Lines))
+		}
+		if len(d.StackTable) != 3 || !slices.Equal(lines, []int{0, 1, 1, 1, 2}) {
+			t.Errorf("%d stacks, locations' lines %v: want 3 stacks and [0 1 1 1 2]", len(d.StackTable), lines)
 		}
 		for i, rp := range p.ResourceProfiles {
 			if res := p.resource(i); res["service.name"] != "spanwatch" || res["host.name"] != "node1" {
@@ -163,11 +170,18 @@ func checkProfiles(t *testing.T, profiles []profilesJSON, n int) {
 						}
 						want := []string{"main.slowQuery", "main.checkout"}
 						wantLink := "4bf92f3577b34da6a3ce929d0e0e4736/00f067aa0ba902b7"
-						if a["spanwatch.span.name"] == "refund" {
+						switch a["spanwatch.span.name"] {
+						case "refund":
 							want = []string{"do_sys_poll", "main.refund", "main.checkout"}
 							wantLink = ""
-						} else if a["spanwatch.span.name"] != "checkout" {
-							t.Errorf("span name %q", a["spanwatch.span.name"])
+						case "nostack":
+							want = nil
+							if s.StackIndex != 0 || a["spanwatch.stack_error"] != "no frames" {
+								t.Errorf("sample without a stack: stack %d, attributes %v", s.StackIndex, a)
+							}
+						}
+						if name := a["spanwatch.span.name"]; name != "checkout" && name != "refund" && name != "nostack" {
+							t.Errorf("span name %q", name)
 						}
 						if !slices.Equal(frames, want) || link != wantLink {
 							t.Errorf("sample %s: frames %q, link %q; want %q, %q", a["spanwatch.span.name"], frames, link, want, wantLink)
