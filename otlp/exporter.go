@@ -24,12 +24,12 @@ import (
 
 // An Exporter sends overrun records to an OTLP/HTTP endpoint as log
 // records (OTLP/HTTP with JSON bodies), and with Config.Profiles their
-// stacks as OTLP profiles (protobuf), each signal retried on its own. Overrun never blocks: it queues
-// the record, and Run sends the queue in batches, retrying what the
-// endpoint may take later (429, 502, 503, 504, a connection error) with
-// backoff until the request timeout has passed four times over. What is
-// dropped (queue full) or given up on (refused, retries exhausted) is
-// counted in Stats and logged.
+// stacks as OTLP profiles (protobuf). Overrun never blocks: it queues the
+// record, and Run sends the queue in batches, each batch as each signal,
+// retrying what the endpoint may take later (429, 502, 503, 504, a
+// connection error) with backoff until the request timeout has passed
+// four times over. What is dropped (queue full) or given up on (refused,
+// retries exhausted) is counted in Stats and logged.
 type Exporter struct {
 	cfg      Config
 	resource []attr
