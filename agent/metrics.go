@@ -146,13 +146,22 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // otlpCollector exports what the OTLP exporter did with the overrun
-// records: spanwatch_otlp_records_total by result.
+// records: spanwatch_otlp_records_total by result, and with profiles on,
+// spanwatch_otlp_profile_samples_total.
 type otlpCollector struct{ e *otlp.Exporter }
 
 var otlpRecordsDesc = prometheus.NewDesc("spanwatch_otlp_records_total",
 	"Overrun records for the otlp: endpoint, by result: queued, sent, dropped (the queue was full), failed (given up after an error), rejected (refused by the endpoint in a partial success).", []string{"result"}, nil)
 
-func (c otlpCollector) Describe(ch chan<- *prometheus.Desc) { ch <- otlpRecordsDesc }
+var otlpSamplesDesc = prometheus.NewDesc("spanwatch_otlp_profile_samples_total",
+	"Overruns sent as OTLP profile samples (otlp: profiles: true), by result: sent, failed (given up after an error), rejected (the endpoint refused their profile in a partial success).", []string{"result"}, nil)
+
+func (c otlpCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- otlpRecordsDesc
+	if c.e.Profiles() {
+		ch <- otlpSamplesDesc
+	}
+}
 
 func (c otlpCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.e.Stats()
@@ -161,5 +170,15 @@ func (c otlpCollector) Collect(ch chan<- prometheus.Metric) {
 		n      uint64
 	}{{"queued", st.Queued}, {"sent", st.Sent}, {"dropped", st.Dropped}, {"failed", st.Failed}, {"rejected", st.Rejected}} {
 		ch <- prometheus.MustNewConstMetric(otlpRecordsDesc, prometheus.CounterValue, float64(r.n), r.result)
+	}
+	if !c.e.Profiles() {
+		return
+	}
+	p := st.ProfileSamples
+	for _, r := range []struct {
+		result string
+		n      uint64
+	}{{"sent", p.Sent}, {"failed", p.Failed}, {"rejected", p.Rejected}} {
+		ch <- prometheus.MustNewConstMetric(otlpSamplesDesc, prometheus.CounterValue, float64(r.n), r.result)
 	}
 }

@@ -142,5 +142,8 @@ func describeOTLP(c *otlp.Config) string {
 	if c == nil {
 		return "none"
 	}
+	if c.Profiles {
+		return c.Endpoint + " (logs and profiles)"
+	}
 	return c.Endpoint
 }

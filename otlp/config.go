@@ -13,7 +13,7 @@ import (
 )
 
 // Config is the otlp: section: where overrun records go as OTLP log
-// records.
+// records, and with profiles: true their stacks as OTLP profiles.
 //
 //	otlp:
 //	  endpoint: http://otel-collector:4318   # OTLP/HTTP; records go to ENDPOINT/v1/logs
@@ -21,6 +21,7 @@ import (
 //	  bearer_token_file: /etc/spanwatch/otlp-token   # read at each request
 //	  timeout: 10s                           # per request (default 10s)
 //	  queue_size: 4096                       # records held while the endpoint is slow (default 4096)
+//	  profiles: true                         # stacks as OTLP profiles too, to ENDPOINT/v1development/profiles (default false)
 type Config struct {
 	// Endpoint is the OTLP/HTTP base URL (http or https); records are
 	// posted to Endpoint + "/v1/logs", as OTEL_EXPORTER_OTLP_ENDPOINT
@@ -36,6 +37,10 @@ type Config struct {
 	// QueueSize bounds the records waiting to be sent (DefaultQueueSize
 	// when 0); a record that finds the queue full is dropped and counted.
 	QueueSize int
+	// Profiles sends each batch also as an OTLP profile (the
+	// experimental v1development profiles signal) to Endpoint +
+	// "/v1development/profiles": a sample an overrun, on its stack.
+	Profiles bool
 }
 
 // Defaults.
@@ -68,7 +73,7 @@ func Decode(d *section.Decoder, n *yaml.Node) *Config {
 		return v.Value, true
 	}
 	hasEndpoint := false
-	ok := d.Fields(n, "otlp", []string{"endpoint", "headers", "bearer_token_file", "timeout", "queue_size"}, func(key string, k, v *yaml.Node) {
+	ok := d.Fields(n, "otlp", []string{"endpoint", "headers", "bearer_token_file", "timeout", "queue_size", "profiles"}, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "endpoint":
 			hasEndpoint = true
@@ -127,6 +132,10 @@ func Decode(d *section.Decoder, n *yaml.Node) *Config {
 				return
 			}
 			cfg.QueueSize = q
+		case "profiles":
+			if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" || v.Decode(&cfg.Profiles) != nil {
+				fail(v, "profiles must be true or false")
+			}
 		}
 	})
 	if !ok {

@@ -19,7 +19,26 @@
 // backoff on 429, 502, 503, 504 and connection errors, and counts of what
 // it dropped, gave up on, or the endpoint refused (Stats).
 //
-// Stacks as profiles (OTLP profiles, or pprof to Pyroscope) are not sent:
-// `spanwatch stacks --format pprof` writes the same stacks as a profile
-// from a recording.
+// With profiles: true, each batch goes also as one OTLP profile (the
+// experimental profiles signal, opentelemetry.proto.profiles.v1development,
+// development version 1, as the OpenTelemetry Collector's OTLP receiver
+// v0.165.0 decodes it): POST ENDPOINT/v1development/profiles, Content-Type
+// application/x-protobuf, header otlp-profiles-development-version: 1. The
+// request holds the batch's resource, scope spanwatch, one profile of
+// sample type spans/count, and one sample an overrun: value 1, the
+// overrun's time, its stack (the frames it ended on, kernel frames above
+// user frames, leaf first), the log record's attributes, and a link to
+// its trace and span (the dictionary's link table). The span's duration
+// is an attribute (spanwatch.duration_ns), not the value: the end stack
+// did not take the whole span, so weighing it by the duration would blame
+// it for time spent elsewhere (the in-span samples are not sent as
+// profiles yet). The dictionary holds each string, function, location,
+// stack, link and attribute once. The protobuf is written here with
+// protowire, field by field: the schema changes between development
+// versions, and the receiver refuses a version it does not know rather
+// than misread it. Profiles share the records' queue, batches, retries
+// and stop; their counts are Stats.ProfileSamples.
+//
+// Pyroscope's pprof ingest API is not used: `spanwatch stacks --format
+// pprof` writes the stacks of a recording as a pprof profile.
 package otlp

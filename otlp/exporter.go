@@ -23,22 +23,48 @@ import (
 )
 
 // An Exporter sends overrun records to an OTLP/HTTP endpoint as log
-// records (OTLP/HTTP with JSON bodies). Overrun never blocks: it queues
-// the record, and Run sends the queue in batches, retrying what the
-// endpoint may take later (429, 502, 503, 504, a connection error) with
-// backoff until the request timeout has passed four times over. What is
-// dropped (queue full) or given up on (refused, retries exhausted) is
-// counted in Stats and logged.
+// records (OTLP/HTTP with JSON bodies), and with Config.Profiles their
+// stacks as OTLP profiles (protobuf). Overrun never blocks: it queues the
+// record, and Run sends the queue in batches, each batch as each signal,
+// retrying what the endpoint may take later (429, 502, 503, 504, a
+// connection error) with backoff until the request timeout has passed
+// four times over. What is dropped (queue full) or given up on (refused,
+// retries exhausted) is counted in Stats and logged.
 type Exporter struct {
 	cfg      Config
-	url      string
 	resource []attr
 	client   *http.Client
 	log      *slog.Logger
-	queue    chan record
+	queue    chan item
 	now      func() time.Time
 
-	queued, sent, dropped, failed, rejected atomic.Uint64
+	queued, dropped atomic.Uint64
+	// logs and profiles are the two signals a batch goes out as
+	// (profiles nil unless Config.Profiles).
+	logs, profiles *signal
+}
+
+// An item is one queued overrun: its log record, and what its profile
+// sample needs when profiles are sent.
+type item struct {
+	rec    record
+	sample *sample
+}
+
+// A signal is one kind of request a batch is sent as: where to, how it
+// is encoded, how its response reports a partial success, and its
+// counts of overruns.
+type signal struct {
+	name        string // logs, profiles: the value of log lines' signal key
+	url         string
+	contentType string
+	header      [2]string // one more header the signal needs, if any
+	encode      func([]item) ([]byte, error)
+	// rejected reads how many of a batch of n overruns a 2xx response's
+	// partial success refused.
+	rejected func(body []byte, n int) uint64
+
+	sent, failed, refused atomic.Uint64
 }
 
 // Stats are an exporter's counts of records.
@@ -48,7 +74,14 @@ type Stats struct {
 	// up on after an error; Rejected were refused by the endpoint in a
 	// partial success.
 	Queued, Sent, Dropped, Failed, Rejected uint64
+	// ProfileSamples counts the overruns sent as profile samples (with
+	// Config.Profiles), as Sent, Failed and Rejected count the records;
+	// a rejected profile counts all its samples.
+	ProfileSamples SignalStats
 }
+
+// SignalStats are the counts of one signal's overruns.
+type SignalStats struct{ Sent, Failed, Rejected uint64 }
 
 // maxBatch bounds the records of one request; batchWait is how long a
 // record waits for others before a batch goes.
@@ -77,13 +110,44 @@ func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	base := strings.TrimSuffix(cfg.Endpoint, "/")
 	e := &Exporter{
 		cfg:    cfg,
-		url:    strings.TrimSuffix(cfg.Endpoint, "/") + "/v1/logs",
 		client: &http.Client{Timeout: cfg.Timeout},
 		log:    log,
-		queue:  make(chan record, cfg.QueueSize),
+		queue:  make(chan item, cfg.QueueSize),
 		now:    time.Now,
+	}
+	e.logs = &signal{
+		name: "logs", url: base + "/v1/logs", contentType: "application/json",
+		encode: func(batch []item) ([]byte, error) { return json.Marshal(e.request(batch)) },
+		rejected: func(b []byte, n int) uint64 {
+			var ps struct {
+				PartialSuccess struct {
+					RejectedLogRecords json.Number `json:"rejectedLogRecords"`
+				} `json:"partialSuccess"`
+			}
+			if json.Unmarshal(b, &ps) != nil {
+				return 0
+			}
+			r, _ := strconv.ParseUint(string(ps.PartialSuccess.RejectedLogRecords), 10, 64)
+			return min(r, uint64(n))
+		},
+	}
+	if cfg.Profiles {
+		e.profiles = &signal{
+			name: "profiles", url: base + profilesPath, contentType: "application/x-protobuf",
+			header: [2]string{profilesVersionHeader, profilesVersion},
+			encode: func(batch []item) ([]byte, error) { return e.profilesRequest(batch), nil },
+			rejected: func(b []byte, n int) uint64 {
+				// One profile holds the batch: a rejected profile
+				// is every sample of it.
+				if r, err := profilesRejected(b); err == nil && r > 0 {
+					return uint64(n)
+				}
+				return 0
+			},
+		}
 	}
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
 		for k := range resource {
@@ -99,14 +163,24 @@ func New(cfg Config, resource map[string]string, log *slog.Logger) (*Exporter, e
 
 // Stats returns the exporter's counts.
 func (e *Exporter) Stats() Stats {
-	return Stats{Queued: e.queued.Load(), Sent: e.sent.Load(), Dropped: e.dropped.Load(), Failed: e.failed.Load(), Rejected: e.rejected.Load()}
+	st := Stats{Queued: e.queued.Load(), Sent: e.logs.sent.Load(), Dropped: e.dropped.Load(), Failed: e.logs.failed.Load(), Rejected: e.logs.refused.Load()}
+	if p := e.profiles; p != nil {
+		st.ProfileSamples = SignalStats{Sent: p.sent.Load(), Failed: p.failed.Load(), Rejected: p.refused.Load()}
+	}
+	return st
 }
+
+// Profiles says whether the exporter sends profiles (Config.Profiles).
+func (e *Exporter) Profiles() bool { return e.profiles != nil }
 
 // Overrun queues one overrun record for export, without blocking.
 func (e *Exporter) Overrun(o *snapshot.Overrun) {
-	r := e.record(o)
+	it := item{rec: e.record(o)}
+	if e.profiles != nil {
+		it.sample = newSample(o, &it.rec)
+	}
 	select {
-	case e.queue <- r:
+	case e.queue <- it:
 		e.queued.Add(1)
 	default:
 		if n := e.dropped.Add(1); n&(n-1) == 0 { // logged at the 1st, 2nd, 4th, 8th... drop
@@ -118,9 +192,10 @@ func (e *Exporter) Overrun(o *snapshot.Overrun) {
 // Run sends queued records until ctx ends, then what is still queued,
 // for at most one request timeout. A batch whose request was out, or
 // waiting to be retried, when ctx ended gets one last try first, also
-// bounded by the request timeout: a stop takes at most two.
+// bounded by the request timeout: a stop takes at most two for each
+// signal sent (the records, and the profile with Config.Profiles).
 func (e *Exporter) Run(ctx context.Context) {
-	batch := make([]record, 0, maxBatch)
+	batch := make([]item, 0, maxBatch)
 	timer := time.NewTimer(batchWait)
 	defer timer.Stop()
 	for {
@@ -159,26 +234,37 @@ func (e *Exporter) Run(ctx context.Context) {
 	}
 }
 
-// flush sends batch, retrying while retry allows.
-func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
+// flush sends batch as each signal, retrying while retry allows: the
+// log records, then the profile.
+func (e *Exporter) flush(ctx context.Context, batch []item, retry bool) {
 	if len(batch) == 0 {
 		return
 	}
-	body, err := json.Marshal(e.request(batch))
+	e.send(ctx, e.logs, batch, retry)
+	if e.profiles != nil {
+		e.send(ctx, e.profiles, batch, retry)
+	}
+}
+
+// send sends batch as sig, retrying what may pass with backoff until the
+// request timeout has passed four times over; a stop (ctx) leaves one
+// last try.
+func (e *Exporter) send(ctx context.Context, sig *signal, batch []item, retry bool) {
+	body, err := sig.encode(batch)
 	if err != nil { // not expected: the request is plain data
-		e.failed.Add(uint64(len(batch)))
-		e.log.Error("otlp_encode_failed", "records", len(batch), "error", err)
+		sig.failed.Add(uint64(len(batch)))
+		e.log.Error("otlp_encode_failed", "signal", sig.name, "records", len(batch), "error", err)
 		return
 	}
 	deadline := e.now().Add(4 * e.cfg.Timeout)
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		rejected, again, err := e.post(ctx, body)
+		rejected, again, err := e.post(ctx, sig, body, len(batch))
 		if err == nil {
-			e.sent.Add(uint64(len(batch)) - rejected)
+			sig.sent.Add(uint64(len(batch)) - rejected)
 			if rejected > 0 {
-				e.rejected.Add(rejected)
-				e.log.Warn("otlp_records_rejected", "rejected", rejected, "records", len(batch))
+				sig.refused.Add(rejected)
+				e.log.Warn("otlp_records_rejected", "signal", sig.name, "rejected", rejected, "records", len(batch))
 			}
 			return
 		}
@@ -189,8 +275,8 @@ func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
 			continue
 		}
 		if !again || !retry || e.now().Add(backoff).After(deadline) {
-			e.failed.Add(uint64(len(batch)))
-			e.log.Error("otlp_export_failed", "records", len(batch), "attempts", attempt, "error", err)
+			sig.failed.Add(uint64(len(batch)))
+			e.log.Error("otlp_export_failed", "signal", sig.name, "records", len(batch), "attempts", attempt, "error", err)
 			return
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -205,19 +291,22 @@ func (e *Exporter) flush(ctx context.Context, batch []record, retry bool) {
 	}
 }
 
-// post sends one request: rejected is the records a partial success
-// refused; again says the error may pass.
-func (e *Exporter) post(ctx context.Context, body []byte) (rejected uint64, again bool, err error) {
+// post sends one request of sig holding n overruns: rejected is how many
+// a partial success refused; again says the error may pass.
+func (e *Exporter) post(ctx context.Context, sig *signal, body []byte, n int) (rejected uint64, again bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sig.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, false, err
 	}
 	for k, v := range e.cfg.Headers {
 		req.Header.Set(k, v)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", sig.contentType)
+	if sig.header[0] != "" {
+		req.Header.Set(sig.header[0], sig.header[1])
+	}
 	if e.cfg.BearerTokenFile != "" {
 		tok, err := readToken(e.cfg.BearerTokenFile)
 		if err != nil {
@@ -233,17 +322,7 @@ func (e *Exporter) post(ctx context.Context, body []byte) (rejected uint64, agai
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		var ps struct {
-			PartialSuccess struct {
-				RejectedLogRecords json.Number `json:"rejectedLogRecords"`
-				ErrorMessage       string      `json:"errorMessage"`
-			} `json:"partialSuccess"`
-		}
-		if json.Unmarshal(b, &ps) == nil && ps.PartialSuccess.RejectedLogRecords != "" {
-			n, _ := strconv.ParseUint(string(ps.PartialSuccess.RejectedLogRecords), 10, 64)
-			return n, false, nil
-		}
-		return 0, false, nil
+		return sig.rejected(b, n), false, nil
 	case resp.StatusCode == 429, resp.StatusCode == 502, resp.StatusCode == 503, resp.StatusCode == 504:
 		return 0, true, fmt.Errorf("%s: %s", resp.Status, firstLine(b))
 	}
@@ -404,7 +483,11 @@ func isHexID(s string, n int) bool {
 }
 
 // request is an ExportLogsServiceRequest in OTLP/JSON.
-func (e *Exporter) request(batch []record) any {
+func (e *Exporter) request(batch []item) any {
+	records := make([]record, len(batch))
+	for i, it := range batch {
+		records[i] = it.rec
+	}
 	type scope struct {
 		Name    string `json:"name"`
 		Version string `json:"version,omitempty"`
@@ -422,5 +505,5 @@ func (e *Exporter) request(batch []record) any {
 	}
 	return struct {
 		ResourceLogs []resourceLogs `json:"resourceLogs"`
-	}{[]resourceLogs{{Resource: resource{Attributes: e.resource}, ScopeLogs: []scopeLogs{{Scope: scope{Name: "spanwatch"}, LogRecords: batch}}}}}
+	}{[]resourceLogs{{Resource: resource{Attributes: e.resource}, ScopeLogs: []scopeLogs{{Scope: scope{Name: "spanwatch"}, LogRecords: records}}}}}
 }

@@ -251,14 +251,14 @@ func TestDecode(t *testing.T) {
 		cfg := Decode(d, n)
 		return cfg, d.Err()
 	}
-	cfg, err := parse("otlp:\n  endpoint: http://collector:4318/\n  headers: {x-team: shop}\n  timeout: 5s\n  queue_size: 100\n")
-	if err != nil || cfg.Endpoint != "http://collector:4318" || cfg.Headers["x-team"] != "shop" || cfg.Timeout != 5*time.Second || cfg.QueueSize != 100 {
+	cfg, err := parse("otlp:\n  endpoint: http://collector:4318/\n  headers: {x-team: shop}\n  timeout: 5s\n  queue_size: 100\n  profiles: true\n")
+	if err != nil || cfg.Endpoint != "http://collector:4318" || cfg.Headers["x-team"] != "shop" || cfg.Timeout != 5*time.Second || cfg.QueueSize != 100 || !cfg.Profiles {
 		t.Errorf("cfg %+v, %v", cfg, err)
 	}
 	if cfg, err := parse("rules: []\n"); cfg != nil || err != nil {
 		t.Errorf("no section: %+v, %v", cfg, err)
 	}
-	_, err = parse("otlp:\n  endpoint: grpc://collector:4317\n  headers: {content-type: x, \"bad name\": y}\n  timeout: -1s\n  queue_size: 0\n  insecure: true\n")
+	_, err = parse("otlp:\n  endpoint: grpc://collector:4317\n  headers: {content-type: x, \"bad name\": y}\n  timeout: -1s\n  queue_size: 0\n  insecure: true\n  profiles: yes\n")
 	want := []string{
 		`spanwatch.yaml:2:13: otlp: endpoint: scheme must be http or https (OTLP/HTTP)`,
 		`spanwatch.yaml:3:13: otlp: header content-type is set by spanwatch`,
@@ -266,6 +266,7 @@ func TestDecode(t *testing.T) {
 		`spanwatch.yaml:4:12: otlp: timeout "-1s": want a positive duration like 10s`,
 		`spanwatch.yaml:5:15: otlp: queue_size must be a whole number from 1 to 1048576`,
 		`spanwatch.yaml:6:3: otlp: unknown key "insecure"`,
+		`spanwatch.yaml:7:13: otlp: profiles must be true or false`,
 	}
 	if err == nil {
 		t.Fatal("no error")
@@ -335,5 +336,47 @@ func TestExporterStopsWithARequestOut(t *testing.T) {
 				t.Errorf("%d records arrived in %d requests, stats %+v; want 3 sent by a last try", got.Load(), calls.Load(), st)
 			}
 		})
+	}
+}
+
+// TestExporterProfiles sends overruns with profiles: true to an endpoint
+// that takes the logs and answers the profile with a partial success
+// rejecting it: the profile request is protobuf, carries the development
+// version, and its samples count as rejected; the records as sent.
+func TestExporterProfiles(t *testing.T) {
+	var profiles atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.URL.Path {
+		case "/v1/logs":
+			w.Write([]byte("{}"))
+		case "/v1development/profiles":
+			if ct, v := r.Header.Get("Content-Type"), r.Header.Get("Otlp-Profiles-Development-Version"); ct != "application/x-protobuf" || v != "1" {
+				t.Errorf("profiles request: content type %q, version %q", ct, v)
+			}
+			profiles.Add(1)
+			// ExportProfilesServiceResponse{partial_success: {rejected_profiles: 1, error_message: "no"}}
+			w.Header().Set("Content-Type", "application/x-protobuf")
+			w.Write([]byte{0x0a, 0x06, 0x08, 0x01, 0x12, 0x02, 'n', 'o'})
+		default:
+			t.Errorf("path %s", r.URL.Path)
+		}
+	}))
+	defer srv.Close()
+	e := newExporter(t, Config{Endpoint: srv.URL, Profiles: true, Timeout: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	for i := range 5 {
+		e.Overrun(overrun(i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().ProfileSamples.Rejected < 5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if st := e.Stats(); st.Sent != 5 || st.ProfileSamples != (SignalStats{Rejected: 5}) || profiles.Load() != 1 {
+		t.Errorf("stats %+v after %d profile requests; want 5 records sent, 5 samples rejected in 1 request", st, profiles.Load())
 	}
 }

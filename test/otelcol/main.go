@@ -1,6 +1,9 @@
 // Command otelcol is an OpenTelemetry Collector's OTLP receiver, built
-// from the Collector's own Go modules, that prints every log record it
-// receives as OTLP/JSON, one batch a line, on stdout. The otlp package's
+// from the Collector's own Go modules, that prints every log record and
+// profile it receives as OTLP/JSON, one batch a line, on stdout (a line
+// holds resourceLogs, or resourceProfiles and the profiles' dictionary).
+// Profiles are the receiver's development signal (xreceiver, xconsumer),
+// served at /v1development/profiles. The otlp package's
 // tests run it to check what spanwatch sends against the real receiver.
 //
 //	go run . -http 127.0.0.1:4318
@@ -19,9 +22,12 @@ import (
 	"go.opentelemetry.io/collector/config/configgrpc"
 	"go.opentelemetry.io/collector/config/configoptional"
 	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/receiver/receivertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
 )
 
 func main() {
@@ -40,9 +46,7 @@ func run(addr string) error {
 	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
 	setHTTP(cfg, addr)
 	var mu sync.Mutex
-	var m plog.JSONMarshaler
-	logs, err := consumer.NewLogs(func(_ context.Context, ld plog.Logs) error {
-		b, err := m.MarshalLogs(ld)
+	emit := func(b []byte, err error) error {
 		if err != nil {
 			return err
 		}
@@ -50,12 +54,27 @@ func run(addr string) error {
 		defer mu.Unlock()
 		_, err = fmt.Printf("%s\n", b)
 		return err
+	}
+	logs, err := consumer.NewLogs(func(_ context.Context, ld plog.Logs) error {
+		return emit((&plog.JSONMarshaler{}).MarshalLogs(ld))
 	})
 	if err != nil {
 		return err
 	}
-	r, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
+	profiles, err := xconsumer.NewProfiles(func(_ context.Context, pd pprofile.Profiles) error {
+		return emit((&pprofile.JSONMarshaler{}).MarshalProfiles(pd))
+	})
 	if err != nil {
+		return err
+	}
+	set := receivertest.NewNopSettings(f.Type())
+	// The factory makes one receiver for one config: the logs and the
+	// profiles receivers are the same server, started once.
+	r, err := f.CreateLogs(ctx, set, cfg, logs)
+	if err != nil {
+		return err
+	}
+	if _, err := f.(xreceiver.Factory).CreateProfiles(ctx, set, cfg, profiles); err != nil {
 		return err
 	}
 	if err := r.Start(ctx, componenttest.NewNopHost()); err != nil {
