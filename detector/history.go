@@ -54,9 +54,14 @@ type history struct {
 
 	// agg is the per-evaluation cache of range aggregates, by range.
 	agg map[time.Duration]*rangeAgg
-	// cur aligns the current snapshot's series with their histories.
-	cur  []*seriesHist
-	snap *snapshot.Snapshot
+	// cur aligns the current snapshot's series with their histories;
+	// prev is the last evaluation's cur: a collector lists its series in
+	// the same order window after window, so series i is most often the
+	// history prev[i], checked by its key without a map lookup. dups is
+	// set when two series of the current snapshot share a history.
+	cur, prev []*seriesHist
+	dups      bool
+	snap      *snapshot.Snapshot
 }
 
 type windowInfo struct {
@@ -84,6 +89,12 @@ func winCost(w *seriesWin) int64 { return seriesWinBytes + int64(cap(w.hist)) }
 type seriesHist struct {
 	wins     []seriesWin
 	lastSeen uint64
+	key      string // its key in history.series
+	gone     bool   // dropped from history.series
+	// baselines are the anomaly baselines this series was given
+	// (Detector.baseline): a series finds its own without a lookup in
+	// the detector's map.
+	baselines []*baselineEntry
 }
 
 // seriesWin is what a range needs of one window of one series (96
@@ -163,21 +174,41 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 	h.cur = h.cur[:0]
 	if keep <= 0 {
 		// No range reaches back: nothing to keep, nothing to look up.
+		for _, sh := range h.series {
+			sh.gone = true
+		}
 		clear(h.series)
+		clear(h.prev)
+		h.prev = h.prev[:0]
 		h.bytes = 0
 		h.wins = append(h.wins[:0], h.wins[len(h.wins)-1])
 		h.wins[0].bytes = 0
 		return
 	}
 	newest := &h.wins[len(h.wins)-1]
+	h.dups = false
+	seen := 0 // distinct histories seen
 	for i := range snap.Series {
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
-		sh := h.series[string(h.keyBuf)]
+		var sh *seriesHist
+		if i < len(h.prev) {
+			if p := h.prev[i]; p != nil && !p.gone && p.key == string(h.keyBuf) {
+				sh = p
+			}
+		}
 		if sh == nil {
-			sh = &seriesHist{}
-			h.series[string(h.keyBuf)] = sh
+			sh = h.series[string(h.keyBuf)]
+		}
+		if sh == nil {
+			sh = &seriesHist{key: string(h.keyBuf)}
+			h.series[sh.key] = sh
 			h.bytes += seriesEntryBytes + int64(len(h.keyBuf))
+		}
+		if sh.lastSeen == h.seq {
+			h.dups = true
+		} else {
+			seen++
 		}
 		sh.lastSeen = h.seq
 		if s.Count > 0 {
@@ -210,10 +241,19 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 	h.wins = append(h.wins[:0], h.wins[drop:]...)
 	// Every series drops what no range reaches any more (or the bound
 	// took); series that left the snapshot keep their windows until
-	// then.
+	// then. When the snapshot holds every series of the history, its
+	// own list is walked instead of the map (trimming a series twice
+	// drops nothing the second time).
+	if seen == len(h.series) {
+		for _, sh := range h.cur {
+			h.trim(sh, first)
+		}
+		return
+	}
 	for k, sh := range h.series {
 		h.trim(sh, first)
 		if len(sh.wins) == 0 && sh.lastSeen != h.seq {
+			sh.gone = true
 			delete(h.series, k)
 			h.bytes -= seriesEntryBytes + int64(len(k))
 		}
@@ -333,6 +373,7 @@ func (h *history) trimToRules(need []time.Duration) {
 	for k, sh := range h.series {
 		if sh.lastSeen != h.seq {
 			h.trim(sh, h.seq+1)
+			sh.gone = true
 			delete(h.series, k)
 			h.bytes -= seriesEntryBytes + int64(len(k))
 		}
@@ -360,8 +401,8 @@ func (h *history) stats() historyStats {
 func (h *history) release() {
 	clear(h.agg)
 	h.snap = nil
-	clear(h.cur)
-	h.cur = h.cur[:0]
+	h.prev, h.cur = h.cur, h.prev[:0]
+	clear(h.cur[:cap(h.cur)])
 }
 
 func newSeriesWin(seq uint64, s *snapshot.Series) seriesWin {
