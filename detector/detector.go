@@ -119,6 +119,12 @@ type Detector struct {
 	ovWinDrop uint64
 
 	stats counters
+
+	// straight turns off what only makes evaluation faster (rules over
+	// many series on several goroutines, the baselines each series
+	// keeps, the history's alignment with the last window's order): the
+	// test that the fast and the straightforward evaluation agree sets it.
+	straight bool
 }
 
 type baselineEntry struct {
@@ -264,6 +270,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		d.hist.maxBytes, d.hist.autoTrim = bound, false
 	}
 	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
+	d.hist.straight = d.straight
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	var needs []time.Duration // each series' longest range, with trimUnused
@@ -467,8 +474,8 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 }
 
 // ruleParallelMin is the fewest selected series worth evaluating a rule
-// on several goroutines.
-const ruleParallelMin = 4096
+// on several goroutines (a variable for the equivalence test).
+var ruleParallelMin = 4096
 
 // rulePart is what evaluating a rule over a run of its selected series
 // produced, in the order of the series.
@@ -489,7 +496,7 @@ func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, over: r.Over, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
 	workers := min(d.cfg.PolicyWorkers, len(selected)/ruleParallelMin+1)
-	if r.Kind == policy.KindAnomaly && (d.hist.dups || len(d.hist.cur) != len(d.hist.snap.Series)) {
+	if d.straight || r.Kind == policy.KindAnomaly && (d.hist.dups || len(d.hist.cur) != len(d.hist.snap.Series)) {
 		workers = 1
 	}
 	parts := make([]rulePart, max(workers, 1))
@@ -589,7 +596,7 @@ func (d *Detector) evalRuleSeries(r *policy.Rule, selected []int32, now time.Tim
 func (d *Detector) baseline(r *policy.Rule, i int, s *snapshot.Series, key []byte) (*baselineEntry, []byte) {
 	a := r.Anomaly
 	var sh *seriesHist
-	if len(d.hist.cur) == len(d.hist.snap.Series) {
+	if !d.straight && len(d.hist.cur) == len(d.hist.snap.Series) {
 		sh = d.hist.cur[i]
 		for j := 0; j < len(sh.baselines); j++ {
 			be := sh.baselines[j]

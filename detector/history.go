@@ -62,6 +62,7 @@ type history struct {
 	cur, prev []*seriesHist
 	dups      bool
 	snap      *snapshot.Snapshot
+	straight  bool // Detector.straight: no alignment, the map walked
 }
 
 type windowInfo struct {
@@ -192,7 +193,7 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
 		var sh *seriesHist
-		if i < len(h.prev) {
+		if i < len(h.prev) && !h.straight {
 			if p := h.prev[i]; p != nil && !p.gone && p.key == string(h.keyBuf) {
 				sh = p
 			}
@@ -244,7 +245,7 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 	// then. When the snapshot holds every series of the history, its
 	// own list is walked instead of the map (trimming a series twice
 	// drops nothing the second time).
-	if seen == len(h.series) {
+	if seen == len(h.series) && !h.straight {
 		for _, sh := range h.cur {
 			h.trim(sh, first)
 		}
