@@ -170,7 +170,9 @@ func randomRules(rng *rand.Rand) string {
 func alertsDiff(a, b []*alert.Alert) string {
 	sorted := func(l []*alert.Alert) []*alert.Alert {
 		l = slices.Clone(l)
-		slices.SortFunc(l, func(x, y *alert.Alert) int { return strings.Compare(x.Fingerprint+string(x.State), y.Fingerprint+string(y.State)) })
+		slices.SortFunc(l, func(x, y *alert.Alert) int {
+			return strings.Compare(x.Fingerprint+string(x.State), y.Fingerprint+string(y.State))
+		})
 		return l
 	}
 	a, b = sorted(a), sorted(b)
