@@ -270,7 +270,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		d.hist.maxBytes, d.hist.autoTrim = bound, false
 	}
 	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
-	d.hist.straight = d.straight
+	d.hist.straight, d.hist.workers = d.straight, d.cfg.PolicyWorkers
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	var needs []time.Duration // each series' longest range, with trimUnused
@@ -279,10 +279,9 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		idx := indexSpans(snap)
 		// Select each rule's series first, so the series a range needs
 		// are aggregated together, on several goroutines when many.
-		sels := make([][]int32, len(cfg.Rules))
+		sels := d.selectAll(idx, cfg.Rules)
 		need := map[time.Duration][]bool{}
 		for i, r := range cfg.Rules {
-			sels[i] = idx.selectSeries(&r.Match, nil)
 			if r.Over > 0 {
 				n := need[r.Over]
 				if n == nil {
@@ -447,6 +446,32 @@ func indexSpans(snap *snapshot.Snapshot) *spanIndex {
 		idx.by[name] = append(l, int32(i))
 	}
 	return idx
+}
+
+// selectAll selects each rule's series, on up to PolicyWorkers goroutines
+// (each takes the next rule): the index is only read.
+func (d *Detector) selectAll(idx *spanIndex, rules []*policy.Rule) [][]int32 {
+	sels := make([][]int32, len(rules))
+	workers := min(d.cfg.PolicyWorkers, len(rules), len(idx.snap.Series)/parallelMin+1)
+	if d.straight || workers <= 1 {
+		for i, r := range rules {
+			sels[i] = idx.selectSeries(&r.Match, nil)
+		}
+		return sels
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(rules); i = int(next.Add(1) - 1) {
+				sels[i] = idx.selectSeries(&rules[i].Match, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	return sels
 }
 
 // selectSeries appends the indexes of the series m selects, in snapshot

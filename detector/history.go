@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -63,6 +64,7 @@ type history struct {
 	dups      bool
 	snap      *snapshot.Snapshot
 	straight  bool // Detector.straight: no alignment, the map walked
+	workers   int  // goroutines for the alignment (0: 1)
 }
 
 type windowInfo struct {
@@ -129,6 +131,7 @@ func (w *seriesWin) quantiles(metric bool) (q [3]float64) {
 
 type aggScratch struct {
 	acc snapshot.Accumulator
+	key []byte
 }
 
 func newHistory() *history {
@@ -187,20 +190,43 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 		return
 	}
 	newest := &h.wins[len(h.wins)-1]
+	prevDups := h.dups
 	h.dups = false
 	seen := 0 // distinct histories seen
+	h.cur = append(h.cur[:0], make([]*seriesHist, len(snap.Series))...)
+	if !h.straight && !prevDups && len(h.prev) > 0 {
+		// The series where the last window listed them: on several
+		// goroutines when many. Distinct indexes of prev are distinct
+		// histories (prevDups is not set), so no two goroutines touch
+		// one; the rest are looked up below.
+		var added atomic.Int64
+		var matched atomic.Int64
+		h.parallel(min(len(snap.Series), len(h.prev)), h.workers, func(sc *aggScratch, lo, hi int) {
+			var bytes, n int64
+			for i := lo; i < hi; i++ {
+				s := &snap.Series[i]
+				sc.key = seriesKey(sc.key[:0], s)
+				if p := h.prev[i]; p != nil && !p.gone && p.key == string(sc.key) {
+					h.cur[i] = p
+					p.lastSeen = h.seq
+					bytes += addWindow(p, h.seq, s)
+					n++
+				}
+			}
+			added.Add(bytes)
+			matched.Add(n)
+		})
+		newest.bytes += added.Load()
+		h.bytes += added.Load()
+		seen += int(matched.Load())
+	}
 	for i := range snap.Series {
+		if h.cur[i] != nil {
+			continue
+		}
 		s := &snap.Series[i]
 		h.keyBuf = seriesKey(h.keyBuf[:0], s)
-		var sh *seriesHist
-		if i < len(h.prev) && !h.straight {
-			if p := h.prev[i]; p != nil && !p.gone && p.key == string(h.keyBuf) {
-				sh = p
-			}
-		}
-		if sh == nil {
-			sh = h.series[string(h.keyBuf)]
-		}
+		sh := h.series[string(h.keyBuf)]
 		if sh == nil {
 			sh = &seriesHist{key: string(h.keyBuf)}
 			h.series[sh.key] = sh
@@ -212,19 +238,10 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 			seen++
 		}
 		sh.lastSeen = h.seq
-		if s.Count > 0 {
-			if before := cap(sh.wins); len(sh.wins) == before {
-				// Grow by a quarter, not append's double: a
-				// series' windows are many, and its range grows
-				// one window at a time.
-				sh.wins = append(make([]seriesWin, 0, before+max(2, before/4)), sh.wins...)
-			}
-			sh.wins = append(sh.wins, newSeriesWin(h.seq, s))
-			c := winCost(&sh.wins[len(sh.wins)-1])
-			newest.bytes += c
-			h.bytes += c
-		}
-		h.cur = append(h.cur, sh)
+		c := addWindow(sh, h.seq, s)
+		newest.bytes += c
+		h.bytes += c
+		h.cur[i] = sh
 	}
 	first, _ := h.span(keep)
 	if f := h.floor(); f > first {
@@ -259,6 +276,45 @@ func (h *history) observe(snap *snapshot.Snapshot, keep time.Duration) {
 			h.bytes -= seriesEntryBytes + int64(len(k))
 		}
 	}
+}
+
+// addWindow appends series s as window seq of sh when it counted spans,
+// returning what the window holds.
+func addWindow(sh *seriesHist, seq uint64, s *snapshot.Series) int64 {
+	if s.Count == 0 {
+		return 0
+	}
+	if before := cap(sh.wins); len(sh.wins) == before {
+		// Grow by a quarter, not append's double: a series' windows
+		// are many, and its range grows one window at a time.
+		sh.wins = append(make([]seriesWin, 0, before+max(2, before/4)), sh.wins...)
+	}
+	sh.wins = append(sh.wins, newSeriesWin(seq, s))
+	return winCost(&sh.wins[len(sh.wins)-1])
+}
+
+// parallel calls f over [0, n) split into runs, on up to workers
+// goroutines (one below parallelMin items per goroutine), each with its
+// own scratch buffers.
+func (h *history) parallel(n, workers int, f func(sc *aggScratch, lo, hi int)) {
+	workers = max(1, min(workers, n/parallelMin+1))
+	for len(h.scratch) < workers {
+		h.scratch = append(h.scratch, &aggScratch{})
+	}
+	if workers == 1 {
+		f(h.scratch[0], 0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(sc *aggScratch, lo, hi int) {
+			defer wg.Done()
+			f(sc, lo, hi)
+		}(h.scratch[w], min(w*chunk, n), min((w+1)*chunk, n))
+	}
+	wg.Wait()
 }
 
 // recount computes what the history holds from its windows and entries:
