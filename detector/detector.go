@@ -433,17 +433,24 @@ type spanIndex struct {
 	snap  *snapshot.Snapshot
 	names []string // in order of first appearance
 	by    map[string][]int32
+	// metrics counts, by name, the series that are metrics: a name
+	// without any is taken whole by a matcher of span names alone.
+	metrics map[string]int
 }
 
 func indexSpans(snap *snapshot.Snapshot) *spanIndex {
-	idx := &spanIndex{snap: snap, by: map[string][]int32{}}
+	idx := &spanIndex{snap: snap, by: map[string][]int32{}, metrics: map[string]int{}}
 	for i := range snap.Series {
-		name := snap.Series[i].Span
+		s := &snap.Series[i]
+		name := s.Span
 		l, ok := idx.by[name]
 		if !ok {
 			idx.names = append(idx.names, name)
 		}
 		idx.by[name] = append(l, int32(i))
+		if s.IsMetric() {
+			idx.metrics[name]++
+		}
 	}
 	return idx
 }
@@ -477,7 +484,13 @@ func (d *Detector) selectAll(idx *spanIndex, rules []*policy.Rule) [][]int32 {
 // selectSeries appends the indexes of the series m selects, in snapshot
 // order within each span name.
 func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
-	add := func(list []int32) {
+	spanOnly := m.SpanOnly()
+	add := func(name string) {
+		list := idx.by[name]
+		if spanOnly && idx.metrics[name] == 0 {
+			out = append(out, list...)
+			return
+		}
 		for _, i := range list {
 			if m.MatchOther(&idx.snap.Series[i]) {
 				out = append(out, i)
@@ -486,13 +499,13 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 	}
 	if m.Span != nil {
 		if name, ok := m.Span.Exact(); ok {
-			add(idx.by[name])
+			add(name)
 			return out
 		}
 	}
 	for _, name := range idx.names {
 		if m.MatchSpan(name) {
-			add(idx.by[name])
+			add(name)
 		}
 	}
 	return out
