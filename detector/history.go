@@ -24,7 +24,7 @@ import (
 // so a range shorter than the interval (or 0) is the newest window alone.
 //
 // Memory: a series keeps only its windows with spans in them (an idle
-// series costs its map entry, about 150 bytes), each 96 bytes plus
+// series costs its map entry, about 200 bytes), each 96 bytes plus
 // its packed histogram (2-4 bytes per non-empty bucket). The history
 // counts what it holds (bytes) and, with a bound (maxBytes, from the
 // memory budget), drops its oldest windows, every series' at once, until
@@ -83,9 +83,11 @@ type windowInfo struct {
 }
 
 // Costs the history counts: a series' entry (map slot, key, seriesHist)
-// beyond its key's bytes, and a window beyond its packed histogram.
+// beyond its key's bytes, and a window beyond its packed histogram. The
+// seriesHist grew from 32 to 80 bytes when it took its key and
+// baselines (issue 28): 112 before.
 const (
-	seriesEntryBytes = 112
+	seriesEntryBytes = 160
 	seriesWinBytes   = int64(unsafe.Sizeof(seriesWin{}))
 )
 
