@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -89,9 +90,12 @@ type Detector struct {
 
 	evalMu    sync.Mutex // serializes Evaluate; guards baselines and hist
 	baselines map[string]*baselineEntry
-	gcRules   *policy.Config // the rule set and time of the last gcBaselines
-	gcAt      time.Time
-	hist      *history
+	// baselineMu guards baselines while a rule's series evaluate on
+	// several goroutines.
+	baselineMu sync.Mutex
+	gcRules    *policy.Config // the rule set and time of the last gcBaselines
+	gcAt       time.Time
+	hist       *history
 
 	mu     sync.Mutex // guards groups
 	groups map[string]*group
@@ -115,6 +119,12 @@ type Detector struct {
 	ovWinDrop uint64
 
 	stats counters
+
+	// straight turns off what only makes evaluation faster (rules over
+	// many series on several goroutines, the baselines each series
+	// keeps, the history's alignment with the last window's order): the
+	// test that the fast and the straightforward evaluation agree sets it.
+	straight bool
 }
 
 type baselineEntry struct {
@@ -122,6 +132,9 @@ type baselineEntry struct {
 	seen   time.Time
 	rule   string
 	metric policy.Metric
+	// dead marks an entry the map no longer holds: series histories
+	// that keep it look it up again.
+	dead bool
 }
 
 // A group is the alerts of one rule or policy, by fingerprint.
@@ -257,6 +270,7 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		d.hist.maxBytes, d.hist.autoTrim = bound, false
 	}
 	d.hist.trimUnused = d.historyTrim.Load() || d.hist.autoTrim
+	d.hist.straight, d.hist.workers = d.straight, d.cfg.PolicyWorkers
 	d.hist.observe(snap, longestRange(cfg))
 	var outs []*ruleOutput
 	var needs []time.Duration // each series' longest range, with trimUnused
@@ -265,10 +279,9 @@ func (d *Detector) Evaluate(ctx context.Context, snap *snapshot.Snapshot) ([]*al
 		idx := indexSpans(snap)
 		// Select each rule's series first, so the series a range needs
 		// are aggregated together, on several goroutines when many.
-		sels := make([][]int32, len(cfg.Rules))
+		sels := d.selectAll(idx, cfg.Rules)
 		need := map[time.Duration][]bool{}
 		for i, r := range cfg.Rules {
-			sels[i] = idx.selectSeries(&r.Match, nil)
 			if r.Over > 0 {
 				n := need[r.Over]
 				if n == nil {
@@ -420,25 +433,64 @@ type spanIndex struct {
 	snap  *snapshot.Snapshot
 	names []string // in order of first appearance
 	by    map[string][]int32
+	// metrics counts, by name, the series that are metrics: a name
+	// without any is taken whole by a matcher of span names alone.
+	metrics map[string]int
 }
 
 func indexSpans(snap *snapshot.Snapshot) *spanIndex {
-	idx := &spanIndex{snap: snap, by: map[string][]int32{}}
+	idx := &spanIndex{snap: snap, by: map[string][]int32{}, metrics: map[string]int{}}
 	for i := range snap.Series {
-		name := snap.Series[i].Span
+		s := &snap.Series[i]
+		name := s.Span
 		l, ok := idx.by[name]
 		if !ok {
 			idx.names = append(idx.names, name)
 		}
 		idx.by[name] = append(l, int32(i))
+		if s.IsMetric() {
+			idx.metrics[name]++
+		}
 	}
 	return idx
+}
+
+// selectAll selects each rule's series, on up to PolicyWorkers goroutines
+// (each takes the next rule): the index is only read.
+func (d *Detector) selectAll(idx *spanIndex, rules []*policy.Rule) [][]int32 {
+	sels := make([][]int32, len(rules))
+	workers := min(d.cfg.PolicyWorkers, len(rules), len(idx.snap.Series)/parallelMin+1)
+	if d.straight || workers <= 1 {
+		for i, r := range rules {
+			sels[i] = idx.selectSeries(&r.Match, nil)
+		}
+		return sels
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(rules); i = int(next.Add(1) - 1) {
+				sels[i] = idx.selectSeries(&rules[i].Match, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	return sels
 }
 
 // selectSeries appends the indexes of the series m selects, in snapshot
 // order within each span name.
 func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
-	add := func(list []int32) {
+	spanOnly := m.SpanOnly()
+	add := func(name string) {
+		list := idx.by[name]
+		if spanOnly && idx.metrics[name] == 0 {
+			out = append(out, list...)
+			return
+		}
 		for _, i := range list {
 			if m.MatchOther(&idx.snap.Series[i]) {
 				out = append(out, i)
@@ -447,48 +499,102 @@ func (idx *spanIndex) selectSeries(m *policy.Matcher, out []int32) []int32 {
 	}
 	if m.Span != nil {
 		if name, ok := m.Span.Exact(); ok {
-			add(idx.by[name])
+			add(name)
 			return out
 		}
 	}
 	for _, name := range idx.names {
 		if m.MatchSpan(name) {
-			add(idx.by[name])
+			add(name)
 		}
 	}
 	return out
 }
 
+// ruleParallelMin is the fewest selected series worth evaluating a rule
+// on several goroutines (a variable for the equivalence test).
+var ruleParallelMin = 4096
+
+// rulePart is what evaluating a rule over a run of its selected series
+// produced, in the order of the series.
+type rulePart struct {
+	fps     []string
+	results []result
+	err     error // the first
+	failed  bool
+}
+
 // evalRule evaluates a rule over the selected series of the current
-// snapshot, each aggregated over the rule's range.
+// snapshot, each aggregated over the rule's range. Many series are split
+// into runs evaluated on up to PolicyWorkers goroutines; the runs' results
+// are merged in series order, so the output is the one of a single pass.
+// An anomaly rule stays on one goroutine when two series share a history
+// (and so a baseline), or when the history does not align them.
 func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext map[string]string) *ruleOutput {
 	out := &ruleOutput{key: groupKey("rule", r.Name), kind: "rule", name: r.Name, over: r.Over, forDur: r.For, keepFiringFor: r.KeepFiringFor, results: map[string]result{}}
 	d.stats.ruleEvaluations.Add(1)
+	workers := min(d.cfg.PolicyWorkers, len(selected)/ruleParallelMin+1)
+	if d.straight || r.Kind == policy.KindAnomaly && (d.hist.dups || len(d.hist.cur) != len(d.hist.snap.Series)) {
+		workers = 1
+	}
+	parts := make([]rulePart, max(workers, 1))
+	if workers <= 1 {
+		d.evalRuleSeries(r, selected, now, ext, &parts[0])
+	} else {
+		var wg sync.WaitGroup
+		chunk := (len(selected) + workers - 1) / workers
+		for w := range parts {
+			sel := selected[min(w*chunk, len(selected)):min((w+1)*chunk, len(selected))]
+			wg.Add(1)
+			go func(p *rulePart) {
+				defer wg.Done()
+				d.evalRuleSeries(r, sel, now, ext, p)
+			}(&parts[w])
+		}
+		wg.Wait()
+	}
 	var firstErr error
+	for i := range parts {
+		p := &parts[i]
+		for j, fp := range p.fps {
+			out.results[fp] = p.results[j]
+		}
+		out.failed = out.failed || p.failed
+		if firstErr == nil {
+			firstErr = p.err
+		}
+	}
+	if firstErr != nil {
+		d.ruleError(r.Name, firstErr)
+	}
+	return out
+}
+
+// evalRuleSeries evaluates a rule over a run of its selected series into
+// p. Runs of one rule may evaluate at once: they touch disjoint series and
+// baselines.
+func (d *Detector) evalRuleSeries(r *policy.Rule, selected []int32, now time.Time, ext map[string]string, p *rulePart) {
 	var key []byte
 	for _, i := range selected {
 		s := d.hist.aggregated(r.Over, int(i))
-		var data policy.TemplateData
+		var value, threshold string
+		var raw float64
+		var metric policy.Metric
 		switch r.Kind {
 		case policy.KindThreshold:
 			v, ok := r.When.Holds(s)
 			if !ok {
 				continue
 			}
-			m := r.When.Terms[0].Metric
-			data = policy.TemplateData{Value: m.Format(v), RawValue: v, Threshold: m.Format(r.When.Terms[0].Threshold), Metric: string(m)}
+			metric = r.When.Terms[0].Metric
+			value, raw, threshold = metric.Format(v), v, metric.Format(r.When.Terms[0].Threshold)
 		case policy.KindAnomaly:
 			a := r.Anomaly
 			if s.Count < a.MinCount {
 				continue
 			}
-			key = append(append(append(append(key[:0], r.Name...), 0), a.Metric...), 0)
-			key = seriesKey(key, s)
-			be := d.baselines[string(key)]
-			if be == nil {
-				be = &baselineEntry{rule: r.Name, metric: a.Metric}
-				d.baselines[string(key)] = be
-			}
+			var be *baselineEntry
+			be, key = d.baseline(r, int(i), s, key)
 			be.seen = now
 			v := a.Metric.Value(s)
 			mean := be.b.Mean
@@ -496,27 +602,65 @@ func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext
 			if !fire {
 				continue
 			}
-			data = policy.TemplateData{Value: a.Metric.Format(v), RawValue: v, Threshold: a.Metric.Format(mean), Metric: string(a.Metric)}
+			metric = a.Metric
+			value, raw, threshold = a.Metric.Format(v), v, a.Metric.Format(mean)
 		default:
 			continue
 		}
-		data.Labels = s.Labels()
-		data.Series = s
-		labels, annotations, err := r.Expand(&data)
+		// Only series that hold get their template data: it escapes to
+		// the templates, and building it for every series was an
+		// allocation per series and rule.
+		data := &policy.TemplateData{Value: value, RawValue: raw, Threshold: threshold, Metric: string(metric), Labels: s.Labels(), Series: s}
+		labels, annotations, err := r.Expand(data)
 		if err != nil {
-			if firstErr == nil {
-				firstErr = err
+			if p.err == nil {
+				p.err = err
 			}
-			out.failed = true
+			p.failed = true
 			continue
 		}
 		addExternal(labels, ext)
-		out.results[alert.Fingerprint(labels)] = result{labels: labels, annotations: annotations, value: data.Value}
+		p.fps = append(p.fps, alert.Fingerprint(labels))
+		p.results = append(p.results, result{labels: labels, annotations: annotations, value: data.Value})
 	}
-	if firstErr != nil {
-		d.ruleError(r.Name, firstErr)
+}
+
+// baseline returns the anomaly rule's baseline for series i of the
+// current snapshot (s, over the rule's range), creating it. Each series'
+// history keeps the baselines it was given, so a lookup in the detector's
+// map (100k keys at 100k series) happens once per series and rule, not
+// once per evaluation; an entry the map dropped (gcBaselines, Restore) is
+// marked dead and looked up again.
+func (d *Detector) baseline(r *policy.Rule, i int, s *snapshot.Series, key []byte) (*baselineEntry, []byte) {
+	a := r.Anomaly
+	var sh *seriesHist
+	if !d.straight && len(d.hist.cur) == len(d.hist.snap.Series) {
+		sh = d.hist.cur[i]
+		for j := 0; j < len(sh.baselines); j++ {
+			be := sh.baselines[j]
+			if be.dead {
+				sh.baselines = slices.Delete(sh.baselines, j, j+1)
+				j--
+				continue
+			}
+			if be.rule == r.Name && be.metric == a.Metric {
+				return be, key
+			}
+		}
 	}
-	return out
+	key = append(append(append(append(key[:0], r.Name...), 0), a.Metric...), 0)
+	key = seriesKey(key, s)
+	d.baselineMu.Lock()
+	be := d.baselines[string(key)]
+	if be == nil {
+		be = &baselineEntry{rule: r.Name, metric: a.Metric}
+		d.baselines[string(key)] = be
+	}
+	d.baselineMu.Unlock()
+	if sh != nil {
+		sh.baselines = append(sh.baselines, be)
+	}
+	return be, key
 }
 
 // ruleError counts, logs and reports a rule's failed evaluation.
@@ -544,6 +688,7 @@ func (d *Detector) gcBaselines(cfg *policy.Config, now time.Time) {
 	}
 	for k, be := range d.baselines {
 		if m, ok := names[be.rule]; !ok || m != be.metric || now.Sub(be.seen) > d.cfg.BaselineTTL {
+			be.dead = true
 			delete(d.baselines, k)
 		}
 	}

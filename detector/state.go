@@ -276,6 +276,9 @@ func (d *Detector) Restore(now time.Time) (RestoreStats, error) {
 	h.recount()
 	d.hist = h
 	for _, sb := range st.Baselines {
+		if old := d.baselines[sb.Key]; old != nil {
+			old.dead = true
+		}
 		d.baselines[sb.Key] = &baselineEntry{b: sb.B, seen: sb.Seen, rule: sb.Rule, metric: sb.Metric}
 	}
 	rs.Baselines = len(st.Baselines)
@@ -409,7 +412,8 @@ func readSeries(b []byte) (map[string]*seriesHist, error) {
 				return nil, err
 			}
 		}
-		out[string(key)] = sh
+		sh.key = string(key)
+		out[sh.key] = sh
 	}
 	return out, nil
 }

@@ -59,4 +59,12 @@ func (m *Matcher) MatchOther(s *snapshot.Series) bool {
 		m.matchLabels(s)
 }
 
+// SpanOnly reports whether the matcher selects by span name alone:
+// MatchOther then asks only that a series is not a metric.
+func (m *Matcher) SpanOnly() bool {
+	return m.Metric == nil && m.Cgroup == nil && m.ContainerID == nil && m.PodUID == nil &&
+		m.Unit == nil && m.Namespace == nil && m.Pod == nil && m.Container == nil &&
+		m.Process == nil && len(m.Labels) == 0
+}
+
 func globOK(g *Glob, s string) bool { return g == nil || g.Match(s) }
