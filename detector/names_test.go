@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -92,4 +93,51 @@ func sorted(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestServiceNames checks that the OpenTelemetry service a series'
+// processes declare selects it in a rule (service:), renders in a
+// template, labels the alert, and reaches Rego as series.service; a
+// series without one is not selected.
+func TestServiceNames(t *testing.T) {
+	pay := snapshot.Series{Span: "charge", CgroupID: 7, Identity: snapshot.Identity{Process: "server", Service: "payments"}, Count: 10, P99Ns: uint64(time.Second)}
+	plain := pay
+	plain.CgroupID, plain.Service = 8, ""
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "svc.rego"), []byte(`package spanwatch
+import rego.v1
+alerts contains {"labels": {"alertname": "ByService", "service": s.service}} if {
+	some s in input.series
+	s.service == "payments"
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse(filepath.Join(dir, "rules.yaml"), []byte(`
+rules:
+  - name: PaySlow
+    service: "pay*"
+    when: p99 > 200ms
+    annotations: {summary: "{{ .Labels.service }} ({{ .Labels.process }})"}
+policies:
+  - file: svc.rego
+`), policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(Config{ExternalLabels: map[string]string{}})
+	d.SetRules(cfg)
+	changed, err := d.Evaluate(context.Background(), snap(0, pay, plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range changed {
+		got = append(got, a.Labels["alertname"]+" "+a.Labels["service"]+" "+a.Labels["cgroup_id"]+" "+a.Annotations["summary"])
+	}
+	sort.Strings(got)
+	want := []string{"ByService payments  ", "PaySlow payments 7 payments (server)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("alerts %q, want %q", got, want)
+	}
 }

@@ -385,7 +385,7 @@ func hasKey(n *yaml.Node, key string) bool {
 	return false
 }
 
-var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "match", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
+var ruleKeys = []string{"name", "span", "metric", "cgroup", "container", "container_id", "namespace", "pod", "pod_uid", "unit", "process", "service", "match", "when", "anomaly", "over", "for", "keep_firing_for", "labels", "annotations"}
 
 func (d *decoder) rule(n *yaml.Node) *Rule {
 	rn := section.Resolve(n)
@@ -419,6 +419,8 @@ func (d *decoder) rule(n *yaml.Node) *Rule {
 			r.Match.Unit = d.glob(v, "unit")
 		case "process":
 			r.Match.Process = d.glob(v, "process")
+		case "service":
+			r.Match.Service = d.glob(v, "service")
 		case "when":
 			if s, ok := d.name(v, "when"); ok {
 				parse := ParseCondition

@@ -26,6 +26,7 @@ type InputValue struct{ v ast.Value }
 //	  "range_ns": 60000000000, "range_seconds": 60,
 //	  "series": [{"span": "checkout", "cgroup_id": 1234, "cgroup": "...",
 //	              "container": "...", "pod": "...", "unit": "...", "process": "...",
+//	              "service": "...",
 //	              "count": 100, "rate": 10, "errors": 2, "error_ratio": 0.02,
 //	              "sum_ns": ..., "min_ns": ..., "p50_ns": ..., "p90_ns": ..., "p99_ns": ...,
 //	              "max_ns": ..., "window_max_ns": ..., "over_budget": 1,
@@ -287,6 +288,7 @@ var (
 	kNamespace   = ast.StringTerm("namespace")
 	kUnit        = ast.StringTerm("unit")
 	kProcess     = ast.StringTerm("process")
+	kService     = ast.StringTerm("service")
 	kCount       = ast.StringTerm("count")
 	kRate        = ast.StringTerm("rate")
 	kErrors      = ast.StringTerm("errors")
@@ -369,6 +371,7 @@ var seriesFields = []seriesField{
 	strField("pod", func(s *snapshot.Series) string { return s.Pod }),
 	strField("container", func(s *snapshot.Series) string { return s.Container }),
 	strField("process", func(s *snapshot.Series) string { return s.Process }),
+	strField("service", func(s *snapshot.Series) string { return s.Service }),
 	uintField("count", func(s *snapshot.Series) uint64 { return s.Count }),
 	floatField("rate", func(s *snapshot.Series) float64 { return finite(s.Rate) }),
 	uintField("errors", func(s *snapshot.Series) uint64 { return s.Errors }),
@@ -400,14 +403,14 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		k *ast.Term
 		v string
 	}{{kCgroup, s.Cgroup}, {kContainerID, s.ContainerID}, {kPodUID, s.PodUID}, {kUnit, s.Unit},
-		{kNamespace, s.Namespace}, {kPod, s.Pod}, {kContainer, s.Container}, {kProcess, s.Process}} {
+		{kNamespace, s.Namespace}, {kPod, s.Pod}, {kContainer, s.Container}, {kProcess, s.Process}, {kService, s.Service}} {
 		if kv.v != "" {
 			labels = append(labels, item(kv.k, strTerm(kv.v)))
 		}
 	}
 	for k, v := range s.SourceLabels {
 		switch k {
-		case "span", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process":
+		case "span", "cgroup", "container_id", "pod_uid", "unit", "namespace", "pod", "container", "process", "service":
 			continue // the series' own labels win, as in Series.Labels
 		}
 		labels = append(labels, item(ast.StringTerm(k), strTerm(v)))
@@ -425,6 +428,7 @@ func seriesObject(s *snapshot.Series) ast.Object {
 		item(kPod, strTerm(s.Pod)),
 		item(kContainer, strTerm(s.Container)),
 		item(kProcess, strTerm(s.Process)),
+		item(kService, strTerm(s.Service)),
 		item(kCount, uintTerm(s.Count)),
 		item(kRate, ast.FloatNumberTerm(finite(s.Rate))),
 		item(kErrors, uintTerm(s.Errors)),
@@ -466,6 +470,7 @@ func overrunObject(o *snapshot.Overrun) ast.Object {
 		item(kPod, strTerm(o.Pod)),
 		item(kContainer, strTerm(o.Container)),
 		item(kProcess, strTerm(o.Process)),
+		item(kService, strTerm(o.Service)),
 		item(kDurationNs, uintTerm(o.DurationNs)),
 		item(kBudgetNs, uintTerm(o.BudgetNs)),
 		item(kError, ast.BooleanTerm(o.Error)),

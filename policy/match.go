@@ -28,6 +28,7 @@ type Matcher struct {
 	Pod         *Glob
 	Container   *Glob
 	Process     *Glob
+	Service     *Glob
 	// Labels match label values by name (match: in a rule): a source's
 	// labels, or any of the series' other labels.
 	Labels map[string]*Glob
@@ -49,14 +50,14 @@ func (m *Matcher) MatchSpan(span string) bool {
 }
 
 // MatchOther reports whether the series' fields other than the span name
-// are selected: its kind, cgroup, container, pod, unit, process and
-// labels.
+// are selected: its kind, cgroup, container, pod, unit, process, service
+// and labels.
 func (m *Matcher) MatchOther(s *snapshot.Series) bool {
 	return (m.Metric != nil) == s.IsMetric() &&
 		globOK(m.Cgroup, s.Cgroup) && globOK(m.ContainerID, s.ContainerID) &&
 		globOK(m.PodUID, s.PodUID) && globOK(m.Unit, s.Unit) && globOK(m.Namespace, s.Namespace) &&
 		globOK(m.Pod, s.Pod) && globOK(m.Container, s.Container) && globOK(m.Process, s.Process) &&
-		m.matchLabels(s)
+		globOK(m.Service, s.Service) && m.matchLabels(s)
 }
 
 // SpanOnly reports whether the matcher selects by span name alone:
@@ -64,7 +65,7 @@ func (m *Matcher) MatchOther(s *snapshot.Series) bool {
 func (m *Matcher) SpanOnly() bool {
 	return m.Metric == nil && m.Cgroup == nil && m.ContainerID == nil && m.PodUID == nil &&
 		m.Unit == nil && m.Namespace == nil && m.Pod == nil && m.Container == nil &&
-		m.Process == nil && len(m.Labels) == 0
+		m.Process == nil && m.Service == nil && len(m.Labels) == 0
 }
 
 func globOK(g *Glob, s string) bool { return g == nil || g.Match(s) }
