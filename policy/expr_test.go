@@ -285,7 +285,7 @@ func TestGlob(t *testing.T) {
 }
 
 func TestMatcher(t *testing.T) {
-	s := &snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Container: "web-1", Process: "nginx"}}
+	s := &snapshot.Series{Span: "checkout", Identity: snapshot.Identity{Container: "web-1", Process: "nginx", Service: "shop"}}
 	mk := func(p string) *Glob { g, _ := CompileGlob(p); return g }
 	for _, tc := range []struct {
 		m    Matcher
@@ -299,6 +299,8 @@ func TestMatcher(t *testing.T) {
 		{Matcher{Pod: mk("?*")}, false}, // ... so requiring one char fails
 		{Matcher{Process: mk("!nginx")}, false},
 		{Matcher{Unit: mk("!*.service")}, true},
+		{Matcher{Service: mk("sh*")}, true},
+		{Matcher{Service: mk("cart")}, false},
 	} {
 		if got := tc.m.Match(s); got != tc.want {
 			t.Errorf("%+v: %v, want %v", tc.m, got, tc.want)
