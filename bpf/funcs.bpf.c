@@ -116,9 +116,10 @@ struct func_call {
 	__u8 pad[5];
 };
 
-/* A string label's bytes, NUL-padded, under its hash. */
+/* A string label's bytes, NUL-padded, under its hash: one byte more than
+ * the bytes kept, for the NUL bpf_probe_read_user_str always writes. */
 struct func_label_str {
-	char s[FUNC_LABEL_STR_LEN];
+	char s[FUNC_LABEL_STR_LEN + 1];
 };
 
 /* A call in progress: (thread, SP) for C, (g, stack.hi - SP) for Go. */

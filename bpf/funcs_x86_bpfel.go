@@ -75,7 +75,7 @@ const (
 
 type FuncsFuncLabelStr struct {
 	_ structs.HostLayout
-	S [64]int8
+	S [65]int8
 }
 
 type FuncsFuncOpenKey struct {
