@@ -199,9 +199,19 @@ func errorResolver(t *Target) srcspec.Resolver {
 	}
 }
 
+// An abiError is an operand the function's ABI does not pass in a
+// register: label Label's (or -1), or error operand Result's (or -1).
+type abiError struct {
+	Label, Result int
+	msg           string
+}
+
+func (e *abiError) Error() string { return e.msg }
+
 // checkABI reports the first operand of t that the function's ABI does
-// not have: C passes 6 arguments and returns 2 results in registers on
-// x86-64; arm64 has 8 of each (x0-x7), C's results x0 and x1.
+// not have, as an *abiError: C passes 6 arguments and returns 2 results
+// in registers on x86-64; arm64 has 8 of each (x0-x7), C's results x0
+// and x1.
 func (t *Target) checkABI(goABI bool, arch string) error {
 	maxArg, maxRet := MaxGoRegs, MaxGoRegs
 	switch {
@@ -216,14 +226,15 @@ func (t *Target) checkABI(goABI bool, arch string) error {
 	if goABI {
 		abi = "Go's register ABI"
 	}
-	for _, op := range t.LabelOperands {
+	for i, op := range t.LabelOperands {
 		if op.Reg >= maxArg || op.LenReg >= maxArg {
-			return fmt.Errorf("label reads %s, but %s passes %d integer arguments in registers on %s (arg0 to arg%d)", op.Text, abi, maxArg, arch, maxArg-1)
+			return &abiError{Label: i, Result: -1, msg: fmt.Sprintf("label %s reads %s, but %s passes %d integer arguments in registers on %s (arg0 to arg%d)",
+				t.Labels.List[i].Name, op.Text, abi, maxArg, arch, maxArg-1)}
 		}
 	}
-	for _, op := range t.Results {
+	for i, op := range t.Results {
 		if op.Reg >= maxRet {
-			return fmt.Errorf("error reads %s, but %s returns %d integer results in registers on %s (ret0 to ret%d)", op.Text, abi, maxRet, arch, maxRet-1)
+			return &abiError{Label: -1, Result: i, msg: fmt.Sprintf("error reads %s, but %s returns %d integer results in registers on %s (ret0 to ret%d)", op.Text, abi, maxRet, arch, maxRet-1)}
 		}
 	}
 	return nil

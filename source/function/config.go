@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -158,11 +157,7 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		}
 	}
 	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
-		at := has["labels"]
-		if strings.HasPrefix(err.Error(), "error") {
-			at = has["error"]
-		}
-		d.Errorf(at, "%s: %v", t.Binary, err)
+		reportABI(d, has, t, err.(*abiError))
 		return
 	}
 	var refused []string
@@ -179,6 +174,37 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		return
 	}
 	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
+}
+
+// reportABI reports an operand the ABI does not have at the label's
+// value, or at the operand in the error predicate.
+func reportABI(d *section.Decoder, has map[string]*yaml.Node, t Target, e *abiError) {
+	msg := fmt.Sprintf("%s: %s", filepath.Base(t.Binary), e.msg)
+	if e.Label >= 0 {
+		d.Errorf(labelValue(has["labels"], t.Labels.List[e.Label].Name), "%s", msg)
+		return
+	}
+	n := section.Resolve(has["error"])
+	for _, r := range t.Error.Refs() {
+		if r.Operand == e.Result && n.Kind == yaml.ScalarNode {
+			d.ErrorInScalar(n, r.Offset, msg)
+			return
+		}
+	}
+	d.Errorf(n, "%s", msg)
+}
+
+// labelValue returns the value node of label name in a labels: mapping.
+func labelValue(n *yaml.Node, name string) *yaml.Node {
+	n = section.Resolve(n)
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == name {
+				return n.Content[i+1]
+			}
+		}
+	}
+	return n
 }
 
 func str(d *section.Decoder, n *yaml.Node, what string) (string, bool) {
