@@ -58,10 +58,10 @@ func TestDecodeArgs(t *testing.T) {
 		{"  labels: {route: {ptr: x}}\n", ":3:25: label route: ptr must be an argument"},
 		{"  labels: {span: arg0}\n", `:3:12: label name "span" is taken by the span name`},
 		{"  labels: {a: arg0, b: arg1, c: arg2, d: arg3}\n", ":3:11: 4 labels: a series carries at most 3"},
-		{"  labels: {status: arg6}\n", ":3:20: argsprog: label status reads arg6, but the System V ABI passes 6 integer arguments in registers on amd64 (arg0 to arg5)"},
+		{"  labels: {status: arg6}\n", ":3:20: " + prog + ": label status reads arg6, but the System V ABI passes 6 integer arguments in registers on amd64 (arg0 to arg5)"},
 		{"  label_cap: 5\n", ":3:14: label_cap without labels:"},
 		{"  error: arg0 == 1\n", ":3:10: error: arg0 is an argument: error: reads the results at the return"},
-		{"  error: ret == 1 or ret2 != 0\n", ":3:22: argsprog: error reads ret2, but the System V ABI returns 2 integer results in registers on amd64 (ret0 to ret1)"},
+		{"  error: ret == 1 or ret2 != 0\n", ":3:22: " + prog + ": error reads ret2, but the System V ABI returns 2 integer results in registers on amd64 (ret0 to ret1)"},
 		{"  error: ret => 1\n", `:3:14: error: unknown operator "=>": did you mean >=?`},
 		{"  error: ret0 == 1 or ret1 == 1 or ret2 == 1 or ret3 == 1 or ret4 == 1\n", ":3:62: error: ret4: an error predicate reads at most 4 distinct results"},
 	} {

@@ -179,7 +179,7 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 // reportABI reports an operand the ABI does not have at the label's
 // value, or at the operand in the error predicate.
 func reportABI(d *section.Decoder, has map[string]*yaml.Node, t Target, e *abiError) {
-	msg := fmt.Sprintf("%s: %s", filepath.Base(t.Binary), e.msg)
+	msg := fmt.Sprintf("%s: %s", t.Binary, e.msg)
 	if e.Label >= 0 {
 		d.Errorf(labelValue(has["labels"], t.Labels.List[e.Label].Name), "%s", msg)
 		return
