@@ -446,6 +446,7 @@ int func_return(struct pt_regs *ctx)
 	in.key.kind = SERIES_SPAN;
 	in.value = now - start_ns;
 	in.source = SOURCE_FUNCTIONS;
+	in.ret_regs = ctx;
 #ifdef SW_WALK_USER_FRAMES
 	in.uregs = ctx;
 #endif

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/snapshot"
 )
 
 // argsCalls is how many calls the args programs make: every (status,
@@ -35,7 +36,7 @@ type argSeries struct{ count, errors uint64 }
 // runArgs decodes rules (a functions: list naming prog) as check does,
 // attaches it, runs prog with argsCalls, and returns the spans of span
 // per label set ("status=200 route=/cart"), and the source's counters.
-func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[string]argSeries, map[string]uint64) {
+func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[string]argSeries, map[string]uint64, []snapshot.Overrun) {
 	t.Helper()
 	file := filepath.Join(filepath.Dir(prog), "rules.yaml")
 	targets, err := decode(t, file, rules)
@@ -64,6 +65,11 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// A budget every call exceeds: overrun records, their user stacks
+	// taken at a return instruction.
+	if err := c.SetBudgets([]collector.BudgetRule{{Span: span, Budget: time.Nanosecond}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +81,7 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 		t.Fatal(err)
 	}
 	got := map[string]argSeries{}
+	var overruns []snapshot.Overrun
 	total := uint64(0)
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && total < argsCalls; {
 		snap, err := c.Snapshot()
@@ -95,13 +102,45 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 			got[strings.Join(key, " ")] = x
 			total += sr.Count
 		}
+		overruns = append(overruns, snap.Overruns...)
 		time.Sleep(50 * time.Millisecond)
 	}
 	counts, err := s.Counts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got, counts
+	return got, counts, overruns
+}
+
+// checkCaller checks that overruns' user stacks start with the traced
+// function and then its caller: at a return instruction the frame
+// pointer is already the caller's, and without the return address read
+// from the stack's top (bpf/aggregate.h, ustack_at_return) a walk by
+// frame pointers skips the caller (and, in a gcc -O2 program without
+// frame pointers, stops at the traced function). Fails when the caller
+// is missing, or in any other place than second.
+func checkCaller(t *testing.T, overruns []snapshot.Overrun, fn, caller string) {
+	t.Helper()
+	if len(overruns) == 0 {
+		t.Fatal("no overrun record: want user stacks to check")
+	}
+	bad := 0
+	for _, o := range overruns {
+		var frames []string
+		for _, f := range o.UserStack {
+			frames = append(frames, f.Function)
+		}
+		if len(frames) < 2 || frames[0] != fn || frames[1] != caller {
+			if bad++; bad <= 3 {
+				t.Errorf("overrun user stack %v; want %s, then %s", frames, fn, caller)
+			}
+		}
+	}
+	var first []string
+	for _, f := range overruns[0].UserStack {
+		first = append(first, f.Function)
+	}
+	t.Logf("%d overrun records, %d without %s then %s; the first's stack: %v", len(overruns), bad, fn, caller, first)
 }
 
 // wantArgs is the spans each label set must have: argsCalls/9 calls per
@@ -172,12 +211,13 @@ func TestArgsC(t *testing.T) {
 	if out, err := exec.Command(cc, "-O2", "-o", prog, "testdata/argsprog.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v: %s", err, out)
 	}
-	got, counts := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+	got, counts, overruns := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: handle
   labels: {status: arg0.s32, route: {ptr: arg1}}
   error: ret.s32 == -1
 `, prog), "handle", []string{"status", "route"})
 	checkArgs(t, got, wantArgs("status", "route"), counts)
+	checkCaller(t, overruns, "handle", "main")
 }
 
 // TestArgsGo traces handle(code int, path string) (int, error) of a Go
@@ -196,10 +236,11 @@ func TestArgsGo(t *testing.T) {
 	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
-	got, counts := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+	got, counts, overruns := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: main.handle
   labels: {code: arg0, path: {ptr: arg1, len: arg2}}
   error: ret1 != 0
 `, prog), "main.handle", []string{"code", "path"})
 	checkArgs(t, got, wantArgs("code", "path"), counts)
+	checkCaller(t, overruns, "main.handle", "main.serve")
 }

@@ -29,6 +29,14 @@ func main() {
 	n, _ := strconv.Atoi(os.Args[1])
 	fmt.Println("ready")
 	bufio.NewReader(os.Stdin).ReadString('\n')
+	fmt.Println("done", serve(n) > 0)
+}
+
+// serve makes the calls: the caller an overrun's stack must show between
+// handle and main.main.
+//
+//go:noinline
+func serve(n int) int {
 	sink := 0
 	for i := 0; i < n; i++ {
 		v, err := handle(codes[i%3], paths[(i/3)%3])
@@ -36,5 +44,5 @@ func main() {
 			sink += v
 		}
 	}
-	fmt.Println("done", sink > 0)
+	return sink
 }
