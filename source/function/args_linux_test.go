@@ -160,7 +160,7 @@ func wantArgs(status, route string) map[string]argSeries {
 }
 
 // checkArgs compares the label sets got with want, exactly.
-func checkArgs(t *testing.T, got, want map[string]argSeries, counts map[string]uint64) {
+func checkArgs(t *testing.T, got, want map[string]argSeries) {
 	t.Helper()
 	var keys []string
 	for k := range got {
@@ -180,8 +180,14 @@ func checkArgs(t *testing.T, got, want map[string]argSeries, counts map[string]u
 			t.Errorf("%s: %d spans, %d errors; want no such label set", k, g.count, g.errors)
 		}
 	}
+}
+
+// checkNoCounts wants no counter: every label read and admitted, every
+// call paired.
+func checkNoCounts(t *testing.T, counts map[string]uint64) {
+	t.Helper()
 	if len(counts) != 0 {
-		t.Errorf("counters %v, want none (every label read, admitted, every call paired)", counts)
+		t.Errorf("counters %v, want none (every label read and admitted, every call paired)", counts)
 	}
 }
 
@@ -216,7 +222,8 @@ func TestArgsC(t *testing.T) {
   labels: {status: arg0.s32, route: {ptr: arg1}}
   error: ret.s32 == -1
 `, prog), "handle", []string{"status", "route"})
-	checkArgs(t, got, wantArgs("status", "route"), counts)
+	checkArgs(t, got, wantArgs("status", "route"))
+	checkNoCounts(t, counts)
 	checkCaller(t, overruns, "handle", "main")
 }
 
@@ -241,6 +248,51 @@ func TestArgsGo(t *testing.T) {
   labels: {code: arg0, path: {ptr: arg1, len: arg2}}
   error: ret1 != 0
 `, prog), "main.handle", []string{"code", "path"})
-	checkArgs(t, got, wantArgs("code", "path"), counts)
+	checkArgs(t, got, wantArgs("code", "path"))
+	checkNoCounts(t, counts)
 	checkCaller(t, overruns, "main.handle", "main.serve")
+}
+
+// TestArgsCap: with label_cap: 2 each label keeps the first two values
+// the single-threaded C program passes (statuses 200 and 404, routes
+// /checkout and /cart, in its call order) and keys the third "other";
+// the 503s stay errors under "other", and every call keyed other is
+// counted (3,000 statuses and 3,000 routes). Fails if values are
+// admitted past the cap, if a string past the cap names a series, or if
+// calls are lost or counted in the wrong set.
+func TestArgsCap(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("arguments are tested on x86-64 so far")
+	}
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc on PATH: install build-essential")
+	}
+	prog := filepath.Join(t.TempDir(), "argsprog")
+	if out, err := exec.Command(cc, "-O2", "-o", prog, "testdata/argsprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+  function: handle
+  labels: {status: arg0.s32, route: {ptr: arg1}}
+  label_cap: 2
+  error: ret.s32 == -1
+`, prog), "handle", []string{"status", "route"})
+	want := map[string]argSeries{}
+	for _, st := range []string{"200", "404", "other"} {
+		for _, r := range []string{"/checkout", "/cart", "other"} {
+			x := argSeries{count: argsCalls / 9}
+			if st == "other" {
+				x.errors = argsCalls / 9
+			}
+			want["status="+st+" route="+r] = x
+		}
+	}
+	checkArgs(t, got, want)
+	if counts["functions/label_other"] != 2*argsCalls/3 || len(counts) != 1 {
+		t.Errorf("counters %v; want functions/label_other %d and nothing else", counts, 2*argsCalls/3)
+	}
 }
