@@ -41,7 +41,7 @@
  * string label's value is the FNV-1a hash of its bytes; the bytes go to
  * func_label_strings under that hash when the value is admitted, where
  * the collector finds them to name the series. The label values are
- * admitted (src_labels_apply, bpf/source.h) at the entry and kept with the
+ * admitted (src_label_admit, bpf/source.h) at the entry and kept with the
  * open call, in its func_open value, until its return. The error
  * predicate reads the result registers at the return instruction: Go's
  * results by the same registers as its arguments, C's in rax and rdx (x0
