@@ -1229,12 +1229,51 @@ struct agg_in {
 	 * 0: checked against the slot's key before the index is looked up,
 	 * and updated. */
 	__u32 *hint;
+	/* A function span's registers at its return instruction (source/
+	 * function), or 0. There the frame pointer is already the caller's,
+	 * so a walk by frame pointers goes from the traced function straight
+	 * to its caller's caller; the caller's pc (the return address) is
+	 * at the stack's top on x86-64, in the link register on arm64, and
+	 * an overrun's user stack gets it as its second frame. Read only
+	 * when a stack is taken. */
+	const struct pt_regs *ret_regs;
 #ifdef SW_WALK_USER_FRAMES
 	/* The user registers at a uprobe (its ctx), or 0: where the kernel's
 	 * walk stops at the first frame, ustack_walk() goes on from them. */
 	const struct pt_regs *uregs;
 #endif
 };
+
+/*
+ * ustack_at_return takes the user stack at a return instruction (agg_in.
+ * ret_regs): the kernel's walk one frame to the right, then the return
+ * address in the second frame, after the pc. When the caller's pc cannot
+ * be read, the walk stays as the kernel gave it.
+ */
+static __always_inline void ustack_at_return(void *ctx, const struct pt_regs *regs, struct overrun *r)
+{
+	__u64 caller = 0;
+	long n;
+
+#if defined(__TARGET_ARCH_x86)
+	if (bpf_probe_read_user(&caller, sizeof(caller), (void *)PT_REGS_SP(regs)))
+		caller = 0;
+#elif defined(__TARGET_ARCH_arm64)
+	caller = PT_REGS_RET(regs);
+#endif
+	if (!caller) {
+		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+		return;
+	}
+	n = bpf_get_stack(ctx, &r->ustack[1], sizeof(r->ustack) - sizeof(__u64), BPF_F_USER_STACK);
+	if (n < (long)sizeof(__u64)) {
+		r->ustack_len = n;
+		return;
+	}
+	r->ustack[0] = r->ustack[1];
+	r->ustack[1] = caller;
+	r->ustack_len = n + sizeof(__u64);
+}
 
 /*
  * hint_holds tells whether slot hint - 1 holds key: a live slot whose key
@@ -1325,7 +1364,10 @@ found:;
 	r->ustack_len = 0;
 	r->kstack_len = 0;
 	if (flags & BUDGET_CAPTURE_USER) {
-		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+		if (in->ret_regs)
+			ustack_at_return(ctx, in->ret_regs, r);
+		else
+			r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
 #ifdef SW_WALK_USER_FRAMES
 		ustack_walk(in->uregs, r);
 #endif

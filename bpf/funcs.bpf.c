@@ -31,6 +31,24 @@
  * call at the same (g, function, depth) replaces it (counted) or the LRU
  * evicts it; so does a call of an exited goroutine whose g is reused.
  *
+ * Arguments and results (issue 26 item 3). A source's labels read the
+ * call's arguments at the entry, the only place they are sure to be in
+ * their registers: integers by the System V ABI for C (rdi, rsi, rdx,
+ * rcx, r8, r9; x0-x7 on arm64) and by Go's register ABI for Go (rax, rbx,
+ * rcx, rdi, rsi, r8, r9, r10, r11; x0-x7 on arm64 here), and strings as a
+ * pointer to a NUL-terminated string (C) or a pointer and a length (a Go
+ * string's two registers), at most FUNC_LABEL_STR_LEN bytes read. A
+ * string label's value is the FNV-1a hash of its bytes; the bytes go to
+ * func_label_strings under that hash when the value is admitted, where
+ * the collector finds them to name the series. The label values are
+ * admitted (src_label_admit, bpf/source.h) at the entry and kept with the
+ * open call, in its func_open value, until its return. The error
+ * predicate reads the result registers at the return instruction: Go's
+ * results by the same registers as its arguments, C's in rax and rdx (x0
+ * and x1). Each operand is taken as the width and signedness the rule
+ * file gives (arg0.s32: the low 32 bits, sign-extended), since the upper
+ * bits of a register holding a 32-bit value are not defined by the ABI.
+ *
  * The attach cookie is the source's index in func_sources: kernel 5.15+.
  * This object includes aggregate.h and is loaded with MapReplacements for
  * the core's maps, so function spans feed the same aggregates as every
@@ -38,12 +56,23 @@
  */
 
 #include "aggregate.h"
+#include "source.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
 enum func_sizes {
 	FUNC_MAX_SOURCES = 4096, /* traced functions */
 	FUNC_MAX_OPEN = 65536,	 /* calls in progress, all threads */
+	FUNC_ERR_OPERANDS = 4,	 /* result registers an error predicate reads */
+	FUNC_LABEL_STR_LEN = 64, /* bytes of a string label read */
+	FUNC_MAX_REGS = 9,	 /* argument or result registers (Go on x86-64) */
+};
+
+/* How an operand is read (struct func_operand.kind). */
+enum func_operand_kind {
+	FUNC_OP_INT = 0,    /* an integer in register reg */
+	FUNC_OP_CSTR = 1,   /* a NUL-terminated string at the address in reg */
+	FUNC_OP_PTRLEN = 2, /* a string at the address in reg, its length in len_reg */
 };
 
 /* Counters of func_counters. */
@@ -54,12 +83,43 @@ enum func_counter {
 	FUNC_COUNTER_MAX = 4,
 };
 
+/* One argument or result a source reads. */
+struct func_operand {
+	__u8 kind;	/* FUNC_OP_* */
+	__u8 reg;	/* the argument's (or result's) index in the ABI's registers */
+	__u8 len_reg;	/* FUNC_OP_PTRLEN: the length's */
+	__u8 size;	/* FUNC_OP_INT: bytes of the register taken, 1, 2, 4 or 8 */
+	__u8 is_signed; /* FUNC_OP_INT: sign-extend them */
+	__u8 pad[3];
+};
+
 /* One traced function: mirrored in source/function. */
 struct func_source {
 	char name[SPAN_NAME_LEN]; /* the span name, NUL-padded */
 	__u64 name_id;		  /* span_name_id(name), computed by the collector */
 	__u32 go;		  /* a Go function (register ABI): pair by goroutine */
+	__u32 has_error;	  /* error holds over the results */
+	struct func_operand label[SERIES_LABELS]; /* labels.operand[i] is i */
+	struct func_operand result[FUNC_ERR_OPERANDS]; /* error's operand i */
+	struct src_labels labels;
 	__u32 pad;
+	struct src_pred error;
+};
+
+/* A call in progress: its start and its label values, admitted at the
+ * entry. */
+struct func_call {
+	__u64 start;
+	__u64 labels[SERIES_LABELS];
+	__u16 labelset;
+	__u8 other;
+	__u8 pad[5];
+};
+
+/* A string label's bytes, NUL-padded, under its hash: one byte more than
+ * the bytes kept, for the NUL bpf_probe_read_user_str always writes. */
+struct func_label_str {
+	char s[FUNC_LABEL_STR_LEN + 1];
 };
 
 /* A call in progress: (thread, SP) for C, (g, stack.hi - SP) for Go. */
@@ -89,13 +149,23 @@ struct {
 	__type(value, struct func_source);
 } func_sources SEC(".maps");
 
-/* Calls in progress: their start time. */
+/* Calls in progress. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, FUNC_MAX_OPEN);
 	__type(key, struct func_open_key);
-	__type(value, __u64);
+	__type(value, struct func_call);
 } func_open SEC(".maps");
+
+/* String label values by their hash: admitted values only, so it holds
+ * no more than src_label_values does. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SRC_LABEL_VALUES);
+	__type(key, __u64);
+	__type(value, struct func_label_str);
+} func_label_strings SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -109,6 +179,193 @@ static __always_inline void func_count(__u32 idx)
 	__u64 *c = bpf_map_lookup_elem(&func_counters, &idx);
 	if (c)
 		__sync_fetch_and_add(c, 1);
+}
+
+/* The argument (or result) registers of a call's ABI, copied from the
+ * context once: the verifier refuses a load from a context pointer the
+ * compiler has offset by a computed amount, which a switch over the
+ * register becomes. */
+struct func_regs {
+	__u64 r[FUNC_MAX_REGS];
+};
+
+/* FUNC_LD loads a register in the branch that names it: without the
+ * barrier the compiler merges the branches' loads into one through a
+ * context pointer picked by the branch, which the verifier refuses. */
+#define FUNC_LD(x) ({ __u64 __v = (x); asm volatile("" : "+r"(__v)); __v; })
+
+/* func_args copies the argument registers: Go's register ABI or the
+ * System V ABI (AAPCS64 on arm64, where the two share x0-x7). Registers
+ * the ABI does not have are 0. */
+static __always_inline void func_args(struct pt_regs *ctx, __u32 go, struct func_regs *a)
+{
+#if defined(__TARGET_ARCH_x86)
+	struct pt_regs *r = __PT_REGS_CAST(ctx);
+
+	if (go) {
+		a->r[0] = FUNC_LD(r->ax);
+		a->r[1] = FUNC_LD(r->bx);
+		a->r[2] = FUNC_LD(r->cx);
+		a->r[3] = FUNC_LD(r->di);
+		a->r[4] = FUNC_LD(r->si);
+		a->r[5] = FUNC_LD(r->r8);
+		a->r[6] = FUNC_LD(r->r9);
+		a->r[7] = FUNC_LD(r->r10);
+		a->r[8] = FUNC_LD(r->r11);
+		return;
+	}
+	a->r[0] = FUNC_LD(PT_REGS_PARM1(ctx));
+	a->r[1] = FUNC_LD(PT_REGS_PARM2(ctx));
+	a->r[2] = FUNC_LD(PT_REGS_PARM3(ctx));
+	a->r[3] = FUNC_LD(PT_REGS_PARM4(ctx));
+	a->r[4] = FUNC_LD(PT_REGS_PARM5(ctx));
+	a->r[5] = FUNC_LD(r->r9);
+	a->r[6] = a->r[7] = a->r[8] = 0;
+#elif defined(__TARGET_ARCH_arm64)
+	a->r[0] = FUNC_LD(PT_REGS_PARM1(ctx));
+	a->r[1] = FUNC_LD(PT_REGS_PARM2(ctx));
+	a->r[2] = FUNC_LD(PT_REGS_PARM3(ctx));
+	a->r[3] = FUNC_LD(PT_REGS_PARM4(ctx));
+	a->r[4] = FUNC_LD(PT_REGS_PARM5(ctx));
+	a->r[5] = FUNC_LD(__PT_REGS_CAST(ctx)->regs[5]);
+	a->r[6] = FUNC_LD(__PT_REGS_CAST(ctx)->regs[6]);
+	a->r[7] = FUNC_LD(__PT_REGS_CAST(ctx)->regs[7]);
+	a->r[8] = 0;
+#endif
+}
+
+/* func_results copies the result registers at a return: Go's are its
+ * argument registers, C's rax and rdx (x0 and x1 on arm64). */
+static __always_inline void func_results(struct pt_regs *ctx, __u32 go, struct func_regs *a)
+{
+	func_args(ctx, go, a);
+#if defined(__TARGET_ARCH_x86)
+	if (!go) {
+		a->r[0] = FUNC_LD(PT_REGS_RC(ctx));
+		a->r[1] = FUNC_LD(__PT_REGS_CAST(ctx)->dx);
+		a->r[2] = a->r[3] = a->r[4] = a->r[5] = 0;
+	}
+#else
+	if (!go)
+		a->r[2] = a->r[3] = a->r[4] = a->r[5] = a->r[6] = a->r[7] = 0;
+#endif
+}
+
+/* func_reg returns register n of a. */
+static __always_inline __u64 func_reg(const struct func_regs *a, __u32 n)
+{
+	if (n >= FUNC_MAX_REGS)
+		return 0;
+	return a->r[n];
+}
+
+/* func_int takes size bytes of a register, sign- or zero-extended. */
+static __always_inline __u64 func_int(__u64 v, const struct func_operand *op)
+{
+	__u32 shift = 64 - 8 * (op->size & 15);
+
+	if (shift >= 64)
+		return v;
+	if (op->is_signed)
+		return (__u64)(((__s64)(v << shift)) >> shift);
+	return (v << shift) >> shift;
+}
+
+/* func_str reads a string label at the entry into buf and returns its
+ * FNV-1a hash in *h, or -1 when its bytes could not be read. */
+static __always_inline int func_str(const struct func_regs *a, const struct func_operand *op,
+				    struct func_label_str *buf, __u64 *h)
+{
+	void *ptr = (void *)func_reg(a, op->reg);
+	__u64 n, hash = 0xcbf29ce484222325ULL;
+	long r;
+
+	__builtin_memset(buf->s, 0, sizeof(buf->s));
+	if (op->kind == FUNC_OP_CSTR) {
+		r = bpf_probe_read_user_str(buf->s, sizeof(buf->s), ptr);
+		if (r < 0)
+			return -1;
+		n = r > 0 ? r - 1 : 0;
+	} else {
+		n = func_reg(a, op->len_reg);
+		if ((__s64)n < 0)
+			return -1;
+		if (n > FUNC_LABEL_STR_LEN)
+			n = FUNC_LABEL_STR_LEN;
+		if (n && bpf_probe_read_user(buf->s, n & (FUNC_LABEL_STR_LEN * 2 - 1), ptr))
+			return -1;
+	}
+	for (__u32 i = 0; i < FUNC_LABEL_STR_LEN; i++) {
+		if (i >= n)
+			break;
+		hash ^= (__u8)buf->s[i];
+		hash *= 0x100000001b3ULL;
+	}
+	*h = hash;
+	return 0;
+}
+
+/* func_labels reads the source's label operands at the entry and admits
+ * their values into c (src_label_admit, bpf/source.h, as
+ * src_labels_apply does), storing the bytes of each admitted string
+ * value under its hash. */
+static __always_inline void func_labels(struct pt_regs *ctx, const struct func_source *src, struct func_call *c)
+{
+	struct func_label_str buf;
+	struct func_regs a;
+	__u16 set = src->labels.labelset;
+
+	if (!set || set >= SRC_LABELSETS)
+		return;
+	c->labelset = set;
+	func_args(ctx, src->go, &a);
+#pragma unroll
+	for (int i = 0; i < SERIES_LABELS; i++) {
+		const struct func_operand *op = &src->label[i];
+		__u64 v;
+
+		if (i >= src->labels.count)
+			break;
+		if (op->kind == FUNC_OP_INT) {
+			v = func_int(func_reg(&a, op->reg), op);
+		} else if (func_str(&a, op, &buf, &v)) {
+			src_count(SRC_COUNTER_LABEL_UNREAD);
+			c->other |= 1 << i;
+			continue;
+		}
+		if (!src_label_admit(set, i, v, src->labels.cap)) {
+			c->other |= 1 << i;
+			continue;
+		}
+		c->labels[i] = v;
+		/* Stored before the return that makes its series: the
+		 * collector names the series from it. */
+		if (op->kind != FUNC_OP_INT)
+			bpf_map_update_elem(&func_label_strings, &v, &buf, BPF_NOEXIST);
+	}
+}
+
+/* func_error evaluates the source's error predicate over the results. */
+static __always_inline __u32 func_error(struct pt_regs *ctx, const struct func_source *src)
+{
+	struct src_operands o = {};
+	struct func_regs a;
+
+	if (!src->has_error)
+		return 0;
+	func_results(ctx, src->go, &a);
+#pragma unroll
+	for (int i = 0; i < FUNC_ERR_OPERANDS; i++) {
+		const struct func_operand *op = &src->result[i];
+
+		if (!op->size)
+			continue;
+		o.v[i] = func_int(func_reg(&a, op->reg), op);
+		o.ok |= 1 << i;
+		if (op->is_signed)
+			o.is_signed |= 1 << i;
+	}
+	return src_pred_holds(&src->error, &o) != 0;
 }
 
 /* open_key fills in k for the call the probe sees, and returns the
@@ -142,14 +399,17 @@ static __always_inline struct func_source *open_key(struct pt_regs *ctx, struct 
 SEC("uprobe")
 int func_entry(struct pt_regs *ctx)
 {
-	__u64 now = bpf_ktime_get_ns();
+	struct func_call c = {.start = bpf_ktime_get_ns()};
+	struct func_source *src;
 	struct func_open_key k;
 
-	if (!open_key(ctx, &k))
+	src = open_key(ctx, &k);
+	if (!src)
 		return 0;
-	if (bpf_map_update_elem(&func_open, &k, &now, BPF_NOEXIST)) {
+	func_labels(ctx, src, &c);
+	if (bpf_map_update_elem(&func_open, &k, &c, BPF_NOEXIST)) {
 		func_count(FUNC_COUNTER_REPLACED);
-		bpf_map_update_elem(&func_open, &k, &now, BPF_ANY);
+		bpf_map_update_elem(&func_open, &k, &c, BPF_ANY);
 	}
 	return 0;
 }
@@ -161,24 +421,32 @@ int func_return(struct pt_regs *ctx)
 	struct func_open_key k;
 	struct func_source *src;
 	struct agg_in in = {};
-	__u64 *start, start_ns;
+	struct func_call *c;
+	__u64 start_ns;
 
 	src = open_key(ctx, &k);
 	if (!src)
 		return 0;
-	start = bpf_map_lookup_elem(&func_open, &k);
-	if (!start) {
+	c = bpf_map_lookup_elem(&func_open, &k);
+	if (!c) {
 		func_count(FUNC_COUNTER_UNPAIRED);
 		return 0;
 	}
-	start_ns = *start;
+	start_ns = c->start;
+	in.key.labelset = c->labelset;
+	in.key.other = c->other;
+	in.key.labels[0] = c->labels[0];
+	in.key.labels[1] = c->labels[1];
+	in.key.labels[2] = c->labels[2];
 	bpf_map_delete_elem(&func_open, &k);
+	in.error = func_error(ctx, src);
 	in.name = src->name;
 	in.key.name_id = src->name_id;
 	in.key.cgroup_id = bpf_get_current_cgroup_id();
 	in.key.kind = SERIES_SPAN;
 	in.value = now - start_ns;
 	in.source = SOURCE_FUNCTIONS;
+	in.ret_regs = ctx;
 #ifdef SW_WALK_USER_FRAMES
 	in.uregs = ctx;
 #endif
@@ -188,5 +456,9 @@ int func_return(struct pt_regs *ctx)
 
 const struct func_source *unused_func_source __attribute__((unused));
 const struct func_open_key *unused_func_open_key __attribute__((unused));
+const struct func_call *unused_func_call __attribute__((unused));
+const struct func_label_str *unused_func_label_str __attribute__((unused));
+const enum func_operand_kind *unused_func_operand_kind __attribute__((unused));
 const enum func_sizes *unused_func_sizes __attribute__((unused));
 const enum func_counter *unused_func_counter __attribute__((unused));
+const enum src_counter *unused_src_counter __attribute__((unused));

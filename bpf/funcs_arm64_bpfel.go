@@ -55,6 +55,15 @@ type FuncsCoreState struct {
 	BanksMade      uint32
 }
 
+type FuncsFuncCall struct {
+	_        structs.HostLayout
+	Start    uint64
+	Labels   [3]uint64
+	Labelset uint16
+	Other    uint8
+	Pad      [5]uint8
+}
+
 type FuncsFuncCounter uint32
 
 const (
@@ -64,6 +73,11 @@ const (
 	FuncsFuncCounterFUNC_COUNTER_MAX          FuncsFuncCounter = 4
 )
 
+type FuncsFuncLabelStr struct {
+	_ structs.HostLayout
+	S [65]int8
+}
+
 type FuncsFuncOpenKey struct {
 	_      structs.HostLayout
 	Sp     uint64
@@ -72,19 +86,45 @@ type FuncsFuncOpenKey struct {
 	Pad    uint32
 }
 
+type FuncsFuncOperand struct {
+	_        structs.HostLayout
+	Kind     uint8
+	Reg      uint8
+	LenReg   uint8
+	Size     uint8
+	IsSigned uint8
+	Pad      [3]uint8
+}
+
+type FuncsFuncOperandKind uint32
+
+const (
+	FuncsFuncOperandKindFUNC_OP_INT    FuncsFuncOperandKind = 0
+	FuncsFuncOperandKindFUNC_OP_CSTR   FuncsFuncOperandKind = 1
+	FuncsFuncOperandKindFUNC_OP_PTRLEN FuncsFuncOperandKind = 2
+)
+
 type FuncsFuncSizes uint32
 
 const (
-	FuncsFuncSizesFUNC_MAX_SOURCES FuncsFuncSizes = 4096
-	FuncsFuncSizesFUNC_MAX_OPEN    FuncsFuncSizes = 65536
+	FuncsFuncSizesFUNC_MAX_SOURCES   FuncsFuncSizes = 4096
+	FuncsFuncSizesFUNC_MAX_OPEN      FuncsFuncSizes = 65536
+	FuncsFuncSizesFUNC_ERR_OPERANDS  FuncsFuncSizes = 4
+	FuncsFuncSizesFUNC_LABEL_STR_LEN FuncsFuncSizes = 64
+	FuncsFuncSizesFUNC_MAX_REGS      FuncsFuncSizes = 9
 )
 
 type FuncsFuncSource struct {
-	_      structs.HostLayout
-	Name   [128]int8
-	NameId uint64
-	Go     uint32
-	Pad    uint32
+	_        structs.HostLayout
+	Name     [128]int8
+	NameId   uint64
+	Go       uint32
+	HasError uint32
+	Label    [3]FuncsFuncOperand
+	Result   [4]FuncsFuncOperand
+	Labels   FuncsSrcLabels
+	Pad      uint32
+	Error    FuncsSrcPred
 }
 
 type FuncsSeriesKey struct {
@@ -117,37 +157,87 @@ type FuncsSpanName struct {
 	Name [128]int8
 }
 
+type FuncsSrcCounter uint32
+
+const (
+	FuncsSrcCounterSRC_COUNTER_LABEL_OTHER  FuncsSrcCounter = 0
+	FuncsSrcCounterSRC_COUNTER_LABEL_FULL   FuncsSrcCounter = 1
+	FuncsSrcCounterSRC_COUNTER_LABEL_UNREAD FuncsSrcCounter = 2
+	FuncsSrcCounterSRC_COUNTER_MAX          FuncsSrcCounter = 4
+)
+
+type FuncsSrcLabelKey struct {
+	_        structs.HostLayout
+	Value    uint64
+	Labelset uint16
+	Label    uint8
+	Pad      [5]uint8
+}
+
+type FuncsSrcLabels struct {
+	_        structs.HostLayout
+	Labelset uint16
+	Count    uint8
+	Operand  [3]uint8
+	Pad      [2]uint8
+	Cap      uint32
+}
+
+type FuncsSrcPred struct {
+	_     structs.HostLayout
+	Terms [8]struct {
+		_       structs.HostLayout
+		Value   uint64
+		Operand uint8
+		Op      uint8
+		Neg     uint8
+		Pad     [5]uint8
+	}
+	Group   [8]uint8
+	Nterms  uint8
+	Ngroups uint8
+	Pad     [6]uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FuncsMapBudgetGlobs       = "budget_globs"
-	FuncsMapBudgets           = "budgets"
-	FuncsMapCellBanks         = "cell_banks"
-	FuncsMapCellCounts        = "cell_counts"
-	FuncsMapCellDirty         = "cell_dirty"
-	FuncsMapCgCreated         = "cg_created"
-	FuncsMapCgQuota           = "cg_quota"
-	FuncsMapCgReleased        = "cg_released"
-	FuncsMapCgWorkload        = "cg_workload"
-	FuncsMapCore              = "core"
-	FuncsMapCounters          = "counters"
-	FuncsMapFreeSlots         = "free_slots"
-	FuncsMapFuncCounters      = "func_counters"
-	FuncsMapFuncOpen          = "func_open"
-	FuncsMapFuncSources       = "func_sources"
-	FuncsMapNames             = "names"
-	FuncsMapOverruns          = "overruns"
-	FuncsMapSeries            = "series"
-	FuncsMapSeriesDirty       = "series_dirty"
-	FuncsMapSeriesIndex       = "series_index"
-	FuncsProgFuncEntry        = "func_entry"
-	FuncsProgFuncReturn       = "func_return"
-	FuncsVarUnusedCellChunk   = "unused_cell_chunk"
-	FuncsVarUnusedFuncCounter = "unused_func_counter"
-	FuncsVarUnusedFuncOpenKey = "unused_func_open_key"
-	FuncsVarUnusedFuncSizes   = "unused_func_sizes"
-	FuncsVarUnusedFuncSource  = "unused_func_source"
+	FuncsMapBudgetGlobs           = "budget_globs"
+	FuncsMapBudgets               = "budgets"
+	FuncsMapCellBanks             = "cell_banks"
+	FuncsMapCellCounts            = "cell_counts"
+	FuncsMapCellDirty             = "cell_dirty"
+	FuncsMapCgCreated             = "cg_created"
+	FuncsMapCgQuota               = "cg_quota"
+	FuncsMapCgReleased            = "cg_released"
+	FuncsMapCgWorkload            = "cg_workload"
+	FuncsMapCore                  = "core"
+	FuncsMapCounters              = "counters"
+	FuncsMapFreeSlots             = "free_slots"
+	FuncsMapFuncCounters          = "func_counters"
+	FuncsMapFuncLabelStrings      = "func_label_strings"
+	FuncsMapFuncOpen              = "func_open"
+	FuncsMapFuncSources           = "func_sources"
+	FuncsMapNames                 = "names"
+	FuncsMapOverruns              = "overruns"
+	FuncsMapSeries                = "series"
+	FuncsMapSeriesDirty           = "series_dirty"
+	FuncsMapSeriesIndex           = "series_index"
+	FuncsMapSrcCounters           = "src_counters"
+	FuncsMapSrcLabelCount         = "src_label_count"
+	FuncsMapSrcLabelValues        = "src_label_values"
+	FuncsProgFuncEntry            = "func_entry"
+	FuncsProgFuncReturn           = "func_return"
+	FuncsVarUnusedCellChunk       = "unused_cell_chunk"
+	FuncsVarUnusedFuncCall        = "unused_func_call"
+	FuncsVarUnusedFuncCounter     = "unused_func_counter"
+	FuncsVarUnusedFuncLabelStr    = "unused_func_label_str"
+	FuncsVarUnusedFuncOpenKey     = "unused_func_open_key"
+	FuncsVarUnusedFuncOperandKind = "unused_func_operand_kind"
+	FuncsVarUnusedFuncSizes       = "unused_func_sizes"
+	FuncsVarUnusedFuncSource      = "unused_func_source"
+	FuncsVarUnusedSrcCounter      = "unused_src_counter"
 )
 
 // LoadFuncs returns the embedded CollectionSpec for Funcs.
@@ -200,37 +290,45 @@ type FuncsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FuncsMapSpecs struct {
-	BudgetGlobs  *ebpf.MapSpec `ebpf:"budget_globs"`
-	Budgets      *ebpf.MapSpec `ebpf:"budgets"`
-	CellBanks    *ebpf.MapSpec `ebpf:"cell_banks"`
-	CellCounts   *ebpf.MapSpec `ebpf:"cell_counts"`
-	CellDirty    *ebpf.MapSpec `ebpf:"cell_dirty"`
-	CgCreated    *ebpf.MapSpec `ebpf:"cg_created"`
-	CgQuota      *ebpf.MapSpec `ebpf:"cg_quota"`
-	CgReleased   *ebpf.MapSpec `ebpf:"cg_released"`
-	CgWorkload   *ebpf.MapSpec `ebpf:"cg_workload"`
-	Core         *ebpf.MapSpec `ebpf:"core"`
-	Counters     *ebpf.MapSpec `ebpf:"counters"`
-	FreeSlots    *ebpf.MapSpec `ebpf:"free_slots"`
-	FuncCounters *ebpf.MapSpec `ebpf:"func_counters"`
-	FuncOpen     *ebpf.MapSpec `ebpf:"func_open"`
-	FuncSources  *ebpf.MapSpec `ebpf:"func_sources"`
-	Names        *ebpf.MapSpec `ebpf:"names"`
-	Overruns     *ebpf.MapSpec `ebpf:"overruns"`
-	Series       *ebpf.MapSpec `ebpf:"series"`
-	SeriesDirty  *ebpf.MapSpec `ebpf:"series_dirty"`
-	SeriesIndex  *ebpf.MapSpec `ebpf:"series_index"`
+	BudgetGlobs      *ebpf.MapSpec `ebpf:"budget_globs"`
+	Budgets          *ebpf.MapSpec `ebpf:"budgets"`
+	CellBanks        *ebpf.MapSpec `ebpf:"cell_banks"`
+	CellCounts       *ebpf.MapSpec `ebpf:"cell_counts"`
+	CellDirty        *ebpf.MapSpec `ebpf:"cell_dirty"`
+	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
+	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
+	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
+	Core             *ebpf.MapSpec `ebpf:"core"`
+	Counters         *ebpf.MapSpec `ebpf:"counters"`
+	FreeSlots        *ebpf.MapSpec `ebpf:"free_slots"`
+	FuncCounters     *ebpf.MapSpec `ebpf:"func_counters"`
+	FuncLabelStrings *ebpf.MapSpec `ebpf:"func_label_strings"`
+	FuncOpen         *ebpf.MapSpec `ebpf:"func_open"`
+	FuncSources      *ebpf.MapSpec `ebpf:"func_sources"`
+	Names            *ebpf.MapSpec `ebpf:"names"`
+	Overruns         *ebpf.MapSpec `ebpf:"overruns"`
+	Series           *ebpf.MapSpec `ebpf:"series"`
+	SeriesDirty      *ebpf.MapSpec `ebpf:"series_dirty"`
+	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
+	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
+	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
+	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
 }
 
 // FuncsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FuncsVariableSpecs struct {
-	UnusedCellChunk   *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
-	UnusedFuncCounter *ebpf.VariableSpec `ebpf:"unused_func_counter"`
-	UnusedFuncOpenKey *ebpf.VariableSpec `ebpf:"unused_func_open_key"`
-	UnusedFuncSizes   *ebpf.VariableSpec `ebpf:"unused_func_sizes"`
-	UnusedFuncSource  *ebpf.VariableSpec `ebpf:"unused_func_source"`
+	UnusedCellChunk       *ebpf.VariableSpec `ebpf:"unused_cell_chunk"`
+	UnusedFuncCall        *ebpf.VariableSpec `ebpf:"unused_func_call"`
+	UnusedFuncCounter     *ebpf.VariableSpec `ebpf:"unused_func_counter"`
+	UnusedFuncLabelStr    *ebpf.VariableSpec `ebpf:"unused_func_label_str"`
+	UnusedFuncOpenKey     *ebpf.VariableSpec `ebpf:"unused_func_open_key"`
+	UnusedFuncOperandKind *ebpf.VariableSpec `ebpf:"unused_func_operand_kind"`
+	UnusedFuncSizes       *ebpf.VariableSpec `ebpf:"unused_func_sizes"`
+	UnusedFuncSource      *ebpf.VariableSpec `ebpf:"unused_func_source"`
+	UnusedSrcCounter      *ebpf.VariableSpec `ebpf:"unused_src_counter"`
 }
 
 // FuncsObjects contains all objects after they have been loaded into the kernel.
@@ -253,26 +351,30 @@ func (o *FuncsObjects) Close() error {
 //
 // It can be passed to LoadFuncsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FuncsMaps struct {
-	BudgetGlobs  *ebpf.Map `ebpf:"budget_globs"`
-	Budgets      *ebpf.Map `ebpf:"budgets"`
-	CellBanks    *ebpf.Map `ebpf:"cell_banks"`
-	CellCounts   *ebpf.Map `ebpf:"cell_counts"`
-	CellDirty    *ebpf.Map `ebpf:"cell_dirty"`
-	CgCreated    *ebpf.Map `ebpf:"cg_created"`
-	CgQuota      *ebpf.Map `ebpf:"cg_quota"`
-	CgReleased   *ebpf.Map `ebpf:"cg_released"`
-	CgWorkload   *ebpf.Map `ebpf:"cg_workload"`
-	Core         *ebpf.Map `ebpf:"core"`
-	Counters     *ebpf.Map `ebpf:"counters"`
-	FreeSlots    *ebpf.Map `ebpf:"free_slots"`
-	FuncCounters *ebpf.Map `ebpf:"func_counters"`
-	FuncOpen     *ebpf.Map `ebpf:"func_open"`
-	FuncSources  *ebpf.Map `ebpf:"func_sources"`
-	Names        *ebpf.Map `ebpf:"names"`
-	Overruns     *ebpf.Map `ebpf:"overruns"`
-	Series       *ebpf.Map `ebpf:"series"`
-	SeriesDirty  *ebpf.Map `ebpf:"series_dirty"`
-	SeriesIndex  *ebpf.Map `ebpf:"series_index"`
+	BudgetGlobs      *ebpf.Map `ebpf:"budget_globs"`
+	Budgets          *ebpf.Map `ebpf:"budgets"`
+	CellBanks        *ebpf.Map `ebpf:"cell_banks"`
+	CellCounts       *ebpf.Map `ebpf:"cell_counts"`
+	CellDirty        *ebpf.Map `ebpf:"cell_dirty"`
+	CgCreated        *ebpf.Map `ebpf:"cg_created"`
+	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
+	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
+	Core             *ebpf.Map `ebpf:"core"`
+	Counters         *ebpf.Map `ebpf:"counters"`
+	FreeSlots        *ebpf.Map `ebpf:"free_slots"`
+	FuncCounters     *ebpf.Map `ebpf:"func_counters"`
+	FuncLabelStrings *ebpf.Map `ebpf:"func_label_strings"`
+	FuncOpen         *ebpf.Map `ebpf:"func_open"`
+	FuncSources      *ebpf.Map `ebpf:"func_sources"`
+	Names            *ebpf.Map `ebpf:"names"`
+	Overruns         *ebpf.Map `ebpf:"overruns"`
+	Series           *ebpf.Map `ebpf:"series"`
+	SeriesDirty      *ebpf.Map `ebpf:"series_dirty"`
+	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
+	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
+	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
+	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
 }
 
 func (m *FuncsMaps) Close() error {
@@ -290,6 +392,7 @@ func (m *FuncsMaps) Close() error {
 		m.Counters,
 		m.FreeSlots,
 		m.FuncCounters,
+		m.FuncLabelStrings,
 		m.FuncOpen,
 		m.FuncSources,
 		m.Names,
@@ -297,6 +400,9 @@ func (m *FuncsMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SrcCounters,
+		m.SrcLabelCount,
+		m.SrcLabelValues,
 	)
 }
 
@@ -304,11 +410,15 @@ func (m *FuncsMaps) Close() error {
 //
 // It can be passed to LoadFuncsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FuncsVariables struct {
-	UnusedCellChunk   *ebpf.Variable `ebpf:"unused_cell_chunk"`
-	UnusedFuncCounter *ebpf.Variable `ebpf:"unused_func_counter"`
-	UnusedFuncOpenKey *ebpf.Variable `ebpf:"unused_func_open_key"`
-	UnusedFuncSizes   *ebpf.Variable `ebpf:"unused_func_sizes"`
-	UnusedFuncSource  *ebpf.Variable `ebpf:"unused_func_source"`
+	UnusedCellChunk       *ebpf.Variable `ebpf:"unused_cell_chunk"`
+	UnusedFuncCall        *ebpf.Variable `ebpf:"unused_func_call"`
+	UnusedFuncCounter     *ebpf.Variable `ebpf:"unused_func_counter"`
+	UnusedFuncLabelStr    *ebpf.Variable `ebpf:"unused_func_label_str"`
+	UnusedFuncOpenKey     *ebpf.Variable `ebpf:"unused_func_open_key"`
+	UnusedFuncOperandKind *ebpf.Variable `ebpf:"unused_func_operand_kind"`
+	UnusedFuncSizes       *ebpf.Variable `ebpf:"unused_func_sizes"`
+	UnusedFuncSource      *ebpf.Variable `ebpf:"unused_func_source"`
+	UnusedSrcCounter      *ebpf.Variable `ebpf:"unused_src_counter"`
 }
 
 // FuncsPrograms contains all programs after they have been loaded into the kernel.

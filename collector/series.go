@@ -73,6 +73,20 @@ type LabelSet struct {
 	Names []string
 	// Signed says whether each value is a signed integer.
 	Signed []bool
+	// String, when set, names label i's value v by the string the
+	// source kept for it (a function's string argument, whose value in
+	// the key is a hash): ok false leaves the value as a number.
+	String func(i int, v uint64) (s string, ok bool)
+}
+
+// stringOf puts label i's value v in out[name] as the string the
+// source kept for it, and reports whether it had one.
+func (ls LabelSet) stringOf(i int, v uint64, out map[string]string, name string) bool {
+	s, ok := ls.String(i, v)
+	if ok {
+		out[name] = s
+	}
+	return ok
 }
 
 // cellCount is one histogram cell's count taken in a window.
@@ -775,6 +789,7 @@ func (r *seriesReader) labels(set uint16, vals []uint64, other uint8) map[string
 		switch {
 		case other&(1<<i) != 0:
 			out[name] = "other"
+		case ls.String != nil && ls.stringOf(i, vals[i], out, name):
 		case i < len(ls.Signed) && ls.Signed[i]:
 			out[name] = strconv.FormatInt(int64(vals[i]), 10)
 		default:

@@ -33,6 +33,9 @@ func (c *Collector) SourceCore() *source.Core {
 		AllocLabelSet: func(names []string, signed []bool) (uint16, error) {
 			return c.AllocLabelSet(LabelSet{Names: names, Signed: signed})
 		},
+		AllocStringLabelSet: func(names []string, signed []bool, str func(int, uint64) (string, bool)) (uint16, error) {
+			return c.AllocLabelSet(LabelSet{Names: names, Signed: signed, String: str})
+		},
 		FreeLabelSet:    c.FreeLabelSet,
 		AddNameResolver: func(f func(string) (string, bool)) { c.AddNameResolver(f) },
 		AddAnchor:       func(an symbolize.Anchor) { addAnchor(c.cfg, an) },

@@ -52,6 +52,10 @@ type Core struct {
 	// back.
 	AllocLabelSet func(names []string, signed []bool) (uint16, error)
 	FreeLabelSet  func(id uint16)
+	// AllocStringLabelSet is AllocLabelSet for a source some of whose
+	// label values stand for strings (a hash in the key): str names
+	// label i's value v, or says it is a number.
+	AllocStringLabelSet func(names []string, signed []bool, str func(i int, v uint64) (string, bool)) (uint16, error)
 	// AddNameResolver has snapshots report a source's placeholder names
 	// (names the kernel could not read) under the names f gives.
 	AddNameResolver func(f func(name string) (string, bool))

@@ -41,6 +41,27 @@ func DecodePredicate(d *section.Decoder, n *yaml.Node, resolve Resolver) *Predic
 // ({status: arg2}), in file order, reporting every problem into d. ok is
 // false when there was one.
 func DecodeLabels(d *section.Decoder, n *yaml.Node, resolve Resolver) (labels []Label, ok bool) {
+	return DecodeLabelsFunc(d, n, func(name string, v *yaml.Node) (int, bool) {
+		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
+			d.Errorf(v, "label %s: want an operand, like arg2", name)
+			return 0, false
+		}
+		idx, err := resolve(v.Value)
+		if err != nil {
+			d.Errorf(v, "label %s: %v", name, err)
+			return 0, false
+		}
+		return idx, true
+	})
+}
+
+// DecodeLabelsFunc decodes a labels: mapping as DecodeLabels does (label
+// names, their count, repeats), with value resolving each label's value
+// node into its operand and reporting its own errors into d: for a
+// source whose label values are not all operand names (a function's
+// string argument, {ptr: arg1, len: arg2}). A label's OperandName is its
+// value's text, or "" for a value that is not a scalar.
+func DecodeLabelsFunc(d *section.Decoder, n *yaml.Node, value func(name string, v *yaml.Node) (int, bool)) (labels []Label, ok bool) {
 	before := d.Len()
 	if n.Kind != yaml.MappingNode {
 		d.Errorf(n, "labels must be a mapping of label names to operands, like {status: arg2}")
@@ -66,16 +87,15 @@ func DecodeLabels(d *section.Decoder, n *yaml.Node, resolve Resolver) (labels []
 			continue
 		}
 		seen[k.Value] = true
-		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
-			d.Errorf(v, "label %s: want an operand, like arg2", k.Value)
+		idx, good := value(k.Value, v)
+		if !good {
 			continue
 		}
-		idx, err := resolve(v.Value)
-		if err != nil {
-			d.Errorf(v, "label %s: %v", k.Value, err)
-			continue
+		name := ""
+		if v.Kind == yaml.ScalarNode {
+			name = v.Value
 		}
-		out = append(out, Label{Name: k.Value, Operand: idx, OperandName: v.Value})
+		out = append(out, Label{Name: k.Value, Operand: idx, OperandName: name})
 	}
 	return out, d.Len() == before
 }

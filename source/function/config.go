@@ -11,6 +11,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/spanevent"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 )
 
 // A Target is the functions of one binary to trace.
@@ -23,6 +24,15 @@ type Target struct {
 	Functions *glob.Glob
 	// Span names the spans; "" names each after its function.
 	Span string
+	// Labels label each call's span with values of its arguments, read
+	// at the entry: label i reads LabelOperands[i] (Labels.List[i].Operand
+	// is i).
+	Labels        srcspec.Labels
+	LabelOperands []Operand
+	// Error marks a call as an error when it holds over the results
+	// read at the return: operand i is Results[i]. Nil: never.
+	Error   *srcspec.Predicate
+	Results []Operand
 	// Declared is where the configuration declares it (file:line:col).
 	Declared string
 }
@@ -33,7 +43,7 @@ func (t *Target) Describe() string {
 }
 
 // targetKeys are the keys of an entry of sources.functions.
-var targetKeys = []string{"binary", "function", "span"}
+var targetKeys = []string{"binary", "function", "span", "labels", "label_cap", "error"}
 
 // DecodeSources decodes the functions: list of the sources: section,
 // each entry a binary, a function name or glob, and an optional span
@@ -70,6 +80,24 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	before := d.Len()
 	ok := d.Fields(n, "a functions source", targetKeys, func(key string, _, v *yaml.Node) {
 		has[key] = v
+		switch key {
+		case "labels":
+			t.Labels.List, _ = srcspec.DecodeLabelsFunc(d, section.Resolve(v), func(name string, v *yaml.Node) (int, bool) {
+				op, ok := labelOperand(d, name, v)
+				if !ok {
+					return 0, false
+				}
+				t.LabelOperands = append(t.LabelOperands, op)
+				return len(t.LabelOperands) - 1, true
+			})
+			return
+		case "label_cap":
+			t.Labels.Cap, _ = srcspec.DecodeLabelCap(d, section.Resolve(v))
+			return
+		case "error":
+			t.Error = srcspec.DecodePredicate(d, section.Resolve(v), errorResolver(&t))
+			return
+		}
 		s, ok := str(d, v, key)
 		if !ok {
 			return
@@ -100,6 +128,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 			d.Errorf(n, "a functions source needs %s:", k)
 		}
 	}
+	if has["label_cap"] != nil && has["labels"] == nil {
+		d.Errorf(has["label_cap"], "label_cap without labels:")
+	}
 	if d.Len() > before {
 		return Target{}, false
 	}
@@ -125,6 +156,10 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 			return
 		}
 	}
+	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
+		reportABI(d, has, t, err.(*abiError))
+		return
+	}
 	var refused []string
 	for _, fn := range f.Funcs {
 		if fn.Refused == "" {
@@ -139,6 +174,37 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		return
 	}
 	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
+}
+
+// reportABI reports an operand the ABI does not have at the label's
+// value, or at the operand in the error predicate.
+func reportABI(d *section.Decoder, has map[string]*yaml.Node, t Target, e *abiError) {
+	msg := fmt.Sprintf("%s: %s", t.Binary, e.msg)
+	if e.Label >= 0 {
+		d.Errorf(labelValue(has["labels"], t.Labels.List[e.Label].Name), "%s", msg)
+		return
+	}
+	n := section.Resolve(has["error"])
+	for _, r := range t.Error.Refs() {
+		if r.Operand == e.Result && n.Kind == yaml.ScalarNode {
+			d.ErrorInScalar(n, r.Offset, msg)
+			return
+		}
+	}
+	d.Errorf(n, "%s", msg)
+}
+
+// labelValue returns the value node of label name in a labels: mapping.
+func labelValue(n *yaml.Node, name string) *yaml.Node {
+	n = section.Resolve(n)
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == name {
+				return n.Content[i+1]
+			}
+		}
+	}
+	return n
 }
 
 func str(d *section.Decoder, n *yaml.Node, what string) (string, bool) {

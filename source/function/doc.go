@@ -14,6 +14,14 @@
 // Go binaries built before Go 1.17 (no register ABI) are refused, and Go
 // binaries for arm64 too, so far.
 //
+// A call's spans may be labelled by its arguments, read at the entry by
+// the function's ABI (the System V ABI's registers for C, Go's register
+// ABI for Go; strings as a C string or a pointer and a length) and kept
+// with the open call, and marked as errors by a predicate over its
+// results at the return, in the vocabulary USDT sources use
+// (internal/srcspec): labels: {status: arg0.s32, route: {ptr: arg1}},
+// error: "ret.s32 == -1" (args.go; docs/functions.md).
+//
 // Needs the full core (kernel 5.17+) and BPF attach cookies on uprobes
 // (5.15+); tested on x86-64 (the arm64 objects are built, not run). The
 // rule file declares it under sources: functions:. Linux only.

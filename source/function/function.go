@@ -3,10 +3,12 @@
 package function
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"sync"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -14,6 +16,7 @@ import (
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/kernel"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/snapshot"
 	"github.com/spanwatch/spanwatch/source"
@@ -36,6 +39,10 @@ type Source struct {
 	links      []link.Link
 	traced     []Traced
 	stopCounts func()
+	labelSets  []uint16
+	freeSet    func(uint16)
+	strings    sync.Map // string label hash -> string
+	labelCaps  int      // the caps of the labels of the traced functions, summed
 }
 
 // Attach loads the functions object beside the core and attaches every
@@ -59,14 +66,14 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{coll: coll}
+	s := &Source{coll: coll, freeSet: core.FreeLabelSet}
 	defer func() {
 		if err != nil {
 			s.Close()
 		}
 	}()
 	for _, t := range targets {
-		if err := s.attach(ctx, core.Logger, t); err != nil {
+		if err := s.attach(ctx, core, t); err != nil {
 			return nil, err
 		}
 	}
@@ -80,7 +87,8 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 // the same open file (through /proc/self/fd), so that the offsets found
 // are those of the file the uprobes go on, whatever its path names
 // meanwhile.
-func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
+func (s *Source) attach(ctx context.Context, core *source.Core, t Target) error {
+	log := core.Logger
 	fh, err := userfile.OpenRooted(ctx, t.Binary, userfile.Options{Symlinks: true})
 	if err != nil {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
@@ -94,6 +102,9 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 		if err := goTraceable(f); err != nil {
 			return fmt.Errorf("functions of %s: %w", t.Binary, err)
 		}
+	}
+	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
+		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
 	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", fh.Fd()))
 	if err != nil {
@@ -125,6 +136,9 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 		for i, c := range buf {
 			src.Name[i] = int8(c)
 		}
+		if err := s.encodeArgs(core, t, &src); err != nil {
+			return fmt.Errorf("functions of %s: %s: %w", t.Binary, fn.DisplayName(), err)
+		}
 		if err := s.coll.Maps["func_sources"].Put(idx, &src); err != nil {
 			return fmt.Errorf("functions of %s: %s: %w", t.Binary, fn.DisplayName(), err)
 		}
@@ -151,6 +165,87 @@ func (s *Source) attach(ctx context.Context, log *slog.Logger, t Target) error {
 	return nil
 }
 
+// encodeArgs puts a target's labels and error predicate in src: each
+// traced function's labels get a label set of their own (its caps are
+// its own, as a USDT source's are).
+func (s *Source) encodeArgs(core *source.Core, t Target, src *bpf.FuncsFuncSource) error {
+	if t.Error != nil {
+		src.HasError = 1
+		p := t.Error.Encode()
+		src.Error = *(*bpf.FuncsSrcPred)(unsafe.Pointer(&p))
+		for i, op := range t.Results {
+			src.Result[i] = encodeOperand(op)
+		}
+	}
+	if len(t.Labels.List) == 0 {
+		return nil
+	}
+	if core.AllocStringLabelSet == nil {
+		return errors.New("labels: this collector keeps no label sets")
+	}
+	s.labelCaps += len(t.Labels.List) * t.Labels.CapOrDefault()
+	if s.labelCaps > srcspec.LabelValues {
+		return fmt.Errorf("labels: the traced functions' labels admit %d values in all (each label's cap, per function), more than %d: lower label_cap or narrow the pattern", s.labelCaps, srcspec.LabelValues)
+	}
+	signed := make([]bool, len(t.Labels.List))
+	str := false
+	for i, op := range t.LabelOperands {
+		signed[i] = op.Kind == OperandInt && op.Signed
+		str = str || op.Kind != OperandInt
+		src.Label[i] = encodeOperand(op)
+	}
+	var named func(int, uint64) (string, bool)
+	if str {
+		ops := t.LabelOperands
+		named = func(i int, v uint64) (string, bool) {
+			if i >= len(ops) || ops[i].Kind == OperandInt {
+				return "", false
+			}
+			return s.labelString(v)
+		}
+	}
+	id, err := core.AllocStringLabelSet(t.Labels.Names(), signed, named)
+	if err != nil {
+		return fmt.Errorf("labels: %w", err)
+	}
+	s.labelSets = append(s.labelSets, id)
+	ls := t.Labels.Encode(id)
+	src.Labels = *(*bpf.FuncsSrcLabels)(unsafe.Pointer(&ls))
+	return nil
+}
+
+func encodeOperand(op Operand) bpf.FuncsFuncOperand {
+	o := bpf.FuncsFuncOperand{Kind: uint8(op.Kind), Reg: uint8(op.Reg), Size: uint8(op.Size)}
+	if op.Kind == OperandPtrLen {
+		o.LenReg = uint8(op.LenReg)
+	}
+	if op.Signed {
+		o.IsSigned = 1
+	}
+	return o
+}
+
+// labelString returns the string a string label's value v (its hash)
+// stands for: the bytes the entry stored in func_label_strings, up to
+// the first NUL. Once found it never changes, and is cached.
+func (s *Source) labelString(v uint64) (string, bool) {
+	if str, ok := s.strings.Load(v); ok {
+		return str.(string), true
+	}
+	var b bpf.FuncsFuncLabelStr
+	m := s.coll.Maps["func_label_strings"]
+	if m == nil || m.Lookup(v, &b) != nil {
+		return "", false
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&b.S[0])), len(b.S))
+	if i := bytes.IndexByte(raw, 0); i >= 0 {
+		raw = raw[:i]
+	}
+	str := string(raw)
+	s.strings.Store(v, str)
+	return str, true
+}
+
 // Traced returns the attached functions.
 func (s *Source) Traced() []Traced { return s.traced }
 
@@ -164,24 +259,39 @@ func (s *Source) Kind() string { return "functions" }
 // never ran, after a longjmp, an exception or a recovered panic, or the
 // goroutine exited and its g was reused), and Go entries and returns
 // dropped because the g register did not lead to a goroutine's stack
-// holding the stack pointer (no_goroutine). Only nonzero counts.
+// holding the stack pointer (no_goroutine), and label values keyed
+// "other" (label_other past the cap, label_full, label_unread: a string
+// argument that could not be read). Only nonzero counts.
 func (s *Source) Counts() (map[string]uint64, error) {
 	out := map[string]uint64{}
-	for name, idx := range map[string]bpf.FuncsFuncCounter{
-		"unpaired":     bpf.FuncsFuncCounterFUNC_COUNTER_UNPAIRED,
-		"replaced":     bpf.FuncsFuncCounterFUNC_COUNTER_REPLACED,
-		"no_goroutine": bpf.FuncsFuncCounterFUNC_COUNTER_NO_GOROUTINE,
-	} {
+	sum := func(m string, idx uint32) (uint64, error) {
 		var per []uint64
-		if err := s.coll.Maps["func_counters"].Lookup(uint32(idx), &per); err != nil {
-			return nil, fmt.Errorf("functions: read counters: %w", err)
+		if err := s.coll.Maps[m].Lookup(idx, &per); err != nil {
+			return 0, fmt.Errorf("functions: read counters: %w", err)
 		}
-		var sum uint64
+		var n uint64
 		for _, v := range per {
-			sum += v
+			n += v
 		}
-		if sum != 0 {
-			out["functions/"+name] = sum
+		return n, nil
+	}
+	for name, c := range map[string]struct {
+		m   string
+		idx uint32
+	}{
+		"unpaired":     {"func_counters", uint32(bpf.FuncsFuncCounterFUNC_COUNTER_UNPAIRED)},
+		"replaced":     {"func_counters", uint32(bpf.FuncsFuncCounterFUNC_COUNTER_REPLACED)},
+		"no_goroutine": {"func_counters", uint32(bpf.FuncsFuncCounterFUNC_COUNTER_NO_GOROUTINE)},
+		"label_other":  {"src_counters", uint32(bpf.FuncsSrcCounterSRC_COUNTER_LABEL_OTHER)},
+		"label_full":   {"src_counters", uint32(bpf.FuncsSrcCounterSRC_COUNTER_LABEL_FULL)},
+		"label_unread": {"src_counters", uint32(bpf.FuncsSrcCounterSRC_COUNTER_LABEL_UNREAD)},
+	} {
+		n, err := sum(c.m, c.idx)
+		if err != nil {
+			return nil, err
+		}
+		if n != 0 {
+			out["functions/"+name] = n
 		}
 	}
 	return out, nil
@@ -199,6 +309,12 @@ func (s *Source) Close() error {
 		errs = append(errs, l.Close())
 	}
 	s.links = nil
+	for _, id := range s.labelSets {
+		if s.freeSet != nil {
+			s.freeSet(id)
+		}
+	}
+	s.labelSets = nil
 	if s.coll != nil {
 		s.coll.Close()
 		s.coll = nil

@@ -137,10 +137,10 @@ func TestExactCounts(t *testing.T) {
 		for _, f := range overruns[0].UserStack {
 			frames = append(frames, f.Function)
 		}
-		// Not checked: gcc -O2 keeps no frame pointers, so the walk
-		// stops after the traced function, and at a return instruction
-		// the caller's return address is at the stack's top, in no
-		// frame a walk by frame pointers reads.
+		// Not checked here (TestArgsC checks the caller): gcc -O2
+		// keeps no frame pointers, so the walk stops after the traced
+		// function and the caller the return address at the stack's
+		// top names.
 		t.Logf("an overrun's user stack: %v", frames)
 	}
 	counts, err := s.Counts()

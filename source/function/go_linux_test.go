@@ -169,8 +169,8 @@ func TestGoStress(t *testing.T) {
 	// they are every panicked call (no LRU eviction at this size).
 	left := map[string]uint64{}
 	var k bpf.FuncsFuncOpenKey
-	var start uint64
-	for it := s.coll.Maps["func_open"].Iterate(); it.Next(&k, &start); {
+	var call bpf.FuncsFuncCall
+	for it := s.coll.Maps["func_open"].Iterate(); it.Next(&k, &call); {
 		left[s.traced[k.Source].Func.Name]++
 	}
 	if left["main.grow"] != 0 || left["main.rec"] != 0 || counts["functions/replaced"]+left["main.panicker"] != want["panicked"] {
