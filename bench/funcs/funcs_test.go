@@ -5,7 +5,6 @@ package funcsbench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,8 +18,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/bench/internal/loopbench"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/source/function"
@@ -54,24 +53,6 @@ func requireTools(b *testing.B) (loop string) {
 	return loop
 }
 
-// copies makes three copies of the loop, separate files (inodes), so
-// spanwatch and bpftrace each trace their own while a third runs bare.
-func copies(b *testing.B, loop string) (base, sw, bt string) {
-	b.Helper()
-	src, err := os.ReadFile(loop)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out [3]string
-	for i, suffix := range []string{"-base", "-spanwatch", "-bpftrace"} {
-		out[i] = loop + suffix
-		if err := os.WriteFile(out[i], src, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return out[0], out[1], out[2]
-}
-
 // runOnce runs the loop for callsPerRun calls and returns its ns per
 // call.
 func runOnce(b *testing.B, loop string) float64 {
@@ -82,40 +63,8 @@ func runOnce(b *testing.B, loop string) float64 {
 // runN runs the loop for n calls and returns its ns per call.
 func runN(b *testing.B, loop string, n int) float64 {
 	b.Helper()
-	out, err := exec.Command(loop, strconv.Itoa(n)).Output()
-	if err != nil {
-		b.Fatalf("%s: %v", loop, err)
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-	if err != nil {
-		b.Fatalf("%s printed %q", loop, out)
-	}
-	return f
+	return loopbench.Run(b, loop, strconv.Itoa(n))
 }
-
-// progCost is a program's runs and run time.
-type progCost struct {
-	runs uint64
-	ns   time.Duration
-}
-
-func (c progCost) perRun() float64 {
-	if c.runs == 0 {
-		return 0
-	}
-	return float64(c.ns.Nanoseconds()) / float64(c.runs)
-}
-
-func statsOf(b *testing.B, p *ebpf.Program) progCost {
-	b.Helper()
-	s, err := p.Stats()
-	if err != nil {
-		b.Fatalf("program stats: %v", err)
-	}
-	return progCost{s.RunCount, s.Runtime}
-}
-
-func sub(a, b progCost) progCost { return progCost{a.runs - b.runs, a.ns - b.ns} }
 
 // A tracer is one side of the comparison, attached.
 type tracer struct {
@@ -126,35 +75,13 @@ type tracer struct {
 	spans func() int64
 }
 
-// progIDsOf returns the BPF programs process pid holds open (the
-// prog_id of each fd's fdinfo).
-func progIDsOf(pid int) []ebpf.ProgramID {
-	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
-	ents, _ := os.ReadDir(dir)
-	var ids []ebpf.ProgramID
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
-				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					ids = append(ids, ebpf.ProgramID(id))
-				}
-			}
-		}
-	}
-	return ids
-}
-
 // programsNamed opens the programs process pid holds whose name keep
 // accepts, keyed by name; when two share a name, by name and their
 // count of instructions ("work/12").
 func programsNamed(pid int, keep func(string) bool) map[string]*ebpf.Program {
 	out := map[string]*ebpf.Program{}
 	seen := map[ebpf.ProgramID]bool{}
-	for _, id := range progIDsOf(pid) {
+	for _, id := range loopbench.ProgIDsOf(pid) {
 		if seen[id] {
 			continue
 		}
@@ -308,12 +235,6 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	}
 }
 
-func median(v []float64) float64 {
-	v = append([]float64(nil), v...)
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
 // figures are one comparison's results.
 type figures struct {
 	swEntry, swRet, btEntry, btRet float64 // ns per program run
@@ -328,8 +249,8 @@ type figures struct {
 // three.
 func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
 	b.Helper()
-	e0, r0 := statsOf(b, sw.entry), statsOf(b, sw.ret)
-	be0, br0 := statsOf(b, bt.entry), statsOf(b, bt.ret)
+	e0, r0 := loopbench.Stats(b, sw.entry), loopbench.Stats(b, sw.ret)
+	be0, br0 := loopbench.Stats(b, bt.entry), loopbench.Stats(b, bt.ret)
 	var bases, sws, bts, ratios []float64
 	for k := 0; k < trios; k++ {
 		var x [3]float64
@@ -346,18 +267,18 @@ func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
 		bases, sws, bts = append(bases, x[0]), append(sws, x[1]), append(bts, x[2])
 		ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
 	}
-	e1, r1 := statsOf(b, sw.entry), statsOf(b, sw.ret)
-	be1, br1 := statsOf(b, bt.entry), statsOf(b, bt.ret)
+	e1, r1 := loopbench.Stats(b, sw.entry), loopbench.Stats(b, sw.ret)
+	be1, br1 := loopbench.Stats(b, bt.entry), loopbench.Stats(b, bt.ret)
 	if n := sw.spans(); n != callsPerRun*trios {
 		b.Fatalf("spanwatch aggregated %d spans, want %d", n, callsPerRun*trios)
 	}
 	sorted := append([]float64(nil), ratios...)
 	sort.Float64s(sorted)
 	f := figures{
-		swEntry: sub(e1, e0).perRun(), swRet: sub(r1, r0).perRun(),
-		btEntry: sub(be1, be0).perRun(), btRet: sub(br1, br0).perRun(),
-		base: median(bases), sw: median(sws), bt: median(bts),
-		addedRatio: median(ratios), ratioMin: sorted[0], ratioMax: sorted[len(sorted)-1],
+		swEntry: e1.Sub(e0).PerRun(), swRet: r1.Sub(r0).PerRun(),
+		btEntry: be1.Sub(be0).PerRun(), btRet: br1.Sub(br0).PerRun(),
+		base: loopbench.Median(bases), sw: loopbench.Median(sws), bt: loopbench.Median(bts),
+		addedRatio: loopbench.Median(ratios), ratioMin: sorted[0], ratioMax: sorted[len(sorted)-1],
 	}
 	f.swAdded, f.btAdded = f.sw-f.base, f.bt-f.base
 	return f
@@ -370,15 +291,9 @@ func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
 // iteration is a full comparison.
 func BenchmarkFuncVsBpftrace(b *testing.B) {
 	loop := requireTools(b)
-	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
-	} else if err != nil {
-		b.Fatalf("enable BPF statistics: %v", err)
-	}
-	defer st.Close()
+	defer loopbench.EnableStats(b).Close()
 	for i := 0; i < b.N; i++ {
-		base, swLoop, btLoop := copies(b, loop)
+		base, swLoop, btLoop := loopbench.Copies(b, loop)
 		sw := attachSpanwatch(b, swLoop)
 		bt := attachBpftrace(b, btLoop)
 		f := compare(b, base, swLoop, btLoop, sw, bt)

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/spanwatch/spanwatch/bench/internal/loopbench"
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/glob"
 )
@@ -113,9 +114,9 @@ func BenchmarkTraps(b *testing.B) {
 		for _, l := range links {
 			l.Close()
 		}
-		bare := median(times[0])
+		bare := loopbench.Median(times[0])
 		for j, w := range ways {
-			added := median(times[j+1]) - bare
+			added := loopbench.Median(times[j+1]) - bare
 			b.ReportMetric(added, fmt.Sprintf("way%d-added-ns/call", j))
 			b.Logf("%-55s added %6.0f ns per call (median of %d runs of %d calls; bare %.1f ns)", w.name, added, trios, trapCalls, bare)
 		}

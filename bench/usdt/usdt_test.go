@@ -5,13 +5,11 @@ package usdtbench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,8 +19,8 @@ import (
 	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/bench/internal/loopbench"
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
@@ -61,61 +59,12 @@ func requireTools(b *testing.B) (dir string) {
 	return dir
 }
 
-// copies makes three copies of a built loop, separate files (inodes), so
-// spanwatch and bpftrace each trace their own while a third runs bare.
-func copies(b *testing.B, dir, name string) (base, sw, bt string) {
-	b.Helper()
-	src, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out [3]string
-	for i, suffix := range []string{"-base", "-spanwatch", "-bpftrace"} {
-		out[i] = filepath.Join(dir, name+suffix)
-		if err := os.WriteFile(out[i], src, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return out[0], out[1], out[2]
-}
-
-// runOnce runs the loop and returns its ns per start/done pair.
+// runOnce runs the loop for pairsPerRun pairs and returns its ns per
+// start/done pair.
 func runOnce(b *testing.B, loop string, args ...string) float64 {
 	b.Helper()
-	out, err := exec.Command(loop, append([]string{strconv.Itoa(pairsPerRun)}, args...)...).Output()
-	if err != nil {
-		b.Fatalf("%s: %v", loop, err)
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-	if err != nil {
-		b.Fatalf("%s printed %q", loop, out)
-	}
-	return f
+	return loopbench.Run(b, loop, append([]string{strconv.Itoa(pairsPerRun)}, args...)...)
 }
-
-// progCost is a program's runs and run time.
-type progCost struct {
-	runs uint64
-	ns   time.Duration
-}
-
-func (c progCost) perRun() float64 {
-	if c.runs == 0 {
-		return 0
-	}
-	return float64(c.ns.Nanoseconds()) / float64(c.runs)
-}
-
-func statsOf(b *testing.B, p *ebpf.Program) progCost {
-	b.Helper()
-	s, err := p.Stats()
-	if err != nil {
-		b.Fatalf("program stats: %v", err)
-	}
-	return progCost{s.RunCount, s.Runtime}
-}
-
-func sub(a, b progCost) progCost { return progCost{a.runs - b.runs, a.ns - b.ns} }
 
 // A tracer is one side of the comparison, attached.
 type tracer struct {
@@ -182,29 +131,6 @@ func bpftraceScript(loop string) string {
 usdt:%[1]s:bench:done { @h = hist(nsecs - @s[tid]); delete(@s[tid]); }`, loop)
 }
 
-// progIDsOf returns the BPF programs process pid holds open (the
-// prog_id of each fd's fdinfo): bpftrace's own, not those of another
-// tracer that happens to start at the same time.
-func progIDsOf(pid int) []ebpf.ProgramID {
-	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
-	ents, _ := os.ReadDir(dir)
-	var ids []ebpf.ProgramID
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "prog_id:"); ok {
-				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					ids = append(ids, ebpf.ProgramID(id))
-				}
-			}
-		}
-	}
-	return ids
-}
-
 // attachBpftrace runs bpftrace on loop's probes. Its programs are the
 // kprobe-type programs named start and done that its process holds.
 func attachBpftrace(b *testing.B, loop string) tracer {
@@ -231,7 +157,7 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	progs := map[string]*ebpf.Program{}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(progs) < 2 && time.Now().Before(deadline) {
-		for _, id := range progIDsOf(cmd.Process.Pid) {
+		for _, id := range loopbench.ProgIDsOf(cmd.Process.Pid) {
 			p, err := ebpf.NewProgramFromID(id)
 			if err != nil {
 				continue
@@ -259,12 +185,6 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	}
 }
 
-func median(v []float64) float64 {
-	v = append([]float64(nil), v...)
-	sort.Float64s(v)
-	return v[len(v)/2]
-}
-
 // figures are one comparison's results.
 type figures struct {
 	swStart, swDone, btStart, btDone float64 // ns per program run
@@ -277,8 +197,8 @@ type figures struct {
 // attached throughout, so drift in the machine's speed hits all three.
 func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
 	b.Helper()
-	s0, d0 := statsOf(b, sw.start), statsOf(b, sw.done)
-	bs0, bd0 := statsOf(b, bt.start), statsOf(b, bt.done)
+	s0, d0 := loopbench.Stats(b, sw.start), loopbench.Stats(b, sw.done)
+	bs0, bd0 := loopbench.Stats(b, bt.start), loopbench.Stats(b, bt.done)
 	var bases, sws, bts, ratios []float64
 	for k := 0; k < trios; k++ {
 		var x [3]float64
@@ -295,16 +215,16 @@ func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
 		bases, sws, bts = append(bases, x[0]), append(sws, x[1]), append(bts, x[2])
 		ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
 	}
-	s1, d1 := statsOf(b, sw.start), statsOf(b, sw.done)
-	bs1, bd1 := statsOf(b, bt.start), statsOf(b, bt.done)
+	s1, d1 := loopbench.Stats(b, sw.start), loopbench.Stats(b, sw.done)
+	bs1, bd1 := loopbench.Stats(b, bt.start), loopbench.Stats(b, bt.done)
 	if n := sw.spans(); n != pairsPerRun*trios {
 		b.Fatalf("spanwatch aggregated %d spans, want %d", n, pairsPerRun*trios)
 	}
 	f := figures{
-		swStart: sub(s1, s0).perRun(), swDone: sub(d1, d0).perRun(),
-		btStart: sub(bs1, bs0).perRun(), btDone: sub(bd1, bd0).perRun(),
-		base: median(bases), sw: median(sws), bt: median(bts),
-		addedRatio: median(ratios),
+		swStart: s1.Sub(s0).PerRun(), swDone: d1.Sub(d0).PerRun(),
+		btStart: bs1.Sub(bs0).PerRun(), btDone: bd1.Sub(bd0).PerRun(),
+		base: loopbench.Median(bases), sw: loopbench.Median(sws), bt: loopbench.Median(bts),
+		addedRatio: loopbench.Median(ratios),
 	}
 	f.swAdded, f.btAdded = (f.sw-f.base)/2, (f.bt-f.base)/2
 	return f
@@ -348,15 +268,9 @@ func BenchmarkUSDTNop5(b *testing.B) {
 }
 
 func benchCompare(b *testing.B, dir, name string, nop5 bool) {
-	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
-	} else if err != nil {
-		b.Fatalf("enable BPF statistics: %v", err)
-	}
-	defer st.Close()
+	defer loopbench.EnableStats(b).Close()
 	for i := 0; i < b.N; i++ {
-		base, swLoop, btLoop := copies(b, dir, name)
+		base, swLoop, btLoop := loopbench.Copies(b, filepath.Join(dir, name))
 		sw := attachSpanwatch(b, swLoop, nop5)
 		bt := attachBpftrace(b, btLoop)
 		f := compare(b, base, swLoop, btLoop, sw, bt)
@@ -432,15 +346,9 @@ func BenchmarkUSDTNameRead(b *testing.B) {
 }
 
 func benchNameRead(b *testing.B, dir, mode string) {
-	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
-	} else if err != nil {
-		b.Fatalf("enable BPF statistics: %v", err)
-	}
-	defer st.Close()
+	defer loopbench.EnableStats(b).Close()
 	for i := 0; i < b.N; i++ {
-		base, sLoop, pLoop := copies(b, dir, "loop")
+		base, sLoop, pLoop := loopbench.Copies(b, filepath.Join(dir, "loop"))
 		sl, slt := attachNamed(b, sLoop, usdt.TracerConfig{})
 		method := slt.NameMethod()
 		if method == "probe_read" {
@@ -448,8 +356,8 @@ func benchNameRead(b *testing.B, dir, mode string) {
 			b.Skip("no sleepable uprobes on this kernel (6.0+)")
 		}
 		pr, prt := attachNamed(b, pLoop, usdt.TracerConfig{NoSleepable: true})
-		s0, d0 := statsOf(b, sl.start), statsOf(b, sl.done)
-		p0, q0 := statsOf(b, pr.start), statsOf(b, pr.done)
+		s0, d0 := loopbench.Stats(b, sl.start), loopbench.Stats(b, sl.done)
+		p0, q0 := loopbench.Stats(b, pr.start), loopbench.Stats(b, pr.done)
 		var bases, sls, prs, ratios []float64
 		for k := 0; k < trios; k++ {
 			var x [3]float64
@@ -466,8 +374,8 @@ func benchNameRead(b *testing.B, dir, mode string) {
 			bases, sls, prs = append(bases, x[0]), append(sls, x[1]), append(prs, x[2])
 			ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
 		}
-		s1, d1 := statsOf(b, sl.start), statsOf(b, sl.done)
-		p1, q1 := statsOf(b, pr.start), statsOf(b, pr.done)
+		s1, d1 := loopbench.Stats(b, sl.start), loopbench.Stats(b, sl.done)
+		p1, q1 := loopbench.Stats(b, pr.start), loopbench.Stats(b, pr.done)
 		for _, t := range []tracer{sl, pr} {
 			if n := t.spans(); n != pairsPerRun*trios {
 				b.Fatalf("aggregated %d spans, want %d", n, pairsPerRun*trios)
@@ -478,17 +386,17 @@ func benchNameRead(b *testing.B, dir, mode string) {
 		pr.close()
 		sl.close()
 		b.Logf("names not read by the program: sleepable %d (+%d from the tracer), ordinary %d (+%d from the tracer) of %d", sst.NameFallback, sst.NameCached, pst.NameFallback, pst.NameCached, pairsPerRun*trios)
-		sStart, pStart := sub(s1, s0).perRun(), sub(p1, p0).perRun()
-		sDone, pDone := sub(d1, d0).perRun(), sub(q1, q0).perRun()
-		bm, sm, pm := median(bases), median(sls), median(prs)
+		sStart, pStart := s1.Sub(s0).PerRun(), p1.Sub(p0).PerRun()
+		sDone, pDone := d1.Sub(d0).PerRun(), q1.Sub(q0).PerRun()
+		bm, sm, pm := loopbench.Median(bases), loopbench.Median(sls), loopbench.Median(prs)
 		b.ReportMetric(sStart, "sleepable-start-ns/run")
 		b.ReportMetric(pStart, "ordinary-start-ns/run")
 		b.ReportMetric(sStart/pStart, "start-cost-ratio")
 		b.ReportMetric((sm-bm)/2, "sleepable-added-ns/hit")
 		b.ReportMetric((pm-bm)/2, "ordinary-added-ns/hit")
-		b.ReportMetric(median(ratios), "added-ratio")
+		b.ReportMetric(loopbench.Median(ratios), "added-ratio")
 		b.Logf("start program (%s): sleepable %.0f ns/run, ordinary %.0f ns/run, ratio %.2f; done %.0f and %.0f ns/run", method, sStart, pStart, sStart/pStart, sDone, pDone)
-		b.Logf("added per probe hit: sleepable %.0f ns, ordinary %.0f ns; median per-trio ratio %.2f (bare %.1f ns per pair)", (sm-bm)/2, (pm-bm)/2, median(ratios), bm)
+		b.Logf("added per probe hit: sleepable %.0f ns, ordinary %.0f ns; median per-trio ratio %.2f (bare %.1f ns per pair)", (sm-bm)/2, (pm-bm)/2, loopbench.Median(ratios), bm)
 	}
 }
 
@@ -501,15 +409,9 @@ func benchNameRead(b *testing.B, dir, mode string) {
 // same start program (sleepable where the kernel has it).
 func BenchmarkUSDTBuiltName(b *testing.B) {
 	dir := requireTools(b)
-	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-	if errors.Is(err, ebpf.ErrNotSupported) {
-		b.Skipf("no BPF run-time statistics on this kernel (5.8+): %v", err)
-	} else if err != nil {
-		b.Fatalf("enable BPF statistics: %v", err)
-	}
-	defer st.Close()
+	defer loopbench.EnableStats(b).Close()
 	for i := 0; i < b.N; i++ {
-		base, nLoop, bLoop := copies(b, dir, "loop")
+		base, nLoop, bLoop := loopbench.Copies(b, filepath.Join(dir, "loop"))
 		nt, ntr := attachNamed(b, nLoop, usdt.TracerConfig{})
 		bt, btr := attachSource(b, usdt.TracerConfig{}, usdt.SpanSource{
 			Binary: bLoop, NameArg: -1, KeyArg: -1, StatusArg: -1, DurationArg: -1, ValueArg: -1,
@@ -524,7 +426,7 @@ func BenchmarkUSDTBuiltName(b *testing.B) {
 		if ntr.NameMethod() == "probe_read" {
 			prog = "usdt_start"
 		}
-		n0, b0 := statsOf(b, nt.start), statsOf(b, bt.start)
+		n0, b0 := loopbench.Stats(b, nt.start), loopbench.Stats(b, bt.start)
 		var nAdded, bAdded, ratios []float64
 		for k := 0; k < trios; k++ {
 			var x [4]float64
@@ -543,7 +445,7 @@ func BenchmarkUSDTBuiltName(b *testing.B) {
 			nAdded, bAdded = append(nAdded, x[1]-x[0]), append(bAdded, x[3]-x[2])
 			ratios = append(ratios, (x[3]-x[2])/(x[1]-x[0]))
 		}
-		n1, b1 := statsOf(b, nt.start), statsOf(b, bt.start)
+		n1, b1 := loopbench.Stats(b, nt.start), loopbench.Stats(b, bt.start)
 		for _, t := range []tracer{nt, bt} {
 			if n := t.spans(); n != pairsPerRun*trios {
 				b.Fatalf("aggregated %d spans, want %d", n, pairsPerRun*trios)
@@ -551,14 +453,14 @@ func BenchmarkUSDTBuiltName(b *testing.B) {
 		}
 		bt.close()
 		nt.close()
-		nStart, bStart := sub(n1, n0).perRun(), sub(b1, b0).perRun()
+		nStart, bStart := n1.Sub(n0).PerRun(), b1.Sub(b0).PerRun()
 		b.ReportMetric(nStart, "name_arg-start-ns/run")
 		b.ReportMetric(bStart, "name_args-start-ns/run")
 		b.ReportMetric(bStart/nStart, "start-cost-ratio")
-		b.ReportMetric(median(nAdded)/2, "name_arg-added-ns/hit")
-		b.ReportMetric(median(bAdded)/2, "name_args-added-ns/hit")
-		b.ReportMetric(median(ratios), "added-ratio")
+		b.ReportMetric(loopbench.Median(nAdded)/2, "name_arg-added-ns/hit")
+		b.ReportMetric(loopbench.Median(bAdded)/2, "name_args-added-ns/hit")
+		b.ReportMetric(loopbench.Median(ratios), "added-ratio")
 		b.Logf("start program (%s, %s): one C string %.0f ns/run, two pointer+length pieces %.0f ns/run (%.2fx); added per hit %.0f and %.0f ns (median per-trio ratio %.2f)",
-			prog, ntr.NameMethod(), nStart, bStart, bStart/nStart, median(nAdded)/2, median(bAdded)/2, median(ratios))
+			prog, ntr.NameMethod(), nStart, bStart, bStart/nStart, loopbench.Median(nAdded)/2, loopbench.Median(bAdded)/2, loopbench.Median(ratios))
 	}
 }
