@@ -460,24 +460,10 @@ func indexSpans(snap *snapshot.Snapshot) *spanIndex {
 func (d *Detector) selectAll(idx *spanIndex, rules []*policy.Rule) [][]int32 {
 	sels := make([][]int32, len(rules))
 	workers := min(d.cfg.PolicyWorkers, len(rules), len(idx.snap.Series)/parallelMin+1)
-	if d.straight || workers <= 1 {
-		for i, r := range rules {
-			sels[i] = idx.selectSeries(&r.Match, nil)
-		}
-		return sels
+	if d.straight {
+		workers = 1
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(rules); i = int(next.Add(1) - 1) {
-				sels[i] = idx.selectSeries(&rules[i].Match, nil)
-			}
-		}()
-	}
-	wg.Wait()
+	eachIndex(len(rules), workers, func(i int) { sels[i] = idx.selectSeries(&rules[i].Match, nil) })
 	return sels
 }
 
@@ -538,21 +524,9 @@ func (d *Detector) evalRule(r *policy.Rule, selected []int32, now time.Time, ext
 		workers = 1
 	}
 	parts := make([]rulePart, max(workers, 1))
-	if workers <= 1 {
-		d.evalRuleSeries(r, selected, now, ext, &parts[0])
-	} else {
-		var wg sync.WaitGroup
-		chunk := (len(selected) + workers - 1) / workers
-		for w := range parts {
-			sel := selected[min(w*chunk, len(selected)):min((w+1)*chunk, len(selected))]
-			wg.Add(1)
-			go func(p *rulePart) {
-				defer wg.Done()
-				d.evalRuleSeries(r, sel, now, ext, p)
-			}(&parts[w])
-		}
-		wg.Wait()
-	}
+	inRuns(len(selected), workers, func(w, lo, hi int) {
+		d.evalRuleSeries(r, selected[lo:hi], now, ext, &parts[w])
+	})
 	var firstErr error
 	for i := range parts {
 		p := &parts[i]

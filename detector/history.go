@@ -306,18 +306,49 @@ func (h *history) parallel(n, workers int, f func(sc *aggScratch, lo, hi int)) {
 	for len(h.scratch) < workers {
 		h.scratch = append(h.scratch, &aggScratch{})
 	}
-	if workers == 1 {
-		f(h.scratch[0], 0, n)
+	inRuns(n, workers, func(w, lo, hi int) { f(h.scratch[w], lo, hi) })
+}
+
+// inRuns calls f(w, lo, hi) for [0, n) split into workers contiguous
+// runs, run w on a goroutine of its own, and waits for them; with one
+// worker or none it calls f(0, 0, n) here.
+func inRuns(n, workers int, f func(w, lo, hi int)) {
+	if workers <= 1 {
+		f(0, 0, n)
 		return
 	}
 	var wg sync.WaitGroup
 	chunk := (n + workers - 1) / workers
-	for w := 0; w < workers; w++ {
+	for w := range workers {
 		wg.Add(1)
-		go func(sc *aggScratch, lo, hi int) {
+		go func(lo, hi int) {
 			defer wg.Done()
-			f(sc, lo, hi)
-		}(h.scratch[w], min(w*chunk, n), min((w+1)*chunk, n))
+			f(w, lo, hi)
+		}(min(w*chunk, n), min((w+1)*chunk, n))
+	}
+	wg.Wait()
+}
+
+// eachIndex calls f(i) for every i in [0, n), on up to workers goroutines
+// that each take the next i, and waits for them; with one worker or none
+// it calls them here, in order.
+func eachIndex(n, workers int, f func(i int)) {
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		}()
 	}
 	wg.Wait()
 }
@@ -615,21 +646,7 @@ func (h *history) prepare(over time.Duration, need []bool, workers int) {
 			a.done[i] = true
 		}
 	}
-	if workers <= 1 {
-		run(h.scratch[0], todo)
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (len(todo) + workers - 1) / workers
-	for w := 0; w < workers; w++ {
-		part := todo[min(w*chunk, len(todo)):min((w+1)*chunk, len(todo))]
-		wg.Add(1)
-		go func(sc *aggScratch) {
-			defer wg.Done()
-			run(sc, part)
-		}(h.scratch[w])
-	}
-	wg.Wait()
+	inRuns(len(todo), workers, func(w, lo, hi int) { run(h.scratch[w], todo[lo:hi]) })
 }
 
 // aggregateAll returns every series of the current snapshot over the range.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spanwatch/spanwatch/alert"
@@ -58,23 +56,9 @@ func (d *Detector) evalPolicies(ctx context.Context, cfg *policy.Config, inputs 
 	outs := make([]*ruleOutput, len(pols))
 	errs := make([]error, len(pols))
 	wctx, stop := policy.WatchHeap(ctx, memory)
-	workers := min(d.cfg.PolicyWorkers, len(pols))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(pols) {
-					return
-				}
-				outs[i], errs[i] = d.evalPolicy(wctx, timeout, pols[i], inputs[i], ext)
-			}
-		}()
-	}
-	wg.Wait()
+	eachIndex(len(pols), min(d.cfg.PolicyWorkers, len(pols)), func(i int) {
+		outs[i], errs[i] = d.evalPolicy(wctx, timeout, pols[i], inputs[i], ext)
+	})
 	if cut := stop(); cut && len(pols) > 1 {
 		for i, err := range errs {
 			if errors.Is(err, policy.ErrHeapGrew) {
