@@ -67,6 +67,27 @@ var lib struct {
 	err  error
 }
 
+// Mode checks the first line a test's program prints, the way its SDK
+// chose to send spans: marker or userEvents. Either does on this host; in
+// the VM (SPANWATCH_IN_VM=1) on a kernel with user_events, only userEvents
+// does, unless the test's environment asks for the marker
+// (SPANWATCH_EMIT=marker): there the SDK must have found user_events, and
+// the spans the test counts came through them. It returns whether the
+// program uses user_events.
+func Mode(tb testing.TB, line, marker, userEvents string) bool {
+	tb.Helper()
+	line = strings.TrimSuffix(line, "\n")
+	if line != marker && line != userEvents {
+		tb.Fatalf("the program printed %q, want %q (marker) or %q (user_events)", line, marker, userEvents)
+	}
+	if os.Getenv("SPANWATCH_IN_VM") == "1" && os.Getenv("SPANWATCH_EMIT") != "marker" && line != userEvents {
+		if _, err := os.Stat("/sys/kernel/tracing/user_events_data"); err == nil {
+			tb.Fatalf("the program printed %q on a kernel with user_events: want %q", line, userEvents)
+		}
+	}
+	return line == userEvents
+}
+
 // Lib builds libspanwatch (sdk/c/Makefile) once per test binary into a
 // temporary directory of its own, and returns that directory:
 // libspanwatch.so, libspanwatch.so.1, libspanwatch.a. Cleanup removes it.

@@ -65,10 +65,7 @@ func TestService(t *testing.T) {
 			}
 			r := bufio.NewReader(out)
 			first, _ := r.ReadString('\n')
-			if first != "mode=1\n" && first != "mode=2\n" {
-				t.Fatalf("service printed %q, want the marker (1) or user_events (2) mode", first)
-			}
-			if first == "mode=1\n" {
+			if !sdktest.Mode(t, first, "mode=1", "mode=2") {
 				w.Release(t, cmd.Process.Pid, in, 10*time.Second)
 			} else {
 				in.Close() // user_events: no marker uprobe to wait for

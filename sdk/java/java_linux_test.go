@@ -79,9 +79,7 @@ func TestService(t *testing.T) {
 	}
 	r := bufio.NewReader(out)
 	first, _ := r.ReadString('\n')
-	if first != "mode=marker\n" && first != "mode=user_events\n" {
-		t.Fatalf("service printed %q, want the marker or user_events mode", first)
-	}
+	sdktest.Mode(t, first, "mode=marker", "mode=user_events")
 	slow := sdktest.Finish(t, r, cmd)
 	pid := cmd.Process.Pid
 	w.Wait(t, pid, 15*time.Second, map[string]sdktest.Want{

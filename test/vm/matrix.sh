@@ -40,7 +40,11 @@ out=${SPANWATCH_VM_MATRIX:-/tmp/spanwatch-matrix}
 # once, each 7 to 12 minutes under TCG on a loaded 2-core host with the
 # test set below).
 arm64_lanes=(6.1-arm64 6.12-arm64)
-all=(5.10 6.1 6.12 6.12-rt userevents "${arm64_lanes[@]}" host)
+# userevents-sdk runs the SDK tests on the user_events kernel in the host's
+# own root file system (run.sh -hostroot): a C, a Python, a Node.js and a
+# Java service, each with the host's compiler and runtime, sending their
+# spans over user_events. It is no column of docs/kernels.md.
+all=(5.10 6.1 6.12 6.12-rt userevents userevents-sdk "${arm64_lanes[@]}" host)
 
 log() { printf 'matrix.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -97,6 +101,23 @@ user_events_programs() {
 	gcc -static -O2 -g -fno-omit-frame-pointer -Wall -Werror -o test/vm/e2e/testdata/uevprog.static test/vm/e2e/testdata/uevprog.c
 }
 
+# The SDK lane's packages, their tests, and the npm cache the Node.js test
+# installs from in the VM (no network there): filled here from the
+# registry, once per package-lock.json.
+sdk_pkgs=(./sdk/c ./sdk/python ./sdk/node ./sdk/java)
+sdk_tests='^TestService$'
+npm_cache=/var/cache/spanwatch-vm/npm
+fill_npm_cache() {
+	local app
+	command -v npm >/dev/null || { log "no npm: the Node.js SDK test will fail in the VM"; return 0; }
+	app=$(mktemp -d)
+	cp sdk/node/testdata/package.json sdk/node/testdata/package-lock.json "$app/"
+	if ! (cd "$app" && npm ci --ignore-scripts --no-audit --no-fund --cache "$npm_cache") >"$out/npm-cache.log" 2>&1; then
+		log "filling the npm cache failed (see $out/npm-cache.log): the Node.js SDK test will fail in the VM"
+	fi
+	rm -rf "$app"
+}
+
 # run_kernel runs one kernel's tests: $out/KERNEL.log is their output,
 # $out/KERNEL.summary run.sh's, $out/KERNEL.result one line for the end.
 run_kernel() {
@@ -130,9 +151,15 @@ run_kernel() {
 		return 0
 		;;
 	esac
-	local pkgs=("${bpf_pkgs[@]}") env=() image
+	local pkgs=("${bpf_pkgs[@]}") env=() image opts=() args=("${targs[@]}")
 	case $k in *-arm64) env=("${arm64_flags[@]}") ;; esac
-	if [ "$k" = userevents ]; then
+	if [ "$k" = userevents-sdk ]; then
+		image=$(test/vm/kernel.sh)
+		pkgs=("${sdk_pkgs[@]}")
+		opts=(-hostroot)
+		[ ${#args[@]} -gt 0 ] || args=(-test.run "$sdk_tests")
+		env=("SPANWATCH_VM_ENV_sdk_node=SPANWATCH_NPM_CACHE=$npm_cache SPANWATCH_NPM_OFFLINE=1")
+	elif [ "$k" = userevents ]; then
 		image=$(test/vm/kernel.sh)
 		pkgs+=("${ue_pkgs[@]}")
 		# The span SDK prefers user_events there: the collector's marker
@@ -144,7 +171,7 @@ run_kernel() {
 	log "$k: $image"
 	set +e
 	env "${env[@]}" SPANWATCH_VM_RESULTS="$res" SPANWATCH_VM_QUIET="${SPANWATCH_VM_QUIET:-1}" \
-		test/vm/run.sh -kernel "$image" "${pkgs[@]}" -- "${targs[@]}" >"$out/$k.summary" 2>&1
+		test/vm/run.sh -kernel "$image" "${opts[@]}" "${pkgs[@]}" -- "${args[@]}" >"$out/$k.summary" 2>&1
 	rc=$?
 	set -e
 	echo "$k: $(tail -n 1 "$out/$k.summary") in $(($(date +%s) - start))s" >"$out/$k.result"
@@ -161,15 +188,16 @@ run_kernel() {
 # then the host alone, whose tests are timed.
 jobs=${SPANWATCH_VM_JOBS:-$(nproc)}
 [[ " ${kernels[*]} " == *" userevents "* ]] && user_events_programs
+[[ " ${kernels[*]} " == *" userevents-sdk "* ]] && fill_npm_cache
 status=0
 results=()
 running=0
 order=()
-for k in 6.12-rt userevents 6.1 "${arm64_lanes[@]}" 6.12 5.10; do
+for k in 6.12-rt userevents 6.1 "${arm64_lanes[@]}" 6.12 userevents-sdk 5.10; do
 	[[ " ${kernels[*]} " == *" $k "* ]] && order+=("$k")
 done
 for k in "${kernels[@]}"; do
-	results+=("$k=$out/$k.log")
+	[ "$k" = userevents-sdk ] || results+=("$k=$out/$k.log")
 	[[ $k == host || " ${order[*]} " == *" $k "* ]] || order+=("$k")
 done
 

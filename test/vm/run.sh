@@ -2,7 +2,7 @@
 # run.sh runs Go test packages inside a qemu VM whose kernel has user_events
 # (test/vm/kernel.sh builds it) and reports every test by name.
 #
-#   test/vm/run.sh [-kernel BZIMAGE] [-arch amd64|arm64] PACKAGE... [-- TEST-BINARY-FLAGS...]
+#   test/vm/run.sh [-kernel BZIMAGE] [-arch amd64|arm64] [-hostroot] PACKAGE... [-- TEST-BINARY-FLAGS...]
 #   test/vm/run.sh ./userevents ./test/vm/e2e -- -test.run 'TestEnable'
 #   test/vm/run.sh -kernel "$(test/vm/distro-kernel.sh 6.1-arm64)" ./internal/kernel
 #
@@ -27,6 +27,17 @@
 # cloud kernels build in (their virtio is a module in 6.1). The VM powers itself off when the tests are done; a host-side timeout
 # ($SPANWATCH_VM_TIMEOUT seconds, default 1800) kills qemu otherwise.
 #
+#
+# -hostroot (amd64, the user_events kernel of kernel.sh) runs the tests in
+# the host's own root file system instead of the initramfs: qemu shares the
+# host's / read-only over virtio-9p, the VM mounts it on /host with proc,
+# sys, dev, tracefs, bpffs, cgroup2 and empty tmpfs on /tmp, /run and
+# /dev/shm, and runs each test binary chrooted there, in its package's
+# directory of this checkout (read-only), with HOME=/tmp/home. The tests
+# then run the host's gcc, make, CPython, Node.js, npm and JVM in the VM:
+# the SDK tests (sdk/...) show each language's spans over user_events.
+# Nothing in the VM can write to the host. The VM has 2 GiB then (a JVM).
+#
 # The last line of output is "N passed, N failed". The exit status is non-zero
 # when a test failed, a test binary crashed, or the VM did not report.
 set -euo pipefail
@@ -41,12 +52,14 @@ die() { log "$*"; exit 1; }
 
 kernel=""
 arch=""
+hostroot=""
 pkgs=()
 targs=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-kernel) kernel=$2; shift 2 ;;
 	-arch) arch=$2; shift 2 ;;
+	-hostroot) hostroot=1; shift ;;
 	--) shift; targs=("$@"); break ;;
 	-*) die "unknown flag $1" ;;
 	*) pkgs+=("$1"); shift ;;
@@ -89,6 +102,8 @@ arm64)
 	;;
 *) die "unknown arch $arch: want amd64 or arm64" ;;
 esac
+# The host's programs run in the VM: they must be of the VM's architecture.
+[ -z "$hostroot" ] || [ "$arch" = "$(go env GOHOSTARCH)" ] || die "-hostroot runs the host's programs: the VM's architecture must be the host's ($arch is not)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/spanwatch-vm.XXXXXX")
 keep=${SPANWATCH_VM_KEEP:-}
@@ -104,6 +119,7 @@ echo spanwatch-vm >"$root/etc/hostname"
 # holding the package's testdata, as go test would.
 start=$(date +%s)
 names=()
+dirs=()
 mapfile -t listed < <(cd "$top" && go list -f '{{.ImportPath}} {{.Dir}}' "${pkgs[@]}")
 [ ${#listed[@]} -gt 0 ] || die "no packages match ${pkgs[*]}"
 for line in "${listed[@]}"; do
@@ -136,6 +152,7 @@ for line in "${listed[@]}"; do
 	# TestObjectsPtRegs reads).
 	find "$dir" -maxdepth 1 \( -name '*.json' -o -name '*.o' \) -exec cp {} "$root/tests/$name/" \;
 	names+=("$name")
+	dirs+=("$dir")
 done
 [ ${#names[@]} -gt 0 ] || die "no test binaries to run"
 # The C headers that tests compare their Go mirrors with (./bpf's own,
@@ -173,7 +190,9 @@ if [ "$arch" = arm64 ]; then
 		break
 	done
 fi
-if command -v "$cc" >/dev/null; then
+if [ -n "$hostroot" ]; then
+	: # the host's own programs and libraries are there
+elif command -v "$cc" >/dev/null; then
 	while read -r pname pargs; do
 		case $pname in '' | '#'*) continue ;; esac
 		read -ra words <<<"$pargs" # split on blanks, nothing expanded
@@ -220,7 +239,58 @@ for a in "${targs[@]}"; do
 	flags+=" '${a//\'/\'\\\'\'}'"
 done
 
-cat >"$root/init" <<EOF
+if [ -n "$hostroot" ]; then
+	# Each package's directory, in the order of names.
+	runs=""
+	for i in "${!names[@]}"; do
+		runs+="${names[$i]}:${dirs[$i]} "
+	done
+	cat >"$root/init" <<EOF
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t devtmpfs dev /dev
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+out=$results_dev
+stty -F \$out raw -echo 2>/dev/null
+fail() {
+	echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc)" >\$out
+	echo "run.sh in the VM: \$*" | tee \$out
+	echo "SPANWATCH-VM: DONE" >\$out
+	sync; echo o >/proc/sysrq-trigger; sleep 10; exit 1
+}
+mkdir -p /host
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose hostroot /host || fail "mounting the host's root over 9p failed (a kernel without CONFIG_9P_FS and CONFIG_NET_9P_VIRTIO?)"
+h=/host
+mount -t proc proc \$h/proc &&
+	mount -t sysfs sys \$h/sys &&
+	mount -t devtmpfs dev \$h/dev &&
+	mkdir -p \$h/dev/shm && mount -t tmpfs shm \$h/dev/shm &&
+	mount -t tmpfs tmp \$h/tmp &&
+	mount -t tmpfs run \$h/run &&
+	mount -t tracefs nodev \$h/sys/kernel/tracing &&
+	mount -t bpf bpf \$h/sys/fs/bpf &&
+	mount -t cgroup2 cgroup2 \$h/sys/fs/cgroup &&
+	mkdir -p \$h/run/spanwatch-vm \$h/tmp/home &&
+	mount -o bind /tests \$h/run/spanwatch-vm || fail "mounting the file systems under the host's root failed"
+echo "SPANWATCH-VM: BOOTED \$(uname -r) cpus=\$(nproc) hostroot" >\$out
+for run in $runs; do
+	name=\${run%%:*}
+	dir=\${run#*:}
+	echo "SPANWATCH-VM: BEGIN \$name" >\$out
+	chroot \$h /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp/home \\
+		SPANWATCH_IN_VM=1 \$(cat /tests/\$name/env 2>/dev/null) \\
+		/bin/sh -c 'cd "\$0" && exec "\$@"' "\$dir" /run/spanwatch-vm/\$name/\$name.test -test.v -test.timeout=20m$flags \$(cat /tests/\$name/flags 2>/dev/null) >\$out 2>&1
+	echo "SPANWATCH-VM: END \$name rc=\$?" >\$out
+done
+echo "SPANWATCH-VM: DONE" >\$out
+sync
+echo o >/proc/sysrq-trigger
+sleep 10
+EOF
+else
+	cat >"$root/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
 export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms SPANWATCH_BIN=/bin/spanwatch
@@ -246,6 +316,7 @@ sync
 echo o >/proc/sysrq-trigger
 sleep 10
 EOF
+fi
 chmod +x "$root/init"
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initramfs.gz"
 
@@ -256,9 +327,15 @@ log "booting $kernel ($arch) with $smp vCPUs (TCG), timeout ${timeout_s}s"
 # panic=-1 with -no-reboot ends qemu if init dies before powering off.
 # amd64: the second serial port brings the results; arm64: a PCI one.
 results_port=(-serial "file:$results")
+mem=1G
+share=()
+if [ -n "$hostroot" ]; then
+	mem=2G
+	share=(-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap)
+fi
 [ "$arch" = arm64 ] && results_port=(-chardev "file,id=results,path=$results" -device pci-serial,chardev=results)
 timeout --kill-after=10 "$timeout_s" "${qemu[@]}" \
-	-accel tcg,thread=single -smp "$smp" -m 1G \
+	-accel tcg,thread=single -smp "$smp" -m "$mem" "${share[@]}" \
 	-nodefaults -no-user-config -display none -no-reboot \
 	-kernel "$kernel" -initrd "$work/initramfs.gz" \
 	-append "console=$console_dev panic=-1 loglevel=4" \
