@@ -3,31 +3,34 @@
 // user_events VM:
 //
 //	SPANWATCH_VM_QUIET=1 test/vm/run.sh -kernel "$(test/vm/kernel.sh)" ./bench/userevents -- \
-//	    -test.run '^$' -test.bench BenchmarkSpanCost -test.benchtime 1x
+//	    -test.run TestApplication -test.bench BenchmarkSpanCost -test.benchtime 1x \
+//	    -uevbench.spans 10000 -uevbench.rounds 15
 //
-// The test binary starts itself as the application, once per condition
-// and round: a process that records spans with the Go SDK (emit.Record:
-// one writev of struct span_event per span, as include/spanwatch.h and
-// libspanwatch write it, or a call of the nop-first marker function with
-// SPANWATCH_EMIT=marker) and prints its thread's time per span. The
-// conditions, each run in every round, in an order rotated from round to
-// round:
+// The test binary starts itself as the application, once per run: a
+// process that records spans with the Go SDK (emit.Record: one writev of
+// struct span_event per span, the index and the event in two iovecs, as
+// include/spanwatch.h and libspanwatch write it; or, with
+// SPANWATCH_EMIT=marker, a call of the marker function whose first
+// instruction is a one-byte nop) on one locked thread, and prints the
+// thread's CPU time and the wall time per span. A round is three blocks,
+// in an order rotated from round to round; each block sets its listener up
+// once and runs the application four times, its two modes alternating:
 //
-//   - none: user_events, nobody listening (the enable bit is 0, no writev);
-//   - perf: user_events, a counting perf event on the tracepoint on each
-//     CPU and no BPF (the event enabled, every writev delivered);
-//   - fentry: user_events, the collector attached as in production (its
-//     perf events and its program on fentry/perf_tp_event);
-//   - kprobe: the same with collector.Config.ForceKprobe (the
-//     collector's force_kprobe setting): the program on kprobe/perf_tp_event,
-//     as on kernels that refuse fentry;
-//   - marker: SPANWATCH_EMIT=marker, the collector's uprobe on the
-//     marker (emit.marker.abi0, whose first instruction is a one-byte nop).
+//   - no collector: none (user_events, nobody listening: the enable bit is
+//     0 and no writev is made) and perf (a counting perf event on the
+//     span event's tracepoint on each CPU, no BPF, opened for the run);
+//   - the collector as in production (the user_events source and the
+//     marker; its program on fentry/perf_tp_event): fentry (user_events)
+//     and marker (the marker uprobed);
+//   - the same collector with ForceKprobe (force_kprobe in the agent's
+//     configuration; kernels that refuse fentry get this path): kprobe
+//     (its program on kprobe/perf_tp_event) and marker_k.
 //
-// After the rounds, one more run of each BPF condition with the kernel's
-// BPF run-time statistics on gives the program's own time per span (the
-// statistics cost two clock reads a run, so the timed rounds run without
-// them).
+// Ratios are taken within a round; their median and range over the
+// rounds are printed. After the rounds, one more run of each BPF mode with
+// the kernel's BPF run-time statistics on gives the program's own time per
+// span (the statistics cost two clock reads a run, so the timed rounds run
+// without them).
 //
 // Needs root and a kernel with user_events; skips otherwise (fails under
 // SPANWATCH_IN_VM=1).

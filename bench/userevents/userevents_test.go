@@ -86,7 +86,7 @@ type result struct{ cpu, wall float64 }
 
 // runApp runs the application with n timed spans, in the marker mode or
 // over user_events, and returns its times.
-func runApp(b *testing.B, n int, marker, listening bool) result {
+func runApp(b testing.TB, n int, marker, listening bool) result {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -120,7 +120,7 @@ func runApp(b *testing.B, n int, marker, listening bool) result {
 // per CPU, no BPF: opening them enables the event.
 type counters []int
 
-func openCounters(b *testing.B) counters {
+func openCounters(b testing.TB) counters {
 	b.Helper()
 	id, err := userevents.EventID(emit.EventName)
 	if err != nil {
@@ -143,7 +143,7 @@ func openCounters(b *testing.B) counters {
 	return cs
 }
 
-func (cs counters) sum(b *testing.B) uint64 {
+func (cs counters) sum(b testing.TB) uint64 {
 	b.Helper()
 	var total uint64
 	for _, fd := range cs {
@@ -162,29 +162,36 @@ func (cs counters) close() {
 	}
 }
 
-// A condition is a listener set up for one application run.
-type condition struct {
-	name   string
-	marker bool // the application uses the marker
+// A block is a listener set up once, under which the application runs in
+// turn in each of its modes (a production collector has the user_events
+// source and the marker both).
+type block struct {
+	names  []string // a name per run: user_events first, the marker second
+	marker []bool
 	// listen sets the listener up; the returned function checks it saw
-	// every span and tears it down.
-	listen func(b *testing.B) (check func(spans int))
-	prog   string // the BPF program doing the work, if any
+	// spans spans and tears it down.
+	listen func(b testing.TB) (check func(spans int))
+	progs  []string // the BPF program doing the work of each run, if any
 }
 
-func collectorListener(cfg collector.Config, wantMethod string) func(b *testing.B) func(int) {
-	return func(b *testing.B) func(int) {
+// collectorListener starts a collector with cfg's sources and the test
+// binary's marker.
+func collectorListener(cfg collector.Config, wantMethod string) func(b testing.TB) func(int) {
+	return func(b testing.TB) func(int) {
 		b.Helper()
+		exe, err := os.Executable()
+		if err != nil {
+			b.Fatal(err)
+		}
 		cfg.ScanInterval = -1
+		cfg.MarkerBinaries = []string{exe}
 		c, err := collector.New(context.Background(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if wantMethod != "" {
-			if ok, method := c.UserEventsAttached(); !ok || method != wantMethod {
-				c.Close()
-				b.Fatalf("user_events attached=%t by %q, want %s", ok, method, wantMethod)
-			}
+		if ok, method := c.UserEventsAttached(); !ok || method != wantMethod {
+			c.Close()
+			b.Fatalf("user_events attached=%t by %q, want %s", ok, method, wantMethod)
 		}
 		return func(n int) {
 			defer c.Close()
@@ -205,47 +212,40 @@ func collectorListener(cfg collector.Config, wantMethod string) func(b *testing.
 	}
 }
 
-func conditions(b *testing.B) []condition {
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return []condition{
-		{name: "none", listen: func(*testing.B) func(int) { return func(int) {} }},
-		{name: "perf", listen: func(b *testing.B) func(int) {
-			cs := openCounters(b)
-			before := cs.sum(b)
-			return func(n int) {
-				defer cs.close()
-				if got := cs.sum(b) - before; got != uint64(n) {
-					b.Fatalf("perf counted %d of %d writes", got, n)
-				}
-			}
-		}},
-		{name: "fentry", prog: "fentry_perf_tp_event",
-			listen: collectorListener(collector.Config{Sources: collector.Sources{UserEvents: true}}, "fentry")},
-		{name: "kprobe", prog: "kprobe_perf_tp_event",
-			listen: collectorListener(collector.Config{Sources: collector.Sources{UserEvents: true}, ForceKprobe: true}, "kprobe")},
-		{name: "marker", marker: true, prog: "uprobe_marker",
-			listen: collectorListener(collector.Config{Sources: collector.Sources{Marker: true}, MarkerBinaries: []string{exe}}, "")},
+func blocks() []block {
+	return []block{
+		// Nobody listening, then a counting perf event opened before the
+		// run and closed after it: no collector at all.
+		{names: []string{"none", "perf"}, marker: []bool{false, false}, listen: func(testing.TB) func(int) { return func(int) {} }},
+		{names: []string{"fentry", "marker"}, marker: []bool{false, true}, progs: []string{"fentry_perf_tp_event", "uprobe_marker"},
+			listen: collectorListener(collector.Config{}, "fentry")},
+		{names: []string{"kprobe", "marker_k"}, marker: []bool{false, true}, progs: []string{"kprobe_perf_tp_event", "uprobe_marker"},
+			listen: collectorListener(collector.Config{ForceKprobe: true}, "kprobe")},
 	}
 }
 
-// run runs the application once under cond and checks the listener saw
-// every span.
-func (cond condition) run(b *testing.B, n int) result {
+// runIn runs the application's run i of blk (the listener set up): the
+// perf run opens its counters around it.
+func (blk block) runIn(b testing.TB, i, n int) result {
 	b.Helper()
-	check := cond.listen(b)
-	r := runApp(b, n, cond.marker, cond.name != "none")
-	if cond.name != "none" {
-		check(warmup + n)
+	switch blk.names[i] {
+	case "none":
+		return runApp(b, n, false, false)
+	case "perf":
+		cs := openCounters(b)
+		defer cs.close()
+		r := runApp(b, n, false, true)
+		if got := cs.sum(b); got != uint64(warmup+n) {
+			b.Fatalf("perf counted %d of %d writes", got, warmup+n)
+		}
+		return r
 	}
-	return r
+	return runApp(b, n, blk.marker[i], true)
 }
 
 // progCost returns the runs and run time of the newest loaded program
 // named name (the kernel keeps 15 bytes of a name; BPF statistics on).
-func progCost(b *testing.B, name string) loopbench.ProgCost {
+func progCost(b testing.TB, name string) loopbench.ProgCost {
 	b.Helper()
 	var newest *ebpf.Program
 	for id, err := ebpf.ProgramGetNextID(0); err == nil; id, err = ebpf.ProgramGetNextID(id) {
@@ -270,6 +270,24 @@ func progCost(b *testing.B, name string) loopbench.ProgCost {
 	return loopbench.Stats(b, newest)
 }
 
+// TestApplication checks the application the benchmark starts: it times
+// its spans over user_events with nobody listening, and every span reaches
+// a counting perf event when one is open.
+func TestApplication(t *testing.T) {
+	if os.Geteuid() != 0 || emit.Mode() != "user_events" {
+		if os.Getenv(inVM) == "1" {
+			t.Fatalf("%s=1 but the span SDK uses %s (root: %t)", inVM, emit.Mode(), os.Geteuid() == 0)
+		}
+		t.Skipf("needs root and user_events; the span SDK uses %s", emit.Mode())
+	}
+	nobody := blocks()[0]
+	for i, name := range nobody.names {
+		if r := nobody.runIn(t, i, 100); r.cpu <= 0 || r.wall <= 0 {
+			t.Errorf("%s: times %+v", name, r)
+		}
+	}
+}
+
 // BenchmarkSpanCost: see the package comment. It ignores b.N; run it with
 // -test.benchtime 1x, and -uevbench.spans and -uevbench.rounds to change
 // its size.
@@ -280,43 +298,56 @@ func BenchmarkSpanCost(b *testing.B) {
 		}
 		b.Skipf("needs root and user_events; the span SDK uses %s", emit.Mode())
 	}
-	conds := conditions(b)
+	blks := blocks()
+	names := []string{"none", "perf", "fentry", "marker", "kprobe", "marker_k"}
 	n := *spans
 	cpu := make(map[string][]float64)
 	wall := make(map[string][]float64)
 	// Ratios are taken within a round, then their median over rounds.
-	ratios := [][2]string{{"fentry", "perf"}, {"fentry", "marker"}, {"kprobe", "perf"}, {"kprobe", "marker"},
-		{"kprobe", "fentry"}, {"perf", "none"}, {"fentry", "none"}, {"marker", "none"}}
+	ratios := [][2]string{{"fentry", "perf"}, {"fentry", "marker"}, {"kprobe", "perf"}, {"kprobe", "marker_k"},
+		{"kprobe", "fentry"}, {"marker_k", "marker"}, {"perf", "none"}, {"fentry", "none"}, {"marker", "none"}}
 	rcpu := make(map[[2]string][]float64)
 	rwall := make(map[[2]string][]float64)
 	for r := range *rounds {
 		got := make(map[string]result)
 		var order []string
-		for i := range conds {
-			cond := conds[(r+i)%len(conds)]
-			got[cond.name] = cond.run(b, n)
-			order = append(order, cond.name)
+		for i := range blks {
+			blk := blks[(r+i)%len(blks)]
+			check := blk.listen(b)
+			// x, y, x, y (or y, x, y, x in odd rounds): each the mean of two.
+			for k := range 4 {
+				j := (k + r) % 2
+				res := blk.runIn(b, j, n)
+				g := got[blk.names[j]]
+				got[blk.names[j]] = result{g.cpu + res.cpu/2, g.wall + res.wall/2}
+				order = append(order, blk.names[j])
+			}
+			if blk.progs != nil {
+				check(4 * (warmup + n))
+			} else {
+				check(0)
+			}
 		}
-		for _, cond := range conds {
-			cpu[cond.name] = append(cpu[cond.name], got[cond.name].cpu)
-			wall[cond.name] = append(wall[cond.name], got[cond.name].wall)
+		for _, name := range names {
+			cpu[name] = append(cpu[name], got[name].cpu)
+			wall[name] = append(wall[name], got[name].wall)
 		}
 		for _, q := range ratios {
 			rcpu[q] = append(rcpu[q], got[q[0]].cpu/got[q[1]].cpu)
 			rwall[q] = append(rwall[q], got[q[0]].wall/got[q[1]].wall)
 		}
-		b.Logf("round %d (%s): thread CPU ns/span %s", r+1, strings.Join(order, ","), line(conds, got))
+		b.Logf("round %d (%s): thread CPU ns/span %s", r+1, strings.Join(order, ","), line(names, got))
 	}
 	b.Logf("%d spans per run, %d rounds; thread CPU time per span (wall in brackets), median [min-max] over rounds:", n, *rounds)
-	for _, cond := range conds {
-		b.Logf("  %-7s %8.0f ns [%.0f-%.0f]   (wall %.0f ns [%.0f-%.0f])", cond.name,
-			loopbench.Median(cpu[cond.name]), minOf(cpu[cond.name]), maxOf(cpu[cond.name]),
-			loopbench.Median(wall[cond.name]), minOf(wall[cond.name]), maxOf(wall[cond.name]))
+	for _, name := range names {
+		b.Logf("  %-8s %8.0f ns [%.0f-%.0f]   (wall %.0f ns [%.0f-%.0f])", name,
+			loopbench.Median(cpu[name]), minOf(cpu[name]), maxOf(cpu[name]),
+			loopbench.Median(wall[name]), minOf(wall[name]), maxOf(wall[name]))
 	}
 	b.Logf("ratios within a round, median [min-max]:")
 	for _, q := range ratios {
 		name := q[0] + "/" + q[1]
-		b.Logf("  %-14s cpu %.3f [%.3f-%.3f]   wall %.3f [%.3f-%.3f]", name,
+		b.Logf("  %-15s cpu %.3f [%.3f-%.3f]   wall %.3f [%.3f-%.3f]", name,
 			loopbench.Median(rcpu[q]), minOf(rcpu[q]), maxOf(rcpu[q]),
 			loopbench.Median(rwall[q]), minOf(rwall[q]), maxOf(rwall[q]))
 		b.ReportMetric(loopbench.Median(rcpu[q]), name)
@@ -326,29 +357,30 @@ func BenchmarkSpanCost(b *testing.B) {
 	// statistics on (one more run of each BPF condition).
 	stats := loopbench.EnableStats(b)
 	defer stats.Close()
-	for _, cond := range conds {
-		if cond.prog == "" {
+	for _, blk := range blks {
+		if blk.progs == nil {
 			continue
 		}
-		var cost loopbench.ProgCost
-		check := cond.listen(b)
-		before := progCost(b, cond.prog)
-		res := runApp(b, n, cond.marker, true)
-		cost = progCost(b, cond.prog).Sub(before)
-		check(warmup + n)
-		if cost.Runs < uint64(warmup+n) {
-			b.Fatalf("%s ran %d times for %d spans", cond.prog, cost.Runs, warmup+n)
+		check := blk.listen(b)
+		for j, prog := range blk.progs {
+			before := progCost(b, prog)
+			res := blk.runIn(b, j, n)
+			cost := progCost(b, prog).Sub(before)
+			if cost.Runs < uint64(warmup+n) {
+				b.Fatalf("%s ran %d times for %d spans", prog, cost.Runs, warmup+n)
+			}
+			b.Logf("  %-8s program %s: %.0f ns a run (%d runs); the span %.0f ns (thread CPU, statistics on): the program %.0f%%",
+				blk.names[j], prog, cost.PerRun(), cost.Runs, res.cpu, 100*cost.PerRun()/res.cpu)
+			b.ReportMetric(cost.PerRun(), blk.names[j]+"-prog-ns/run")
 		}
-		b.Logf("  %-7s program %s: %.0f ns a run (%d runs); the span %.0f ns (thread CPU, statistics on): the program %.0f%%",
-			cond.name, cond.prog, cost.PerRun(), cost.Runs, res.cpu, 100*cost.PerRun()/res.cpu)
-		b.ReportMetric(cost.PerRun(), cond.name+"-prog-ns/run")
+		check(2 * (warmup + n))
 	}
 }
 
-func line(conds []condition, got map[string]result) string {
+func line(names []string, got map[string]result) string {
 	var s []string
-	for _, c := range conds {
-		s = append(s, fmt.Sprintf("%s %.0f", c.name, got[c.name].cpu))
+	for _, name := range names {
+		s = append(s, fmt.Sprintf("%s %.0f", name, got[name].cpu))
 	}
 	return strings.Join(s, ", ")
 }
