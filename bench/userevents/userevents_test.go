@@ -168,8 +168,8 @@ func (cs counters) close() {
 type block struct {
 	names  []string // a name per run: user_events first, the marker second
 	marker []bool
-	// listen sets the listener up; the returned function checks it saw
-	// spans spans and tears it down.
+	// listen sets the listener up; the returned function checks that it
+	// saw the given number of spans and tears it down.
 	listen func(b testing.TB) (check func(spans int))
 	progs  []string // the BPF program doing the work of each run, if any
 }
