@@ -176,4 +176,6 @@ func TestProcessSchema(t *testing.T) {
 	}
 }
 
-func indent(s string) string { return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n" }
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
+}
