@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,5 +208,73 @@ func TestProcessGlob(t *testing.T) {
 	}
 	if len(counts) != 0 {
 		t.Errorf("counters %v, want none", counts)
+	}
+}
+
+// TestProcessGo: two processes running one Go binary at once (as a
+// process: glob finds a service's copies: one file, attached once), each
+// calling main.handle from its main goroutine at the same depth. Their
+// calls pair within each process: exactly the calls made, no unpaired
+// return, no replaced entry. (Open calls are keyed by process as well
+// as by g, since nothing keeps two processes' g addresses apart; this
+// test passed before that too: no two g's met here.)
+func TestProcessGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("Go functions are traced on x86-64 only so far")
+	}
+	gobin := needGo(t)
+	prog := filepath.Join(t.TempDir(), "argsgo")
+	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	const calls = 20000
+	var procs []*callProc
+	for range 2 {
+		procs = append(procs, startCall(t, prog, strconv.Itoa(calls)))
+	}
+	name, _ := glob.Compile("argsgo")
+	fn, _ := glob.Compile("main.handle")
+	s, err := Attach(context.Background(), c.SourceCore(), []Target{{Process: name, Functions: fn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if tr := s.Traced(); len(tr) != 1 || tr[0].Binary != prog {
+		t.Fatalf("traced %+v, want main.handle in %s once (one file)", tr, prog)
+	}
+	if _, err := c.Snapshot(); err != nil { // a fresh window
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		io.WriteString(p.stdin, "go\n")
+	}
+	for _, p := range procs {
+		if !p.out.Scan() || !strings.HasPrefix(p.out.Text(), "done") {
+			t.Fatalf("program said %q, want done", p.out.Text())
+		}
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("the traced program: %v", err)
+		}
+	}
+	if got := spans(t, c, "main.handle", 2*calls); got != 2*calls {
+		t.Errorf("main.handle: %d spans, want %d", got, 2*calls)
+	} else {
+		t.Logf("main.handle: %d spans in two processes of one binary", got)
+	}
+	counts, err := s.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 0 {
+		t.Errorf("counters %v, want none (no unpaired return, no replaced entry)", counts)
 	}
 }
