@@ -21,8 +21,8 @@
  * copied elsewhere when it grows or shrinks. Go's register ABI (Go 1.17+)
  * keeps the current g in R14 on x86-64 (X28 on arm64) at a function's
  * entry and at each return; g's first field is its stack {lo, hi}. The
- * key is (g, traced function, stack.hi - SP): the depth from the stack's
- * top survives a copy. g.stack is read from user memory and SP must lie
+ * key is (process, g, traced function, stack.hi - SP): the depth from
+ * the stack's top survives a copy. g.stack is read from user memory and SP must lie
  * in [lo, hi), else the event is dropped and counted (no_goroutine):
  * nothing pairs on a register that does not hold a g. For a Go function
  * that checks its stack, the entry probe is after that check (internal/
@@ -122,12 +122,16 @@ struct func_label_str {
 	char s[FUNC_LABEL_STR_LEN + 1];
 };
 
-/* A call in progress: (thread, SP) for C, (g, stack.hi - SP) for Go. */
+/* A call in progress: (thread, SP) for C, (g, stack.hi - SP) for Go,
+ * and the process (tgid): two processes running one Go binary (a
+ * process: source's usual case, one file for every copy of a service)
+ * hand out the same g addresses, so g alone does not tell their calls
+ * apart. */
 struct func_open_key {
 	__u64 sp;
 	__u64 thread;
 	__u32 source;
-	__u32 pad;
+	__u32 tgid;
 };
 
 /* Go's g starts with its stack bounds (runtime/runtime2.go: g.stack). */
@@ -374,16 +378,16 @@ static __always_inline struct func_source *open_key(struct pt_regs *ctx, struct 
 {
 	struct func_source *src;
 	struct func_go_stack st;
-	__u64 sp = PT_REGS_SP(ctx), g;
+	__u64 sp = PT_REGS_SP(ctx), g, id = bpf_get_current_pid_tgid();
 
 	k->source = (__u32)bpf_get_attach_cookie(ctx);
-	k->pad = 0;
+	k->tgid = id >> 32;
 	src = bpf_map_lookup_elem(&func_sources, &k->source);
 	if (!src)
 		return NULL;
 	if (!src->go) {
 		k->sp = sp;
-		k->thread = (__u32)bpf_get_current_pid_tgid();
+		k->thread = (__u32)id;
 		return src;
 	}
 	g = FUNC_GO_G(ctx);

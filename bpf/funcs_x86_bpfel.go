@@ -83,7 +83,7 @@ type FuncsFuncOpenKey struct {
 	Sp     uint64
 	Thread uint64
 	Source uint32
-	Pad    uint32
+	Tgid   uint32
 }
 
 type FuncsFuncOperand struct {

@@ -75,7 +75,8 @@ type Config struct {
 	// found by scanning /proc.
 	MarkerBinaries []string
 	// ScanInterval is how often /proc is scanned for new binaries with the
-	// marker (default 2s; negative disables scanning).
+	// marker, and by the sources given it (source.Core.ScanInterval)
+	// (default 2s; negative disables scanning).
 	ScanInterval time.Duration
 	// ProcRoot is /proc by default.
 	ProcRoot string

@@ -27,6 +27,7 @@ func (c *Collector) SourceCore() *source.Core {
 		Kernel:           c.facts,
 		TracepointMethod: c.objs.method,
 		ProcRoot:         c.cfg.ProcRoot,
+		ScanInterval:     c.cfg.ScanInterval,
 		NoUprobeMulti:    c.cfg.NoUprobeMulti,
 		Programs: source.Programs{Marker: c.objs.UprobeMarker, MarkerSysV: c.objs.UprobeMarkerSysV, UprobeMulti: c.objs.uprobeMulti,
 			Tracepoint: c.objs.tp, WatchedEvents: c.objs.WatchedEvents},

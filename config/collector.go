@@ -57,7 +57,8 @@ type CollectorSettings struct {
 	// NoUprobeMulti attaches uprobes through the perf_uprobe PMU.
 	NoUprobeMulti bool
 	// ScanInterval is how often /proc is scanned for binaries with the
-	// marker (0: the collector's default; negative: never).
+	// marker and for the processes of function sources' process: globs
+	// (0: the collector's default; negative: never).
 	ScanInterval time.Duration
 	// MemoryBudget is the memory the whole agent may use, in bytes (0:
 	// from the cgroup's memory limit, else a default; see
@@ -107,7 +108,7 @@ var collectorSettings = &settings[CollectorSettings]{section: "collector", rows:
 		def: "false", doc: "attach uprobes through perf_event_open (needs CAP_SYS_ADMIN), as before kernel 6.6, instead of uprobe_multi links",
 		field: func(s *CollectorSettings) any { return &s.NoUprobeMulti }},
 	{key: "scan_interval", kind: kindDurationOff, check: checkScanInterval,
-		def: collector.DefaultScanInterval.String(), doc: "how often /proc is scanned for binaries with the marker; negative: never",
+		def: collector.DefaultScanInterval.String(), doc: "how often /proc is scanned for binaries with the marker and for processes that function sources' process: globs match; negative: never (process: then finds only the processes running when the agent starts)",
 		field: func(s *CollectorSettings) any { return &s.ScanInterval }},
 	{key: "memory_budget", flag: "memory-budget", kind: kindSize, min: memory.MinBudget, max: MaxMemoryBudget, check: checkMemoryBudget,
 		def:   fmt.Sprintf("%d%% of the cgroup's memory limit, else a quarter of the machine's memory, at most %s", memory.CgroupShare, memory.FormatBytes(memory.MaxDefaultBudget)),

@@ -123,6 +123,9 @@ func TestGoodFile(t *testing.T) {
 	if len(cfg.Sources) != 1 || cfg.Sources[0].Span != "request" {
 		t.Errorf("sources = %+v", cfg.Sources)
 	}
+	if f := cfg.Functions; len(f) != 1 || f[0].Process == nil || f[0].Process.String() != "prometheus*" || f[0].Binary != "" || f[0].Span != "promql_exec" {
+		t.Errorf("functions = %+v, want one process: target prometheus*", f)
+	}
 	if cfg.ExternalURL != "https://node1.example:9464/spanwatch/" {
 		t.Errorf("external URL = %q", cfg.ExternalURL)
 	}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -41,6 +42,10 @@ type Core struct {
 	TracepointMethod string
 	// ProcRoot is /proc, or where tests put it.
 	ProcRoot string
+	// ScanInterval is how often a source that attaches to the binaries
+	// of running processes scans ProcRoot (Processes); 0 or less: only
+	// when the source is attached, or asked to.
+	ScanInterval time.Duration
 	// NoUprobeMulti forces uprobes through the perf_uprobe PMU.
 	NoUprobeMulti bool
 	// Programs are the core object's own source programs, for the

@@ -2,8 +2,10 @@ package function
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -17,8 +19,14 @@ import (
 // A Target is the functions of one binary to trace.
 type Target struct {
 	// Binary is the executable or shared library; every process that
-	// runs it is traced.
+	// runs it is traced. "" when Process selects the binaries.
 	Binary string
+	// Process selects the binaries by the processes running them: the
+	// executables whose file name (the last component of /proc/PID/exe)
+	// it matches, in any mount namespace, found by a scan of /proc when
+	// the source attaches and every scan interval after; nil when Binary
+	// names the binary. A process's comm is not matched.
+	Process *glob.Glob
 	// Functions matches the functions to trace by name or demangled
 	// name (internal/funcs.Options.Filter).
 	Functions *glob.Glob
@@ -37,18 +45,22 @@ type Target struct {
 	Declared string
 }
 
-// Describe names the target for messages: "functions FUNCTION in BINARY".
+// Describe names the target for messages: "functions FUNCTION in
+// BINARY", or "functions FUNCTION in processes named GLOB".
 func (t *Target) Describe() string {
+	if t.Process != nil {
+		return fmt.Sprintf("functions %s in processes named %s", t.Functions, t.Process)
+	}
 	return fmt.Sprintf("functions %s in %s", t.Functions, t.Binary)
 }
 
 // targetKeys are the keys of an entry of sources.functions.
-var targetKeys = []string{"binary", "function", "span", "labels", "label_cap", "error"}
+var targetKeys = []string{"binary", "process", "function", "span", "labels", "label_cap", "error"}
 
 // DecodeSources decodes the functions: list of the sources: section,
-// each entry a binary, a function name or glob, and an optional span
-// name. Relative binary paths are relative to the file. A binary that
-// can be read is checked as the agent would attach it: the pattern must
+// each entry a binary or a glob of process names, a function name or
+// glob, and an optional span name. Relative binary paths are relative
+// to the file. A binary that can be read is checked as the agent would attach it: the pattern must
 // match at least one function that can be traced (spanwatch functions
 // lists them, and why others cannot). Errors go to d, with their
 // positions; on any, it returns nil.
@@ -105,6 +117,13 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 		switch key {
 		case "binary":
 			t.Binary = s
+		case "process":
+			g, err := compileProcess(s)
+			if err != nil {
+				d.Errorf(v, "process %q: %v", s, err)
+				return
+			}
+			t.Process = g
 		case "function":
 			g, err := glob.Compile(s)
 			if err != nil {
@@ -123,16 +142,25 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	if !ok || d.Len() > before {
 		return Target{}, false
 	}
-	for _, k := range []string{"binary", "function"} {
-		if has[k] == nil {
-			d.Errorf(n, "a functions source needs %s:", k)
-		}
+	switch {
+	case has["binary"] == nil && has["process"] == nil:
+		d.Errorf(n, "a functions source needs binary: (a file) or process: (a glob of executable names)")
+	case has["binary"] != nil && has["process"] != nil:
+		d.Errorf(has["process"], "a functions source takes binary: or process:, not both")
+	}
+	if has["function"] == nil {
+		d.Errorf(n, "a functions source needs function:")
 	}
 	if has["label_cap"] != nil && has["labels"] == nil {
 		d.Errorf(has["label_cap"], "label_cap without labels:")
 	}
 	if d.Len() > before {
 		return Target{}, false
+	}
+	if t.Process != nil {
+		// The binaries are those processes run when the agent scans:
+		// none need run now.
+		return t, true
 	}
 	if !filepath.IsAbs(t.Binary) {
 		t.Binary = filepath.Join(filepath.Dir(d.File), t.Binary)
@@ -205,6 +233,19 @@ func labelValue(n *yaml.Node, name string) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// compileProcess compiles a process: glob. It matches a file name, so a
+// '/' in it could never match: that is a mistake, said so.
+func compileProcess(s string) (*glob.Glob, error) {
+	g, err := glob.Compile(s)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(s, "/") {
+		return nil, errors.New("matches the executable's file name, which has no '/': give the name alone (binary: takes a path)")
+	}
+	return g, nil
 }
 
 func str(d *section.Decoder, n *yaml.Node, what string) (string, bool) {

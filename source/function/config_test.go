@@ -1,6 +1,8 @@
 package function
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"gopkg.in/yaml.v3"
 
 	"github.com/spanwatch/spanwatch/config/section"
@@ -88,4 +91,91 @@ func TestDecodeGo(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Errorf("a Go binary: %v, %+v; want it decoded", err, got)
 	}
+}
+
+// TestDecodeProcess: process: is a glob over executable names that need
+// not match any process now; with binary:, without either, with a '/'
+// or a lone backslash, it is an error at its file:line:col.
+func TestDecodeProcess(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	got, err := decode(t, file, "- process: \"prometheus*\"\n  function: promql.*\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Process == nil || got[0].Binary != "" || got[0].Functions.String() != "promql.*" || got[0].Declared != file+":1:3" {
+		t.Fatalf("decoded %+v; want process prometheus*, functions promql.*", got)
+	}
+	if !got[0].Process.Match("prometheus") || !got[0].Process.Match("prometheus-2.42") || got[0].Process.Match("node") {
+		t.Errorf("process glob %s matches wrong", got[0].Process)
+	}
+	if d := got[0].Describe(); d != "functions promql.* in processes named prometheus*" {
+		t.Errorf("described as %q", d)
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"- {process: a, binary: /bin/true, function: f}\n", ":1:13: a functions source takes binary: or process:, not both"},
+		{"- {process: /usr/bin/a, function: f}\n", ":1:13: process \"/usr/bin/a\": matches the executable's file name, which has no '/'"},
+		{"- {process: 'a\\', function: f}\n", ":1:13: process \"a\\\\\": glob \"a\\\\\" ends with a lone backslash"},
+		{"- {process: [a], function: f}\n", ":1:13: process must be a string"},
+		{"- {function: f}\n", ":1:3: a functions source needs binary: (a file) or process: (a glob of executable names)"},
+	} {
+		got, err := decode(t, file, tc.text)
+		if err == nil || !strings.Contains(err.Error(), file+tc.want) || got != nil {
+			t.Errorf("%q: %v, %+v; want an error %s%s and nothing decoded", tc.text, err, got, file, tc.want)
+		}
+	}
+}
+
+// TestProcessSchema: the sources schema (internal/usdt/sources.schema.json)
+// accepts and refuses the process: entries DecodeSources does (a lone
+// backslash is left to the decoder).
+func TestProcessSchema(t *testing.T) {
+	raw, err := os.ReadFile("../../internal/usdt/sources.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("sources.schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("sources.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	for _, tc := range []struct {
+		text string
+		ok   bool
+	}{
+		{"- {process: prometheus, function: f}\n", true},
+		{"- {process: \"node*\", function: f, span: s}\n", true},
+		{"- {binary: /nonexistent/prog, function: f}\n", true},
+		{"- {process: a, binary: /nonexistent/prog, function: f}\n", false},
+		{"- {process: /a, function: f}\n", false},
+		{"- {process: \"\", function: f}\n", false},
+		{"- {function: f}\n", false},
+		{"- {process: a}\n", false},
+	} {
+		_, derr := decode(t, file, tc.text)
+		var v any
+		if err := yaml.Unmarshal([]byte("functions:\n"+indent(tc.text)), &v); err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(v)
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serr := sch.Validate(inst)
+		if (derr == nil) != tc.ok || (serr == nil) != tc.ok {
+			t.Errorf("%q: decoder error %v, schema error %v; want valid=%v for both", tc.text, derr, serr, tc.ok)
+		}
+	}
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
 }

@@ -22,6 +22,14 @@
 // (internal/srcspec): labels: {status: arg0.s32, route: {ptr: arg1}},
 // error: "ret.s32 == -1" (args.go; docs/functions.md).
 //
+// A target names its binary by path (binary:), or by the processes
+// running it (process:, a glob over the executable's file name): those
+// are found by a scan of /proc (source.Processes) when the source
+// attaches and every Core.ScanInterval after, and each file they run is
+// opened through /proc/PID/exe and attached once, by device and inode,
+// however many processes run it and in whatever mount namespace; a file
+// no matching process ran for source.ReleaseScans scans is let go.
+//
 // Needs the full core (kernel 5.17+) and BPF attach cookies on uprobes
 // (5.15+); tested on x86-64 (the arm64 objects are built, not run). The
 // rule file declares it under sources: functions:. Linux only.

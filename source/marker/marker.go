@@ -56,10 +56,9 @@ type markerBinary struct {
 }
 
 // ReleaseScans is how many scans in a row must find no process
-// running a binary before its uprobe and its entry are released: two, so a
-// binary whose process is replaced by another while /proc is being read
-// (an exec, a restart) keeps its uprobe.
-const ReleaseScans = 2
+// running a binary before its uprobe and its entry are released
+// (source.ReleaseScans).
+const ReleaseScans = source.ReleaseScans
 
 // A Source uprobes the span SDK's marker in every binary that has it: the
 // Go SDK's (emit) and libspanwatch's (include/spanwatch.h), found by a scan
@@ -183,18 +182,15 @@ func (m *Source) Scan() {
 	if m.closed {
 		return
 	}
-	ents, err := os.ReadDir(m.procRoot)
+	procs, err := source.Processes(m.procRoot)
 	if err != nil {
 		// Nothing is released on a scan that could not look.
 		m.log.Warn("proc_scan_failed", "error", err)
 		return
 	}
 	seen := map[fileKey]bool{}
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		dir := filepath.Join(m.procRoot, e.Name())
+	for _, p := range procs {
+		dir := p.Dir
 		for _, bin := range append([]string{filepath.Join(dir, "exe")}, MappedLibraries(dir)...) {
 			key, ok, err := m.attachLocked(bin, dir)
 			if ok {
