@@ -10,6 +10,17 @@
 // uninstrumented. bpftrace runs the classic latency script: @s[tid] = nsecs
 // on start; hist(nsecs - @s[tid]); delete(@s[tid]) on done. spanwatch runs
 // its collector core with one USDT source pairing the same probes by thread.
+// A fourth copy runs under the floor tracer, a program that reads the
+// clock (bpf_ktime_get_ns) and does nothing else at both probes: what any
+// tracer timing spans pays before its own work. The ratios are given as
+// they are and above the floor, because on some machines the floor is most
+// of both tracers' cost (a clock read from a uprobe took 150-230 ns on a
+// PVM guest, 30 ns in a warm loop): there the plain ratios tend to 1 for
+// reasons that are not the tracers'.
+//
+// BenchmarkUprobeFloor measures the pieces on the machine it runs on: an
+// empty program, helper calls, clock reads, cache lines and pages, each as
+// a uprobe on the loop and warm in BPF_PROG_TEST_RUN.
 //
 // BenchmarkUSDTNameRead compares, the same way, the sleepable program that
 // reads a start probe's name argument (faulting its page in when absent)

@@ -19,6 +19,7 @@ import (
 	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/spanwatch/spanwatch/bench/internal/loopbench"
 	"github.com/spanwatch/spanwatch/collector"
@@ -185,54 +186,114 @@ func attachBpftrace(b *testing.B, loop string) tracer {
 	}
 }
 
+// attachFloor attaches the floor tracer to loop's bench:start and
+// bench:done (at the call site, where bpftrace attaches): a program that
+// reads the clock and does nothing else (clockProgram). Every tracer that
+// times a span reads the clock once per probe, so the floor is what the
+// machine charges any such tracer before it does any work of its own: the
+// trap, the program's entry and bpf_ktime_get_ns, which on some machines
+// costs several times what the rest of a program does
+// (BenchmarkUprobeFloor).
+func attachFloor(b *testing.B, loop string) tracer {
+	b.Helper()
+	f, err := usdt.Open(loop)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ex, err := link.OpenExecutable(loop)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var progs []*ebpf.Program
+	var links []link.Link
+	closeAll := func() {
+		for _, l := range links {
+			l.Close()
+		}
+		for _, p := range progs {
+			p.Close()
+		}
+	}
+	for _, name := range []string{"start", "done"} {
+		sites := f.Lookup("bench", name)
+		if len(sites) != 1 {
+			closeAll()
+			b.Fatalf("%d bench:%s sites, want 1", len(sites), name)
+		}
+		p, err := clockProgram()
+		if err != nil {
+			closeAll()
+			b.Fatal(err)
+		}
+		progs = append(progs, p)
+		l, err := ex.Uprobe("", p, &link.UprobeOptions{Address: sites[0].Offset})
+		if err != nil {
+			closeAll()
+			b.Fatalf("attach floor at bench:%s: %v", name, err)
+		}
+		links = append(links, l)
+	}
+	return tracer{start: progs[0], done: progs[1], close: closeAll, spans: func() int64 { return -1 }}
+}
+
 // figures are one comparison's results.
 type figures struct {
 	swStart, swDone, btStart, btDone float64 // ns per program run
-	base, sw, bt                     float64 // median ns per pair
-	swAdded, btAdded, addedRatio     float64 // ns per probe hit; median of per-trio ratios
+	flStart, flDone                  float64 // the floor's, ns per program run
+	base, sw, bt, fl                 float64 // median ns per pair
+	swAdded, btAdded, addedRatio     float64 // ns per probe hit; median of per-round ratios
+	flAdded, addedAboveRatio         float64 // the floor's ns per hit; median per-round ratio above it
 }
 
-// compare runs the bare, spanwatch-traced and bpftrace-traced copies of the
-// loop in turn (rotating which goes first), trios times, with both tracers
-// attached throughout, so drift in the machine's speed hits all three.
-func compare(b *testing.B, base, swLoop, btLoop string, sw, bt tracer) figures {
+// compare runs the bare, spanwatch-traced, bpftrace-traced and
+// floor-traced copies of the loop in turn (rotating which goes first),
+// trios times, with the three tracers attached throughout, so drift in the
+// machine's speed hits all four.
+func compare(b *testing.B, base, swLoop, btLoop, flLoop string, sw, bt, fl tracer) figures {
 	b.Helper()
 	s0, d0 := loopbench.Stats(b, sw.start), loopbench.Stats(b, sw.done)
 	bs0, bd0 := loopbench.Stats(b, bt.start), loopbench.Stats(b, bt.done)
-	var bases, sws, bts, ratios []float64
+	fs0, fd0 := loopbench.Stats(b, fl.start), loopbench.Stats(b, fl.done)
+	var bases, sws, bts, fls, ratios, aboves []float64
 	for k := 0; k < trios; k++ {
-		var x [3]float64
-		for i := 0; i < 3; i++ {
-			switch (i + k) % 3 {
+		var x [4]float64
+		for i := 0; i < 4; i++ {
+			switch (i + k) % 4 {
 			case 0:
 				x[0] = runOnce(b, base)
 			case 1:
 				x[1] = runOnce(b, swLoop)
 			case 2:
 				x[2] = runOnce(b, btLoop)
+			case 3:
+				x[3] = runOnce(b, flLoop)
 			}
 		}
-		bases, sws, bts = append(bases, x[0]), append(sws, x[1]), append(bts, x[2])
+		bases, sws, bts, fls = append(bases, x[0]), append(sws, x[1]), append(bts, x[2]), append(fls, x[3])
 		ratios = append(ratios, (x[1]-x[0])/(x[2]-x[0]))
+		aboves = append(aboves, (x[1]-x[3])/(x[2]-x[3]))
 	}
 	s1, d1 := loopbench.Stats(b, sw.start), loopbench.Stats(b, sw.done)
 	bs1, bd1 := loopbench.Stats(b, bt.start), loopbench.Stats(b, bt.done)
+	fs1, fd1 := loopbench.Stats(b, fl.start), loopbench.Stats(b, fl.done)
 	if n := sw.spans(); n != pairsPerRun*trios {
 		b.Fatalf("spanwatch aggregated %d spans, want %d", n, pairsPerRun*trios)
 	}
 	f := figures{
 		swStart: s1.Sub(s0).PerRun(), swDone: d1.Sub(d0).PerRun(),
 		btStart: bs1.Sub(bs0).PerRun(), btDone: bd1.Sub(bd0).PerRun(),
-		base: loopbench.Median(bases), sw: loopbench.Median(sws), bt: loopbench.Median(bts),
-		addedRatio: loopbench.Median(ratios),
+		flStart: fs1.Sub(fs0).PerRun(), flDone: fd1.Sub(fd0).PerRun(),
+		base: loopbench.Median(bases), sw: loopbench.Median(sws), bt: loopbench.Median(bts), fl: loopbench.Median(fls),
+		addedRatio: loopbench.Median(ratios), addedAboveRatio: loopbench.Median(aboves),
 	}
-	f.swAdded, f.btAdded = (f.sw-f.base)/2, (f.bt-f.base)/2
+	f.swAdded, f.btAdded, f.flAdded = (f.sw-f.base)/2, (f.bt-f.base)/2, (f.fl-f.base)/2
 	return f
 }
 
 func report(b *testing.B, what string, f figures) {
 	swProg := (f.swStart + f.swDone) / 2
 	btProg := (f.btStart + f.btDone) / 2
+	flProg := (f.flStart + f.flDone) / 2
 	b.ReportMetric(f.swStart, "sw-start-ns/run")
 	b.ReportMetric(f.swDone, "sw-done-ns/run")
 	b.ReportMetric(f.btStart, "bt-start-ns/run")
@@ -241,10 +302,17 @@ func report(b *testing.B, what string, f figures) {
 	b.ReportMetric(f.swAdded, "sw-added-ns/hit")
 	b.ReportMetric(f.btAdded, "bt-added-ns/hit")
 	b.ReportMetric(f.addedRatio, "added-ratio")
-	b.Logf("%s: median ns per start/done pair over %d trios: bare %.1f, spanwatch %.0f, bpftrace %.0f", what, trios, f.base, f.sw, f.bt)
+	b.ReportMetric(f.flStart, "floor-start-ns/run")
+	b.ReportMetric(f.flDone, "floor-done-ns/run")
+	b.ReportMetric((swProg-flProg)/(btProg-flProg), "prog-above-floor-ratio")
+	b.ReportMetric(f.flAdded, "floor-added-ns/hit")
+	b.ReportMetric(f.addedAboveRatio, "added-above-floor-ratio")
+	b.Logf("%s: median ns per start/done pair over %d rounds: bare %.1f, spanwatch %.0f, bpftrace %.0f, floor %.0f", what, trios, f.base, f.sw, f.bt, f.fl)
 	b.Logf("BPF program cost (run_time_ns/run_cnt): spanwatch start %.0f done %.0f (avg %.0f); bpftrace start %.0f done %.0f (avg %.0f); ratio %.2f (goal <= 0.5)",
 		f.swStart, f.swDone, swProg, f.btStart, f.btDone, btProg, swProg/btProg)
-	b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; median per-trio ratio %.2f (goal <= 0.8)", f.swAdded, f.btAdded, f.addedRatio)
+	b.Logf("added per probe hit: spanwatch %.0f ns, bpftrace %.0f ns; median per-round ratio %.2f (goal <= 0.8)", f.swAdded, f.btAdded, f.addedRatio)
+	b.Logf("floor (the clock read alone): start %.0f done %.0f ns/run (avg %.0f), added %.0f ns per hit; above it, program cost ratio %.2f (spanwatch %.0f, bpftrace %.0f ns), added-time ratio %.2f",
+		f.flStart, f.flDone, flProg, f.flAdded, (swProg-flProg)/(btProg-flProg), swProg-flProg, btProg-flProg, f.addedAboveRatio)
 }
 
 // BenchmarkUSDTvsBpftrace compares spanwatch and bpftrace on the same
@@ -271,9 +339,12 @@ func benchCompare(b *testing.B, dir, name string, nop5 bool) {
 	defer loopbench.EnableStats(b).Close()
 	for i := 0; i < b.N; i++ {
 		base, swLoop, btLoop := loopbench.Copies(b, filepath.Join(dir, name))
+		flLoop := loopbench.Copy(b, filepath.Join(dir, name), "-floor")
 		sw := attachSpanwatch(b, swLoop, nop5)
 		bt := attachBpftrace(b, btLoop)
-		f := compare(b, base, swLoop, btLoop, sw, bt)
+		fl := attachFloor(b, flLoop)
+		f := compare(b, base, swLoop, btLoop, flLoop, sw, bt, fl)
+		fl.close()
 		bt.close()
 		sw.close()
 		report(b, name, f)

@@ -38,6 +38,20 @@ func Copies(b testing.TB, path string) (base, sw, bt string) {
 	return out[0], out[1], out[2]
 }
 
+// Copy makes one more copy of the loop at path, path+suffix, for a
+// fourth party (a floor tracer) that must trace a file of its own.
+func Copy(b testing.TB, path, suffix string) string {
+	b.Helper()
+	src, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path+suffix, src, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	return path + suffix
+}
+
 // Run runs the loop with args and returns the number it prints: its
 // nanoseconds per iteration, timed in the process.
 func Run(b testing.TB, loop string, args ...string) float64 {
