@@ -201,8 +201,11 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 	var out []Stack
 	var key strings.Builder
 	spanTotal := map[string]uint64{}
-	add := func(span, comm string, kind Kind, running bool, user, kernel []snapshot.Frame, stackErr string) *Stack {
+	add := func(span, comm, source string, kind Kind, running bool, user, kernel []snapshot.Frame, stackErr string) *Stack {
 		trimmed, n := TrimOwn(user)
+		if kind == KindEnd {
+			trimmed, n = TrimEnd(source, user)
+		}
 		key.Reset()
 		key.WriteString(span)
 		key.WriteByte(0)
@@ -234,12 +237,12 @@ func Aggregate(overruns []snapshot.Overrun) []Stack {
 			if smp.OffCPU {
 				kind = KindOffCPU
 			}
-			s := add(o.Span, o.Comm, kind, false, smp.UserStack, smp.KernelStack, "")
+			s := add(o.Span, o.Comm, o.Source, kind, false, smp.UserStack, smp.KernelStack, "")
 			s.Count += smp.Count
 			s.TotalNs += smp.WeightNs
 			sampled += smp.WeightNs
 		}
-		s := add(o.Span, o.Comm, KindEnd, o.StillRunning, o.UserStack, o.KernelStack, o.StackError)
+		s := add(o.Span, o.Comm, o.Source, KindEnd, o.StillRunning, o.UserStack, o.KernelStack, o.StackError)
 		s.Count++
 		s.TotalNs += o.DurationNs
 		s.MaxNs = max(s.MaxNs, o.DurationNs)

@@ -20,7 +20,7 @@ const hotFrames = 3
 // most maxFrames, without the span SDKs' own frames at the top (the
 // overrun record keeps them). "" when there is nothing to show.
 func StackText(o *snapshot.Overrun, maxFrames int) string {
-	frames, _ := TrimOwn(o.UserStack)
+	frames, _ := TrimEnd(o.Source, o.UserStack)
 	var b strings.Builder
 	if hot := Hottest(o.Samples, hotFrames); len(hot) > 0 {
 		var n uint64

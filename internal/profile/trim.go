@@ -111,3 +111,29 @@ func TrimOwn(frames []snapshot.Frame) ([]snapshot.Frame, int) {
 	}
 	return frames[last+1:], last + 1
 }
+
+// TrimEnd is TrimOwn for the stack an overrun's span ended on, captured
+// by its source. A span sent over user_events is captured inside the
+// writev system call that sends it, so the system call wrappers at the top
+// of that stack are always the sending ones, and are trimmed also when no
+// SDK frame follows them: include/spanwatch.h inlined into the
+// application's function, which then calls writev itself (gcc -O2 puts
+// the call in FUNC.cold). Stacks of other sources keep a wrapper that no
+// own frame follows (a function span on writev itself ends in writev).
+func TrimEnd(source string, frames []snapshot.Frame) ([]snapshot.Frame, int) {
+	if source != "user_events" {
+		return TrimOwn(frames)
+	}
+	glue := 0
+	for glue < len(frames) && frames[glue].Function != "" && hasAnyPrefix(frames[glue].Function, gluePrefixes) {
+		glue++
+	}
+	if glue == len(frames) {
+		return frames, 0 // nothing but wrappers: keep them
+	}
+	rest, n := TrimOwn(frames[glue:])
+	if n == 0 && len(rest) == len(frames)-glue {
+		return rest, glue
+	}
+	return rest, glue + n
+}

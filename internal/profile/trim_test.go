@@ -97,6 +97,33 @@ func TestTrimOwn(t *testing.T) {
 	}
 }
 
+// TestTrimEnd: the end stack of a span sent over user_events loses the
+// system call wrapper at its top also when include/spanwatch.h was
+// inlined (seen in the user_events VM: writev, handle_checkout.cold);
+// other sources keep a wrapper no own frame follows.
+func TestTrimEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name, source, in, want string
+		trimmed                int
+	}{
+		{"inlined header over user_events", "user_events", "writev,handle_checkout.cold,0x4", "handle_checkout.cold,0x4", 1},
+		{"two wrappers", "user_events", "__GI___writev,writev,handle_request,main", "handle_request,main", 2},
+		{"library over user_events", "user_events", "writev,spanwatch_lib_record.cold,handle_checkout,main", "handle_checkout,main", 2},
+		{"Go over user_events", "user_events", "syscall.Syscall,github.com/spanwatch/spanwatch/emit.send,main.work", "main.work", 2},
+		{"only wrappers are kept", "user_events", "writev,syscall", "writev,syscall", 0},
+		{"no wrapper", "user_events", "handle_request,main", "handle_request,main", 0},
+		{"a function span on writev keeps it", "function", "writev,handle_request,main", "writev,handle_request,main", 0},
+		{"marker", "marker", "spanwatch_marker_,handle_request,main", "handle_request,main", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, n := TrimEnd(tc.source, frames(tc.in))
+			if names(got) != tc.want || n != tc.trimmed {
+				t.Errorf("TrimEnd(%s, %s) = %s (%d trimmed), want %s (%d)", tc.source, tc.in, names(got), n, tc.want, tc.trimmed)
+			}
+		})
+	}
+}
+
 func TestIsRuntimeFrame(t *testing.T) {
 	for _, tc := range []struct {
 		f    snapshot.Frame

@@ -356,10 +356,10 @@ func Finish(tb testing.TB, r *bufio.Reader, cmd *exec.Cmd) map[string]uint64 {
 }
 
 // Top returns the function names of an overrun's user stack as reports
-// show it: without the SDKs' own frames at the top (profile.TrimOwn), at
+// show it: without the SDKs' own frames at the top (profile.TrimEnd), at
 // most n.
 func Top(ov snapshot.Overrun, n int) []string {
-	frames, _ := profile.TrimOwn(ov.UserStack)
+	frames, _ := profile.TrimEnd(ov.Source, ov.UserStack)
 	var out []string
 	for _, f := range frames {
 		if len(out) == n {
