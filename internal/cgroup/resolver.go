@@ -155,12 +155,12 @@ func (r *Resolver) Resolve(id uint64) Info {
 	k := r.names.Lookup(info.ContainerID, info.PodUID)
 	info.Namespace, info.Pod, info.Container = k.Namespace, k.Pod, k.Container
 	if r.detailsTTL > 0 {
-		info.Process, info.Service = ProcessName(r.procRoot, filepath.Join(r.root, info.Path))
-		if info.Process == "" && info.Service == "" {
+		info.Process, info.Service, info.Several = Processes(r.procRoot, filepath.Join(r.root, info.Path))
+		if info.Process == "" && info.Service == "" && !info.Several {
 			// The cgroup emptied (its processes exited between the span
 			// and this read): the names it had still say who sent it.
 			old := r.details[id].info
-			info.Process, info.Service = old.Process, old.Service
+			info.Process, info.Service, info.Several = old.Process, old.Service, old.Several
 		}
 	}
 	r.details[id] = details{info: info, at: now}
