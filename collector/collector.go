@@ -313,6 +313,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	c.reader.process = func(tgid uint32) (string, string) {
 		return c.splits.process(cfg.ProcRoot, c.objs.SplitComms, tgid, time.Now())
 	}
+	c.markSplits()
 	for i := range c.budgetSets {
 		c.budgetSets[i].ids = map[uint64]bool{}
 	}
@@ -746,7 +747,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 		}
 	}
 	c.mergeSplit(s)
-	c.syncSplits(s, resolved)
+	c.syncSplits(s, resolved, now)
 	c.logQuotas(s)
 	// After the resolution above, which walks the cgroup tree when it
 	// met a new cgroup.

@@ -26,8 +26,8 @@ import (
 // splits mirrors into cg_split the cgroups whose series are kept per
 // process, and names their processes.
 type splits struct {
-	written map[uint64]bool // what cg_split holds
-	full    bool            // a write found it full (logged once)
+	written map[uint64]time.Time // what cg_split holds: when each last had series, or was seen run several executables
+	full    bool                 // a write found it full (logged once)
 
 	mu    sync.Mutex // the overrun reader names processes too
 	procs map[uint32]procName
@@ -87,33 +87,55 @@ func (sp *splits) forget(live map[uint32]bool, comms *ebpf.Map) {
 	}
 }
 
-// syncSplits marks in cg_split the cgroups resolved in this snapshot
-// that run more than one executable, and unmarks the marked ones no live
-// series is in any more (their series were evicted after IdleEvict: the
-// cgroup is gone or quiet). A cgroup stays split while it has series,
-// even should it come to run one executable again, so that its series do
-// not change keys back and forth. core_state.split_cgroups says how many
-// are marked: while it is 0 no span looks cg_split up. The caller holds
-// c.mu.
-func (c *Collector) syncSplits(s *snapshot.Snapshot, resolved map[uint64]cgroup.Info) {
+// A severalSource tells which cgroups run more than one executable now
+// (*cgroup.Resolver does): New marks them split before any span, so that
+// a restarted agent keeps their series as the last one did.
+type severalSource interface {
+	SeveralExecutables() []uint64
+}
+
+// markSplits marks the cgroups that run more than one executable when
+// the collector starts. The caller is New.
+func (c *Collector) markSplits() {
+	src, ok := c.cfg.Resolver.(severalSource)
+	if !ok {
+		return
+	}
+	ids := src.SeveralExecutables()
+	resolved := make(map[uint64]cgroup.Info, len(ids))
+	for _, id := range ids {
+		resolved[id] = cgroup.Info{Several: true}
+	}
+	c.syncSplits(nil, resolved, time.Now())
+}
+
+// syncSplits marks in cg_split the cgroups in resolved (resolved in this
+// snapshot, or found at start) that run more than one executable, and
+// unmarks the marked ones that had no live series for IdleEvict (their
+// series were evicted: the cgroup is gone or quiet). A cgroup stays split
+// while it has series, even should it come to run one executable again,
+// so that its series do not change keys back and forth.
+// core_state.split_cgroups says how many are marked: while it is 0 no
+// span looks cg_split up. s is nil at start. The caller holds c.mu, or is
+// New.
+func (c *Collector) syncSplits(s *snapshot.Snapshot, resolved map[uint64]cgroup.Info, now time.Time) {
 	m := c.objs.CgSplit
 	if m == nil || c.reader == nil {
 		return
 	}
 	sp := &c.splits
 	if sp.written == nil {
-		sp.written = map[uint64]bool{}
+		sp.written = map[uint64]time.Time{}
 	}
 	changed := false
-	if len(sp.written) > 0 {
-		live := make(map[uint64]bool, len(sp.written))
+	if len(sp.written) > 0 && s != nil {
 		for i := range s.Series {
-			if sp.written[s.Series[i].CgroupID] {
-				live[s.Series[i].CgroupID] = true
+			if _, ok := sp.written[s.Series[i].CgroupID]; ok {
+				sp.written[s.Series[i].CgroupID] = now
 			}
 		}
-		for id := range sp.written {
-			if live[id] {
+		for id, last := range sp.written {
+			if now.Sub(last) < c.cfg.IdleEvict {
 				continue
 			}
 			if err := m.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -125,7 +147,11 @@ func (c *Collector) syncSplits(s *snapshot.Snapshot, resolved map[uint64]cgroup.
 		}
 	}
 	for id, info := range resolved {
-		if !info.Several || sp.written[id] {
+		if !info.Several {
+			continue
+		}
+		if _, ok := sp.written[id]; ok {
+			sp.written[id] = now
 			continue
 		}
 		if err := m.Put(id, uint8(1)); err != nil {
@@ -136,7 +162,7 @@ func (c *Collector) syncSplits(s *snapshot.Snapshot, resolved map[uint64]cgroup.
 			}
 			continue
 		}
-		sp.written[id] = true
+		sp.written[id] = now
 		changed = true
 		c.log.Debug("cgroup_split", "cgroup_id", id, "cgroup", info.Path)
 	}

@@ -118,8 +118,9 @@ func TestSplitCgroupByProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.reader.core.SplitCgroups; got != 1 || !c.splits.written[sharedID] || c.splits.written[aloneID] {
-		t.Fatalf("split cgroups %d %v, want the shared cgroup %d alone", got, c.splits.written, sharedID)
+	isSplit := func(c *Collector, id uint64) bool { _, ok := c.splits.written[id]; return ok }
+	if got := c.reader.core.SplitCgroups; int(got) != len(c.splits.written) || !isSplit(c, sharedID) || isSplit(c, aloneID) {
+		t.Fatalf("split cgroups %d %v, want the shared cgroup %d and not %d", got, c.splits.written, sharedID, aloneID)
 	}
 
 	a.spans(t, 7)
@@ -187,6 +188,47 @@ func TestSplitCgroupByProcess(t *testing.T) {
 	}
 	if len(tgids[aloneID]) != 1 || !tgids[aloneID][0] {
 		t.Errorf("the one-executable cgroup's keys have tgids %v, want 0 only", tgids[aloneID])
+	}
+
+	// A collector started while the cgroup runs both (an agent's
+	// restart) keeps its series per process from the first span: no
+	// series without a process.
+	tr.Close()
+	c.Close()
+	c, err = New(context.Background(), Config{Sources: Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !isSplit(c, sharedID) || isSplit(c, aloneID) || int(c.reader.core.SplitCgroups) != len(c.splits.written) {
+		t.Fatalf("at start split cgroups %d %v, want the shared cgroup %d and not %d", c.reader.core.SplitCgroups, c.splits.written, sharedID, aloneID)
+	}
+	if tr, err = usdtsource.Attach(context.Background(), c.SourceCore(), srcs); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	a.spans(t, 2)
+	bp.spans(t, 3)
+	solo.spans(t, 4)
+	if s, err = c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	clear(got)
+	clear(seen)
+	for _, sr := range s.Series {
+		if sr.Span == "cgmove" {
+			got[proc{sr.CgroupID, sr.Process}] += sr.Count
+			seen[proc{sr.CgroupID, sr.Process}]++
+		}
+	}
+	want = map[proc]uint64{{sharedID, nameA}: 2, {sharedID, nameB}: 3, {aloneID, nameA}: 4}
+	if len(got) != len(want) {
+		t.Errorf("after a restart, series by (cgroup, process) = %v, want %v", got, want)
+	}
+	for k, n := range want {
+		if got[k] != n || seen[k] != 1 {
+			t.Errorf("after a restart, cgroup %d process %q: %d spans in %d series, want %d in one", k.cgroup, k.process, got[k], seen[k], n)
+		}
 	}
 }
 

@@ -80,6 +80,33 @@ func Processes(procRoot, dir string) (name, service string, several bool) {
 	return name, service, manyExe
 }
 
+// Several tells whether the processes in the cgroup directory dir run
+// more than one executable, as Processes does, reading only the first
+// maxProcsRead pids' executables (no environment).
+func Several(procRoot, dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	first := ""
+	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
+		pid := strings.TrimSpace(sc.Text())
+		if pid == "" {
+			continue
+		}
+		switch exe := exeName(procRoot, pid); {
+		case exe == "":
+		case first == "":
+			first = exe
+		case exe != first:
+			return true
+		}
+	}
+	return false
+}
+
 // Process returns the executable name of process pid (as ProcessName
 // reads it: the base name of /proc/PID/exe, else its comm) and the
 // OpenTelemetry service name it declares, read under procRoot; name is

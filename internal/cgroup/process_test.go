@@ -115,8 +115,8 @@ func TestProcessName(t *testing.T) {
 					t.Errorf("Process(%s) = %q, %q; want %q (service %q alone)", p.pid, gotName, gotService, name, tc.service)
 				}
 			}
-			if _, _, several := Processes(procRoot, cg); several != (len(exes) > 1) {
-				t.Errorf("Processes says several %v, for executables %v", several, exes)
+			if _, _, several := Processes(procRoot, cg); several != (len(exes) > 1) || Several(procRoot, cg) != several {
+				t.Errorf("Processes says several %v, Several %v, for executables %v", several, Several(procRoot, cg), exes)
 			}
 		})
 	}

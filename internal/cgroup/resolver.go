@@ -287,3 +287,25 @@ func isCgroup2(p string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
+
+// SeveralExecutables returns the cgroups of the last walk whose processes
+// run more than one executable (Several): the collector keeps their
+// series per process from its start, so that an agent's restart does not
+// give their first spans to series without a process. It reads every
+// cgroup's cgroup.procs and each process's executable link (on a host of
+// a few thousand processes, milliseconds).
+func (r *Resolver) SeveralExecutables() []uint64 {
+	r.mu.RLock()
+	paths := make(map[uint64]string, len(r.byID))
+	for id, info := range r.byID {
+		paths[id] = info.Path
+	}
+	r.mu.RUnlock()
+	var out []uint64
+	for id, p := range paths {
+		if Several(r.procRoot, filepath.Join(r.root, p)) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
