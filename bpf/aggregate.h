@@ -170,7 +170,9 @@ struct series_key {
 	__u16 labelset; /* 0: no labels; else the source that names them */
 	__u8 kind;	/* SERIES_* */
 	__u8 other;	/* bit i: labels[i] is past the source's cap */
-	__u32 _pad;
+	/* The process (its tgid) in a cgroup whose series are kept per
+	 * process (cg_split), else 0: see split_process(). */
+	__u32 tgid;
 };
 
 /*
@@ -266,7 +268,7 @@ struct overrun {
 	__u16 labelset;
 	__u8 kind;
 	__u8 other;
-	__u32 _pad;
+	__u32 tgid; /* the series key's: 0 unless kept per process */
 	__u64 ustack[MAX_USTACK];
 	__u64 kstack[MAX_KSTACK];
 };
@@ -292,6 +294,10 @@ struct core_state {
 	__u32 budget_gen;
 	__u32 bank_slots; /* series slots a cell bank serves */
 	__u32 banks_made; /* cell banks in cell_banks: 0 to banks_made - 1 */
+	/* Entries in cg_split, or 0: while it is 0 no span looks cg_split
+	 * up. */
+	__u32 split_cgroups;
+	__u32 _pad;
 };
 
 struct {
@@ -431,6 +437,31 @@ struct {
 	__type(key, __u64);
 	__type(value, __u64);
 } cg_workload SEC(".maps");
+
+/* cgroup id -> 1 for the cgroups that run more than one executable,
+ * written by the collector (collector/split.go): their series are kept
+ * per process, the tgid in the key. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} cg_split SEC(".maps");
+
+/* tgid -> the comm of the thread that made the process's first series in
+ * a split cgroup: its name should it exit before the collector read
+ * /proc/PID/exe (a forked worker that lives for one request). The
+ * collector deletes it with the process's last series. */
+struct split_comm {
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct split_comm);
+} split_comms SEC(".maps");
 
 /* {name_id, set} -> budget for exact names, written by the collector. */
 struct {
@@ -901,6 +932,7 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 		key->labelset = 0;
 		key->other = 0;
 		key->labels[0] = key->labels[1] = key->labels[2] = 0;
+		key->tgid = 0;
 		idx = bpf_map_lookup_elem(&series_index, key);
 		if (idx)
 			return *idx;
@@ -926,6 +958,15 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	}
 	if (has_name && bpf_map_update_elem(&names, &key->name_id, name, BPF_ANY))
 		count(COUNTER_NAMES_FULL);
+	/* A process's first series in a split cgroup: its comm, written in
+	 * place. The entry is made from name's first bytes (any 16 bytes
+	 * will do, and they are there: no buffer on this frame), then
+	 * overwritten. */
+	if (key->tgid && !bpf_map_update_elem(&split_comms, &key->tgid, name, BPF_NOEXIST)) {
+		struct split_comm *sc = bpf_map_lookup_elem(&split_comms, &key->tgid);
+		if (sc)
+			bpf_get_current_comm(sc->comm, sizeof(sc->comm));
+	}
 	if (owner)
 		quota_count(&owner);
 	/* Publish: the collector reads the key of a live slot only. */
@@ -1298,6 +1339,24 @@ static __always_inline int hint_holds(__u32 hint, const struct series_key *key)
 }
 
 /*
+ * split_process puts the current process's tgid in key when its cgroup
+ * runs more than one executable (cg_split): the collector names each
+ * such series after its process (docs/series.md). Every source's value
+ * comes here from the task that ended the span. Where no cgroup is split
+ * (core_state.split_cgroups is 0: most hosts, every Kubernetes node
+ * whose containers run one executable each) this costs one load from
+ * the core's array, whose lookup the verifier inlines; else one hash
+ * lookup per value.
+ */
+static __always_inline void split_process(struct series_key *key)
+{
+	struct core_state *c = core_get();
+
+	if (c && *(volatile __u32 *)&c->split_cgroups && bpf_map_lookup_elem(&cg_split, &key->cgroup_id))
+		key->tgid = bpf_get_current_pid_tgid() >> 32;
+}
+
+/*
  * series_aggregate adds one value to its series and, for a span slower
  * than its budget, sends an overrun record with the thread's stacks (as
  * the budget's flags ask). ctx is the program's context (for bpf_get_stack).
@@ -1309,6 +1368,7 @@ static __always_inline void series_aggregate(void *ctx, struct agg_in *in)
 	int metric = in->key.kind == SERIES_METRIC;
 	__u64 v = in->value;
 	__u32 slot = 0;
+	split_process(&in->key);
 	if (in->hint && hint_holds(*in->hint, &in->key)) {
 		slot = *in->hint - 1;
 		goto found;
@@ -1359,7 +1419,7 @@ found:;
 	r->labelset = in->key.labelset;
 	r->kind = in->key.kind;
 	r->other = in->key.other;
-	r->_pad = 0;
+	r->tgid = in->key.tgid;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
 	r->ustack_len = 0;
 	r->kstack_len = 0;

@@ -12,7 +12,7 @@ import (
 // same aggregates. TestCoreMapsListed checks the list against the header.
 var CoreMaps = []string{
 	"core", "series", "series_index", "free_slots", "series_dirty", "cell_banks", "cell_dirty", "cell_counts",
-	"cg_created", "cg_released", "cg_quota", "cg_workload", "budgets", "budget_globs", "names", "overruns", "counters",
+	"cg_created", "cg_released", "cg_quota", "cg_workload", "cg_split", "split_comms", "budgets", "budget_globs", "names", "overruns", "counters",
 }
 
 // ShareCore makes spec use the core's maps: each core map spec is given

@@ -53,6 +53,8 @@ type CoretestCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type CoretestCoretestIn struct {
@@ -83,7 +85,7 @@ type CoretestSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type CoretestSeriesSlot struct {
@@ -105,6 +107,11 @@ type CoretestSpanName struct {
 	Name [128]int8
 }
 
+type CoretestSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -117,6 +124,7 @@ const (
 	CoretestMapCgCreated           = "cg_created"
 	CoretestMapCgQuota             = "cg_quota"
 	CoretestMapCgReleased          = "cg_released"
+	CoretestMapCgSplit             = "cg_split"
 	CoretestMapCgWorkload          = "cg_workload"
 	CoretestMapCore                = "core"
 	CoretestMapCoretestIdx         = "coretest_idx"
@@ -129,6 +137,7 @@ const (
 	CoretestMapSeries              = "series"
 	CoretestMapSeriesDirty         = "series_dirty"
 	CoretestMapSeriesIndex         = "series_index"
+	CoretestMapSplitComms          = "split_comms"
 	CoretestProgCoretestHot        = "coretest_hot"
 	CoretestProgCoretestIndex      = "coretest_index"
 	CoretestProgCoretestRun        = "coretest_run"
@@ -196,6 +205,7 @@ type CoretestMapSpecs struct {
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit       *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload    *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core          *ebpf.MapSpec `ebpf:"core"`
 	CoretestIdx   *ebpf.MapSpec `ebpf:"coretest_idx"`
@@ -208,6 +218,7 @@ type CoretestMapSpecs struct {
 	Series        *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms    *ebpf.MapSpec `ebpf:"split_comms"`
 }
 
 // CoretestVariableSpecs contains global variables before they are loaded into the kernel.
@@ -247,6 +258,7 @@ type CoretestMaps struct {
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	CgSplit       *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload    *ebpf.Map `ebpf:"cg_workload"`
 	Core          *ebpf.Map `ebpf:"core"`
 	CoretestIdx   *ebpf.Map `ebpf:"coretest_idx"`
@@ -259,6 +271,7 @@ type CoretestMaps struct {
 	Series        *ebpf.Map `ebpf:"series"`
 	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
+	SplitComms    *ebpf.Map `ebpf:"split_comms"`
 }
 
 func (m *CoretestMaps) Close() error {
@@ -271,6 +284,7 @@ func (m *CoretestMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.CoretestIdx,
@@ -283,6 +297,7 @@ func (m *CoretestMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 	)
 }
 

@@ -53,6 +53,8 @@ type CoretestCompatCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type CoretestCompatCoretestIn struct {
@@ -75,7 +77,7 @@ type CoretestCompatSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type CoretestCompatSeriesSlot struct {
@@ -97,6 +99,11 @@ type CoretestCompatSpanName struct {
 	Name [128]int8
 }
 
+type CoretestCompatSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -109,6 +116,7 @@ const (
 	CoretestCompatMapCgCreated           = "cg_created"
 	CoretestCompatMapCgQuota             = "cg_quota"
 	CoretestCompatMapCgReleased          = "cg_released"
+	CoretestCompatMapCgSplit             = "cg_split"
 	CoretestCompatMapCgWorkload          = "cg_workload"
 	CoretestCompatMapCore                = "core"
 	CoretestCompatMapCoretestIdx         = "coretest_idx"
@@ -121,6 +129,7 @@ const (
 	CoretestCompatMapSeries              = "series"
 	CoretestCompatMapSeriesDirty         = "series_dirty"
 	CoretestCompatMapSeriesIndex         = "series_index"
+	CoretestCompatMapSplitComms          = "split_comms"
 	CoretestCompatProgCoretestHot        = "coretest_hot"
 	CoretestCompatProgCoretestIndex      = "coretest_index"
 	CoretestCompatProgCoretestRun        = "coretest_run"
@@ -188,6 +197,7 @@ type CoretestCompatMapSpecs struct {
 	CgCreated     *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota       *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased    *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit       *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload    *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core          *ebpf.MapSpec `ebpf:"core"`
 	CoretestIdx   *ebpf.MapSpec `ebpf:"coretest_idx"`
@@ -200,6 +210,7 @@ type CoretestCompatMapSpecs struct {
 	Series        *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty   *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms    *ebpf.MapSpec `ebpf:"split_comms"`
 }
 
 // CoretestCompatVariableSpecs contains global variables before they are loaded into the kernel.
@@ -239,6 +250,7 @@ type CoretestCompatMaps struct {
 	CgCreated     *ebpf.Map `ebpf:"cg_created"`
 	CgQuota       *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased    *ebpf.Map `ebpf:"cg_released"`
+	CgSplit       *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload    *ebpf.Map `ebpf:"cg_workload"`
 	Core          *ebpf.Map `ebpf:"core"`
 	CoretestIdx   *ebpf.Map `ebpf:"coretest_idx"`
@@ -251,6 +263,7 @@ type CoretestCompatMaps struct {
 	Series        *ebpf.Map `ebpf:"series"`
 	SeriesDirty   *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex   *ebpf.Map `ebpf:"series_index"`
+	SplitComms    *ebpf.Map `ebpf:"split_comms"`
 }
 
 func (m *CoretestCompatMaps) Close() error {
@@ -263,6 +276,7 @@ func (m *CoretestCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.CoretestIdx,
@@ -275,6 +289,7 @@ func (m *CoretestCompatMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 	)
 }
 

@@ -53,6 +53,8 @@ type EventheaderCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type EventheaderEhCount uint32
@@ -265,7 +267,7 @@ type EventheaderSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type EventheaderSeriesSlot struct {
@@ -285,6 +287,11 @@ type EventheaderSeriesSlot struct {
 type EventheaderSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type EventheaderSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type EventheaderSrcIndex uint32
@@ -371,6 +378,7 @@ const (
 	EventheaderMapCgCreated            = "cg_created"
 	EventheaderMapCgQuota              = "cg_quota"
 	EventheaderMapCgReleased           = "cg_released"
+	EventheaderMapCgSplit              = "cg_split"
 	EventheaderMapCgWorkload           = "cg_workload"
 	EventheaderMapCore                 = "core"
 	EventheaderMapCounters             = "counters"
@@ -386,6 +394,7 @@ const (
 	EventheaderMapSeries               = "series"
 	EventheaderMapSeriesDirty          = "series_dirty"
 	EventheaderMapSeriesIndex          = "series_index"
+	EventheaderMapSplitComms           = "split_comms"
 	EventheaderMapSrcCounters          = "src_counters"
 	EventheaderMapSrcLabelCount        = "src_label_count"
 	EventheaderMapSrcLabelValues       = "src_label_values"
@@ -469,6 +478,7 @@ type EventheaderMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit        *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -484,6 +494,7 @@ type EventheaderMapSpecs struct {
 	Series         *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms     *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters    *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount  *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -537,6 +548,7 @@ type EventheaderMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgSplit        *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -552,6 +564,7 @@ type EventheaderMaps struct {
 	Series         *ebpf.Map `ebpf:"series"`
 	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SplitComms     *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters    *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount  *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues *ebpf.Map `ebpf:"src_label_values"`
@@ -567,6 +580,7 @@ func (m *EventheaderMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -582,6 +596,7 @@ func (m *EventheaderMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

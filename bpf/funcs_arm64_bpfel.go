@@ -53,6 +53,8 @@ type FuncsCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type FuncsFuncCall struct {
@@ -135,7 +137,7 @@ type FuncsSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type FuncsSeriesSlot struct {
@@ -155,6 +157,11 @@ type FuncsSeriesSlot struct {
 type FuncsSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type FuncsSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type FuncsSrcCounter uint32
@@ -211,6 +218,7 @@ const (
 	FuncsMapCgCreated             = "cg_created"
 	FuncsMapCgQuota               = "cg_quota"
 	FuncsMapCgReleased            = "cg_released"
+	FuncsMapCgSplit               = "cg_split"
 	FuncsMapCgWorkload            = "cg_workload"
 	FuncsMapCore                  = "core"
 	FuncsMapCounters              = "counters"
@@ -224,6 +232,7 @@ const (
 	FuncsMapSeries                = "series"
 	FuncsMapSeriesDirty           = "series_dirty"
 	FuncsMapSeriesIndex           = "series_index"
+	FuncsMapSplitComms            = "split_comms"
 	FuncsMapSrcCounters           = "src_counters"
 	FuncsMapSrcLabelCount         = "src_label_count"
 	FuncsMapSrcLabelValues        = "src_label_values"
@@ -298,6 +307,7 @@ type FuncsMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit          *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
@@ -311,6 +321,7 @@ type FuncsMapSpecs struct {
 	Series           *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty      *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms       *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -359,6 +370,7 @@ type FuncsMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgSplit          *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
@@ -372,6 +384,7 @@ type FuncsMaps struct {
 	Series           *ebpf.Map `ebpf:"series"`
 	SeriesDirty      *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
+	SplitComms       *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
@@ -387,6 +400,7 @@ func (m *FuncsMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -400,6 +414,7 @@ func (m *FuncsMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

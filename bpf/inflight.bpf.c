@@ -279,7 +279,7 @@ static __always_inline struct overrun *record(struct inflight_tspan *s, __u64 no
 	r->labelset = 0;
 	r->kind = SERIES_SPAN;
 	r->other = 0;
-	r->_pad = 0;
+	r->tgid = 0; /* aggregate.h fills it where a series key is */
 	return r;
 }
 

@@ -53,6 +53,8 @@ type InflightCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type InflightInflightCandidate struct {
@@ -166,7 +168,7 @@ type InflightSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type InflightSeriesSlot struct {
@@ -186,6 +188,11 @@ type InflightSeriesSlot struct {
 type InflightSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type InflightSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type InflightTaskSpan struct {
@@ -228,6 +235,7 @@ const (
 	InflightMapCgCreated                 = "cg_created"
 	InflightMapCgQuota                   = "cg_quota"
 	InflightMapCgReleased                = "cg_released"
+	InflightMapCgSplit                   = "cg_split"
 	InflightMapCgWorkload                = "cg_workload"
 	InflightMapCore                      = "core"
 	InflightMapCounters                  = "counters"
@@ -245,6 +253,7 @@ const (
 	InflightMapSeries                    = "series"
 	InflightMapSeriesDirty               = "series_dirty"
 	InflightMapSeriesIndex               = "series_index"
+	InflightMapSplitComms                = "split_comms"
 	InflightMapUsdtTaskNames             = "usdt_task_names"
 	InflightMapUsdtTaskStart             = "usdt_task_start"
 	InflightProgInflightBlocked          = "inflight_blocked"
@@ -327,6 +336,7 @@ type InflightMapSpecs struct {
 	CgCreated       *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota         *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased      *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit         *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload      *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core            *ebpf.MapSpec `ebpf:"core"`
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
@@ -344,6 +354,7 @@ type InflightMapSpecs struct {
 	Series          *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty     *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex     *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms      *ebpf.MapSpec `ebpf:"split_comms"`
 	UsdtTaskNames   *ebpf.MapSpec `ebpf:"usdt_task_names"`
 	UsdtTaskStart   *ebpf.MapSpec `ebpf:"usdt_task_start"`
 }
@@ -394,6 +405,7 @@ type InflightMaps struct {
 	CgCreated       *ebpf.Map `ebpf:"cg_created"`
 	CgQuota         *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased      *ebpf.Map `ebpf:"cg_released"`
+	CgSplit         *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload      *ebpf.Map `ebpf:"cg_workload"`
 	Core            *ebpf.Map `ebpf:"core"`
 	Counters        *ebpf.Map `ebpf:"counters"`
@@ -411,6 +423,7 @@ type InflightMaps struct {
 	Series          *ebpf.Map `ebpf:"series"`
 	SeriesDirty     *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex     *ebpf.Map `ebpf:"series_index"`
+	SplitComms      *ebpf.Map `ebpf:"split_comms"`
 	UsdtTaskNames   *ebpf.Map `ebpf:"usdt_task_names"`
 	UsdtTaskStart   *ebpf.Map `ebpf:"usdt_task_start"`
 }
@@ -425,6 +438,7 @@ func (m *InflightMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -442,6 +456,7 @@ func (m *InflightMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.UsdtTaskNames,
 		m.UsdtTaskStart,
 	)

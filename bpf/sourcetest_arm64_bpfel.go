@@ -53,6 +53,8 @@ type SourcetestCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type SourcetestSeriesKey struct {
@@ -63,7 +65,7 @@ type SourcetestSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type SourcetestSeriesSlot struct {
@@ -100,6 +102,11 @@ type SourcetestSourcetestOut struct {
 type SourcetestSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type SourcetestSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type SourcetestSrcCounter uint32
@@ -183,6 +190,7 @@ const (
 	SourcetestMapCgCreated           = "cg_created"
 	SourcetestMapCgQuota             = "cg_quota"
 	SourcetestMapCgReleased          = "cg_released"
+	SourcetestMapCgSplit             = "cg_split"
 	SourcetestMapCgWorkload          = "cg_workload"
 	SourcetestMapCore                = "core"
 	SourcetestMapCounters            = "counters"
@@ -194,6 +202,7 @@ const (
 	SourcetestMapSeriesIndex         = "series_index"
 	SourcetestMapSourcetestInput     = "sourcetest_input"
 	SourcetestMapSourcetestOutput    = "sourcetest_output"
+	SourcetestMapSplitComms          = "split_comms"
 	SourcetestMapSrcCounters         = "src_counters"
 	SourcetestMapSrcLabelCount       = "src_label_count"
 	SourcetestMapSrcLabelValues      = "src_label_values"
@@ -263,6 +272,7 @@ type SourcetestMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit          *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
@@ -274,6 +284,7 @@ type SourcetestMapSpecs struct {
 	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
 	SourcetestInput  *ebpf.MapSpec `ebpf:"sourcetest_input"`
 	SourcetestOutput *ebpf.MapSpec `ebpf:"sourcetest_output"`
+	SplitComms       *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -319,6 +330,7 @@ type SourcetestMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgSplit          *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
@@ -330,6 +342,7 @@ type SourcetestMaps struct {
 	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
 	SourcetestInput  *ebpf.Map `ebpf:"sourcetest_input"`
 	SourcetestOutput *ebpf.Map `ebpf:"sourcetest_output"`
+	SplitComms       *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
@@ -345,6 +358,7 @@ func (m *SourcetestMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -356,6 +370,7 @@ func (m *SourcetestMaps) Close() error {
 		m.SeriesIndex,
 		m.SourcetestInput,
 		m.SourcetestOutput,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

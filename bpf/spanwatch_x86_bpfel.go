@@ -90,6 +90,8 @@ type SpanwatchCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type SpanwatchCounter uint32
@@ -152,7 +154,7 @@ type SpanwatchOverrun struct {
 	Labelset   uint16
 	Kind       uint8
 	Other      uint8
-	Pad        uint32
+	Tgid       uint32
 	Ustack     [127]uint64
 	Kstack     [64]uint64
 }
@@ -165,7 +167,7 @@ type SpanwatchSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type SpanwatchSeriesKind uint32
@@ -246,6 +248,11 @@ const (
 	SpanwatchSpanStatusSPAN_STATUS_ERROR SpanwatchSpanStatus = 1
 )
 
+type SpanwatchSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -258,6 +265,7 @@ const (
 	SpanwatchMapCgCreated            = "cg_created"
 	SpanwatchMapCgQuota              = "cg_quota"
 	SpanwatchMapCgReleased           = "cg_released"
+	SpanwatchMapCgSplit              = "cg_split"
 	SpanwatchMapCgWorkload           = "cg_workload"
 	SpanwatchMapCore                 = "core"
 	SpanwatchMapCounters             = "counters"
@@ -270,6 +278,7 @@ const (
 	SpanwatchMapSeries               = "series"
 	SpanwatchMapSeriesDirty          = "series_dirty"
 	SpanwatchMapSeriesIndex          = "series_index"
+	SpanwatchMapSplitComms           = "split_comms"
 	SpanwatchMapWatchedEvents        = "watched_events"
 	SpanwatchProgFentryPerfTpEvent   = "fentry_perf_tp_event"
 	SpanwatchProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
@@ -353,6 +362,7 @@ type SpanwatchMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit        *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -365,6 +375,7 @@ type SpanwatchMapSpecs struct {
 	Series         *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms     *ebpf.MapSpec `ebpf:"split_comms"`
 	WatchedEvents  *ebpf.MapSpec `ebpf:"watched_events"`
 }
 
@@ -418,6 +429,7 @@ type SpanwatchMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgSplit        *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -430,6 +442,7 @@ type SpanwatchMaps struct {
 	Series         *ebpf.Map `ebpf:"series"`
 	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SplitComms     *ebpf.Map `ebpf:"split_comms"`
 	WatchedEvents  *ebpf.Map `ebpf:"watched_events"`
 }
 
@@ -443,6 +456,7 @@ func (m *SpanwatchMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -455,6 +469,7 @@ func (m *SpanwatchMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.WatchedEvents,
 	)
 }

@@ -53,6 +53,8 @@ type SpanwatchCompatCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type SpanwatchCompatInflightExecKey struct {
@@ -86,7 +88,7 @@ type SpanwatchCompatSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type SpanwatchCompatSeriesSlot struct {
@@ -120,6 +122,11 @@ type SpanwatchCompatSpanName struct {
 	Name [128]int8
 }
 
+type SpanwatchCompatSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -132,6 +139,7 @@ const (
 	SpanwatchCompatMapCgCreated            = "cg_created"
 	SpanwatchCompatMapCgQuota              = "cg_quota"
 	SpanwatchCompatMapCgReleased           = "cg_released"
+	SpanwatchCompatMapCgSplit              = "cg_split"
 	SpanwatchCompatMapCgWorkload           = "cg_workload"
 	SpanwatchCompatMapCore                 = "core"
 	SpanwatchCompatMapCounters             = "counters"
@@ -144,6 +152,7 @@ const (
 	SpanwatchCompatMapSeries               = "series"
 	SpanwatchCompatMapSeriesDirty          = "series_dirty"
 	SpanwatchCompatMapSeriesIndex          = "series_index"
+	SpanwatchCompatMapSplitComms           = "split_comms"
 	SpanwatchCompatMapWatchedEvents        = "watched_events"
 	SpanwatchCompatProgFentryPerfTpEvent   = "fentry_perf_tp_event"
 	SpanwatchCompatProgKprobePerfTpEvent   = "kprobe_perf_tp_event"
@@ -227,6 +236,7 @@ type SpanwatchCompatMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit        *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -239,6 +249,7 @@ type SpanwatchCompatMapSpecs struct {
 	Series         *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms     *ebpf.MapSpec `ebpf:"split_comms"`
 	WatchedEvents  *ebpf.MapSpec `ebpf:"watched_events"`
 }
 
@@ -292,6 +303,7 @@ type SpanwatchCompatMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgSplit        *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -304,6 +316,7 @@ type SpanwatchCompatMaps struct {
 	Series         *ebpf.Map `ebpf:"series"`
 	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SplitComms     *ebpf.Map `ebpf:"split_comms"`
 	WatchedEvents  *ebpf.Map `ebpf:"watched_events"`
 }
 
@@ -317,6 +330,7 @@ func (m *SpanwatchCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -329,6 +343,7 @@ func (m *SpanwatchCompatMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.WatchedEvents,
 	)
 }

@@ -53,6 +53,8 @@ type UsdtCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type UsdtSeriesKey struct {
@@ -63,7 +65,7 @@ type UsdtSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type UsdtSeriesSlot struct {
@@ -83,6 +85,11 @@ type UsdtSeriesSlot struct {
 type UsdtSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type UsdtSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type UsdtSrcCounter uint32
@@ -362,6 +369,7 @@ const (
 	UsdtMapCgCreated               = "cg_created"
 	UsdtMapCgQuota                 = "cg_quota"
 	UsdtMapCgReleased              = "cg_released"
+	UsdtMapCgSplit                 = "cg_split"
 	UsdtMapCgWorkload              = "cg_workload"
 	UsdtMapCore                    = "core"
 	UsdtMapCounters                = "counters"
@@ -371,6 +379,7 @@ const (
 	UsdtMapSeries                  = "series"
 	UsdtMapSeriesDirty             = "series_dirty"
 	UsdtMapSeriesIndex             = "series_index"
+	UsdtMapSplitComms              = "split_comms"
 	UsdtMapSrcCounters             = "src_counters"
 	UsdtMapSrcLabelCount           = "src_label_count"
 	UsdtMapSrcLabelValues          = "src_label_values"
@@ -479,6 +488,7 @@ type UsdtMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit          *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
@@ -488,6 +498,7 @@ type UsdtMapSpecs struct {
 	Series           *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty      *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms       *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -562,6 +573,7 @@ type UsdtMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgSplit          *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
@@ -571,6 +583,7 @@ type UsdtMaps struct {
 	Series           *ebpf.Map `ebpf:"series"`
 	SeriesDirty      *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
+	SplitComms       *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
@@ -597,6 +610,7 @@ func (m *UsdtMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -606,6 +620,7 @@ func (m *UsdtMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

@@ -53,6 +53,8 @@ type UsdtCompatCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type UsdtCompatSeriesKey struct {
@@ -63,7 +65,7 @@ type UsdtCompatSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type UsdtCompatSeriesSlot struct {
@@ -83,6 +85,11 @@ type UsdtCompatSeriesSlot struct {
 type UsdtCompatSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type UsdtCompatSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type UsdtCompatSrcLabelKey struct {
@@ -237,6 +244,7 @@ const (
 	UsdtCompatMapCgCreated               = "cg_created"
 	UsdtCompatMapCgQuota                 = "cg_quota"
 	UsdtCompatMapCgReleased              = "cg_released"
+	UsdtCompatMapCgSplit                 = "cg_split"
 	UsdtCompatMapCgWorkload              = "cg_workload"
 	UsdtCompatMapCore                    = "core"
 	UsdtCompatMapCounters                = "counters"
@@ -246,6 +254,7 @@ const (
 	UsdtCompatMapSeries                  = "series"
 	UsdtCompatMapSeriesDirty             = "series_dirty"
 	UsdtCompatMapSeriesIndex             = "series_index"
+	UsdtCompatMapSplitComms              = "split_comms"
 	UsdtCompatMapSrcCounters             = "src_counters"
 	UsdtCompatMapSrcLabelCount           = "src_label_count"
 	UsdtCompatMapSrcLabelValues          = "src_label_values"
@@ -350,6 +359,7 @@ type UsdtCompatMapSpecs struct {
 	CgCreated        *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota          *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased       *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit          *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload       *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core             *ebpf.MapSpec `ebpf:"core"`
 	Counters         *ebpf.MapSpec `ebpf:"counters"`
@@ -359,6 +369,7 @@ type UsdtCompatMapSpecs struct {
 	Series           *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty      *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms       *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters      *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -433,6 +444,7 @@ type UsdtCompatMaps struct {
 	CgCreated        *ebpf.Map `ebpf:"cg_created"`
 	CgQuota          *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased       *ebpf.Map `ebpf:"cg_released"`
+	CgSplit          *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload       *ebpf.Map `ebpf:"cg_workload"`
 	Core             *ebpf.Map `ebpf:"core"`
 	Counters         *ebpf.Map `ebpf:"counters"`
@@ -442,6 +454,7 @@ type UsdtCompatMaps struct {
 	Series           *ebpf.Map `ebpf:"series"`
 	SeriesDirty      *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex      *ebpf.Map `ebpf:"series_index"`
+	SplitComms       *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters      *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount    *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues   *ebpf.Map `ebpf:"src_label_values"`
@@ -469,6 +482,7 @@ func (m *UsdtCompatMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -478,6 +492,7 @@ func (m *UsdtCompatMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

@@ -53,6 +53,8 @@ type UsereventsCoreState struct {
 	BudgetGen      uint32
 	BankSlots      uint32
 	BanksMade      uint32
+	SplitCgroups   uint32
+	Pad            uint32
 }
 
 type UsereventsSeriesKey struct {
@@ -63,7 +65,7 @@ type UsereventsSeriesKey struct {
 	Labelset uint16
 	Kind     uint8
 	Other    uint8
-	Pad      uint32
+	Tgid     uint32
 }
 
 type UsereventsSeriesSlot struct {
@@ -83,6 +85,11 @@ type UsereventsSeriesSlot struct {
 type UsereventsSpanName struct {
 	_    structs.HostLayout
 	Name [128]int8
+}
+
+type UsereventsSplitComm struct {
+	_    structs.HostLayout
+	Comm [16]int8
 }
 
 type UsereventsSrcLabelKey struct {
@@ -264,6 +271,7 @@ const (
 	UsereventsMapCgCreated            = "cg_created"
 	UsereventsMapCgQuota              = "cg_quota"
 	UsereventsMapCgReleased           = "cg_released"
+	UsereventsMapCgSplit              = "cg_split"
 	UsereventsMapCgWorkload           = "cg_workload"
 	UsereventsMapCore                 = "core"
 	UsereventsMapCounters             = "counters"
@@ -273,6 +281,7 @@ const (
 	UsereventsMapSeries               = "series"
 	UsereventsMapSeriesDirty          = "series_dirty"
 	UsereventsMapSeriesIndex          = "series_index"
+	UsereventsMapSplitComms           = "split_comms"
 	UsereventsMapSrcCounters          = "src_counters"
 	UsereventsMapSrcLabelCount        = "src_label_count"
 	UsereventsMapSrcLabelValues       = "src_label_values"
@@ -354,6 +363,7 @@ type UsereventsMapSpecs struct {
 	CgCreated      *ebpf.MapSpec `ebpf:"cg_created"`
 	CgQuota        *ebpf.MapSpec `ebpf:"cg_quota"`
 	CgReleased     *ebpf.MapSpec `ebpf:"cg_released"`
+	CgSplit        *ebpf.MapSpec `ebpf:"cg_split"`
 	CgWorkload     *ebpf.MapSpec `ebpf:"cg_workload"`
 	Core           *ebpf.MapSpec `ebpf:"core"`
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
@@ -363,6 +373,7 @@ type UsereventsMapSpecs struct {
 	Series         *ebpf.MapSpec `ebpf:"series"`
 	SeriesDirty    *ebpf.MapSpec `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.MapSpec `ebpf:"series_index"`
+	SplitComms     *ebpf.MapSpec `ebpf:"split_comms"`
 	SrcCounters    *ebpf.MapSpec `ebpf:"src_counters"`
 	SrcLabelCount  *ebpf.MapSpec `ebpf:"src_label_count"`
 	SrcLabelValues *ebpf.MapSpec `ebpf:"src_label_values"`
@@ -416,6 +427,7 @@ type UsereventsMaps struct {
 	CgCreated      *ebpf.Map `ebpf:"cg_created"`
 	CgQuota        *ebpf.Map `ebpf:"cg_quota"`
 	CgReleased     *ebpf.Map `ebpf:"cg_released"`
+	CgSplit        *ebpf.Map `ebpf:"cg_split"`
 	CgWorkload     *ebpf.Map `ebpf:"cg_workload"`
 	Core           *ebpf.Map `ebpf:"core"`
 	Counters       *ebpf.Map `ebpf:"counters"`
@@ -425,6 +437,7 @@ type UsereventsMaps struct {
 	Series         *ebpf.Map `ebpf:"series"`
 	SeriesDirty    *ebpf.Map `ebpf:"series_dirty"`
 	SeriesIndex    *ebpf.Map `ebpf:"series_index"`
+	SplitComms     *ebpf.Map `ebpf:"split_comms"`
 	SrcCounters    *ebpf.Map `ebpf:"src_counters"`
 	SrcLabelCount  *ebpf.Map `ebpf:"src_label_count"`
 	SrcLabelValues *ebpf.Map `ebpf:"src_label_values"`
@@ -446,6 +459,7 @@ func (m *UsereventsMaps) Close() error {
 		m.CgCreated,
 		m.CgQuota,
 		m.CgReleased,
+		m.CgSplit,
 		m.CgWorkload,
 		m.Core,
 		m.Counters,
@@ -455,6 +469,7 @@ func (m *UsereventsMaps) Close() error {
 		m.Series,
 		m.SeriesDirty,
 		m.SeriesIndex,
+		m.SplitComms,
 		m.SrcCounters,
 		m.SrcLabelCount,
 		m.SrcLabelValues,

@@ -174,6 +174,7 @@ type Collector struct {
 	prevFiles  map[string]uint64 // userfile.Counts at the last snapshot
 	quotaSeen  map[uint64]bool   // cgroups whose (other) series was logged
 	wl         workloads         // what cg_workload holds
+	splits     splits            // what cg_split holds; process names
 	reader     *seriesReader
 	lastAt     time.Time
 	mapBytes   uint64    // the core's maps' memory (MapBytes) at mapBytesAt
@@ -197,7 +198,17 @@ func (c *Collector) overrunConfig() overrun.Config {
 	cfg := overrun.Config{Logger: c.cfg.Logger, OnOverrun: c.cfg.OnOverrun, Queue: c.cfg.OverrunQueue,
 		Keep: c.cfg.MaxOverrunsPerSnapshot, Symbolizer: c.cfg.Symbolizer}
 	if r := c.cfg.Resolver; r != nil {
-		cfg.Identify = func(id uint64) snapshot.Identity { return identity(r.Resolve(id)) }
+		cfg.Identify = func(id uint64, tgid uint32) snapshot.Identity {
+			info := r.Resolve(id)
+			if tgid != 0 && info.Process == "" {
+				// A cgroup of several executables, whose series are
+				// kept per process: named as split.go names them.
+				if name, svc := c.splits.process(c.cfg.ProcRoot, c.objs.SplitComms, tgid, time.Now()); name != "" {
+					info.Process, info.Service = name, svc
+				}
+			}
+			return identity(info)
+		}
 	}
 	if c.reader != nil {
 		cfg.Names = overrunNames{c.reader}
@@ -300,6 +311,10 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 	if err != nil {
 		return nil, err
 	}
+	c.reader.process = func(tgid uint32) (string, string) {
+		return c.splits.process(cfg.ProcRoot, c.objs.SplitComms, tgid, time.Now())
+	}
+	c.markSplits()
 	for i := range c.budgetSets {
 		c.budgetSets[i].ids = map[uint64]bool{}
 	}
@@ -724,8 +739,16 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 			}
 			lastID, last = sr.CgroupID, info
 		}
+		// A series kept per process (a tgid in its key) was given its
+		// process's names when read: the cgroup's are the rest.
+		proc, svc := sr.Process, sr.Service
 		sr.Identity = identity(info)
+		if proc != "" {
+			sr.Process, sr.Service = proc, svc
+		}
 	}
+	c.mergeSplit(s)
+	c.syncSplits(s, resolved, now)
 	c.logQuotas(s)
 	// After the resolution above, which walks the cgroup tree when it
 	// met a new cgroup.

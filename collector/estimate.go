@@ -123,10 +123,10 @@ var runtimeAllocSince = kernel.Version{6, 1, 0}
 
 // growingMaps are the hashes that fill as series, names and workloads
 // appear: the series index, the span names, the per-workload counts and
-// quotas, the exact budgets. The other maps are arrays (the series and the
+// quotas, the cgroups kept per process, the exact budgets. The other maps are arrays (the series and the
 // histogram cells, read in place through mmap), LRU hashes (which the
 // kernel always preallocates), queues or ring buffers, or small.
-var growingMaps = []string{"series_index", "names", "cg_created", "cg_released", "cg_workload", "cg_quota", "budgets"}
+var growingMaps = []string{"series_index", "names", "cg_created", "cg_released", "cg_workload", "cg_quota", "cg_split", "split_comms", "budgets"}
 
 // mapFlags are the flags New adds to the maps of core's objects on a
 // kernel of this release (GrowsWithUse).

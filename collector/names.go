@@ -62,6 +62,10 @@ func seriesID(s *snapshot.Series) string {
 	b.WriteString(s.Span)
 	b.WriteByte(0)
 	b.WriteString(snapshotUint(s.CgroupID))
+	b.WriteByte(0)
+	b.WriteString(s.Process)
+	b.WriteByte(0)
+	b.WriteString(s.Service)
 	keys := make([]string, 0, len(s.SourceLabels))
 	for k := range s.SourceLabels {
 		keys = append(keys, k)
@@ -89,19 +93,20 @@ func snapshotUint(v uint64) string {
 	}
 }
 
-// mergeSeries merges series with the same kind, name, cgroup and labels
-// (a placeholder's series and its real name's, once resolved) as
+// mergeSeries merges series with the same kind, name, cgroup, process,
+// service and labels (a placeholder's series and its real name's, once
+// resolved; two processes of one executable in a split cgroup) as
 // snapshot.Accumulator combines series: counts and sums add, extremes
 // combine, histograms merge bucket by bucket and the quantiles are taken
-// again from the merged histogram. Only series with a name in names
-// (those resolvers gave, with the ids cached under each) can have twins.
-func mergeSeries(series []snapshot.Series, window time.Duration, names map[string]int) []snapshot.Series {
+// again from the merged histogram. Only series twin says can have twins
+// are looked at (those with a name resolvers gave, or of a split cgroup).
+func mergeSeries(series []snapshot.Series, window time.Duration, twin func(*snapshot.Series) bool) []snapshot.Series {
 	index := map[string]int{}
 	out := series[:0]
 	var acc snapshot.Accumulator
 	for i := range series {
 		s := series[i]
-		if names[s.Span] == 0 {
+		if !twin(&s) {
 			out = append(out, s)
 			continue
 		}

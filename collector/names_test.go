@@ -36,7 +36,7 @@ func TestMergeSeries(t *testing.T) {
 		span("db.query", 9, 4000),
 	}
 	in[3].CgroupID = 2
-	out := mergeSeries(in, 10*time.Second, map[string]int{"db.query": 1})
+	out := mergeSeries(in, 10*time.Second, func(s *snapshot.Series) bool { return s.Span == "db.query" })
 	if len(out) != 3 || out[1].Span != "other" || out[2].CgroupID != 2 {
 		t.Fatalf("merged into %+v", out)
 	}
@@ -47,5 +47,52 @@ func TestMergeSeries(t *testing.T) {
 	want.BudgetNs = max(real, 7)
 	if !reflect.DeepEqual(out[0], want) {
 		t.Errorf("merged\n got %+v\nwant %+v", out[0], want)
+	}
+}
+
+// TestMergeSplitByProcess checks that series of a split cgroup merge by
+// their whole identity: two processes of one executable are one series,
+// another executable's and another cgroup's stay apart.
+func TestMergeSplitByProcess(t *testing.T) {
+	span := func(process string, cg uint64, durs ...uint64) snapshot.Series {
+		s := snapshot.Series{Span: "work", NameID: snapshot.NameID("work"), CgroupID: cg, Count: uint64(len(durs))}
+		s.Process = process
+		for _, d := range durs {
+			s.SumNs += d
+			s.MaxNs = max(s.MaxNs, d)
+			if s.MinNs == 0 || d < s.MinNs {
+				s.MinNs = d
+			}
+		}
+		s.Histogram = snapshot.DurationHistogram(durs)
+		s.SetRates(time.Second)
+		return s
+	}
+	in := []snapshot.Series{
+		span("alpha", 1, 10, 20),
+		span("beta", 1, 30),
+		span("alpha", 1, 40, 50, 60),
+		span("alpha", 2, 70),
+		span("", 1, 80),
+	}
+	out := mergeSeries(in, time.Second, func(s *snapshot.Series) bool { return s.CgroupID == 1 })
+	type row struct {
+		process string
+		cg      uint64
+		count   uint64
+		sum     uint64
+		buckets uint64
+	}
+	var got []row
+	for _, s := range out {
+		var n uint64
+		for _, b := range s.Histogram {
+			n += b.Count
+		}
+		got = append(got, row{s.Process, s.CgroupID, s.Count, s.SumNs, n})
+	}
+	want := []row{{"alpha", 1, 5, 180, 5}, {"beta", 1, 1, 30, 1}, {"alpha", 2, 1, 70, 1}, {"", 1, 1, 80, 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("merged %+v, want %+v", got, want)
 	}
 }

@@ -113,7 +113,7 @@ func TestOverrunNamesItsSeries(t *testing.T) {
 	var sr snapshot.Series
 	ov := snapshot.Overrun{CgroupID: 7}
 	sr.Identity = identity(info)
-	ov.Identity = (&Collector{cfg: Config{Resolver: fixedResolver(info)}}).overrunConfig().Identify(ov.CgroupID)
+	ov.Identity = (&Collector{cfg: Config{Resolver: fixedResolver(info)}}).overrunConfig().Identify(ov.CgroupID, 0)
 	got := [...]string{ov.Cgroup, ov.ContainerID, ov.PodUID, ov.Unit, ov.Namespace, ov.Pod, ov.Container, ov.Process}
 	want := [...]string{sr.Cgroup, sr.ContainerID, sr.PodUID, sr.Unit, sr.Namespace, sr.Pod, sr.Container, sr.Process}
 	if got != want || want[7] != "web" || want[0] != info.Path {

@@ -174,6 +174,11 @@ type seriesReader struct {
 	budgetGen    uint64          // bumped with each new budget table
 	resolved     map[string]int  // names given by resolvers (ids cached with each): their series may need merging
 	resolvedIDs  map[uint64]bool // ids whose cached name a resolver gave
+	// The series kept per process (split.go): process names a tgid;
+	// the cgroups and tgids of the last read's.
+	process      func(tgid uint32) (name, service string)
+	splitCgroups map[uint64]bool
+	liveTgids    map[uint32]bool
 	prevCount    [bpf.SpanwatchCounterCOUNTER_MAX]uint64
 	lastRead     time.Time
 
@@ -333,6 +338,8 @@ func swapCount(p *uint64) (key, n uint32) {
 func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.Duration) (*snapshot.Snapshot, error) {
 	start := time.Now()
 	s := &snapshot.Snapshot{Version: snapshot.Version, Time: now, WindowNs: int64(window)}
+	clear(r.splitCgroups)
+	clear(r.liveTgids)
 	hwm := atomic.LoadUint64(&r.core.NextSlot)
 	if hwm > uint64(r.seriesMax) {
 		hwm = uint64(r.seriesMax)
@@ -445,7 +452,7 @@ func (r *seriesReader) read(now time.Time, window time.Duration, idleEvict time.
 		st.acc = winAcc{hist: h}
 	}
 	if len(r.resolved) > 0 {
-		s.Series = mergeSeries(s.Series, window, r.resolved)
+		s.Series = mergeSeries(s.Series, window, func(sr *snapshot.Series) bool { return r.resolved[sr.Span] > 0 })
 	}
 	for i := range s.Series {
 		s.Stats.Events += s.Series[i].Count
@@ -649,6 +656,9 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	if key.Labelset != 0 {
 		sr.SourceLabels = r.labels(key.Labelset, key.Labels[:], key.Other)
 	}
+	if key.Tgid != 0 {
+		r.splitSeries(&sr, key)
+	}
 	metric := key.Kind == kindMetric
 	if !metric {
 		if st.budgetGen != r.budgetGen {
@@ -686,6 +696,19 @@ func (r *seriesReader) build(st *seriesState, window time.Duration, buf []snapsh
 	}
 	sr.SetHistogramQuantiles()
 	return sr, buf
+}
+
+// splitSeries names the series of a process in a split cgroup (see
+// split.go) after its process, and notes its cgroup and tgid.
+func (r *seriesReader) splitSeries(sr *snapshot.Series, key bpf.SpanwatchSeriesKey) {
+	if r.splitCgroups == nil {
+		r.splitCgroups, r.liveTgids = map[uint64]bool{}, map[uint32]bool{}
+	}
+	r.splitCgroups[key.CgroupId] = true
+	r.liveTgids[key.Tgid] = true
+	if r.process != nil {
+		sr.Process, sr.Service = r.process(key.Tgid)
+	}
 }
 
 // buildFromBuckets fills a compat core series' extremes and quantiles:

@@ -59,9 +59,11 @@ type Config struct {
 	// Symbolizer names the stacks; it must be set.
 	Symbolizer Symbolizer
 	// Identify names a cgroup (its path, container, pod, unit and
-	// process), as the collector names its series; nil leaves overruns
-	// with their cgroup id only.
-	Identify func(cgroupID uint64) snapshot.Identity
+	// process), as the collector names its series; tgid is the series
+	// key's (the record's Tgid): the process's, where the kernel keeps the
+	// cgroup's series per process, else 0. nil leaves overruns with their
+	// cgroup id only.
+	Identify func(cgroupID uint64, tgid uint32) snapshot.Identity
 	// Names names the spans whose names the kernel could not read and the
 	// values of label sets; nil leaves them as the record has them.
 	Names Names
@@ -279,7 +281,14 @@ func (o *Reader) handle(raw []byte) {
 	if o.lean.Load() {
 		leanStacks(&out)
 	}
-	o.resolveCgroup(&out)
+	// The process a series of a split cgroup is named after: the
+	// key's tgid, or the pid of a span still running (it has no key
+	// yet).
+	tgid := r.Tgid
+	if out.StillRunning {
+		tgid = out.PID
+	}
+	o.resolveCgroup(&out, tgid)
 	if deliver {
 		o.cfg.OnOverrun(out)
 	}
@@ -393,9 +402,9 @@ func (o *Reader) decode(r *bpf.SpanwatchOverrun) snapshot.Overrun {
 
 // resolveCgroup names the overrun's cgroup, container, pod, unit and
 // process, as its series'.
-func (o *Reader) resolveCgroup(ov *snapshot.Overrun) {
+func (o *Reader) resolveCgroup(ov *snapshot.Overrun, tgid uint32) {
 	if o.cfg.Identify != nil && ov.CgroupID != 0 {
-		ov.Identity = o.cfg.Identify(ov.CgroupID)
+		ov.Identity = o.cfg.Identify(ov.CgroupID, tgid)
 	}
 }
 

@@ -30,6 +30,10 @@ type Info struct {
 	// Service is the OpenTelemetry service name the cgroup's processes
 	// declare (see ProcessName); ParsePath leaves it empty.
 	Service string `json:"service,omitempty"`
+	// Several says the cgroup's processes run more than one executable
+	// (see Processes): Process is then empty, and the collector keeps
+	// the cgroup's series per process.
+	Several bool `json:"several,omitempty"`
 }
 
 // containerScopePrefixes are the prefixes container runtimes give the

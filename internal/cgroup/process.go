@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -21,15 +22,23 @@ const maxProcsRead = 256
 // cgroup directory dir (the base name of /proc/PID/exe, or /proc/PID/comm
 // where exe cannot be read), read under procRoot, and the OpenTelemetry
 // service name its processes declare (ServiceName). name is "" when the
-// cgroup has no process, or processes of more than one executable: then
-// the node cannot tell which of them a span came from, since the kernel's
-// aggregates are keyed by cgroup, not by process. service is "" when no
-// process declares one, or two declare different ones; a process
-// declaring none (a shell beside the service) does not count against it.
+// cgroup has no process, or processes of more than one executable (see
+// Processes). service is "" when no process declares one, or two declare
+// different ones; a process declaring none (a shell beside the service)
+// does not count against it.
 func ProcessName(procRoot, dir string) (name, service string) {
+	name, service, _ = Processes(procRoot, dir)
+	return name, service
+}
+
+// Processes is ProcessName, and tells also whether the cgroup runs more
+// than one executable (several): then name is "", and the collector keeps
+// the cgroup's series per process (Process names each), since a cgroup's
+// name cannot tell which of its processes a span came from.
+func Processes(procRoot, dir string) (name, service string, several bool) {
 	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
-		return "", ""
+		return "", "", false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -68,7 +77,46 @@ func ProcessName(procRoot, dir string) (name, service string) {
 	if manyService {
 		service = ""
 	}
-	return name, service
+	return name, service, manyExe
+}
+
+// Several tells whether the processes in the cgroup directory dir run
+// more than one executable, as Processes does, reading only the first
+// maxProcsRead pids' executables (no environment).
+func Several(procRoot, dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	first := ""
+	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
+		pid := strings.TrimSpace(sc.Text())
+		if pid == "" {
+			continue
+		}
+		switch exe := exeName(procRoot, pid); {
+		case exe == "":
+		case first == "":
+			first = exe
+		case exe != first:
+			return true
+		}
+	}
+	return false
+}
+
+// Process returns the executable name of process pid (as ProcessName
+// reads it: the base name of /proc/PID/exe, else its comm) and the
+// OpenTelemetry service name it declares, read under procRoot; name is
+// "" when the process is gone.
+func Process(procRoot string, pid uint32) (name, service string) {
+	p := strconv.FormatUint(uint64(pid), 10)
+	if name = exeName(procRoot, p); name == "" {
+		return "", ""
+	}
+	return name, ServiceName(procRoot, p)
 }
 
 // maxEnvironRead bounds how much of a process's environment is read for
@@ -164,9 +212,30 @@ func validService(s string) string {
 	return s
 }
 
+// CommName returns a command name as the kernel keeps it (comm: up to 16
+// bytes, NUL-terminated), as exeName reads /proc/PID/comm: "" when it is
+// not UTF-8 or holds control characters (a process names its threads as
+// it likes).
+func CommName(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	s := string(bytes.TrimSpace(b))
+	if !utf8.ValidString(s) {
+		return ""
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return ""
+		}
+	}
+	return s
+}
+
 // exeName returns the base name of a process's executable. Reading
 // /proc/PID/exe of another user's process needs CAP_SYS_PTRACE; without it
-// the command name (comm, at most 15 bytes) stands in.
+// the command name (comm, at most 15 bytes) stands in. The link is read,
+// never followed, and comm is the kernel's (at most TASK_COMM_LEN bytes).
 func exeName(procRoot, pid string) string {
 	if p, err := os.Readlink(filepath.Join(procRoot, pid, "exe")); err == nil {
 		// A binary replaced on disk reads "/path/name (deleted)".

@@ -4,9 +4,38 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCommName checks the names taken from a comm the kernel kept.
+func TestCommName(t *testing.T) {
+	for _, tc := range []struct {
+		comm []byte
+		want string
+	}{
+		{[]byte("postgres\x00\x00\x00\x00\x00\x00\x00\x00"), "postgres"},
+		{[]byte("0123456789abcde\x00"), "0123456789abcde"},
+		{[]byte("no-terminator-16"), "no-terminator-16"},
+		{[]byte("bad\x1bname\x00"), ""},
+		{[]byte("\xff\xfe\x00"), ""},
+		{[]byte{0}, ""},
+	} {
+		if got := CommName(tc.comm); got != tc.want {
+			t.Errorf("CommName(%q) = %q, want %q", tc.comm, got, tc.want)
+		}
+	}
+}
 
 // TestProcessName builds a fake /proc (exe symlinks, comm and environ
 // files) and a cgroup directory listing its pids, and checks which name
@@ -70,6 +99,24 @@ func TestProcessName(t *testing.T) {
 			}
 			if got, service := ProcessName(procRoot, cg); got != tc.want || service != tc.service {
 				t.Errorf("ProcessName = %q, %q; want %q, %q", got, service, tc.want, tc.service)
+			}
+			// Processes says several where the pids run more than one
+			// executable; Process names each pid as ProcessName does.
+			exes := map[string]bool{}
+			for _, p := range tc.procs {
+				name := strings.TrimSuffix(filepath.Base(p.exe), " (deleted)")
+				if p.exe == "" {
+					name = p.comm
+				}
+				exes[name] = true
+				gotName, gotService := Process(procRoot, uint32(mustAtoi(t, p.pid)))
+				// A process alone is named as its cgroup is.
+				if gotName != name || (len(tc.procs) == 1 && gotService != tc.service) {
+					t.Errorf("Process(%s) = %q, %q; want %q (service %q alone)", p.pid, gotName, gotService, name, tc.service)
+				}
+			}
+			if _, _, several := Processes(procRoot, cg); several != (len(exes) > 1) || Several(procRoot, cg) != several {
+				t.Errorf("Processes says several %v, Several %v, for executables %v", several, Several(procRoot, cg), exes)
 			}
 		})
 	}

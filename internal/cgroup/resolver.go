@@ -155,12 +155,12 @@ func (r *Resolver) Resolve(id uint64) Info {
 	k := r.names.Lookup(info.ContainerID, info.PodUID)
 	info.Namespace, info.Pod, info.Container = k.Namespace, k.Pod, k.Container
 	if r.detailsTTL > 0 {
-		info.Process, info.Service = ProcessName(r.procRoot, filepath.Join(r.root, info.Path))
-		if info.Process == "" && info.Service == "" {
+		info.Process, info.Service, info.Several = Processes(r.procRoot, filepath.Join(r.root, info.Path))
+		if info.Process == "" && info.Service == "" && !info.Several {
 			// The cgroup emptied (its processes exited between the span
 			// and this read): the names it had still say who sent it.
 			old := r.details[id].info
-			info.Process, info.Service = old.Process, old.Service
+			info.Process, info.Service, info.Several = old.Process, old.Service, old.Several
 		}
 	}
 	r.details[id] = details{info: info, at: now}
@@ -286,4 +286,26 @@ func FindRoot() (string, error) {
 func isCgroup2(p string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// SeveralExecutables returns the cgroups of the last walk whose processes
+// run more than one executable (Several): the collector keeps their
+// series per process from its start, so that an agent's restart does not
+// give their first spans to series without a process. It reads every
+// cgroup's cgroup.procs and each process's executable link (on a host of
+// a few thousand processes, milliseconds).
+func (r *Resolver) SeveralExecutables() []uint64 {
+	r.mu.RLock()
+	paths := make(map[uint64]string, len(r.byID))
+	for id, info := range r.byID {
+		paths[id] = info.Path
+	}
+	r.mu.RUnlock()
+	var out []uint64
+	for id, p := range paths {
+		if Several(r.procRoot, filepath.Join(r.root, p)) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
