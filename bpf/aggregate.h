@@ -962,11 +962,13 @@ static __noinline int series_create(struct series_key *key, struct span_name *na
 	 * place. The entry is made from name's first bytes (any 16 bytes
 	 * will do, and they are there: no buffer on this frame), then
 	 * overwritten. */
+#ifndef SPANWATCH_COMPAT
 	if (key->tgid && !bpf_map_update_elem(&split_comms, &key->tgid, name, BPF_NOEXIST)) {
 		struct split_comm *sc = bpf_map_lookup_elem(&split_comms, &key->tgid);
 		if (sc)
 			bpf_get_current_comm(sc->comm, sizeof(sc->comm));
 	}
+#endif
 	if (owner)
 		quota_count(&owner);
 	/* Publish: the collector reads the key of a live slot only. */
@@ -1346,14 +1348,19 @@ static __always_inline int hint_holds(__u32 hint, const struct series_key *key)
  * (core_state.split_cgroups is 0: most hosts, every Kubernetes node
  * whose containers run one executable each) this costs one load from
  * the core's array, whose lookup the verifier inlines; else one hash
- * lookup per value.
+ * lookup per value. The compat core (5.10 to 5.16) does not split: with
+ * it, 5.10's verifier walked more than its million instructions through
+ * coretest_hot and the sources' programs (test/vm 5.10 lane), and the
+ * collector marks no cgroup there (collector/split.go).
  */
 static __always_inline void split_process(struct series_key *key)
 {
+#ifndef SPANWATCH_COMPAT
 	struct core_state *c = core_get();
 
 	if (c && *(volatile __u32 *)&c->split_cgroups && bpf_map_lookup_elem(&cg_split, &key->cgroup_id))
 		key->tgid = bpf_get_current_pid_tgid() >> 32;
+#endif
 }
 
 /*

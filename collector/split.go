@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/spanwatch/spanwatch/internal/cgroup"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -120,7 +121,10 @@ func (c *Collector) markSplits() {
 // New.
 func (c *Collector) syncSplits(s *snapshot.Snapshot, resolved map[uint64]cgroup.Info, now time.Time) {
 	m := c.objs.CgSplit
-	if m == nil || c.reader == nil {
+	// The compat core keeps no process in its keys (bpf/aggregate.h
+	// split_process): a cgroup of several executables keeps one series
+	// a name there, with no process label, as before.
+	if m == nil || c.reader == nil || c.facts.Core == kernel.CoreCompat {
 		return
 	}
 	sp := &c.splits

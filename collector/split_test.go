@@ -20,6 +20,7 @@ import (
 	usdtsource "github.com/spanwatch/spanwatch/source/usdt"
 
 	"github.com/spanwatch/spanwatch/internal/bpftest"
+	"github.com/spanwatch/spanwatch/internal/kernel"
 	"github.com/spanwatch/spanwatch/internal/usdt"
 )
 
@@ -93,6 +94,9 @@ func TestSplitCgroupByProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if c.Kernel().Core == kernel.CoreCompat {
+		t.Skip("the compat core (5.10 to 5.16) keeps no process in its series keys (bpf/aggregate.h split_process)")
+	}
 	a, bp, a2, solo := startSpanProc(t, progA), startSpanProc(t, progB), startSpanProc(t, progA), startSpanProc(t, progA)
 	gone := startSpanProc(t, progB) // exits before the collector reads its name
 	for _, p := range []*spanProc{a, bp, a2, gone} {
