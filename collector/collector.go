@@ -74,6 +74,11 @@ type Config struct {
 	// MarkerBinaries are binaries to uprobe the marker in, besides those
 	// found by scanning /proc.
 	MarkerBinaries []string
+	// SymbolTimeout bounds each wait of the stack symbolizer on a
+	// process's files and /proc (symbolize.Config.Timeout: 2s when zero;
+	// a file's symbol tables are waited for five times as long). Tests in
+	// an emulated VM (qemu TCG, ten to twenty times slower) raise it.
+	SymbolTimeout time.Duration
 	// ScanInterval is how often /proc is scanned for new binaries with the
 	// marker, and by the sources given it (source.Core.ScanInterval)
 	// (default 2s; negative disables scanning).
@@ -254,7 +259,7 @@ func New(ctx context.Context, cfg Config) (_ *Collector, err error) {
 		if m := cfg.SymbolMemory; m > 0 && m < 64<<20 {
 			lim.Module = m // one file may not take more than all of them
 		}
-		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim})
+		sym := symbolize.New(symbolize.Config{Logger: cfg.Logger, ProcRoot: cfg.ProcRoot, Limits: lim, Timeout: cfg.SymbolTimeout})
 		cfg.Symbolizer = sym
 		closers = append(closers, sym.Close)
 	}

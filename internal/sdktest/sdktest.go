@@ -141,10 +141,19 @@ func Start(tb testing.TB, budgets []collector.BudgetRule) *Watch {
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and uprobe the marker")
 	}
-	c, err := collector.New(context.Background(), collector.Config{
+	cfg := collector.Config{
 		Sources:      collector.Sources{Marker: true, UserEvents: true},
 		ScanInterval: 200 * time.Millisecond,
-	})
+	}
+	if os.Getenv("SPANWATCH_IN_VM") == "1" {
+		// Under qemu TCG (test/vm/run.sh -hostroot) a runtime's big
+		// binary (Node.js: 99 MB, 185k symbols) takes longer to parse
+		// than the agent waits on a real machine (10 s), and a JVM
+		// keeps the emulated CPUs busy: the stacks' frames would stay
+		// unnamed. Time there runs ten to twenty times slower.
+		cfg.SymbolTimeout = 20 * time.Second
+	}
+	c, err := collector.New(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("collector: %v", err)
 	}
@@ -300,6 +309,12 @@ type Want struct {
 // figures exactly: more than wanted is a failure too.
 func (w *Watch) Wait(tb testing.TB, pid int, timeout time.Duration, want map[string]Want) {
 	tb.Helper()
+	if os.Getenv("SPANWATCH_IN_VM") == "1" {
+		// Under qemu TCG the agent waits up to ten times longer for a
+		// runtime's symbols (Start's SymbolTimeout), and overruns come
+		// only once their stacks are named.
+		timeout *= 10
+	}
 	deadline := time.Now().Add(timeout)
 	for {
 		ok := true

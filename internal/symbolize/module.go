@@ -69,9 +69,10 @@ const cacheEntrySize = 128
 // on a busy node takes seconds, and is waited for once.
 const loadWait = 5
 
-// loadTimeout bounds one file's parse. Parsing a big binary takes a second
-// or two on a busy node; a parse still running past this is stuck (a file
-// system that stopped answering) and left behind.
+// loadTimeout bounds one file's parse (or loadWait Config.Timeouts, when
+// longer). Parsing a big binary takes a second or two on a busy node; a
+// parse still running past this is stuck (a file system that stopped
+// answering) and left behind.
 const loadTimeout = 30 * time.Second
 
 // errNotLoaded says a module's tables are still being read.
@@ -109,7 +110,7 @@ func (m *module) close() error {
 // load parses the file. It runs once, on a goroutine of its own.
 func (m *module) load() {
 	defer close(m.done)
-	ctx, cancel := context.WithTimeout(m.s.base, loadTimeout)
+	ctx, cancel := context.WithTimeout(m.s.base, max(loadTimeout, loadWait*m.s.cfg.Timeout))
 	defer cancel()
 	lim := m.s.lim
 	b := newBudget(lim.Module, &m.s.memory, lim.Memory)
