@@ -1,0 +1,361 @@
+package function
+
+import (
+	"debug/dwarf"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spanwatch/spanwatch/internal/elfread"
+	"github.com/spanwatch/spanwatch/internal/funcs"
+)
+
+// maxDWARFSection bounds each DWARF section read to find parameters (as
+// internal/symbolize's default section cap): a larger one is read up to
+// it, and functions in the units past it have no parameters found.
+const maxDWARFSection = 64 << 20
+
+// A ParamTable holds the DWARF declarations of a file's functions, to
+// name their arguments by parameter.
+type ParamTable struct {
+	byAddr map[uint64]*elfread.Subprogram
+	byName map[string]*elfread.Subprogram
+	// NoDWARF says the file has no .debug_info; Capped that it was read
+	// only up to a cap.
+	NoDWARF, Capped bool
+}
+
+// ReadParams reads the DWARF declarations of f's functions from r, the
+// file f was parsed from: each DWARF section up to 64 MiB, at most
+// elfread.MaxEntries entries. A file without DWARF gives a table that
+// says so (NoDWARF), not an error. A separate debug file
+// (.gnu_debuglink) is not looked for.
+func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
+	ef, err := elfread.NewFile(r)
+	if err != nil {
+		return nil, err
+	}
+	d, capped, err := elfread.DWARF(ef, maxDWARFSection, nil, nil)
+	if errors.Is(err, elfread.ErrNoDWARF) {
+		return &ParamTable{NoDWARF: true, Capped: capped}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read DWARF: %w", err)
+	}
+	addrs, names := map[uint64]bool{}, map[string]bool{}
+	for _, fn := range f.Funcs {
+		addrs[fn.Addr] = true
+		if fn.Name != "" {
+			names[fn.Name] = true
+		}
+	}
+	byAddr, byName, more, err := elfread.Subprograms(d, addrs, names)
+	if err != nil {
+		return nil, fmt.Errorf("read DWARF: %w", err)
+	}
+	return &ParamTable{byAddr: byAddr, byName: byName, Capped: capped || more}, nil
+}
+
+// Lookup returns fn's DWARF declaration: the subprogram at its address,
+// else the one subprogram of its name; nil if none.
+func (p *ParamTable) Lookup(fn *funcs.Func) *elfread.Subprogram {
+	if p == nil {
+		return nil
+	}
+	if sp := p.byAddr[fn.Addr]; sp != nil {
+		return sp
+	}
+	return p.byName[fn.Name]
+}
+
+// DWARF language codes (DW_LANG_*) of C and C++, whose functions follow
+// the System V ABI (on arm64, AAPCS64).
+var cLangs = map[int64]bool{
+	0x01: true, 0x02: true, 0x0c: true, 0x1d: true, 0x2c: true, // C89, C, C99, C11, C17
+	0x04: true, 0x19: true, 0x1a: true, 0x21: true, 0x2a: true, 0x2b: true, // C++, C++03, C++11, C++14, C++17, C++20
+}
+
+const (
+	langGo   = 0x16
+	langRust = 0x1c
+)
+
+// isCPlusPlus says lang is a C++ one: a class passed or returned by value
+// may be passed by an invisible reference, by rules DWARF does not say.
+func isCPlusPlus(lang int64) bool {
+	switch lang {
+	case 0x04, 0x19, 0x1a, 0x21, 0x2a, 0x2b:
+		return true
+	}
+	return false
+}
+
+// resolveParams returns ops with each operand naming a parameter
+// (Operand.Param) replaced by the argument register and type that
+// function fn of binary bin passes it in, from its DWARF declaration in
+// p. It refuses, naming the parameter and why, what it cannot place:
+// no DWARF, a Go or Rust function, a parameter passed in a floating-point
+// register or on the stack, or one after a parameter whose registers
+// depend on rules DWARF does not give (a struct by value).
+func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goABI bool, arch funcs.Arch) ([]Operand, error) {
+	named := false
+	for _, op := range ops {
+		named = named || op.Param != ""
+	}
+	if !named {
+		return ops, nil
+	}
+	name := fn.DisplayName()
+	if goABI {
+		return nil, fmt.Errorf("%s is a Go function: arguments are named by parameter ({param: NAME}) for C and C++ functions only; name them by position, argN (Go's register ABI: arg0 is the first integer word, a string takes two, {ptr: argP, len: argL})", name)
+	}
+	if p == nil || p.NoDWARF {
+		return nil, fmt.Errorf("no DWARF for %s in %s: name arguments by position, argN", name, bin)
+	}
+	sp := p.Lookup(fn)
+	if sp == nil {
+		more := ""
+		if p.Capped {
+			more = " (its DWARF was read only up to a cap)"
+		}
+		return nil, fmt.Errorf("no DWARF for %s in %s%s: name arguments by position, argN", name, bin, more)
+	}
+	if fn.Name != "" && fn.Name != sp.Name && fn.Name != sp.LinkageName {
+		return nil, fmt.Errorf("%s is a compiler's copy of %s (its arguments may be changed or dropped): name them by position, argN", name, sp.Name)
+	}
+	switch {
+	case sp.Lang == langRust:
+		return nil, fmt.Errorf("%s is a Rust function: Rust's own calling convention is not the System V one DWARF's parameters are placed by; name arguments by position, argN", name)
+	case sp.Lang == langGo:
+		return nil, fmt.Errorf("%s is a Go function: name arguments by position, argN", name)
+	case !cLangs[sp.Lang]:
+		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not C or C++, whose ABI parameters are placed by: name arguments by position, argN", name, sp.Lang)
+	}
+	places := placeParams(sp, arch)
+	out := make([]Operand, len(ops))
+	for i, op := range ops {
+		if op.Param == "" {
+			out[i] = op
+			continue
+		}
+		pl, ok := findPlace(places, op.Param)
+		if !ok {
+			return nil, fmt.Errorf("%s in %s has no parameter %s (its parameters: %s)", name, bin, op.Param, paramNames(sp))
+		}
+		if pl.err != "" {
+			return nil, fmt.Errorf("%s in %s: parameter %s: %s", name, bin, op.Param, pl.err)
+		}
+		pl.op.Param = op.Param
+		out[i] = pl.op
+	}
+	return out, nil
+}
+
+func findPlace(places []ParamPlace, name string) (ParamPlace, bool) {
+	for _, pl := range places {
+		if pl.Name == name {
+			return pl, true
+		}
+	}
+	return ParamPlace{}, false
+}
+
+func paramNames(sp *elfread.Subprogram) string {
+	if len(sp.Params) == 0 {
+		return "none"
+	}
+	s := make([]string, len(sp.Params))
+	for i, p := range sp.Params {
+		s[i] = p.Name
+		if s[i] == "" {
+			s[i] = fmt.Sprintf("(unnamed %d)", i)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// A ParamPlace is where a parameter is passed: an operand (an argument
+// register, read as its type says), or why it cannot be read.
+type ParamPlace struct {
+	Name, Type string
+	op         Operand
+	err        string
+}
+
+// Arg returns the operand as argN[.TYPE] or {ptr: argN}, or "" with the
+// reason it cannot be read.
+func (pl ParamPlace) Arg() (string, string) {
+	if pl.err != "" {
+		return "", pl.err
+	}
+	return pl.op.Text, ""
+}
+
+// PlaceParams places sp's parameters in arch's integer argument
+// registers (spanwatch functions shows them).
+func PlaceParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace { return placeParams(sp, arch) }
+
+// placeParams counts sp's parameters through the integer argument
+// registers as the System V ABI (x86-64) or AAPCS64 (arm64) assign them:
+// an integer, enum, bool, pointer or reference takes the next one; a
+// float or double takes a vector register and no integer one; past the
+// last register they are on the stack. A struct, union or class by value
+// is placed only where its size alone decides (x86-64: a C one larger
+// than 16 bytes goes on the stack; arm64: larger than 16 bytes, by
+// reference in one register); otherwise it and every parameter after it
+// are refused with the reason. A large struct result on x86-64 takes the
+// first register for its address.
+func placeParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
+	maxRegs := MaxCArgs
+	if arch == funcs.ArchARM64 {
+		maxRegs = MaxArm64Regs
+	}
+	cxx := isCPlusPlus(sp.Lang)
+	reg := 0
+	blocked := ""
+	if rt := strip(sp.Result); isAggregate(rt) && arch == funcs.ArchAMD64 {
+		switch {
+		case rt.Size() > 16:
+			reg = 1 // the result's address, in rdi
+		case cxx:
+			blocked = fmt.Sprintf("the function returns %s by value, and C++ may return it through an address in the first register", typeName(sp.Result))
+		}
+	}
+	out := make([]ParamPlace, 0, len(sp.Params))
+	for i, p := range sp.Params {
+		pl := ParamPlace{Name: p.Name, Type: typeName(p.Type)}
+		if pl.Name == "" {
+			pl.Name = fmt.Sprintf("(unnamed %d)", i)
+		}
+		t := strip(p.Type)
+		regs, op, why := classify(t, cxx, arch)
+		switch {
+		case blocked != "":
+			pl.err = blocked
+		case why != "" && regs < 0:
+			pl.err = why
+			blocked = fmt.Sprintf("it follows %s (%s), which %s", pl.Name, pl.Type, why)
+		case why != "":
+			pl.err = why
+		case reg+regs > maxRegs:
+			pl.err = fmt.Sprintf("it is passed on the stack: the ABI passes %d integer arguments in registers on %s, and it would be the %d%s", maxRegs, arch, reg+1, ordinal(reg+1))
+		default:
+			op.Reg = reg
+			op.Text = operandText(op)
+			pl.op = op
+		}
+		if regs > 0 {
+			reg += regs
+		}
+		out = append(out, pl)
+	}
+	return out
+}
+
+// classify returns how many integer registers type t takes (-1: it
+// depends on rules DWARF does not give), the operand that reads it
+// (without its register), and why it cannot be read ("" if it can).
+func classify(t dwarf.Type, cxx bool, arch funcs.Arch) (int, Operand, string) {
+	op := Operand{Kind: OperandInt, Size: 8}
+	switch t := t.(type) {
+	case nil:
+		return -1, op, "has no type in DWARF"
+	case *dwarf.CharType, *dwarf.IntType:
+		return intOperand(t.Size(), true)
+	case *dwarf.UcharType, *dwarf.UintType, *dwarf.BoolType, *dwarf.AddrType:
+		return intOperand(t.Size(), false)
+	case *dwarf.EnumType:
+		signed := false
+		for _, v := range t.Val {
+			signed = signed || v.Val < 0
+		}
+		return intOperand(t.Size(), signed)
+	case *dwarf.PtrType:
+		switch strip(t.Type).(type) {
+		case *dwarf.CharType, *dwarf.UcharType:
+			op.Kind = OperandCString
+		default:
+			op.Signed = false
+		}
+		return 1, op, ""
+	case *dwarf.UnsupportedType:
+		if t.Tag == dwarf.TagReferenceType || t.Tag == dwarf.TagRvalueReferenceType {
+			return 1, op, "" // an address
+		}
+		return -1, op, fmt.Sprintf("is of a kind of type (%s) not placed in registers here", t.Tag)
+	case *dwarf.FloatType, *dwarf.ComplexType:
+		// Vector registers (x86-64: xmm; a long double on the stack;
+		// arm64: v), not integer ones: the counting goes on.
+		return 0, op, "is a floating-point value, passed in a vector register (or on the stack), which is not read"
+	case *dwarf.StructType:
+		if t.Size() > 16 && (arch == funcs.ArchARM64) {
+			return 1, op, "is a struct passed by reference: its address is in a register, its fields are not read"
+		}
+		if t.Size() > 16 && !cxx {
+			return 0, op, "is a struct larger than 16 bytes, passed on the stack, which is not read"
+		}
+		return -1, op, fmt.Sprintf("is a %s passed by value, whose registers depend on its fields' classes", t.Kind)
+	}
+	return -1, op, fmt.Sprintf("is of type %s, not placed in registers here", t)
+}
+
+func intOperand(size int64, signed bool) (int, Operand, string) {
+	op := Operand{Kind: OperandInt, Size: int(size), Signed: signed}
+	switch size {
+	case 1, 2, 4, 8:
+		return 1, op, ""
+	}
+	return -1, op, fmt.Sprintf("is a %d-byte integer, passed in more than one register", size)
+}
+
+// operandText writes a placed operand as the argN vocabulary does.
+func operandText(op Operand) string {
+	if op.Kind == OperandCString {
+		return fmt.Sprintf("{ptr: arg%d}", op.Reg)
+	}
+	s := "s"
+	if !op.Signed {
+		s = "u"
+	}
+	return fmt.Sprintf("arg%d.%s%d", op.Reg, s, op.Size*8)
+}
+
+// strip removes typedefs and qualifiers (const, volatile), at most 16.
+func strip(t dwarf.Type) dwarf.Type {
+	for i := 0; i < 16; i++ {
+		switch x := t.(type) {
+		case *dwarf.TypedefType:
+			t = x.Type
+		case *dwarf.QualType:
+			t = x.Type
+		default:
+			return t
+		}
+	}
+	return t
+}
+
+func isAggregate(t dwarf.Type) bool {
+	_, ok := t.(*dwarf.StructType)
+	return ok
+}
+
+func typeName(t dwarf.Type) string {
+	if t == nil {
+		return "?"
+	}
+	return t.String()
+}
+
+func ordinal(n int) string {
+	switch n {
+	case 1:
+		return "st"
+	case 2:
+		return "nd"
+	case 3:
+		return "rd"
+	}
+	return "th"
+}
