@@ -25,6 +25,8 @@ type Param struct {
 	Name       string
 	Type       dwarf.Type
 	Artificial bool
+	// Result says it is a Go function's result (DW_AT_variable_parameter).
+	Result bool
 }
 
 // MaxEntries bounds the DWARF entries Subprograms walks: a crafted
@@ -156,6 +158,7 @@ func readSubprogram(d *dwarf.Data, off dwarf.Offset, depth int) (*Subprogram, er
 				p := Param{}
 				p.Name, _ = c.Val(dwarf.AttrName).(string)
 				p.Artificial, _ = c.Val(dwarf.AttrArtificial).(bool)
+				p.Result, _ = c.Val(dwarf.AttrVarParam).(bool)
 				if t, ok := c.Val(dwarf.AttrType).(dwarf.Offset); ok {
 					p.Type, _ = d.Type(t)
 				}

@@ -224,6 +224,9 @@ func placeParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
 	}
 	out := make([]ParamPlace, 0, len(sp.Params))
 	for i, p := range sp.Params {
+		if p.Result {
+			continue // a Go result, declared among the parameters
+		}
 		pl := ParamPlace{Name: p.Name, Type: typeName(p.Type)}
 		if pl.Name == "" {
 			pl.Name = fmt.Sprintf("(unnamed %d)", i)
@@ -341,9 +344,43 @@ func isAggregate(t dwarf.Type) bool {
 	return ok
 }
 
-func typeName(t dwarf.Type) string {
+// typeName writes t as its source spells it ("const char *", "struct
+// pair", a Go type's own name), at most 8 levels deep.
+func typeName(t dwarf.Type) string { return cTypeName(t, 8) }
+
+func cTypeName(t dwarf.Type, depth int) string {
 	if t == nil {
-		return "?"
+		return "void"
+	}
+	if depth == 0 {
+		return "..."
+	}
+	if n := t.Common().Name; n != "" {
+		return n
+	}
+	switch t := t.(type) {
+	case *dwarf.PtrType:
+		if in := cTypeName(t.Type, depth-1); strings.HasSuffix(in, "*") {
+			return in + "*"
+		} else {
+			return in + " *"
+		}
+	case *dwarf.QualType:
+		if _, ptr := t.Type.(*dwarf.PtrType); ptr {
+			return cTypeName(t.Type, depth-1) + " " + t.Qual
+		}
+		return t.Qual + " " + cTypeName(t.Type, depth-1)
+	case *dwarf.UnsupportedType:
+		switch t.Tag {
+		case dwarf.TagReferenceType:
+			return "reference"
+		case dwarf.TagRvalueReferenceType:
+			return "rvalue reference"
+		}
+	case *dwarf.EnumType:
+		return "enum " + t.EnumName
+	case *dwarf.StructType:
+		return t.Kind + " " + t.StructName
 	}
 	return t.String()
 }
