@@ -16,6 +16,9 @@ import (
 // it, and functions in the units past it have no parameters found.
 const maxDWARFSection = 64 << 20
 
+// maxDWARF bounds the DWARF sections' bytes read in all.
+const maxDWARF = 160 << 20
+
 // A ParamTable holds the DWARF declarations of a file's functions, to
 // name their arguments by parameter.
 type ParamTable struct {
@@ -27,8 +30,8 @@ type ParamTable struct {
 }
 
 // ReadParams reads the DWARF declarations of f's functions from r, the
-// file f was parsed from: each DWARF section up to 64 MiB, at most
-// elfread.MaxEntries entries. A file without DWARF gives a table that
+// file f was parsed from: each DWARF section up to 64 MiB, 160 MiB in
+// all, at most elfread.MaxEntries entries. A file without DWARF gives a table that
 // says so (NoDWARF), not an error. A separate debug file
 // (.gnu_debuglink) is not looked for.
 func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
@@ -36,7 +39,15 @@ func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, capped, err := elfread.DWARF(ef, maxDWARFSection, nil, nil)
+	// A budget over the sections together: a crafted file's compressed
+	// sections each claiming the cap would otherwise take 7 times it.
+	left := int64(maxDWARF)
+	grant := func(n int64) int64 {
+		g := min(n, left)
+		left -= g
+		return g
+	}
+	d, capped, err := elfread.DWARF(ef, maxDWARFSection, nil, grant)
 	if errors.Is(err, elfread.ErrNoDWARF) {
 		return &ParamTable{NoDWARF: true, Capped: capped}, nil
 	}

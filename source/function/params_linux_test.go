@@ -3,7 +3,11 @@
 package function
 
 import (
+	"bytes"
 	"context"
+	"debug/elf"
+	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -181,6 +185,48 @@ func TestDecodeParams(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %s", tc.labels, err, tc.want)
+		}
+	}
+}
+
+// TestReadParamsCorrupt reads the parameters of paramsprog built with -g
+// after overwriting bytes of its .debug_info and .debug_abbrev (offsets,
+// sizes, tags, links between entries): every read returns, without a
+// panic, a table or an error.
+func TestReadParamsCorrupt(t *testing.T) {
+	prog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	f, _ := readParams(t, prog)
+	raw, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.NewFile(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spans [][2]uint64
+	for _, name := range []string{".debug_info", ".debug_abbrev"} {
+		if s := ef.Section(name); s != nil && s.Flags&elf.SHF_COMPRESSED == 0 {
+			spans = append(spans, [2]uint64{s.Offset, s.Size})
+		}
+	}
+	if len(spans) == 0 {
+		t.Skip("gcc wrote compressed DWARF sections")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, len(raw))
+	for i := 0; i < 300; i++ {
+		copy(buf, raw)
+		for j := 0; j < 1+i%8; j++ {
+			s := spans[rng.IntN(len(spans))]
+			buf[s[0]+rng.Uint64N(s[1])] = byte(rng.IntN(256))
+		}
+		if p, err := ReadParams(bytes.NewReader(buf), f); err == nil {
+			for k := range f.Funcs {
+				if sp := p.Lookup(&f.Funcs[k]); sp != nil {
+					PlaceParams(sp, f.Arch)
+				}
+			}
 		}
 	}
 }
