@@ -48,11 +48,10 @@ pointer) cannot be told apart and are not refused: -v shows their count.
 Functions inlined everywhere have no code of their own and are not listed.
 
 When the file carries DWARF (.debug_info; built with -g), each function's
-parameters are shown with their types and, for C and C++, the argument
-each is read as by labels: {NAME: {param: PARAMETER}} (argN.TYPE, or
-{ptr: argN} for a char pointer), or why it cannot be read (a float, a
-struct by value, on the stack). Go functions show their parameters'
-names and types only: label them by position, argN.
+parameters are shown with their types and the argument each is read as
+by labels: {NAME: {param: PARAMETER}} (argN.TYPE; {ptr: argN} for a C
+char pointer, {ptr: argN, len: argM} for a Go string), or why it cannot
+be read (a float, a struct by value, on the stack).
 
 Examples:
   spanwatch functions /usr/bin/prometheus --filter 'github.com/prometheus/prometheus/promql.*'
@@ -145,9 +144,7 @@ func params(p *function.ParamTable, f *funcs.File, fn *funcs.Func) []functionPar
 	var out []functionParam
 	for _, pl := range function.PlaceParams(sp, f.Arch) {
 		x := functionParam{Name: pl.Name, Type: pl.Type}
-		if !f.Go {
-			x.Arg, x.Refused = pl.Arg()
-		}
+		x.Arg, x.Refused = pl.Arg()
 		out = append(out, x)
 	}
 	if out == nil {

@@ -43,7 +43,7 @@ type Operand struct {
 	// Text is the operand as written ("arg0.s32", "arg1[:arg2]"), or
 	// as placed from a parameter ("arg0.s32", "{ptr: arg1}").
 	Text string
-	// Param names a C or C++ function's parameter ({param: code}): Kind,
+	// Param names the function's parameter ({param: code}): Kind,
 	// Reg, Size and Signed are found when the source attaches, from each
 	// function's DWARF declaration (resolveParams); until then Reg is -1.
 	Param string
@@ -118,7 +118,7 @@ func labelOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool)
 		return strOperand(d, name, v)
 	}
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
-		d.Errorf(v, "label %s: want an argument, like arg2 (arg2.s32 for a C int), a string {ptr: arg1} or {ptr: arg1, len: arg2}, or a C parameter by name {param: code}", name)
+		d.Errorf(v, "label %s: want an argument, like arg2 (arg2.s32 for a C int), a string {ptr: arg1} or {ptr: arg1, len: arg2}, or a parameter by name {param: code}", name)
 		return Operand{}, false
 	}
 	if strings.HasPrefix(v.Value, "ret") {
@@ -133,7 +133,7 @@ func labelOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool)
 	return op, true
 }
 
-// paramOperand decodes {param: NAME}: a C or C++ function's parameter,
+// paramOperand decodes {param: NAME}: the function's parameter,
 // placed from DWARF when the source attaches.
 func paramOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool) {
 	op := Operand{Reg: -1, LenReg: -1}
@@ -142,7 +142,7 @@ func paramOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool)
 	ok := d.Fields(v, what, []string{"param"}, func(_ string, _, x *yaml.Node) {
 		x = section.Resolve(x)
 		if x.Kind != yaml.ScalarNode || x.Tag == "!!null" || !isIdent(x.Value) {
-			d.Errorf(x, "%s: param must be a parameter's name as the C source declares it, like code", what)
+			d.Errorf(x, "%s: param must be a parameter's name as the source declares it, like code", what)
 			return
 		}
 		op.Param = x.Value

@@ -353,3 +353,28 @@ func TestParamsC(t *testing.T) {
 		}
 	}
 }
+
+// TestParamsGo traces testdata/argsgo's main.handle(code int, path
+// string) (int, error) labelled by parameter name: DWARF and Go's
+// register ABI place code in rax and path in rbx and rcx, so the label
+// sets and counts are TestArgsGo's exactly.
+func TestParamsGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("arguments are tested on x86-64 so far")
+	}
+	gobin := needGo(t)
+	prog := filepath.Join(t.TempDir(), "argsgo")
+	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+  function: main.handle
+  labels: {code: {param: code}, path: {param: path}}
+  error: ret1 != 0
+`, prog), "main.handle", []string{"code", "path"})
+	checkArgs(t, got, wantArgs("code", "path"))
+	checkNoCounts(t, counts)
+}

@@ -212,18 +212,15 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 // function as the agent would when it attaches, and reports the first
 // that cannot be at its label's value.
 func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, f *funcs.File) bool {
-	var params *ParamTable
-	if !f.Go {
-		fh, err := userfile.OpenRooted(context.Background(), t.Binary, userfile.Options{Symlinks: true})
-		if err != nil {
-			return true // left to the agent, as an unreadable binary is
-		}
-		params, err = ReadParams(fh, f)
-		fh.Close()
-		if err != nil {
-			d.Errorf(has["binary"], "%s: parameters: %v", t.Binary, err)
-			return false
-		}
+	fh, err := userfile.OpenRooted(context.Background(), t.Binary, userfile.Options{Symlinks: true})
+	if err != nil {
+		return true // left to the agent, as an unreadable binary is
+	}
+	params, err := ReadParams(fh, f)
+	fh.Close()
+	if err != nil {
+		d.Errorf(has["binary"], "%s: parameters: %v", t.Binary, err)
+		return false
 	}
 	for i, op := range t.LabelOperands {
 		if op.Param == "" {

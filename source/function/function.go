@@ -209,7 +209,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 		return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
 	}
 	var params *ParamTable
-	if t.namesParams() && !f.Go {
+	if t.namesParams() {
 		p, err := ReadParams(fh, f)
 		if err != nil {
 			return nil, nil, fmt.Errorf("functions of %s: parameters: %w", path, err)

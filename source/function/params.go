@@ -105,10 +105,11 @@ func isCPlusPlus(lang int64) bool {
 // resolveParams returns ops with each operand naming a parameter
 // (Operand.Param) replaced by the argument register and type that
 // function fn of binary bin passes it in, from its DWARF declaration in
-// p. It refuses, naming the parameter and why, what it cannot place:
-// no DWARF, a Go or Rust function, a parameter passed in a floating-point
-// register or on the stack, or one after a parameter whose registers
-// depend on rules DWARF does not give (a struct by value).
+// p, by Go's register ABI for a Go binary, the C ABI for C and C++. It
+// refuses, naming the parameter and why, what it cannot place: no DWARF,
+// a Rust function, a parameter passed in a floating-point register or on
+// the stack, or one after a parameter whose registers depend on rules
+// DWARF does not give (a C struct by value).
 func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goABI bool, arch funcs.Arch) ([]Operand, error) {
 	named := false
 	for _, op := range ops {
@@ -118,9 +119,6 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 		return ops, nil
 	}
 	name := fn.DisplayName()
-	if goABI {
-		return nil, fmt.Errorf("%s is a Go function: arguments are named by parameter ({param: NAME}) for C and C++ functions only; name them by position, argN (Go's register ABI: arg0 is the first integer word, a string takes two, {ptr: argP, len: argL})", name)
-	}
 	if p == nil || p.NoDWARF {
 		return nil, fmt.Errorf("no DWARF for %s in %s: name arguments by position, argN", name, bin)
 	}
@@ -136,6 +134,9 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 		return nil, fmt.Errorf("%s is a compiler's copy of %s (its arguments may be changed or dropped): name them by position, argN", name, sp.Name)
 	}
 	switch {
+	case goABI && sp.Lang != langGo:
+		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not Go, as its binary is: name arguments by position, argN", name, sp.Lang)
+	case goABI:
 	case sp.Lang == langRust:
 		return nil, fmt.Errorf("%s is a Rust function: Rust's own calling convention is not the System V one DWARF's parameters are placed by; name arguments by position, argN", name)
 	case sp.Lang == langGo:
@@ -143,7 +144,7 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 	case !cLangs[sp.Lang]:
 		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not C or C++, whose ABI parameters are placed by: name arguments by position, argN", name, sp.Lang)
 	}
-	places := placeParams(sp, arch)
+	places := PlaceParams(sp, arch)
 	out := make([]Operand, len(ops))
 	for i, op := range ops {
 		if op.Param == "" {
@@ -204,8 +205,155 @@ func (pl ParamPlace) Arg() (string, string) {
 }
 
 // PlaceParams places sp's parameters in arch's integer argument
-// registers (spanwatch functions shows them).
-func PlaceParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace { return placeParams(sp, arch) }
+// registers (spanwatch functions shows them): a Go function's by Go's
+// register ABI, others' by the C ABI.
+func PlaceParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
+	if sp.Lang == langGo {
+		return placeGoParams(sp, arch)
+	}
+	return placeParams(sp, arch)
+}
+
+// Go's register ABI (Go 1.17+, internal/abi): 9 integer and 15
+// floating-point argument registers on x86-64, 16 and 16 on arm64 (of
+// which the functions source reads x0-x7).
+const (
+	goIntRegsAMD64   = 9
+	goFloatRegsAMD64 = 15
+	goRegsARM64      = 16
+)
+
+// placeGoParams places sp's parameters as Go's register ABI assigns
+// them: in order, each taking the integer and floating-point registers
+// its words need (a string two, a slice three, an interface two, a
+// struct its fields', an array of one its element's), or, when they do
+// not all fit or it is an array of more than one element, none: it goes
+// on the stack and the next parameter takes the registers it would
+// have. An integer or pointer parameter reads as argN with its size and
+// signedness, a string as {ptr: argN, len: argN+1}; other kinds are
+// shown placed but not read by name (their words can be read by
+// position). A type the assignment does not know blocks the parameters
+// after it.
+func placeGoParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
+	maxInt, maxFloat, readable := goIntRegsAMD64, goFloatRegsAMD64, MaxGoRegs
+	if arch == funcs.ArchARM64 {
+		maxInt, maxFloat, readable = goRegsARM64, goRegsARM64, MaxArm64Regs
+	}
+	ints, floats := 0, 0
+	blocked := ""
+	var out []ParamPlace
+	for i, p := range sp.Params {
+		if p.Result {
+			continue
+		}
+		pl := ParamPlace{Name: p.Name, Type: typeName(p.Type)}
+		if st, ok := p.Type.(*dwarf.StructType); ok && st.Name == "" {
+			pl.Type = st.StructName // string, []int: Go's own names
+		}
+		if pl.Name == "" {
+			pl.Name = fmt.Sprintf("(unnamed %d)", i)
+		}
+		out = append(out, pl)
+		at := &out[len(out)-1]
+		if blocked != "" {
+			at.err = blocked
+			continue
+		}
+		ni, nf, how := goWords(p.Type, 0)
+		switch {
+		case how == goUnknown:
+			at.err = "is of a type whose registers are not worked out here"
+			blocked = fmt.Sprintf("it follows %s (%s), whose registers are not worked out here", at.Name, at.Type)
+			continue
+		case how == goStack || ints+ni > maxInt || floats+nf > maxFloat:
+			at.err = "it is passed on the stack (Go's register ABI: it does not fit the registers left, or is an array of more than one element), which is not read"
+			continue
+		}
+		reg := ints
+		ints, floats = ints+ni, floats+nf
+		t := strip(p.Type)
+		if st, ok := t.(*dwarf.StructType); ok && st.StructName == "string" && ni == 2 {
+			op := Operand{Kind: OperandPtrLen, Reg: reg, LenReg: reg + 1}
+			op.Text = fmt.Sprintf("{ptr: arg%d, len: arg%d}", reg, reg+1)
+			if reg+1 >= readable {
+				at.err = fmt.Sprintf("it is in integer registers %d and %d, past the %d read", reg, reg+1, readable)
+				continue
+			}
+			at.op = op
+			continue
+		}
+		if ni != 1 || nf != 0 {
+			at.err = fmt.Sprintf("takes %d integer and %d floating-point registers (from arg%d): read its words by position", ni, nf, reg)
+			continue
+		}
+		_, op, why := classify(t, false, arch)
+		if why != "" {
+			at.err = why
+			continue
+		}
+		if reg >= readable {
+			at.err = fmt.Sprintf("it is in integer register %d, past the %d read", reg, readable)
+			continue
+		}
+		op.Reg = reg
+		if op.Kind == OperandCString {
+			op.Kind, op.Size, op.Signed = OperandInt, 8, false // a Go *byte is no C string
+		}
+		op.Text = operandText(op)
+		at.op = op
+	}
+	return out
+}
+
+// How a Go value is assigned: to registers, to the stack, or unknown.
+const (
+	goRegs = iota
+	goStack
+	goUnknown
+)
+
+// goWords counts the integer and floating-point registers a value of
+// type t takes under Go's register ABI.
+func goWords(t dwarf.Type, depth int) (ints, floats, how int) {
+	if depth > 8 {
+		return 0, 0, goUnknown
+	}
+	switch t := strip(t).(type) {
+	case *dwarf.IntType, *dwarf.UintType, *dwarf.BoolType, *dwarf.CharType, *dwarf.UcharType, *dwarf.PtrType, *dwarf.AddrType:
+		if t.Size() > 8 {
+			return 0, 0, goUnknown
+		}
+		return 1, 0, goRegs
+	case *dwarf.FloatType:
+		return 0, 1, goRegs
+	case *dwarf.ComplexType:
+		return 0, 2, goRegs
+	case *dwarf.StructType:
+		if t.Incomplete {
+			return 0, 0, goUnknown
+		}
+		for _, f := range t.Field {
+			if f.BitSize != 0 {
+				return 0, 0, goUnknown
+			}
+			ni, nf, how := goWords(f.Type, depth+1)
+			if how != goRegs {
+				return 0, 0, how
+			}
+			ints, floats = ints+ni, floats+nf
+		}
+		return ints, floats, goRegs
+	case *dwarf.ArrayType:
+		switch t.Count {
+		case 0:
+			return 0, 0, goRegs
+		case 1:
+			return goWords(t.Type, depth+1)
+		}
+		return 0, 0, goStack
+	}
+	return 0, 0, goUnknown
+}
 
 // placeParams counts sp's parameters through the integer argument
 // registers as the System V ABI (x86-64) or AAPCS64 (arm64) assign them:

@@ -148,7 +148,7 @@ func TestResolveParams(t *testing.T) {
 		{"unknown", p, f, "handle", "status", false, "handle in " + prog + " has no parameter status (its parameters: code, path, n)"},
 		{"after a struct", p, f, "after_pair", "code", false, "after_pair in " + prog + ": parameter code: it follows p (struct pair), which is a struct passed by value, whose registers depend on its fields' classes"},
 		{"no DWARF", bp, bf, "handle", "code", false, "no DWARF for handle in " + bare + ": name arguments by position, argN"},
-		{"Go", p, f, "handle", "code", true, "handle is a Go function: arguments are named by parameter"},
+		{"C as Go", p, f, "handle", "code", true, "handle: its DWARF unit's language (0x1d) is not Go, as its binary is: name arguments by position, argN"},
 	} {
 		_, err := resolveParams([]Operand{{Param: tc.param, Reg: -1}}, tc.p, findFunc(t, tc.f, tc.fn), tc.f.Path, tc.goABI, tc.f.Arch)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
@@ -228,5 +228,37 @@ func TestReadParamsCorrupt(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPlaceGoParams places the parameters of testdata/argsgo's
+// main.handle(code int, path string) by Go's register ABI, as TestArgsGo
+// names them by position: code in rax (arg0), path's pointer and length
+// in rbx and rcx (arg1, arg2); its results are not parameters.
+func TestPlaceGoParams(t *testing.T) {
+	gobin := needGo(t)
+	prog := filepath.Join(t.TempDir(), "argsgo")
+	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	f, p := readParams(t, prog)
+	if f.Arch != funcs.ArchAMD64 {
+		t.Skip("parameters are placed by the x86-64 rules in this test")
+	}
+	got, err := resolveParams([]Operand{{Param: "path", Reg: -1}, {Param: "code", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Operand{
+		{Kind: OperandPtrLen, Reg: 1, LenReg: 2, Text: "{ptr: arg1, len: arg2}", Param: "path"},
+		{Kind: OperandInt, Reg: 0, Size: 8, Signed: true, Text: "arg0.s64", Param: "code"},
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("operand %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := resolveParams([]Operand{{Param: "err", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch); err == nil || !strings.Contains(err.Error(), "has no parameter err (its parameters: code, path") {
+		t.Errorf("a result by name: got %v, want no such parameter", err)
 	}
 }
