@@ -13,6 +13,8 @@ import (
 
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/internal/userfile"
+	"github.com/spanwatch/spanwatch/source/function"
 )
 
 func init() {
@@ -44,6 +46,12 @@ A function that cannot be traced this way is listed with the reason:
 Jumps through a register or memory (switch tables, or tail calls through a
 pointer) cannot be told apart and are not refused: -v shows their count.
 Functions inlined everywhere have no code of their own and are not listed.
+
+When the file carries DWARF (.debug_info; built with -g), each function's
+parameters are shown with their types and the argument each is read as
+by labels: {NAME: {param: PARAMETER}} (argN.TYPE; {ptr: argN} for a C
+char pointer, {ptr: argN, len: argM} for a Go string), or why it cannot
+be read (a float, a struct by value, on the stack).
 
 Examples:
   spanwatch functions /usr/bin/prometheus --filter 'github.com/prometheus/prometheus/promql.*'
@@ -81,6 +89,7 @@ type functionListing struct {
 	Go        bool           `json:"go"`
 	GoVersion string         `json:"go_version,omitempty"`
 	Capped    bool           `json:"capped,omitempty"`
+	DWARF     bool           `json:"dwarf"`
 	Functions []functionSite `json:"functions"`
 }
 
@@ -97,6 +106,51 @@ type functionSite struct {
 	IndirectJumps int      `json:"indirect_jumps,omitempty"`
 	Refused       string   `json:"refused,omitempty"`
 	Detail        string   `json:"detail,omitempty"`
+	// Params are the parameters DWARF declares (nil: none found).
+	Params []functionParam `json:"params,omitempty"`
+}
+
+// A functionParam is a parameter, its type, and the operand a label by
+// its name reads (Arg), or why none can (Refused).
+type functionParam struct {
+	Name    string `json:"name"`
+	Type    string `json:"type"`
+	Arg     string `json:"arg,omitempty"`
+	Refused string `json:"refused,omitempty"`
+}
+
+// readParams reads the DWARF declarations of f's functions from the file
+// at path; nil when it cannot (the listing goes on without them).
+func readParams(ctx context.Context, path string, f *funcs.File) *function.ParamTable {
+	fh, err := userfile.OpenRooted(ctx, path, userfile.Options{Symlinks: true})
+	if err != nil {
+		return nil
+	}
+	defer fh.Close()
+	p, err := userfile.Do(ctx, fmt.Sprintf("device %d", fh.Info.Dev), func() (*function.ParamTable, error) { return function.ReadParams(fh, f) }, nil)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// params lists fn's parameters from p: for C and C++, where each is
+// read; for Go, names and types only.
+func params(p *function.ParamTable, f *funcs.File, fn *funcs.Func) []functionParam {
+	sp := p.Lookup(fn)
+	if sp == nil {
+		return nil
+	}
+	var out []functionParam
+	for _, pl := range function.PlaceParams(sp, f.Arch) {
+		x := functionParam{Name: pl.Name, Type: pl.Type}
+		x.Arg, x.Refused = pl.Arg()
+		out = append(out, x)
+	}
+	if out == nil {
+		out = []functionParam{}
+	}
+	return out
 }
 
 func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Options, asJSON, verbose bool) error {
@@ -104,8 +158,9 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 	if err != nil {
 		return err
 	}
-	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, GoVersion: f.GoVersion, Capped: f.Capped, Functions: []functionSite{}}
-	for _, fn := range f.Funcs {
+	pt := readParams(ctx, path, f)
+	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, GoVersion: f.GoVersion, Capped: f.Capped, DWARF: pt != nil && !pt.NoDWARF, Functions: []functionSite{}}
+	for i, fn := range f.Funcs {
 		s := functionSite{
 			Name:          fn.Name,
 			Demangled:     fn.Demangled,
@@ -118,6 +173,7 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 			IndirectJumps: fn.IndirectJumps,
 			Refused:       string(fn.Refused),
 			Detail:        fn.Detail,
+			Params:        params(pt, f, &f.Funcs[i]),
 		}
 		for _, r := range fn.Returns {
 			s.Returns = append(s.Returns, fmt.Sprintf("%#x", r))
@@ -131,7 +187,7 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 			return err
 		}
 	} else {
-		printFunctions(w, f, verbose)
+		printFunctions(w, f, l, verbose)
 	}
 	if len(f.Funcs) == 0 && o.Filter != nil {
 		return fmt.Errorf("%s: no function matches %q", path, o.Filter)
@@ -139,7 +195,7 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 	return nil
 }
 
-func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
+func printFunctions(w io.Writer, f *funcs.File, l functionListing, verbose bool) {
 	from := "symbol tables and .eh_frame"
 	if f.Go {
 		from = "Go function table"
@@ -168,9 +224,16 @@ func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
 	if f.Capped {
 		fmt.Fprintf(w, "  (a table was read only up to its cap: the list is incomplete)\n")
 	}
+	if !l.DWARF {
+		fmt.Fprintf(w, "  (no DWARF: parameters unknown; labels name arguments by position, argN)\n")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  FUNCTION\tADDRESS\tSIZE\tENTRY\tRETS\tSTATUS")
-	for _, fn := range f.Funcs {
+	head := "  FUNCTION\tADDRESS\tSIZE\tENTRY\tRETS\tSTATUS"
+	if l.DWARF {
+		head += "\tPARAMETERS"
+	}
+	fmt.Fprintln(tw, head)
+	for i, fn := range f.Funcs {
 		status := "ok"
 		if fn.EntryAfter == funcs.EntryAfterStackCheck {
 			status += fmt.Sprintf(", entry after the stack check (+%d)", fn.Entry-fn.Offset)
@@ -194,7 +257,33 @@ func printFunctions(w io.Writer, f *funcs.File, verbose bool) {
 		if fn.Name == "" {
 			name += " (unnamed)"
 		}
-		fmt.Fprintf(tw, "  %s\t%#x\t%d\t%#x\t%d\t%s\n", name, fn.Addr, fn.Size, fn.Entry, len(fn.Returns), status)
+		fmt.Fprintf(tw, "  %s\t%#x\t%d\t%#x\t%d\t%s", name, fn.Addr, fn.Size, fn.Entry, len(fn.Returns), status)
+		if l.DWARF {
+			fmt.Fprintf(tw, "\t%s", paramText(l.Functions[i].Params))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+}
+
+// paramText writes parameters as "(int code: arg0.s32, double x: not
+// read)", "-" when DWARF declares none found for the function.
+func paramText(ps []functionParam) string {
+	if ps == nil {
+		return "-"
+	}
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.Type + " " + p.Name
+		if strings.HasSuffix(p.Type, "*") {
+			parts[i] = p.Type + p.Name
+		}
+		switch {
+		case p.Arg != "":
+			parts[i] += ": " + p.Arg
+		case p.Refused != "":
+			parts[i] += ": not read"
+		}
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
 }

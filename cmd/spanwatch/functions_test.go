@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,9 +80,10 @@ func TestFunctionsCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "1 function: 1 traceable") ||
-		!strings.Contains(lines[1], "FUNCTION") || !strings.HasPrefix(strings.TrimSpace(lines[2]), "multi_ret ") ||
-		!strings.Contains(lines[2], " 5 ") || !strings.Contains(lines[2], "ok  returns at 0x") {
+	if len(lines) != 4 || !strings.Contains(lines[0], "1 function: 1 traceable") ||
+		!strings.Contains(lines[1], "no DWARF: parameters unknown") ||
+		!strings.Contains(lines[2], "FUNCTION") || !strings.HasPrefix(strings.TrimSpace(lines[3]), "multi_ret ") ||
+		!strings.Contains(lines[3], " 5 ") || !strings.Contains(lines[3], "ok  returns at 0x") {
 		t.Errorf("table:\n%s", out)
 	}
 	code, out, _ = runCaptured(t, "functions", "--filter", "tail_call", bin)
@@ -98,5 +100,44 @@ func TestFunctionsCommand(t *testing.T) {
 	}
 	if code, _, _ := runCaptured(t, "functions", bin, bin); code != 2 {
 		t.Errorf("two binaries: exit %d, want 2", code)
+	}
+}
+
+// TestFunctionsParams lists the parameters of a gcc -O2 -g program's
+// functions from its DWARF: their types and the argument each is read
+// as, or why it is not.
+func TestFunctionsParams(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("files are opened through internal/userfile, Linux only; parameters are placed by the x86-64 rules here")
+	}
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc on PATH: install build-essential")
+	}
+	bin := filepath.Join(t.TempDir(), "paramsprog")
+	if out, err := exec.Command(cc, "-O2", "-g", "-o", bin, "../../source/function/testdata/paramsprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	code, out, errs := runCaptured(t, "functions", "--json", "--filter", "with_float", bin)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var l functionListing
+	if err := json.Unmarshal([]byte(out), &l); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := []functionParam{
+		{Name: "x", Type: "double", Refused: "is a floating-point value, passed in a vector register (or on the stack), which is not read"},
+		{Name: "flags", Type: "unsigned int", Arg: "arg0.u32"},
+		{Name: "lv", Type: "enum level", Arg: "arg1.u32"},
+		{Name: "port", Type: "port_t", Arg: "arg2.u16"},
+		{Name: "buf", Type: "unsigned char *", Arg: "{ptr: arg3}"},
+	}
+	if !l.DWARF || len(l.Functions) != 1 || fmt.Sprint(l.Functions[0].Params) != fmt.Sprint(want) {
+		t.Errorf("dwarf %v, functions %+v, want with_float's parameters %+v", l.DWARF, l.Functions, want)
+	}
+	code, out, errs = runCaptured(t, "functions", "--filter", "handle", bin)
+	if code != 0 || !strings.Contains(out, "(int code: arg0.s32, const char *path: {ptr: arg1}, long int n: arg2.s64)") {
+		t.Errorf("exit %d (%s), table:\n%s", code, errs, out)
 	}
 }

@@ -13,10 +13,11 @@ import (
 // ErrNoDWARF is returned by DWARF for a file without .debug_info.
 var ErrNoDWARF = errors.New("no DWARF data")
 
-// dwarfSections are what line tables need: the units and their
-// attributes (info, abbrev, strings, DWARF 5's string offsets and line
-// strings) and the line programs. Frames, ranges and names are not read.
-var dwarfSections = []string{"info", "abbrev", "line", "str", "line_str", "str_offsets"}
+// dwarfSections are what line tables and functions' parameters need:
+// the units and their attributes (info, abbrev, strings, DWARF 5's string
+// offsets, line strings and addresses, which clang's low_pc is an index
+// into) and the line programs. Frames, ranges and names are not read.
+var dwarfSections = []string{"info", "abbrev", "line", "str", "line_str", "str_offsets", "addr"}
 
 // DWARF reads the sections line tables need, each read (and inflated) up
 // to max bytes, with .debug_info cut after the last whole unit that fits:
@@ -65,7 +66,7 @@ func DWARF(f *elf.File, max int64, view func(off, size uint64) ([]byte, error), 
 	if err != nil {
 		return nil, capped, err
 	}
-	for _, name := range []string{"line_str", "str_offsets"} {
+	for _, name := range []string{"line_str", "str_offsets", "addr"} {
 		if b := data[name]; b != nil {
 			if err := d.AddSection(".debug_"+name, b); err != nil {
 				return nil, capped, err

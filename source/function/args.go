@@ -40,8 +40,13 @@ type Operand struct {
 	// 2, 4 or 8), and Signed whether they are sign-extended.
 	Size   int
 	Signed bool
-	// Text is the operand as written ("arg0.s32", "arg1[:arg2]").
+	// Text is the operand as written ("arg0.s32", "arg1[:arg2]"), or
+	// as placed from a parameter ("arg0.s32", "{ptr: arg1}").
 	Text string
+	// Param names the function's parameter ({param: code}): Kind,
+	// Reg, Size and Signed are found when the source attaches, from each
+	// function's DWARF declaration (resolveParams); until then Reg is -1.
+	Param string
 }
 
 // Register counts of the ABIs (bpf/funcs.bpf.c func_reg, func_result):
@@ -106,11 +111,14 @@ func parseOperand(text, prefix string) (Operand, error) {
 // {ptr: P, len: L} writes them.
 func labelOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool) {
 	v = section.Resolve(v)
+	if v.Kind == yaml.MappingNode && len(v.Content) >= 2 && v.Content[0].Value == "param" {
+		return paramOperand(d, name, v)
+	}
 	if v.Kind == yaml.MappingNode {
 		return strOperand(d, name, v)
 	}
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
-		d.Errorf(v, "label %s: want an argument, like arg2 (arg2.s32 for a C int), or a string {ptr: arg1} or {ptr: arg1, len: arg2}", name)
+		d.Errorf(v, "label %s: want an argument, like arg2 (arg2.s32 for a C int), a string {ptr: arg1} or {ptr: arg1, len: arg2}, or a parameter by name {param: code}", name)
 		return Operand{}, false
 	}
 	if strings.HasPrefix(v.Value, "ret") {
@@ -123,6 +131,35 @@ func labelOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool)
 		return Operand{}, false
 	}
 	return op, true
+}
+
+// paramOperand decodes {param: NAME}: the function's parameter,
+// placed from DWARF when the source attaches.
+func paramOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool) {
+	op := Operand{Reg: -1, LenReg: -1}
+	what := "label " + name
+	before := d.Len()
+	ok := d.Fields(v, what, []string{"param"}, func(_ string, _, x *yaml.Node) {
+		x = section.Resolve(x)
+		if x.Kind != yaml.ScalarNode || x.Tag == "!!null" || !isIdent(x.Value) {
+			d.Errorf(x, "%s: param must be a parameter's name as the source declares it, like code", what)
+			return
+		}
+		op.Param = x.Value
+		op.Text = "param " + x.Value
+	})
+	return op, ok && d.Len() == before
+}
+
+// isIdent says s is a C identifier.
+func isIdent(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func strOperand(d *section.Decoder, name string, v *yaml.Node) (Operand, bool) {
@@ -227,6 +264,9 @@ func (t *Target) checkABI(goABI bool, arch string) error {
 		abi = "Go's register ABI"
 	}
 	for i, op := range t.LabelOperands {
+		if op.Param != "" {
+			continue // placed from DWARF, within the registers
+		}
 		if op.Reg >= maxArg || op.LenReg >= maxArg {
 			return &abiError{Label: i, Result: -1, msg: fmt.Sprintf("label %s reads %s, but %s passes %d integer arguments in registers on %s (arg0 to arg%d)",
 				t.Labels.List[i].Name, op.Text, abi, maxArg, arch, maxArg-1)}
@@ -238,4 +278,14 @@ func (t *Target) checkABI(goABI bool, arch string) error {
 		}
 	}
 	return nil
+}
+
+// namesParams says a label names a parameter ({param: NAME}).
+func (t *Target) namesParams() bool {
+	for _, op := range t.LabelOperands {
+		if op.Param != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/glob"
+	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
 
@@ -295,4 +297,84 @@ func TestArgsCap(t *testing.T) {
 	if counts["functions/label_other"] != 2*argsCalls/3 || len(counts) != 1 {
 		t.Errorf("counters %v; want functions/label_other %d and nothing else", counts, 2*argsCalls/3)
 	}
+}
+
+// TestParamsC traces handle(int code, const char *path, long n) of
+// paramsprog.c built with gcc -O2 -g, labelled by parameter name ({param:
+// code}, {param: path}): DWARF places code in rdi as a 32-bit signed int
+// and path in rsi as a C string, so the label sets and counts are
+// TestArgsC's exactly; a name placed in the wrong register, or with the
+// wrong size or signedness, gives other values. Attaching the same
+// labels to the program built without -g, or to a parameter that
+// follows a struct by value, fails, naming the function, the binary and
+// why.
+func TestParamsC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("arguments are tested on x86-64 so far")
+	}
+	prog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+  function: handle
+  labels: {status: {param: code}, route: {param: path}}
+  error: ret.s32 == -1
+`, prog), "handle", []string{"status", "route"})
+	checkArgs(t, got, wantArgs("status", "route"))
+	checkNoCounts(t, counts)
+
+	bare := buildParamsProg(t, "paramsprog-nodebug", "-O2")
+	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tc := range []struct{ bin, fn, param, want string }{
+		{bare, "handle", "code", "functions of " + bare + ": no DWARF for handle in " + bare + ": name arguments by position, argN"},
+		{prog, "after_pair", "code", "functions of " + prog + ": after_pair in " + prog + ": parameter code: it follows p (struct pair), which is a struct passed by value"},
+		{prog, "handle", "status", "functions of " + prog + ": handle in " + prog + " has no parameter status"},
+	} {
+		g, err := glob.Compile(tc.fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := Target{Binary: tc.bin, Functions: g,
+			Labels:        srcspec.Labels{List: []srcspec.Label{{Name: "status", OperandName: tc.param}}},
+			LabelOperands: []Operand{{Param: tc.param, Reg: -1, LenReg: -1, Text: "param " + tc.param}}}
+		s, err := Attach(context.Background(), c.SourceCore(), []Target{target})
+		if err == nil {
+			s.Close()
+			t.Errorf("%s %s: attached, want %s", tc.fn, tc.param, tc.want)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s %s: got %v, want %s...", tc.fn, tc.param, err, tc.want)
+		}
+	}
+}
+
+// TestParamsGo traces testdata/argsgo's main.handle(code int, path
+// string) (int, error) labelled by parameter name: DWARF and Go's
+// register ABI place code in rax and path in rbx and rcx, so the label
+// sets and counts are TestArgsGo's exactly.
+func TestParamsGo(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("arguments are tested on x86-64 so far")
+	}
+	gobin := needGo(t)
+	prog := filepath.Join(t.TempDir(), "argsgo")
+	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v: %s", err, out)
+	}
+	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
+  function: main.handle
+  labels: {code: {param: code}, path: {param: path}}
+  error: ret1 != 0
+`, prog), "main.handle", []string{"code", "path"})
+	checkArgs(t, got, wantArgs("code", "path"))
+	checkNoCounts(t, counts)
 }

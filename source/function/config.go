@@ -14,6 +14,7 @@ import (
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/spanevent"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
+	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // A Target is the functions of one binary to trace.
@@ -188,6 +189,9 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		reportABI(d, has, t, err.(*abiError))
 		return
 	}
+	if t.namesParams() && !checkParams(d, has, t, f) {
+		return
+	}
 	var refused []string
 	for _, fn := range f.Funcs {
 		if fn.Refused == "" {
@@ -202,6 +206,37 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		return
 	}
 	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
+}
+
+// checkParams places the parameters the labels name in each traceable
+// function as the agent would when it attaches, and reports the first
+// that cannot be at its label's value.
+func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, f *funcs.File) bool {
+	fh, err := userfile.OpenRooted(context.Background(), t.Binary, userfile.Options{Symlinks: true})
+	if err != nil {
+		return true // left to the agent, as an unreadable binary is
+	}
+	params, err := ReadParams(fh, f)
+	fh.Close()
+	if err != nil {
+		d.Errorf(has["binary"], "%s: parameters: %v", t.Binary, err)
+		return false
+	}
+	for i, op := range t.LabelOperands {
+		if op.Param == "" {
+			continue
+		}
+		for _, fn := range f.Funcs {
+			if fn.Refused != "" {
+				continue
+			}
+			if _, err := resolveParams([]Operand{op}, params, &fn, t.Binary, f.Go, f.Arch); err != nil {
+				d.Errorf(labelValue(has["labels"], t.Labels.List[i].Name), "label %s: %v", t.Labels.List[i].Name, err)
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // reportABI reports an operand the ABI does not have at the label's

@@ -76,6 +76,9 @@ type entryKey struct {
 	name   string
 	span   string
 	goABI  bool
+	// args are the label operands as placed from DWARF (a parameter's
+	// register may differ between two files a process: target runs).
+	args string
 }
 
 type procTarget struct {
@@ -205,6 +208,14 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
 		return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
 	}
+	var params *ParamTable
+	if t.namesParams() {
+		p, err := ReadParams(fh, f)
+		if err != nil {
+			return nil, nil, fmt.Errorf("functions of %s: parameters: %w", path, err)
+		}
+		params = p
+	}
 	ex, err := link.OpenExecutable(fmt.Sprintf("/proc/self/fd/%d", fh.Fd()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
@@ -223,7 +234,15 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 		if name == "" {
 			name = fn.DisplayName()
 		}
-		idx, err := s.entry(ti, t, fn.DisplayName(), name, f.Go)
+		// Parameters named are placed per function, before any is
+		// attached: a name that cannot be placed is an error, never a
+		// wrong register.
+		ft := t
+		ft.LabelOperands, err = resolveParams(t.LabelOperands, params, &fn, path, f.Go, f.Arch)
+		if err != nil {
+			return links, traced, fmt.Errorf("functions of %s: %w", path, err)
+		}
+		idx, err := s.entry(ti, ft, fn.DisplayName(), name, f.Go)
 		if err != nil {
 			return links, traced, fmt.Errorf("functions of %s: %s: %w", path, fn.DisplayName(), err)
 		}
@@ -250,7 +269,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 // ti's function fn, named span, putting the entry in the map the first
 // time. s.mu is held.
 func (s *Source) entry(ti int, t Target, fn, span string, goABI bool) (uint32, error) {
-	k := entryKey{target: ti, name: fn, span: span, goABI: goABI}
+	k := entryKey{target: ti, name: fn, span: span, goABI: goABI, args: fmt.Sprint(t.LabelOperands)}
 	if idx, ok := s.entries[k]; ok {
 		return idx, nil
 	}
