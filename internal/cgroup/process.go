@@ -36,24 +36,14 @@ func ProcessName(procRoot, dir string) (name, service string) {
 // the cgroup's series per process (Process names each), since a cgroup's
 // name cannot tell which of its processes a span came from.
 func Processes(procRoot, dir string) (name, service string, several bool) {
-	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return "", "", false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
 	manyExe, manyService := false, false
-	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
-		pid := strings.TrimSpace(sc.Text())
-		if pid == "" {
-			continue
-		}
+	eachProc(dir, func(pid string) bool {
 		exe := exeName(procRoot, pid)
 		switch {
 		case exe == "":
 			// The process exited, or is a kernel thread: it emits no
 			// spans.
-			continue
+			return true
 		case name == "":
 			name = exe
 		case exe != name:
@@ -67,10 +57,8 @@ func Processes(procRoot, dir string) (name, service string, several bool) {
 				manyService = true
 			}
 		}
-		if manyExe && manyService {
-			break
-		}
-	}
+		return !manyExe || !manyService
+	})
 	if manyExe {
 		name = ""
 	}
@@ -84,27 +72,35 @@ func Processes(procRoot, dir string) (name, service string, several bool) {
 // more than one executable, as Processes does, reading only the first
 // maxProcsRead pids' executables (no environment).
 func Several(procRoot, dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	first := ""
-	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
-		pid := strings.TrimSpace(sc.Text())
-		if pid == "" {
-			continue
-		}
+	first, several := "", false
+	eachProc(dir, func(pid string) bool {
 		switch exe := exeName(procRoot, pid); {
 		case exe == "":
 		case first == "":
 			first = exe
 		case exe != first:
-			return true
+			several = true
+		}
+		return !several
+	})
+	return several
+}
+
+// eachProc calls fn with each pid of the first maxProcsRead lines of the
+// cgroup directory dir's cgroup.procs, until fn returns false; nothing
+// when the file cannot be opened (the cgroup is gone).
+func eachProc(dir string, fn func(pid string) bool) {
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 0; sc.Scan() && n < maxProcsRead; n++ {
+		if pid := strings.TrimSpace(sc.Text()); pid != "" && !fn(pid) {
+			return
 		}
 	}
-	return false
 }
 
 // Process returns the executable name of process pid (as ProcessName
