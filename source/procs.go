@@ -1,10 +1,12 @@
 package source
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // A Process is one process a scan of /proc found.
@@ -53,4 +55,20 @@ func Exe(dir string) (string, bool) {
 		return "", false
 	}
 	return strings.TrimSuffix(p, " (deleted)"), true
+}
+
+// Every calls scan every interval until ctx ends: the periodic /proc scan
+// of the sources that attach by process (source/marker, source/function's
+// process: targets).
+func Every(ctx context.Context, interval time.Duration, scan func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			scan()
+		}
+	}
 }

@@ -160,7 +160,7 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 			lctx, cancel := context.WithCancel(context.Background())
 			s.cancel = cancel
 			s.wg.Add(1)
-			go func() { defer s.wg.Done(); s.loop(lctx, core.ScanInterval) }()
+			go func() { defer s.wg.Done(); source.Every(lctx, core.ScanInterval, s.Scan) }()
 		}
 	}
 	return s, nil
@@ -294,19 +294,6 @@ func (s *Source) entry(ti int, t Target, fn, span string, goABI bool) (uint32, e
 	}
 	s.entries[k] = idx
 	return idx, nil
-}
-
-func (s *Source) loop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.Scan()
-		}
-	}
 }
 
 // Scan looks at the executable of every process (source.Processes) and

@@ -136,7 +136,7 @@ func Attach(core *source.Core, cfg Config) (_ *Source, err error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		m.cancel = cancel
 		m.wg.Add(1)
-		go func() { defer m.wg.Done(); m.loop(ctx) }()
+		go func() { defer m.wg.Done(); source.Every(ctx, m.scanInterval, m.Scan) }()
 	}
 	return m, nil
 }
@@ -155,19 +155,6 @@ func (m *Source) Method() string {
 		return "uprobe_multi"
 	}
 	return "perf"
-}
-
-func (m *Source) loop(ctx context.Context) {
-	t := time.NewTicker(m.scanInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.Scan()
-		}
-	}
 }
 
 // Scan looks at every process's executable, and at the shared objects it
