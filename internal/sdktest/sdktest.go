@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/profile"
 	"github.com/spanwatch/spanwatch/snapshot"
 )
@@ -80,7 +81,7 @@ func Mode(tb testing.TB, line, marker, userEvents string) bool {
 	if line != marker && line != userEvents {
 		tb.Fatalf("the program printed %q, want %q (marker) or %q (user_events)", line, marker, userEvents)
 	}
-	if os.Getenv("SPANWATCH_IN_VM") == "1" && os.Getenv("SPANWATCH_EMIT") != "marker" && line != userEvents {
+	if bpftest.InVM() && os.Getenv("SPANWATCH_EMIT") != "marker" && line != userEvents {
 		if _, err := os.Stat("/sys/kernel/tracing/user_events_data"); err == nil {
 			tb.Fatalf("the program printed %q on a kernel with user_events: want %q", line, userEvents)
 		}
@@ -145,7 +146,7 @@ func Start(tb testing.TB, budgets []collector.BudgetRule) *Watch {
 		Sources:      collector.Sources{Marker: true, UserEvents: true},
 		ScanInterval: 200 * time.Millisecond,
 	}
-	if os.Getenv("SPANWATCH_IN_VM") == "1" {
+	if bpftest.InVM() {
 		// Under qemu TCG (test/vm/run.sh -hostroot) a runtime's big
 		// binary (Node.js: 99 MB, 185k symbols) takes longer to parse
 		// than the agent waits on a real machine (10 s), and a JVM
@@ -309,7 +310,7 @@ type Want struct {
 // figures exactly: more than wanted is a failure too.
 func (w *Watch) Wait(tb testing.TB, pid int, timeout time.Duration, want map[string]Want) {
 	tb.Helper()
-	if os.Getenv("SPANWATCH_IN_VM") == "1" {
+	if bpftest.InVM() {
 		// Under qemu TCG the agent waits up to ten times longer for a
 		// runtime's symbols (Start's SymbolTimeout), and overruns come
 		// only once their stacks are named.
