@@ -225,7 +225,8 @@ done
 doc=(-check)
 [ $update -eq 1 ] && doc=(-write)
 [ $whole -eq 1 ] || doc=()
-if ! go run ./test/vm/matrixdoc "${doc[@]}" "${results[@]}" >"$out/kernels.md"; then
+# (userevents-sdk alone has no column: then there is no table to make.)
+if [ ${#results[@]} -gt 0 ] && ! go run ./test/vm/matrixdoc "${doc[@]}" "${results[@]}" >"$out/kernels.md"; then
 	status=1
 fi
 for s in "${summary[@]}"; do
