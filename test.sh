@@ -130,7 +130,7 @@ else
 fi
 
 if [[ $vm -eq 1 ]]; then
-	step "the kernel matrix in VMs: Debian's 5.10, 6.1, 6.12, 6.12-rt, the user_events kernel, Debian's 6.1 and 6.12 for arm64, the host (test/vm/matrix.sh)"
+	step "the kernel matrix in VMs: Debian's 5.10, 6.1, 6.12, 6.12-rt, the user_events kernel (and the C, Python, Node.js and Java SDKs on it), Debian's 6.1 and 6.12 for arm64, the host (test/vm/matrix.sh)"
 	if [[ $(id -u) -eq 0 ]]; then
 		test/vm/matrix.sh
 	else

@@ -24,8 +24,9 @@
 // metrics take in Prometheus (traces_span_metrics_calls_total, split by
 // status_code into STATUS_CODE_ERROR and STATUS_CODE_UNSET, and
 // traces_span_metrics_duration_seconds), with the span labelled span_name
-// and service_name the OpenTelemetry service name the cgroup's processes
-// declare in their environment (OTEL_SERVICE_NAME, or service.name in
+// and service_name the OpenTelemetry service name declared by the cgroup's
+// processes (by the span's own process where a cgroup runs several
+// executables, whose series are kept per process) in their environment (OTEL_SERVICE_NAME, or service.name in
 // OTEL_RESOURCE_ATTRIBUTES, as the SDKs read them; the default names
 // label it service) or else their executable's name, so dashboards and
 // rules written for the connector work. What they cannot have: span_kind

@@ -209,21 +209,33 @@ func validService(s string) string {
 }
 
 // CommName returns a command name as the kernel keeps it (comm: up to 16
-// bytes, NUL-terminated), as exeName reads /proc/PID/comm: "" when it is
-// not UTF-8 or holds control characters (a process names its threads as
-// it likes).
+// bytes, NUL-terminated), cleaned as exeName cleans names (cleanName).
 func CommName(b []byte) string {
 	if i := bytes.IndexByte(b, 0); i >= 0 {
 		b = b[:i]
 	}
-	s := string(bytes.TrimSpace(b))
-	if !utf8.ValidString(s) {
-		return ""
-	}
-	for _, r := range s {
+	return cleanName(string(b))
+}
+
+// maxExeName bounds a process name (a file name is at most 255 bytes).
+const maxExeName = 255
+
+// cleanName makes a process name, which the process's user chooses (a
+// file name or a comm may hold any byte but '/' and NUL), fit for labels
+// and alerts: bytes that are not UTF-8 become U+FFFD, control characters
+// '?', and it is cut to maxExeName bytes. It is never blanked: a name
+// made "" would read as a process that exited, and a process could then
+// hide beside another in its cgroup.
+func cleanName(s string) string {
+	s = strings.TrimSpace(strings.ToValidUTF8(s, "\uFFFD"))
+	s = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
-			return ""
+			return '?'
 		}
+		return r
+	}, s)
+	if len(s) > maxExeName {
+		s = strings.ToValidUTF8(s[:maxExeName], "")
 	}
 	return s
 }
@@ -231,15 +243,16 @@ func CommName(b []byte) string {
 // exeName returns the base name of a process's executable. Reading
 // /proc/PID/exe of another user's process needs CAP_SYS_PTRACE; without it
 // the command name (comm, at most 15 bytes) stands in. The link is read,
-// never followed, and comm is the kernel's (at most TASK_COMM_LEN bytes).
+// never followed, and comm is the kernel's (at most TASK_COMM_LEN bytes);
+// either is cleaned (cleanName).
 func exeName(procRoot, pid string) string {
 	if p, err := os.Readlink(filepath.Join(procRoot, pid, "exe")); err == nil {
 		// A binary replaced on disk reads "/path/name (deleted)".
-		return filepath.Base(strings.TrimSuffix(p, " (deleted)"))
+		return cleanName(filepath.Base(strings.TrimSuffix(p, " (deleted)")))
 	}
 	b, err := os.ReadFile(filepath.Join(procRoot, pid, "comm"))
 	if err != nil {
 		return ""
 	}
-	return string(bytes.TrimSpace(b))
+	return cleanName(string(b))
 }

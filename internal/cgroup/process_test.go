@@ -27,8 +27,9 @@ func TestCommName(t *testing.T) {
 		{[]byte("postgres\x00\x00\x00\x00\x00\x00\x00\x00"), "postgres"},
 		{[]byte("0123456789abcde\x00"), "0123456789abcde"},
 		{[]byte("no-terminator-16"), "no-terminator-16"},
-		{[]byte("bad\x1bname\x00"), ""},
-		{[]byte("\xff\xfe\x00"), ""},
+		{[]byte("bad\x1bname\x00"), "bad?name"},
+		{[]byte("\xff\xfe\x00"), "\uFFFD"},
+		{[]byte("a\xffb\n\x00"), "a\uFFFDb"},
 		{[]byte{0}, ""},
 	} {
 		if got := CommName(tc.comm); got != tc.want {
@@ -69,6 +70,9 @@ func TestProcessName(t *testing.T) {
 		{"resource attributes", []proc{{"10", "/app/server", "server", []string{"OTEL_RESOURCE_ATTRIBUTES=deployment.environment=prod,service.name=pay%20ments,k8s.pod.name=x"}}}, "10\n", "server", "pay ments"},
 		{"OTEL_SERVICE_NAME wins", []proc{{"10", "/app/server", "server", []string{"OTEL_SERVICE_NAME=a", "OTEL_RESOURCE_ATTRIBUTES=service.name=b"}}}, "10\n", "server", "a"},
 		{"a control character", []proc{svc("10", "/app/server", "bad\x1bname")}, "10\n", "server", ""},
+		{"a control character in the file name", []proc{{"10", "/app/bad\x1bname", "bad", nil}}, "10\n", "bad?name", ""},
+		{"a file name not UTF-8", []proc{{"10", "/app/s\xffrv", "s", nil}}, "10\n", "s\uFFFDrv", ""},
+		{"a control-character name beside a service", []proc{{"10", "/app/server", "server", nil}, {"11", "/tmp/\x01", "x", nil}}, "10\n11\n", "", ""},
 		{"too long", []proc{svc("10", "/app/server", strings.Repeat("x", maxServiceName+1))}, "10\n", "server", ""},
 		{"beyond the read cap", []proc{{"10", "/app/server", "server", []string{"PAD=" + strings.Repeat("x", maxEnvironRead), "OTEL_SERVICE_NAME=hidden"}}}, "10\n", "server", ""},
 		{"an overlong attributes entry", []proc{{"10", "/app/server", "server", []string{"OTEL_RESOURCE_ATTRIBUTES=a=" + strings.Repeat("x", maxEnvEntry) + ",service.name=x"}}}, "10\n", "server", ""},
@@ -108,6 +112,7 @@ func TestProcessName(t *testing.T) {
 				if p.exe == "" {
 					name = p.comm
 				}
+				name = cleanName(name)
 				exes[name] = true
 				gotName, gotService := Process(procRoot, uint32(mustAtoi(t, p.pid)))
 				// A process alone is named as its cgroup is.
