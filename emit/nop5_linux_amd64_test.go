@@ -3,6 +3,7 @@
 package emit_test
 
 import (
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -18,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/markerabi"
@@ -277,5 +280,50 @@ func TestNop5RedZone(t *testing.T) {
 			t.Fatalf("the marker's nop5 reads % x while probed, not a call: the kernel has the uprobe syscall but did not optimize the uprobe", code)
 		}
 		t.Logf("Go marker, optimized uprobe (% x): %d calls, %d arguments read, 0 locals changed", code, hits, matches)
+	})
+
+	// The collector's marker source attaches at the nop5 on this
+	// kernel: after one span the site is the kernel's call.
+	t.Run("collector", func(t *testing.T) {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ef, err := elf.Open(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pie := ef.Type != elf.ET_EXEC
+		ef.Close()
+		if pie {
+			t.Skip("a PIE test binary: the marker's run-time address is not its file address")
+		}
+		f, err := os.Open(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := marker.Find(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{exe}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		emit.Record(&emit.Finished{Name: "nop5.span", Duration: time.Millisecond, Start: time.Now()})
+		mem, err := os.Open("/proc/self/mem")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		code := make([]byte, 6)
+		if _, err := mem.ReadAt(code, int64(found.Addr)); err != nil {
+			t.Fatal(err)
+		}
+		if code[0] != 0x90 || code[markerabi.GoNop5Offset] != 0xe8 {
+			t.Errorf("with the collector attached the marker reads % x: want the nop, then the kernel's call (e8) at the nop5", code)
+		}
 	})
 }
