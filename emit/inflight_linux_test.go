@@ -32,7 +32,7 @@ func spinFor(d time.Duration) {
 }
 
 // threadCPU is the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID).
-func threadCPU(t *testing.T) time.Duration {
+func threadCPU(t testing.TB) time.Duration {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,12 @@ package emit
 // or single-steps it out of line:
 //
 //   - amd64: the one-byte nop (0x90) is emulated (arch/x86/kernel/uprobes.c,
-//     branch_setup_xol_ops): about 0.5 µs a hit instead of 13 µs.
+//     branch_setup_xol_ops): about 0.5 µs a hit instead of 13 µs. A
+//     five-byte nop follows it: where the kernel optimizes uprobes on
+//     those (the uprobe syscall, Linux 6.18+) the collector attaches there,
+//     and the kernel rewrites the nop into a call to its uprobe
+//     trampoline, no trap (see marker_amd64.s for why that is safe here
+//     and not in C, and BENCHMARKS.md for what it saves).
 //   - arm64: the NOP (0xd503201f) is simulated from Linux 6.13
 //     (simulate_nop, arch/arm64/kernel/probes/decode-insn.c); 6.12 and
 //     older single-step it out of line, which the patch's benchmark puts

@@ -43,9 +43,13 @@ const (
 
 // marker is what Find found in a binary.
 type Found struct {
-	Off, Sem, Addr uint64   // file offsets of the marker and the enable word; the marker's address
-	SysV           bool     // libspanwatch's marker (the event in the first argument register), not the Go SDK's
-	Caps           []string // the caps (userfile reasons) a read of the binary met
+	Off, Sem, Addr uint64 // file offsets of the marker and the enable word; the marker's address
+	SysV           bool   // libspanwatch's marker (the event in the first argument register), not the Go SDK's
+	// Nop5 is set when the Go SDK's marker is x86-64's nop, nop5, ret
+	// (markerabi.GoMarkerCodeAMD64): a uprobe at its five-byte nop, at
+	// Off+markerabi.GoNop5Offset, is one the kernel may optimize.
+	Nop5 bool
+	Caps []string // the caps (userfile reasons) a read of the binary met
 }
 
 // symbol names the marker found, for messages.
@@ -84,6 +88,10 @@ func Find(r io.ReaderAt) (Found, error) {
 	}
 	if mk.Addr == 0 || probeAddr == 0 {
 		return Found{}, ErrNoMarker
+	}
+	if !mk.SysV && f.Machine == elf.EM_X86_64 {
+		code, ok := readAddr(f, mk.Addr, len(markerabi.GoMarkerCodeAMD64), elf.PF_X)
+		mk.Nop5 = ok && string(code) == markerabi.GoMarkerCodeAMD64
 	}
 	if mk.Off, err = elfread.FileOffset(f, mk.Addr); err != nil {
 		return Found{}, fmt.Errorf("%s: %w", mk.symbol(), err)

@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/spanwatch/spanwatch/internal/markerabi"
 	"github.com/spanwatch/spanwatch/internal/symbolize"
 	"github.com/spanwatch/spanwatch/internal/userfile"
 	"github.com/spanwatch/spanwatch/source"
@@ -78,6 +79,13 @@ type Source struct {
 	prog     *ebpf.Program // the Go SDK's marker (ABI0: the event on the stack)
 	progSysV *ebpf.Program // libspanwatch's marker (System V: the event in %rdi, or x0 on arm64)
 	multi    bool          // the programs are loaded for uprobe_multi links
+	// nop5 is set where the kernel optimizes uprobes on five-byte nops
+	// (the uprobe syscall, x86-64, Linux 6.18+): the Go SDK's marker is
+	// then attached at its five-byte nop, a call and a syscall per span
+	// instead of a trap. libspanwatch's marker keeps its one-byte nop:
+	// the call writes below the stack pointer, into the red zone C code
+	// may keep data in (emit's TestNop5RedZone).
+	nop5     bool
 	core     *source.Core
 	log      *slog.Logger
 	procRoot string
@@ -119,12 +127,12 @@ func Attach(core *source.Core, cfg Config) (_ *Source, err error) {
 	if p.Marker == nil || p.MarkerSysV == nil {
 		return nil, errors.New("marker source: the core object has no marker programs")
 	}
-	m := &Source{prog: p.Marker, progSysV: p.MarkerSysV, multi: p.UprobeMulti, core: core, log: core.Logger,
+	m := &Source{prog: p.Marker, progSysV: p.MarkerSysV, multi: p.UprobeMulti, nop5: haveUprobeSyscall(), core: core, log: core.Logger,
 		procRoot: core.ProcRoot, binariesCfg: cfg.Binaries, scanInterval: cfg.ScanInterval, binaries: map[fileKey]*markerBinary{}}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	m.log.Info("marker_uprobes", "method", m.Method())
+	m.log.Info("marker_uprobes", "method", m.Method(), "go_site", m.goSite())
 	for _, b := range cfg.Binaries {
 		if err := m.AttachPath(b); err != nil {
 			m.Close()
@@ -155,6 +163,16 @@ func (m *Source) Method() string {
 		return "uprobe_multi"
 	}
 	return "perf"
+}
+
+// goSite names where the Go SDK's marker is attached: "nop5" where the
+// kernel optimizes uprobes on five-byte nops (binaries built before the
+// marker had one still get "nop"), "nop" otherwise.
+func (m *Source) goSite() string {
+	if m.nop5 {
+		return "nop5"
+	}
+	return "nop"
 }
 
 // Scan looks at every process's executable, and at the shared objects it
@@ -383,6 +401,13 @@ func (m *Source) attachLocked(path, procDir string) (key fileKey, ok bool, err e
 		m.log.Warn("marker_binary_capped", "binary", path, "caps", strings.Join(found.Caps, ","),
 			"hint", "parts of this binary past the caps were not read; the marker was found in the rest")
 	}
+	// The Go SDK's marker is attached at its five-byte nop where the
+	// kernel optimizes it, and at its first byte otherwise; the stack
+	// anchor is the site the uprobe fires at.
+	site, off, addr := "nop", found.Off, found.Addr
+	if found.Nop5 && m.nop5 {
+		site, off, addr = "nop5", off+markerabi.GoNop5Offset, addr+markerabi.GoNop5Offset
+	}
 	// The uprobe names the file by the descriptor already open: the
 	// kernel takes that very inode, with no path to look up again. Its
 	// registration reads the probed page, which a file system that
@@ -408,9 +433,9 @@ func (m *Source) attachLocked(path, procDir string) (key fileKey, ok bool, err e
 			prog = m.progSysV
 		}
 		if m.multi {
-			return ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{found.Off}, RefCtrOffsets: []uint64{found.Sem}})
+			return ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{off}, RefCtrOffsets: []uint64{found.Sem}})
 		}
-		return ex.Uprobe("", prog, &link.UprobeOptions{Address: found.Off, RefCtrOffset: found.Sem})
+		return ex.Uprobe("", prog, &link.UprobeOptions{Address: off, RefCtrOffset: found.Sem})
 	}, func(l link.Link) { l.Close() })
 	if err != nil {
 		if !m.multi && errors.Is(err, os.ErrPermission) {
@@ -436,12 +461,12 @@ func (m *Source) attachLocked(path, procDir string) (key fileKey, ok bool, err e
 		}
 	}
 	if m.core.AddAnchor != nil {
-		m.core.AddAnchor(symbolize.Anchor{Path: real, Open: path, Addr: found.Addr, Reader: cred, Root: root})
+		m.core.AddAnchor(symbolize.Anchor{Path: real, Open: path, Addr: addr, Reader: cred, Root: root})
 	}
 	m.mu.Lock()
 	m.binaries[key] = &markerBinary{path: real, link: l}
 	m.mu.Unlock()
-	m.log.Info("marker_attached", "binary", real, "marker", found.symbol(), "offset", found.Off, "semaphore", found.Sem, "method", m.Method())
+	m.log.Info("marker_attached", "binary", real, "marker", found.symbol(), "site", site, "offset", off, "semaphore", found.Sem, "method", m.Method())
 	return key, true, nil
 }
 
