@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/internal/bpftest"
@@ -215,4 +217,156 @@ func TestSampleFromStart(t *testing.T) {
 	if under.reported || under.dropped == 0 || under.dropped != uint64(under.within) {
 		t.Errorf("within the budget: reported %v, %d dropped of %d samples within", under.reported, under.dropped, under.within)
 	}
+}
+
+// BenchmarkSampleFromStart measures what sampling from the start costs
+// against sampling from the budget on (today's default): one thread runs
+// testdata/phases.c's spans back to back (105 ms each on the CPU, at most
+// 9.5 a second), each within its 250 ms budget, so that every sample
+// taken from the start is dropped. Per mode: the samplers' BPF run time
+// per second (inflight_on_cpu, the kernel's BPF stats), the agent side's
+// CPU per second (this process: the watcher's scans every 100 ms, reading
+// the ring buffer, symbolizing each sample and joining it; the loop that
+// drives the program costs the same in both), and the samples taken and
+// dropped per span.
+func BenchmarkSampleFromStart(b *testing.B) {
+	for _, early := range []bool{false, true} {
+		name := "off"
+		if early {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) { benchPhases(b, early) })
+	}
+}
+
+func benchPhases(b *testing.B, early bool) {
+	m := newMaps(b)
+	core, err := bpf.LoadSpanwatch()
+	if err != nil {
+		b.Fatal(err)
+	}
+	execMap, err := ebpf.NewMap(core.Maps["inflight_exec"])
+	if err != nil {
+		bpftest.SkipUnlessLoaded(b, "create inflight_exec", err)
+	}
+	defer execMap.Close()
+	const span, budget = "charge", 250 * time.Millisecond
+	if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
+		b.Fatal(err)
+	}
+	w, err := New(Config{Exec: execMap, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters})
+	if err != nil {
+		bpftest.SkipUnlessLoaded(b, "load the inflight programs", err)
+	}
+	defer w.Close()
+	// Warm-up spans sampled from their start in both modes, so that the
+	// symbolizer's one-time loads of the modules' tables (the program,
+	// libc, the vDSO: lazily, at a first frame in each) are not measured.
+	if err := w.SetEarly(map[string]time.Duration{span: budget}); err != nil {
+		b.Fatal(err)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		bpftest.SkipUnlessLoaded(b, "enable BPF run-time statistics (5.8+)", err)
+	}
+	defer stats.Close()
+	rd, err := ringbuf.NewReader(m.overruns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rd.Close()
+	bin := bpftest.CProgram(b, "phases")
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+	out := bufio.NewReader(stdout)
+	if line, err := out.ReadString('\n'); err != nil || line != "ready\n" {
+		b.Fatalf("read ready: %q, %v", line, err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	sym := symbolize.New(symbolize.Config{})
+	defer sym.Close()
+	if err := sym.Capture(pid); err != nil {
+		b.Fatal(err)
+	}
+	j := NewJoiner(JoinConfig{})
+	var samples atomic.Int64
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		for {
+			rec, err := rd.Read()
+			if err != nil {
+				return
+			}
+			r := (*bpf.SpanwatchOverrun)(unsafe.Pointer(&rec.RawSample[0]))
+			frames, _ := sym.User(r.Pid, stackAddrs(r.Ustack[:], r.UstackLen))
+			j.Add(Record{Overrun: snapshot.Overrun{Span: span, NameID: r.NameId, PID: r.Pid, TID: r.Tid, DurationNs: r.DurationNs,
+				BudgetNs: r.BudgetNs, StillRunning: true, UserStack: frames}, Sample: true, StartNs: r.StartNs, MonoStartNs: r.TsNs - r.DurationNs})
+			samples.Add(1)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	key := bpf.InflightInflightExecKey{Tgid: pid, Exec: uint64(pid)}
+	runSpan := func(i int) {
+		now, _ := monotonicNs()
+		var st bpf.InflightInflightStack
+		st.Depth, st.Tid = 1, pid
+		st.Spans[0] = bpf.InflightInflightOpen{StartNs: now, StartReal: uint64(i + 1), NameId: snapshot.NameID(span), Name: nameBytes(span)}
+		if err := execMap.Put(&key, &st); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stdin.Write([]byte("x")); err != nil {
+			b.Fatal(err)
+		}
+		if line, err := out.ReadString('\n'); err != nil || line != "done\n" {
+			b.Fatalf("read done: %q, %v", line, err)
+		}
+		if err := execMap.Delete(&key); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := -5; i < 0; i++ {
+		runSpan(i)
+	}
+	time.Sleep(budget + time.Second)
+	if !early {
+		if err := w.SetEarly(nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	samples0, dropped0 := samples.Load(), j.EarlyDropped()
+	var ru0, ru1 unix.Rusage
+	before, _ := w.objs.InflightOnCpu.Stats()
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	start := time.Now()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runSpan(i)
+	}
+	b.StopTimer()
+	// Let the last samples arrive and the Joiner decide.
+	time.Sleep(budget + time.Second)
+	elapsed := time.Since(start)
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	after, _ := w.objs.InflightOnCpu.Stats()
+	rd.Close()
+	<-readDone
+	cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+	sec := elapsed.Seconds()
+	b.ReportMetric(float64(b.N)/sec, "spans/s")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/sec, "agent-cpu-ms/s")
+	b.ReportMetric(float64((after.Runtime-before.Runtime).Microseconds())/1000/sec, "bpf-ms/s")
+	b.ReportMetric(float64(after.RunCount-before.RunCount)/sec, "bpf-runs/s")
+	b.ReportMetric(float64(samples.Load()-samples0)/float64(b.N), "samples/span")
+	b.ReportMetric(float64(j.EarlyDropped()-dropped0)/float64(b.N), "dropped/span")
+	b.ReportMetric(0, "ns/op")
 }
