@@ -60,6 +60,8 @@ enum inflight_watch_sizes {
 	INFLIGHT_MAX_PARKED = 16,
 	/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
 	INFLIGHT_SOURCES = 1024,
+	/* Span names sampled from their start (inflight_early). */
+	INFLIGHT_MAX_EARLY = 1024,
 };
 
 /* inflight_target.flags */
@@ -109,6 +111,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct inflight_target);
 } inflight_scratch SEC(".maps");
+
+/*
+ * Spans sampled from their start (a budget's sample_from_start): the budget
+ * in nanoseconds by the name id of the span's start event (exact names),
+ * written by internal/inflight. While it is not empty the CPU clock stays
+ * attached, and a thread (or goroutine) that is not in inflight_watch is
+ * sampled at each tick for each open span of inflight_exec with a name
+ * here, whatever its age: inflight_watch takes over once the scan finds the
+ * span over its budget. Off the CPU such spans are not sampled before that.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, INFLIGHT_MAX_EARLY);
+	__type(key, __u64);
+	__type(value, __u64);
+} inflight_early SEC(".maps");
 
 /* Watched goroutines (INFLIGHT_MAX_PARKED). */
 struct {
@@ -308,6 +326,43 @@ static __always_inline void sample_current(void *ctx, struct inflight_exec_key *
 	}
 }
 
+/* sample_early samples, on the CPU, the open spans of k (in inflight_exec)
+ * whose names are in inflight_early: one record per such span, its duration
+ * the time run so far, below its budget or not. The collector's Joiner keeps
+ * the records of a span that ends over its budget and drops the others. */
+static __always_inline void sample_early(void *ctx, struct inflight_exec_key *k, __u32 tid, __u64 now)
+{
+	struct inflight_stack *e = bpf_map_lookup_elem(&inflight_exec, k);
+	struct inflight_tspan s = {};
+
+	if (!e)
+		return;
+	for (__u32 i = 0; i < INFLIGHT_DEPTH; i++) {
+		struct inflight_open *o = &e->spans[i];
+		struct overrun *r;
+		__u64 *budget;
+
+		if (i >= e->depth)
+			break;
+		budget = bpf_map_lookup_elem(&inflight_early, &o->name_id);
+		if (!budget || now < o->start_ns)
+			continue;
+		s.start_ns = o->start_ns;
+		s.start_real = o->start_real;
+		s.name_id = o->name_id;
+		s.budget_ns = *budget;
+		s.source = o->source;
+		__builtin_memcpy(s.name, o->name, sizeof(s.name));
+		r = record(&s, now, k->tgid, tid, 0, bpf_get_current_cgroup_id());
+		if (!r)
+			return;
+		bpf_get_current_comm(r->comm, sizeof(r->comm));
+		r->ustack_len = bpf_get_stack(ctx, r->ustack, sizeof(r->ustack), BPF_F_USER_STACK);
+		r->kstack_len = bpf_get_stack(ctx, r->kstack, sizeof(r->kstack), 0);
+		bpf_ringbuf_submit(r, 0);
+	}
+}
+
 /* still_runnable reports whether the thread sched_switch switches out
  * (prev) is still runnable: preempted, not blocked. */
 static __always_inline int still_runnable(struct bpf_raw_tracepoint_args *ctx)
@@ -316,10 +371,11 @@ static __always_inline int still_runnable(struct bpf_raw_tracepoint_args *ctx)
 }
 
 /* sample looks up the current thread, and the goroutine it runs, among the
- * watched ones. With switch_ctx (sched_switch), a thread that is still
+ * watched ones; with early (the CPU clock), one that is not watched has its
+ * spans sampled from their start where inflight_early names them. With switch_ctx (sched_switch), a thread that is still
  * runnable is not sampled: checked only for a watched one, as the lookups
  * that miss are what every other context switch pays. */
-static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracepoint_args *switch_ctx)
+static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracepoint_args *switch_ctx, int early)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct inflight_exec_key k = {.tgid = pid_tgid >> 32, .exec = (__u32)pid_tgid};
@@ -332,13 +388,15 @@ static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracep
 	/* Keep clang from testing w | off: the verifier refuses pointer
 	 * arithmetic. */
 	asm volatile("" : "+r"(w));
-	if (!w && !off)
+	if (!w && !off && !early)
 		return 0;
 	if (switch_ctx && still_runnable(switch_ctx))
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (w)
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
+	else if (early)
+		sample_early(ctx, &k, (__u32)pid_tgid, now);
 	if (!off)
 		return 0;
 	__u64 g = task_g((void *)bpf_get_current_task(), *off, 1);
@@ -346,15 +404,22 @@ static __always_inline int sample(void *ctx, __u32 status, struct bpf_raw_tracep
 		return 0;
 	k.exec = g;
 	w = bpf_map_lookup_elem(&inflight_watch, &k);
-	if (w && (w->flags & TARGET_GOROUTINE) && g_on_its_stack(g))
+	if ((w ? !(w->flags & TARGET_GOROUTINE) : !early) || !g_on_its_stack(g))
+		return 0;
+	if (w)
 		sample_current(ctx, &k, w, (__u32)pid_tgid, status, now);
+	else
+		sample_early(ctx, &k, (__u32)pid_tgid, now);
 	return 0;
 }
 
+/* The early path runs only while inflight_early has names: a thread that
+ * is in neither map costs the clock's tick two failed look-ups, as it does
+ * while anything is watched. */
 SEC("perf_event")
 int inflight_on_cpu(void *ctx)
 {
-	return sample(ctx, 0, 0);
+	return sample(ctx, 0, 0, 1);
 }
 
 /* sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next):
@@ -365,7 +430,7 @@ int inflight_on_cpu(void *ctx)
 SEC("raw_tp/sched_switch")
 int inflight_off_cpu(struct bpf_raw_tracepoint_args *ctx)
 {
-	return sample(ctx, OVERRUN_OFF_CPU, ctx);
+	return sample(ctx, OVERRUN_OFF_CPU, ctx, 0);
 }
 
 /* inflight_scan's walk of one task's stack of open spans. */

@@ -151,6 +151,7 @@ const (
 	InflightInflightWatchSizesINFLIGHT_TARGET_SPANS InflightInflightWatchSizes = 4
 	InflightInflightWatchSizesINFLIGHT_MAX_PARKED   InflightInflightWatchSizes = 16
 	InflightInflightWatchSizesINFLIGHT_SOURCES      InflightInflightWatchSizes = 1024
+	InflightInflightWatchSizesINFLIGHT_MAX_EARLY    InflightInflightWatchSizes = 1024
 )
 
 type InflightOverrunStatus uint32
@@ -241,6 +242,7 @@ const (
 	InflightMapCounters                  = "counters"
 	InflightMapFreeSlots                 = "free_slots"
 	InflightMapInflightCfg               = "inflight_cfg"
+	InflightMapInflightEarly             = "inflight_early"
 	InflightMapInflightExec              = "inflight_exec"
 	InflightMapInflightGprocs            = "inflight_gprocs"
 	InflightMapInflightParked            = "inflight_parked"
@@ -342,6 +344,7 @@ type InflightMapSpecs struct {
 	Counters        *ebpf.MapSpec `ebpf:"counters"`
 	FreeSlots       *ebpf.MapSpec `ebpf:"free_slots"`
 	InflightCfg     *ebpf.MapSpec `ebpf:"inflight_cfg"`
+	InflightEarly   *ebpf.MapSpec `ebpf:"inflight_early"`
 	InflightExec    *ebpf.MapSpec `ebpf:"inflight_exec"`
 	InflightGprocs  *ebpf.MapSpec `ebpf:"inflight_gprocs"`
 	InflightParked  *ebpf.MapSpec `ebpf:"inflight_parked"`
@@ -411,6 +414,7 @@ type InflightMaps struct {
 	Counters        *ebpf.Map `ebpf:"counters"`
 	FreeSlots       *ebpf.Map `ebpf:"free_slots"`
 	InflightCfg     *ebpf.Map `ebpf:"inflight_cfg"`
+	InflightEarly   *ebpf.Map `ebpf:"inflight_early"`
 	InflightExec    *ebpf.Map `ebpf:"inflight_exec"`
 	InflightGprocs  *ebpf.Map `ebpf:"inflight_gprocs"`
 	InflightParked  *ebpf.Map `ebpf:"inflight_parked"`
@@ -444,6 +448,7 @@ func (m *InflightMaps) Close() error {
 		m.Counters,
 		m.FreeSlots,
 		m.InflightCfg,
+		m.InflightEarly,
 		m.InflightExec,
 		m.InflightGprocs,
 		m.InflightParked,

@@ -181,8 +181,8 @@ func (ch *BudgetChange) Commit() error {
 	c := ch.c
 	defer c.budgetMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return ErrClosed
 	}
 	if c.reader.compat {
@@ -200,6 +200,10 @@ func (ch *BudgetChange) Commit() error {
 	atomic.StoreUint32(&c.reader.core.BudgetGen, nextBudgetGen(word)|ch.set<<budgetSetShift|uint32(len(ch.t.globs))<<budgetGlobsShift)
 	c.reader.budgets = ch.t
 	c.reader.budgetGen++
+	in := c.inflight
+	c.mu.Unlock()
+	// Outside c.mu: a scan holds the watcher's lock and takes c.mu.
+	c.applyEarly(in, ch.t)
 	return nil
 }
 

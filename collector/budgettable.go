@@ -28,6 +28,11 @@ type BudgetRule struct {
 	NoUserStack bool
 	// KernelStack captures the kernel stack too.
 	KernelStack bool
+	// SampleFromStart samples the span's thread on the CPU from the
+	// span's start rather than from its budget on, and keeps the samples
+	// of a span that ends over its budget (internal/inflight's
+	// Watcher.SetEarly): an exact name only, with a user stack.
+	SampleFromStart bool
 }
 
 // Budget limits, the kernel's: an exact name is at most snapshot.NameLen-1
@@ -117,6 +122,15 @@ func compileBudgets(rules []BudgetRule) (*budgetTable, []error) {
 		}
 		if r.KernelStack {
 			b.flags |= captureKernl
+		}
+		_, exact := g.Exact()
+		switch {
+		case r.SampleFromStart && !exact:
+			bad(i, "sample_from_start needs an exact span name, not a glob: the kernel looks it up by the name the span starts with")
+			continue
+		case r.SampleFromStart && r.NoUserStack:
+			bad(i, "sample_from_start takes stacks: it cannot go with capture_stack: false")
+			continue
 		}
 		if name, ok := g.Exact(); ok {
 			if len(name) > snapshot.NameLen-1 {

@@ -62,8 +62,12 @@ func (c *Collector) startInflight(ctx context.Context) {
 		c.log.Warn("inflight_sampling_unavailable", "error", err, "effect", "overruns carry only the stack where the span ended; spans that never end are not reported")
 		return
 	}
+	c.mu.Lock()
 	c.inflight = &inflightState{w: w}
+	t := c.reader.budgets
+	c.mu.Unlock()
 	c.closers = append(c.closers, w.Close)
+	c.applyEarly(c.inflight, t)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -71,6 +75,36 @@ func (c *Collector) startInflight(ctx context.Context) {
 			c.log.Warn("inflight_watch_stopped", "error", err)
 		}
 	}()
+}
+
+// applyEarly has the watcher sample from their start the spans of the
+// budgets with SampleFromStart (exact names: compileBudgets refuses
+// globs). Without a watcher (in-span sampling off, the compat objects, a
+// kernel that refused the samplers) it says that these spans are not.
+func (c *Collector) applyEarly(in *inflightState, t *budgetTable) {
+	early := map[string]time.Duration{}
+	if t != nil {
+		for _, b := range t.exact {
+			if name, ok := b.glob.Exact(); ok && b.rule.SampleFromStart {
+				early[name] = b.rule.Budget
+			}
+		}
+	}
+	if in == nil {
+		if len(early) == 0 {
+			return
+		}
+		reason := "in-span sampling is off (InflightConfig.Off)"
+		if c.inflightErr != nil {
+			reason = c.inflightErr.Error()
+		}
+		c.log.Warn("sample_from_start_unavailable", "spans", len(early), "reason", reason,
+			"effect", "no span is sampled from its start; in-span samples begin past the budget, if at all")
+		return
+	}
+	if err := in.w.SetEarly(early); err != nil {
+		c.log.Warn("sample_from_start_failed", "error", err, "effect", "the spans of sample_from_start budgets are sampled from their budget on")
+	}
 }
 
 // inflightBudget is a span's budget as the rules give it, so that a span

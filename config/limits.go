@@ -22,7 +22,7 @@ import (
 func BudgetRules(rules *policy.Config) []collector.BudgetRule {
 	out := make([]collector.BudgetRule, 0, len(rules.Budgets))
 	for _, b := range rules.Budgets {
-		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack})
+		out = append(out, collector.BudgetRule{Span: b.Span.String(), Budget: b.Budget, NoUserStack: !b.CaptureStack, KernelStack: b.KernelStack, SampleFromStart: b.SampleFromStart})
 	}
 	return out
 }

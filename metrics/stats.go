@@ -40,6 +40,7 @@ var statFamilies = map[string]statFamily{
 	"read_errors":            {name: "read_errors_total", help: "Payloads or probe arguments the BPF programs could not read: spans lost."},
 	"overruns_dropped":       {name: "overruns_dropped_total", help: "Overrun records read but not kept for lack of room."},
 	"overruns_queue_dropped": {name: "overruns_queue_dropped_total", help: "Overrun records read from the ring buffer but dropped: the queue to the worker that symbolizes and delivers them was full."},
+	"early_samples_dropped":  {name: "early_samples_dropped_total", help: "In-span samples of spans sampled from their start (a budget's sample_from_start) that ended within their budgets: dropped."},
 }
 
 // A statMetric exports one of snapshot.StatFields.

@@ -61,6 +61,11 @@ type Budget struct {
 	// KernelStack asks BPF to capture the kernel stack too (default
 	// false): where a span blocked in the kernel.
 	KernelStack bool
+	// SampleFromStart samples the span on the CPU from its start rather
+	// than from its budget on (default false): the samples of a span that
+	// ends over its budget show where its time went before the budget too;
+	// those of one that ends within it are dropped. Exact names only.
+	SampleFromStart bool
 	// Alert raises an alert for each slow span, rate-limited per span
 	// (default true).
 	Alert bool
@@ -327,7 +332,7 @@ func (s *Sections) Finish() *Config {
 
 func (d *decoder) pos(n *yaml.Node) section.Pos { return section.At(d.File, n) }
 
-var budgetKeys = []string{"span", "budget", "capture_stack", "kernel_stack", "alert", "labels", "annotations"}
+var budgetKeys = []string{"span", "budget", "capture_stack", "kernel_stack", "sample_from_start", "alert", "labels", "annotations"}
 
 func (d *decoder) budget(n *yaml.Node) *Budget {
 	b := &Budget{CaptureStack: true, Alert: true, Pos: d.pos(section.Resolve(n))}
@@ -346,6 +351,8 @@ func (d *decoder) budget(n *yaml.Node) *Budget {
 			b.CaptureStack, _ = d.boolean(v, "capture_stack")
 		case "kernel_stack":
 			b.KernelStack, _ = d.boolean(v, "kernel_stack")
+		case "sample_from_start":
+			b.SampleFromStart, _ = d.boolean(v, "sample_from_start")
 		case "alert":
 			b.Alert, _ = d.boolean(v, "alert")
 		case "labels":

@@ -45,7 +45,8 @@ type InputValue struct{ v ast.Value }
 // histogram_full, names_truncated, quota_other, names_full,
 // extremes_dropped, symbolizer_bytes, recursion_misses, series_live,
 // series_capacity, bpf_map_bytes, short_events, read_errors,
-// overruns_dropped and overruns_queue_dropped, each 0 when the snapshot
+// overruns_dropped, overruns_queue_dropped and early_samples_dropped,
+// each 0 when the snapshot
 // has none.
 //
 // by_span indexes the same series by span name, so a policy about one span

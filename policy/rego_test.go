@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,7 +225,7 @@ alerts contains {"labels": {"alertname": "Stats"}, "annotations": {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("eval = %v, %v", got, err)
 	}
-	if want := "17 7 4096 2 1 0"; got[0].Annotations["summary"] != want {
+	if want := fmt.Sprintf("%d 7 4096 2 1 0", len(snapshot.StatFields)); got[0].Annotations["summary"] != want {
 		t.Errorf("summary = %q, want %q", got[0].Annotations["summary"], want)
 	}
 }

@@ -297,6 +297,10 @@ type Stats struct {
 	// buffer but dropped because the queue to the worker that symbolizes
 	// and delivers them was full (collector.Config.OverrunQueue).
 	OverrunsQueueDropped uint64 `json:"overruns_queue_dropped,omitempty"`
+	// EarlySamplesDropped counts in-span samples of spans sampled from
+	// their start (a budget's sample_from_start) that ended within their
+	// budgets, and so were dropped.
+	EarlySamplesDropped uint64 `json:"early_samples_dropped,omitempty"`
 	// ReadNs is how long reading the maps took.
 	ReadNs int64 `json:"read_ns"`
 }

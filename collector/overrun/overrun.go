@@ -133,6 +133,9 @@ type Reader struct {
 	mu      sync.Mutex
 	pending []snapshot.Overrun
 	dropped uint64
+	// earlyTaken is the joiner's EarlyDropped at the last
+	// TakeEarlyDropped.
+	earlyTaken uint64
 }
 
 // Open makes a reader of the overruns ring buffer m; Start runs it.
@@ -345,6 +348,18 @@ func (o *Reader) Take() (ovs []snapshot.Overrun, dropped, queueDropped uint64) {
 	p, d := o.pending, o.dropped
 	o.pending, o.dropped = nil, 0
 	return p, d, queueDropped
+}
+
+// TakeEarlyDropped returns the number of in-span samples of spans sampled
+// from their start that ended within their budgets (the joiner's
+// inflight.Joiner.EarlyDropped) since the last call.
+func (o *Reader) TakeEarlyDropped() uint64 {
+	n := o.joiner.EarlyDropped()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := n - o.earlyTaken
+	o.earlyTaken = n
+	return d
 }
 
 // Close closes the ring buffer reader and waits for the reading goroutine

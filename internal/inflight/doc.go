@@ -26,6 +26,14 @@
 // far as its duration. The samplers are attached only while something is
 // watched.
 //
+// SetEarly (a budget's sample_from_start) has spans of the SDKs sampled
+// on the CPU from their start: while it names any, the CPU clock stays
+// attached and each tick samples the open spans of inflight_exec it names
+// on a thread or goroutine not watched yet. The Joiner holds the samples
+// taken within the budget until the span shows it runs over (a sample past
+// the budget, or its end) and drops those of a span that does not
+// (Joiner.EarlyDropped).
+//
 // A Joiner, in the collector's ring buffer reader, reports a span's first
 // sample at once (an overrun with still_running set: a span that never ends
 // is reported while it runs) and attaches the others to the span's overrun

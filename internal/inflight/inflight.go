@@ -133,6 +133,9 @@ type Watcher struct {
 	usdtFrom  *ebpf.Map
 	lastErr   string
 	minAge    uint64 // as last written to inflight_cfg
+	// early is inflight_early as last written: the budgets of the span
+	// names sampled from their start, by name id.
+	early map[uint64]uint64
 	// Buffers of scanSDKBatch.
 	batchKeys []bpf.InflightInflightExecKey
 	batchVals []bpf.InflightInflightStack
@@ -160,10 +163,11 @@ type objects struct {
 	InflightOffCpu *ebpf.Program `ebpf:"inflight_off_cpu"`
 	InflightWatch  *ebpf.Map     `ebpf:"inflight_watch"`
 	InflightParked *ebpf.Map     `ebpf:"inflight_parked"`
+	InflightEarly  *ebpf.Map     `ebpf:"inflight_early"`
 }
 
 func (o *objects) Close() error {
-	return errors.Join(o.InflightOnCpu.Close(), o.InflightOffCpu.Close(), o.InflightWatch.Close(), o.InflightParked.Close())
+	return errors.Join(o.InflightOnCpu.Close(), o.InflightOffCpu.Close(), o.InflightWatch.Close(), o.InflightParked.Close(), o.InflightEarly.Close())
 }
 
 // listObjects list inflight_exec's old spans.
@@ -239,6 +243,7 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w.repl["inflight_watch"] = w.objs.InflightWatch
 	w.repl["inflight_parked"] = w.objs.InflightParked
+	w.repl["inflight_early"] = w.objs.InflightEarly
 	if cfg.Exec != nil {
 		if err := w.loadLister(); err != nil {
 			// Scans then read the map with batch lookups (5.6+), which
@@ -570,6 +575,8 @@ func (w *Watcher) Scan() error {
 			break
 		}
 	}
+	// Spans sampled from their start need the CPU clock all along.
+	active = active || len(w.early) > 0
 	if err := w.setActive(active); err != nil {
 		return err
 	}
@@ -809,6 +816,58 @@ func (w *Watcher) writeParked(st *scanState) error {
 		}
 	}
 	w.parked = n
+	return nil
+}
+
+// MaxEarly is how many span names SetEarly takes.
+const MaxEarly = int(bpf.InflightInflightWatchSizesINFLIGHT_MAX_EARLY)
+
+// SetEarly sets the spans sampled from their start rather than from their
+// budget on: budgets by exact span name, as the span's start event names
+// it. Only the SDKs' spans (inflight_exec), and only on the CPU: off the
+// CPU and for USDT spans sampling begins past the budget as for the
+// others. While the set is not empty the CPU clock stays attached to every
+// CPU and each tick that finds a thread (or goroutine) with such a span
+// open takes its stack; the collector's Joiner keeps the samples of a span
+// that ends over its budget and drops those of one that does not. The
+// next Scan attaches or detaches the samplers. An empty or nil set turns
+// it off.
+func (w *Watcher) SetEarly(budgets map[string]time.Duration) error {
+	if len(budgets) > MaxEarly {
+		return fmt.Errorf("inflight watcher: %d spans sampled from their start, at most %d", len(budgets), MaxEarly)
+	}
+	want := make(map[uint64]uint64, len(budgets))
+	for name, b := range budgets {
+		if b <= 0 {
+			return fmt.Errorf("inflight watcher: span %q sampled from its start: budget %v, want more than 0", name, b)
+		}
+		want[snapshot.NameID(name)] = uint64(b)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errClosed
+	}
+	for id := range w.early {
+		if _, ok := want[id]; !ok {
+			if err := w.objs.InflightEarly.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("inflight watcher: forget early span %#x: %w", id, err)
+			}
+			delete(w.early, id)
+		}
+	}
+	if w.early == nil {
+		w.early = map[uint64]uint64{}
+	}
+	for id, b := range want {
+		if w.early[id] == b {
+			continue
+		}
+		if err := w.objs.InflightEarly.Put(id, b); err != nil {
+			return fmt.Errorf("inflight watcher: write early span %#x: %w", id, err)
+		}
+		w.early[id] = b
+	}
 	return nil
 }
 

@@ -42,6 +42,12 @@ type JoinConfig struct {
 	// last sample; a span that ends later gets none. 10 minutes when
 	// zero.
 	Retain time.Duration
+	// EarlyGrace is how long past its budget the Joiner waits for a span
+	// sampled from its start (SetEarly), whose samples are all from
+	// within its budget, to show it runs over (a sample past the budget
+	// or its end): a span that does neither ended within its budget, and
+	// its samples are dropped (EarlyDropped). 250ms when zero.
+	EarlyGrace time.Duration
 	// MaxSpans bounds the spans waiting for their end (4096 when zero),
 	// MaxSamples the samples kept of one span (1024 when zero); what
 	// goes past them is counted in Dropped.
@@ -70,6 +76,11 @@ type Joiner struct {
 	// not reported as a span still running.
 	ended []endedSpan
 	endAt int
+	// early counts the pending spans with only samples from within their
+	// budget; nextDecide is the soonest decideBy among them.
+	early        int
+	nextDecide   time.Time
+	earlyDropped uint64
 }
 
 type endedSpan struct {
@@ -94,6 +105,11 @@ type pending struct {
 	monoStart uint64
 	last      time.Time
 	samples   []rawSample
+	// early: every sample so far was taken within the span's budget
+	// (sampled from its start): not reported yet, and dropped at
+	// decideBy unless the span shows it runs over.
+	early    bool
+	decideBy time.Time
 }
 
 type rawSample struct {
@@ -113,6 +129,9 @@ func NewJoiner(cfg JoinConfig) *Joiner {
 	}
 	if cfg.Retain == 0 {
 		cfg.Retain = 10 * time.Minute
+	}
+	if cfg.EarlyGrace == 0 {
+		cfg.EarlyGrace = 250 * time.Millisecond
 	}
 	if cfg.MaxSpans == 0 {
 		cfg.MaxSpans = 4096
@@ -135,6 +154,7 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 	if now.Sub(j.swept) > j.cfg.Retain/10 {
 		j.sweep(now)
 	}
+	j.settle(now)
 	o := r.Overrun
 	// A span whose source gives its start (the SDKs) is matched by it:
 	// its name may have grown by its end (a name completed when it ends).
@@ -154,6 +174,9 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 		return o, true
 	}
 	s := rawSample{elapsedNs: o.DurationNs, offCPU: r.OffCPU, user: o.UserStack, kernel: o.KernelStack}
+	// A sample from within the budget: the span was sampled from its
+	// start, and is no overrun (yet).
+	within := o.BudgetNs != 0 && o.DurationNs <= o.BudgetNs
 	if i >= 0 {
 		p := j.groups[gk][i]
 		p.last = now
@@ -162,6 +185,15 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 		} else {
 			p.samples = append(p.samples, s)
 		}
+		if p.early && !within {
+			// Over its budget now: reported as today's first sample.
+			p.early = false
+			j.early--
+			return o, true
+		}
+		if p.early {
+			j.decideAt(p, now, o)
+		}
 		return snapshot.Overrun{}, false
 	}
 	if j.endedAlready(gk, r) {
@@ -169,13 +201,67 @@ func (j *Joiner) Add(r Record) (snapshot.Overrun, bool) {
 		return snapshot.Overrun{}, false
 	}
 	if j.spans >= j.cfg.MaxSpans {
-		// Report it still, without keeping its samples.
+		// Report it still, without keeping its samples; one from within
+		// its budget is no overrun.
 		j.dropped++
-		return o, true
+		return o, !within
 	}
-	j.groups[gk] = append(j.groups[gk], &pending{tid: o.TID, startNs: r.StartNs, monoStart: r.MonoStartNs, last: now, samples: []rawSample{s}})
+	p := &pending{tid: o.TID, startNs: r.StartNs, monoStart: r.MonoStartNs, last: now, samples: []rawSample{s}}
+	j.groups[gk] = append(j.groups[gk], p)
 	j.spans++
+	if within {
+		p.early = true
+		j.early++
+		j.decideAt(p, now, o)
+		return snapshot.Overrun{}, false
+	}
 	return o, true
+}
+
+// decideAt sets when the early span p, sampled now at o's time into it,
+// is dropped unless it shows it runs over: EarlyGrace past its budget.
+func (j *Joiner) decideAt(p *pending, now time.Time, o snapshot.Overrun) {
+	p.decideBy = now.Add(time.Duration(o.BudgetNs-o.DurationNs) + j.cfg.EarlyGrace)
+	if j.early == 1 || p.decideBy.Before(j.nextDecide) {
+		j.nextDecide = p.decideBy
+	}
+}
+
+// settle drops the spans sampled from their start that did not show, by
+// their decideBy, that they run over their budgets: they ended within
+// them.
+func (j *Joiner) settle(now time.Time) {
+	if j.early == 0 || now.Before(j.nextDecide) {
+		return
+	}
+	var next time.Time
+	for gk, g := range j.groups {
+		for i := 0; i < len(g); {
+			p := g[i]
+			if !p.early {
+				i++
+				continue
+			}
+			if now.Before(p.decideBy) {
+				if next.IsZero() || p.decideBy.Before(next) {
+					next = p.decideBy
+				}
+				i++
+				continue
+			}
+			j.earlyDropped += uint64(len(p.samples))
+			j.early--
+			g[i] = g[len(g)-1]
+			g = g[:len(g)-1]
+			j.spans--
+		}
+		if len(g) == 0 {
+			delete(j.groups, gk)
+		} else {
+			j.groups[gk] = g
+		}
+	}
+	j.nextDecide = next
 }
 
 // find returns the index of r's span among gk's pending spans, or -1.
@@ -240,6 +326,9 @@ func (j *Joiner) endedAlready(gk groupKey, r Record) bool {
 
 func (j *Joiner) remove(gk groupKey, i int) {
 	g := j.groups[gk]
+	if g[i].early {
+		j.early--
+	}
 	g[i] = g[len(g)-1]
 	g = g[:len(g)-1]
 	if len(g) == 0 {
@@ -257,6 +346,9 @@ func (j *Joiner) sweep(now time.Time) {
 		for i := 0; i < len(g); {
 			if now.Sub(g[i].last) > j.cfg.Retain {
 				j.dropped += uint64(len(g[i].samples))
+				if g[i].early {
+					j.early--
+				}
 				g[i] = g[len(g)-1]
 				g = g[:len(g)-1]
 				j.spans--
@@ -327,4 +419,15 @@ func (j *Joiner) Dropped() uint64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.dropped
+}
+
+// EarlyDropped returns the number of samples of spans sampled from their
+// start (Watcher.SetEarly) that ended within their budgets, and so were
+// dropped: what sampling from the start cost for nothing. It drops those
+// whose time has come first.
+func (j *Joiner) EarlyDropped() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.settle(j.cfg.Now())
+	return j.earlyDropped
 }

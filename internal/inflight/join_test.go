@@ -134,3 +134,74 @@ func TestJoinerRetain(t *testing.T) {
 		t.Errorf("after Retain: reported %v with %d samples, pending %d, dropped %d; want no samples, 0, 2", ok, len(o.Samples), j.Pending(), j.Dropped())
 	}
 }
+
+// TestJoinerEarly: samples of a span sampled from its start (taken within
+// its 100ms budget) are not reported; they join the span's end when it
+// ends over its budget, the first sample past the budget is reported as
+// still running, and those of a span that shows nothing past its budget
+// by EarlyGrace after it are dropped and counted.
+func TestJoinerEarly(t *testing.T) {
+	const budget = 100 * uint64(time.Millisecond)
+	now := time.Unix(1000, 0)
+	j := NewJoiner(JoinConfig{Now: func() time.Time { return now }, EarlyGrace: 50 * time.Millisecond})
+	early := func(name string, start, ms uint64, fn string) Record {
+		r := rec(name, 7, true, false, start, 1000*start, ms, fn)
+		r.Overrun.BudgetNs = budget
+		return r
+	}
+	end := func(name string, start, ms uint64) Record {
+		r := rec(name, 7, false, false, start, 1000*start, ms, "main.end")
+		r.Overrun.BudgetNs = budget
+		return r
+	}
+	add := func(r Record) string {
+		t.Helper()
+		o, ok := j.Add(r)
+		if !ok {
+			return ""
+		}
+		if o.StillRunning {
+			return o.Span + " running: " + summary(o)
+		}
+		return o.Span + ": " + summary(o)
+	}
+	for i, st := range []struct {
+		r    Record
+		want string
+	}{
+		// Span "slow" (start 1) ends at 105ms: its samples within the
+		// budget wait, then join its end.
+		{early("slow", 1, 10, "main.a"), ""},
+		{early("slow", 1, 50, "main.a"), ""},
+		{early("slow", 1, 90, "main.bb"), ""},
+		{end("slow", 1, 105), "slow: main.a:on:2x80ms main.bb:on:1x15ms"},
+		// Span "run" (start 2) runs on: its first sample past the budget
+		// is reported as still running, as without sampling from the start.
+		{early("run", 2, 40, "main.a"), ""},
+		{early("run", 2, 110, "main.bb"), "run running: "},
+		{early("run", 2, 120, "main.bb"), ""},
+		{end("run", 2, 150), "run: main.a:on:1x70ms main.bb:on:2x40ms"},
+		// Span "fast" (start 3) ends within its budget: no end comes.
+		{early("fast", 3, 10, "main.a"), ""},
+		{early("fast", 3, 20, "main.a"), ""},
+	} {
+		if got := add(st.r); got != st.want {
+			t.Errorf("step %d: %q, want %q", i, got, st.want)
+		}
+	}
+	if j.Pending() != 1 || j.EarlyDropped() != 0 {
+		t.Fatalf("before its budget: %d pending, %d dropped; want 1, 0", j.Pending(), j.EarlyDropped())
+	}
+	// 80ms to its budget and 50ms of grace: still waiting at 129ms.
+	now = now.Add(129 * time.Millisecond)
+	if j.EarlyDropped() != 0 || j.Pending() != 1 {
+		t.Fatalf("within the grace: %d dropped, %d pending", j.EarlyDropped(), j.Pending())
+	}
+	now = now.Add(2 * time.Millisecond)
+	if got := j.EarlyDropped(); got != 2 || j.Pending() != 0 {
+		t.Errorf("past the grace: %d dropped, %d pending; want 2, 0", got, j.Pending())
+	}
+	if j.Dropped() != 0 {
+		t.Errorf("Dropped %d: early drops are counted apart", j.Dropped())
+	}
+}
