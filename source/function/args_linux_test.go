@@ -40,17 +40,21 @@ type argSeries struct{ count, errors uint64 }
 // per label set ("status=200 route=/cart"), and the source's counters.
 func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[string]argSeries, map[string]uint64, []snapshot.Overrun) {
 	t.Helper()
-	file := filepath.Join(filepath.Dir(prog), "rules.yaml")
-	targets, err := decode(t, file, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, counts, overruns, _ := runArgsIn(t, filepath.Dir(prog), []string{prog}, func(int) string { return rules }, span, labels)
+	return got, counts, overruns
+}
+
+// runArgsIn is runArgs for a program started as argv (with argsCalls
+// after it), its rules written once its pid is known, in the directory
+// dir. It returns the functions traced too.
+func runArgsIn(t *testing.T, dir string, argv []string, rules func(pid int) string, span string, labels []string) (map[string]argSeries, map[string]uint64, []snapshot.Overrun, []Traced) {
+	t.Helper()
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cmd := exec.Command(prog, strconv.Itoa(argsCalls))
+	cmd := exec.Command(argv[0], append(argv[1:], strconv.Itoa(argsCalls))...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -62,11 +66,16 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 	if !out.Scan() || out.Text() != "ready" {
 		t.Fatalf("program said %q, want ready", out.Text())
 	}
+	targets, err := decode(t, filepath.Join(dir, "rules.yaml"), rules(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := Attach(context.Background(), c.SourceCore(), targets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	traced := s.Traced()
 	// A budget every call exceeds: overrun records, their user stacks
 	// taken at a return instruction.
 	if err := c.SetBudgets([]collector.BudgetRule{{Span: span, Budget: time.Nanosecond}}); err != nil {
@@ -111,7 +120,7 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got, counts, overruns
+	return got, counts, overruns, traced
 }
 
 // checkCaller checks that overruns' user stacks start with the traced

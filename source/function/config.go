@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -170,15 +171,23 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	return t, d.Len() == before
 }
 
+// checkTimeout bounds reading a binary to check it (as funcs.Open's).
+const checkTimeout = 30 * time.Second
+
 // checkTarget lists the target's functions as the agent would: a binary
 // that cannot be read here is left to the agent (check may run on
 // another machine than the agent), but one that is read must have a
 // traceable function matching the pattern.
 func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
-	f, err := funcs.Open(context.Background(), t.Binary, funcs.Options{Filter: t.Functions})
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	fh, b, err := OpenBinary(ctx, t.Binary, funcs.Options{Filter: t.Functions})
 	if err != nil {
 		return
 	}
+	defer fh.Close()
+	defer b.Close()
+	f := b.Funcs
 	if f.Go {
 		if err := goTraceable(f); err != nil {
 			d.Errorf(has["binary"], "%s: %v", t.Binary, err)
@@ -189,7 +198,7 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		reportABI(d, has, t, err.(*abiError))
 		return
 	}
-	if t.namesParams() && !checkParams(d, has, t, f) {
+	if t.namesParams() && !checkParams(d, has, t, fh, b) {
 		return
 	}
 	var refused []string
@@ -211,13 +220,9 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 // checkParams places the parameters the labels name in each traceable
 // function as the agent would when it attaches, and reports the first
 // that cannot be at its label's value.
-func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, f *funcs.File) bool {
-	fh, err := userfile.OpenRooted(context.Background(), t.Binary, userfile.Options{Symlinks: true})
-	if err != nil {
-		return true // left to the agent, as an unreadable binary is
-	}
-	params, err := ReadParams(fh, f)
-	fh.Close()
+func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, fh *userfile.File, b *Binary) bool {
+	f := b.Funcs
+	params, err := ReadParams(fh, b)
 	if err != nil {
 		d.Errorf(has["binary"], "%s: parameters: %v", t.Binary, err)
 		return false

@@ -176,13 +176,14 @@ func (s *Source) attach(ctx context.Context, ti int, t Target) error {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
 	defer fh.Close()
-	f, err := funcs.Parse(fh, funcs.Options{Filter: t.Functions})
+	b, err := ParseBinary(fh, funcs.Options{Filter: t.Functions}, binaryPlace(ctx, t.Binary, fh))
 	if err != nil {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
+	defer b.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	links, traced, err := s.attachFile(ti, t, fh, f, t.Binary, 0)
+	links, traced, err := s.attachFile(ti, t, fh, b, t.Binary, 0)
 	s.links = append(s.links, links...)
 	s.traced = append(s.traced, traced...)
 	if err != nil {
@@ -194,12 +195,13 @@ func (s *Source) attach(ctx context.Context, ti int, t Target) error {
 	return nil
 }
 
-// attachFile attaches the traceable functions of f, parsed from the open
+// attachFile attaches the traceable functions of b, parsed from the open
 // file fh, as target t says: path names the file in messages, pid the
 // process it was found through (0: none). It returns the links made, and
 // the functions traced, also on an error. s.mu is held.
-func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, path string, pid int) ([]link.Link, []Traced, error) {
+func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path string, pid int) ([]link.Link, []Traced, error) {
 	log := s.core.Logger
+	f := b.Funcs
 	if f.Go {
 		if err := goTraceable(f); err != nil {
 			return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
@@ -210,7 +212,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 	}
 	var params *ParamTable
 	if t.namesParams() {
-		p, err := ReadParams(fh, f)
+		p, err := ReadParams(fh, b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("functions of %s: parameters: %w", path, err)
 		}
@@ -390,7 +392,8 @@ func (s *Source) attachProcess(pt procTarget, p source.Process, exe string) (key
 		return key, true, nil
 	}
 	t := pt.t
-	f, err := userfile.Do(ctx, on, func() (*funcs.File, error) { return funcs.Parse(fh, funcs.Options{Filter: t.Functions}) }, nil)
+	place := processPlace(ctx, s.core.ProcRoot, p.PID, exe)
+	b, err := userfile.Do(ctx, on, func() (*Binary, error) { return ParseBinary(fh, funcs.Options{Filter: t.Functions}, place) }, (*Binary).Close)
 	if errors.Is(err, userfile.ErrTimeout) || errors.Is(err, userfile.ErrBusy) {
 		// Not remembered: tried again at the next scan.
 		return key, true, fmt.Errorf("functions of %s: %w", exe, err)
@@ -400,7 +403,8 @@ func (s *Source) attachProcess(pt procTarget, p source.Process, exe string) (key
 	if err != nil {
 		return key, true, fmt.Errorf("functions of %s: %w", exe, err)
 	}
-	pf.links, pf.traced, err = s.attachFile(pt.index, t, fh, f, exe, p.PID)
+	defer b.Close()
+	pf.links, pf.traced, err = s.attachFile(pt.index, t, fh, b, exe, p.PID)
 	if err != nil {
 		// Remembered with nothing attached: a file refused (an old Go,
 		// a label its ABI has not) is refused again at every scan.

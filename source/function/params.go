@@ -24,20 +24,33 @@ const maxDWARF = 160 << 20
 type ParamTable struct {
 	byAddr map[uint64]*elfread.Subprogram
 	byName map[string]*elfread.Subprogram
-	// NoDWARF says the file has no .debug_info; Capped that it was read
-	// only up to a cap.
+	// NoDWARF says neither the file nor a separate debug file has
+	// .debug_info; Capped that it was read only up to a cap.
 	NoDWARF, Capped bool
+	// From says where the DWARF was read: "" for the file itself, else
+	// the separate debug file's path and how it was found.
+	From string
+	// DebugRefused are the debug files found and refused, and why.
+	DebugRefused []string
+	// debugLooked says a separate debug file was looked for.
+	debugLooked bool
 }
 
-// ReadParams reads the DWARF declarations of f's functions from r, the
-// file f was parsed from: each DWARF section up to 64 MiB, 160 MiB in
-// all, at most elfread.MaxEntries entries. A file without DWARF gives a table that
-// says so (NoDWARF), not an error. A separate debug file
-// (.gnu_debuglink) is not looked for.
-func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
+// ReadParams reads the DWARF declarations of b's functions from r, the
+// file b was parsed from, or, when it has no .debug_info, from its
+// separate debug file (b.Debug, found by build id or .gnu_debuglink):
+// each DWARF section up to 64 MiB, 160 MiB in all, at most
+// elfread.MaxEntries entries. A file without DWARF gives a table that
+// says so (NoDWARF), not an error.
+func ReadParams(r io.ReaderAt, b *Binary) (*ParamTable, error) {
 	ef, err := elfread.NewFile(r)
 	if err != nil {
 		return nil, err
+	}
+	pt := &ParamTable{DebugRefused: b.DebugRefused, debugLooked: b.DebugLooked}
+	if !hasDWARF(ef) && b.Debug != nil {
+		ef = b.Debug.ELF
+		pt.From = fmt.Sprintf("%s (found by %s)", b.Debug.Path, b.Debug.By)
 	}
 	// A budget over the sections together: a crafted file's compressed
 	// sections each claiming the cap would otherwise take 7 times it.
@@ -48,14 +61,16 @@ func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
 		return g
 	}
 	d, capped, err := elfread.DWARF(ef, maxDWARFSection, nil, grant)
+	pt.Capped = capped
 	if errors.Is(err, elfread.ErrNoDWARF) {
-		return &ParamTable{NoDWARF: true, Capped: capped}, nil
+		pt.NoDWARF, pt.From = true, ""
+		return pt, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read DWARF: %w", err)
+		return nil, fmt.Errorf("read DWARF%s: %w", fromText(pt.From), err)
 	}
 	addrs, names := map[uint64]bool{}, map[string]bool{}
-	for _, fn := range f.Funcs {
+	for _, fn := range b.Funcs.Funcs {
 		addrs[fn.Addr] = true
 		if fn.Name != "" {
 			names[fn.Name] = true
@@ -63,9 +78,39 @@ func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
 	}
 	byAddr, byName, more, err := elfread.Subprograms(d, addrs, names)
 	if err != nil {
-		return nil, fmt.Errorf("read DWARF: %w", err)
+		return nil, fmt.Errorf("read DWARF%s: %w", fromText(pt.From), err)
 	}
-	return &ParamTable{byAddr: byAddr, byName: byName, Capped: capped || more}, nil
+	pt.byAddr, pt.byName, pt.Capped = byAddr, byName, capped || more
+	return pt, nil
+}
+
+func fromText(from string) string {
+	if from == "" {
+		return ""
+	}
+	return " of " + from
+}
+
+// Source says where the parameters came from, for messages and
+// spanwatch functions: the file's own DWARF, its debug file's, or none
+// and why (the debug files refused).
+func (p *ParamTable) Source() string {
+	switch {
+	case p == nil:
+		return "none"
+	case !p.NoDWARF && p.From == "":
+		return "the file's own DWARF"
+	case !p.NoDWARF:
+		return "DWARF of the debug file " + p.From
+	}
+	why := "no DWARF in the file"
+	if p.debugLooked {
+		why += " and no separate debug file"
+	}
+	if len(p.DebugRefused) > 0 {
+		why += " (" + strings.Join(p.DebugRefused, "; ") + ")"
+	}
+	return why
 }
 
 // Lookup returns fn's DWARF declaration: the subprogram at its address,
@@ -120,7 +165,11 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 	}
 	name := fn.DisplayName()
 	if p == nil || p.NoDWARF {
-		return nil, fmt.Errorf("no DWARF for %s in %s: name arguments by position, argN", name, bin)
+		more := ""
+		if p != nil && len(p.DebugRefused) > 0 {
+			more = " (" + strings.Join(p.DebugRefused, "; ") + ")"
+		}
+		return nil, fmt.Errorf("no DWARF for %s in %s%s: name arguments by position, argN", name, bin, more)
 	}
 	sp := p.Lookup(fn)
 	if sp == nil {

@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/spanwatch/spanwatch/internal/funcs"
-	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // buildParamsProg builds testdata/paramsprog.c with gcc and flags into
@@ -36,20 +35,17 @@ func buildParamsProg(t *testing.T, name string, flags ...string) string {
 // readParams lists prog's functions and reads their DWARF declarations.
 func readParams(t *testing.T, prog string) (*funcs.File, *ParamTable) {
 	t.Helper()
-	f, err := funcs.Open(context.Background(), prog, funcs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fh, err := userfile.OpenRooted(context.Background(), prog, userfile.Options{})
+	fh, b, err := OpenBinary(context.Background(), prog, funcs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	p, err := ReadParams(fh, f)
+	defer b.Close()
+	p, err := ReadParams(fh, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, p
+	return b.Funcs, p
 }
 
 func findFunc(t *testing.T, f *funcs.File, name string) *funcs.Func {
@@ -221,7 +217,7 @@ func TestReadParamsCorrupt(t *testing.T) {
 			s := spans[rng.IntN(len(spans))]
 			buf[s[0]+rng.Uint64N(s[1])] = byte(rng.IntN(256))
 		}
-		if p, err := ReadParams(bytes.NewReader(buf), f); err == nil {
+		if p, err := ReadParams(bytes.NewReader(buf), &Binary{Funcs: f}); err == nil {
 			for k := range f.Funcs {
 				if sp := p.Lookup(&f.Funcs[k]); sp != nil {
 					PlaceParams(sp, f.Arch)
