@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,11 @@ type Target struct {
 	// the source attaches and every scan interval after; nil when Binary
 	// names the binary. A process's comm is not matched.
 	Process *glob.Glob
+	// PID limits the target to one process: its executable (opened
+	// through /proc/PID/exe), or with Binary a file in its mount
+	// namespace (a shared library it maps), with the uprobes attached
+	// for that process only; 0 for none.
+	PID int
 	// Functions matches the functions to trace by name or demangled
 	// name (internal/funcs.Options.Filter).
 	Functions *glob.Glob
@@ -50,6 +56,12 @@ type Target struct {
 // Describe names the target for messages: "functions FUNCTION in
 // BINARY", or "functions FUNCTION in processes named GLOB".
 func (t *Target) Describe() string {
+	switch {
+	case t.PID != 0 && t.Binary != "":
+		return fmt.Sprintf("functions %s in %s of pid %d", t.Functions, t.Binary, t.PID)
+	case t.PID != 0:
+		return fmt.Sprintf("functions %s in pid %d", t.Functions, t.PID)
+	}
 	if t.Process != nil {
 		return fmt.Sprintf("functions %s in processes named %s", t.Functions, t.Process)
 	}
@@ -57,7 +69,7 @@ func (t *Target) Describe() string {
 }
 
 // targetKeys are the keys of an entry of sources.functions.
-var targetKeys = []string{"binary", "process", "function", "span", "labels", "label_cap", "error"}
+var targetKeys = []string{"binary", "process", "pid", "function", "span", "labels", "label_cap", "error"}
 
 // DecodeSources decodes the functions: list of the sources: section,
 // each entry a binary or a glob of process names, a function name or
@@ -111,6 +123,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 		case "error":
 			t.Error = srcspec.DecodePredicate(d, section.Resolve(v), errorResolver(&t))
 			return
+		case "pid":
+			t.PID, _ = decodePID(d, section.Resolve(v))
+			return
 		}
 		s, ok := str(d, v, key)
 		if !ok {
@@ -145,10 +160,14 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 		return Target{}, false
 	}
 	switch {
-	case has["binary"] == nil && has["process"] == nil:
-		d.Errorf(n, "a functions source needs binary: (a file) or process: (a glob of executable names)")
+	case has["binary"] == nil && has["process"] == nil && has["pid"] == nil:
+		d.Errorf(n, "a functions source needs binary: (a file), process: (a glob of executable names) or pid: (one process)")
 	case has["binary"] != nil && has["process"] != nil:
 		d.Errorf(has["process"], "a functions source takes binary: or process:, not both")
+	case has["pid"] != nil && has["process"] != nil:
+		d.Errorf(has["pid"], "a functions source takes pid: (one process) or process: (every process of an executable's name), not both")
+	case has["pid"] != nil && t.Binary != "" && !filepath.IsAbs(t.Binary):
+		d.Errorf(has["binary"], "with pid:, binary: is a path in that process's mount namespace (a library it maps, as /proc/PID/maps names it): give it absolute, not %q", t.Binary)
 	}
 	if has["function"] == nil {
 		d.Errorf(n, "a functions source needs function:")
@@ -159,9 +178,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	if d.Len() > before {
 		return Target{}, false
 	}
-	if t.Process != nil {
-		// The binaries are those processes run when the agent scans:
-		// none need run now.
+	if t.Process != nil || t.PID != 0 {
+		// The binaries are those processes run when the agent scans,
+		// or the process's, when it attaches: none need run now.
 		return t, true
 	}
 	if !filepath.IsAbs(t.Binary) {
@@ -273,6 +292,23 @@ func labelValue(n *yaml.Node, name string) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// maxPID is the kernel's PID_MAX_LIMIT on 64-bit machines.
+const maxPID = 1 << 22
+
+// decodePID reads pid: a process id, 1 to maxPID.
+func decodePID(d *section.Decoder, n *yaml.Node) (int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.Errorf(n, "pid must be a process id (an integer), not %s", section.KindName(n))
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 0, 64)
+	if err != nil || v < 1 || v > maxPID {
+		d.Errorf(n, "pid must be between 1 and %d, not %s", maxPID, n.Value)
+		return 0, false
+	}
+	return int(v), true
 }
 
 // compileProcess compiles a process: glob. It matches a file name, so a

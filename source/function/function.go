@@ -147,7 +147,11 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 			s.procTargets = append(s.procTargets, procTarget{index: i, t: t})
 			continue
 		}
-		if err := s.attach(ctx, i, t); err != nil {
+		attach := s.attach
+		if t.PID != 0 {
+			attach = s.attachPID
+		}
+		if err := attach(ctx, i, t); err != nil {
 			return nil, err
 		}
 	}
@@ -251,13 +255,13 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path
 		// Returns first: an entry without its returns attached would
 		// leave open calls behind.
 		for _, off := range fn.Returns {
-			l, err := ex.Uprobe("", ret, &link.UprobeOptions{Address: off, Cookie: uint64(idx)})
+			l, err := ex.Uprobe("", ret, &link.UprobeOptions{Address: off, Cookie: uint64(idx), PID: t.PID})
 			if err != nil {
 				return links, traced, fmt.Errorf("functions of %s: %s: return at %#x: %w", path, fn.DisplayName(), off, err)
 			}
 			links = append(links, l)
 		}
-		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Entry, Cookie: uint64(idx)})
+		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Entry, Cookie: uint64(idx), PID: t.PID})
 		if err != nil {
 			return links, traced, fmt.Errorf("functions of %s: %s: entry at %#x: %w", path, fn.DisplayName(), fn.Entry, err)
 		}
