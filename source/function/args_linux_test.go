@@ -364,9 +364,10 @@ func TestParamsC(t *testing.T) {
 }
 
 // TestParamsGo traces testdata/argsgo's main.handle(code int, path
-// string) (int, error) labelled by parameter name: DWARF and Go's
-// register ABI place code in rax and path in rbx and rcx, so the label
-// sets and counts are TestArgsGo's exactly.
+// string) (n int, err error) labelled by parameter name, an error by its
+// named result (err != 0): DWARF and Go's register ABI place code in rax
+// and path in rbx and rcx, err's type word in rbx at the return, so the
+// label sets, counts and errors are TestArgsGo's exactly.
 func TestParamsGo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
@@ -382,7 +383,7 @@ func TestParamsGo(t *testing.T) {
 	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: main.handle
   labels: {code: {param: code}, path: {param: path}}
-  error: ret1 != 0
+  error: err != 0
 `, prog), "main.handle", []string{"code", "path"})
 	checkArgs(t, got, wantArgs("code", "path"))
 	checkNoCounts(t, counts)

@@ -236,9 +236,10 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
 }
 
-// checkParams places the parameters the labels name in each traceable
-// function as the agent would when it attaches, and reports the first
-// that cannot be at its label's value.
+// checkParams places the parameters the labels name, and the results
+// the error predicate names, in each traceable function as the agent
+// would when it attaches, and reports the first that cannot be at its
+// label's value or at its name in the predicate.
 func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, fh *userfile.File, b *Binary) bool {
 	f := b.Funcs
 	params, err := ReadParams(fh, b)
@@ -256,6 +257,20 @@ func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, fh *us
 			}
 			if _, err := resolveParams([]Operand{op}, params, &fn, t.Binary, f.Go, f.Arch); err != nil {
 				d.Errorf(labelValue(has["labels"], t.Labels.List[i].Name), "label %s: %v", t.Labels.List[i].Name, err)
+				return false
+			}
+		}
+	}
+	for i, op := range t.Results {
+		if op.Param == "" {
+			continue
+		}
+		for _, fn := range f.Funcs {
+			if fn.Refused != "" {
+				continue
+			}
+			if _, err := resolveResults([]Operand{op}, params, &fn, t.Binary, f.Go, f.Arch); err != nil {
+				reportABI(d, has, t, &abiError{Label: -1, Result: i, msg: "error: " + err.Error()})
 				return false
 			}
 		}

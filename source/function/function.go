@@ -76,8 +76,9 @@ type entryKey struct {
 	name   string
 	span   string
 	goABI  bool
-	// args are the label operands as placed from DWARF (a parameter's
-	// register may differ between two files a process: target runs).
+	// args are the label and result operands as placed from DWARF (a
+	// parameter's register may differ between two files a process:
+	// target runs).
 	args string
 }
 
@@ -245,6 +246,9 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path
 		// wrong register.
 		ft := t
 		ft.LabelOperands, err = resolveParams(t.LabelOperands, params, &fn, path, f.Go, f.Arch)
+		if err == nil {
+			ft.Results, err = resolveResults(t.Results, params, &fn, path, f.Go, f.Arch)
+		}
 		if err != nil {
 			return links, traced, fmt.Errorf("functions of %s: %w", path, err)
 		}
@@ -275,7 +279,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path
 // ti's function fn, named span, putting the entry in the map the first
 // time. s.mu is held.
 func (s *Source) entry(ti int, t Target, fn, span string, goABI bool) (uint32, error) {
-	k := entryKey{target: ti, name: fn, span: span, goABI: goABI, args: fmt.Sprint(t.LabelOperands)}
+	k := entryKey{target: ti, name: fn, span: span, goABI: goABI, args: fmt.Sprint(t.LabelOperands, t.Results)}
 	if idx, ok := s.entries[k]; ok {
 		return idx, nil
 	}

@@ -257,4 +257,43 @@ func TestPlaceGoParams(t *testing.T) {
 	if _, err := resolveParams([]Operand{{Param: "err", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch); err == nil || !strings.Contains(err.Error(), "has no parameter err (its parameters: code, path") {
 		t.Errorf("a result by name: got %v, want no such parameter", err)
 	}
+
+	// Its named results, as error: reads them at the return: n in rax,
+	// err (an interface) in rbx and rcx, read as its type word.
+	got, err = resolveResults([]Operand{{Param: "err", Reg: -1}, {Kind: OperandInt, Reg: 0, Size: 4, Signed: true, Text: "ret.s32"}, {Param: "n", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []Operand{
+		{Kind: OperandInt, Reg: 1, Size: 8, Text: "ret1.u64", Param: "err"},
+		{Kind: OperandInt, Reg: 0, Size: 4, Signed: true, Text: "ret.s32"},
+		{Kind: OperandInt, Reg: 0, Size: 8, Signed: true, Text: "ret0.s64", Param: "n"},
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("result %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	for _, tc := range []struct{ fn, result, want string }{
+		{"main.handle", "code", "main.handle in " + prog + " has no result named code (its named results: n, err)"},
+		{"main.serve", "x", "main.serve in " + prog + " has no result named x (its named results: none)"},
+	} {
+		if _, err := resolveResults([]Operand{{Param: tc.result, Reg: -1}}, p, findFunc(t, f, tc.fn), prog, true, f.Arch); err == nil || err.Error() != tc.want {
+			t.Errorf("%s %s: got %v, want %s", tc.fn, tc.result, err, tc.want)
+		}
+	}
+	cprog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	cf, cp := readParams(t, cprog)
+	if _, err := resolveResults([]Operand{{Param: "r", Reg: -1}}, cp, findFunc(t, cf, "handle"), cprog, false, cf.Arch); err == nil || !strings.Contains(err.Error(), "only Go functions name their results") {
+		t.Errorf("a C result by name: got %v, want refused", err)
+	}
+
+	// spanwatch check places them too, at the name in the predicate.
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if _, err := decode(t, file, "- binary: "+prog+"\n  function: main.handle\n  error: n < 0 or err != 0\n"); err != nil {
+		t.Errorf("error by named results: %v", err)
+	}
+	if _, err := decode(t, file, "- binary: "+prog+"\n  function: main.handle\n  error: n < 0 or errr != 0\n"); err == nil || !strings.Contains(err.Error(), "rules.yaml:3:19: "+prog+": error: main.handle in "+prog+" has no result named errr (its named results: n, err)") {
+		t.Errorf("an unknown result: got %v", err)
+	}
 }
