@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/spanwatch/spanwatch/internal/elfread"
 	"github.com/spanwatch/spanwatch/internal/funcs"
@@ -111,12 +112,19 @@ func binaryPlace(ctx context.Context, path string, fh *userfile.File) elfread.De
 }
 
 // processPlace is where the debug file of the executable process pid
-// runs (exe, as its mount namespace names it) is looked for: in that
-// process's root, as the process sees its files.
+// runs (exe, as /proc/PID/exe names it) is looked for: in that
+// process's root, as the process sees its files. The kernel writes
+// /proc/PID/exe's path from the reader's root: for a chrooted process
+// it starts with the process's root as the agent sees it (what
+// /proc/PID/root names), which is cut off.
 func processPlace(ctx context.Context, procRoot string, pid int, exe string) elfread.DebugPlace {
+	root := filepath.Join(procRoot, strconv.Itoa(pid), "root")
+	if r, err := os.Readlink(root); err == nil && r != "/" && strings.HasPrefix(exe, r+"/") {
+		exe = exe[len(r):]
+	}
 	return elfread.DebugPlace{
 		Ctx:   ctx,
-		Roots: []string{filepath.Join(procRoot, strconv.Itoa(pid), "root")},
+		Roots: []string{root},
 		Path:  exe,
 		On:    userfile.OnPID(procRoot, pid),
 	}

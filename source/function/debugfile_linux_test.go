@@ -112,7 +112,11 @@ func makeSplitRoot(t *testing.T, place string, other bool) splitRoot {
 // DWARF nor .symtab (a static binary has no .dynsym either, so handle is
 // named nowhere in it), its debug file is found in the root of the
 // process running it (chrooted), by build id and, in a second root, by
-// .gnu_debuglink under /usr/lib/debug/DIR. The function is found by the
+// .gnu_debuglink under /usr/lib/debug/DIR; the target names the binary
+// through /proc/PID/root, or the process (process: its name, pid: its
+// pid), whose /proc/PID/exe names the file by its path on the host (a
+// chroot), cut to the path inside the process's root for the debuglink
+// lookup. The function is found by the
 // debug file's symbols, its parameters placed from the debug file's
 // (compressed) DWARF: the 9 label sets of exactly 1,000 spans each, as
 // TestParamsC's. A debug file of another build in either place is
@@ -125,17 +129,31 @@ func TestDebugFile(t *testing.T) {
 		t.Skip("arguments are tested on x86-64 so far")
 	}
 	needTools(t)
-	for _, place := range []string{"build-id", "debuglink"} {
-		t.Run(place, func(t *testing.T) {
-			r := makeSplitRoot(t, place, false)
-			var bin string
+	for _, tc := range []struct{ place, target string }{
+		{"build-id", "binary"},
+		{"debuglink", "binary"},
+		// The process's executable through /proc/PID/exe, its debug
+		// file in the process's root.
+		{"build-id", "process"},
+		{"debuglink", "pid"},
+	} {
+		t.Run(tc.place+" "+tc.target, func(t *testing.T) {
+			r := makeSplitRoot(t, tc.place, false)
 			got, counts, _, traced := runArgsIn(t, t.TempDir(), []string{"chroot", r.dir, "/bin/paramsprog"}, func(pid int) string {
-				bin = fmt.Sprintf("/proc/%d/root/bin/paramsprog", pid)
-				return fmt.Sprintf(`- binary: %s
+				var what string
+				switch tc.target {
+				case "binary":
+					what = fmt.Sprintf("binary: /proc/%d/root/bin/paramsprog", pid)
+				case "process":
+					what = "process: paramsprog"
+				case "pid":
+					what = fmt.Sprintf("pid: %d", pid)
+				}
+				return fmt.Sprintf(`- %s
   function: handle
   labels: {status: {param: code}, route: {param: path}}
   error: ret.s32 == -1
-`, bin)
+`, what)
 			}, "handle", []string{"status", "route"})
 			checkArgs(t, got, wantArgs("status", "route"))
 			checkNoCounts(t, counts)
