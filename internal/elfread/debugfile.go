@@ -114,6 +114,10 @@ type DebugPlace struct {
 	// bits (userfile.Options.Reader); On names whom the reads are for.
 	Reader *userfile.Cred
 	On     string
+	// MaxSize, when not 0, refuses a larger debug file wherever it is
+	// found (a reader that maps it whole); MaxDebugLink caps one found
+	// by .gnu_debuglink in any case.
+	MaxSize int64
 }
 
 // A DebugFile is a binary's separate debug file, open, and how it was
@@ -174,7 +178,7 @@ func FindDebugFile(ef *elf.File, p DebugPlace) (df *DebugFile, refused []string)
 	if len(id) >= 4 {
 		rel := filepath.Join(DebugDir, ".build-id", id[:2], id[2:]+".debug")
 		for _, root := range roots {
-			f := open(root, rel, 0)
+			f := open(root, rel, p.MaxSize)
 			if f == nil {
 				continue
 			}
@@ -206,7 +210,11 @@ func FindDebugFile(ef *elf.File, p DebugPlace) (df *DebugFile, refused []string)
 		}
 	}
 	for _, c := range places {
-		f := open(c.root, c.name, MaxDebugLink)
+		max := int64(MaxDebugLink)
+		if p.MaxSize > 0 {
+			max = min(max, p.MaxSize)
+		}
+		f := open(c.root, c.name, max)
 		if f == nil {
 			continue
 		}
