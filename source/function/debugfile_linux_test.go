@@ -195,3 +195,61 @@ func TestDebugFile(t *testing.T) {
 		})
 	}
 }
+
+// TestDebianLibc traces glibc's getaddrinfo in Debian's libc.so.6, which
+// ships stripped, with its DWARF and .symtab in libc6-dbg's
+// /usr/lib/debug/.build-id/ab/cdef.debug, in one process (pid: with
+// binary: the library as the process maps it), labelled by its
+// parameter name (const char *name, from the debug file's DWARF): 3
+// hosts, exactly argsCalls/3 spans each, the non-address's all errors
+// (EAI_NONAME, a negative int). Skipped without the debug file.
+func TestDebianLibc(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skip("arguments are tested on x86-64 so far")
+	}
+	const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	f, err := os.Open(libc)
+	if err != nil {
+		t.Skipf("no %s: %v", libc, err)
+	}
+	defer f.Close()
+	ef, err := elfread.NewFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df, _ := elfread.FindDebugFile(ef, elfread.DebugPlace{Ctx: context.Background(), Roots: []string{"/"}, Path: libc})
+	if df == nil {
+		t.Skip("no debug file for " + libc + ": install libc6-dbg")
+	}
+	df.Close()
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc on PATH: install build-essential")
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "gaiprog")
+	if out, err := exec.Command(cc, "-O2", "-o", prog, "testdata/gaiprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	got, counts, _, traced := runArgsIn(t, dir, []string{prog}, func(pid int) string {
+		return fmt.Sprintf(`- pid: %d
+  binary: %s
+  function: getaddrinfo
+  labels: {host: {param: name}}
+  error: ret.s32 < 0
+`, pid, libc)
+	}, "getaddrinfo", []string{"host"})
+	if len(traced) != 1 || traced[0].Func.Source != funcs.SourceDebugSymtab {
+		t.Errorf("traced %+v, want getaddrinfo named by the debug file's .symtab", traced)
+	}
+	want := map[string]argSeries{
+		"host=127.0.0.1":      {argsCalls / 3, 0},
+		"host=::1":            {argsCalls / 3, 0},
+		"host=not-an-address": {argsCalls / 3, argsCalls / 3},
+	}
+	checkArgs(t, got, want)
+	checkNoCounts(t, counts)
+}
