@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/glob"
@@ -47,7 +48,15 @@ Jumps through a register or memory (switch tables, or tail calls through a
 pointer) cannot be told apart and are not refused: -v shows their count.
 Functions inlined everywhere have no code of their own and are not listed.
 
-When the file carries DWARF (.debug_info; built with -g), each function's
+A stripped file's separate debug file (Debian's -dbgsym packages) is
+looked for as gdb does: by build id, /usr/lib/debug/.build-id/ab/cdef.debug,
+then by .gnu_debuglink beside the file, in its .debug directory and under
+/usr/lib/debug/DIR, its CRC checked; a file of another build is refused,
+and the listing says so. Its .symtab names the functions the file no
+longer does; its DWARF gives their parameters. For a path through
+/proc/PID/root, it is looked for inside that root.
+
+When the file (or its debug file) carries DWARF (.debug_info; built with -g), each function's
 parameters are shown with their types and the argument each is read as
 by labels: {NAME: {param: PARAMETER}} (argN.TYPE; {ptr: argN} for a C
 char pointer, {ptr: argN, len: argM} for a Go string), or why it cannot
@@ -84,13 +93,21 @@ Examples:
 
 // functionListing is the --json output.
 type functionListing struct {
-	Path      string         `json:"path"`
-	Arch      string         `json:"arch"`
-	Go        bool           `json:"go"`
-	GoVersion string         `json:"go_version,omitempty"`
-	Capped    bool           `json:"capped,omitempty"`
-	DWARF     bool           `json:"dwarf"`
-	Functions []functionSite `json:"functions"`
+	Path      string `json:"path"`
+	Arch      string `json:"arch"`
+	Go        bool   `json:"go"`
+	GoVersion string `json:"go_version,omitempty"`
+	Capped    bool   `json:"capped,omitempty"`
+	DWARF     bool   `json:"dwarf"`
+	// ParamsFrom says where the parameters come from: the file's own
+	// DWARF, its separate debug file's (and how it was found), or why
+	// none.
+	ParamsFrom string `json:"params_from"`
+	// DebugFile is the separate debug file read, if any; DebugRefused
+	// the ones found and refused, with why.
+	DebugFile    string         `json:"debug_file,omitempty"`
+	DebugRefused []string       `json:"debug_refused,omitempty"`
+	Functions    []functionSite `json:"functions"`
 }
 
 type functionSite struct {
@@ -119,15 +136,11 @@ type functionParam struct {
 	Refused string `json:"refused,omitempty"`
 }
 
-// readParams reads the DWARF declarations of f's functions from the file
-// at path; nil when it cannot (the listing goes on without them).
-func readParams(ctx context.Context, path string, f *funcs.File) *function.ParamTable {
-	fh, err := userfile.OpenRooted(ctx, path, userfile.Options{Symlinks: true})
-	if err != nil {
-		return nil
-	}
-	defer fh.Close()
-	p, err := userfile.Do(ctx, fmt.Sprintf("device %d", fh.Info.Dev), func() (*function.ParamTable, error) { return function.ReadParams(fh, f) }, nil)
+// readParams reads the DWARF declarations of b's functions from fh, or
+// its separate debug file; nil when it cannot (the listing goes on
+// without them).
+func readParams(ctx context.Context, fh *userfile.File, b *function.Binary) *function.ParamTable {
+	p, err := userfile.Do(ctx, fmt.Sprintf("device %d", fh.Info.Dev), func() (*function.ParamTable, error) { return function.ReadParams(fh, b) }, nil)
 	if err != nil {
 		return nil
 	}
@@ -153,13 +166,24 @@ func params(p *function.ParamTable, f *funcs.File, fn *funcs.Func) []functionPar
 	return out
 }
 
+// listTimeout bounds opening and reading the binary and its debug file.
+const listTimeout = 30 * time.Second
+
 func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Options, asJSON, verbose bool) error {
-	f, err := funcs.Open(ctx, path, o)
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	fh, b, err := function.OpenBinary(ctx, path, o)
 	if err != nil {
 		return err
 	}
-	pt := readParams(ctx, path, f)
-	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, GoVersion: f.GoVersion, Capped: f.Capped, DWARF: pt != nil && !pt.NoDWARF, Functions: []functionSite{}}
+	defer fh.Close()
+	defer b.Close()
+	f := b.Funcs
+	pt := readParams(ctx, fh, b)
+	l := functionListing{Path: path, Arch: string(f.Arch), Go: f.Go, GoVersion: f.GoVersion, Capped: f.Capped, DWARF: pt != nil && !pt.NoDWARF, ParamsFrom: pt.Source(), DebugRefused: b.DebugRefused, Functions: []functionSite{}}
+	if b.Debug != nil {
+		l.DebugFile = b.Debug.Path
+	}
 	for i, fn := range f.Funcs {
 		s := functionSite{
 			Name:          fn.Name,
@@ -187,7 +211,7 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 			return err
 		}
 	} else {
-		printFunctions(w, f, l, verbose)
+		printFunctions(w, b, l, verbose)
 	}
 	if len(f.Funcs) == 0 && o.Filter != nil {
 		return fmt.Errorf("%s: no function matches %q", path, o.Filter)
@@ -195,7 +219,8 @@ func listFunctions(ctx context.Context, w io.Writer, path string, o funcs.Option
 	return nil
 }
 
-func printFunctions(w io.Writer, f *funcs.File, l functionListing, verbose bool) {
+func printFunctions(w io.Writer, b *function.Binary, l functionListing, verbose bool) {
+	f := b.Funcs
 	from := "symbol tables and .eh_frame"
 	if f.Go {
 		from = "Go function table"
@@ -224,8 +249,16 @@ func printFunctions(w io.Writer, f *funcs.File, l functionListing, verbose bool)
 	if f.Capped {
 		fmt.Fprintf(w, "  (a table was read only up to its cap: the list is incomplete)\n")
 	}
+	for _, fn := range f.Funcs {
+		if fn.Source == funcs.SourceDebugSymtab {
+			fmt.Fprintf(w, "  symbols: .symtab of the debug file %s (found by %s)\n", l.DebugFile, b.Debug.By)
+			break
+		}
+	}
 	if !l.DWARF {
-		fmt.Fprintf(w, "  (no DWARF: parameters unknown; labels name arguments by position, argN)\n")
+		fmt.Fprintf(w, "  parameters: unknown, %s; labels name arguments by position, argN\n", l.ParamsFrom)
+	} else {
+		fmt.Fprintf(w, "  parameters: from %s\n", l.ParamsFrom)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "  FUNCTION\tADDRESS\tSIZE\tENTRY\tRETS\tSTATUS"

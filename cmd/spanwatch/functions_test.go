@@ -81,7 +81,7 @@ func TestFunctionsCommand(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 4 || !strings.Contains(lines[0], "1 function: 1 traceable") ||
-		!strings.Contains(lines[1], "no DWARF: parameters unknown") ||
+		!strings.Contains(lines[1], "parameters: unknown, no DWARF in the file and no separate debug file") ||
 		!strings.Contains(lines[2], "FUNCTION") || !strings.HasPrefix(strings.TrimSpace(lines[3]), "multi_ret ") ||
 		!strings.Contains(lines[3], " 5 ") || !strings.Contains(lines[3], "ok  returns at 0x") {
 		t.Errorf("table:\n%s", out)
@@ -139,5 +139,66 @@ func TestFunctionsParams(t *testing.T) {
 	code, out, errs = runCaptured(t, "functions", "--filter", "handle", bin)
 	if code != 0 || !strings.Contains(out, "(int code: arg0.s32, const char *path: {ptr: arg1}, long int n: arg2.s64)") {
 		t.Errorf("exit %d (%s), table:\n%s", code, errs, out)
+	}
+}
+
+// TestFunctionsDebugFile lists a gcc -O2 -g program split as dh_strip
+// splits it (its DWARF and .symtab in a debug file, named by the
+// binary's .gnu_debuglink, beside it): handle is named by the debug
+// file's .symtab, its parameters read from its DWARF, and the listing
+// says where both came from. With the debug file of another build there,
+// it says why that one was refused.
+func TestFunctionsDebugFile(t *testing.T) {
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("files are opened through internal/userfile, Linux only; parameters are placed by the x86-64 rules here")
+	}
+	for _, tool := range []string{"gcc", "objcopy", "strip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on PATH: install build-essential and binutils", tool)
+		}
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "paramsprog")
+	dbg := bin + ".debug"
+	for _, argv := range [][]string{
+		{"gcc", "-O2", "-g", "-o", bin, "../../source/function/testdata/paramsprog.c"},
+		{"objcopy", "--only-keep-debug", "--compress-debug-sections", bin, dbg},
+		{"strip", "--remove-section=.comment", "--remove-section=.note", "--strip-unneeded", bin},
+		{"objcopy", "--add-gnu-debuglink=" + dbg, bin},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", argv, err, out)
+		}
+	}
+	code, out, errs := runCaptured(t, "functions", "--filter", "handle", bin)
+	if code != 0 || !strings.Contains(out, "symbols: .symtab of the debug file "+dbg+" (found by .gnu_debuglink)") ||
+		!strings.Contains(out, "parameters: from DWARF of the debug file "+dbg+" (found by .gnu_debuglink)") ||
+		!strings.Contains(out, "(int code: arg0.s32, const char *path: {ptr: arg1}, long int n: arg2.s64)") {
+		t.Errorf("exit %d (%s), table:\n%s", code, errs, out)
+	}
+
+	// Another build's debug file in its place.
+	other := filepath.Join(dir, "other")
+	for _, argv := range [][]string{
+		{"gcc", "-O2", "-g", "-fno-inline", "-o", other, "../../source/function/testdata/paramsprog.c"},
+		{"objcopy", "--only-keep-debug", "--compress-debug-sections", other, dbg},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", argv, err, out)
+		}
+	}
+	code, out, errs = runCaptured(t, "functions", "--json", bin)
+	var l functionListing
+	if err := json.Unmarshal([]byte(out), &l); code != 0 || err != nil {
+		t.Fatalf("exit %d (%s), %v: %s", code, errs, err, out)
+	}
+	if l.DWARF || l.DebugFile != "" || len(l.DebugRefused) != 1 || !strings.HasPrefix(l.DebugRefused[0], dbg+": refused: its CRC32 ") ||
+		!strings.HasPrefix(l.ParamsFrom, "no DWARF in the file and no separate debug file ("+dbg+": refused: its CRC32 ") {
+		t.Errorf("dwarf %v, debug file %q, refused %q, params from %q; want the other build's debug file refused by its CRC", l.DWARF, l.DebugFile, l.DebugRefused, l.ParamsFrom)
+	}
+	for _, f := range l.Functions {
+		if f.Name == "handle" {
+			t.Errorf("handle named (%s) with the debug file refused", f.Source)
+		}
 	}
 }

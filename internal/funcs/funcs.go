@@ -30,10 +30,13 @@ type Source string
 
 // Where functions are found.
 const (
-	SourceSymtab  Source = "symtab"   // .symtab
-	SourceDynsym  Source = "dynsym"   // .dynsym
-	SourcePclntab Source = "pclntab"  // a Go binary's function table
-	SourceEHFrame Source = "eh_frame" // a frame description only: no name
+	SourceSymtab Source = "symtab" // .symtab
+	SourceDynsym Source = "dynsym" // .dynsym
+	// SourceDebugSymtab: the .symtab of the separate debug file
+	// (Options.Debug) of a file stripped of its own.
+	SourceDebugSymtab Source = "debug_symtab"
+	SourcePclntab     Source = "pclntab"  // a Go binary's function table
+	SourceEHFrame     Source = "eh_frame" // a frame description only: no name
 )
 
 // A Reason says why a function cannot be traced by uprobes on its entry
@@ -152,6 +155,10 @@ type Options struct {
 	// MaxReturns refuses a function with more return sites;
 	// DefaultMaxRets when zero.
 	MaxReturns int
+	// Debug is the file's separate debug file (elfread.FindDebugFile),
+	// or nil: its .symtab, whose addresses are the file's, is read when
+	// the file has none of its own (a stripped binary).
+	Debug *elf.File
 }
 
 // openTimeout bounds opening and reading one file: a file on a file
@@ -205,7 +212,7 @@ func Parse(r io.ReaderAt, o Options) (f *File, err error) {
 	default:
 		return nil, fmt.Errorf("machine %s: only x86-64 and arm64 code is disassembled", ef.Machine)
 	}
-	fns, parts, capped, isGo, err := functions(ef, r, o.Filter)
+	fns, parts, capped, isGo, err := functions(ef, r, o.Filter, o.Debug)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,11 @@ type span struct{ addr, size uint64 }
 
 // functions returns the functions of ef that filter keeps: from its Go
 // function table when it has one, else from its symbol tables and then
-// its frame descriptions for the ranges no symbol names. capped reports
-// that a table was cut at its cap or more functions matched than kept.
-func functions(ef *elf.File, r io.ReaderAt, filter *glob.Glob) (fns []Func, parts []span, capped, isGo bool, err error) {
+// its frame descriptions for the ranges no symbol names. A file without
+// a .symtab has the .symtab of debug (its separate debug file; nil:
+// none) read in its place. capped reports that a table was cut at its
+// cap or more functions matched than kept.
+func functions(ef *elf.File, r io.ReaderAt, filter *glob.Glob, debug *elf.File) (fns []Func, parts []span, capped, isGo bool, err error) {
 	keep := func(fn Func) bool {
 		if len(fns) >= maxFuncs {
 			capped = true
@@ -52,7 +54,11 @@ func functions(ef *elf.File, r io.ReaderAt, filter *glob.Glob) (fns []Func, part
 		typ elf.SectionType
 		src Source
 	}{{elf.SHT_SYMTAB, SourceSymtab}, {elf.SHT_DYNSYM, SourceDynsym}} {
+		ef := ef
 		table := elfread.Table(ef, t.typ)
+		if table == nil && t.typ == elf.SHT_SYMTAB && debug != nil {
+			ef, table, t.src = debug, elfread.Table(debug, t.typ), SourceDebugSymtab
+		}
 		if table == nil {
 			continue
 		}

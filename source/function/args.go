@@ -213,18 +213,27 @@ func argIndex(n *yaml.Node) (int, bool) {
 
 // errorResolver resolves the operands of an error predicate: the
 // results at the return, ret (ret0) to ret8, each with an optional
-// type, numbered in t.Results as they are met (at most 4 distinct).
+// type, or a Go function's named result by its name (err), placed from
+// DWARF when the source attaches (resolveResults); numbered in
+// t.Results as they are met (at most 4 distinct).
 func errorResolver(t *Target) srcspec.Resolver {
 	return func(name string) (int, error) {
 		if strings.HasPrefix(name, "arg") {
 			return 0, fmt.Errorf("%s is an argument: error: reads the results at the return (ret, ret0 to ret%d), when the arguments' registers hold other values; label the call by it instead", name, MaxGoRegs-1)
 		}
-		op, err := parseOperand(name, "ret")
-		if err != nil {
-			return 0, fmt.Errorf("%v (the results: ret is ret0, the first; a Go function's error result is two registers, its type word first)", err)
+		var op Operand
+		if !strings.HasPrefix(name, "ret") && isIdent(name) {
+			// A result by name: a Go function's named result.
+			op = Operand{Reg: -1, LenReg: -1, Param: name, Text: name}
+		} else {
+			var err error
+			op, err = parseOperand(name, "ret")
+			if err != nil {
+				return 0, fmt.Errorf("%v (the results: ret is ret0, the first; a Go function's error result is two registers, its type word first; a Go function's named result by its name)", err)
+			}
 		}
 		for i, r := range t.Results {
-			if r.Reg == op.Reg && r.Size == op.Size && r.Signed == op.Signed {
+			if r.Param == op.Param && r.Reg == op.Reg && r.Size == op.Size && r.Signed == op.Signed {
 				return i, nil
 			}
 		}
@@ -280,9 +289,10 @@ func (t *Target) checkABI(goABI bool, arch string) error {
 	return nil
 }
 
-// namesParams says a label names a parameter ({param: NAME}).
+// namesParams says a label names a parameter ({param: NAME}), or the
+// error predicate a result by name.
 func (t *Target) namesParams() bool {
-	for _, op := range t.LabelOperands {
+	for _, op := range append(t.LabelOperands[:len(t.LabelOperands):len(t.LabelOperands)], t.Results...) {
 		if op.Param != "" {
 			return true
 		}

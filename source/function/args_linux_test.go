@@ -40,17 +40,21 @@ type argSeries struct{ count, errors uint64 }
 // per label set ("status=200 route=/cart"), and the source's counters.
 func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[string]argSeries, map[string]uint64, []snapshot.Overrun) {
 	t.Helper()
-	file := filepath.Join(filepath.Dir(prog), "rules.yaml")
-	targets, err := decode(t, file, rules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, counts, overruns, _ := runArgsIn(t, filepath.Dir(prog), []string{prog}, func(int) string { return rules }, span, labels)
+	return got, counts, overruns
+}
+
+// runArgsIn is runArgs for a program started as argv (with argsCalls
+// after it), its rules written once its pid is known, in the directory
+// dir. It returns the functions traced too.
+func runArgsIn(t *testing.T, dir string, argv []string, rules func(pid int) string, span string, labels []string) (map[string]argSeries, map[string]uint64, []snapshot.Overrun, []Traced) {
+	t.Helper()
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cmd := exec.Command(prog, strconv.Itoa(argsCalls))
+	cmd := exec.Command(argv[0], append(argv[1:], strconv.Itoa(argsCalls))...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -62,11 +66,16 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 	if !out.Scan() || out.Text() != "ready" {
 		t.Fatalf("program said %q, want ready", out.Text())
 	}
+	targets, err := decode(t, filepath.Join(dir, "rules.yaml"), rules(cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := Attach(context.Background(), c.SourceCore(), targets)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	traced := s.Traced()
 	// A budget every call exceeds: overrun records, their user stacks
 	// taken at a return instruction.
 	if err := c.SetBudgets([]collector.BudgetRule{{Span: span, Budget: time.Nanosecond}}); err != nil {
@@ -111,7 +120,7 @@ func runArgs(t *testing.T, prog, rules, span string, labels []string) (map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	return got, counts, overruns
+	return got, counts, overruns, traced
 }
 
 // checkCaller checks that overruns' user stacks start with the traced
@@ -355,9 +364,10 @@ func TestParamsC(t *testing.T) {
 }
 
 // TestParamsGo traces testdata/argsgo's main.handle(code int, path
-// string) (int, error) labelled by parameter name: DWARF and Go's
-// register ABI place code in rax and path in rbx and rcx, so the label
-// sets and counts are TestArgsGo's exactly.
+// string) (n int, err error) labelled by parameter name, an error by its
+// named result (err != 0): DWARF and Go's register ABI place code in rax
+// and path in rbx and rcx, err's type word in rbx at the return, so the
+// label sets, counts and errors are TestArgsGo's exactly.
 func TestParamsGo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
@@ -373,7 +383,7 @@ func TestParamsGo(t *testing.T) {
 	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: main.handle
   labels: {code: {param: code}, path: {param: path}}
-  error: ret1 != 0
+  error: err != 0
 `, prog), "main.handle", []string{"code", "path"})
 	checkArgs(t, got, wantArgs("code", "path"))
 	checkNoCounts(t, counts)

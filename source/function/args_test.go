@@ -63,6 +63,8 @@ func TestDecodeArgs(t *testing.T) {
 		{"  error: arg0 == 1\n", ":3:10: error: arg0 is an argument: error: reads the results at the return"},
 		{"  error: ret == 1 or ret2 != 0\n", ":3:22: " + prog + ": error reads ret2, but the System V ABI returns 2 integer results in registers on amd64 (ret0 to ret1)"},
 		{"  error: ret => 1\n", `:3:14: error: unknown operator "=>": did you mean >=?`},
+		{"  error: ret == 1 or status != 0\n", ":3:22: " + prog + ": error: handle in " + prog + ": error names a result, but only Go functions name their results (a C or C++ result has no name in DWARF): read it as ret (ret.s32 for an int)"},
+		{"  error: ret.x == 1\n", `:3:10: error: ret.x: unknown type "x"`},
 		{"  error: ret0 == 1 or ret1 == 1 or ret2 == 1 or ret3 == 1 or ret4 == 1\n", ":3:62: error: ret4: an error predicate reads at most 4 distinct results"},
 	} {
 		text := "- binary: argsprog\n  function: handle\n" + tc.text

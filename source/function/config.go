@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -28,6 +30,11 @@ type Target struct {
 	// the source attaches and every scan interval after; nil when Binary
 	// names the binary. A process's comm is not matched.
 	Process *glob.Glob
+	// PID limits the target to one process: its executable (opened
+	// through /proc/PID/exe), or with Binary a file in its mount
+	// namespace (a shared library it maps), with the uprobes attached
+	// for that process only; 0 for none.
+	PID int
 	// Functions matches the functions to trace by name or demangled
 	// name (internal/funcs.Options.Filter).
 	Functions *glob.Glob
@@ -49,6 +56,12 @@ type Target struct {
 // Describe names the target for messages: "functions FUNCTION in
 // BINARY", or "functions FUNCTION in processes named GLOB".
 func (t *Target) Describe() string {
+	switch {
+	case t.PID != 0 && t.Binary != "":
+		return fmt.Sprintf("functions %s in %s of pid %d", t.Functions, t.Binary, t.PID)
+	case t.PID != 0:
+		return fmt.Sprintf("functions %s in pid %d", t.Functions, t.PID)
+	}
 	if t.Process != nil {
 		return fmt.Sprintf("functions %s in processes named %s", t.Functions, t.Process)
 	}
@@ -56,7 +69,7 @@ func (t *Target) Describe() string {
 }
 
 // targetKeys are the keys of an entry of sources.functions.
-var targetKeys = []string{"binary", "process", "function", "span", "labels", "label_cap", "error"}
+var targetKeys = []string{"binary", "process", "pid", "function", "span", "labels", "label_cap", "error"}
 
 // DecodeSources decodes the functions: list of the sources: section,
 // each entry a binary or a glob of process names, a function name or
@@ -110,6 +123,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 		case "error":
 			t.Error = srcspec.DecodePredicate(d, section.Resolve(v), errorResolver(&t))
 			return
+		case "pid":
+			t.PID, _ = decodePID(d, section.Resolve(v))
+			return
 		}
 		s, ok := str(d, v, key)
 		if !ok {
@@ -144,10 +160,14 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 		return Target{}, false
 	}
 	switch {
-	case has["binary"] == nil && has["process"] == nil:
-		d.Errorf(n, "a functions source needs binary: (a file) or process: (a glob of executable names)")
+	case has["binary"] == nil && has["process"] == nil && has["pid"] == nil:
+		d.Errorf(n, "a functions source needs binary: (a file), process: (a glob of executable names) or pid: (one process)")
 	case has["binary"] != nil && has["process"] != nil:
 		d.Errorf(has["process"], "a functions source takes binary: or process:, not both")
+	case has["pid"] != nil && has["process"] != nil:
+		d.Errorf(has["pid"], "a functions source takes pid: (one process) or process: (every process of an executable's name), not both")
+	case has["pid"] != nil && t.Binary != "" && !filepath.IsAbs(t.Binary):
+		d.Errorf(has["binary"], "with pid:, binary: is a path in that process's mount namespace (a library it maps, as /proc/PID/maps names it): give it absolute, not %q", t.Binary)
 	}
 	if has["function"] == nil {
 		d.Errorf(n, "a functions source needs function:")
@@ -158,9 +178,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	if d.Len() > before {
 		return Target{}, false
 	}
-	if t.Process != nil {
-		// The binaries are those processes run when the agent scans:
-		// none need run now.
+	if t.Process != nil || t.PID != 0 {
+		// The binaries are those processes run when the agent scans,
+		// or the process's, when it attaches: none need run now.
 		return t, true
 	}
 	if !filepath.IsAbs(t.Binary) {
@@ -170,15 +190,23 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 	return t, d.Len() == before
 }
 
+// checkTimeout bounds reading a binary to check it (as funcs.Open's).
+const checkTimeout = 30 * time.Second
+
 // checkTarget lists the target's functions as the agent would: a binary
 // that cannot be read here is left to the agent (check may run on
 // another machine than the agent), but one that is read must have a
 // traceable function matching the pattern.
 func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
-	f, err := funcs.Open(context.Background(), t.Binary, funcs.Options{Filter: t.Functions})
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	defer cancel()
+	fh, b, err := OpenBinary(ctx, t.Binary, funcs.Options{Filter: t.Functions})
 	if err != nil {
 		return
 	}
+	defer fh.Close()
+	defer b.Close()
+	f := b.Funcs
 	if f.Go {
 		if err := goTraceable(f); err != nil {
 			d.Errorf(has["binary"], "%s: %v", t.Binary, err)
@@ -189,7 +217,7 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 		reportABI(d, has, t, err.(*abiError))
 		return
 	}
-	if t.namesParams() && !checkParams(d, has, t, f) {
+	if t.namesParams() && !checkParams(d, has, t, fh, b) {
 		return
 	}
 	var refused []string
@@ -208,16 +236,13 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 	d.Errorf(has["function"], "no function of %s matches %q (spanwatch functions %s lists them)", t.Binary, t.Functions, t.Binary)
 }
 
-// checkParams places the parameters the labels name in each traceable
-// function as the agent would when it attaches, and reports the first
-// that cannot be at its label's value.
-func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, f *funcs.File) bool {
-	fh, err := userfile.OpenRooted(context.Background(), t.Binary, userfile.Options{Symlinks: true})
-	if err != nil {
-		return true // left to the agent, as an unreadable binary is
-	}
-	params, err := ReadParams(fh, f)
-	fh.Close()
+// checkParams places the parameters the labels name, and the results
+// the error predicate names, in each traceable function as the agent
+// would when it attaches, and reports the first that cannot be at its
+// label's value or at its name in the predicate.
+func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, fh *userfile.File, b *Binary) bool {
+	f := b.Funcs
+	params, err := ReadParams(fh, b)
 	if err != nil {
 		d.Errorf(has["binary"], "%s: parameters: %v", t.Binary, err)
 		return false
@@ -232,6 +257,20 @@ func checkParams(d *section.Decoder, has map[string]*yaml.Node, t Target, f *fun
 			}
 			if _, err := resolveParams([]Operand{op}, params, &fn, t.Binary, f.Go, f.Arch); err != nil {
 				d.Errorf(labelValue(has["labels"], t.Labels.List[i].Name), "label %s: %v", t.Labels.List[i].Name, err)
+				return false
+			}
+		}
+	}
+	for i, op := range t.Results {
+		if op.Param == "" {
+			continue
+		}
+		for _, fn := range f.Funcs {
+			if fn.Refused != "" {
+				continue
+			}
+			if _, err := resolveResults([]Operand{op}, params, &fn, t.Binary, f.Go, f.Arch); err != nil {
+				reportABI(d, has, t, &abiError{Label: -1, Result: i, msg: "error: " + err.Error()})
 				return false
 			}
 		}
@@ -268,6 +307,23 @@ func labelValue(n *yaml.Node, name string) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// maxPID is the kernel's PID_MAX_LIMIT on 64-bit machines.
+const maxPID = 1 << 22
+
+// decodePID reads pid: a process id, 1 to maxPID.
+func decodePID(d *section.Decoder, n *yaml.Node) (int, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		d.Errorf(n, "pid must be a process id (an integer), not %s", section.KindName(n))
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n.Value, 0, 64)
+	if err != nil || v < 1 || v > maxPID {
+		d.Errorf(n, "pid must be between 1 and %d, not %s", maxPID, n.Value)
+		return 0, false
+	}
+	return int(v), true
 }
 
 // compileProcess compiles a process: glob. It matches a file name, so a

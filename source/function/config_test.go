@@ -116,7 +116,47 @@ func TestDecodeProcess(t *testing.T) {
 		{"- {process: /usr/bin/a, function: f}\n", ":1:13: process \"/usr/bin/a\": matches the executable's file name, which has no '/'"},
 		{"- {process: 'a\\', function: f}\n", ":1:13: process \"a\\\\\": glob \"a\\\\\" ends with a lone backslash"},
 		{"- {process: [a], function: f}\n", ":1:13: process must be a string"},
-		{"- {function: f}\n", ":1:3: a functions source needs binary: (a file) or process: (a glob of executable names)"},
+		{"- {function: f}\n", ":1:3: a functions source needs binary: (a file), process: (a glob of executable names) or pid: (one process)"},
+	} {
+		got, err := decode(t, file, tc.text)
+		if err == nil || !strings.Contains(err.Error(), file+tc.want) || got != nil {
+			t.Errorf("%q: %v, %+v; want an error %s%s and nothing decoded", tc.text, err, got, file, tc.want)
+		}
+	}
+}
+
+// TestDecodePID: pid: is one process, alone or with an absolute binary:
+// in its mount namespace, not checked (no process need run it now); with
+// process:, with a relative binary:, not an integer or out of range, it
+// is an error at its file:line:col.
+func TestDecodePID(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	for _, tc := range []struct {
+		text, binary, describe string
+		pid                    int
+	}{
+		{"- pid: 4242\n  function: handle\n", "", "functions handle in pid 4242", 4242},
+		{"- {pid: 7, binary: /usr/lib/libssl.so.3, function: \"SSL_*\"}\n", "/usr/lib/libssl.so.3", "functions SSL_* in /usr/lib/libssl.so.3 of pid 7", 7},
+	} {
+		got, err := decode(t, file, tc.text)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if len(got) != 1 || got[0].PID != tc.pid || got[0].Binary != tc.binary || got[0].Process != nil || got[0].Declared != file+":1:3" {
+			t.Fatalf("%q: decoded %+v; want pid %d, binary %q", tc.text, got, tc.pid, tc.binary)
+		}
+		if d := got[0].Describe(); d != tc.describe {
+			t.Errorf("described as %q, want %q", d, tc.describe)
+		}
+	}
+	for _, tc := range []struct{ text, want string }{
+		{"- {pid: 1, process: a, function: f}\n", ":1:9: a functions source takes pid: (one process) or process: (every process of an executable's name), not both"},
+		{"- {pid: 1, binary: lib/x.so, function: f}\n", ":1:20: with pid:, binary: is a path in that process's mount namespace (a library it maps, as /proc/PID/maps names it): give it absolute, not \"lib/x.so\""},
+		{"- {pid: 0, function: f}\n", ":1:9: pid must be between 1 and 4194304, not 0"},
+		{"- {pid: 4194305, function: f}\n", ":1:9: pid must be between 1 and 4194304, not 4194305"},
+		{"- {pid: \"12\", function: f}\n", ":1:9: pid must be a process id (an integer)"},
+		{"- {pid: [1], function: f}\n", ":1:9: pid must be a process id (an integer)"},
+		{"- {pid: 1}\n", ":1:3: a functions source needs function:"},
 	} {
 		got, err := decode(t, file, tc.text)
 		if err == nil || !strings.Contains(err.Error(), file+tc.want) || got != nil {
@@ -126,7 +166,7 @@ func TestDecodeProcess(t *testing.T) {
 }
 
 // TestProcessSchema: the sources schema (internal/usdt/sources.schema.json)
-// accepts and refuses the process: entries DecodeSources does (a lone
+// accepts and refuses the process: and pid: entries DecodeSources does (a lone
 // backslash is left to the decoder).
 func TestProcessSchema(t *testing.T) {
 	raw, err := os.ReadFile("../../internal/usdt/sources.schema.json")
@@ -158,6 +198,12 @@ func TestProcessSchema(t *testing.T) {
 		{"- {process: \"\", function: f}\n", false},
 		{"- {function: f}\n", false},
 		{"- {process: a}\n", false},
+		{"- {pid: 4242, function: f}\n", true},
+		{"- {pid: 7, binary: /usr/lib/libssl.so.3, function: f}\n", true},
+		{"- {pid: 1, process: a, function: f}\n", false},
+		{"- {pid: 0, function: f}\n", false},
+		{"- {pid: 4194305, function: f}\n", false},
+		{"- {pid: \"12\", function: f}\n", false},
 	} {
 		_, derr := decode(t, file, tc.text)
 		var v any

@@ -76,8 +76,9 @@ type entryKey struct {
 	name   string
 	span   string
 	goABI  bool
-	// args are the label operands as placed from DWARF (a parameter's
-	// register may differ between two files a process: target runs).
+	// args are the label and result operands as placed from DWARF (a
+	// parameter's register may differ between two files a process:
+	// target runs).
 	args string
 }
 
@@ -147,7 +148,11 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 			s.procTargets = append(s.procTargets, procTarget{index: i, t: t})
 			continue
 		}
-		if err := s.attach(ctx, i, t); err != nil {
+		attach := s.attach
+		if t.PID != 0 {
+			attach = s.attachPID
+		}
+		if err := attach(ctx, i, t); err != nil {
 			return nil, err
 		}
 	}
@@ -176,13 +181,14 @@ func (s *Source) attach(ctx context.Context, ti int, t Target) error {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
 	defer fh.Close()
-	f, err := funcs.Parse(fh, funcs.Options{Filter: t.Functions})
+	b, err := ParseBinary(fh, funcs.Options{Filter: t.Functions}, binaryPlace(ctx, t.Binary, fh))
 	if err != nil {
 		return fmt.Errorf("functions of %s: %w", t.Binary, err)
 	}
+	defer b.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	links, traced, err := s.attachFile(ti, t, fh, f, t.Binary, 0)
+	links, traced, err := s.attachFile(ti, t, fh, b, t.Binary, 0)
 	s.links = append(s.links, links...)
 	s.traced = append(s.traced, traced...)
 	if err != nil {
@@ -194,12 +200,13 @@ func (s *Source) attach(ctx context.Context, ti int, t Target) error {
 	return nil
 }
 
-// attachFile attaches the traceable functions of f, parsed from the open
+// attachFile attaches the traceable functions of b, parsed from the open
 // file fh, as target t says: path names the file in messages, pid the
 // process it was found through (0: none). It returns the links made, and
 // the functions traced, also on an error. s.mu is held.
-func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, path string, pid int) ([]link.Link, []Traced, error) {
+func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path string, pid int) ([]link.Link, []Traced, error) {
 	log := s.core.Logger
+	f := b.Funcs
 	if f.Go {
 		if err := goTraceable(f); err != nil {
 			return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
@@ -210,7 +217,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 	}
 	var params *ParamTable
 	if t.namesParams() {
-		p, err := ReadParams(fh, f)
+		p, err := ReadParams(fh, b)
 		if err != nil {
 			return nil, nil, fmt.Errorf("functions of %s: parameters: %w", path, err)
 		}
@@ -239,6 +246,9 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 		// wrong register.
 		ft := t
 		ft.LabelOperands, err = resolveParams(t.LabelOperands, params, &fn, path, f.Go, f.Arch)
+		if err == nil {
+			ft.Results, err = resolveResults(t.Results, params, &fn, path, f.Go, f.Arch)
+		}
 		if err != nil {
 			return links, traced, fmt.Errorf("functions of %s: %w", path, err)
 		}
@@ -249,13 +259,13 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 		// Returns first: an entry without its returns attached would
 		// leave open calls behind.
 		for _, off := range fn.Returns {
-			l, err := ex.Uprobe("", ret, &link.UprobeOptions{Address: off, Cookie: uint64(idx)})
+			l, err := ex.Uprobe("", ret, &link.UprobeOptions{Address: off, Cookie: uint64(idx), PID: t.PID})
 			if err != nil {
 				return links, traced, fmt.Errorf("functions of %s: %s: return at %#x: %w", path, fn.DisplayName(), off, err)
 			}
 			links = append(links, l)
 		}
-		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Entry, Cookie: uint64(idx)})
+		l, err := ex.Uprobe("", entry, &link.UprobeOptions{Address: fn.Entry, Cookie: uint64(idx), PID: t.PID})
 		if err != nil {
 			return links, traced, fmt.Errorf("functions of %s: %s: entry at %#x: %w", path, fn.DisplayName(), fn.Entry, err)
 		}
@@ -269,7 +279,7 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, f *funcs.File, 
 // ti's function fn, named span, putting the entry in the map the first
 // time. s.mu is held.
 func (s *Source) entry(ti int, t Target, fn, span string, goABI bool) (uint32, error) {
-	k := entryKey{target: ti, name: fn, span: span, goABI: goABI, args: fmt.Sprint(t.LabelOperands)}
+	k := entryKey{target: ti, name: fn, span: span, goABI: goABI, args: fmt.Sprint(t.LabelOperands, t.Results)}
 	if idx, ok := s.entries[k]; ok {
 		return idx, nil
 	}
@@ -390,7 +400,8 @@ func (s *Source) attachProcess(pt procTarget, p source.Process, exe string) (key
 		return key, true, nil
 	}
 	t := pt.t
-	f, err := userfile.Do(ctx, on, func() (*funcs.File, error) { return funcs.Parse(fh, funcs.Options{Filter: t.Functions}) }, nil)
+	place := processPlace(ctx, s.core.ProcRoot, p.PID, exe)
+	b, err := userfile.Do(ctx, on, func() (*Binary, error) { return ParseBinary(fh, funcs.Options{Filter: t.Functions}, place) }, (*Binary).Close)
 	if errors.Is(err, userfile.ErrTimeout) || errors.Is(err, userfile.ErrBusy) {
 		// Not remembered: tried again at the next scan.
 		return key, true, fmt.Errorf("functions of %s: %w", exe, err)
@@ -400,7 +411,8 @@ func (s *Source) attachProcess(pt procTarget, p source.Process, exe string) (key
 	if err != nil {
 		return key, true, fmt.Errorf("functions of %s: %w", exe, err)
 	}
-	pf.links, pf.traced, err = s.attachFile(pt.index, t, fh, f, exe, p.PID)
+	defer b.Close()
+	pf.links, pf.traced, err = s.attachFile(pt.index, t, fh, b, exe, p.PID)
 	if err != nil {
 		// Remembered with nothing attached: a file refused (an old Go,
 		// a label its ABI has not) is refused again at every scan.

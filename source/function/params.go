@@ -24,20 +24,33 @@ const maxDWARF = 160 << 20
 type ParamTable struct {
 	byAddr map[uint64]*elfread.Subprogram
 	byName map[string]*elfread.Subprogram
-	// NoDWARF says the file has no .debug_info; Capped that it was read
-	// only up to a cap.
+	// NoDWARF says neither the file nor a separate debug file has
+	// .debug_info; Capped that it was read only up to a cap.
 	NoDWARF, Capped bool
+	// From says where the DWARF was read: "" for the file itself, else
+	// the separate debug file's path and how it was found.
+	From string
+	// DebugRefused are the debug files found and refused, and why.
+	DebugRefused []string
+	// debugLooked says a separate debug file was looked for.
+	debugLooked bool
 }
 
-// ReadParams reads the DWARF declarations of f's functions from r, the
-// file f was parsed from: each DWARF section up to 64 MiB, 160 MiB in
-// all, at most elfread.MaxEntries entries. A file without DWARF gives a table that
-// says so (NoDWARF), not an error. A separate debug file
-// (.gnu_debuglink) is not looked for.
-func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
+// ReadParams reads the DWARF declarations of b's functions from r, the
+// file b was parsed from, or, when it has no .debug_info, from its
+// separate debug file (b.Debug, found by build id or .gnu_debuglink):
+// each DWARF section up to 64 MiB, 160 MiB in all, at most
+// elfread.MaxEntries entries. A file without DWARF gives a table that
+// says so (NoDWARF), not an error.
+func ReadParams(r io.ReaderAt, b *Binary) (*ParamTable, error) {
 	ef, err := elfread.NewFile(r)
 	if err != nil {
 		return nil, err
+	}
+	pt := &ParamTable{DebugRefused: b.DebugRefused, debugLooked: b.DebugLooked}
+	if !hasDWARF(ef) && b.Debug != nil {
+		ef = b.Debug.ELF
+		pt.From = fmt.Sprintf("%s (found by %s)", b.Debug.Path, b.Debug.By)
 	}
 	// A budget over the sections together: a crafted file's compressed
 	// sections each claiming the cap would otherwise take 7 times it.
@@ -48,14 +61,16 @@ func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
 		return g
 	}
 	d, capped, err := elfread.DWARF(ef, maxDWARFSection, nil, grant)
+	pt.Capped = capped
 	if errors.Is(err, elfread.ErrNoDWARF) {
-		return &ParamTable{NoDWARF: true, Capped: capped}, nil
+		pt.NoDWARF, pt.From = true, ""
+		return pt, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read DWARF: %w", err)
+		return nil, fmt.Errorf("read DWARF%s: %w", fromText(pt.From), err)
 	}
 	addrs, names := map[uint64]bool{}, map[string]bool{}
-	for _, fn := range f.Funcs {
+	for _, fn := range b.Funcs.Funcs {
 		addrs[fn.Addr] = true
 		if fn.Name != "" {
 			names[fn.Name] = true
@@ -63,9 +78,39 @@ func ReadParams(r io.ReaderAt, f *funcs.File) (*ParamTable, error) {
 	}
 	byAddr, byName, more, err := elfread.Subprograms(d, addrs, names)
 	if err != nil {
-		return nil, fmt.Errorf("read DWARF: %w", err)
+		return nil, fmt.Errorf("read DWARF%s: %w", fromText(pt.From), err)
 	}
-	return &ParamTable{byAddr: byAddr, byName: byName, Capped: capped || more}, nil
+	pt.byAddr, pt.byName, pt.Capped = byAddr, byName, capped || more
+	return pt, nil
+}
+
+func fromText(from string) string {
+	if from == "" {
+		return ""
+	}
+	return " of " + from
+}
+
+// Source says where the parameters came from, for messages and
+// spanwatch functions: the file's own DWARF, its debug file's, or none
+// and why (the debug files refused).
+func (p *ParamTable) Source() string {
+	switch {
+	case p == nil:
+		return "none"
+	case !p.NoDWARF && p.From == "":
+		return "the file's own DWARF"
+	case !p.NoDWARF:
+		return "DWARF of the debug file " + p.From
+	}
+	why := "no DWARF in the file"
+	if p.debugLooked {
+		why += " and no separate debug file"
+	}
+	if len(p.DebugRefused) > 0 {
+		why += " (" + strings.Join(p.DebugRefused, "; ") + ")"
+	}
+	return why
 }
 
 // Lookup returns fn's DWARF declaration: the subprogram at its address,
@@ -119,30 +164,9 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 		return ops, nil
 	}
 	name := fn.DisplayName()
-	if p == nil || p.NoDWARF {
-		return nil, fmt.Errorf("no DWARF for %s in %s: name arguments by position, argN", name, bin)
-	}
-	sp := p.Lookup(fn)
-	if sp == nil {
-		more := ""
-		if p.Capped {
-			more = " (its DWARF was read only up to a cap)"
-		}
-		return nil, fmt.Errorf("no DWARF for %s in %s%s: name arguments by position, argN", name, bin, more)
-	}
-	if fn.Name != "" && fn.Name != sp.Name && fn.Name != sp.LinkageName {
-		return nil, fmt.Errorf("%s is a compiler's copy of %s (its arguments may be changed or dropped): name them by position, argN", name, sp.Name)
-	}
-	switch {
-	case goABI && sp.Lang != langGo:
-		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not Go, as its binary is: name arguments by position, argN", name, sp.Lang)
-	case goABI:
-	case sp.Lang == langRust:
-		return nil, fmt.Errorf("%s is a Rust function: Rust's own calling convention is not the System V one DWARF's parameters are placed by; name arguments by position, argN", name)
-	case sp.Lang == langGo:
-		return nil, fmt.Errorf("%s is a Go function: name arguments by position, argN", name)
-	case !cLangs[sp.Lang]:
-		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not C or C++, whose ABI parameters are placed by: name arguments by position, argN", name, sp.Lang)
+	sp, err := declaration(p, fn, bin, goABI, "name arguments by position, argN")
+	if err != nil {
+		return nil, err
 	}
 	places := PlaceParams(sp, arch)
 	out := make([]Operand, len(ops))
@@ -162,6 +186,106 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 		out[i] = pl.op
 	}
 	return out, nil
+}
+
+// declaration returns fn's DWARF declaration from p, or why its
+// parameters cannot be placed by it (instead says what to do then): no
+// DWARF, a compiler's copy, a language whose ABI is not placed here.
+func declaration(p *ParamTable, fn *funcs.Func, bin string, goABI bool, instead string) (*elfread.Subprogram, error) {
+	name := fn.DisplayName()
+	if p == nil || p.NoDWARF {
+		more := ""
+		if p != nil && len(p.DebugRefused) > 0 {
+			more = " (" + strings.Join(p.DebugRefused, "; ") + ")"
+		}
+		return nil, fmt.Errorf("no DWARF for %s in %s%s: %s", name, bin, more, instead)
+	}
+	sp := p.Lookup(fn)
+	if sp == nil {
+		more := ""
+		if p.Capped {
+			more = " (its DWARF was read only up to a cap)"
+		}
+		return nil, fmt.Errorf("no DWARF for %s in %s%s: %s", name, bin, more, instead)
+	}
+	if fn.Name != "" && fn.Name != sp.Name && fn.Name != sp.LinkageName {
+		return nil, fmt.Errorf("%s is a compiler's copy of %s (its arguments may be changed or dropped): %s", name, sp.Name, instead)
+	}
+	switch {
+	case goABI && sp.Lang != langGo:
+		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not Go, as its binary is: %s", name, sp.Lang, instead)
+	case goABI:
+	case sp.Lang == langRust:
+		return nil, fmt.Errorf("%s is a Rust function: Rust's own calling convention is not the System V one DWARF's parameters are placed by; %s", name, instead)
+	case sp.Lang == langGo:
+		return nil, fmt.Errorf("%s is a Go function: %s", name, instead)
+	case !cLangs[sp.Lang]:
+		return nil, fmt.Errorf("%s: its DWARF unit's language (%#x) is not C or C++, whose ABI parameters are placed by: %s", name, sp.Lang, instead)
+	}
+	return sp, nil
+}
+
+// resolveResults returns ops (an error predicate's results) with each
+// result named (Operand.Param) replaced by the result register and type
+// function fn passes it in: a Go function's named result (DWARF's
+// formal parameter with DW_AT_variable_parameter), placed by Go's
+// register ABI as its results are (from the first integer register,
+// as its arguments are); an integer, bool or pointer reads with its
+// size and signedness, an error or other interface as its first word
+// (its type, zero for nil: err != 0 holds for a non-nil error). C and
+// C++ results have no names in DWARF, and a result of another kind (a
+// string, a struct) is no integer a predicate compares: refused.
+func resolveResults(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goABI bool, arch funcs.Arch) ([]Operand, error) {
+	named := false
+	for _, op := range ops {
+		named = named || op.Param != ""
+	}
+	if !named {
+		return ops, nil
+	}
+	name := fn.DisplayName()
+	if !goABI {
+		return nil, fmt.Errorf("%s in %s: error names a result, but only Go functions name their results (a C or C++ result has no name in DWARF): read it as ret (ret.s32 for an int)", name, bin)
+	}
+	sp, err := declaration(p, fn, bin, goABI, "read the results by position, retN")
+	if err != nil {
+		return nil, err
+	}
+	places := placeGo(sp, arch, true)
+	out := make([]Operand, len(ops))
+	for i, op := range ops {
+		if op.Param == "" {
+			out[i] = op
+			continue
+		}
+		pl, ok := findPlace(places, op.Param)
+		if !ok {
+			return nil, fmt.Errorf("%s in %s has no result named %s (its named results: %s)", name, bin, op.Param, resultNames(sp))
+		}
+		if pl.err != "" {
+			return nil, fmt.Errorf("%s in %s: result %s: %s", name, bin, op.Param, pl.err)
+		}
+		if pl.op.Kind != OperandInt {
+			return nil, fmt.Errorf("%s in %s: result %s is a %s: an error predicate compares integers (an int, a bool, a pointer, an error)", name, bin, op.Param, pl.Type)
+		}
+		pl.op.Param = op.Param
+		out[i] = pl.op
+	}
+	return out, nil
+}
+
+// resultNames lists a Go function's named results ("none").
+func resultNames(sp *elfread.Subprogram) string {
+	var s []string
+	for _, p := range sp.Params {
+		if p.Result && p.Name != "" && !strings.HasPrefix(p.Name, "~") {
+			s = append(s, p.Name)
+		}
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }
 
 func findPlace(places []ParamPlace, name string) (ParamPlace, bool) {
@@ -235,6 +359,14 @@ const (
 // position). A type the assignment does not know blocks the parameters
 // after it.
 func placeGoParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
+	return placeGo(sp, arch, false)
+}
+
+// placeGo places sp's parameters, or with results its results (which
+// Go's register ABI assigns the same way, from the first registers
+// again), as placeGoParams says; an interface result (an error) reads
+// as its first word, its type, zero for nil.
+func placeGo(sp *elfread.Subprogram, arch funcs.Arch, results bool) []ParamPlace {
 	maxInt, maxFloat, readable := goIntRegsAMD64, goFloatRegsAMD64, MaxGoRegs
 	if arch == funcs.ArchARM64 {
 		maxInt, maxFloat, readable = goRegsARM64, goRegsARM64, MaxArm64Regs
@@ -243,7 +375,7 @@ func placeGoParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
 	blocked := ""
 	var out []ParamPlace
 	for i, p := range sp.Params {
-		if p.Result {
+		if p.Result != results {
 			continue
 		}
 		pl := ParamPlace{Name: p.Name, Type: typeName(p.Type)}
@@ -282,6 +414,16 @@ func placeGoParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
 			at.op = op
 			continue
 		}
+		if results && ni == 2 && nf == 0 && isGoInterface(t) {
+			if reg >= readable {
+				at.err = fmt.Sprintf("it is in integer register %d, past the %d read", reg, readable)
+				continue
+			}
+			op := Operand{Kind: OperandInt, Reg: reg, Size: 8}
+			op.Text = fmt.Sprintf("ret%d.u64", reg)
+			at.op = op
+			continue
+		}
 		if ni != 1 || nf != 0 {
 			at.err = fmt.Sprintf("takes %d integer and %d floating-point registers (from arg%d): read its words by position", ni, nf, reg)
 			continue
@@ -300,9 +442,20 @@ func placeGoParams(sp *elfread.Subprogram, arch funcs.Arch) []ParamPlace {
 			op.Kind, op.Size, op.Signed = OperandInt, 8, false // a Go *byte is no C string
 		}
 		op.Text = operandText(op)
+		if results {
+			op.Text = "ret" + strings.TrimPrefix(op.Text, "arg")
+		}
 		at.op = op
 	}
 	return out
+}
+
+// isGoInterface says t (typedefs stripped) is a Go interface as the Go
+// compiler's DWARF has it: a struct of two words, runtime.iface (tab,
+// data) or runtime.eface (_type, data).
+func isGoInterface(t dwarf.Type) bool {
+	st, ok := t.(*dwarf.StructType)
+	return ok && (st.StructName == "runtime.iface" || st.StructName == "runtime.eface") && len(st.Field) == 2
 }
 
 // How a Go value is assigned: to registers, to the stack, or unknown.

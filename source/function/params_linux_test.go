@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/spanwatch/spanwatch/internal/funcs"
-	"github.com/spanwatch/spanwatch/internal/userfile"
 )
 
 // buildParamsProg builds testdata/paramsprog.c with gcc and flags into
@@ -36,20 +35,17 @@ func buildParamsProg(t *testing.T, name string, flags ...string) string {
 // readParams lists prog's functions and reads their DWARF declarations.
 func readParams(t *testing.T, prog string) (*funcs.File, *ParamTable) {
 	t.Helper()
-	f, err := funcs.Open(context.Background(), prog, funcs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fh, err := userfile.OpenRooted(context.Background(), prog, userfile.Options{})
+	fh, b, err := OpenBinary(context.Background(), prog, funcs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	p, err := ReadParams(fh, f)
+	defer b.Close()
+	p, err := ReadParams(fh, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, p
+	return b.Funcs, p
 }
 
 func findFunc(t *testing.T, f *funcs.File, name string) *funcs.Func {
@@ -221,7 +217,7 @@ func TestReadParamsCorrupt(t *testing.T) {
 			s := spans[rng.IntN(len(spans))]
 			buf[s[0]+rng.Uint64N(s[1])] = byte(rng.IntN(256))
 		}
-		if p, err := ReadParams(bytes.NewReader(buf), f); err == nil {
+		if p, err := ReadParams(bytes.NewReader(buf), &Binary{Funcs: f}); err == nil {
 			for k := range f.Funcs {
 				if sp := p.Lookup(&f.Funcs[k]); sp != nil {
 					PlaceParams(sp, f.Arch)
@@ -260,5 +256,44 @@ func TestPlaceGoParams(t *testing.T) {
 	}
 	if _, err := resolveParams([]Operand{{Param: "err", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch); err == nil || !strings.Contains(err.Error(), "has no parameter err (its parameters: code, path") {
 		t.Errorf("a result by name: got %v, want no such parameter", err)
+	}
+
+	// Its named results, as error: reads them at the return: n in rax,
+	// err (an interface) in rbx and rcx, read as its type word.
+	got, err = resolveResults([]Operand{{Param: "err", Reg: -1}, {Kind: OperandInt, Reg: 0, Size: 4, Signed: true, Text: "ret.s32"}, {Param: "n", Reg: -1}}, p, findFunc(t, f, "main.handle"), prog, true, f.Arch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []Operand{
+		{Kind: OperandInt, Reg: 1, Size: 8, Text: "ret1.u64", Param: "err"},
+		{Kind: OperandInt, Reg: 0, Size: 4, Signed: true, Text: "ret.s32"},
+		{Kind: OperandInt, Reg: 0, Size: 8, Signed: true, Text: "ret0.s64", Param: "n"},
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("result %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	for _, tc := range []struct{ fn, result, want string }{
+		{"main.handle", "code", "main.handle in " + prog + " has no result named code (its named results: n, err)"},
+		{"main.serve", "x", "main.serve in " + prog + " has no result named x (its named results: none)"},
+	} {
+		if _, err := resolveResults([]Operand{{Param: tc.result, Reg: -1}}, p, findFunc(t, f, tc.fn), prog, true, f.Arch); err == nil || err.Error() != tc.want {
+			t.Errorf("%s %s: got %v, want %s", tc.fn, tc.result, err, tc.want)
+		}
+	}
+	cprog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	cf, cp := readParams(t, cprog)
+	if _, err := resolveResults([]Operand{{Param: "r", Reg: -1}}, cp, findFunc(t, cf, "handle"), cprog, false, cf.Arch); err == nil || !strings.Contains(err.Error(), "only Go functions name their results") {
+		t.Errorf("a C result by name: got %v, want refused", err)
+	}
+
+	// spanwatch check places them too, at the name in the predicate.
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	if _, err := decode(t, file, "- binary: "+prog+"\n  function: main.handle\n  error: n < 0 or err != 0\n"); err != nil {
+		t.Errorf("error by named results: %v", err)
+	}
+	if _, err := decode(t, file, "- binary: "+prog+"\n  function: main.handle\n  error: n < 0 or errr != 0\n"); err == nil || !strings.Contains(err.Error(), "rules.yaml:3:19: "+prog+": error: main.handle in "+prog+" has no result named errr (its named results: n, err)") {
+		t.Errorf("an unknown result: got %v", err)
 	}
 }

@@ -17,8 +17,10 @@ var (
 	errUnavailable = errors.New("unavailable")
 )
 
+// Its results are named: TestParamsGo's error: reads err by name.
+//
 //go:noinline
-func handle(code int, path string) (int, error) {
+func handle(code int, path string) (n int, err error) {
 	if code >= 500 {
 		return 0, errUnavailable
 	}
