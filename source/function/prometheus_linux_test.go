@@ -62,13 +62,22 @@ func TestPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The prometheus this test starts, by pid: another prometheus on the
+	// host (another package's test runs one) must not add its queries.
+	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	var targets []Target
 	for _, name := range []string{promHandler, promExec} {
 		g, err := glob.Compile(globEscape.Replace(name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		targets = append(targets, Target{Binary: bin, Functions: g})
+		targets = append(targets, Target{PID: cmd.Process.Pid, Functions: g})
 	}
 	s, err := Attach(context.Background(), c.SourceCore(), targets)
 	if err != nil {
@@ -83,13 +92,6 @@ func TestPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	base := "http://" + addr
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		r, err := http.Get(base + "/-/ready")
@@ -122,6 +124,10 @@ func TestPrometheus(t *testing.T) {
 		return time.Since(start)
 	}
 	var slowest, fastest time.Duration
+	// A fast query whose round trip took the budget or more (a loaded
+	// machine) may have run exec over budget too: exec runs within the
+	// round trip, so only those can add to the slow ones.
+	lateFast := 0
 	for i := range fast + slow {
 		if i%(fast/slow+1) == 0 && i/(fast/slow+1) < slow {
 			d := query("sum_over_time(vector(1)[2d:1s])")
@@ -130,11 +136,15 @@ func TestPrometheus(t *testing.T) {
 			}
 			continue
 		}
-		if d := query(fmt.Sprintf("vector(%d)", i)); d > slowest {
+		d := query(fmt.Sprintf("vector(%d)", i))
+		if d > slowest {
 			slowest = d
 		}
+		if d >= budget {
+			lateFast++
+		}
 	}
-	t.Logf("slow queries took at least %s through HTTP, fast ones at most %s", fastest, slowest)
+	t.Logf("slow queries took at least %s through HTTP, fast ones at most %s (%d of them %s or more)", fastest, slowest, lateFast, budget)
 
 	got := map[string]snapshot.Series{}
 	var overruns []snapshot.Overrun
@@ -157,11 +167,11 @@ func TestPrometheus(t *testing.T) {
 			t.Errorf("%s: %d spans, want %d (one per query)", name, n, fast+slow)
 		}
 	}
-	if n := got[promExec].OverBudget; n != slow {
-		t.Errorf("%s: %d over its %s budget, want %d (the slow queries)", promExec, n, budget, slow)
+	if n := got[promExec].OverBudget; n < slow || n > slow+uint64(lateFast) {
+		t.Errorf("%s: %d over its %s budget, want %d (the slow queries; up to %d more for the fast ones whose round trip took that long)", promExec, n, budget, slow, lateFast)
 	}
-	if len(overruns) != slow {
-		t.Errorf("%d overrun records, want %d", len(overruns), slow)
+	if n := len(overruns); uint64(n) != got[promExec].OverBudget {
+		t.Errorf("%d overrun records, want one per span over budget (%d)", n, got[promExec].OverBudget)
 	}
 	for i, o := range overruns {
 		if o.Span != promExec || o.PID != uint32(cmd.Process.Pid) || o.DurationNs < uint64(budget) {
