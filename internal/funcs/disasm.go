@@ -1,10 +1,8 @@
 package funcs
 
 import (
-	"encoding/binary"
 	"fmt"
 
-	"golang.org/x/arch/arm64/arm64asm"
 	"golang.org/x/arch/x86/x86asm"
 )
 
@@ -111,52 +109,6 @@ func goStackCheckAMD64(code []byte, addr uint64) int {
 		}
 	}
 	return 0
-}
-
-// Return instructions with pointer authentication, which arm64asm does not
-// decode: RETAA and RETAB (ARMv8.3).
-const (
-	arm64RETAA = 0xd65f0bff
-	arm64RETAB = 0xd65f0fff
-)
-
-// scanARM64 is scanAMD64 for arm64 code: fixed 4-byte instructions, RET
-// (and RETAA/RETAB) as returns, BR as an indirect jump, and B, B.cond,
-// CBZ, CBNZ, TBZ and TBNZ to outside the function as tail calls.
-func scanARM64(code []byte, addr uint64) (rets []uint64, indirect int, exits []exit, ref refusal) {
-	end := addr + uint64(len(code))
-	if len(code)%4 != 0 {
-		return nil, 0, nil, refusal{ReasonUndecodable, fmt.Sprintf("a size of %d bytes, not a multiple of 4", len(code))}
-	}
-	for pc := 0; pc < len(code); pc += 4 {
-		at := addr + uint64(pc)
-		if w := binary.LittleEndian.Uint32(code[pc:]); w == arm64RETAA || w == arm64RETAB {
-			rets = append(rets, at)
-			continue
-		}
-		inst, err := arm64asm.Decode(code[pc:])
-		if err != nil {
-			return nil, 0, nil, refusal{ReasonUndecodable, fmt.Sprintf("at %#x: %08x", at, binary.LittleEndian.Uint32(code[pc:]))}
-		}
-		switch inst.Op {
-		case arm64asm.RET:
-			rets = append(rets, at)
-		case arm64asm.BR:
-			indirect++
-		case arm64asm.B, arm64asm.CBZ, arm64asm.CBNZ, arm64asm.TBZ, arm64asm.TBNZ:
-			for _, a := range inst.Args {
-				rel, ok := a.(arm64asm.PCRel)
-				if !ok {
-					continue
-				}
-				target := at + uint64(int64(rel))
-				if target < addr || target >= end {
-					exits = append(exits, exit{at, target, inst.Op.String()})
-				}
-			}
-		}
-	}
-	return rets, indirect, exits, refusal{}
 }
 
 // opName is an instruction's mnemonic in lower case, as objdump writes it.

@@ -1,11 +1,12 @@
 // Package funcs lists the functions of an ELF binary (x86-64 or arm64)
 // and, for each, where a uprobe would see it enter and return: its entry's
 // file offset and the file offset of every return instruction, found by
-// disassembling the function (golang.org/x/arch). Putting uprobes on the
+// disassembling the function (golang.org/x/arch on x86-64; on arm64 the
+// A64 branch encodings, arm64.go). Putting uprobes on the
 // return instructions instead of a uretprobe is what makes Go functions
 // traceable: a uretprobe rewrites the return address on the stack, which
 // the Go runtime's stack copying and unwinding do not survive. For a Go
-// function that begins by checking its goroutine's stack (x86-64), the
+// function that begins by checking its goroutine's stack, the
 // entry is the instruction after the check (Func.Entry), since a call
 // whose stack grows runs the check twice; a Go binary's version comes
 // from its build information (File.GoVersion).
@@ -19,8 +20,10 @@
 //
 // A function is refused, with the reason, when returns cannot all be seen:
 // it has no return instruction, it jumps out of its own range (a tail
-// call: the callee returns for it), it has more return sites than a cap,
-// an instruction cannot be decoded, or its size is zero or past a cap.
+// call: the callee returns for it; on arm64 also a RET through another
+// register than x30), it has more return sites than a cap, an
+// instruction cannot be decoded (on arm64: a branch-group word this does
+// not know), or its size is zero or past a cap.
 //
 // The binary is input a root agent must not trust: it is opened as
 // internal/userfile opens users' files, parsed through internal/elfread's

@@ -282,6 +282,11 @@ func returns(ef *elf.File, r io.ReaderAt, arch Arch, isGo bool, fn *Func, parts 
 			}
 		case ArchARM64:
 			rs, indirect, exits, ref = scanARM64(code, regions[i].addr)
+			if i == 0 && isGo {
+				if n := goStackCheckARM64(code, fn.Addr); n > 0 {
+					fn.Entry, fn.EntryAfter = off+uint64(n), EntryAfterStackCheck
+				}
+			}
 		}
 		fn.IndirectJumps += indirect
 		if ref.reason != "" {

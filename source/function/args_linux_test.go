@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/glob"
 	"github.com/spanwatch/spanwatch/internal/srcspec"
 	"github.com/spanwatch/spanwatch/snapshot"
@@ -214,20 +214,8 @@ func checkNoCounts(t *testing.T, counts map[string]uint64) {
 // wrong counts per set, and an error predicate over the wrong register
 // gives errors where there are none.
 func TestArgsC(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
-	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("arguments are tested on x86-64 so far")
-	}
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc on PATH: install build-essential")
-	}
-	prog := filepath.Join(t.TempDir(), "argsprog")
-	if out, err := exec.Command(cc, "-O2", "-o", prog, "testdata/argsprog.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, out)
-	}
+	bpftest.RequireRoot(t)
+	prog := cProgram(t, "argsprog")
 	got, counts, overruns := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: handle
   labels: {status: arg0.s32, route: {ptr: arg1}}
@@ -249,11 +237,8 @@ func TestArgsC(t *testing.T) {
 // error predicate over ret0 (the int) marks the 200s and 404s, and
 // pairing or keeping labels wrong gives wrong counts per set.
 func TestArgsGo(t *testing.T) {
-	gobin := needGo(t)
-	prog := filepath.Join(t.TempDir(), "argsgo")
-	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
+	bpftest.RequireRoot(t)
+	prog := goProgram(t, "argsgo")
 	got, counts, overruns := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: main.handle
   labels: {code: arg0, path: {ptr: arg1, len: arg2}}
@@ -272,20 +257,8 @@ func TestArgsGo(t *testing.T) {
 // admitted past the cap, if a string past the cap names a series, or if
 // calls are lost or counted in the wrong set.
 func TestArgsCap(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
-	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("arguments are tested on x86-64 so far")
-	}
-	cc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc on PATH: install build-essential")
-	}
-	prog := filepath.Join(t.TempDir(), "argsprog")
-	if out, err := exec.Command(cc, "-O2", "-o", prog, "testdata/argsprog.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v: %s", err, out)
-	}
+	bpftest.RequireRoot(t)
+	prog := cProgram(t, "argsprog")
 	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: handle
   labels: {status: arg0.s32, route: {ptr: arg1}}
@@ -318,13 +291,8 @@ func TestArgsCap(t *testing.T) {
 // follows a struct by value, fails, naming the function, the binary and
 // why.
 func TestParamsC(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
-	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("arguments are tested on x86-64 so far")
-	}
-	prog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	bpftest.RequireRoot(t)
+	prog := cProgram(t, "paramsprog")
 	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: handle
   labels: {status: {param: code}, route: {param: path}}
@@ -333,7 +301,7 @@ func TestParamsC(t *testing.T) {
 	checkArgs(t, got, wantArgs("status", "route"))
 	checkNoCounts(t, counts)
 
-	bare := buildParamsProg(t, "paramsprog-nodebug", "-O2")
+	bare := cProgram(t, "paramsprog-nodebug")
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -369,17 +337,8 @@ func TestParamsC(t *testing.T) {
 // and path in rbx and rcx, err's type word in rbx at the return, so the
 // label sets, counts and errors are TestArgsGo's exactly.
 func TestParamsGo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
-	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("arguments are tested on x86-64 so far")
-	}
-	gobin := needGo(t)
-	prog := filepath.Join(t.TempDir(), "argsgo")
-	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
+	bpftest.RequireRoot(t)
+	prog := goProgram(t, "argsgo")
 	got, counts, _ := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: main.handle
   labels: {code: {param: code}, path: {param: path}}

@@ -7,16 +7,17 @@
 //
 // Calls of C, C++ and Rust functions pair by thread and stack pointer.
 // Calls of Go functions pair by goroutine: the g that Go's register ABI
-// keeps in R14, and the depth from the top of that goroutine's stack, so
-// that a goroutine that moves to another thread or whose stack is copied
-// still pairs; the entry probe of a Go function that checks its stack is
-// placed after the check, so a call that grows its stack is entered once.
-// Go binaries built before Go 1.17 (no register ABI) are refused, and Go
-// binaries for arm64 too, so far.
+// keeps in R14 (R28 on arm64), and the depth from the top of that
+// goroutine's stack, so that a goroutine that moves to another thread or
+// whose stack is copied still pairs; the entry probe of a Go function
+// that checks its stack is placed after the check, so a call that grows
+// its stack is entered once. Go binaries built before Go 1.17 (x86-64)
+// or Go 1.18 (arm64), the register ABI's, are refused.
 //
 // A call's spans may be labelled by its arguments, read at the entry by
-// the function's ABI (the System V ABI's registers for C, Go's register
-// ABI for Go; strings as a C string or a pointer and a length) and kept
+// the function's ABI (the System V ABI's registers for C, AAPCS64's on
+// arm64, Go's register ABI for Go; strings as a C string or a pointer
+// and a length) and kept
 // with the open call, and marked as errors by a predicate over its
 // results at the return, in the vocabulary USDT sources use
 // (internal/srcspec): labels: {status: arg0.s32, route: {ptr: arg1}},
@@ -31,6 +32,10 @@
 // no matching process ran for source.ReleaseScans scans is let go.
 //
 // Needs the full core (kernel 5.17+) and BPF attach cookies on uprobes
-// (5.15+); tested on x86-64 (the arm64 objects are built, not run). The
+// (5.15+). Tested on x86-64 (every test, on the host), and on arm64 in
+// the VM (Debian's 6.1 and 6.12 arm64 kernels under qemu, test/vm
+// matrix.sh's arm64 lanes): TestExactCounts, TestArgsC, TestParamsC,
+// TestArgsGo, TestParamsGo and TestGoStress (-short), with programs
+// cross-built before boot (test/vm/cprograms.txt, goprograms.txt). The
 // rule file declares it under sources: functions:. Linux only.
 package function

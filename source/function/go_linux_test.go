@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/spanwatch/spanwatch/bpf"
 	"github.com/spanwatch/spanwatch/collector"
+	"github.com/spanwatch/spanwatch/internal/bpftest"
 	"github.com/spanwatch/spanwatch/internal/funcs"
 	"github.com/spanwatch/spanwatch/internal/glob"
 )
@@ -27,22 +27,13 @@ import (
 const goStressDuration = 30 * time.Second
 
 // needGo skips a test that builds Go programs and traces them, unless it
-// runs as root on x86-64 with a go command.
+// runs as root with a go command.
 func needGo(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
+		t.Skip(rootRequired)
 	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("Go functions are traced on x86-64 only so far")
-	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		if gobin, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go command to build the test program")
-		}
-	}
-	return gobin
+	return goCommand(t)
 }
 
 // TestGoStress traces a Go program's functions on 64 goroutines that
@@ -57,15 +48,30 @@ func needGo(t *testing.T) string {
 // replaced (counted) or still open when the program has exited, and no
 // other entry left open. Pairing by thread and stack pointer, or an entry
 // probe on the first instruction, fails it.
+//
+// On arm64 (Debian's 6.12 in the VM) Go's asynchronous preemption, a
+// SIGURG sent to a goroutine that runs long, made grow's entry probe run
+// twice for one call, for 26 of 1,812 calls (0 of 12,696 with
+// GODEBUG=asyncpreemptoff=1): the second entry replaces the first, so the
+// spans are still exact, but replaced counts more than the panics. There
+// the program runs twice: as it is, where replaced may exceed the panics,
+// and with asynchronous preemption off, where the accounting is exact.
 func TestGoStress(t *testing.T) {
-	gobin := needGo(t)
+	bpftest.RequireRoot(t)
+	prog := goProgram(t, "gostress")
+	t.Run("async_preempt", func(t *testing.T) { goStress(t, prog, "", runtime.GOARCH == "amd64") })
+	if runtime.GOARCH == "arm64" {
+		t.Run("async_preempt_off", func(t *testing.T) { goStress(t, prog, "GODEBUG=asyncpreemptoff=1", true) })
+	}
+}
+
+// goStress is TestGoStress with env added to the program's environment;
+// exact says the entries replaced must be exactly the panicked calls' not
+// left open, else at least those.
+func goStress(t *testing.T, prog, env string, exact bool) {
 	dur := goStressDuration
 	if testing.Short() {
 		dur = 3 * time.Second
-	}
-	prog := filepath.Join(t.TempDir(), "gostress")
-	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/gostress").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
 	}
 
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
@@ -76,6 +82,9 @@ func TestGoStress(t *testing.T) {
 
 	cmd := exec.Command(prog, dur.String())
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=4")
+	if env != "" {
+		cmd.Env = append(cmd.Env, env)
+	}
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -161,7 +170,7 @@ func TestGoStress(t *testing.T) {
 			t.Errorf("main.%s: %d spans, want %d (the calls that returned)", name, got["main."+name], want[name])
 		}
 	}
-	if counts["functions/unpaired"] != 0 || counts["functions/no_goroutine"] != 0 || counts["functions/replaced"] > want["panicked"] {
+	if counts["functions/unpaired"] != 0 || counts["functions/no_goroutine"] != 0 || (exact && counts["functions/replaced"] > want["panicked"]) {
 		t.Errorf("counters %v: want no unpaired return, no event without a goroutine, at most %d replaced (the calls that panicked)", counts, want["panicked"])
 	}
 	// The program has exited: the entries still open are those of
@@ -173,8 +182,12 @@ func TestGoStress(t *testing.T) {
 	for it := s.coll.Maps["func_open"].Iterate(); it.Next(&k, &call); {
 		left[s.traced[k.Source].Func.Name]++
 	}
-	if left["main.grow"] != 0 || left["main.rec"] != 0 || counts["functions/replaced"]+left["main.panicker"] != want["panicked"] {
+	accounted := counts["functions/replaced"] + left["main.panicker"]
+	if left["main.grow"] != 0 || left["main.rec"] != 0 || accounted < want["panicked"] || (exact && accounted != want["panicked"]) {
 		t.Errorf("entries left open %v, replaced %d: want only panicker's, which with the replaced ones make the %d panicked calls", left, counts["functions/replaced"], want["panicked"])
+	}
+	if accounted > want["panicked"] {
+		t.Logf("%d entries replaced or left open beyond the %d panicked calls: entries probed twice (asynchronous preemption, arm64)", accounted-want["panicked"], want["panicked"])
 	}
 	t.Logf("%s: program counts %v; spans %v; counters %v; entries left open %v", dur, want, fmt.Sprint(got), counts, left)
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // TestGoTraceable: Go binaries without the register ABI (before Go 1.17),
-// of unknown version, or not for x86-64 are refused with the reason.
+// or before Go 1.18 on arm64, or of unknown version, are refused with the
+// reason.
 func TestGoTraceable(t *testing.T) {
 	for _, tc := range []struct {
 		arch    funcs.Arch
@@ -23,7 +24,10 @@ func TestGoTraceable(t *testing.T) {
 		{funcs.ArchAMD64, "go1.12", "Go 1.17 or later"},
 		{funcs.ArchAMD64, "", "without readable build information"},
 		{funcs.ArchAMD64, "gccgo", "not a Go version this reads"},
-		{funcs.ArchARM64, "go1.22.1", "x86-64 only so far"},
+		{funcs.ArchARM64, "go1.22.1", ""},
+		{funcs.ArchARM64, "go1.18", ""},
+		{funcs.ArchARM64, "go1.17.13", "Go 1.18 or later on arm64"},
+		{funcs.ArchARM64, "", "1.18 or later on arm64"},
 	} {
 		err := goTraceable(&funcs.File{Arch: tc.arch, Go: true, GoVersion: tc.version})
 		switch {

@@ -222,9 +222,6 @@ func TestProcessGo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
 	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("Go functions are traced on x86-64 only so far")
-	}
 	gobin := needGo(t)
 	prog := filepath.Join(t.TempDir(), "argsgo")
 	if out, err := exec.Command(gobin, "build", "-o", prog, "./testdata/argsgo").CombinedOutput(); err != nil {

@@ -233,6 +233,17 @@ else
 	log "no $cc: the tests that run C programs will fail in the VM"
 fi
 
+# The Go programs the tests run (test/vm/goprograms.txt), for the VM's
+# architecture: the VM has no go command either.
+if [ -z "$hostroot" ]; then
+	mkdir -p "$root/goprograms"
+	while read -r gname gpkg; do
+		case $gname in '' | '#'*) continue ;; esac
+		(cd "$top" && CGO_ENABLED=0 GOARCH=$arch go build -o "$root/goprograms/$gname" "$gpkg") ||
+			die "build Go program $gname failed"
+	done <"$top/test/vm/goprograms.txt"
+fi
+
 # The test binaries' flags, quoted for the init script.
 flags=""
 for a in "${targs[@]}"; do
@@ -293,7 +304,7 @@ else
 	cat >"$root/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms SPANWATCH_BIN=/bin/spanwatch
+export PATH=/bin HOME=/tmp SPANWATCH_IN_VM=1 SPANWATCH_VM_CPROGRAMS=/cprograms SPANWATCH_VM_GOPROGRAMS=/goprograms SPANWATCH_BIN=/bin/spanwatch
 mount -t devtmpfs dev /dev
 exec </dev/console >/dev/console 2>&1
 mount -t proc proc /proc

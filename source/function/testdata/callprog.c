@@ -1,7 +1,7 @@
 // Calls functions a known number of times, for source/function's tests:
 // built with gcc -O2. Prints "ready", waits for a line on standard input,
 // makes its calls on 4 threads, then calls slow() 20 times, every other
-// call sleeping 3 ms, and prints "done".
+// call sleeping 200 ms, and prints "done".
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 4; i++)
 		pthread_join(t[i], NULL);
 	for (int i = 0; i < 20; i++)
-		slow(i % 2 ? 3000 : 0);
+		slow(i % 2 ? 200000 : 0);
 	printf("done\n");
 	fflush(stdout);
 	return 0;
