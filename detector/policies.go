@@ -86,6 +86,7 @@ func (d *Detector) evalPolicy(ctx context.Context, timeout time.Duration, p *pol
 		out.failed = true
 		return out, err
 	}
+	out.results = make(map[string]result, len(alerts))
 	for _, a := range alerts {
 		addExternal(a.Labels, ext)
 		out.results[alert.Fingerprint(a.Labels)] = result{labels: a.Labels, annotations: a.Annotations, value: a.Annotations["value"]}

@@ -364,3 +364,62 @@ func TestSeriesFields(t *testing.T) {
 		}
 	}
 }
+
+// TestFilterGuardOrder checks that trying the guards most selective first
+// keeps the same series as trying them in the policy's order, for every
+// prefilter case over random snapshots, and that the order is by the
+// sample's failures.
+func TestFilterGuardOrder(t *testing.T) {
+	dir := t.TempDir()
+	writeData(t, dir)
+	rng := rand.New(rand.NewPCG(9, 10))
+	var snaps []*snapshot.Snapshot
+	for i := 0; i < 10; i++ {
+		snaps = append(snaps, randomSnapshot(rng, 1000))
+	}
+	inOrder := func(n *inputNeeds, series []snapshot.Series) []int32 {
+		var out []int32
+		for i := range series {
+			for _, gs := range n.iters {
+				ok := true
+				for j := range gs {
+					ok = ok && gs[j].holds(&series[i])
+				}
+				if ok {
+					out = append(out, int32(i))
+					break
+				}
+			}
+		}
+		return out
+	}
+	checked := 0
+	for _, tc := range prefilterCases {
+		p := loadCase(t, dir, tc.name, tc.rego)
+		if p.needs.series != needFiltered {
+			continue
+		}
+		for _, s := range snaps {
+			if got, want := p.needs.filter(s.Series, nil), inOrder(&p.needs, s.Series); !slices.Equal(got, want) {
+				t.Fatalf("%s: filter kept %d series, in the policy's order %d", tc.name, len(got), len(want))
+			}
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no case with a filtered input")
+	}
+
+	p := loadCase(t, dir, "order", `alerts contains {"labels": {"alertname": "A"}} if {
+	some s in input.series
+	s.count >= 0
+	s.p99_ns > 990000000
+}`)
+	gs := p.needs.iters[0]
+	if got := orderGuards(gs, snaps[0].Series); got[0] != &gs[1] || got[1] != &gs[0] {
+		t.Errorf("order: %s first, want p99_ns (count >= 0 always holds)", got[0].field.name)
+	}
+	if got := orderGuards(gs, nil); got[0] != &gs[0] {
+		t.Errorf("no series: %s first, want the policy's order", got[0].field.name)
+	}
+}

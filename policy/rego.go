@@ -141,6 +141,8 @@ func compilePolicy(ctx context.Context, spec policySpec, rd *fileReader) (*Polic
 		return nil, section.ErrorList{{File: p.File, Line: mod.Package.Location.Row, Col: mod.Package.Location.Col, Msg: "policy defines no alerts rule: want e.g. alerts contains {\"labels\": {\"alertname\": \"X\"}} if { ... }"}}
 	}
 
+	foldConstants(mod)
+
 	data := map[string]any{}
 	for _, df := range spec.data {
 		full := rd.path(df)
