@@ -24,7 +24,11 @@ import (
 // return instructions and one recursive, called on 4 threads, and checks
 // every call is one span: exact counts, no unpaired returns, no replaced
 // entries; and that a budget on a third catches exactly its slow calls.
-func TestExactCounts(t *testing.T) {
+func TestExactCounts(t *testing.T) { testExactCounts(t, ReturnsInstructions) }
+
+// testExactCounts is TestExactCounts with the returns seen as returns
+// says.
+func testExactCounts(t *testing.T, returns Returns) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
 	}
@@ -72,9 +76,9 @@ func TestExactCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := Attach(context.Background(), c.SourceCore(), []Target{
-		{Binary: prog, Functions: g},
-		{Binary: prog, Functions: r, Span: "recursion"},
-		{Binary: prog, Functions: sl},
+		{Binary: prog, Functions: g, Returns: returns},
+		{Binary: prog, Functions: r, Span: "recursion", Returns: returns},
+		{Binary: prog, Functions: sl, Returns: returns},
 	})
 	if err != nil {
 		t.Fatal(err)
