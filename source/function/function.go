@@ -114,7 +114,7 @@ const scanTimeout = 10 * time.Second
 
 // Attach loads the functions object beside the core and attaches every
 // traceable function the targets match: an entry uprobe and a uprobe on
-// each return instruction. Functions that cannot be traced (a tail call,
+// each return instruction (or a uretprobe: Target.Returns). Functions that cannot be traced (a tail call,
 // no return instruction: internal/funcs.Reason) are logged and left out;
 // a binary: target that matches no traceable function is an error.
 // process: targets attach to the files the matching processes run,

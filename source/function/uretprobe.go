@@ -65,8 +65,9 @@ const maxDynstr = 16 << 20
 // exceptionTables says what in the ELF file r shows that code in it may
 // unwind by exceptions, which a uretprobe's trampoline breaks: a
 // .gcc_except_table section (C++ exceptions' or Rust panics' landing
-// pads), or __gxx_personality_v0 or _Unwind_RaiseException among its
-// dynamic symbols' names. Nothing, when the file cannot be read as ELF.
+// pads), or __gxx_personality_v0, __cxa_throw or _Unwind_RaiseException
+// among its dynamic symbols' names (a substring of another name counts:
+// a warning, not a refusal). Nothing, when the file cannot be read as ELF.
 func exceptionTables(r io.ReaderAt) []string {
 	ef, err := elfread.NewFile(r)
 	if err != nil {
@@ -84,7 +85,7 @@ func exceptionTables(r io.ReaderAt) []string {
 	if err != nil {
 		return found
 	}
-	for _, name := range []string{"__gxx_personality_v0", "_Unwind_RaiseException"} {
+	for _, name := range []string{"__gxx_personality_v0", "__cxa_throw", "_Unwind_RaiseException"} {
 		if bytes.Contains(b, []byte(name+"\x00")) {
 			found = append(found, "the dynamic symbol "+name)
 		}

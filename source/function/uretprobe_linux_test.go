@@ -132,3 +132,39 @@ func TestDecodeReturns(t *testing.T) {
 		t.Errorf("returns: uretprobes: %v, want an error at %s:1:52", err, file)
 	}
 }
+
+// TestExceptionTables: a g++ program that throws (testdata/throw.cc) has
+// a .gcc_except_table section and imports __gxx_personality_v0 and
+// __cxa_throw (libstdc++'s, which calls _Unwind_RaiseException), so returns:
+// uretprobe warns on it; a C program (testdata/callprog.c) has none.
+func TestExceptionTables(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH: install g++")
+	}
+	dir := t.TempDir()
+	cxx, c := filepath.Join(dir, "throw"), filepath.Join(dir, "callprog")
+	if out, err := exec.Command(gxx, append(append([]string{}, debianFlags...), "-pthread", "-o", cxx, "testdata/throw.cc")...).CombinedOutput(); err != nil {
+		t.Fatalf("g++: %v: %s", err, out)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", c, "testdata/callprog.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{cxx, []string{"a .gcc_except_table section", "the dynamic symbol __gxx_personality_v0", "the dynamic symbol __cxa_throw"}},
+		{c, nil},
+	} {
+		f, err := os.Open(tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := exceptionTables(f)
+		f.Close()
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: %q, want %q", filepath.Base(tc.path), got, tc.want)
+		}
+	}
+}
