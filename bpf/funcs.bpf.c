@@ -418,8 +418,11 @@ int func_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uprobe")
-int func_return(struct pt_regs *ctx)
+/* func_close ends the call a return sees: at a return instruction, or
+ * after the return at a uretprobe (uret, func_uretprobe at the end of
+ * this file), where the stack pointer is sp_back past where the entry
+ * saw it. */
+static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int uret)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct func_open_key k;
@@ -431,6 +434,7 @@ int func_return(struct pt_regs *ctx)
 	src = open_key(ctx, &k);
 	if (!src)
 		return 0;
+	k.sp = src->go ? k.sp + sp_back : k.sp - sp_back; /* Go's is stack.hi - SP */
 	c = bpf_map_lookup_elem(&func_open, &k);
 	if (!c) {
 		func_count(FUNC_COUNTER_UNPAIRED);
@@ -450,7 +454,7 @@ int func_return(struct pt_regs *ctx)
 	in.key.kind = SERIES_SPAN;
 	in.value = now - start_ns;
 	in.source = SOURCE_FUNCTIONS;
-	in.ret_regs = ctx;
+	in.ret_regs = uret ? NULL : ctx; /* after the return, the walk starts at the caller */
 #ifdef SW_WALK_USER_FRAMES
 	in.uregs = ctx;
 #endif
@@ -466,3 +470,50 @@ const enum func_operand_kind *unused_func_operand_kind __attribute__((unused));
 const enum func_sizes *unused_func_sizes __attribute__((unused));
 const enum func_counter *unused_func_counter __attribute__((unused));
 const enum src_counter *unused_src_counter __attribute__((unused));
+
+SEC("uprobe")
+int func_return(struct pt_regs *ctx)
+{
+	return func_close(ctx, 0, 0);
+}
+
+/*
+ * returns: uretprobe (opt-in, C, C++ and Rust only): the return of a
+ * call seen by a uretprobe on the function's first instruction instead
+ * of a uprobe on each return instruction. The kernel emulates a uprobe
+ * on a push, a nop or a jmp but single-steps one on a ret (about 13 us a
+ * hit on 6.18), while a uretprobe's return is a trampoline (a syscall
+ * since 6.11): on a function entered by push %rbp, entry uprobe +
+ * uretprobe cost about an eighth of entry uprobe + ret uprobe. The price:
+ * the kernel replaces the return address on the user stack with its
+ * trampoline's, which has no unwind information, so anything unwinding
+ * through the traced call (a C++ exception, pthread_cancel, a Rust
+ * panic, backtrace()) fails, and Go's stack walks crash (refused at
+ * attach, source/function).
+ *
+ * The kernel runs the uretprobe with the registers of the caller after
+ * the return: the IP is the original return address and, on x86-64, the
+ * return address is popped, so the stack pointer is 8 past where the
+ * entry saw it (sys_uretprobe pops the trampoline's saved registers
+ * first). On arm64 a return leaves SP where it was at the first
+ * instruction. A call a longjmp skips is dropped by the kernel (its
+ * return instance is older than the stack pointer at the next hit), so
+ * its entry is replaced by the next call at the same place (counted),
+ * as with return instructions. The kernel nests at most 64 pending
+ * uretprobes per thread (MAX_URETPROBE_DEPTH): deeper recursion loses
+ * the returns past it, counted by the replacement of their entries.
+ * An overrun's user stack starts at the caller, the traced call having
+ * returned (the caller's return address, if it is traced too, is the
+ * trampoline's).
+ */
+#if defined(__TARGET_ARCH_x86)
+#define FUNC_URET_SP_BACK 8
+#else
+#define FUNC_URET_SP_BACK 0
+#endif
+
+SEC("uretprobe")
+int func_uretprobe(struct pt_regs *ctx)
+{
+	return func_close(ctx, FUNC_URET_SP_BACK, 1);
+}

@@ -238,6 +238,7 @@ const (
 	FuncsMapSrcLabelValues        = "src_label_values"
 	FuncsProgFuncEntry            = "func_entry"
 	FuncsProgFuncReturn           = "func_return"
+	FuncsProgFuncUretprobe        = "func_uretprobe"
 	FuncsVarUnusedCellChunk       = "unused_cell_chunk"
 	FuncsVarUnusedFuncCall        = "unused_func_call"
 	FuncsVarUnusedFuncCounter     = "unused_func_counter"
@@ -291,8 +292,9 @@ type FuncsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FuncsProgramSpecs struct {
-	FuncEntry  *ebpf.ProgramSpec `ebpf:"func_entry"`
-	FuncReturn *ebpf.ProgramSpec `ebpf:"func_return"`
+	FuncEntry     *ebpf.ProgramSpec `ebpf:"func_entry"`
+	FuncReturn    *ebpf.ProgramSpec `ebpf:"func_return"`
+	FuncUretprobe *ebpf.ProgramSpec `ebpf:"func_uretprobe"`
 }
 
 // FuncsMapSpecs contains maps before they are loaded into the kernel.
@@ -440,14 +442,16 @@ type FuncsVariables struct {
 //
 // It can be passed to LoadFuncsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FuncsPrograms struct {
-	FuncEntry  *ebpf.Program `ebpf:"func_entry"`
-	FuncReturn *ebpf.Program `ebpf:"func_return"`
+	FuncEntry     *ebpf.Program `ebpf:"func_entry"`
+	FuncReturn    *ebpf.Program `ebpf:"func_return"`
+	FuncUretprobe *ebpf.Program `ebpf:"func_uretprobe"`
 }
 
 func (p *FuncsPrograms) Close() error {
 	return _FuncsClose(
 		p.FuncEntry,
 		p.FuncReturn,
+		p.FuncUretprobe,
 	)
 }
 

@@ -115,6 +115,18 @@ func programsNamed(pid int, keep func(string) bool) map[string]*ebpf.Program {
 // them out.
 func attachSpanwatch(b *testing.B, loop string) tracer {
 	b.Helper()
+	return attachSpanwatchReturns(b, loop, function.ReturnsInstructions)
+}
+
+// attachSpanwatchReturns is attachSpanwatch with the returns seen as
+// returns says: by func_return on the return instruction, or by
+// func_uretprobe.
+func attachSpanwatchReturns(b *testing.B, loop string, returns function.Returns) tracer {
+	b.Helper()
+	retProg := "func_return"
+	if returns == function.ReturnsUretprobe {
+		retProg = "func_uretprobe"
+	}
 	ctx := context.Background()
 	col, err := collector.New(ctx, collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
@@ -124,7 +136,7 @@ func attachSpanwatch(b *testing.B, loop string) tracer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src, err := function.Attach(ctx, col.SourceCore(), []function.Target{{Binary: loop, Functions: g, Span: spanName}})
+	src, err := function.Attach(ctx, col.SourceCore(), []function.Target{{Binary: loop, Functions: g, Span: spanName, Returns: returns}})
 	if err != nil {
 		col.Close()
 		b.Fatal(err)
@@ -132,14 +144,14 @@ func attachSpanwatch(b *testing.B, loop string) tracer {
 	if tr := src.Traced(); len(tr) != 1 || len(tr[0].Func.Returns) != 1 {
 		b.Fatalf("traced %+v, want work with one return site", tr)
 	}
-	progs := programsNamed(os.Getpid(), func(n string) bool { return n == "func_entry" || n == "func_return" })
-	if progs["func_entry"] == nil || progs["func_return"] == nil {
+	progs := programsNamed(os.Getpid(), func(n string) bool { return n == "func_entry" || n == retProg })
+	if progs["func_entry"] == nil || progs[retProg] == nil {
 		b.Fatalf("spanwatch's programs not found: %v", progs)
 	}
 	var total int64
 	return tracer{
 		entry: progs["func_entry"],
-		ret:   progs["func_return"],
+		ret:   progs[retProg],
 		close: func() {
 			for _, p := range progs {
 				p.Close()

@@ -49,6 +49,8 @@ type Target struct {
 	// read at the return: operand i is Results[i]. Nil: never.
 	Error   *srcspec.Predicate
 	Results []Operand
+	// Returns is how the returns are seen; "" is ReturnsInstructions.
+	Returns Returns
 	// Declared is where the configuration declares it (file:line:col).
 	Declared string
 }
@@ -69,7 +71,7 @@ func (t *Target) Describe() string {
 }
 
 // targetKeys are the keys of an entry of sources.functions.
-var targetKeys = []string{"binary", "process", "pid", "function", "span", "labels", "label_cap", "error"}
+var targetKeys = []string{"binary", "process", "pid", "function", "span", "labels", "label_cap", "error", "returns"}
 
 // DecodeSources decodes the functions: list of the sources: section,
 // each entry a binary or a glob of process names, a function name or
@@ -125,6 +127,9 @@ func decodeTarget(d *section.Decoder, n *yaml.Node) (Target, bool) {
 			return
 		case "pid":
 			t.PID, _ = decodePID(d, section.Resolve(v))
+			return
+		case "returns":
+			t.Returns, _ = decodeReturns(d, v)
 			return
 		}
 		s, ok := str(d, v, key)
@@ -212,6 +217,10 @@ func checkTarget(d *section.Decoder, has map[string]*yaml.Node, t Target) {
 			d.Errorf(has["binary"], "%s: %v", t.Binary, err)
 			return
 		}
+	}
+	if err := checkUretprobe(&t, f); err != nil {
+		d.Errorf(has["returns"], "%s: %v", t.Binary, err)
+		return
 	}
 	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
 		reportABI(d, has, t, err.(*abiError))

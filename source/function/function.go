@@ -114,7 +114,7 @@ const scanTimeout = 10 * time.Second
 
 // Attach loads the functions object beside the core and attaches every
 // traceable function the targets match: an entry uprobe and a uprobe on
-// each return instruction. Functions that cannot be traced (a tail call,
+// each return instruction (or a uretprobe: Target.Returns). Functions that cannot be traced (a tail call,
 // no return instruction: internal/funcs.Reason) are logged and left out;
 // a binary: target that matches no traceable function is an error.
 // process: targets attach to the files the matching processes run,
@@ -133,7 +133,7 @@ func Attach(ctx context.Context, core *source.Core, targets []Target) (_ *Source
 	if err != nil {
 		return nil, fmt.Errorf("functions: %w", err)
 	}
-	coll, err := source.LoadBeside("functions", spec, core.Maps, "func_entry", "func_return")
+	coll, err := source.LoadBeside("functions", spec, core.Maps, "func_entry", "func_return", "func_uretprobe")
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +215,14 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path
 	if err := t.checkABI(f.Go, string(f.Arch)); err != nil {
 		return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
 	}
+	if err := checkUretprobe(&t, f); err != nil {
+		return nil, nil, fmt.Errorf("functions of %s: %w", path, err)
+	}
+	if t.Returns == ReturnsUretprobe && log != nil {
+		if found := exceptionTables(fh); len(found) > 0 {
+			log.Warn("function_uretprobe_unwind", "binary", path, "source", t.Describe(), "pos", t.Declared, "reason", uretprobeWarning(found))
+		}
+	}
 	var params *ParamTable
 	if t.namesParams() {
 		p, err := ReadParams(fh, b)
@@ -258,7 +266,16 @@ func (s *Source) attachFile(ti int, t Target, fh *userfile.File, b *Binary, path
 		}
 		// Returns first: an entry without its returns attached would
 		// leave open calls behind.
-		for _, off := range fn.Returns {
+		rets := fn.Returns
+		if t.Returns == ReturnsUretprobe {
+			l, err := ex.Uretprobe("", s.coll.Programs["func_uretprobe"], &link.UprobeOptions{Address: fn.Offset, Cookie: uint64(idx), PID: t.PID})
+			if err != nil {
+				return links, traced, fmt.Errorf("functions of %s: %s: uretprobe at %#x: %w", path, fn.DisplayName(), fn.Offset, err)
+			}
+			links = append(links, l)
+			rets = nil
+		}
+		for _, off := range rets {
 			l, err := ex.Uprobe("", ret, &link.UprobeOptions{Address: off, Cookie: uint64(idx), PID: t.PID})
 			if err != nil {
 				return links, traced, fmt.Errorf("functions of %s: %s: return at %#x: %w", path, fn.DisplayName(), off, err)

@@ -27,7 +27,11 @@ import (
 // 100 ms, against calls that sleep 200 ms and calls that do not sleep
 // (under qemu's TCG, in the VM, a call that does not sleep took over 10
 // ms, and one that slept 20 ms up to 57).
-func TestExactCounts(t *testing.T) {
+func TestExactCounts(t *testing.T) { testExactCounts(t, ReturnsInstructions) }
+
+// testExactCounts is TestExactCounts with the returns seen as returns
+// says.
+func testExactCounts(t *testing.T, returns Returns) {
 	bpftest.RequireRoot(t)
 	prog := cProgram(t, "callprog")
 
@@ -63,9 +67,9 @@ func TestExactCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, err := Attach(context.Background(), c.SourceCore(), []Target{
-		{Binary: prog, Functions: g},
-		{Binary: prog, Functions: r, Span: "recursion"},
-		{Binary: prog, Functions: sl},
+		{Binary: prog, Functions: g, Returns: returns},
+		{Binary: prog, Functions: r, Span: "recursion", Returns: returns},
+		{Binary: prog, Functions: sl, Returns: returns},
 	})
 	if err != nil {
 		t.Fatal(err)

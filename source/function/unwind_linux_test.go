@@ -92,6 +92,11 @@ type unwindCount struct{ returned, slept, over, abandoned uint64 }
 //     disturb the unwinding (a uretprobe rewrites return addresses, which
 //     the unwinder and longjmp's checks read).
 func testUnwind(t *testing.T, compiler, src string, fns []string) {
+	testUnwindReturns(t, compiler, src, fns, ReturnsInstructions)
+}
+
+// testUnwindReturns is testUnwind with the returns seen as returns says.
+func testUnwindReturns(t *testing.T, compiler, src string, fns []string, returns Returns) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
 	}
@@ -140,7 +145,7 @@ func testUnwind(t *testing.T, compiler, src string, fns []string) {
 		}
 		// Span names of their own: the C++ functions' demangled names
 		// are "leaf(int)" and the like only with parameters.
-		targets = append(targets, Target{Binary: prog, Functions: g, Span: "unwind_" + fn})
+		targets = append(targets, Target{Binary: prog, Functions: g, Span: "unwind_" + fn, Returns: returns})
 		budgets = append(budgets, collector.BudgetRule{Span: "unwind_" + fn, Budget: unwindBudget, NoUserStack: true})
 	}
 	s, err := Attach(context.Background(), c.SourceCore(), targets)
