@@ -168,7 +168,21 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 	if err != nil {
 		return nil, err
 	}
-	places := PlaceParams(sp, arch)
+	return placeNamed(ops, PlaceParams(sp, arch), func(op Operand, pl ParamPlace, ok bool) error {
+		if !ok {
+			return fmt.Errorf("%s in %s has no parameter %s (its parameters: %s)", name, bin, op.Param, paramNames(sp))
+		}
+		if pl.err != "" {
+			return fmt.Errorf("%s in %s: parameter %s: %s", name, bin, op.Param, pl.err)
+		}
+		return nil
+	})
+}
+
+// placeNamed returns ops with each operand that names a parameter or
+// result (Param) replaced by where places puts it, after check accepts
+// the place found (ok false: none of that name).
+func placeNamed(ops []Operand, places []ParamPlace, check func(op Operand, pl ParamPlace, ok bool) error) ([]Operand, error) {
 	out := make([]Operand, len(ops))
 	for i, op := range ops {
 		if op.Param == "" {
@@ -176,11 +190,8 @@ func resolveParams(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, goA
 			continue
 		}
 		pl, ok := findPlace(places, op.Param)
-		if !ok {
-			return nil, fmt.Errorf("%s in %s has no parameter %s (its parameters: %s)", name, bin, op.Param, paramNames(sp))
-		}
-		if pl.err != "" {
-			return nil, fmt.Errorf("%s in %s: parameter %s: %s", name, bin, op.Param, pl.err)
+		if err := check(op, pl, ok); err != nil {
+			return nil, err
 		}
 		pl.op.Param = op.Param
 		out[i] = pl.op
@@ -251,27 +262,18 @@ func resolveResults(ops []Operand, p *ParamTable, fn *funcs.Func, bin string, go
 	if err != nil {
 		return nil, err
 	}
-	places := placeGo(sp, arch, true)
-	out := make([]Operand, len(ops))
-	for i, op := range ops {
-		if op.Param == "" {
-			out[i] = op
-			continue
-		}
-		pl, ok := findPlace(places, op.Param)
+	return placeNamed(ops, placeGo(sp, arch, true), func(op Operand, pl ParamPlace, ok bool) error {
 		if !ok {
-			return nil, fmt.Errorf("%s in %s has no result named %s (its named results: %s)", name, bin, op.Param, resultNames(sp))
+			return fmt.Errorf("%s in %s has no result named %s (its named results: %s)", name, bin, op.Param, resultNames(sp))
 		}
 		if pl.err != "" {
-			return nil, fmt.Errorf("%s in %s: result %s: %s", name, bin, op.Param, pl.err)
+			return fmt.Errorf("%s in %s: result %s: %s", name, bin, op.Param, pl.err)
 		}
 		if pl.op.Kind != OperandInt {
-			return nil, fmt.Errorf("%s in %s: result %s is a %s: an error predicate compares integers (an int, a bool, a pointer, an error)", name, bin, op.Param, pl.Type)
+			return fmt.Errorf("%s in %s: result %s is a %s: an error predicate compares integers (an int, a bool, a pointer, an error)", name, bin, op.Param, pl.Type)
 		}
-		pl.op.Param = op.Param
-		out[i] = pl.op
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // resultNames lists a Go function's named results ("none").
