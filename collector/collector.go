@@ -759,7 +759,7 @@ func (c *Collector) Snapshot() (*snapshot.Snapshot, error) {
 	// met a new cgroup.
 	c.syncWorkloads()
 	s.Overruns, s.Stats.OverrunsDropped, s.Stats.OverrunsQueueDropped = c.rb.Take()
-	s.Stats.EarlySamplesDropped = c.rb.TakeEarlyDropped()
+	s.Stats.EarlySamplesDiscarded = c.rb.TakeEarlyDropped()
 	return s, nil
 }
 

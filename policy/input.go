@@ -45,7 +45,7 @@ type InputValue struct{ v ast.Value }
 // histogram_full, names_truncated, quota_other, names_full,
 // extremes_dropped, symbolizer_bytes, recursion_misses, series_live,
 // series_capacity, bpf_map_bytes, short_events, read_errors,
-// overruns_dropped, overruns_queue_dropped and early_samples_dropped,
+// overruns_dropped, overruns_queue_dropped and early_samples_discarded,
 // each 0 when the snapshot
 // has none.
 //

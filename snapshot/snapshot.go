@@ -297,10 +297,11 @@ type Stats struct {
 	// buffer but dropped because the queue to the worker that symbolizes
 	// and delivers them was full (collector.Config.OverrunQueue).
 	OverrunsQueueDropped uint64 `json:"overruns_queue_dropped,omitempty"`
-	// EarlySamplesDropped counts in-span samples of spans sampled from
+	// EarlySamplesDiscarded counts in-span samples of spans sampled from
 	// their start (a budget's sample_from_start) that ended within their
-	// budgets, and so were dropped.
-	EarlySamplesDropped uint64 `json:"early_samples_dropped,omitempty"`
+	// budgets, and so were discarded: by design, not a loss (the span was
+	// not slow).
+	EarlySamplesDiscarded uint64 `json:"early_samples_discarded,omitempty"`
 	// ReadNs is how long reading the maps took.
 	ReadNs int64 `json:"read_ns"`
 }

@@ -33,5 +33,5 @@ var StatFields = []StatField{
 	{"read_errors", false, func(s *Stats) uint64 { return s.ReadErrors }},
 	{"overruns_dropped", false, func(s *Stats) uint64 { return s.OverrunsDropped }},
 	{"overruns_queue_dropped", false, func(s *Stats) uint64 { return s.OverrunsQueueDropped }},
-	{"early_samples_dropped", false, func(s *Stats) uint64 { return s.EarlySamplesDropped }},
+	{"early_samples_discarded", false, func(s *Stats) uint64 { return s.EarlySamplesDiscarded }},
 }
