@@ -73,13 +73,14 @@ func TestMarkerExactUnderLoad(t *testing.T) {
 	}
 	type tot struct{ count, sum uint64 }
 	got := map[string]*tot{}
-	var lost uint64
+	var lost, statsFull, readErrors, histFull uint64
 	take := func() {
 		s, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
 		}
 		lost += s.Stats.StatsFull + s.Stats.ReadErrors + s.Stats.HistogramFull
+		statsFull, readErrors, histFull = statsFull+s.Stats.StatsFull, readErrors+s.Stats.ReadErrors, histFull+s.Stats.HistogramFull
 		for _, sr := range s.Series {
 			if got[sr.Span] == nil {
 				got[sr.Span] = &tot{}
@@ -129,7 +130,7 @@ func TestMarkerExactUnderLoad(t *testing.T) {
 	}
 	switch {
 	case !compat && lost != 0:
-		t.Errorf("%d values lost", lost)
+		t.Errorf("%d values lost (stats full %d, read errors %d, histogram full %d)", lost, statsFull, readErrors, histFull)
 	case compat && missing != lost:
 		t.Errorf("compat core: %d values missing from the counts, %d counted as lost", missing, lost)
 	case lost != 0:
