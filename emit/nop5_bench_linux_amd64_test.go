@@ -19,7 +19,6 @@ import (
 	"github.com/spanwatch/spanwatch/collector"
 	"github.com/spanwatch/spanwatch/emit"
 	"github.com/spanwatch/spanwatch/internal/markerabi"
-	"github.com/spanwatch/spanwatch/source/marker"
 )
 
 // BenchmarkMarkerNop5 measures, in one run, what a span costs the
@@ -45,19 +44,7 @@ func BenchmarkMarkerNop5(b *testing.B) {
 	if !haveUprobeSyscall() {
 		b.Skip("the kernel does not optimize uprobes on five-byte nops (no uprobe syscall: x86-64 Linux 6.18+)")
 	}
-	exe, _ := os.Executable()
-	f, err := os.Open(exe)
-	if err != nil {
-		b.Fatal(err)
-	}
-	found, err := marker.Find(f)
-	f.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if !found.Nop5 {
-		b.Fatal("the marker has no five-byte nop site")
-	}
+	exe, found := ownMarker(b)
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1, MarkerBinaries: []string{exe}})
 	if err != nil {
 		b.Fatal(err)

@@ -204,22 +204,7 @@ func TestNop5RedZone(t *testing.T) {
 	})
 
 	t.Run("Go marker", func(t *testing.T) {
-		exe, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Open(exe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		found, err := marker.Find(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !found.Nop5 {
-			t.Fatal("the marker has no five-byte nop site (want internal/markerabi.GoMarkerCodeAMD64)")
-		}
+		exe, found := ownMarker(t)
 		prog, m := siteProgram(t)
 		ex, err := link.OpenExecutable(exe)
 		if err != nil {
@@ -326,4 +311,27 @@ func TestNop5RedZone(t *testing.T) {
 			t.Errorf("with the collector attached the marker reads % x: want the nop, then the kernel's call (e8) at the nop5", code)
 		}
 	})
+}
+
+// ownMarker returns this test binary's path and its Go marker, which must
+// have the five-byte nop site (internal/markerabi.GoMarkerCodeAMD64).
+func ownMarker(tb testing.TB) (string, marker.Found) {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	found, err := marker.Find(f)
+	f.Close()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !found.Nop5 {
+		tb.Fatal("the marker has no five-byte nop site (want internal/markerabi.GoMarkerCodeAMD64)")
+	}
+	return exe, found
 }
