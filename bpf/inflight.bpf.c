@@ -57,7 +57,7 @@ enum inflight_watch_sizes {
 	/* Watched goroutines, for inflight_blocked to find the parked
 	 * ones: written by internal/inflight at each scan, ended by a zero
 	 * tgid. */
-	INFLIGHT_MAX_PARKED = 16,
+	INFLIGHT_MAX_PARKED = 64,
 	/* USDT sources: usdt.bpf.c's usdt_sources indexes. */
 	INFLIGHT_SOURCES = 1024,
 	/* Span names sampled from their start (inflight_early). */
@@ -714,13 +714,57 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 #define G_FP_BELOW_SP 0
 #endif
 
+/* inflight_blocked's look at the watched goroutines of one process. */
+struct parked_state {
+	struct task_struct *task; /* the process's main thread */
+	__u64 now;
+	__u32 tgid;
+};
+
+/*
+ * sample_parked samples the i-th goroutine of inflight_parked if it belongs
+ * to the process, is watched with samples left and the Go scheduler parked
+ * it (it has no m), from its saved context in the runtime's g (g.sched),
+ * which Go's own tracebacks read. A zero tgid ends the list.
+ */
+static long sample_parked(__u64 i, struct parked_state *ps)
+{
+	__u32 key = i;
+	struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &key);
+	struct inflight_exec_key k = {};
+	struct inflight_target *t;
+	__u64 gw[G_WORDS];
+
+	if (!p || !p->tgid)
+		return 1;
+	if (p->tgid != ps->tgid)
+		return 0;
+	k.tgid = p->tgid;
+	k.exec = p->exec;
+	t = bpf_map_lookup_elem(&inflight_watch, &k);
+	if (!t || !(t->flags & TARGET_GOROUTINE) || t->samples <= 0)
+		return 0;
+	if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k.exec, ps->task, 0))
+		return 0;
+	if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
+		return 0; /* on a thread: the thread samplers see it */
+	__u64 bp = gw[G_SCHED_BP_NEW];
+	__u64 lo = gw[G_SCHED_SP] - G_FP_BELOW_SP;
+	if (bp < lo || bp >= gw[G_STACK_HI])
+		bp = gw[G_SCHED_BP_OLD];
+	if (bp < lo || bp >= gw[G_STACK_HI])
+		return 0;
+	sample_asleep(ps->task, &k, t, ps->now, 0, gw[G_SCHED_PC], bp, 0);
+	return 0;
+}
+
 /*
  * inflight_blocked samples, at each scan, what the clock and sched_switch
  * cannot see: a watched thread that sleeps (or the watched goroutine
  * blocked in a system call on it), from its saved registers; and, at each
- * process's main thread, the first of its watched goroutines that the Go
- * scheduler parked (it has no m), from its saved context in the runtime's
- * g (g.sched), which Go's own tracebacks read.
+ * process's main thread, every watched goroutine of it that the Go
+ * scheduler parked (sample_parked). Sleepable task iterators and
+ * bpf_copy_from_user_task need kernel 5.18+ (bpf_loop 5.17+).
  */
 SEC("iter.s/task")
 int inflight_blocked(struct bpf_iter__task *ctx)
@@ -768,42 +812,11 @@ int inflight_blocked(struct bpf_iter__task *ctx)
 	}
 	if (task->pid != task->tgid)
 		return 0;
-	/* Parked goroutines of this process: the first watched one with
-	 * samples left (one a scan, so the walk is verified once). */
-	__u64 gw[G_WORDS];
-	w = 0;
-	/* The counter is a 64-bit value apart from the key: as a u32 whose
-	 * address went to the look-up, 6.12's verifier lost it (a 32-bit
-	 * spill read back as unknown) and refused the loop as infinite. */
-	for (__u64 i = 0; i < INFLIGHT_MAX_PARKED; i++) {
-		__u32 key = i;
-		struct inflight_exec_key *p = bpf_map_lookup_elem(&inflight_parked, &key);
-		struct inflight_target *t;
-
-		if (!p || !p->tgid)
-			break;
-		if (p->tgid != k.tgid)
-			continue;
-		k.exec = p->exec;
-		t = bpf_map_lookup_elem(&inflight_watch, &k);
-		if (!t || !(t->flags & TARGET_GOROUTINE) || t->samples <= 0)
-			continue;
-		if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k.exec, task, 0))
-			continue;
-		if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
-			continue; /* on a thread: the thread samplers see it */
-		w = t;
-		break;
-	}
-	if (!w)
-		return 0;
-	__u64 bp = gw[G_SCHED_BP_NEW];
-	__u64 lo = gw[G_SCHED_SP] - G_FP_BELOW_SP;
-	if (bp < lo || bp >= gw[G_STACK_HI])
-		bp = gw[G_SCHED_BP_OLD];
-	if (bp < lo || bp >= gw[G_STACK_HI])
-		return 0;
-	sample_asleep(task, &k, w, now, 0, gw[G_SCHED_PC], bp, 0);
+	/* Parked goroutines of this process: every watched one with samples
+	 * left, each walked in a callback so that the walk is verified
+	 * once, not once per entry of the list. */
+	struct parked_state ps = {.task = task, .tgid = k.tgid, .now = now};
+	bpf_loop(INFLIGHT_MAX_PARKED, sample_parked, &ps, 0);
 	return 0;
 }
 

@@ -149,7 +149,7 @@ type InflightInflightWatchSizes uint32
 const (
 	InflightInflightWatchSizesINFLIGHT_MAX_WATCH    InflightInflightWatchSizes = 1024
 	InflightInflightWatchSizesINFLIGHT_TARGET_SPANS InflightInflightWatchSizes = 4
-	InflightInflightWatchSizesINFLIGHT_MAX_PARKED   InflightInflightWatchSizes = 16
+	InflightInflightWatchSizesINFLIGHT_MAX_PARKED   InflightInflightWatchSizes = 64
 	InflightInflightWatchSizesINFLIGHT_SOURCES      InflightInflightWatchSizes = 1024
 	InflightInflightWatchSizesINFLIGHT_MAX_EARLY    InflightInflightWatchSizes = 1024
 )

@@ -4,11 +4,13 @@ package inflight
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"strings"
 	"sync"
@@ -795,20 +797,41 @@ func (w *Watcher) scanTasks(st *scanState) error {
 }
 
 // writeParked lists the watched goroutines with samples left for the
-// blocked sampler, which samples those the Go scheduler parked.
+// blocked sampler, which samples those the Go scheduler parked: all of
+// them at each scan, up to maxParked, those with the most samples left
+// first, so that a goroutine newly over its budget is sampled beside
+// goroutines stuck for long (whose samples run down), and past maxParked
+// the list turns over from scan to scan.
 func (w *Watcher) writeParked(st *scanState) error {
-	n := 0
+	type entry struct {
+		k    bpf.InflightInflightExecKey
+		left int32
+	}
+	var list []entry
 	for k, t := range st.targets {
-		if n == maxParked {
-			break
-		}
 		if t.Flags&targetGoroutine == 0 {
 			continue
 		}
-		if err := w.objs.InflightParked.Put(uint32(n), &k); err != nil {
+		var cur bpf.InflightInflightTarget
+		if err := w.objs.InflightWatch.Lookup(&k, &cur); err != nil || cur.Samples <= 0 {
+			continue // gone (LRU) or sampled as often as asked
+		}
+		list = append(list, entry{k, cur.Samples})
+	}
+	slices.SortFunc(list, func(a, b entry) int {
+		if c := cmp.Compare(b.left, a.left); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.k.Tgid, b.k.Tgid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.k.Exec, b.k.Exec)
+	})
+	n := min(len(list), maxParked)
+	for i, e := range list[:n] {
+		if err := w.objs.InflightParked.Put(uint32(i), &e.k); err != nil {
 			return fmt.Errorf("list parked goroutines: %w", err)
 		}
-		n++
 	}
 	for i := n; i < w.parked; i++ {
 		if err := w.objs.InflightParked.Put(uint32(i), &bpf.InflightInflightExecKey{}); err != nil {
@@ -949,6 +972,12 @@ func (w *Watcher) Active() bool {
 	defer w.mu.Unlock()
 	return w.offCPU != nil || w.perfFDs != nil
 }
+
+// SamplesBlocked reports whether the sampler of blocked threads and
+// parked goroutines runs (a sleepable task iterator, kernel 5.18+); where
+// it does not, a span that waits off the CPU is sampled only when its
+// thread blocks while watched.
+func (w *Watcher) SamplesBlocked() bool { return w.blockedIter != nil }
 
 // Close detaches and unloads the samplers. It may be called more than once.
 func (w *Watcher) Close() error {
