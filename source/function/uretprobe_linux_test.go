@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -17,14 +16,11 @@ import (
 )
 
 // needUretprobeHost skips unless the test can load BPF and attach
-// uprobes on x86-64, where returns: uretprobe is tested so far.
+// uprobes.
 func needUretprobeHost(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
-	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("returns: uretprobe is tested on x86-64 so far")
 	}
 }
 
@@ -59,7 +55,7 @@ func TestUretprobeLongjmp(t *testing.T) {
 // are none, or none where there are.
 func TestUretprobeParamsC(t *testing.T) {
 	needUretprobeHost(t)
-	prog := buildParamsProg(t, "paramsprog", "-O2", "-g")
+	prog := cProgram(t, "paramsprog")
 	got, counts, overruns := runArgs(t, prog, fmt.Sprintf(`- binary: %s
   function: handle
   returns: uretprobe
