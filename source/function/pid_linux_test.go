@@ -5,9 +5,6 @@ package function
 import (
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,17 +24,7 @@ func TestPID(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN) to load BPF and attach uprobes")
 	}
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the pairing is tested on x86-64 so far")
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler (cc) on PATH: install build-essential")
-	}
-	prog := filepath.Join(t.TempDir(), "callprog")
-	if out, err := exec.Command(cc, "-O2", "-pthread", "-o", prog, "testdata/callprog.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v: %s", err, out)
-	}
+	prog := cProgram(t, "callprog")
 	c, err := collector.New(context.Background(), collector.Config{Sources: collector.Sources{Marker: true}, ScanInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -46,10 +33,16 @@ func TestPID(t *testing.T) {
 	fn, _ := glob.Compile("multi_ret")
 	const calls, threads = 300, 4
 	n := strconv.Itoa(calls)
-	for _, withBinary := range []bool{false, true} {
+	for _, tc := range []struct {
+		withBinary bool
+		returns    Returns
+	}{{false, ReturnsInstructions}, {true, ReturnsInstructions}, {false, ReturnsUretprobe}} {
+		withBinary := tc.withBinary
 		traced := startCall(t, prog, n)
 		other := startCall(t, prog, n)
-		target := Target{PID: traced.cmd.Process.Pid, Functions: fn}
+		// A uretprobe, like the entry uprobe, is attached for the pid
+		// only: the other process's returns must not be seen either.
+		target := Target{PID: traced.cmd.Process.Pid, Functions: fn, Returns: tc.returns}
 		if withBinary {
 			target.Binary = prog
 		}
@@ -71,9 +64,9 @@ func TestPID(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		got += spans(t, c, "multi_ret", 0)
 		if got != calls*threads {
-			t.Errorf("binary %v: %d spans, want %d: the pid's calls only", withBinary, got, calls*threads)
+			t.Errorf("binary %v, returns %s: %d spans, want %d: the pid's calls only", withBinary, tc.returns, got, calls*threads)
 		} else {
-			t.Logf("binary %v: %d spans, the pid's calls, none of the other process's %d", withBinary, got, calls*threads)
+			t.Logf("binary %v, returns %s: %d spans, the pid's calls, none of the other process's %d", withBinary, tc.returns, got, calls*threads)
 		}
 		counts, err := s.Counts()
 		if err != nil {
