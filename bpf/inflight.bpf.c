@@ -632,17 +632,30 @@ struct user_frame {
 	__u64 ret;
 };
 
+/* frame_readable says whether the frame record at bp lies below limit.
+ * A global function: verified once, its result unknown to the caller, so
+ * that the walk's loop states stay alike: comparing the two unknowns in
+ * the loop itself had the verifier tell each iteration apart (past its
+ * million instructions). */
+SW_GLOBAL int frame_readable(__u64 bp, __u64 limit)
+{
+	return bp && bp + sizeof(struct user_frame) > bp && bp + sizeof(struct user_frame) <= limit;
+}
+
 /* walk fills r's user stack from pc and a frame pointer, reading the
  * task's memory: the frame-pointer walk the kernel does for the current
- * thread (perf_callchain_user), done for a thread that is not running. */
-static __always_inline void walk(struct overrun *r, struct task_struct *task, __u64 pc, __u64 bp)
+ * thread (perf_callchain_user), done for a thread that is not running.
+ * It reads below limit only: the end of the stack's area, which
+ * remote_area took (the frames of a thread's or goroutine's stack are in
+ * one area, its stack). */
+static __always_inline void walk(struct overrun *r, struct task_struct *task, __u64 pc, __u64 bp, __u64 limit)
 {
 	struct user_frame fr;
 	__u64 n = 1;
 
 	r->ustack[0] = pc;
 	for (int i = 1; i < MAX_USTACK; i++) {
-		if (!bp || bpf_copy_from_user_task(&fr, sizeof(fr), (void *)bp, task, 0) || !fr.ret)
+		if (!frame_readable(bp, limit) || bpf_copy_from_user_task(&fr, sizeof(fr), (void *)bp, task, 0) || !fr.ret)
 			break;
 		r->ustack[i] = fr.ret;
 		n++;
@@ -667,9 +680,12 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 					  __u64 now, __u32 tid, __u64 pc, __u64 bp, int kernel)
 {
 	__u64 cg = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	__u64 limit;
 
 	if (!take(w, k->tgid, now, 0))
 		return;
+	/* Looked at once, for every record's walk. */
+	limit = bp ? remote_area(task, bp, sizeof(struct user_frame)) : 0;
 	for (__u32 i = 0; i < INFLIGHT_TARGET_SPANS; i++) {
 		struct inflight_tspan *s = &w->spans[i];
 		struct overrun *r;
@@ -683,7 +699,7 @@ static __always_inline void sample_asleep(struct task_struct *task, struct infli
 			break;
 		bpf_probe_read_kernel_str(r->comm, sizeof(r->comm), task->comm);
 		r->kstack_len = kernel ? bpf_get_task_stack(task, r->kstack, sizeof(r->kstack), 0) : 0;
-		walk(r, task, pc, bp);
+		walk(r, task, pc, bp, limit);
 		bpf_ringbuf_submit(r, 0);
 	}
 }
@@ -744,7 +760,7 @@ static long sample_parked(__u64 i, struct parked_state *ps)
 	t = bpf_map_lookup_elem(&inflight_watch, &k);
 	if (!t || !(t->flags & TARGET_GOROUTINE) || t->samples <= 0)
 		return 0;
-	if (bpf_copy_from_user_task(gw, sizeof(gw), (void *)k.exec, ps->task, 0))
+	if (remote_read(gw, sizeof(gw), k.exec, ps->task))
 		return 0;
 	if (gw[G_M] || !gw[G_SCHED_SP] || !gw[G_SCHED_PC])
 		return 0; /* on a thread: the thread samplers see it */

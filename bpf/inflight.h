@@ -108,16 +108,116 @@ struct {
 	__type(value, struct inflight_stack);
 } inflight_zero SEC(".maps");
 
+/* What remote_read looks at of the memory area an address is in. */
+struct super_block {
+	unsigned long s_magic;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_end;
+	unsigned long vm_flags;
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+/* vm_flags bits (include/linux/mm.h), the same on every architecture
+ * since 5.7. Userfaultfd's minor-fault bit is not among them: it differs
+ * between releases and architectures (bit 37 is set on ordinary stacks
+ * of Debian's arm64 kernels). What covers every userfaultfd area an
+ * unprivileged user can register is the kernel's own rule since 5.11
+ * (vm.unprivileged_userfaultfd=0): such a handler gets faults from user
+ * mode only, and a read from another process is not one. */
+#define SW_VM_READ 0x1UL
+#define SW_VM_UFFD_MISSING 0x200UL
+#define SW_VM_PFNMAP 0x400UL
+#define SW_VM_UFFD_WP 0x1000UL
+#define SW_VM_IO 0x4000UL
+#define SW_VM_MIXEDMAP 0x10000000UL
+
+/* remote_area's question to bpf_find_vma. */
+struct remote_area {
+	__u64 end;   /* the read's end */
+	__u64 limit; /* the area's end, when ok */
+	int ok;
+};
+
+/*
+ * remote_area_ok says whether reading another process's memory in vma
+ * can only wait for the kernel's own work: anonymous memory (stacks,
+ * heaps), or a file of a local file system (a binary's data and bss),
+ * readable, no device memory, no userfaultfd. A page fault on a FUSE or
+ * network file waits for a daemon or a server the process's user may
+ * control, a userfaultfd-registered area for its handler: the agent
+ * would wait with it.
+ */
+static __attribute__((unused)) long remote_area_ok(void *task, struct vm_area_struct *vma, struct remote_area *a)
+{
+	unsigned long flags = BPF_CORE_READ(vma, vm_flags);
+	struct file *f = BPF_CORE_READ(vma, vm_file);
+
+	if (!(flags & SW_VM_READ) || (flags & (SW_VM_PFNMAP | SW_VM_IO | SW_VM_MIXEDMAP | SW_VM_UFFD_MISSING | SW_VM_UFFD_WP)) ||
+	    a->end > BPF_CORE_READ(vma, vm_end))
+		return 0;
+	if (f) {
+		switch (BPF_CORE_READ(f, f_inode, i_sb, s_magic)) {
+		case 0xEF53:	 /* ext2, ext3, ext4 */
+		case 0x58465342: /* xfs */
+		case 0x9123683E: /* btrfs */
+		case 0x01021994: /* tmpfs, shmem (memfd, shared anonymous) */
+		case 0x858458f6: /* ramfs */
+		case 0x958458f6: /* hugetlbfs */
+		case 0x73717368: /* squashfs */
+		case 0xE0F5E1E2: /* erofs */
+		case 0xF2F52010: /* f2fs */
+		case 0x2fc12fc1: /* zfs */
+			break;
+		default:
+			return 0;
+		}
+	}
+	a->limit = BPF_CORE_READ(vma, vm_end);
+	a->ok = 1;
+	return 0;
+}
+
+/* remote_area returns the end of the area of task's memory that holds
+ * [addr, addr + size) if remote_area_ok takes it, else 0: what may be
+ * read there with bpf_copy_from_user_task (a sleepable program's helper).
+ * The area is looked up under the try-lock of the task's memory map
+ * (bpf_find_vma, 5.17+): a task whose map is locked is not read. */
+static __always_inline __u64 remote_area(void *task, __u64 addr, __u32 size)
+{
+	struct remote_area a = {.end = addr + size};
+
+	if (a.end < addr || bpf_find_vma(task, addr, remote_area_ok, &a, 0) || !a.ok)
+		return 0;
+	return a.limit;
+}
+
+/* remote_read reads size bytes at addr in the user memory of task, which
+ * is not the current one, if remote_area takes them: 0, or an error. */
+static __always_inline long remote_read(void *dst, __u32 size, __u64 addr, void *task)
+{
+	if (!remote_area(task, addr, size))
+		return -1;
+	return bpf_copy_from_user_task(dst, size, (void *)addr, task, 0);
+}
+
 /* task_word reads the 8-byte word at addr in the user memory of task:
  * directly when task is the current one (current set), else through
- * bpf_copy_from_user_task (a sleepable program's helper). 0 when it
- * cannot. */
+ * remote_read. 0 when it cannot. */
 static __always_inline __u64 task_word(void *task, __u64 addr, int current)
 {
 	__u64 w = 0;
 
-	if (current ? bpf_probe_read_user(&w, sizeof(w), (void *)addr)
-		    : bpf_copy_from_user_task(&w, sizeof(w), (void *)addr, task, 0))
+	if (current ? bpf_probe_read_user(&w, sizeof(w), (void *)addr) : remote_read(&w, sizeof(w), addr, task))
 		return 0;
 	return w;
 }

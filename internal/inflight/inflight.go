@@ -120,6 +120,10 @@ type Watcher struct {
 	// nil when off or not supported.
 	blocked     *ebpf.Program
 	blockedIter *link.Iter
+	// runIterFn runs the blocked sampler's iterator (runIter; tests put
+	// one that hangs), for at most blockedWait.
+	runIterFn   func(*link.Iter) error
+	blockedWait time.Duration
 	slots       map[uint32]bpf.InflightInflightSlot // as last written, by source
 	srcBuf      []bpf.UsdtUsdtSource
 
@@ -235,7 +239,8 @@ func New(cfg Config) (*Watcher, error) {
 			ms.MaxEntries, ms.Flags = m.MaxEntries(), m.Flags()
 		}
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, spec: spec, repl: repl, watching: map[bpf.InflightInflightExecKey]identity{}}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, spec: spec, repl: repl, watching: map[bpf.InflightInflightExecKey]identity{},
+		runIterFn: func(it *link.Iter) error { return runIter(it, nil) }, blockedWait: blockedWait}
 	if err := spec.LoadAndAssign(&w.objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
 		if lerr := kernel.NewLoadError("in-flight", kernel.Probe().Release, err); lerr != nil {
 			w.log.Debug("bpf_verifier_log", "object", "in-flight", "log", kernel.VerifierLog(err))
@@ -583,10 +588,46 @@ func (w *Watcher) Scan() error {
 		return err
 	}
 	if active && w.blockedIter != nil {
-		if err := runIter(w.blockedIter, nil); err != nil {
+		if err := w.runBlocked(); err != nil {
 			return fmt.Errorf("sample blocked threads: %w", err)
 		}
 	}
+	return nil
+}
+
+// blockedWait bounds a run of the blocked sampler. It reads other
+// processes' memory, faulting pages in, only in areas that cannot wait for
+// anyone but the kernel (anonymous memory, files of local file systems:
+// remote_area in bpf/inflight.h); an area a process remaps between that
+// look and the read could still hold a page whose fault waits for a FUSE
+// daemon or a network server.
+const blockedWait = 5 * time.Second
+
+// runBlocked runs the blocked sampler, waiting at most blockedWait. A run
+// that takes longer is left to finish on its own (a thread of the agent
+// stays in the kernel until the page arrives or the agent exits) and the
+// sampler is given up: a process's user must not be able to hold the
+// watcher, and the reloads and shutdown that wait for its lock.
+func (w *Watcher) runBlocked() error {
+	it, prog := w.blockedIter, w.blocked
+	done := make(chan error, 1)
+	go func() { done <- w.runIterFn(it) }()
+	t := time.NewTimer(w.blockedWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	w.log.Warn("inflight_blocked_sampler_stuck", "waited", w.blockedWait,
+		"effect", "threads that stay blocked and parked goroutines are no longer sampled (restart the agent to sample them again); one thread of the agent waits in the kernel until the read returns",
+		"hint", "a process's memory the sampler read waits for a page that does not arrive: a FUSE or network file mapped where a stack was")
+	w.blocked, w.blockedIter = nil, nil
+	go func() {
+		<-done
+		it.Close()
+		prog.Close()
+	}()
 	return nil
 }
 
