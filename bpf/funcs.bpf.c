@@ -187,8 +187,8 @@ struct {
  * and a delete. The slot of an entry at the same place (an abandoned
  * call's: longjmp, exception) is replaced (counted), as in func_open. An
  * entry whose slot holds another live or abandoned call goes to
- * func_open (spilled; deep recursion, collisions), and from then on the
- * thread's returns that miss their slot look there, and its entries
+ * func_open (spilled; deep recursion, collisions); a return that misses
+ * its slot looks there, and once the thread has spilled, its entries
  * that land on a free slot take out (counted replaced) an abandoned
  * entry of theirs left in func_open, so the semantics are func_open's.
  * The thread's last series per traced function (hint) lets the core
@@ -408,7 +408,8 @@ static __always_inline void func_labels(struct pt_regs *ctx, const struct func_s
 /* func_error evaluates the source's error predicate over the results. A
  * global function: its operands and registers (about 130 bytes) stay off
  * the return program's stack, which with the core's calls under it must
- * fit the verifier's 512 bytes (6.1 counts bpf_loop callbacks' frames). */
+ * fit the verifier's 512 bytes (inlined, Debian's 6.1 refused the
+ * uretprobe program: "combined stack size of 5 calls is 544"). */
 SW_GLOBAL __u32 func_error(sw_ctx_regs *regs, const struct func_source *src)
 {
 	struct pt_regs *ctx = (struct pt_regs *)regs;
@@ -544,10 +545,8 @@ static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int ur
 			sl->sp = 0;
 			goto paired;
 		}
-		if (!t->spilled) {
-			func_count(FUNC_COUNTER_UNPAIRED);
-			return 0;
-		}
+		/* Not in its slot: spilled, or kept in func_open when the
+		 * entry found no storage; else unpaired (rare). */
 	}
 	c = bpf_map_lookup_elem(&func_open, &k);
 	if (!c) {
