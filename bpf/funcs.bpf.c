@@ -14,7 +14,8 @@
  * a return instruction it is back at the same place, so recursion and
  * nesting pair right. An entry whose return never runs (longjmp, an
  * exception, a thread that exits) is replaced by the next call at the
- * same place (counted) or evicted from the LRU hash.
+ * same place (counted), or goes with its thread's storage, or is
+ * evicted from the LRU hash (func_threads below says where it is kept).
  *
  * A Go call (func_source.go set) pairs by goroutine instead: a goroutine
  * may return on another thread than it entered on, and its stack is
@@ -177,6 +178,61 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } func_counters SEC(".maps");
+
+/*
+ * A C, C++ or Rust call's entry is kept in its thread's storage, not in
+ * func_open: a slot picked by its (stack pointer, function) in a small
+ * direct-mapped table, so the entry costs a few stores and the return a
+ * compare, where a hash costs an update (lock, LRU list) and a lookup
+ * and a delete. The slot of an entry at the same place (an abandoned
+ * call's: longjmp, exception) is replaced (counted), as in func_open. An
+ * entry whose slot holds another live or abandoned call goes to
+ * func_open (spilled; deep recursion, collisions); a return that misses
+ * its slot looks there, and once the thread has spilled, its entries
+ * that land on a free slot take out (counted replaced) an abandoned
+ * entry of theirs left in func_open, so the semantics are func_open's.
+ * The thread's last series per traced function (hint) lets the core
+ * skip hashing the key (agg_in.hint); Go calls use it too. The storage
+ * goes with the thread.
+ */
+enum func_thread_sizes {
+	FUNC_THREAD_SLOTS = 32, /* entries kept in the thread's table */
+	FUNC_THREAD_HINTS = 16, /* series hints, by source modulo */
+};
+
+struct func_slot {
+	__u64 sp; /* the call's stack pointer at the entry; 0: free */
+	__u32 source;
+	__u32 pad;
+	struct func_call c;
+};
+
+struct func_thread {
+	struct func_slot s[FUNC_THREAD_SLOTS];
+	__u32 hint[FUNC_THREAD_HINTS];
+	__u32 spilled; /* an entry of this thread went to func_open */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct func_thread);
+} func_threads SEC(".maps");
+
+static __always_inline struct func_thread *func_thread_get(void)
+{
+	return bpf_task_storage_get(&func_threads, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+/* func_slot_of is the slot of the call at (sp, source): consecutive
+ * frames (16 bytes apart at least on x86-64 and arm64) get distinct
+ * slots. */
+static __always_inline struct func_slot *func_slot_of(struct func_thread *t, __u64 sp, __u32 source)
+{
+	return &t->s[((sp >> 4) + source * 7) & (FUNC_THREAD_SLOTS - 1)];
+}
 
 static __always_inline void func_count(__u32 idx)
 {
@@ -349,13 +405,18 @@ static __always_inline void func_labels(struct pt_regs *ctx, const struct func_s
 	}
 }
 
-/* func_error evaluates the source's error predicate over the results. */
-static __always_inline __u32 func_error(struct pt_regs *ctx, const struct func_source *src)
+/* func_error evaluates the source's error predicate over the results. A
+ * global function: its operands and registers (about 130 bytes) stay off
+ * the return program's stack, which with the core's calls under it must
+ * fit the verifier's 512 bytes (inlined, Debian's 6.1 refused the
+ * uretprobe program: "combined stack size of 5 calls is 544"). */
+SW_GLOBAL __u32 func_error(sw_ctx_regs *regs, const struct func_source *src)
 {
+	struct pt_regs *ctx = (struct pt_regs *)regs;
 	struct src_operands o = {};
 	struct func_regs a;
 
-	if (!src->has_error)
+	if (!regs || !src)
 		return 0;
 	func_results(ctx, src->go, &a);
 #pragma unroll
@@ -400,21 +461,55 @@ static __always_inline struct func_source *open_key(struct pt_regs *ctx, struct 
 	return src;
 }
 
+/* func_open_put keeps an entry in func_open: an entry at the same place
+ * (an abandoned call's) is replaced, and counted. */
+static __always_inline void func_open_put(struct func_open_key *k, struct func_call *c)
+{
+	if (bpf_map_update_elem(&func_open, k, c, BPF_NOEXIST)) {
+		func_count(FUNC_COUNTER_REPLACED);
+		bpf_map_update_elem(&func_open, k, c, BPF_ANY);
+	}
+}
+
 SEC("uprobe")
 int func_entry(struct pt_regs *ctx)
 {
-	struct func_call c = {.start = bpf_ktime_get_ns()};
+	__u64 now = bpf_ktime_get_ns();
 	struct func_source *src;
 	struct func_open_key k;
+	struct func_thread *t;
+	struct func_slot *sl;
 
 	src = open_key(ctx, &k);
 	if (!src)
 		return 0;
-	func_labels(ctx, src, &c);
-	if (bpf_map_update_elem(&func_open, &k, &c, BPF_NOEXIST)) {
-		func_count(FUNC_COUNTER_REPLACED);
-		bpf_map_update_elem(&func_open, &k, &c, BPF_ANY);
+	if (!src->go && (t = func_thread_get())) {
+		sl = func_slot_of(t, k.sp, k.source);
+		if (sl->sp == k.sp && sl->source == k.source) {
+			func_count(FUNC_COUNTER_REPLACED);
+		} else if (sl->sp) {
+			struct func_call c = {.start = now};
+
+			func_labels(ctx, src, &c);
+			t->spilled = 1;
+			func_open_put(&k, &c);
+			return 0;
+		} else if (t->spilled && !bpf_map_delete_elem(&func_open, &k)) {
+			func_count(FUNC_COUNTER_REPLACED);
+		}
+		sl->c.start = now;
+		sl->c.labels[0] = sl->c.labels[1] = sl->c.labels[2] = 0;
+		sl->c.labelset = 0;
+		sl->c.other = 0;
+		func_labels(ctx, src, &sl->c);
+		sl->source = k.source;
+		sl->sp = k.sp;
+		return 0;
 	}
+	struct func_call c = {.start = now};
+
+	func_labels(ctx, src, &c);
+	func_open_put(&k, &c);
 	return 0;
 }
 
@@ -428,6 +523,8 @@ static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int ur
 	struct func_open_key k;
 	struct func_source *src;
 	struct agg_in in = {};
+	struct func_thread *t;
+	struct func_slot *sl;
 	struct func_call *c;
 	__u64 start_ns;
 
@@ -435,6 +532,22 @@ static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int ur
 	if (!src)
 		return 0;
 	k.sp = src->go ? k.sp + sp_back : k.sp - sp_back; /* Go's is stack.hi - SP */
+	t = func_thread_get();
+	if (t && !src->go) {
+		sl = func_slot_of(t, k.sp, k.source);
+		if (sl->sp == k.sp && sl->source == k.source) {
+			start_ns = sl->c.start;
+			in.key.labelset = sl->c.labelset;
+			in.key.other = sl->c.other;
+			in.key.labels[0] = sl->c.labels[0];
+			in.key.labels[1] = sl->c.labels[1];
+			in.key.labels[2] = sl->c.labels[2];
+			sl->sp = 0;
+			goto paired;
+		}
+		/* Not in its slot: spilled, or kept in func_open when the
+		 * entry found no storage; else unpaired (rare). */
+	}
 	c = bpf_map_lookup_elem(&func_open, &k);
 	if (!c) {
 		func_count(FUNC_COUNTER_UNPAIRED);
@@ -447,7 +560,9 @@ static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int ur
 	in.key.labels[1] = c->labels[1];
 	in.key.labels[2] = c->labels[2];
 	bpf_map_delete_elem(&func_open, &k);
-	in.error = func_error(ctx, src);
+paired:
+	if (src->has_error)
+		in.error = func_error((sw_ctx_regs *)ctx, src);
 	in.name = src->name;
 	in.key.name_id = src->name_id;
 	in.key.cgroup_id = bpf_get_current_cgroup_id();
@@ -455,6 +570,8 @@ static __always_inline int func_close(struct pt_regs *ctx, __u64 sp_back, int ur
 	in.value = now - start_ns;
 	in.source = SOURCE_FUNCTIONS;
 	in.ret_regs = uret ? NULL : ctx; /* after the return, the walk starts at the caller */
+	if (t)
+		in.hint = &t->hint[k.source & (FUNC_THREAD_HINTS - 1)];
 #ifdef SW_WALK_USER_FRAMES
 	in.uregs = ctx;
 #endif

@@ -129,6 +129,20 @@ type FuncsFuncSource struct {
 	Error    FuncsSrcPred
 }
 
+type FuncsFuncThread struct {
+	_ structs.HostLayout
+	S [32]struct {
+		_      structs.HostLayout
+		Sp     uint64
+		Source uint32
+		Pad    uint32
+		C      FuncsFuncCall
+	}
+	Hint    [16]uint32
+	Spilled uint32
+	Pad     uint32
+}
+
 type FuncsSeriesKey struct {
 	_        structs.HostLayout
 	NameId   uint64
@@ -227,6 +241,7 @@ const (
 	FuncsMapFuncLabelStrings      = "func_label_strings"
 	FuncsMapFuncOpen              = "func_open"
 	FuncsMapFuncSources           = "func_sources"
+	FuncsMapFuncThreads           = "func_threads"
 	FuncsMapNames                 = "names"
 	FuncsMapOverruns              = "overruns"
 	FuncsMapSeries                = "series"
@@ -318,6 +333,7 @@ type FuncsMapSpecs struct {
 	FuncLabelStrings *ebpf.MapSpec `ebpf:"func_label_strings"`
 	FuncOpen         *ebpf.MapSpec `ebpf:"func_open"`
 	FuncSources      *ebpf.MapSpec `ebpf:"func_sources"`
+	FuncThreads      *ebpf.MapSpec `ebpf:"func_threads"`
 	Names            *ebpf.MapSpec `ebpf:"names"`
 	Overruns         *ebpf.MapSpec `ebpf:"overruns"`
 	Series           *ebpf.MapSpec `ebpf:"series"`
@@ -381,6 +397,7 @@ type FuncsMaps struct {
 	FuncLabelStrings *ebpf.Map `ebpf:"func_label_strings"`
 	FuncOpen         *ebpf.Map `ebpf:"func_open"`
 	FuncSources      *ebpf.Map `ebpf:"func_sources"`
+	FuncThreads      *ebpf.Map `ebpf:"func_threads"`
 	Names            *ebpf.Map `ebpf:"names"`
 	Overruns         *ebpf.Map `ebpf:"overruns"`
 	Series           *ebpf.Map `ebpf:"series"`
@@ -411,6 +428,7 @@ func (m *FuncsMaps) Close() error {
 		m.FuncLabelStrings,
 		m.FuncOpen,
 		m.FuncSources,
+		m.FuncThreads,
 		m.Names,
 		m.Overruns,
 		m.Series,

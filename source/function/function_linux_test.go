@@ -21,7 +21,8 @@ import (
 
 // TestExactCounts traces a gcc -O2 -g program (x86-64, or arm64 in the
 // VM)'s functions, one with five
-// return instructions and one recursive, called on 4 threads, and checks
+// return instructions and one recursive (6 calls deep, 41 every tenth
+// time: past a thread's table of open calls), called on 4 threads, and checks
 // every call is one span: exact counts, no unpaired returns, no replaced
 // entries; and that a budget on a third catches exactly its slow calls:
 // 100 ms, against calls that sleep 200 ms and calls that do not sleep
@@ -41,7 +42,10 @@ func testExactCounts(t *testing.T, returns Returns) {
 	}
 	defer c.Close()
 
-	const calls, threads, depth = 2000, 4, 5
+	// rec recurses depth deep, and deepDepth deep every deepEvery calls
+	// (testdata/callprog.c): past a thread's table of open calls.
+	const calls, threads, depth, deepDepth, deepEvery = 2000, 4, 5, 40, 10
+	const wantRec = calls*threads/deepEvery*(deepDepth+1) + calls*threads*(deepEvery-1)/deepEvery*(depth+1)
 	cmd := exec.Command(prog, strconv.Itoa(calls))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -96,7 +100,7 @@ func testExactCounts(t *testing.T, returns Returns) {
 	got := map[string]snapshot.Series{}
 	var overruns []snapshot.Overrun
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) && (got["multi_ret"].Count < calls*threads || got["recursion"].Count < calls*threads*(depth+1) || len(overruns) < slowCalls/2) {
+	for time.Now().Before(deadline) && (got["multi_ret"].Count < calls*threads || got["recursion"].Count < wantRec || len(overruns) < slowCalls/2) {
 		snap, err := c.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -113,8 +117,8 @@ func testExactCounts(t *testing.T, returns Returns) {
 	if n := got["multi_ret"].Count; n != calls*threads {
 		t.Errorf("multi_ret: %d spans, want %d", n, calls*threads)
 	}
-	if n := got["recursion"].Count; n != calls*threads*(depth+1) {
-		t.Errorf("rec: %d spans, want %d", n, calls*threads*(depth+1))
+	if n := got["recursion"].Count; n != wantRec {
+		t.Errorf("rec: %d spans, want %d", n, wantRec)
 	}
 	if sr := got["slow"]; sr.Count != slowCalls || sr.OverBudget != slowCalls/2 {
 		t.Errorf("slow: %d spans, %d over budget, want %d and %d", sr.Count, sr.OverBudget, slowCalls, slowCalls/2)

@@ -26,8 +26,9 @@ func needUretprobeHost(t *testing.T) {
 
 // TestUretprobeExactCounts is TestExactCounts with returns: uretprobe:
 // a function with five return instructions, a recursive one (6 calls
-// nested on the stack, each return seen with the stack pointer 8 past
-// the entry's) and a budget's slow calls, exact counts and no counter.
+// nested on the stack, 41 every tenth time, under the kernel's 64 pending
+// uretprobes; each return seen with the stack pointer 8 past the
+// entry's) and a budget's slow calls, exact counts and no counter.
 // Pairing at the uretprobe by the stack pointer as the return
 // instruction sees it (not 8 back) finds no entry: every return is
 // unpaired and there are no spans.
