@@ -1268,9 +1268,9 @@ struct agg_in {
 	__u32 source; /* SOURCE_* */
 	__u32 error;  /* nonzero: count as an error */
 	/* A slot + 1 where the caller's last value of this key went (0:
-	 * none), in memory only the caller's task writes (task storage), or
-	 * 0: checked against the slot's key before the index is looked up,
-	 * and updated. */
+	 * none), or 0: read once, checked against the slot's key before the
+	 * index is looked up, and updated. Other program runs may write it
+	 * (a shared map entry): a hint is never trusted unchecked. */
 	__u32 *hint;
 	/* A function span's registers at its return instruction (source/
 	 * function), or 0. There the frame pointer is already the caller's,
@@ -1376,8 +1376,11 @@ static __always_inline void series_aggregate(void *ctx, struct agg_in *in)
 	__u64 v = in->value;
 	__u32 slot = 0;
 	split_process(&in->key);
-	if (in->hint && hint_holds(*in->hint, &in->key)) {
-		slot = *in->hint - 1;
+	/* The hint is read once: the slot checked is the slot used, even
+	 * where another program run may write the hint meanwhile. */
+	__u32 hint = in->hint ? *(volatile __u32 *)in->hint : 0;
+	if (hint_holds(hint, &in->key)) {
+		slot = hint - 1;
 		goto found;
 	}
 	__u32 *idx = bpf_map_lookup_elem(&series_index, &in->key);
@@ -1483,13 +1486,6 @@ static __always_inline void span_aggregate_cg(void *ctx, struct span_event *ev, 
 static __always_inline void span_aggregate(void *ctx, struct span_event *ev, __u32 source)
 {
 	span_aggregate_cg(ctx, ev, source, bpf_get_current_cgroup_id());
-}
-
-/* span_aggregate_uprobe is span_aggregate at a uprobe, whose ctx holds the
- * user registers the stack is walked from. */
-static __always_inline void span_aggregate_uprobe(struct pt_regs *ctx, struct span_event *ev, __u32 source)
-{
-	span_aggregate_in(ctx, ctx, ev, source, bpf_get_current_cgroup_id());
 }
 
 #endif

@@ -80,6 +80,61 @@ int BPF_KPROBE(kprobe_perf_tp_event, __u16 event_type, __u64 cnt, void *record, 
 	return on_tp_event(ctx, event_type, record, entry_size);
 }
 
+/* Slot hints of the marker's series: where the last span of a (name,
+ * cgroup) pair went, plus one (0: none), at marker_hint_index(). The core
+ * checks the slot's key before it trusts one (hint_holds), so a hint that
+ * a colliding pair, another CPU or a preempting run overwrote only costs
+ * the index lookup the hint saves: the 48-byte key's hash and compare, an
+ * eighth of the program's time (BENCHMARKS.md, issue 28 goal 2). A plain
+ * array, not per-CPU: its lookup is inlined on every kernel, and a hint
+ * is written only when the index was looked up, so the entries' cache
+ * lines stay shared. USDT keeps its hints in task storage (5.11+); the
+ * compat objects (5.10) have this map too. */
+enum marker_hint_sizes {
+	MARKER_HINTS = 4096, /* a power of two */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MARKER_HINTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} marker_hints SEC(".maps");
+
+static __always_inline __u32 marker_hint_index(__u64 name_id, __u64 cgroup_id)
+{
+	__u64 h = (name_id ^ cgroup_id) * 0x9e3779b97f4a7c15ULL;
+
+	return (__u32)(h >> 32) & (MARKER_HINTS - 1);
+}
+
+/* marker_aggregate ends a marker span (span_aggregate, at a uprobe: ctx
+ * holds the user registers a stack is walked from) with a slot hint,
+ * which the core reads once (the slot it checks is the slot it uses, whoever
+ * writes the shared entry meanwhile) and writes when it had to look the
+ * index up. */
+static __always_inline void marker_aggregate(struct pt_regs *ctx, struct span_event *ev)
+{
+	struct agg_in in = {};
+	__u32 idx;
+
+#ifdef SW_WALK_USER_FRAMES
+	in.uregs = ctx;
+#endif
+	name_cut(ev->name);
+	in.key.name_id = span_name_id(ev->name);
+	in.key.cgroup_id = bpf_get_current_cgroup_id();
+	in.key.kind = SERIES_SPAN;
+	in.name = ev->name;
+	in.ev = ev;
+	in.value = ev->duration_ns;
+	in.source = SOURCE_MARKER;
+	in.error = ev->status != SPAN_STATUS_OK;
+	idx = marker_hint_index(in.key.name_id, in.key.cgroup_id);
+	in.hint = bpf_map_lookup_elem(&marker_hints, &idx);
+	series_aggregate(ctx, &in);
+}
+
 static __always_inline int on_marker(struct pt_regs *ctx, __u64 ptr)
 {
 	struct span_event ev;
@@ -93,7 +148,7 @@ static __always_inline int on_marker(struct pt_regs *ctx, __u64 ptr)
 		return 0;
 	}
 	inflight_end(&ev);
-	span_aggregate_uprobe(ctx, &ev, SOURCE_MARKER);
+	marker_aggregate(ctx, &ev);
 	return 0;
 }
 

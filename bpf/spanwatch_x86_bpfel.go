@@ -273,6 +273,7 @@ const (
 	SpanwatchMapInflightExec         = "inflight_exec"
 	SpanwatchMapInflightGprocs       = "inflight_gprocs"
 	SpanwatchMapInflightZero         = "inflight_zero"
+	SpanwatchMapMarkerHints          = "marker_hints"
 	SpanwatchMapNames                = "names"
 	SpanwatchMapOverruns             = "overruns"
 	SpanwatchMapSeries               = "series"
@@ -370,6 +371,7 @@ type SpanwatchMapSpecs struct {
 	InflightExec   *ebpf.MapSpec `ebpf:"inflight_exec"`
 	InflightGprocs *ebpf.MapSpec `ebpf:"inflight_gprocs"`
 	InflightZero   *ebpf.MapSpec `ebpf:"inflight_zero"`
+	MarkerHints    *ebpf.MapSpec `ebpf:"marker_hints"`
 	Names          *ebpf.MapSpec `ebpf:"names"`
 	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
 	Series         *ebpf.MapSpec `ebpf:"series"`
@@ -437,6 +439,7 @@ type SpanwatchMaps struct {
 	InflightExec   *ebpf.Map `ebpf:"inflight_exec"`
 	InflightGprocs *ebpf.Map `ebpf:"inflight_gprocs"`
 	InflightZero   *ebpf.Map `ebpf:"inflight_zero"`
+	MarkerHints    *ebpf.Map `ebpf:"marker_hints"`
 	Names          *ebpf.Map `ebpf:"names"`
 	Overruns       *ebpf.Map `ebpf:"overruns"`
 	Series         *ebpf.Map `ebpf:"series"`
@@ -464,6 +467,7 @@ func (m *SpanwatchMaps) Close() error {
 		m.InflightExec,
 		m.InflightGprocs,
 		m.InflightZero,
+		m.MarkerHints,
 		m.Names,
 		m.Overruns,
 		m.Series,

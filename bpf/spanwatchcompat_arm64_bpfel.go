@@ -147,6 +147,7 @@ const (
 	SpanwatchCompatMapInflightExec         = "inflight_exec"
 	SpanwatchCompatMapInflightGprocs       = "inflight_gprocs"
 	SpanwatchCompatMapInflightZero         = "inflight_zero"
+	SpanwatchCompatMapMarkerHints          = "marker_hints"
 	SpanwatchCompatMapNames                = "names"
 	SpanwatchCompatMapOverruns             = "overruns"
 	SpanwatchCompatMapSeries               = "series"
@@ -244,6 +245,7 @@ type SpanwatchCompatMapSpecs struct {
 	InflightExec   *ebpf.MapSpec `ebpf:"inflight_exec"`
 	InflightGprocs *ebpf.MapSpec `ebpf:"inflight_gprocs"`
 	InflightZero   *ebpf.MapSpec `ebpf:"inflight_zero"`
+	MarkerHints    *ebpf.MapSpec `ebpf:"marker_hints"`
 	Names          *ebpf.MapSpec `ebpf:"names"`
 	Overruns       *ebpf.MapSpec `ebpf:"overruns"`
 	Series         *ebpf.MapSpec `ebpf:"series"`
@@ -311,6 +313,7 @@ type SpanwatchCompatMaps struct {
 	InflightExec   *ebpf.Map `ebpf:"inflight_exec"`
 	InflightGprocs *ebpf.Map `ebpf:"inflight_gprocs"`
 	InflightZero   *ebpf.Map `ebpf:"inflight_zero"`
+	MarkerHints    *ebpf.Map `ebpf:"marker_hints"`
 	Names          *ebpf.Map `ebpf:"names"`
 	Overruns       *ebpf.Map `ebpf:"overruns"`
 	Series         *ebpf.Map `ebpf:"series"`
@@ -338,6 +341,7 @@ func (m *SpanwatchCompatMaps) Close() error {
 		m.InflightExec,
 		m.InflightGprocs,
 		m.InflightZero,
+		m.MarkerHints,
 		m.Names,
 		m.Overruns,
 		m.Series,
