@@ -44,19 +44,7 @@ func TestBlockedSamplerStaysOffFUSE(t *testing.T) {
 	pid := uint32(cmd.Process.Pid)
 	waitSleeping(t, pid)
 
-	const span, budget = "farframe", 100 * time.Millisecond
-	src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, ValueArg: noArg}
-	if err := m.sources.Put(uint32(7), &src); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
-		t.Fatal(err)
-	}
-	now, _ := monotonicNs()
-	key := bpf.UsdtUsdtInflightKey{Source: 7, Tgid: pid, Key: uint64(pid)}
-	if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: now - uint64(2*time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	overdueSpan(t, m, pid, "farframe")
 	w, err := New(Config{Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns, Counters: m.counters,
 		NoOnCPU: true, NoOffCPU: true, Samples: 2})
 	if err != nil {
@@ -112,19 +100,7 @@ func TestBlockedSamplerGivesUp(t *testing.T) {
 	cmd, _ := startBusy(t, "block")
 	pid := uint32(cmd.Process.Pid)
 	waitSleeping(t, pid)
-	const span, budget = "held", 100 * time.Millisecond
-	src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, ValueArg: noArg}
-	if err := m.sources.Put(uint32(7), &src); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &bpf.SpanwatchBudget{BudgetNs: uint64(budget), Flags: captureUser}); err != nil {
-		t.Fatal(err)
-	}
-	now, _ := monotonicNs()
-	key := bpf.UsdtUsdtInflightKey{Source: 7, Tgid: pid, Key: uint64(pid)}
-	if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: now - uint64(2*time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	overdueSpan(t, m, pid, "held")
 	var logs logtest.Recorder
 	w, err := New(Config{Logger: logs.Logger(), Inflight: m.inflight, Sources: m.sources, Budgets: m.budgets, Overruns: m.overruns,
 		Counters: m.counters, NoOnCPU: true, NoOffCPU: false, Samples: 100})
@@ -156,5 +132,25 @@ func TestBlockedSamplerGivesUp(t *testing.T) {
 	if runs.Load() != 1 || w.SamplesBlocked() || logs.Count("inflight_blocked_sampler_stuck") != 1 {
 		t.Errorf("after two scans: the stuck sampler ran %d times, still in use %v, logged %d times; want 1, false, 1",
 			runs.Load(), w.SamplesBlocked(), logs.Count("inflight_blocked_sampler_stuck"))
+	}
+}
+
+// overdueSpan puts a span of process pid's main thread in usdt_inflight
+// as usdt_start would (USDT source 7), begun 2 s ago against a 100 ms
+// budget that wants user stacks.
+func overdueSpan(t *testing.T, m maps, pid uint32, span string) {
+	t.Helper()
+	src := bpf.UsdtUsdtSource{Name: nameBytes(span), NameArg: noArg, KeyArg: noArg, ValueArg: noArg}
+	if err := m.sources.Put(uint32(7), &src); err != nil {
+		t.Fatal(err)
+	}
+	budget := bpf.SpanwatchBudget{BudgetNs: uint64(100 * time.Millisecond), Flags: captureUser}
+	if err := m.budgets.Put(&bpf.SpanwatchBudgetKey{NameId: snapshot.NameID(span)}, &budget); err != nil {
+		t.Fatal(err)
+	}
+	now, _ := monotonicNs()
+	key := bpf.UsdtUsdtInflightKey{Source: 7, Tgid: pid, Key: uint64(pid)}
+	if err := m.inflight.Put(&key, &bpf.UsdtUsdtInflight{StartNs: now - uint64(2*time.Second)}); err != nil {
+		t.Fatal(err)
 	}
 }
