@@ -1,9 +1,6 @@
 package inflight
 
 import (
-	"bufio"
-	"os/exec"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,17 +27,7 @@ import (
 func TestBlockedSamplerStaysOffFUSE(t *testing.T) {
 	m := newMaps(t)
 	file, abort := stallingFUSE(t)
-	bin := bpftest.CProgram(t, "farframe")
-	cmd := exec.Command(bin, file)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
-		t.Fatalf("read ready: %q, %v", line, err)
-	}
+	cmd, _ := startProgram(t, "farframe", file)
 	pid := uint32(cmd.Process.Pid)
 	waitSleeping(t, pid)
 

@@ -92,8 +92,16 @@ func nameBytes(s string) (b [snapshot.NameLen]int8) {
 // its span runs in slow until stdin closes.
 func startBusy(t *testing.T, mode string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
-	bin := bpftest.CProgram(t, "busy")
-	cmd := exec.Command(bin, mode)
+	return startProgram(t, "busy", mode)
+}
+
+// startProgram builds and starts the test program name (testdata, built
+// by bpftest.CProgram) with args, and waits for its "ready" line; it is
+// killed at the test's end, or ends when stdin closes.
+func startProgram(t *testing.T, name string, args ...string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	bin := bpftest.CProgram(t, name)
+	cmd := exec.Command(bin, args...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
